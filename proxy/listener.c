@@ -1,0 +1,118 @@
+/*
+ * listener.c - bound sockets that accept clients for one listen block.
+ *
+ * A listener outlives its socket: it is reference counted by the proxy's
+ * list and by each session accepted on it, so sessions keep a valid pointer
+ * after a reload or shutdown closed the socket.  When accept() fails for
+ * lack of file descriptors, the listener pauses for a second instead of
+ * spinning on a socket that stays readable (as pgbouncer does).
+ */
+#include <errno.h>
+#include <event2/listener.h>
+#include <event2/util.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "proxy/log.h"
+#include "proxy/proxy.h"
+#include "proxy/session.h"
+
+#define LISTENER_BACKLOG 1024
+#define LISTENER_RETRY_MS 1000
+
+static void on_accept(struct evconnlistener *evl, evutil_socket_t fd, struct sockaddr *sa,
+                      int salen, void *arg)
+{
+    (void)evl;
+    struct listener *l = arg;
+    if (l->px->shutting_down) {
+        evutil_closesocket(fd);
+        return;
+    }
+    session_accept(l, fd, sa, salen);
+}
+
+static void on_retry(evutil_socket_t fd, short what, void *arg)
+{
+    (void)fd;
+    (void)what;
+    struct listener *l = arg;
+    if (l->evl != NULL && !l->px->shutting_down)
+        evconnlistener_enable(l->evl);
+}
+
+static void on_accept_error(struct evconnlistener *evl, void *arg)
+{
+    struct listener *l = arg;
+    int err = EVUTIL_SOCKET_ERROR();
+    log_msg(LOG_WARN, "accept failed", "listener=%s error=\"%s\" retry_ms=%d", l->cfg->l->name,
+            evutil_socket_error_to_string(err), LISTENER_RETRY_MS);
+    if (err == EMFILE || err == ENFILE || err == ENOBUFS || err == ENOMEM) {
+        struct timeval tv = {.tv_sec = LISTENER_RETRY_MS / 1000, .tv_usec = 0};
+        evconnlistener_disable(evl);
+        evtimer_add(l->retry_timer, &tv);
+    }
+}
+
+/* Resolve the literal bind address of `cfg` into `ss`. */
+static int bind_address(const struct lconf *cfg, struct sockaddr_storage *ss, int *len)
+{
+    char spec[300];
+    conf_addr_format(&cfg->l->bind, spec, sizeof(spec));
+    *len = (int)sizeof(*ss);
+    return evutil_parse_sockaddr_port(spec, (struct sockaddr *)ss, len);
+}
+
+struct listener *listener_open(struct proxy *px, struct lconf *cfg, char *err, size_t errlen)
+{
+    struct sockaddr_storage ss;
+    int salen;
+    if (bind_address(cfg, &ss, &salen) != 0) {
+        snprintf(err, errlen, "invalid bind address %s", cfg->bind_str);
+        return NULL;
+    }
+    struct listener *l = calloc(1, sizeof(*l));
+    if (l == NULL) {
+        snprintf(err, errlen, "out of memory");
+        return NULL;
+    }
+    l->px = px;
+    l->refs = 1;
+    l->cfg = cfg;
+    lconf_get(cfg);
+    l->retry_timer = evtimer_new(px->base, on_retry, l);
+    unsigned flags = LEV_OPT_CLOSE_ON_FREE | LEV_OPT_CLOSE_ON_EXEC | LEV_OPT_REUSEABLE;
+    l->evl = evconnlistener_new_bind(px->base, on_accept, l, flags, LISTENER_BACKLOG,
+                                     (struct sockaddr *)&ss, salen);
+    if (l->evl == NULL || l->retry_timer == NULL) {
+        snprintf(err, errlen, "cannot listen on %s: %s", cfg->bind_str,
+                 evutil_socket_error_to_string(EVUTIL_SOCKET_ERROR()));
+        listener_close(l);
+        listener_put(l);
+        return NULL;
+    }
+    evconnlistener_set_error_cb(l->evl, on_accept_error);
+    return l;
+}
+
+void listener_close(struct listener *l)
+{
+    if (l->evl != NULL) {
+        evconnlistener_free(l->evl);
+        l->evl = NULL;
+    }
+    if (l->retry_timer != NULL) {
+        event_free(l->retry_timer);
+        l->retry_timer = NULL;
+    }
+}
+
+void listener_put(struct listener *l)
+{
+    if (--l->refs > 0)
+        return;
+    listener_close(l);
+    lconf_put(l->cfg);
+    free(l);
+}

@@ -1,0 +1,132 @@
+/*
+ * main.c - the `twice` command line.
+ *
+ *   twice run -c FILE      run the proxy in the foreground
+ *   twice check -c FILE    validate FILE, print a summary or every error
+ *   twice --version | --help
+ */
+#include <openssl/ssl.h>
+#include <signal.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/resource.h>
+
+#include "proxy/log.h"
+#include "proxy/proxy.h"
+#include "proxy/tls.h"
+#include "rules/conf.h"
+
+static const char usage[] =
+    "usage: twice run -c FILE      run the proxy described by FILE\n"
+    "       twice check -c FILE    check FILE and print a summary or every error\n"
+    "       twice --version        print the version\n"
+    "       twice --help           print this help\n"
+    "\n"
+    "Signals while running: SIGHUP re-reads FILE; SIGTERM or SIGINT stop accepting,\n"
+    "let open sessions finish for `shutdown-grace`, then exit.\n";
+
+/* A proxy holds two descriptors per session: ask for as many as allowed. */
+static void raise_fd_limit(void)
+{
+    struct rlimit rl;
+    if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur < rl.rlim_max) {
+        rl.rlim_cur = rl.rlim_max;
+        if (setrlimit(RLIMIT_NOFILE, &rl) != 0)
+            log_msg(LOG_WARN, "cannot raise open file limit", NULL);
+    }
+}
+
+static void print_listener(const struct conf_listener *l)
+{
+    char bind[300], up[300];
+    conf_addr_format(&l->bind, bind, sizeof(bind));
+    conf_addr_format(&l->upstream, up, sizeof(up));
+    printf("  listen %s: %s %s%s -> %s%s", l->name, conf_protocol_name(l->protocol), bind,
+           l->tls.enabled ? " (tls)" : "", up,
+           !l->upstream_tls.enabled ? ""
+           : l->upstream_tls.verify ? " (tls, verify)"
+                                    : " (tls, no-verify)");
+    if (l->profile != NULL)
+        printf(" profile %s", l->profile);
+    printf(", connect-timeout %ums", l->connect_timeout_ms);
+    if (l->idle_timeout_ms)
+        printf(", idle-timeout %ums", l->idle_timeout_ms);
+    if (l->max_connections)
+        printf(", max-connections %u", l->max_connections);
+    printf("\n");
+}
+
+static int cmd_check(const char *path)
+{
+    struct conf_diags d;
+    struct conf *c = NULL;
+    conf_diags_init(&d);
+    if (conf_parse_file(path, &c, &d) == 0)
+        tls_check_conf(c, &d);
+    conf_diags_print(&d, stderr);
+    int rc = d.errors ? 1 : 0;
+    if (rc == 0) {
+        printf("%s: OK: %zu listener%s, %u warning%s\n", path, c->n_listeners,
+               c->n_listeners == 1 ? "" : "s", d.warnings, d.warnings == 1 ? "" : "s");
+        for (const struct conf_listener *l = c->listeners; l != NULL; l = l->next)
+            print_listener(l);
+    } else {
+        fprintf(stderr, "%s: %u error%s\n", path, d.errors, d.errors == 1 ? "" : "s");
+    }
+    conf_diags_free(&d);
+    conf_free(c);
+    return rc;
+}
+
+static int cmd_run(const char *path)
+{
+    struct proxy px;
+    signal(SIGPIPE, SIG_IGN);
+    raise_fd_limit();
+    if (proxy_init(&px, path) != 0) {
+        proxy_free(&px);
+        return 1;
+    }
+    int rc = proxy_run(&px);
+    proxy_free(&px);
+    return rc;
+}
+
+/* Find `-c FILE` / `--config FILE` / `--config=FILE` in argv[2..]. */
+static const char *config_arg(int argc, char **argv)
+{
+    for (int i = 2; i < argc; i++) {
+        if ((strcmp(argv[i], "-c") == 0 || strcmp(argv[i], "--config") == 0) && i + 1 < argc)
+            return argv[i + 1];
+        if (strncmp(argv[i], "--config=", 9) == 0)
+            return argv[i] + 9;
+    }
+    return NULL;
+}
+
+int main(int argc, char **argv)
+{
+    if (argc < 2) {
+        fputs(usage, stderr);
+        return 2;
+    }
+    const char *cmd = argv[1];
+    if (strcmp(cmd, "--version") == 0 || strcmp(cmd, "version") == 0) {
+        printf("twice %s\n", TWICE_VERSION);
+        return 0;
+    }
+    if (strcmp(cmd, "--help") == 0 || strcmp(cmd, "-h") == 0 || strcmp(cmd, "help") == 0) {
+        fputs(usage, stdout);
+        return 0;
+    }
+    if (strcmp(cmd, "run") != 0 && strcmp(cmd, "check") != 0) {
+        fprintf(stderr, "twice: unknown command '%s'\n\n%s", cmd, usage);
+        return 2;
+    }
+    const char *path = config_arg(argc, argv);
+    if (path == NULL) {
+        fprintf(stderr, "twice %s: missing -c FILE\n\n%s", cmd, usage);
+        return 2;
+    }
+    return strcmp(cmd, "check") == 0 ? cmd_check(path) : cmd_run(path);
+}

@@ -1,0 +1,449 @@
+/*
+ * proxy.c - the process: configuration, listeners, signals, reload and
+ * shutdown around one libevent loop.
+ *
+ * Reload (SIGHUP) is build-then-swap: the new file is parsed and checked,
+ * its TLS contexts built and its new sockets bound before anything changes;
+ * any failure leaves the running configuration untouched.  Listeners whose
+ * name and bind address did not change keep their socket (no connection is
+ * refused during a reload) and take the new settings for the sessions they
+ * accept from then on.  Open sessions keep the settings they started with.
+ *
+ * Shutdown (SIGTERM/SIGINT) closes the listening sockets at once, lets open
+ * sessions finish for `shutdown-grace`, then closes what is left.  A second
+ * signal closes everything immediately.
+ */
+#include "proxy/proxy.h"
+
+#include <event2/dns.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "proxy/log.h"
+#include "proxy/session.h"
+#include "proxy/tls.h"
+
+struct conf_ref *conf_ref_new(struct conf *conf)
+{
+    struct conf_ref *ref = calloc(1, sizeof(*ref));
+    if (ref == NULL)
+        return NULL;
+    ref->refs = 1;
+    ref->conf = conf;
+    return ref;
+}
+
+void conf_ref_put(struct conf_ref *ref)
+{
+    if (ref == NULL || --ref->refs > 0)
+        return;
+    conf_free(ref->conf);
+    free(ref);
+}
+
+void lconf_get(struct lconf *lc)
+{
+    lc->refs++;
+}
+
+void lconf_put(struct lconf *lc)
+{
+    if (lc == NULL || --lc->refs > 0)
+        return;
+    SSL_CTX_free(lc->server_ctx);
+    SSL_CTX_free(lc->client_ctx);
+    conf_ref_put(lc->root);
+    free(lc);
+}
+
+static struct lconf *lconf_new(struct conf_ref *root, const struct conf_listener *l, char *err,
+                               size_t errlen)
+{
+    struct lconf *lc = calloc(1, sizeof(*lc));
+    if (lc == NULL) {
+        snprintf(err, errlen, "out of memory");
+        return NULL;
+    }
+    lc->refs = 1;
+    lc->root = root;
+    root->refs++;
+    lc->l = l;
+    conf_addr_format(&l->bind, lc->bind_str, sizeof(lc->bind_str));
+    conf_addr_format(&l->upstream, lc->upstream_str, sizeof(lc->upstream_str));
+    int salen = (int)sizeof(lc->upstream_sa);
+    if (evutil_parse_sockaddr_port(lc->upstream_str, (struct sockaddr *)&lc->upstream_sa, &salen) ==
+        0) {
+        lc->upstream_is_literal = true;
+        lc->upstream_salen = (socklen_t)salen;
+    }
+    char why[400];
+    if (l->tls.enabled && (lc->server_ctx = tls_server_ctx_new(&l->tls, why, sizeof(why))) == NULL)
+        goto fail;
+    if (l->upstream_tls.enabled &&
+        (lc->client_ctx = tls_client_ctx_new(&l->upstream_tls, why, sizeof(why))) == NULL)
+        goto fail;
+    return lc;
+fail:
+    snprintf(err, errlen, "listener '%s': %s", l->name, why);
+    lconf_put(lc);
+    return NULL;
+}
+
+struct lconf **lconf_build_all(struct conf_ref *ref, char *err, size_t errlen)
+{
+    size_t n = ref->conf->n_listeners;
+    struct lconf **all = calloc(n ? n : 1, sizeof(*all));
+    if (all == NULL) {
+        snprintf(err, errlen, "out of memory");
+        return NULL;
+    }
+    size_t i = 0;
+    for (const struct conf_listener *l = ref->conf->listeners; l != NULL; l = l->next, i++) {
+        all[i] = lconf_new(ref, l, err, errlen);
+        if (all[i] == NULL) {
+            while (i-- > 0)
+                lconf_put(all[i]);
+            free(all);
+            return NULL;
+        }
+    }
+    return all;
+}
+
+static void log_listening(const struct listener *l)
+{
+    const struct lconf *c = l->cfg;
+    struct log_line line;
+    log_begin(&line, LOG_INFO, "listening");
+    log_str(&line, "listener", c->l->name);
+    log_str(&line, "protocol", conf_protocol_name(c->l->protocol));
+    log_str(&line, "bind", c->bind_str);
+    log_str(&line, "upstream", c->upstream_str);
+    if (c->server_ctx != NULL)
+        log_str(&line, "tls", "on");
+    if (c->client_ctx != NULL)
+        log_str(&line, "upstream_tls", c->l->upstream_tls.verify ? "verify" : "no-verify");
+    log_end(&line);
+}
+
+static void log_diags(const struct conf_diags *d)
+{
+    for (const struct conf_diag *g = d->head; g != NULL; g = g->next) {
+        struct log_line line;
+        log_begin(&line, g->severity == CONF_ERROR ? LOG_ERROR : LOG_WARN, "config");
+        log_fmt(&line, "at", "%s:%u:%u", d->file ? d->file : "?", g->loc.line, g->loc.col);
+        log_str(&line, "problem", g->msg);
+        if (g->hint != NULL)
+            log_str(&line, "hint", g->hint);
+        log_end(&line);
+    }
+}
+
+static struct listener *find_reusable(struct proxy *px, const struct lconf *lc)
+{
+    for (struct listener *l = px->listeners; l != NULL; l = l->next) {
+        if (l->evl != NULL && strcmp(l->cfg->l->name, lc->l->name) == 0 &&
+            strcmp(l->cfg->bind_str, lc->bind_str) == 0)
+            return l;
+    }
+    return NULL;
+}
+
+/* Make `ref` the running configuration.  On failure nothing changes and
+ * -1 is returned with the reason in `err`. */
+static int apply_conf(struct proxy *px, struct conf_ref *ref, char *err, size_t errlen)
+{
+    struct lconf **lcs = lconf_build_all(ref, err, errlen);
+    if (lcs == NULL)
+        return -1;
+    size_t n = ref->conf->n_listeners;
+    struct listener **next = calloc(n ? n : 1, sizeof(*next));
+    bool *reused = calloc(n ? n : 1, sizeof(*reused));
+    int rc = -1;
+    if (next == NULL || reused == NULL) {
+        snprintf(err, errlen, "out of memory");
+        goto out;
+    }
+    /* Bind every new address first: a failure must leave nothing changed. */
+    for (size_t i = 0; i < n; i++) {
+        next[i] = find_reusable(px, lcs[i]);
+        reused[i] = next[i] != NULL;
+        if (!reused[i] && (next[i] = listener_open(px, lcs[i], err, errlen)) == NULL) {
+            for (size_t j = 0; j < i; j++)
+                if (!reused[j])
+                    listener_put(next[j]);
+            goto out;
+        }
+    }
+    /* Commit: swap settings into kept listeners, close the dropped ones. */
+    for (size_t i = 0; i < n; i++) {
+        if (reused[i]) {
+            lconf_get(lcs[i]);
+            lconf_put(next[i]->cfg);
+            next[i]->cfg = lcs[i];
+        }
+    }
+    for (struct listener *l = px->listeners, *nx; l != NULL; l = nx) {
+        nx = l->next;
+        bool kept = false;
+        for (size_t i = 0; i < n; i++)
+            kept = kept || next[i] == l;
+        if (!kept) {
+            log_msg(LOG_INFO, "listener closed", "listener=%s bind=%s", l->cfg->l->name,
+                    l->cfg->bind_str);
+            listener_close(l);
+            listener_put(l);
+        }
+    }
+    px->listeners = NULL;
+    for (size_t i = n; i-- > 0;) {
+        next[i]->next = px->listeners;
+        px->listeners = next[i];
+    }
+    for (size_t i = 0; i < n; i++)
+        if (!reused[i])
+            log_listening(next[i]);
+    conf_ref_put(px->conf);
+    px->conf = ref;
+    ref->refs++;
+    log_set_level((enum log_level)ref->conf->log_level);
+    rc = 0;
+out:
+    for (size_t i = 0; i < n; i++)
+        lconf_put(lcs[i]);
+    free(lcs);
+    free(next);
+    free(reused);
+    return rc;
+}
+
+static void proxy_reload(struct proxy *px)
+{
+    struct conf_diags d;
+    struct conf *c = NULL;
+    conf_diags_init(&d);
+    log_msg(LOG_INFO, "reloading", "file=\"%s\"", px->conf_path);
+    if (conf_parse_file(px->conf_path, &c, &d) != 0) {
+        log_diags(&d);
+        log_msg(LOG_ERROR, "reload failed", "errors=%u", d.errors);
+        conf_diags_free(&d);
+        return;
+    }
+    log_diags(&d);
+    conf_diags_free(&d);
+    struct conf_ref *ref = conf_ref_new(c);
+    char err[512];
+    if (ref == NULL) {
+        conf_free(c);
+        log_msg(LOG_ERROR, "reload failed", "error=\"out of memory\"");
+        return;
+    }
+    if (apply_conf(px, ref, err, sizeof(err)) != 0) {
+        struct log_line line;
+        log_begin(&line, LOG_ERROR, "reload failed");
+        log_str(&line, "error", err);
+        log_end(&line);
+    } else {
+        unsigned n = 0;
+        for (struct listener *l = px->listeners; l != NULL; l = l->next)
+            n++;
+        log_msg(LOG_INFO, "reloaded", "listeners=%u sessions=%u", n, px->n_sessions);
+    }
+    conf_ref_put(ref);
+}
+
+static void close_all_sessions(struct proxy *px, enum session_close_reason reason)
+{
+    for (struct session *s = px->sessions; s != NULL; s = s->next)
+        session_close(s, reason);
+}
+
+static void on_grace_over(evutil_socket_t fd, short what, void *arg)
+{
+    (void)fd;
+    (void)what;
+    struct proxy *px = arg;
+    log_msg(LOG_WARN, "grace period over", "closing=%u", px->n_sessions);
+    close_all_sessions(px, SESSION_CLOSE_SHUTDOWN);
+}
+
+static void begin_shutdown(struct proxy *px, const char *signame)
+{
+    if (px->shutting_down) {
+        log_msg(LOG_WARN, "second signal: closing now", "signal=%s sessions=%u", signame,
+                px->n_sessions);
+        close_all_sessions(px, SESSION_CLOSE_SHUTDOWN);
+        return;
+    }
+    px->shutting_down = true;
+    uint32_t grace = px->conf->conf->grace_ms;
+    log_msg(LOG_INFO, "shutting down", "signal=%s grace_ms=%u sessions=%u", signame, grace,
+            px->n_sessions);
+    while (px->listeners != NULL) {
+        struct listener *l = px->listeners;
+        px->listeners = l->next;
+        listener_close(l);
+        listener_put(l);
+    }
+    if (px->n_sessions == 0) {
+        event_base_loopexit(px->base, NULL);
+        return;
+    }
+    struct timeval tv = {.tv_sec = grace / 1000, .tv_usec = (grace % 1000) * 1000};
+    evtimer_add(px->grace_timer, &tv);
+}
+
+static void on_signal(evutil_socket_t sig, short what, void *arg)
+{
+    (void)what;
+    struct proxy *px = arg;
+    if (sig == SIGHUP) {
+        if (!px->shutting_down)
+            proxy_reload(px);
+        return;
+    }
+    begin_shutdown(px, sig == SIGTERM ? "TERM" : "INT");
+}
+
+void proxy_session_gone(struct proxy *px)
+{
+    px->n_sessions--;
+    if (px->shutting_down && px->n_sessions == 0)
+        event_base_loopexit(px->base, NULL);
+}
+
+static void on_reap(evutil_socket_t fd, short what, void *arg)
+{
+    (void)fd;
+    (void)what;
+    struct proxy *px = arg;
+    while (px->reap != NULL) {
+        struct session *s = px->reap;
+        px->reap = s->reap_next;
+        session_free(s);
+    }
+}
+
+static void on_janitor(evutil_socket_t fd, short what, void *arg)
+{
+    (void)fd;
+    (void)what;
+    struct proxy *px = arg;
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    struct timeval now = {.tv_sec = ts.tv_sec, .tv_usec = ts.tv_nsec / 1000};
+    for (struct session *s = px->sessions; s != NULL; s = s->next)
+        session_tick(s, &now);
+}
+
+static int setup_events(struct proxy *px)
+{
+    struct timeval second = {.tv_sec = 1, .tv_usec = 0};
+    px->reaper = event_new(px->base, -1, 0, on_reap, px);
+    px->janitor = event_new(px->base, -1, EV_PERSIST, on_janitor, px);
+    px->grace_timer = evtimer_new(px->base, on_grace_over, px);
+    px->sig_term = evsignal_new(px->base, SIGTERM, on_signal, px);
+    px->sig_int = evsignal_new(px->base, SIGINT, on_signal, px);
+    px->sig_hup = evsignal_new(px->base, SIGHUP, on_signal, px);
+    if (px->reaper == NULL || px->janitor == NULL || px->grace_timer == NULL ||
+        px->sig_term == NULL || px->sig_int == NULL || px->sig_hup == NULL)
+        return -1;
+    if (event_add(px->janitor, &second) != 0 || evsignal_add(px->sig_term, NULL) != 0 ||
+        evsignal_add(px->sig_int, NULL) != 0 || evsignal_add(px->sig_hup, NULL) != 0)
+        return -1;
+    return 0;
+}
+
+int proxy_init(struct proxy *px, const char *conf_path)
+{
+    memset(px, 0, sizeof(*px));
+    struct conf_diags d;
+    struct conf *c = NULL;
+    conf_diags_init(&d);
+    int rc = conf_parse_file(conf_path, &c, &d);
+    if (rc == 0)
+        tls_check_conf(c, &d);
+    conf_diags_print(&d, stderr);
+    rc = d.errors ? -1 : 0;
+    conf_diags_free(&d);
+    if (rc != 0) {
+        conf_free(c);
+        return -1;
+    }
+    log_set_level((enum log_level)c->log_level);
+    px->conf_path = strdup(conf_path);
+    px->base = event_base_new();
+    if (px->conf_path == NULL || px->base == NULL || setup_events(px) != 0) {
+        conf_free(c);
+        log_msg(LOG_ERROR, "cannot start event loop", NULL);
+        return -1;
+    }
+    px->dns = evdns_base_new(px->base, EVDNS_BASE_INITIALIZE_NAMESERVERS);
+    if (px->dns == NULL)
+        px->dns = evdns_base_new(px->base, 0);
+    struct conf_ref *ref = conf_ref_new(c);
+    if (ref == NULL) {
+        conf_free(c);
+        return -1;
+    }
+    char err[512];
+    rc = apply_conf(px, ref, err, sizeof(err));
+    conf_ref_put(ref);
+    if (rc != 0) {
+        struct log_line line;
+        log_begin(&line, LOG_ERROR, "cannot start");
+        log_str(&line, "error", err);
+        log_end(&line);
+        return -1;
+    }
+    return 0;
+}
+
+int proxy_run(struct proxy *px)
+{
+    log_msg(LOG_INFO, "started", "version=%s pid=%ld", TWICE_VERSION, (long)getpid());
+    if (event_base_dispatch(px->base) < 0) {
+        log_msg(LOG_ERROR, "event loop failed", NULL);
+        return 1;
+    }
+    log_msg(LOG_INFO, "stopped", NULL);
+    return px->exit_code;
+}
+
+static void free_event(struct event **ev)
+{
+    if (*ev != NULL) {
+        event_free(*ev);
+        *ev = NULL;
+    }
+}
+
+void proxy_free(struct proxy *px)
+{
+    if (px->base != NULL) {
+        close_all_sessions(px, SESSION_CLOSE_SHUTDOWN);
+        on_reap(-1, 0, px);
+    }
+    while (px->listeners != NULL) {
+        struct listener *l = px->listeners;
+        px->listeners = l->next;
+        listener_put(l);
+    }
+    free_event(&px->reaper);
+    free_event(&px->janitor);
+    free_event(&px->grace_timer);
+    free_event(&px->sig_term);
+    free_event(&px->sig_int);
+    free_event(&px->sig_hup);
+    if (px->dns != NULL)
+        evdns_base_free(px->dns, 0);
+    if (px->base != NULL)
+        event_base_free(px->base);
+    conf_ref_put(px->conf);
+    free(px->conf_path);
+    memset(px, 0, sizeof(*px));
+}

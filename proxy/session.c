@@ -1,0 +1,700 @@
+/*
+ * session.c - relaying one client connection to its upstream.  See session.h.
+ *
+ * Bytes move between the two bufferevents by handing over evbuffer chains
+ * (evbuffer_add_buffer): no payload is copied.  The callbacks below only
+ * decide; every change of state goes through session_set_state(), and a
+ * session that closes is freed by the proxy's reaper after the current
+ * callback has returned, never from inside it.
+ */
+#include "proxy/session.h"
+
+#include <errno.h>
+#include <event2/buffer.h>
+#include <event2/bufferevent_ssl.h>
+#include <event2/dns.h>
+#include <event2/util.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <openssl/err.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "proxy/log.h"
+#include "proxy/tls.h"
+
+static void on_read(struct bufferevent *bev, void *arg);
+static void on_write(struct bufferevent *bev, void *arg);
+static void on_event(struct bufferevent *bev, short what, void *arg);
+static void want_drain(struct session *s, enum session_side side, size_t low);
+
+static const char *const state_names[] = {"resolving", "connecting", "relaying", "draining",
+                                          "closed"};
+
+const char *session_close_reason_name(enum session_close_reason r)
+{
+    switch (r) {
+#define SESSION_REASON_CASE(name, code, str)                                                       \
+    case SESSION_CLOSE_##name:                                                                     \
+        return str;
+        SESSION_CLOSE_REASONS(SESSION_REASON_CASE)
+#undef SESSION_REASON_CASE
+    }
+    return "unknown";
+}
+
+static void monotonic_now(struct timeval *tv)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    tv->tv_sec = ts.tv_sec;
+    tv->tv_usec = ts.tv_nsec / 1000;
+}
+
+static uint64_t ms_between(const struct timeval *a, const struct timeval *b)
+{
+    int64_t us = (int64_t)(b->tv_sec - a->tv_sec) * 1000000 + (b->tv_usec - a->tv_usec);
+    return us > 0 ? (uint64_t)us / 1000 : 0;
+}
+
+static void session_log_begin(struct log_line *line, const struct session *s, enum log_level level,
+                              const char *msg)
+{
+    log_begin(line, level, msg);
+    log_u64(line, "sid", s->id);
+    log_str(line, "listener", s->cfg->l->name);
+}
+
+/* The one place where a session changes state. */
+static void session_set_state(struct session *s, enum session_state next)
+{
+    if (log_enabled(LOG_DEBUG)) {
+        struct log_line line;
+        session_log_begin(&line, s, LOG_DEBUG, "session state");
+        log_str(&line, "from", state_names[s->state]);
+        log_str(&line, "to", state_names[next]);
+        log_end(&line);
+    }
+    s->state = next;
+}
+
+static void log_close(const struct session *s)
+{
+    struct timeval now;
+    monotonic_now(&now);
+    struct log_line line;
+    session_log_begin(&line, s, LOG_INFO, "session closed");
+    log_str(&line, "client", s->client_addr);
+    log_u64(&line, "bytes_up", s->bytes_up);
+    log_u64(&line, "bytes_down", s->bytes_down);
+    log_u64(&line, "duration_ms", ms_between(&s->started, &now));
+    log_str(&line, "reason", session_close_reason_name(s->reason));
+    if (s->error[0] != '\0')
+        log_str(&line, "error", s->error);
+    log_end(&line);
+}
+
+static void free_end(struct session_end *e)
+{
+    if (e->bev != NULL) {
+        bufferevent_free(e->bev);
+        e->bev = NULL;
+    }
+}
+
+void session_close(struct session *s, enum session_close_reason reason)
+{
+    if (s->state == SESSION_CLOSED)
+        return;
+    if (s->reason == SESSION_CLOSE_NONE)
+        s->reason = reason;
+    if (s->dns_req != NULL) {
+        /* The cancel runs the callback with EVUTIL_EAI_CANCEL; it sees
+         * dns_req == NULL and does nothing. */
+        struct evdns_getaddrinfo_request *req = s->dns_req;
+        s->dns_req = NULL;
+        evdns_getaddrinfo_cancel(req);
+    }
+    if (s->connect_timer != NULL) {
+        event_free(s->connect_timer);
+        s->connect_timer = NULL;
+    }
+    free_end(&s->end[SIDE_CLIENT]);
+    free_end(&s->end[SIDE_UPSTREAM]);
+    log_close(s);
+    session_set_state(s, SESSION_CLOSED);
+    s->reap_next = s->px->reap;
+    s->px->reap = s;
+    event_active(s->px->reaper, EV_READ, 0);
+}
+
+void session_free(struct session *s)
+{
+    struct proxy *px = s->px;
+    if (s->prev != NULL)
+        s->prev->next = s->next;
+    else
+        px->sessions = s->next;
+    if (s->next != NULL)
+        s->next->prev = s->prev;
+    s->listener->n_sessions--;
+    listener_put(s->listener);
+    lconf_put(s->cfg);
+    free(s);
+    proxy_session_gone(px);
+}
+
+static void set_error(struct session *s, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+
+static void set_error(struct session *s, const char *fmt, ...)
+{
+    if (s->error[0] != '\0')
+        return;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(s->error, sizeof(s->error), fmt, ap);
+    va_end(ap);
+}
+
+/* Log a failure to reach the upstream and close the session. */
+static void fail_upstream(struct session *s, enum session_close_reason reason, const char *msg)
+{
+    struct log_line line;
+    session_log_begin(&line, s, LOG_WARN, msg);
+    log_str(&line, "upstream", s->cfg->upstream_str);
+    log_str(&line, "error", s->error);
+    log_end(&line);
+    s->reason = reason; /* even if the client already sent its EOF */
+    session_close(s, reason);
+}
+
+static enum session_side side_of(const struct session *s, const struct bufferevent *bev)
+{
+    return s->end[SIDE_CLIENT].bev == bev ? SIDE_CLIENT : SIDE_UPSTREAM;
+}
+
+static void shut_write(struct session *s, enum session_side side)
+{
+    struct session_end *e = &s->end[side];
+    if (e->shut || e->bev == NULL)
+        return;
+    e->shut = true;
+    if (e->tls) {
+        SSL *ssl = bufferevent_openssl_get_ssl(e->bev);
+        /* close_notify first, so a TLS peer reads a clean end of data. */
+        if (ssl != NULL && SSL_shutdown(ssl) < 0)
+            ERR_clear_error();
+    }
+    evutil_socket_t fd = bufferevent_getfd(e->bev);
+    if (fd >= 0)
+        shutdown(fd, SHUT_WR);
+}
+
+/* Closes the session once both directions have ended. */
+static bool maybe_finish(struct session *s)
+{
+    struct session_end *c = &s->end[SIDE_CLIENT], *u = &s->end[SIDE_UPSTREAM];
+    if (c->eof && u->eof && c->shut && u->shut) {
+        session_close(s, s->first_eof == SIDE_CLIENT ? SESSION_CLOSE_CLIENT_CLOSED
+                                                     : SESSION_CLOSE_UPSTREAM_CLOSED);
+        return true;
+    }
+    return false;
+}
+
+/* After `from` sent EOF: once everything it sent reached the other side,
+ * pass the half-close on. */
+static void propagate_eof(struct session *s, enum session_side from)
+{
+    enum session_side to = (enum session_side) !from;
+    struct session_end *dst = &s->end[to];
+    struct evbuffer *out = bufferevent_get_output(dst->bev);
+    if (evbuffer_get_length(out) == 0) {
+        shut_write(s, to);
+        maybe_finish(s);
+    } else {
+        want_drain(s, to, 0);
+    }
+}
+
+/* Hand over what `from` sent to the other side; pause `from` when the other
+ * side is not keeping up. */
+static void relay(struct session *s, enum session_side from)
+{
+    enum session_side to = (enum session_side) !from;
+    struct session_end *src = &s->end[from], *dst = &s->end[to];
+    struct evbuffer *in = bufferevent_get_input(src->bev);
+    struct evbuffer *out = bufferevent_get_output(dst->bev);
+    size_t n = evbuffer_get_length(in);
+    if (n == 0)
+        return;
+    if (evbuffer_add_buffer(out, in) != 0) {
+        set_error(s, "out of memory");
+        session_close(s, SESSION_CLOSE_INTERNAL_ERROR);
+        return;
+    }
+    if (from == SIDE_CLIENT)
+        s->bytes_up += n;
+    else
+        s->bytes_down += n;
+    if (evbuffer_get_length(out) >= SESSION_OUTPUT_HIGH && !src->paused) {
+        src->paused = true;
+        bufferevent_disable(src->bev, EV_READ);
+        want_drain(s, to, SESSION_OUTPUT_HIGH / 2);
+    }
+}
+
+static void on_read(struct bufferevent *bev, void *arg)
+{
+    struct session *s = arg;
+    s->last_active.tv_sec = 0; /* marks activity; see session_tick */
+    if (s->state != SESSION_RELAYING)
+        return; /* kept in the input buffer until the upstream is ready */
+    relay(s, side_of(s, bev));
+}
+
+/* Ask for on_write when the output toward `side` drains to `low` bytes.  The
+ * write callback is installed only while something waits for a drain, so
+ * the common path pays for no callback per write. */
+static void want_drain(struct session *s, enum session_side side, size_t low)
+{
+    struct bufferevent *bev = s->end[side].bev;
+    bufferevent_setcb(bev, on_read, on_write, on_event, s);
+    bufferevent_setwatermark(bev, EV_WRITE, low, 0);
+}
+
+static void on_write(struct bufferevent *bev, void *arg)
+{
+    struct session *s = arg;
+    enum session_side to = side_of(s, bev);
+    enum session_side from = (enum session_side) !to;
+    struct session_end *src = &s->end[from];
+    size_t pending = evbuffer_get_length(bufferevent_get_output(bev));
+
+    if (s->state == SESSION_DRAINING) {
+        if (pending == 0)
+            session_close(s, s->reason);
+        return;
+    }
+    if (s->state != SESSION_RELAYING)
+        return;
+    if (src->paused && pending <= SESSION_OUTPUT_HIGH / 2) {
+        src->paused = false;
+        if (!src->eof)
+            bufferevent_enable(src->bev, EV_READ);
+        relay(s, from); /* what arrived while paused; may pause again */
+        if (s->state != SESSION_RELAYING || src->paused)
+            return;
+    }
+    if (src->eof && !s->end[to].shut) {
+        if (pending == 0) {
+            shut_write(s, to);
+            maybe_finish(s);
+        } else {
+            want_drain(s, to, 0);
+        }
+        return;
+    }
+    if (!src->paused)
+        bufferevent_setcb(bev, on_read, NULL, on_event, s);
+}
+
+/* One side failed: flush what the other side still has to receive, then
+ * close.  Nothing already read from a peer is dropped unless the survivor
+ * cannot take it within SESSION_DRAIN_MS. */
+static void start_draining(struct session *s, enum session_side failed,
+                           enum session_close_reason reason)
+{
+    enum session_side other = (enum session_side) !failed;
+    s->reason = reason;
+    free_end(&s->end[failed]);
+    struct session_end *o = &s->end[other];
+    if (o->bev == NULL || evbuffer_get_length(bufferevent_get_output(o->bev)) == 0) {
+        session_close(s, reason);
+        return;
+    }
+    bufferevent_disable(o->bev, EV_READ);
+    want_drain(s, other, 0);
+    monotonic_now(&s->drain_started);
+    session_set_state(s, SESSION_DRAINING);
+}
+
+static void on_peer_eof(struct session *s, enum session_side side)
+{
+    struct session_end *e = &s->end[side];
+    e->eof = true;
+    bufferevent_disable(e->bev, EV_READ);
+    if (!s->end[!side].eof)
+        s->first_eof = side;
+    if (s->state != SESSION_RELAYING)
+        return; /* client EOF while connecting: passed on once connected */
+    relay(s, side);
+    if (s->state == SESSION_RELAYING)
+        propagate_eof(s, side);
+}
+
+static void describe_socket_error(struct session *s, struct session_end *e)
+{
+    int err = EVUTIL_SOCKET_ERROR();
+    unsigned long ssl_err = e->tls ? bufferevent_get_openssl_error(e->bev) : 0;
+    if (ssl_err != 0) {
+        char buf[256];
+        tls_describe_error(bufferevent_openssl_get_ssl(e->bev), ssl_err, buf, sizeof(buf));
+        set_error(s, "%s", buf);
+    } else if (err != 0) {
+        set_error(s, "%s", evutil_socket_error_to_string(err));
+    }
+}
+
+static void on_client_event(struct session *s, short what)
+{
+    struct session_end *e = &s->end[SIDE_CLIENT];
+    if (what & BEV_EVENT_CONNECTED)
+        return; /* TLS handshake with the client finished */
+    if (what & BEV_EVENT_ERROR) {
+        describe_socket_error(s, e);
+        enum session_close_reason r = SESSION_CLOSE_CLIENT_ERROR;
+        if (e->tls && s->bytes_up == 0 && bufferevent_get_openssl_error(e->bev) != 0)
+            r = SESSION_CLOSE_CLIENT_TLS_FAILED;
+        start_draining(s, SIDE_CLIENT, r);
+        return;
+    }
+    if (what & BEV_EVENT_EOF)
+        on_peer_eof(s, SIDE_CLIENT);
+}
+
+static void start_relaying(struct session *s);
+
+static void on_upstream_connect_error(struct session *s, short what)
+{
+    struct session_end *e = &s->end[SIDE_UPSTREAM];
+    SSL *ssl = e->tls ? bufferevent_openssl_get_ssl(e->bev) : NULL;
+    unsigned long ssl_err = e->tls ? bufferevent_get_openssl_error(e->bev) : 0;
+    int err = EVUTIL_SOCKET_ERROR();
+    bool tls_failed = ssl != NULL && (ssl_err != 0 || SSL_get_verify_result(ssl) != X509_V_OK ||
+                                      (err == 0 && (what & BEV_EVENT_EOF)));
+    if (tls_failed) {
+        char buf[256];
+        tls_describe_error(ssl, ssl_err, buf, sizeof(buf));
+        set_error(s, "%s", buf);
+        fail_upstream(s, SESSION_CLOSE_UPSTREAM_TLS_FAILED, "upstream tls handshake failed");
+        return;
+    }
+    if (err != 0)
+        set_error(s, "%s", evutil_socket_error_to_string(err));
+    else
+        set_error(s, "connection closed by upstream");
+    fail_upstream(s, SESSION_CLOSE_UPSTREAM_CONNECT_FAILED, "upstream connect failed");
+}
+
+static void on_upstream_event(struct session *s, short what)
+{
+    struct session_end *e = &s->end[SIDE_UPSTREAM];
+    if (s->state == SESSION_CONNECTING) {
+        if (what & BEV_EVENT_CONNECTED)
+            start_relaying(s);
+        else
+            on_upstream_connect_error(s, what);
+        return;
+    }
+    if (what & BEV_EVENT_ERROR) {
+        describe_socket_error(s, e);
+        start_draining(s, SIDE_UPSTREAM, SESSION_CLOSE_UPSTREAM_ERROR);
+        return;
+    }
+    if (what & BEV_EVENT_EOF)
+        on_peer_eof(s, SIDE_UPSTREAM);
+}
+
+static void on_event(struct bufferevent *bev, short what, void *arg)
+{
+    struct session *s = arg;
+    if (s->state == SESSION_CLOSED)
+        return;
+    enum session_side side = side_of(s, bev);
+    if (s->state == SESSION_DRAINING) {
+        /* The survivor failed too: nothing more can be delivered. */
+        if (what & (BEV_EVENT_ERROR | BEV_EVENT_EOF))
+            session_close(s, s->reason);
+        return;
+    }
+    if (side == SIDE_CLIENT)
+        on_client_event(s, what);
+    else
+        on_upstream_event(s, what);
+}
+
+static void set_nodelay(evutil_socket_t fd)
+{
+    int one = 1;
+    /* Broker protocols are request/response: never let Nagle hold a frame. */
+    setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+}
+
+static void setup_bev(struct session *s, struct bufferevent *bev)
+{
+    bufferevent_setcb(bev, on_read, NULL, on_event, s);
+    bufferevent_setwatermark(bev, EV_READ, 0, SESSION_INPUT_HIGH);
+}
+
+static void start_relaying(struct session *s)
+{
+    if (s->connect_timer != NULL) {
+        event_free(s->connect_timer);
+        s->connect_timer = NULL;
+    }
+    session_set_state(s, SESSION_RELAYING);
+    struct session_end *c = &s->end[SIDE_CLIENT], *u = &s->end[SIDE_UPSTREAM];
+    bufferevent_enable(u->bev, EV_READ | EV_WRITE);
+    /* Bytes (and an EOF) the client sent while we were connecting. */
+    relay(s, SIDE_CLIENT);
+    if (s->state != SESSION_RELAYING)
+        return;
+    if (c->eof)
+        propagate_eof(s, SIDE_CLIENT);
+}
+
+static void connect_upstream(struct session *s, const struct sockaddr *sa, socklen_t salen)
+{
+    struct proxy *px = s->px;
+    const struct lconf *cfg = s->cfg;
+    struct bufferevent *bev;
+    int opts = BEV_OPT_CLOSE_ON_FREE | BEV_OPT_DEFER_CALLBACKS;
+
+    session_set_state(s, SESSION_CONNECTING);
+    if (cfg->client_ctx != NULL) {
+        SSL *ssl =
+            tls_client_ssl_new(cfg->client_ctx, &cfg->l->upstream_tls, cfg->l->upstream.host);
+        if (ssl == NULL) {
+            set_error(s, "cannot create TLS session");
+            fail_upstream(s, SESSION_CLOSE_UPSTREAM_TLS_FAILED, "upstream tls handshake failed");
+            return;
+        }
+        bev = bufferevent_openssl_socket_new(px->base, -1, ssl, BUFFEREVENT_SSL_CONNECTING, opts);
+        if (bev != NULL)
+            bufferevent_openssl_set_allow_dirty_shutdown(bev, 1);
+        else
+            SSL_free(ssl);
+        s->end[SIDE_UPSTREAM].tls = true;
+    } else {
+        bev = bufferevent_socket_new(px->base, -1, opts);
+    }
+    if (bev == NULL) {
+        set_error(s, "cannot create upstream connection");
+        fail_upstream(s, SESSION_CLOSE_INTERNAL_ERROR, "upstream connect failed");
+        return;
+    }
+    s->end[SIDE_UPSTREAM].bev = bev;
+    setup_bev(s, bev);
+    if (bufferevent_socket_connect(bev, sa, (int)salen) != 0) {
+        set_error(s, "%s", evutil_socket_error_to_string(EVUTIL_SOCKET_ERROR()));
+        fail_upstream(s, SESSION_CLOSE_UPSTREAM_CONNECT_FAILED, "upstream connect failed");
+        return;
+    }
+    evutil_socket_t fd = bufferevent_getfd(bev);
+    if (fd >= 0)
+        set_nodelay(fd);
+}
+
+static void on_resolved(int result, struct evutil_addrinfo *res, void *arg)
+{
+    struct session *s = arg;
+    if (result == EVUTIL_EAI_CANCEL) {
+        /* session_close cancelled the request; the session is closed. */
+        if (res != NULL)
+            evutil_freeaddrinfo(res);
+        return;
+    }
+    s->dns_req = NULL;
+    if (s->state != SESSION_RESOLVING) {
+        if (res != NULL)
+            evutil_freeaddrinfo(res);
+        return;
+    }
+    if (result != 0 || res == NULL) {
+        set_error(s, "cannot resolve %s: %s", s->cfg->l->upstream.host,
+                  evutil_gai_strerror(result));
+        fail_upstream(s, SESSION_CLOSE_RESOLVE_FAILED, "upstream connect failed");
+        if (res != NULL)
+            evutil_freeaddrinfo(res);
+        return;
+    }
+    struct sockaddr_storage ss;
+    socklen_t len = (socklen_t)res->ai_addrlen;
+    memcpy(&ss, res->ai_addr, len);
+    evutil_freeaddrinfo(res);
+    if (ss.ss_family == AF_INET)
+        ((struct sockaddr_in *)&ss)->sin_port = htons(s->cfg->l->upstream.port);
+    else
+        ((struct sockaddr_in6 *)&ss)->sin6_port = htons(s->cfg->l->upstream.port);
+    connect_upstream(s, (struct sockaddr *)&ss, len);
+}
+
+static void on_connect_timeout(evutil_socket_t fd, short what, void *arg)
+{
+    (void)fd;
+    (void)what;
+    struct session *s = arg;
+    set_error(s, "connect timed out after %u ms", s->cfg->l->connect_timeout_ms);
+    fail_upstream(s,
+                  s->state == SESSION_RESOLVING ? SESSION_CLOSE_RESOLVE_FAILED
+                                                : SESSION_CLOSE_UPSTREAM_CONNECT_FAILED,
+                  "upstream connect failed");
+}
+
+static void start_upstream(struct session *s)
+{
+    const struct lconf *cfg = s->cfg;
+    struct timeval tv = {.tv_sec = cfg->l->connect_timeout_ms / 1000,
+                         .tv_usec = (cfg->l->connect_timeout_ms % 1000) * 1000};
+    s->connect_timer = evtimer_new(s->px->base, on_connect_timeout, s);
+    if (s->connect_timer == NULL || evtimer_add(s->connect_timer, &tv) != 0) {
+        set_error(s, "cannot arm connect timer");
+        session_close(s, SESSION_CLOSE_INTERNAL_ERROR);
+        return;
+    }
+    if (cfg->upstream_is_literal) {
+        connect_upstream(s, (const struct sockaddr *)&cfg->upstream_sa, cfg->upstream_salen);
+        return;
+    }
+    struct evutil_addrinfo hints;
+    memset(&hints, 0, sizeof(hints));
+    hints.ai_family = AF_UNSPEC;
+    hints.ai_socktype = SOCK_STREAM;
+    hints.ai_protocol = IPPROTO_TCP;
+    /* Mark the request as pending before the call: for names in
+     * /etc/hosts the callback runs before evdns_getaddrinfo returns. */
+    s->dns_req = (struct evdns_getaddrinfo_request *)s;
+    struct evdns_getaddrinfo_request *req =
+        evdns_getaddrinfo(s->px->dns, cfg->l->upstream.host, NULL, &hints, on_resolved, s);
+    if (s->dns_req != NULL)
+        s->dns_req = req;
+}
+
+static void format_addr(const struct sockaddr *sa, char *buf, size_t len)
+{
+    char host[INET6_ADDRSTRLEN] = "?";
+    uint16_t port = 0;
+    if (sa->sa_family == AF_INET) {
+        const struct sockaddr_in *in = (const struct sockaddr_in *)sa;
+        evutil_inet_ntop(AF_INET, &in->sin_addr, host, sizeof(host));
+        port = ntohs(in->sin_port);
+        snprintf(buf, len, "%s:%u", host, port);
+    } else if (sa->sa_family == AF_INET6) {
+        const struct sockaddr_in6 *in6 = (const struct sockaddr_in6 *)sa;
+        evutil_inet_ntop(AF_INET6, &in6->sin6_addr, host, sizeof(host));
+        port = ntohs(in6->sin6_port);
+        snprintf(buf, len, "[%s]:%u", host, port);
+    } else {
+        snprintf(buf, len, "unknown");
+    }
+}
+
+static struct bufferevent *client_bev_new(struct session *s, evutil_socket_t fd)
+{
+    struct proxy *px = s->px;
+    int opts = BEV_OPT_CLOSE_ON_FREE | BEV_OPT_DEFER_CALLBACKS;
+    if (s->cfg->server_ctx == NULL)
+        return bufferevent_socket_new(px->base, fd, opts);
+    SSL *ssl = SSL_new(s->cfg->server_ctx);
+    if (ssl == NULL)
+        return NULL;
+    struct bufferevent *bev =
+        bufferevent_openssl_socket_new(px->base, fd, ssl, BUFFEREVENT_SSL_ACCEPTING, opts);
+    if (bev == NULL) {
+        SSL_free(ssl);
+        return NULL;
+    }
+    bufferevent_openssl_set_allow_dirty_shutdown(bev, 1);
+    s->end[SIDE_CLIENT].tls = true;
+    return bev;
+}
+
+static struct session *session_new(struct listener *l, const struct sockaddr *sa)
+{
+    struct proxy *px = l->px;
+    struct session *s = calloc(1, sizeof(*s));
+    if (s == NULL)
+        return NULL;
+    s->id = ++px->next_session_id;
+    s->px = px;
+    s->listener = l;
+    l->refs++;
+    l->n_sessions++;
+    s->cfg = l->cfg;
+    lconf_get(s->cfg);
+    monotonic_now(&s->started);
+    s->last_active = s->started;
+    format_addr(sa, s->client_addr, sizeof(s->client_addr));
+    s->next = px->sessions;
+    if (px->sessions != NULL)
+        px->sessions->prev = s;
+    px->sessions = s;
+    px->n_sessions++;
+    return s;
+}
+
+void session_accept(struct listener *l, evutil_socket_t fd, const struct sockaddr *sa, int salen)
+{
+    (void)salen;
+    struct session *s = session_new(l, sa);
+    if (s == NULL) {
+        log_msg(LOG_ERROR, "out of memory", "listener=%s", l->cfg->l->name);
+        evutil_closesocket(fd);
+        return;
+    }
+    if (log_enabled(LOG_DEBUG)) {
+        struct log_line line;
+        session_log_begin(&line, s, LOG_DEBUG, "session opened");
+        log_str(&line, "client", s->client_addr);
+        log_end(&line);
+    }
+    const struct conf_listener *lc = s->cfg->l;
+    if (lc->max_connections != 0 && l->n_sessions > lc->max_connections) {
+        set_error(s, "listener has %u connections (max-connections %u)", l->n_sessions - 1,
+                  lc->max_connections);
+        evutil_closesocket(fd);
+        session_close(s, SESSION_CLOSE_MAX_CONNECTIONS);
+        return;
+    }
+    set_nodelay(fd);
+    struct bufferevent *bev = client_bev_new(s, fd);
+    if (bev == NULL) {
+        evutil_closesocket(fd);
+        set_error(s, "cannot create client connection");
+        session_close(s, SESSION_CLOSE_INTERNAL_ERROR);
+        return;
+    }
+    s->end[SIDE_CLIENT].bev = bev;
+    setup_bev(s, bev);
+    bufferevent_enable(bev, EV_READ | EV_WRITE);
+    start_upstream(s); /* calloc left the state at SESSION_RESOLVING */
+}
+
+void session_tick(struct session *s, const struct timeval *now)
+{
+    if (s->state == SESSION_CLOSED)
+        return;
+    if (s->state == SESSION_DRAINING) {
+        if (ms_between(&s->drain_started, now) >= SESSION_DRAIN_MS) {
+            set_error(s, "peer did not take pending data within %u ms", SESSION_DRAIN_MS);
+            session_close(s, s->reason);
+        }
+        return;
+    }
+    /* on_read marks activity by zeroing last_active; the clock is read here,
+     * once per second, instead of on every read. */
+    if (s->last_active.tv_sec == 0) {
+        s->last_active = *now;
+        return;
+    }
+    uint32_t idle = s->cfg->l->idle_timeout_ms;
+    if (idle != 0 && s->state == SESSION_RELAYING && ms_between(&s->last_active, now) >= idle)
+        session_close(s, SESSION_CLOSE_IDLE_TIMEOUT);
+}

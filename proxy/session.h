@@ -1,0 +1,123 @@
+/*
+ * session.h - one client connection and its upstream connection.
+ *
+ * A session relays bytes between a client and the listener's upstream.  Its
+ * life is an explicit state, changed only by session_set_state():
+ *
+ *   RESOLVING ──> CONNECTING ──> RELAYING ──> DRAINING ──> CLOSED
+ *        │              │            │                        ▲
+ *        └──────────────┴────────────┴────────────────────────┘
+ *
+ *   RESOLVING   the upstream name is being resolved (skipped for literals)
+ *   CONNECTING  TCP connect, then the TLS handshake when upstream-tls is on
+ *   RELAYING    bytes flow both ways; half-closes are propagated
+ *   DRAINING    one side failed; what was already read for the other side
+ *               is flushed to it (bounded in time) before it is closed
+ *   CLOSED      both sockets are closed; the struct is freed by the proxy's
+ *               reaper after the callback that closed it has returned
+ *
+ * Backpressure: when the bytes waiting for one side pass
+ * SESSION_OUTPUT_HIGH, the session stops reading from the other side until
+ * they drain below half of it, so a peer that stops reading costs at most a
+ * few hundred KiB per direction.
+ */
+#ifndef TWICE_SESSION_H
+#define TWICE_SESSION_H
+
+#include <event2/bufferevent.h>
+#include <event2/dns.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <sys/socket.h>
+
+#include "proxy/proxy.h"
+
+/* Bytes queued toward one side before reading from the other stops. */
+#define SESSION_OUTPUT_HIGH (256u * 1024u)
+/* Bytes read from one side and not yet handed over, before reading stops. */
+#define SESSION_INPUT_HIGH (256u * 1024u)
+/* How long a failed session may spend flushing to the surviving side. */
+#define SESSION_DRAIN_MS 5000u
+
+enum session_state {
+    SESSION_RESOLVING = 0,
+    SESSION_CONNECTING,
+    SESSION_RELAYING,
+    SESSION_DRAINING,
+    SESSION_CLOSED,
+};
+
+/* Why a session ended: stable codes, append only (the journal stores them). */
+#define SESSION_CLOSE_REASONS(X)                                                                   \
+    X(NONE, 0, "none")                                                                             \
+    X(CLIENT_CLOSED, 1, "client_closed")                                                           \
+    X(UPSTREAM_CLOSED, 2, "upstream_closed")                                                       \
+    X(CLIENT_ERROR, 3, "client_error")                                                             \
+    X(UPSTREAM_ERROR, 4, "upstream_error")                                                         \
+    X(UPSTREAM_CONNECT_FAILED, 5, "upstream_connect_failed")                                       \
+    X(UPSTREAM_TLS_FAILED, 6, "upstream_tls_failed")                                               \
+    X(CLIENT_TLS_FAILED, 7, "client_tls_failed")                                                   \
+    X(RESOLVE_FAILED, 8, "resolve_failed")                                                         \
+    X(IDLE_TIMEOUT, 9, "idle_timeout")                                                             \
+    X(SHUTDOWN, 10, "shutdown")                                                                    \
+    X(MAX_CONNECTIONS, 11, "max_connections")                                                      \
+    X(INTERNAL_ERROR, 12, "internal_error")
+
+enum session_close_reason {
+#define SESSION_REASON_ENUM(name, code, str) SESSION_CLOSE_##name = code,
+    SESSION_CLOSE_REASONS(SESSION_REASON_ENUM)
+#undef SESSION_REASON_ENUM
+};
+
+const char *session_close_reason_name(enum session_close_reason r);
+
+enum session_side {
+    SIDE_CLIENT = 0,
+    SIDE_UPSTREAM = 1,
+};
+
+struct session_end {
+    struct bufferevent *bev;
+    bool tls;
+    bool eof;    /* this peer sent EOF: we read everything it will send */
+    bool shut;   /* we shut down our writing toward this peer */
+    bool paused; /* reading from this peer is paused by backpressure */
+};
+
+struct session {
+    uint64_t id;
+    enum session_state state;
+    enum session_close_reason reason; /* set when the end is decided */
+    enum session_side first_eof;      /* who half-closed first, for the reason */
+    struct proxy *px;
+    struct listener *listener; /* holds a reference */
+    struct lconf *cfg;         /* holds a reference */
+    struct session_end end[2]; /* indexed by enum session_side */
+    struct evdns_getaddrinfo_request *dns_req;
+    struct event *connect_timer;
+    char client_addr[64];
+    char error[256];            /* detail of a failure, for the close log */
+    uint64_t bytes_up;          /* client -> upstream */
+    uint64_t bytes_down;        /* upstream -> client */
+    struct timeval started;     /* monotonic */
+    struct timeval last_active; /* monotonic, updated on every read */
+    struct timeval drain_started;
+    struct session *prev, *next; /* px->sessions */
+    struct session *reap_next;   /* px->reap once CLOSED */
+};
+
+/* Accept `fd` (a connected client socket) on listener `l`.  Takes ownership
+ * of fd: it is closed on failure.  The session is linked into px->sessions
+ * and lives until it closes itself. */
+void session_accept(struct listener *l, evutil_socket_t fd, const struct sockaddr *sa, int salen);
+
+/* Close the session now (e.g. at the end of the shutdown grace period). */
+void session_close(struct session *s, enum session_close_reason reason);
+
+/* Periodic check of idle and drain timeouts, `now` monotonic. */
+void session_tick(struct session *s, const struct timeval *now);
+
+/* Free a CLOSED session; only the proxy's reaper calls this. */
+void session_free(struct session *s);
+
+#endif

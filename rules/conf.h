@@ -1,0 +1,169 @@
+/*
+ * conf.h - the twice configuration file: its model and its parser.
+ *
+ * One file configures the whole process: globals, `listen NAME { ... }`
+ * blocks and (from the rule-engine issue on) `rule NAME on LISTENER { ... }`
+ * blocks.  The grammar is line oriented like HAProxy's and nginx's:
+ *
+ *   file      := item*
+ *   item      := directive (NEWLINE | ';') | directive '{' item* '}'
+ *   directive := WORD arg*
+ *   arg       := WORD | STRING
+ *
+ * `#` starts a comment that runs to the end of the line.  Strings are
+ * double-quoted with the escapes \" \\ \n \t.  A directive ends at a newline
+ * or `;`; a block directive's arguments end at `{`.
+ *
+ * Parsing happens in two passes: the text is read into a generic tree of
+ * directives (each word with its position), then each known directive is
+ * interpreted.  Every problem is collected as a diagnostic with FILE:LINE:COL
+ * and, for misspelled keywords, a "did you mean" hint; parsing never stops at
+ * the first error.
+ *
+ * This module is pure: no libevent, no OpenSSL, no sockets.
+ */
+#ifndef TWICE_CONF_H
+#define TWICE_CONF_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#define CONF_DEFAULT_CONNECT_TIMEOUT_MS 5000u
+#define CONF_DEFAULT_GRACE_MS 10000u
+/* Longest file `conf_parse_file` reads; a bigger one is a mistake. */
+#define CONF_MAX_FILE_BYTES (4u * 1024u * 1024u)
+
+struct conf_loc {
+    unsigned line; /* 1-based */
+    unsigned col;  /* 1-based, in bytes */
+};
+
+enum conf_protocol {
+    CONF_PROTO_TCP = 0,
+    CONF_PROTO_AMQP,
+    CONF_PROTO_RESP,
+};
+
+enum conf_log_level {
+    CONF_LOG_ERROR = 0,
+    CONF_LOG_WARN,
+    CONF_LOG_INFO,
+    CONF_LOG_DEBUG,
+};
+
+/* host is a literal IPv4/IPv6 address or a DNS name (upstream only); an
+ * IPv6 literal is written "[::1]:5672" in the file and stored without
+ * brackets.  port is 1..65535. */
+struct conf_addr {
+    char *host;
+    uint16_t port;
+    struct conf_loc loc;
+};
+
+/* `tls cert FILE key FILE`: terminate TLS from clients. */
+struct conf_tls_server {
+    bool enabled;
+    char *cert;
+    char *key;
+    struct conf_loc loc;
+};
+
+/* `upstream-tls [verify | no-verify] [ca FILE] [sni NAME] [cert FILE key FILE]`:
+ * originate TLS toward the broker.  Verification is on unless `no-verify` is
+ * written; the host name checked is `sni` when given, else the upstream
+ * host.  Without `ca` the system's default trust store is used. */
+struct conf_tls_client {
+    bool enabled;
+    bool verify;
+    char *ca;
+    char *sni;
+    char *cert;
+    char *key;
+    struct conf_loc loc;
+};
+
+struct conf_listener {
+    char *name;
+    struct conf_loc loc; /* of the `listen` keyword */
+    enum conf_protocol protocol;
+    char *profile; /* resp only; NULL when not set */
+    struct conf_addr bind;
+    struct conf_addr upstream;
+    uint32_t connect_timeout_ms; /* the global value when not set here */
+    uint32_t idle_timeout_ms;    /* 0: no idle timeout */
+    uint32_t max_connections;    /* 0: unlimited */
+    struct conf_tls_server tls;
+    struct conf_tls_client upstream_tls;
+    struct conf_listener *next; /* file order */
+};
+
+struct conf {
+    char *path;                    /* as given to the parser */
+    enum conf_log_level log_level; /* default CONF_LOG_INFO */
+    uint32_t connect_timeout_ms;   /* default CONF_DEFAULT_CONNECT_TIMEOUT_MS */
+    uint32_t grace_ms;             /* `shutdown-grace`, default CONF_DEFAULT_GRACE_MS */
+    struct conf_listener *listeners;
+    size_t n_listeners;
+};
+
+enum conf_severity {
+    CONF_ERROR = 0,
+    CONF_WARNING,
+};
+
+struct conf_diag {
+    enum conf_severity severity;
+    struct conf_loc loc;
+    char *msg;
+    char *hint; /* e.g. "did you mean 'upstream'?"; may be NULL */
+    struct conf_diag *next;
+};
+
+struct conf_diags {
+    char *file; /* file name printed before each location */
+    struct conf_diag *head;
+    struct conf_diag **tail;
+    unsigned errors;
+    unsigned warnings;
+};
+
+/* Parse the file at `path`.  On success (no error diagnostics) returns 0 and
+ * stores a new configuration in *out, owned by the caller (conf_free).  On
+ * failure returns -1, *out is NULL, and `diags` holds every problem found.
+ * Warnings may be present either way.  `diags` must be zeroed or
+ * conf_diags_init()ed by the caller and freed with conf_diags_free(). */
+int conf_parse_file(const char *path, struct conf **out, struct conf_diags *diags)
+    __attribute__((warn_unused_result));
+
+/* Same as conf_parse_file over an in-memory text; `name` is used as the file
+ * name in diagnostics and as conf->path. */
+int conf_parse_string(const char *name, const char *text, size_t len, struct conf **out,
+                      struct conf_diags *diags) __attribute__((warn_unused_result));
+
+void conf_free(struct conf *conf);
+
+void conf_diags_init(struct conf_diags *diags);
+void conf_diags_free(struct conf_diags *diags);
+
+/* Append a diagnostic (used by later passes, e.g. TLS file checks in proxy/).
+ * `hint` may be NULL. */
+void conf_diag_add(struct conf_diags *diags, enum conf_severity sev, struct conf_loc loc,
+                   const char *hint, const char *fmt, ...) __attribute__((format(printf, 5, 6)));
+
+/* Print every diagnostic, one per line, in file order:
+ *   FILE:LINE:COL: error: MESSAGE (did you mean 'x'?)
+ *   FILE:LINE:COL: warning: MESSAGE */
+void conf_diags_print(const struct conf_diags *diags, FILE *out);
+
+const char *conf_protocol_name(enum conf_protocol p);
+const char *conf_log_level_name(enum conf_log_level l);
+
+/* "host:port" with IPv6 literals bracketed; writes at most `size` bytes. */
+void conf_addr_format(const struct conf_addr *a, char *buf, size_t size);
+
+/* Find a listener by name, or NULL. */
+const struct conf_listener *conf_find_listener(const struct conf *conf, const char *name);
+
+#endif

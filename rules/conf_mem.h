@@ -1,0 +1,36 @@
+/*
+ * conf_mem.h - allocation wrappers used by the configuration parser.
+ *
+ * Every allocation in rules/ goes through these so that a test can make the
+ * Nth one fail and check that the parser reports "out of memory", returns -1
+ * and leaks nothing.  Outside tests they are plain malloc/realloc.
+ *
+ * Internal to rules/; not part of the public contract in conf.h.
+ */
+#ifndef TWICE_CONF_MEM_H
+#define TWICE_CONF_MEM_H
+
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stddef.h>
+
+/* malloc/calloc/realloc lookalikes; NULL on failure.  Free with free(). */
+void *conf_mem_alloc(size_t size) __attribute__((warn_unused_result));
+void *conf_mem_calloc(size_t n, size_t size) __attribute__((warn_unused_result));
+void *conf_mem_realloc(void *ptr, size_t size) __attribute__((warn_unused_result));
+
+/* A new NUL-terminated copy of the `len` bytes at `s`, owned by the caller. */
+char *conf_mem_strndup(const char *s, size_t len) __attribute__((warn_unused_result));
+/* A new copy of the string `s`, owned by the caller. */
+char *conf_mem_strdup(const char *s) __attribute__((warn_unused_result));
+/* A new string formatted like vsprintf, owned by the caller; NULL on failure. */
+char *conf_mem_vprintf(const char *fmt, va_list ap)
+    __attribute__((warn_unused_result, format(printf, 1, 0)));
+
+/* Tests only: make the allocation `nth` calls from now (0 = the next one)
+ * fail, once; a negative value disables the fault.  Not thread safe. */
+void conf_mem_fail_nth(long nth);
+/* Tests only: whether the fault armed by conf_mem_fail_nth() has fired. */
+bool conf_mem_fault_fired(void);
+
+#endif

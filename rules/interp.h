@@ -1,0 +1,112 @@
+/*
+ * interp.h - pass 2 of the parser: giving the directive tree its meaning.
+ *
+ * conf.c interprets the top level, listen.c the inside of `listen` blocks,
+ * tls_opts.c the option lists of `tls` and `upstream-tls`, values.c the
+ * typed arguments (durations, addresses, names).  All report problems to the
+ * parser's diagnostic list and keep going; an allocation failure is recorded
+ * once as "out of memory" and makes the parse fail.
+ *
+ * Internal to rules/.
+ */
+#ifndef TWICE_RULES_INTERP_H
+#define TWICE_RULES_INTERP_H
+
+#include "rules/conf.h"
+#include "rules/tree.h"
+
+/* Names of listeners and rules: 1 to CONF_NAME_MAX of [A-Za-z0-9_.-]. */
+#define CONF_NAME_MAX 64
+/* Most listeners in one file; the duplicate checks are quadratic. */
+#define CONF_MAX_LISTENERS 1024
+/* Longest duration any directive accepts: 24 hours. */
+#define CONF_MAX_DURATION_MS (24u * 60u * 60u * 1000u)
+/* Highest `max-connections`. */
+#define CONF_MAX_CONNECTIONS 1000000u
+/* Longest DNS name, and the size of a buffer holding any host. */
+#define CONF_DNS_NAME_MAX 253
+#define CONF_HOST_BYTES (CONF_DNS_NAME_MAX + 1)
+/* Longest label of a DNS name. */
+#define CONF_DNS_LABEL_MAX 63
+
+struct conf_parser {
+    struct conf *conf;
+    struct conf_diags *diags;
+    bool oom;
+    unsigned n_listen;                     /* `listen` directives seen, valid or not */
+    struct conf_listener **listeners_tail; /* where the next listener is linked */
+};
+
+/* What a directive looks like before it is interpreted. */
+struct conf_dirspec {
+    const char *name;
+    int n_args;        /* exact argument count, or -1 when the handler checks */
+    const char *usage; /* the arguments, as in "'bind' takes one argument: HOST:PORT" */
+};
+
+/* Keywords of each scope, for hints about a directive in the wrong place. */
+extern const char *const conf_global_keywords[];
+extern const size_t conf_n_global_keywords;
+extern const char *const conf_listen_keywords[];
+extern const size_t conf_n_listen_keywords;
+
+/* Record "out of memory" once and make the parse fail. */
+void conf_parser_oom(struct conf_parser *p);
+
+/* A copy of `s` owned by the caller, or NULL after conf_parser_oom(). */
+char *conf_parser_strdup(struct conf_parser *p, const char *s) __attribute__((warn_unused_result));
+
+/* Check a block-less directive against `spec`: a block given to it is an
+ * error (interpretation goes on), a wrong argument count is an error that
+ * stops it.  Returns whether the arguments may be interpreted. */
+bool conf_check_shape(struct conf_parser *p, const struct conf_node *n,
+                      const struct conf_dirspec *spec) __attribute__((warn_unused_result));
+
+/* Check that a single-valued directive is not repeated in its block.
+ * `first` (line 0 when unset) is where it was first set; updated.  Returns
+ * false after reporting a duplicate. */
+bool conf_check_duplicate(struct conf_parser *p, const struct conf_node *n, struct conf_loc *first)
+    __attribute__((warn_unused_result));
+
+/* Report an unknown directive `n` in a scope whose keywords are `known`;
+ * when it is a keyword of the other scope, `elsewhere` (a format with one
+ * %s for the keyword) is the hint, else a "did you mean" over `known`. */
+void conf_unknown_directive(struct conf_parser *p, const struct conf_node *n,
+                            const char *const *known, size_t n_known, const char *const *other,
+                            size_t n_other, const char *elsewhere);
+
+/* Typed arguments.  Each reports its own error at the word and returns false
+ * (or -1), leaving its output untouched.  Since the error is already
+ * reported, callers that only store the value may ignore the result (no
+ * warn_unused_result on these, except where the result is the value). */
+
+/* DURATION: an integer and a unit (ms, s, m, h), 1ms..24h, in milliseconds. */
+bool conf_value_duration(struct conf_parser *p, const struct conf_word *w, uint32_t *ms);
+/* N in 1..CONF_MAX_CONNECTIONS for `max-connections`. */
+bool conf_value_max_connections(struct conf_parser *p, const struct conf_word *w, uint32_t *n);
+/* The index in `names` of the word, or -1 after "unknown WHAT 'x'" with a
+ * "did you mean" hint, else `expected` as the hint. */
+int conf_value_enum(struct conf_parser *p, const struct conf_word *w, const char *what,
+                    const char *const *names, size_t n, const char *expected)
+    __attribute__((warn_unused_result));
+/* A listener or rule name (`what` is "listener" or "rule"). */
+bool conf_value_name(struct conf_parser *p, const struct conf_word *w, const char *what);
+/* `bind ADDR:PORT` into *out (host allocated, owned by *out). */
+bool conf_value_bind(struct conf_parser *p, const struct conf_word *w, struct conf_addr *out);
+/* `upstream HOST:PORT` into *out (host allocated, owned by *out). */
+bool conf_value_upstream(struct conf_parser *p, const struct conf_word *w, struct conf_addr *out);
+
+/* Interpret a top-level `listen NAME { ... }` and link the new listener. */
+void conf_listen_directive(struct conf_parser *p, const struct conf_node *n);
+
+/* After the whole file is read: fill in inherited values and report
+ * conflicts between listeners. */
+void conf_listen_finish(struct conf_parser *p);
+
+/* Interpret `tls ...` and `upstream-tls ...` into the listener. */
+void conf_tls_server_directive(struct conf_parser *p, struct conf_listener *l,
+                               const struct conf_node *n);
+void conf_tls_client_directive(struct conf_parser *p, struct conf_listener *l,
+                               const struct conf_node *n);
+
+#endif

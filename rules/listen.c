@@ -1,0 +1,275 @@
+/*
+ * listen.c - the inside of `listen NAME { ... }` blocks.
+ *
+ * Every directive of a listen block is single-valued, so each keeps the
+ * position where it was first set: for "duplicate" errors and to tell
+ * whether a required one was written at all.  Checks that depend on more than
+ * one directive (profile vs protocol) run after the whole block, so the
+ * order of directives inside the block never matters.
+ */
+#include "rules/diag.h"
+#include "rules/interp.h"
+
+#include "rules/conf_mem.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* Room for "host:port" with a bracketed IPv6 host or a long DNS name. */
+#define CONF_ADDR_TEXT_BYTES (CONF_HOST_BYTES + 8)
+
+enum conf_listen_slot {
+    CONF_L_PROTOCOL = 0,
+    CONF_L_PROFILE,
+    CONF_L_BIND,
+    CONF_L_UPSTREAM,
+    CONF_L_CONNECT_TIMEOUT,
+    CONF_L_IDLE_TIMEOUT,
+    CONF_L_MAX_CONNECTIONS,
+    CONF_L_TLS,
+    CONF_L_UPSTREAM_TLS,
+    CONF_L_COUNT,
+};
+
+const char *const conf_listen_keywords[CONF_L_COUNT] = {
+    "protocol",     "profile",         "bind", "upstream",     "connect-timeout",
+    "idle-timeout", "max-connections", "tls",  "upstream-tls",
+};
+const size_t conf_n_listen_keywords = CONF_L_COUNT;
+
+struct conf_listen_state {
+    struct conf_listener *l;
+    struct conf_loc first[CONF_L_COUNT]; /* line 0: not written */
+    bool protocol_ok;                    /* l->protocol was set from the file */
+    struct conf_loc profile_loc;         /* of a valid `profile`, line 0 if none */
+};
+
+struct conf_listen_directive {
+    struct conf_dirspec spec;
+    void (*fn)(struct conf_parser *p, struct conf_listen_state *ls, const struct conf_node *n);
+};
+
+static void conf_listen_protocol(struct conf_parser *p, struct conf_listen_state *ls,
+                                 const struct conf_node *n)
+{
+    static const char *const names[] = {"tcp", "amqp", "resp"};
+    const struct conf_word *w = &n->words[1];
+    int i = conf_value_enum(p, w, "protocol", names, sizeof(names) / sizeof(names[0]),
+                            "expected tcp, amqp or resp");
+
+    if (i < 0) {
+        return;
+    }
+    ls->l->protocol = (enum conf_protocol)i;
+    ls->protocol_ok = true;
+    if (ls->l->protocol != CONF_PROTO_TCP) {
+        conf_diag_add(p->diags, CONF_WARNING, w->loc, NULL,
+                      "protocol %s: the %s codec is not built yet; traffic is forwarded as tcp",
+                      names[i], names[i]);
+    }
+}
+
+static void conf_listen_profile(struct conf_parser *p, struct conf_listen_state *ls,
+                                const struct conf_node *n)
+{
+    static const char *const names[] = {"sidekiq", "celery", "rq", "streams"};
+    int i = conf_value_enum(p, &n->words[1], "profile", names, sizeof(names) / sizeof(names[0]),
+                            "expected sidekiq, celery, rq or streams");
+
+    if (i >= 0) {
+        ls->l->profile = conf_parser_strdup(p, names[i]);
+        ls->profile_loc = n->words[0].loc;
+    }
+}
+
+static void conf_listen_bind(struct conf_parser *p, struct conf_listen_state *ls,
+                             const struct conf_node *n)
+{
+    conf_value_bind(p, &n->words[1], &ls->l->bind);
+}
+
+static void conf_listen_upstream(struct conf_parser *p, struct conf_listen_state *ls,
+                                 const struct conf_node *n)
+{
+    conf_value_upstream(p, &n->words[1], &ls->l->upstream);
+}
+
+static void conf_listen_connect_timeout(struct conf_parser *p, struct conf_listen_state *ls,
+                                        const struct conf_node *n)
+{
+    /* 0 stays "not set" until conf_listen_finish applies the global value. */
+    conf_value_duration(p, &n->words[1], &ls->l->connect_timeout_ms);
+}
+
+static void conf_listen_idle_timeout(struct conf_parser *p, struct conf_listen_state *ls,
+                                     const struct conf_node *n)
+{
+    conf_value_duration(p, &n->words[1], &ls->l->idle_timeout_ms);
+}
+
+static void conf_listen_max_connections(struct conf_parser *p, struct conf_listen_state *ls,
+                                        const struct conf_node *n)
+{
+    conf_value_max_connections(p, &n->words[1], &ls->l->max_connections);
+}
+
+static void conf_listen_tls(struct conf_parser *p, struct conf_listen_state *ls,
+                            const struct conf_node *n)
+{
+    conf_tls_server_directive(p, ls->l, n);
+}
+
+static void conf_listen_upstream_tls(struct conf_parser *p, struct conf_listen_state *ls,
+                                     const struct conf_node *n)
+{
+    conf_tls_client_directive(p, ls->l, n);
+}
+
+/* Indexed by enum conf_listen_slot. */
+static const struct conf_listen_directive conf_listen_table[CONF_L_COUNT] = {
+    {{"protocol", 1, "tcp, amqp or resp"}, conf_listen_protocol},
+    {{"profile", 1, "sidekiq, celery, rq or streams"}, conf_listen_profile},
+    {{"bind", 1, "HOST:PORT"}, conf_listen_bind},
+    {{"upstream", 1, "HOST:PORT"}, conf_listen_upstream},
+    {{"connect-timeout", 1, "DURATION"}, conf_listen_connect_timeout},
+    {{"idle-timeout", 1, "DURATION"}, conf_listen_idle_timeout},
+    {{"max-connections", 1, "N"}, conf_listen_max_connections},
+    {{"tls", -1, "cert FILE key FILE"}, conf_listen_tls},
+    {{"upstream-tls", -1, "[verify | no-verify] [ca FILE] [sni NAME] [cert FILE key FILE]"},
+     conf_listen_upstream_tls},
+};
+
+static const struct conf_listen_directive *conf_find_listen_directive(const char *name)
+{
+    for (size_t i = 0; i < CONF_L_COUNT; i++) {
+        if (strcmp(conf_listen_table[i].spec.name, name) == 0) {
+            return &conf_listen_table[i];
+        }
+    }
+    return NULL;
+}
+
+static void conf_listen_block(struct conf_parser *p, struct conf_listen_state *ls,
+                              const struct conf_node *block)
+{
+    for (const struct conf_node *n = block; n != NULL && !p->oom; n = n->next) {
+        const struct conf_listen_directive *d = conf_find_listen_directive(n->words[0].text);
+        if (d == NULL) {
+            conf_unknown_directive(p, n, conf_listen_keywords, conf_n_listen_keywords,
+                                   conf_global_keywords, conf_n_global_keywords,
+                                   "'%s' belongs at the top level, outside listen blocks");
+            continue;
+        }
+        if (conf_check_duplicate(p, n, &ls->first[d - conf_listen_table]) &&
+            conf_check_shape(p, n, &d->spec)) {
+            d->fn(p, ls, n);
+        }
+    }
+}
+
+/* Checks over the whole block: required directives, profile vs protocol. */
+static void conf_listen_check_block(struct conf_parser *p, const struct conf_listen_state *ls)
+{
+    static const enum conf_listen_slot required[] = {CONF_L_PROTOCOL, CONF_L_BIND, CONF_L_UPSTREAM};
+    char shown[CONF_SHOW_BYTES];
+
+    for (size_t i = 0; i < sizeof(required) / sizeof(required[0]); i++) {
+        if (ls->first[required[i]].line == 0) {
+            conf_diag_add(p->diags, CONF_ERROR, ls->l->loc, NULL, "listener '%s' has no '%s'",
+                          conf_show(ls->l->name, shown), conf_listen_keywords[required[i]]);
+        }
+    }
+    if (ls->profile_loc.line != 0 && ls->protocol_ok && ls->l->protocol != CONF_PROTO_RESP) {
+        conf_diag_add(p->diags, CONF_ERROR, ls->profile_loc, NULL,
+                      "'profile' applies only to protocol resp");
+    }
+}
+
+/* Report a listener whose name or bind address an earlier one already has. */
+static void conf_listen_check_unique(struct conf_parser *p, const struct conf_listener *l,
+                                     const struct conf_word *name)
+{
+    char shown[CONF_SHOW_BYTES], other[CONF_SHOW_BYTES], addr[CONF_ADDR_TEXT_BYTES];
+    bool name_reported = false, bind_reported = false;
+
+    for (const struct conf_listener *o = p->conf->listeners; o != l; o = o->next) {
+        if (!name_reported && strcmp(o->name, l->name) == 0) {
+            conf_diag_add(p->diags, CONF_ERROR, name->loc, NULL,
+                          "listener '%s' is already defined at %u:%u", conf_show(l->name, shown),
+                          o->loc.line, o->loc.col);
+            name_reported = true;
+        }
+        if (!bind_reported && l->bind.host != NULL && o->bind.host != NULL &&
+            l->bind.port == o->bind.port && strcmp(l->bind.host, o->bind.host) == 0) {
+            conf_addr_format(&l->bind, addr, sizeof(addr));
+            conf_diag_add(p->diags, CONF_ERROR, l->bind.loc, NULL,
+                          "listener '%s' binds %s, already bound by listener '%s'",
+                          conf_show(l->name, shown), addr, conf_show(o->name, other));
+            bind_reported = true;
+        }
+    }
+}
+
+/* Check the words and block of `listen`; returns the NAME word, or NULL when
+ * there is nothing to interpret. */
+static const struct conf_word *conf_listen_shape(struct conf_parser *p, const struct conf_node *n)
+{
+    size_t n_args = n->n_words - 1;
+
+    if (n_args != 1) {
+        conf_diag_add(p->diags, CONF_ERROR, n_args > 1 ? n->words[2].loc : n->words[0].loc, NULL,
+                      "'listen' takes one argument: NAME");
+    }
+    if (!n->has_block) {
+        conf_diag_add(p->diags, CONF_ERROR, n->words[0].loc, NULL,
+                      "'listen' needs a block: listen NAME { ... }");
+        return NULL;
+    }
+    if (n_args == 0) {
+        return NULL;
+    }
+    if (p->conf->n_listeners >= CONF_MAX_LISTENERS) {
+        conf_diag_add(p->diags, CONF_ERROR, n->words[0].loc, NULL,
+                      "too many listeners (at most %d)", CONF_MAX_LISTENERS);
+        return NULL;
+    }
+    conf_value_name(p, &n->words[1], "listener");
+    return &n->words[1];
+}
+
+void conf_listen_directive(struct conf_parser *p, const struct conf_node *n)
+{
+    struct conf_listen_state ls = {0};
+    const struct conf_word *name;
+
+    p->n_listen++;
+    name = conf_listen_shape(p, n);
+    if (name == NULL) {
+        return;
+    }
+    ls.l = conf_mem_calloc(1, sizeof(*ls.l));
+    if (ls.l == NULL || (ls.l->name = conf_mem_strdup(name->text)) == NULL) {
+        free(ls.l);
+        conf_parser_oom(p);
+        return;
+    }
+    ls.l->loc = n->words[0].loc;
+    *p->listeners_tail = ls.l;
+    p->listeners_tail = &ls.l->next;
+    p->conf->n_listeners++;
+    conf_listen_block(p, &ls, n->children);
+    if (!p->oom) {
+        conf_listen_check_block(p, &ls);
+        conf_listen_check_unique(p, ls.l, name);
+    }
+}
+
+void conf_listen_finish(struct conf_parser *p)
+{
+    for (struct conf_listener *l = p->conf->listeners; l != NULL; l = l->next) {
+        if (l->connect_timeout_ms == 0) {
+            l->connect_timeout_ms = p->conf->connect_timeout_ms;
+        }
+    }
+}

@@ -1,0 +1,59 @@
+#!/usr/bin/env bash
+# Installs the Debian packages twice needs to build, test and run its demo,
+# and does nothing when they are all present.  Non-interactive; needs root
+# (or sudo) only when something is missing.
+#
+# Usage: scripts/deps.sh [build|test|demo|bench|all]   (default: all)
+set -euo pipefail
+
+build_pkgs=(cmake make gcc pkg-config libevent-dev libssl-dev
+            libprotobuf-c-dev protobuf-c-compiler libcmocka-dev)
+test_pkgs=(openssl procps redis-server redis-tools rabbitmq-server
+           python3 python3-pika)
+demo_pkgs=(python3 redis-server redis-tools)
+
+want=()
+case "${1:-all}" in
+    build) want=("${build_pkgs[@]}") ;;
+    test)  want=("${build_pkgs[@]}" "${test_pkgs[@]}") ;;
+    demo)  want=("${build_pkgs[@]}" "${demo_pkgs[@]}") ;;
+    all)   want=("${build_pkgs[@]}" "${test_pkgs[@]}" "${demo_pkgs[@]}") ;;
+    *) echo "usage: $0 [build|test|demo|all]" >&2; exit 2 ;;
+esac
+
+missing=()
+for p in "${want[@]}"; do
+    if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed'; then
+        missing+=("$p")
+    fi
+done
+# Deduplicate while keeping order.
+if [ ${#missing[@]} -eq 0 ]; then
+    exit 0
+fi
+mapfile -t missing < <(printf '%s\n' "${missing[@]}" | awk '!seen[$0]++')
+
+echo "deps: installing ${missing[*]}" >&2
+SUDO=
+if [ "$(id -u)" -ne 0 ]; then
+    SUDO=sudo
+fi
+
+# Package scripts must not start system-wide brokers: the tests start their
+# own on free ports.  A policy-rc.d that answers 101 tells invoke-rc.d "not
+# allowed"; we only add one when the machine has none, and remove it after.
+policy=/usr/sbin/policy-rc.d
+added_policy=0
+if [ ! -e "$policy" ]; then
+    printf '#!/bin/sh\nexit 101\n' | $SUDO tee "$policy" >/dev/null
+    $SUDO chmod 755 "$policy"
+    added_policy=1
+fi
+cleanup() { if [ "$added_policy" = 1 ]; then $SUDO rm -f "$policy"; fi; }
+trap cleanup EXIT
+
+export DEBIAN_FRONTEND=noninteractive
+if ! $SUDO apt-get install -y -q --no-install-recommends "${missing[@]}"; then
+    $SUDO apt-get update -q
+    $SUDO apt-get install -y -q --no-install-recommends "${missing[@]}"
+fi
