@@ -3,15 +3,17 @@
  * top level of the file: globals, `listen` and `rule`.
  *
  * conf_parse_string runs pass 1 (tree.c) and then walks the top-level
- * directives through a table; `listen` blocks go to listen.c.  Anything that
- * refers forward (a rule naming a listener defined further down, the global
- * connect-timeout inherited by listeners) is settled after the walk.
+ * directives through a table; `listen` blocks go to listen.c.  Rules may name
+ * a listener defined further down, so `rule` blocks (rule_parse.c) are read
+ * in a second walk, once every listener is known; conf_parse_rules runs only
+ * that walk, against the listeners of a configuration already loaded.
  */
 #include "rules/conf.h"
 
 #include "rules/conf_mem.h"
 #include "rules/diag.h"
 #include "rules/interp.h"
+#include "rules/rule.h"
 
 #include <errno.h>
 #include <stdlib.h>
@@ -21,7 +23,8 @@
 #define CONF_READ_CHUNK (64u * 1024u)
 
 const char *const conf_global_keywords[] = {
-    "log-level", "connect-timeout", "shutdown-grace", "listen", "rule",
+    "log-level", "connect-timeout", "shutdown-grace", "seed", "journal",
+    "admin",     "admin-token",     "listen",         "rule",
 };
 const size_t conf_n_global_keywords =
     sizeof(conf_global_keywords) / sizeof(conf_global_keywords[0]);
@@ -53,40 +56,17 @@ static void conf_global_shutdown_grace(struct conf_parser *p, const struct conf_
     conf_value_duration(p, &n->words[1], &p->conf->grace_ms);
 }
 
-/* `rule NAME on LISTENER { ... }`: the rule engine does not exist yet, so
- * only the shape is checked (the listener later, in conf_rules_resolve). */
-static void conf_global_rule(struct conf_parser *p, const struct conf_node *n)
-{
-    char shown[CONF_SHOW_BYTES];
-    size_t n_args = n->n_words - 1;
-
-    if (n_args != 3) {
-        conf_diag_add(p->diags, CONF_ERROR, n_args > 3 ? n->words[4].loc : n->words[0].loc, NULL,
-                      "'rule' takes three arguments: NAME on LISTENER");
-    }
-    if (n_args >= 1) {
-        conf_value_name(p, &n->words[1], "rule");
-    }
-    if (n_args >= 2 && strcmp(n->words[2].text, "on") != 0) {
-        conf_diag_add(p->diags, CONF_ERROR, n->words[2].loc, "rule NAME on LISTENER { ... }",
-                      "expected 'on' after the rule name, found '%s'",
-                      conf_show(n->words[2].text, shown));
-    }
-    if (!n->has_block) {
-        conf_diag_add(p->diags, CONF_ERROR, n->words[0].loc, NULL,
-                      "'rule' needs a block: rule NAME on LISTENER { ... }");
-    }
-    conf_diag_add(p->diags, CONF_ERROR, n->words[0].loc, NULL,
-                  "rule blocks are not supported yet: this version of twice is a transparent "
-                  "proxy");
-}
-
 static const struct conf_global_directive conf_globals[] = {
     {{"log-level", 1, "error, warn, info or debug"}, false, conf_global_log_level},
     {{"connect-timeout", 1, "DURATION"}, false, conf_global_connect_timeout},
     {{"shutdown-grace", 1, "DURATION"}, false, conf_global_shutdown_grace},
+    {{"seed", 1, "N"}, false, conf_global_seed},
+    {{"journal", 1, "PATH"}, false, conf_global_journal},
+    {{"admin", 1, "HOST:PORT"}, false, conf_global_admin},
+    {{"admin-token", 1, "TOKEN"}, false, conf_global_admin_token},
     {{"listen", 1, "NAME"}, true, conf_listen_directive},
-    {{"rule", 3, "NAME on LISTENER"}, true, conf_global_rule},
+    /* Read after every listener (conf_interpret_rules): no function here. */
+    {{"rule", 3, "NAME on LISTENER"}, true, NULL},
 };
 #define CONF_N_GLOBALS (sizeof(conf_globals) / sizeof(conf_globals[0]))
 
@@ -100,7 +80,22 @@ static const struct conf_global_directive *conf_find_global(const char *name)
     return NULL;
 }
 
-/* Walk the top-level directives through the table. */
+/* An unknown top-level directive; a keyword of listen or rule blocks gets a
+ * hint saying where it belongs. */
+static void conf_unknown_global(struct conf_parser *p, const struct conf_node *n)
+{
+    if (conf_is_rule_keyword(n->words[0].text)) {
+        conf_unknown_directive(p, n, conf_global_keywords, conf_n_global_keywords,
+                               conf_rule_keywords, conf_n_rule_keywords,
+                               "'%s' belongs inside a rule block");
+    } else {
+        conf_unknown_directive(p, n, conf_global_keywords, conf_n_global_keywords,
+                               conf_listen_keywords, conf_n_listen_keywords,
+                               "'%s' belongs inside a listen block");
+    }
+}
+
+/* Walk the top-level directives through the table, except rules. */
 static void conf_interpret_globals(struct conf_parser *p, const struct conf_node *list)
 {
     struct conf_loc first[CONF_N_GLOBALS] = {{0, 0}};
@@ -108,40 +103,34 @@ static void conf_interpret_globals(struct conf_parser *p, const struct conf_node
     for (const struct conf_node *n = list; n != NULL && !p->oom; n = n->next) {
         const struct conf_global_directive *d = conf_find_global(n->words[0].text);
         if (d == NULL) {
-            conf_unknown_directive(p, n, conf_global_keywords, conf_n_global_keywords,
-                                   conf_listen_keywords, conf_n_listen_keywords,
-                                   "'%s' belongs inside a listen block");
-            continue;
-        }
-        if (d->block) {
-            d->fn(p, n);
+            conf_unknown_global(p, n);
+        } else if (d->block) {
+            if (d->fn != NULL) {
+                d->fn(p, n);
+            }
         } else if (conf_check_duplicate(p, n, &first[d - conf_globals]) &&
                    conf_check_shape(p, n, &d->spec)) {
             d->fn(p, n);
         }
     }
+    if (!p->oom) {
+        conf_listen_finish(p);
+        conf_globals_finish(p, first[conf_find_global("admin-token") - conf_globals]);
+    }
 }
 
-/* Report rules whose LISTENER is not defined anywhere in the file. */
-static void conf_rules_resolve(struct conf_parser *p, const struct conf_node *list)
+/* Walk the `rule` blocks, once every listener is known; with `only_rules`,
+ * anything else is an error (conf_parse_rules). */
+static void conf_interpret_rules(struct conf_parser *p, const struct conf_node *list,
+                                 bool only_rules)
 {
-    const char *names[CONF_MAX_LISTENERS];
-    size_t n_names = 0;
-    char shown[CONF_SHOW_BYTES], hint[CONF_HINT_BYTES];
-
-    for (const struct conf_listener *l = p->conf->listeners; l != NULL; l = l->next) {
-        names[n_names++] = l->name;
-    }
-    for (const struct conf_node *n = list; n != NULL; n = n->next) {
-        if (strcmp(n->words[0].text, "rule") != 0 || n->n_words < 4 ||
-            strcmp(n->words[2].text, "on") != 0) {
-            continue;
-        }
-        const struct conf_word *w = &n->words[3];
-        if (conf_find_listener(p->conf, w->text) == NULL) {
-            conf_diag_add(p->diags, CONF_ERROR, w->loc,
-                          conf_hint_suggest(w->text, names, n_names, hint, NULL),
-                          "unknown listener '%s'", conf_show(w->text, shown));
+    for (const struct conf_node *n = list; n != NULL && !p->oom; n = n->next) {
+        if (strcmp(n->words[0].text, "rule") == 0) {
+            conf_rule_directive(p, n);
+        } else if (only_rules) {
+            conf_diag_add(p->diags, CONF_ERROR, n->words[0].loc,
+                          "listeners and globals are set in the configuration file",
+                          "only rule blocks are allowed here");
         }
     }
 }
@@ -153,8 +142,7 @@ static void conf_interpret(struct conf_parser *p, const struct conf_node *list)
     if (p->oom) {
         return;
     }
-    conf_rules_resolve(p, list);
-    conf_listen_finish(p);
+    conf_interpret_rules(p, list, false);
     if (p->n_listen == 0) {
         conf_diag_add(p->diags, CONF_ERROR, (struct conf_loc){1, 1},
                       "add one, e.g. listen redis { protocol resp; bind 127.0.0.1:6380; upstream "
@@ -188,6 +176,10 @@ void conf_free(struct conf *conf)
         conf_listener_free(conf->listeners);
         conf->listeners = next;
     }
+    rule_list_free(conf->rules);
+    free(conf->journal);
+    free(conf->admin.host);
+    free(conf->admin_token);
     free(conf->path);
     free(conf);
 }
@@ -249,13 +241,44 @@ int conf_parse_string(const char *name, const char *text, size_t len, struct con
         return -1;
     }
     p.listeners_tail = &p.conf->listeners;
+    p.base = p.conf;
+    p.rules_tail = &p.rules;
     conf_interpret(&p, tree);
     conf_tree_free(tree);
+    p.conf->rules = p.rules;
+    p.conf->n_rules = p.n_rules;
     if (p.oom || diags->errors != errors_before) {
         conf_free(p.conf);
         return -1;
     }
     *out = p.conf;
+    return 0;
+}
+
+int conf_parse_rules(const char *name, const char *text, size_t len, const struct conf *base,
+                     struct rule **out, size_t *n_out, struct conf_diags *diags)
+{
+    unsigned errors_before = diags->errors;
+    struct conf_parser p = {.diags = diags, .base = base};
+    struct conf_node *tree;
+
+    *out = NULL;
+    *n_out = 0;
+    if (!conf_diags_set_file(diags, name)) {
+        return -1;
+    }
+    if (conf_tree_parse(text != NULL ? text : "", text != NULL ? len : 0, diags, &tree) < 0) {
+        return -1;
+    }
+    p.rules_tail = &p.rules;
+    conf_interpret_rules(&p, tree, true);
+    conf_tree_free(tree);
+    if (p.oom || diags->errors != errors_before) {
+        rule_list_free(p.rules);
+        return -1;
+    }
+    *out = p.rules;
+    *n_out = p.n_rules;
     return 0;
 }
 

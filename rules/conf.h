@@ -2,8 +2,8 @@
  * conf.h - the twice configuration file: its model and its parser.
  *
  * One file configures the whole process: globals, `listen NAME { ... }`
- * blocks and (from the rule-engine issue on) `rule NAME on LISTENER { ... }`
- * blocks.  The grammar is line oriented like HAProxy's and nginx's:
+ * blocks and `rule NAME on LISTENER { ... }` blocks (rules/rule.h).  The
+ * grammar is line oriented like HAProxy's and nginx's:
  *
  *   file      := item*
  *   item      := directive (NEWLINE | ';') | directive '{' item* '}'
@@ -12,7 +12,9 @@
  *
  * `#` starts a comment that runs to the end of the line.  Strings are
  * double-quoted with the escapes \" \\ \n \t.  A directive ends at a newline
- * or `;`; a block directive's arguments end at `{`.
+ * or `;`; a block directive's arguments end at `{`.  In a rule's `when`, a
+ * string glued to the word before it is part of that word's matcher:
+ * `body~"refund due"`.
  *
  * Parsing happens in two passes: the text is read into a generic tree of
  * directives (each word with its position), then each known directive is
@@ -99,13 +101,23 @@ struct conf_listener {
     struct conf_listener *next; /* file order */
 };
 
+struct rule; /* rules/rule.h */
+
 struct conf {
     char *path;                    /* as given to the parser */
     enum conf_log_level log_level; /* default CONF_LOG_INFO */
     uint32_t connect_timeout_ms;   /* default CONF_DEFAULT_CONNECT_TIMEOUT_MS */
     uint32_t grace_ms;             /* `shutdown-grace`, default CONF_DEFAULT_GRACE_MS */
+    uint64_t seed;                 /* `seed N`: the seed of every probabilistic trigger */
+    bool has_seed;                 /* false: the proxy picks one and journals it */
+    char *journal;                 /* `journal PATH`; NULL when not set */
+    struct conf_addr admin;        /* `admin HOST:PORT`: the admin HTTP API */
+    bool has_admin;
+    char *admin_token; /* `admin-token TOKEN`: bearer token; NULL when not set */
     struct conf_listener *listeners;
     size_t n_listeners;
+    struct rule *rules; /* file order; freed with conf_free */
+    size_t n_rules;
 };
 
 enum conf_severity {
@@ -142,7 +154,22 @@ int conf_parse_file(const char *path, struct conf **out, struct conf_diags *diag
 int conf_parse_string(const char *name, const char *text, size_t len, struct conf **out,
                       struct conf_diags *diags) __attribute__((warn_unused_result));
 
+/* Parse a text made only of `rule` blocks and comments (the body of the
+ * admin API's PUT /rules).  Listener names and what each listener's protocol
+ * can do are checked against `base`, which is only read.  On success returns
+ * 0 and stores a new list of *n_out rules in *out (NULL when the text has
+ * none), owned by the caller (rule_list_free).  On failure returns -1, *out
+ * is NULL, *n_out is 0 and `diags` says why; `name` is the file name shown in
+ * diagnostics. */
+int conf_parse_rules(const char *name, const char *text, size_t len, const struct conf *base,
+                     struct rule **out, size_t *n_out, struct conf_diags *diags)
+    __attribute__((warn_unused_result));
+
+/* Free a configuration and everything it owns, rules included.  NULL is fine. */
 void conf_free(struct conf *conf);
+
+/* Free a list of rules linked by `next` (from conf_parse_rules).  NULL is fine. */
+void rule_list_free(struct rule *r);
 
 void conf_diags_init(struct conf_diags *diags);
 void conf_diags_free(struct conf_diags *diags);

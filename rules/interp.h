@@ -30,11 +30,15 @@
 #define CONF_DNS_LABEL_MAX 63
 
 struct conf_parser {
-    struct conf *conf;
+    struct conf *conf; /* NULL in conf_parse_rules: only rules are read */
     struct conf_diags *diags;
     bool oom;
     unsigned n_listen;                     /* `listen` directives seen, valid or not */
     struct conf_listener **listeners_tail; /* where the next listener is linked */
+    const struct conf *base;               /* the listeners rules refer to */
+    struct rule *rules;                    /* rules read so far, file order; owned */
+    struct rule **rules_tail;              /* where the next rule is linked */
+    size_t n_rules;
 };
 
 /* What a directive looks like before it is interpreted. */
@@ -102,6 +106,26 @@ void conf_listen_directive(struct conf_parser *p, const struct conf_node *n);
 /* After the whole file is read: fill in inherited values and report
  * conflicts between listeners. */
 void conf_listen_finish(struct conf_parser *p);
+
+/* Interpret `rule NAME on LISTENER { ... }` and link the new rule at
+ * p->rules_tail.  Runs after every listener of p->base is known. */
+void conf_rule_directive(struct conf_parser *p, const struct conf_node *n);
+
+/* Whether `word` is a directive of rule blocks (for hints elsewhere). */
+bool conf_is_rule_keyword(const char *word) __attribute__((warn_unused_result));
+extern const char *const conf_rule_keywords[];
+extern const size_t conf_n_rule_keywords;
+
+/* The globals `seed`, `journal`, `admin` and `admin-token` (globals.c). */
+void conf_global_seed(struct conf_parser *p, const struct conf_node *n);
+void conf_global_journal(struct conf_parser *p, const struct conf_node *n);
+void conf_global_admin(struct conf_parser *p, const struct conf_node *n);
+void conf_global_admin_token(struct conf_parser *p, const struct conf_node *n);
+
+/* After the globals and listeners are read: checks between `admin`,
+ * `admin-token` and the listeners.  `token_at` is where `admin-token` was
+ * written (line 0: not written). */
+void conf_globals_finish(struct conf_parser *p, struct conf_loc token_at);
 
 /* Interpret `tls ...` and `upstream-tls ...` into the listener. */
 void conf_tls_server_directive(struct conf_parser *p, struct conf_listener *l,

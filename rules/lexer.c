@@ -194,7 +194,10 @@ static bool conf_lexer_punct(struct conf_lexer *lx, struct conf_token *tok)
 
 int conf_lexer_next(struct conf_lexer *lx, struct conf_token *tok)
 {
+    const char *before = lx->pos;
+
     conf_lexer_skip(lx);
+    tok->glued = lx->pos == before;
     tok->loc = lx->loc;
     tok->text = NULL;
     if (lx->pos >= lx->end) {

@@ -25,11 +25,14 @@ enum conf_tok_kind {
 };
 
 /* For WORD and STRING, `text` is a NUL-terminated copy (escapes decoded)
- * owned by whoever holds the token; NULL for other kinds. */
+ * owned by whoever holds the token; NULL for other kinds.  `glued` is true
+ * when no blank or comment separates the token from the one before it, as
+ * the string in `body~"refund due"` is glued to the word `body~`. */
 struct conf_token {
     enum conf_tok_kind kind;
     struct conf_loc loc;
     char *text;
+    bool glued;
 };
 
 struct conf_lexer {

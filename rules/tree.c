@@ -57,11 +57,13 @@ static int conf_node_take_word(struct conf_reader *rd, struct conf_node *node)
         node->words = words;
         node->cap_words = cap;
     }
-    node->words[node->n_words++] = (struct conf_word){
+    node->words[node->n_words] = (struct conf_word){
         .text = rd->tok.text,
         .loc = rd->tok.loc,
         .quoted = rd->tok.kind == CONF_TOK_STRING,
+        .glued = rd->tok.glued && node->n_words > 0,
     };
+    node->n_words++;
     rd->tok.text = NULL;
     return 0;
 }

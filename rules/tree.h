@@ -20,6 +20,10 @@ struct conf_word {
     char *text;          /* decoded, NUL-terminated */
     struct conf_loc loc; /* of its first byte (the quote for a string) */
     bool quoted;
+    /* Nothing separates it from the previous word of its directive: in
+     * `body~"refund due"` the string is glued to `body~`.  Never set on the
+     * first word. */
+    bool glued;
 };
 
 struct conf_node {

@@ -17,6 +17,7 @@
 
 #include "rules/conf.h"
 #include "rules/conf_mem.h"
+#include "rules/rule.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -914,31 +915,40 @@ static void test_upstream_tls_errors(void **state)
            EH(6, 5, "duplicate 'upstream-tls'", "first set at 5:5"));
 }
 
-/* ---- rules (shape only: the engine does not exist yet) ---- */
+/* ---- rules: the header (the language itself is tested in test_rules.c) ---- */
 
-#define NO_RULES "rule blocks are not supported yet: this version of twice is a transparent proxy"
 #define REDIS "listen redis { protocol tcp; bind 127.0.0.1:1; upstream 127.0.0.1:2 }\n"
 
 static void test_rules(void **state)
 {
+    struct conf_diags d;
+    struct conf *c;
+
     (void)state;
-    EXPECT(REDIS "rule slow on redis {\n    delay 5s\n    anything { goes }\n}\n", -1,
-           E(2, 1, NO_RULES));
     /* the listener may come after the rule */
-    EXPECT("rule slow on redis {\n}\n" REDIS, -1, E(1, 1, NO_RULES));
-    EXPECT("rule slow on redsi {\n}\n" REDIS, -1, E(1, 1, NO_RULES),
+    c = parse_ok("rule slow on redis {\n    do latency 5s\n}\n" REDIS, &d);
+    assert_int_equal(c->n_rules, 1);
+    assert_string_equal(c->rules->name, "slow");
+    assert_string_equal(c->rules->listener, "redis");
+    conf_free(c);
+    conf_diags_free(&d);
+    EXPECT(REDIS "rule slow on redis {\n    delay 5s\n    anything { goes }\n}\n", -1,
+           EH(2, 1, "rule 'slow' has no 'do ACTION'", "e.g. do latency 20ms"),
+           EH(3, 5, "unknown directive 'delay'", "did you mean 'do delay'?"),
+           E(4, 5, "unknown directive 'anything'"));
+    EXPECT("rule slow on redsi {\n do latency 1s\n}\n" REDIS, -1,
            EH(1, 14, "unknown listener 'redsi'", "did you mean 'redis'?"));
-    EXPECT(REDIS "rule slow on kafka {\n}\n", -1, E(2, 1, NO_RULES),
+    EXPECT(REDIS "rule slow on kafka {\n do latency 1s\n}\n", -1,
            E(2, 14, "unknown listener 'kafka'"));
-    EXPECT(REDIS "rule slow redis {\n}\n", -1,
-           E(2, 1, "'rule' takes three arguments: NAME on LISTENER"), E(2, 1, NO_RULES),
+    EXPECT(REDIS "rule slow redis {\n do latency 1s\n}\n", -1,
+           E(2, 1, "'rule' takes three arguments: NAME on LISTENER"),
            EH(2, 11, "expected 'on' after the rule name, found 'redis'",
               "rule NAME on LISTENER { ... }"));
-    EXPECT(REDIS "rule slow on redis now {\n}\n", -1, E(2, 1, NO_RULES),
+    EXPECT(REDIS "rule slow on redis now {\n do latency 1s\n}\n", -1,
            E(2, 20, "'rule' takes three arguments: NAME on LISTENER"));
     EXPECT(REDIS "rule slow on redis\n", -1,
-           E(2, 1, "'rule' needs a block: rule NAME on LISTENER { ... }"), E(2, 1, NO_RULES));
-    EXPECT(REDIS "rule s/w on redis {\n}\n", -1, E(2, 1, NO_RULES),
+           E(2, 1, "'rule' needs a block: rule NAME on LISTENER { ... }"));
+    EXPECT(REDIS "rule s/w on redis {\n do latency 1s\n}\n", -1,
            EH(2, 6, "invalid rule name 's/w'", "use 1 to 64 letters, digits, '_', '.' or '-'"));
 }
 

@@ -1,0 +1,157 @@
+/*
+ * globals.c - the top-level settings of the rule engine and its control:
+ * `seed`, `journal`, `admin` and `admin-token`.
+ *
+ * The admin API can change every rule and switch faults off, so an address
+ * reachable from the network needs a bearer token: that is an error, not a
+ * warning, since a forgotten token in staging is an open door.
+ */
+#include "rules/diag.h"
+#include "rules/interp.h"
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <stdio.h>
+#include <string.h>
+
+/* Shortest and longest `admin-token`: short tokens can be guessed. */
+#define CONF_ADMIN_TOKEN_MIN 16
+#define CONF_ADMIN_TOKEN_MAX 256
+/* Room for "host:port" with a bracketed IPv6 host. */
+#define CONF_ADMIN_TEXT_BYTES (CONF_HOST_BYTES + 8)
+
+void conf_global_seed(struct conf_parser *p, const struct conf_node *n)
+{
+    const struct conf_word *w = &n->words[1];
+    char shown[CONF_SHOW_BYTES];
+    uint64_t v = 0;
+    const char *s;
+
+    for (s = w->text; *s >= '0' && *s <= '9'; s++) {
+        uint64_t digit = (uint64_t)(*s - '0');
+        if (v > (UINT64_MAX - digit) / 10) {
+            break;
+        }
+        v = v * 10 + digit;
+    }
+    if (s == w->text || *s != '\0') {
+        conf_diag_add(p->diags, CONF_ERROR, w->loc, "a whole number from 0 to 18446744073709551615",
+                      "invalid seed '%s'", conf_show(w->text, shown));
+        return;
+    }
+    p->conf->seed = v;
+    p->conf->has_seed = true;
+}
+
+void conf_global_journal(struct conf_parser *p, const struct conf_node *n)
+{
+    const struct conf_word *w = &n->words[1];
+
+    if (w->text[0] == '\0') {
+        conf_diag_add(p->diags, CONF_ERROR, w->loc, NULL, "'journal' needs a file path");
+        return;
+    }
+    p->conf->journal = conf_parser_strdup(p, w->text);
+}
+
+/* Whether `text` has a host and a port, as "[v6]:port" or "host:port". */
+static bool conf_has_host_and_port(const char *text)
+{
+    const char *colon;
+
+    if (text[0] == '[') {
+        colon = strchr(text, ']');
+        return colon != NULL && colon > text + 1 && colon[1] == ':' && colon[2] != '\0';
+    }
+    colon = strrchr(text, ':');
+    return colon != NULL && colon != text && colon[1] != '\0';
+}
+
+void conf_global_admin(struct conf_parser *p, const struct conf_node *n)
+{
+    const struct conf_word *w = &n->words[1];
+
+    /* conf_value_bind would say 'bind' in this message: say 'admin'. */
+    if (!conf_has_host_and_port(w->text)) {
+        conf_diag_add(p->diags, CONF_ERROR, w->loc, NULL,
+                      "'admin' needs HOST:PORT, e.g. 127.0.0.1:8474");
+        return;
+    }
+    if (conf_value_bind(p, w, &p->conf->admin)) {
+        p->conf->has_admin = true;
+    }
+}
+
+void conf_global_admin_token(struct conf_parser *p, const struct conf_node *n)
+{
+    const struct conf_word *w = &n->words[1];
+    size_t len = strlen(w->text);
+
+    for (size_t i = 0; i < len; i++) {
+        if ((unsigned char)w->text[i] <= ' ' || (unsigned char)w->text[i] >= 0x7f) {
+            conf_diag_add(p->diags, CONF_ERROR, w->loc, NULL,
+                          "admin-token must be printable ASCII with no blanks");
+            return;
+        }
+    }
+    if (len < CONF_ADMIN_TOKEN_MIN || len > CONF_ADMIN_TOKEN_MAX) {
+        conf_diag_add(p->diags, CONF_ERROR, w->loc, "e.g. the output of: openssl rand -hex 24",
+                      "admin-token must be %d to %d characters long, not %zu", CONF_ADMIN_TOKEN_MIN,
+                      CONF_ADMIN_TOKEN_MAX, len);
+        return;
+    }
+    p->conf->admin_token = conf_parser_strdup(p, w->text);
+}
+
+/* Whether the canonical address `host` is a loopback address. */
+static bool conf_is_loopback(const char *host)
+{
+    struct in_addr v4;
+    struct in6_addr v6;
+
+    if (inet_pton(AF_INET, host, &v4) == 1) {
+        return ntohl(v4.s_addr) >> 24 == 127;
+    }
+    if (inet_pton(AF_INET6, host, &v6) != 1) {
+        return false;
+    }
+    return IN6_IS_ADDR_LOOPBACK(&v6) || (IN6_IS_ADDR_V4MAPPED(&v6) && v6.s6_addr[12] == 127);
+}
+
+/* The admin API on a listener's address. */
+static void conf_admin_check_listeners(struct conf_parser *p, const char *addr)
+{
+    const struct conf_addr *admin = &p->conf->admin;
+    char shown[CONF_SHOW_BYTES];
+
+    for (const struct conf_listener *l = p->conf->listeners; l != NULL; l = l->next) {
+        if (l->bind.host != NULL && l->bind.port == admin->port &&
+            strcmp(l->bind.host, admin->host) == 0) {
+            conf_diag_add(p->diags, CONF_ERROR, admin->loc, NULL,
+                          "admin API on %s, already bound by listener '%s'", addr,
+                          conf_show(l->name, shown));
+            return;
+        }
+    }
+}
+
+void conf_globals_finish(struct conf_parser *p, struct conf_loc token_at)
+{
+    const struct conf *c = p->conf;
+    char addr[CONF_ADMIN_TEXT_BYTES];
+
+    if (!c->has_admin) {
+        if (token_at.line != 0) {
+            conf_diag_add(p->diags, CONF_WARNING, token_at, NULL,
+                          "admin-token has no effect without admin");
+        }
+        return;
+    }
+    conf_addr_format(&c->admin, addr, sizeof(addr));
+    /* A token written but invalid is reported already: no second error here. */
+    if (token_at.line == 0 && !conf_is_loopback(c->admin.host)) {
+        conf_diag_add(p->diags, CONF_ERROR, c->admin.loc, NULL,
+                      "admin API on %s is reachable from the network: set admin-token", addr);
+    }
+    conf_admin_check_listeners(p, addr);
+}

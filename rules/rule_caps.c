@@ -1,0 +1,160 @@
+/*
+ * rule_caps.c - a rule checked against what its listener's codec can do.
+ *
+ * Everything that depends on the protocol comes from the codec's table
+ * (rules/caps.h): the events it produces, the fields each event can be
+ * matched on, the actions it can take on each, and why it cannot take the
+ * others.  No protocol is named here, so a new codec needs no change.
+ */
+#include "rules/caps.h"
+#include "rules/diag.h"
+#include "rules/rule_parse.h"
+
+#include <stdio.h>
+
+/* Room for "'connect' events" and the like. */
+#define RULE_PHRASE_BYTES 64
+/* Room for "header.NAME" quoted in a message. */
+#define RULE_FIELD_SHOW_BYTES (CONF_SHOW_BYTES + 8)
+
+/* How a message names the events of `ev`: "the byte stream" for a rule
+ * with no `when`, else "'ack' events". */
+static const char *rule_event_phrase(enum rule_event ev, char *buf)
+{
+    if (ev == RULE_EV_STREAM) {
+        return "the byte stream";
+    }
+    snprintf(buf, RULE_PHRASE_BYTES, "'%s' events", rule_event_name(ev));
+    return buf;
+}
+
+/* The names of the events in `mask` that a `when` can name, joined. */
+static const char *rule_event_list(uint32_t mask, char *buf)
+{
+    const char *names[RULE_EV_COUNT];
+    size_t n = 0;
+
+    for (int e = RULE_EV_STREAM + 1; e < RULE_EV_COUNT; e++) {
+        if (mask & CAPS_BIT(e)) {
+            names[n++] = rule_event_name((enum rule_event)e);
+        }
+    }
+    return rule_join_names(names, n, buf);
+}
+
+static const char *rule_field_list(uint32_t mask, char *buf)
+{
+    const char *names[RULE_F_COUNT];
+    size_t n = 0;
+
+    for (int f = 0; f < RULE_F_COUNT; f++) {
+        if (mask & CAPS_BIT(f)) {
+            names[n++] = f == RULE_F_HEADER ? "header.NAME" : rule_field_name((enum rule_field)f);
+        }
+    }
+    return rule_join_names(names, n, buf);
+}
+
+static const char *rule_action_list(uint32_t mask, char *buf)
+{
+    const char *names[RULE_ACT_COUNT];
+    size_t n = 0;
+
+    for (int k = 0; k < RULE_ACT_COUNT; k++) {
+        if (mask & CAPS_BIT(k)) {
+            names[n++] = rule_action_name((enum rule_action_kind)k);
+        }
+    }
+    return rule_join_names(names, n, buf);
+}
+
+/* The codec's reason, or NULL. */
+static const char *rule_why_not(const struct proto_caps *caps, enum rule_event ev,
+                                enum rule_action_kind act)
+{
+    return caps->why_not != NULL ? caps->why_not(ev, act) : NULL;
+}
+
+/* Whether the codec produces the rule's event; reported when not. */
+static bool rule_caps_event(struct conf_parser *p, const struct rule_state *rs,
+                            const struct conf_listener *l, const struct proto_caps *caps)
+{
+    const struct rule *r = rs->r;
+    const char *why = rule_why_not(caps, r->event, RULE_ACT_COUNT);
+    char name[CONF_SHOW_BYTES], list[RULE_LIST_BYTES], hint[RULE_LIST_BYTES + 32];
+
+    if (caps->events & CAPS_BIT(r->event)) {
+        return true;
+    }
+    snprintf(hint, sizeof(hint), "its events: %s", rule_event_list(caps->events, list));
+    conf_diag_add(p->diags, CONF_ERROR, rs->event_loc.line != 0 ? rs->event_loc : r->loc,
+                  list[0] != '\0' ? hint : NULL,
+                  "listener '%s' (protocol %s) has no '%s' event%s%s", conf_show(l->name, name),
+                  caps->name, rule_event_name(r->event), why != NULL ? ": " : "",
+                  why != NULL ? why : "");
+    return false;
+}
+
+/* Report each matcher on a field the event does not offer. */
+static void rule_caps_matchers(struct conf_parser *p, const struct rule *r,
+                               const struct conf_listener *l, const struct proto_caps *caps)
+{
+    uint32_t allowed = caps->matchers[r->event];
+    char name[CONF_SHOW_BYTES], field[RULE_FIELD_SHOW_BYTES], shown[CONF_SHOW_BYTES];
+    char list[RULE_LIST_BYTES], hint[RULE_LIST_BYTES + 32];
+
+    snprintf(hint, sizeof(hint), "it can match: %s", rule_field_list(allowed, list));
+    for (size_t i = 0; i < r->n_matchers; i++) {
+        const struct rule_matcher *m = &r->matchers[i];
+        if (allowed & CAPS_BIT(m->field)) {
+            continue;
+        }
+        if (m->field == RULE_F_HEADER) {
+            snprintf(field, sizeof(field), "header.%s", conf_show(m->header, shown));
+        } else {
+            snprintf(field, sizeof(field), "%s", rule_field_name(m->field));
+        }
+        conf_diag_add(p->diags, CONF_ERROR, m->loc,
+                      allowed != 0 ? hint : "nothing can be matched on them",
+                      "'%s' cannot be matched on '%s' events of listener '%s' (protocol %s)", field,
+                      rule_event_name(r->event), conf_show(l->name, name), caps->name);
+    }
+}
+
+/* Report an action the codec cannot take on the rule's event. */
+static void rule_caps_action(struct conf_parser *p, const struct rule *r,
+                             const struct conf_listener *l, const struct proto_caps *caps)
+{
+    uint32_t allowed = caps->actions[r->event];
+    const char *why = rule_why_not(caps, r->event, r->action.kind);
+    char name[CONF_SHOW_BYTES], phrase[RULE_PHRASE_BYTES], list[RULE_LIST_BYTES];
+    char hint[RULE_LIST_BYTES + 32];
+
+    if (allowed & CAPS_BIT(r->action.kind)) {
+        return;
+    }
+    snprintf(hint, sizeof(hint), "it can do: %s", rule_action_list(allowed, list));
+    conf_diag_add(p->diags, CONF_ERROR, r->action.loc, allowed != 0 ? hint : NULL,
+                  "listener '%s' (protocol %s) cannot do '%s' on %s%s%s", conf_show(l->name, name),
+                  caps->name, rule_action_name(r->action.kind), rule_event_phrase(r->event, phrase),
+                  why != NULL ? ": " : "", why != NULL ? why : "");
+}
+
+void rule_check_caps(struct conf_parser *p, const struct rule_state *rs,
+                     const struct conf_listener *l)
+{
+    const struct proto_caps *caps = proto_caps_find(l->protocol, l->profile);
+
+    if (rs->first[RULE_S_WHEN].line != 0 && rs->event_loc.line == 0) {
+        return; /* the event is wrong, and already reported */
+    }
+    if (!rule_caps_event(p, rs, l, caps)) {
+        return;
+    }
+    rule_caps_matchers(p, rs->r, l, caps);
+    /* A message action with no `when` is already reported by the language check. */
+    if (rs->action_known &&
+        (rs->r->event != RULE_EV_STREAM || rule_action_is_stream(rs->r->action.kind))) {
+        rule_caps_action(p, rs->r, l, caps);
+    }
+}

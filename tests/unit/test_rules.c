@@ -1,0 +1,1401 @@
+/*
+ * test_rules.c - unit tests of the rule language: `rule` blocks, the globals
+ * of the rule engine (seed, journal, admin, admin-token) and
+ * conf_parse_rules (rules/conf.h, rules/rule.h).
+ *
+ * Every valid form is parsed and read back from struct rule; every mistake a
+ * user can make is provoked and its exact message, position and hint
+ * asserted.  The checker must take everything protocol-specific from the
+ * codec tables (rules/caps.h), so this test replaces the registry: tcp
+ * listeners get the real table of proto/tcp.c, amqp listeners a codec that
+ * can do everything, resp listeners a narrow one with no reasons.  Garbage
+ * and allocation-failure runs check that nothing crashes or leaks (run under
+ * valgrind or ASan).
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <cmocka.h>
+
+#include "rules/caps.h"
+#include "rules/conf.h"
+#include "rules/conf_mem.h"
+#include "rules/rule.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* ---- a registry of test codecs ---- */
+
+extern const struct proto_caps proto_tcp_caps;
+
+#define ALL_FIELDS ((1u << RULE_F_COUNT) - 1)
+#define ALL_ACTIONS ((1u << RULE_ACT_COUNT) - 1)
+
+static const struct proto_caps everything_caps = {
+    .name = "everything",
+    .events = (1u << RULE_EV_COUNT) - 1,
+    .matchers = {ALL_FIELDS, ALL_FIELDS, ALL_FIELDS, ALL_FIELDS, ALL_FIELDS, ALL_FIELDS, ALL_FIELDS,
+                 ALL_FIELDS},
+    .actions = {ALL_ACTIONS, ALL_ACTIONS, ALL_ACTIONS, ALL_ACTIONS, ALL_ACTIONS, ALL_ACTIONS,
+                ALL_ACTIONS, ALL_ACTIONS},
+    .why_not = NULL,
+};
+
+static const struct proto_caps narrow_caps = {
+    .name = "narrow",
+    .events = CAPS_BIT(RULE_EV_STREAM) | CAPS_BIT(RULE_EV_DELIVER),
+    .matchers = {[RULE_EV_DELIVER] = CAPS_BIT(RULE_F_QUEUE)},
+    .actions = {[RULE_EV_STREAM] = CAPS_BIT(RULE_ACT_LATENCY),
+                [RULE_EV_DELIVER] = CAPS_BIT(RULE_ACT_DUPLICATE)},
+    .why_not = NULL,
+};
+
+/* The profile of the last resp listener looked up. */
+static char last_profile[16];
+
+/* Replaces proto/registry.c for this test (the linker then leaves it out). */
+const struct proto_caps *proto_caps_find(enum conf_protocol protocol, const char *profile)
+{
+    switch (protocol) {
+    case CONF_PROTO_AMQP:
+        return &everything_caps;
+    case CONF_PROTO_RESP:
+        snprintf(last_profile, sizeof(last_profile), "%s", profile != NULL ? profile : "(none)");
+        return &narrow_caps;
+    default:
+        return &proto_tcp_caps;
+    }
+}
+
+/* ---- expectations ---- */
+
+/* One expected diagnostic; hint NULL means "no hint". */
+struct want {
+    unsigned line;
+    unsigned col;
+    enum conf_severity sev;
+    const char *msg;
+    const char *hint;
+};
+
+#define E(l, c, m)                                                                                 \
+    {                                                                                              \
+        (l), (c), CONF_ERROR, (m), NULL                                                            \
+    }
+#define EH(l, c, m, h)                                                                             \
+    {                                                                                              \
+        (l), (c), CONF_ERROR, (m), (h)                                                             \
+    }
+#define W(l, c, m)                                                                                 \
+    {                                                                                              \
+        (l), (c), CONF_WARNING, (m), NULL                                                          \
+    }
+
+#define WANTS(...)                                                                                 \
+    (const struct want[])                                                                          \
+    {                                                                                              \
+        __VA_ARGS__                                                                                \
+    }
+#define N_WANTS(...) (sizeof((const struct want[]){__VA_ARGS__}) / sizeof(struct want))
+
+/* Parse a whole file and check the result code and every diagnostic. */
+#define EXPECT(text, rc, ...)                                                                      \
+    expect_diags(__LINE__, NULL, (text), (rc), WANTS(__VA_ARGS__), N_WANTS(__VA_ARGS__))
+
+/* Parse a whole file expecting success and no diagnostic at all. */
+#define EXPECT_CLEAN(text) expect_diags(__LINE__, NULL, (text), 0, NULL, 0)
+
+/* Parse rules only, against `base`, and check the same way. */
+#define EXPECT_RULES(base, text, rc, ...)                                                          \
+    expect_diags(__LINE__, (base), (text), (rc), WANTS(__VA_ARGS__), N_WANTS(__VA_ARGS__))
+
+/* Line 1 of most tests: one listener of each test codec. */
+#define TCP "listen t { protocol tcp; bind 127.0.0.1:1; upstream 127.0.0.1:2 }\n"
+#define MQ "listen mq { protocol amqp; bind 127.0.0.1:3; upstream 127.0.0.1:4 }\n"
+#define NARROW "listen n { protocol resp; profile rq; bind 127.0.0.1:5; upstream 127.0.0.1:6 }\n"
+#define MQ_WARN                                                                                    \
+    W(1, 22, "protocol amqp: the amqp codec is not built yet; traffic is forwarded as tcp")
+#define NARROW_WARN                                                                                \
+    W(1, 21, "protocol resp: the resp codec is not built yet; traffic is forwarded as tcp")
+
+/* A rule on line 2 whose block is line 3, starting at column 5. */
+#define TCP_RULE(body) TCP "rule r on t {\n    " body "\n}\n"
+#define MQ_RULE(body) MQ "rule r on mq {\n    " body "\n}\n"
+
+static bool same_str(const char *a, const char *b)
+{
+    return (a == NULL && b == NULL) || (a != NULL && b != NULL && strcmp(a, b) == 0);
+}
+
+static void dump(const char *text, int rc, const struct conf_diags *d)
+{
+    fprintf(stderr, "---- input ----\n%s\n---- rc=%d, diagnostics ----\n", text, rc);
+    conf_diags_print(d, stderr);
+}
+
+/* Whether the diagnostics are exactly w[0..n). */
+static bool diags_match(const struct conf_diags *d, const struct want *w, size_t n)
+{
+    const struct conf_diag *g = d->head;
+    size_t i = 0;
+
+    for (; g != NULL && i < n; g = g->next, i++) {
+        if (g->loc.line != w[i].line || g->loc.col != w[i].col || g->severity != w[i].sev ||
+            !same_str(g->msg, w[i].msg) || !same_str(g->hint, w[i].hint)) {
+            fprintf(stderr, "diag #%zu: want %u:%u %s '%s' (%s)\n", i, w[i].line, w[i].col,
+                    w[i].sev == CONF_ERROR ? "error" : "warning", w[i].msg,
+                    w[i].hint ? w[i].hint : "no hint");
+            return false;
+        }
+    }
+    return g == NULL && i == n;
+}
+
+/* Parse `text` (a whole file, or rules only when `base` is given). */
+static int parse_any(const struct conf *base, const char *text, struct conf_diags *d,
+                     struct conf **c, struct rule **rules, size_t *n_rules)
+{
+    *c = NULL;
+    *rules = NULL;
+    *n_rules = 0;
+    if (base != NULL) {
+        return conf_parse_rules("t.rules", text, strlen(text), base, rules, n_rules, d);
+    }
+    return conf_parse_string("t.conf", text, strlen(text), c, d);
+}
+
+static void expect_diags(int at, const struct conf *base, const char *text, int want_rc,
+                         const struct want *w, size_t n)
+{
+    struct conf_diags d;
+    struct conf *c;
+    struct rule *rules;
+    size_t n_rules;
+    int rc;
+
+    conf_diags_init(&d);
+    rc = parse_any(base, text, &d, &c, &rules, &n_rules);
+    bool ok = rc == want_rc && (base != NULL || (rc == 0) == (c != NULL)) &&
+              (rc == 0 || (rules == NULL && n_rules == 0)) && diags_match(&d, w, n);
+    if (!ok) {
+        fprintf(stderr, "test_rules.c:%d: unexpected result\n", at);
+        dump(text, rc, &d);
+    }
+    conf_free(c);
+    rule_list_free(rules);
+    conf_diags_free(&d);
+    assert_true(ok);
+}
+
+/* Parse `text` expecting success; the caller frees the result and `d`. */
+static struct conf *parse_ok(const char *text, struct conf_diags *d)
+{
+    struct conf *c = NULL;
+    int rc;
+
+    conf_diags_init(d);
+    rc = conf_parse_string("t.conf", text, strlen(text), &c, d);
+    if (rc != 0) {
+        dump(text, rc, d);
+    }
+    assert_int_equal(rc, 0);
+    assert_non_null(c);
+    assert_int_equal(d->errors, 0);
+    return c;
+}
+
+/* The rule called `name`, which must exist. */
+static const struct rule *find_rule(const struct conf *c, const char *name)
+{
+    for (const struct rule *r = c->rules; r != NULL; r = r->next) {
+        if (strcmp(r->name, name) == 0) {
+            return r;
+        }
+    }
+    fail_msg("no rule '%s'", name);
+    return NULL;
+}
+
+/* ---- names ---- */
+
+static void test_names(void **state)
+{
+    (void)state;
+    assert_string_equal(rule_event_name(RULE_EV_STREAM), "stream");
+    assert_string_equal(rule_event_name(RULE_EV_COMMAND), "command");
+    assert_string_equal(rule_event_name(RULE_EV_COUNT), "unknown");
+    assert_string_equal(rule_field_name(RULE_F_ROUTING_KEY), "routing_key");
+    assert_string_equal(rule_field_name(RULE_F_KEY), "key");
+    assert_string_equal(rule_field_name(RULE_F_COUNT), "unknown");
+    assert_string_equal(rule_action_name(RULE_ACT_SLOW_CLOSE), "slow-close");
+    assert_string_equal(rule_action_name(RULE_ACT_REDELIVER), "redeliver");
+    assert_string_equal(rule_action_name(RULE_ACT_COUNT), "unknown");
+    for (int k = 0; k < RULE_ACT_COUNT; k++) {
+        /* the stream actions are exactly the second group, latency onwards */
+        assert_int_equal(rule_action_is_stream((enum rule_action_kind)k), k >= RULE_ACT_LATENCY);
+    }
+    assert_false(rule_action_is_stream(RULE_ACT_COUNT));
+}
+
+/* ---- globals ---- */
+
+static void test_globals(void **state)
+{
+    struct conf_diags d;
+    struct conf *c;
+
+    (void)state;
+    c = parse_ok("seed 18446744073709551615\n"
+                 "journal \"/var/lib/twice/a journal.pb\"\n"
+                 "admin 0.0.0.0:8474\n"
+                 "admin-token 0123456789abcdef\n" TCP,
+                 &d);
+    assert_true(c->has_seed);
+    assert_true(c->seed == UINT64_MAX);
+    assert_string_equal(c->journal, "/var/lib/twice/a journal.pb");
+    assert_true(c->has_admin);
+    assert_string_equal(c->admin.host, "0.0.0.0");
+    assert_int_equal(c->admin.port, 8474);
+    assert_int_equal(c->admin.loc.line, 3);
+    assert_int_equal(c->admin.loc.col, 7);
+    assert_string_equal(c->admin_token, "0123456789abcdef");
+    assert_int_equal(c->n_rules, 0);
+    assert_null(c->rules);
+    conf_free(c);
+    conf_diags_free(&d);
+
+    /* defaults */
+    c = parse_ok(TCP, &d);
+    assert_false(c->has_seed);
+    assert_false(c->has_admin);
+    assert_null(c->journal);
+    assert_null(c->admin_token);
+    conf_free(c);
+    conf_diags_free(&d);
+
+    /* every loopback address needs no token */
+    c = parse_ok("seed 0\nadmin [::1]:8474\n" TCP, &d);
+    assert_true(c->has_seed);
+    assert_true(c->seed == 0);
+    assert_string_equal(c->admin.host, "::1");
+    conf_free(c);
+    conf_diags_free(&d);
+    EXPECT_CLEAN("admin localhost:8474\n" TCP);
+    EXPECT_CLEAN("admin 127.9.8.7:8474\n" TCP);
+    EXPECT_CLEAN("admin [::ffff:127.0.0.1]:8474\n" TCP);
+}
+
+static void test_global_errors(void **state)
+{
+    (void)state;
+    EXPECT("seed 18446744073709551616\n" TCP, -1,
+           EH(1, 6, "invalid seed '18446744073709551616'",
+              "a whole number from 0 to 18446744073709551615"));
+    EXPECT("seed -1\nseed 2\n" TCP, -1,
+           EH(1, 6, "invalid seed '-1'", "a whole number from 0 to 18446744073709551615"),
+           EH(2, 1, "duplicate 'seed'", "first set at 1:1"));
+    EXPECT("seed\n" TCP, -1, E(1, 1, "'seed' takes one argument: N"));
+    EXPECT("journal \"\"\n" TCP, -1, E(1, 9, "'journal' needs a file path"));
+    EXPECT("journal a b\n" TCP, -1, E(1, 11, "'journal' takes one argument: PATH"));
+    EXPECT("admin 8474\n" TCP, -1, E(1, 7, "'admin' needs HOST:PORT, e.g. 127.0.0.1:8474"));
+    EXPECT("admin [::1]\n" TCP, -1, E(1, 7, "'admin' needs HOST:PORT, e.g. 127.0.0.1:8474"));
+    EXPECT("admin 127.0.0.1:0\n" TCP, -1, E(1, 7, "invalid port '0' (1-65535)"));
+    EXPECT("admin 0.0.0.0:8474\n" TCP, -1,
+           E(1, 7, "admin API on 0.0.0.0:8474 is reachable from the network: set admin-token"));
+    EXPECT(
+        "admin [2001:db8::1]:8474\n" TCP, -1,
+        E(1, 7, "admin API on [2001:db8::1]:8474 is reachable from the network: set admin-token"));
+    EXPECT("admin 127.0.0.1:1\n" TCP, -1,
+           E(1, 7, "admin API on 127.0.0.1:1, already bound by listener 't'"));
+    EXPECT("admin-token 0123456789abcdef\n" TCP, 0,
+           W(1, 1, "admin-token has no effect without admin"));
+    /* a bad token is reported once, not again as a missing one */
+    EXPECT("admin *:8474\nadmin-token short\n" TCP, -1,
+           EH(2, 13, "admin-token must be 16 to 256 characters long, not 5",
+              "e.g. the output of: openssl rand -hex 24"));
+    EXPECT("admin 127.0.0.1:8474\nadmin-token \"0123456789 abcdef\"\n" TCP, -1,
+           E(2, 13, "admin-token must be printable ASCII with no blanks"));
+    EXPECT("admin 127.0.0.1:8474 { }\n" TCP, -1, E(1, 22, "'admin' does not take a block"));
+}
+
+/* ---- valid rules, read back ---- */
+
+static void test_rule_defaults(void **state)
+{
+    struct conf_diags d;
+    struct conf *c = parse_ok(TCP "rule plain on t {\n    do blackhole\n}\n", &d);
+    const struct rule *r = c->rules;
+
+    (void)state;
+    assert_int_equal(c->n_rules, 1);
+    assert_string_equal(r->name, "plain");
+    assert_string_equal(r->listener, "t");
+    assert_int_equal(r->loc.line, 2);
+    assert_int_equal(r->loc.col, 1);
+    assert_int_equal(r->event, RULE_EV_STREAM);
+    assert_int_equal(r->n_matchers, 0);
+    assert_null(r->matchers);
+    assert_int_equal(r->action.kind, RULE_ACT_BLACKHOLE);
+    assert_int_equal(r->action.loc.line, 3);
+    assert_int_equal(r->action.loc.col, 8);
+    assert_int_equal(r->direction, RULE_DIR_BOTH);
+    assert_true(r->enabled);
+    assert_false(r->trigger.has_probability);
+    assert_false(r->trigger.has_between);
+    assert_true(r->trigger.every == 0 && r->trigger.nth == 0 && r->trigger.first == 0);
+    assert_true(r->trigger.after == 0 && r->trigger.limit == 0);
+    assert_int_equal(r->trigger.max_per_message, 1);
+    assert_null(r->next);
+    conf_free(c);
+    conf_diags_free(&d);
+}
+
+static const char *const stream_rules =
+    TCP "rule lat on t { do latency 20ms jitter 5ms; stream downstream }\n"
+        "rule lat2 on t { do latency 1s; stream upstream }\n"
+        "rule bw on t { do bandwidth 100KB/s; stream both }\n"
+        "rule slice on t { do slice 64KB delay 10ms }\n"
+        "rule slice0 on t { do slice 1B delay 0ms }\n"
+        "rule slice1 on t { do slice 3KiB }\n"
+        "rule reset on t { do reset }\n"
+        "rule reset2 on t { do reset after 2s }\n"
+        "rule reset0 on t { do reset after 0s }\n"
+        "rule hole on t { do blackhole; disabled }\n"
+        "rule sc on t { do slow-close 3s }\n"
+        "rule lim on t { do limit 2GB }\n";
+
+static void test_stream_actions(void **state)
+{
+    struct conf_diags d;
+    struct conf *c = parse_ok(stream_rules, &d);
+    const struct rule *r;
+
+    (void)state;
+    assert_int_equal(c->n_rules, 12);
+    r = find_rule(c, "lat");
+    assert_int_equal(r->action.kind, RULE_ACT_LATENCY);
+    assert_int_equal(r->action.duration_ms, 20);
+    assert_int_equal(r->action.jitter_ms, 5);
+    assert_int_equal(r->direction, RULE_DIR_DOWNSTREAM);
+    r = find_rule(c, "lat2");
+    assert_int_equal(r->action.duration_ms, 1000);
+    assert_int_equal(r->action.jitter_ms, 0);
+    assert_int_equal(r->direction, RULE_DIR_UPSTREAM);
+    r = find_rule(c, "bw");
+    assert_int_equal(r->action.kind, RULE_ACT_BANDWIDTH);
+    assert_true(r->action.bytes == 100000);
+    assert_int_equal(r->direction, RULE_DIR_BOTH);
+    r = find_rule(c, "slice");
+    assert_int_equal(r->action.kind, RULE_ACT_SLICE);
+    assert_true(r->action.bytes == 64000);
+    assert_int_equal(r->action.slice_delay_ms, 10);
+    r = find_rule(c, "slice0");
+    assert_true(r->action.bytes == 1);
+    assert_int_equal(r->action.slice_delay_ms, 0);
+    assert_true(find_rule(c, "slice1")->action.bytes == 3072);
+    r = find_rule(c, "reset");
+    assert_int_equal(r->action.kind, RULE_ACT_RESET);
+    assert_int_equal(r->action.duration_ms, 0);
+    assert_int_equal(find_rule(c, "reset2")->action.duration_ms, 2000);
+    assert_int_equal(find_rule(c, "reset0")->action.duration_ms, 0);
+    r = find_rule(c, "hole");
+    assert_int_equal(r->action.kind, RULE_ACT_BLACKHOLE);
+    assert_false(r->enabled);
+    r = find_rule(c, "sc");
+    assert_int_equal(r->action.kind, RULE_ACT_SLOW_CLOSE);
+    assert_int_equal(r->action.duration_ms, 3000);
+    r = find_rule(c, "lim");
+    assert_int_equal(r->action.kind, RULE_ACT_LIMIT);
+    assert_true(r->action.bytes == 2000000000ull);
+    /* file order */
+    assert_string_equal(c->rules->name, "lat");
+    assert_string_equal(c->rules->next->name, "lat2");
+    conf_free(c);
+    conf_diags_free(&d);
+}
+
+/* Every byte unit, as a rate and as a size. */
+static void test_byte_units(void **state)
+{
+    static const struct {
+        const char *text;
+        uint64_t bytes;
+    } cases[] = {
+        {"5B", 5},
+        {"3KB", 3000},
+        {"2MB", 2000000},
+        {"1GB", 1000000000},
+        {"3KiB", 3072},
+        {"1MiB", 1048576},
+        {"2GiB", 2147483648ull},
+        {"1024GiB", 1099511627776ull},
+        {"1000000000000B", 1000000000000ull},
+    };
+    char text[256];
+
+    (void)state;
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        struct conf_diags d;
+        snprintf(text, sizeof(text),
+                 TCP "rule a on t { do bandwidth %s }\nrule b on t { do bandwidth %s/s }\n"
+                     "rule c on t { do limit %s }\n",
+                 cases[i].text, cases[i].text, cases[i].text);
+        struct conf *c = parse_ok(text, &d);
+        assert_true(find_rule(c, "a")->action.bytes == cases[i].bytes);
+        assert_true(find_rule(c, "b")->action.bytes == cases[i].bytes);
+        assert_true(find_rule(c, "c")->action.bytes == cases[i].bytes);
+        conf_free(c);
+        conf_diags_free(&d);
+    }
+}
+
+static void assert_cidr(const struct rule_matcher *m, const uint8_t want[16], unsigned prefix)
+{
+    assert_memory_equal(m->cidr_addr, want, 16);
+    assert_int_equal(m->cidr_prefix, prefix);
+    assert_false(m->is_glob);
+}
+
+static void test_connect_rules(void **state)
+{
+    static const uint8_t net10[16] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff, 10, 0, 0, 0};
+    static const uint8_t host[16] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff, 192, 168, 1, 7};
+    static const uint8_t any4[16] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff, 0, 0, 0, 0};
+    static const uint8_t lo6[16] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1};
+    static const uint8_t doc6[16] = {0x20, 0x01, 0x0d, 0xb8, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0};
+    struct conf_diags d;
+    struct conf *c =
+        parse_ok(TCP "rule c1 on t {\n"
+                     "    when connect client=10.0.0.0/8 client!=::1\n"
+                     "    do close before\n"
+                     "}\n"
+                     "rule c2 on t { when connect client=192.168.1.7; do close after }\n"
+                     "rule c3 on t { when connect client=\"2001:db8::/32\" "
+                     "client=0.0.0.0/0; do delay 2s }\n"
+                     "rule c4 on t { when connect; do latency 1ms; stream upstream }\n",
+                 &d);
+    const struct rule *r = find_rule(c, "c1");
+
+    (void)state;
+    assert_int_equal(r->event, RULE_EV_CONNECT);
+    assert_int_equal(r->n_matchers, 2);
+    assert_int_equal(r->matchers[0].field, RULE_F_CLIENT);
+    assert_int_equal(r->matchers[0].op, RULE_OP_EQ);
+    assert_string_equal(r->matchers[0].value, "10.0.0.0/8");
+    assert_int_equal(r->matchers[0].loc.line, 3);
+    assert_int_equal(r->matchers[0].loc.col, 18);
+    assert_cidr(&r->matchers[0], net10, 8 + 96);
+    assert_int_equal(r->matchers[1].op, RULE_OP_NE);
+    assert_cidr(&r->matchers[1], lo6, 128);
+    assert_int_equal(r->action.kind, RULE_ACT_CLOSE);
+    assert_int_equal(r->action.close_when, RULE_CLOSE_BEFORE);
+    r = find_rule(c, "c2");
+    assert_cidr(&r->matchers[0], host, 128);
+    assert_int_equal(r->action.close_when, RULE_CLOSE_AFTER);
+    r = find_rule(c, "c3");
+    assert_string_equal(r->matchers[0].value, "2001:db8::/32");
+    assert_cidr(&r->matchers[0], doc6, 32);
+    assert_cidr(&r->matchers[1], any4, 96);
+    assert_int_equal(r->action.kind, RULE_ACT_DELAY);
+    assert_int_equal(r->action.duration_ms, 2000);
+    r = find_rule(c, "c4");
+    assert_int_equal(r->event, RULE_EV_CONNECT);
+    assert_int_equal(r->n_matchers, 0);
+    assert_int_equal(r->direction, RULE_DIR_UPSTREAM);
+    conf_free(c);
+    conf_diags_free(&d);
+}
+
+static const char *const message_rules =
+    MQ "# Crash between work and ack: the card was charged, the ack never arrived.\n" /* 2 */
+       "rule lost-ack on mq {\n"                                                      /* 3 */
+       "    when ack queue=payments task=billing.charge\n"                            /* 4 */
+       "    every 10\n"                                                               /* 5 */
+       "    do redeliver\n"                                                           /* 6 */
+       "}\n"                                                                          /* 7 */
+       "rule double on mq {\n"                                                        /* 8 */
+       "    when deliver queue!=emails body~\"refund due\" task=\"a b\" "
+       "header.x-retry=1* message_id=id-?\n" /* 9 */
+       "    probability 2%\n"
+       "    nth 3\n"
+       "    first 5\n"
+       "    after 7\n"
+       "    limit 9\n"
+       "    between 0s 10m\n"
+       "    max-per-message 3\n"
+       "    do duplicate\n"
+       "}\n"
+       "rule n on mq { when nack redelivered=true; do drop }\n"
+       "rule p on mq { when publish exchange=ex routing_key=rk.* consumer_tag=c; do error 406 }\n"
+       "rule cf on mq { when confirm redelivered!=false; do expire 30s }\n"
+       "rule cmd on mq { when command command=BRPOP key~queue: key=queue:*; do error -READONLY }\n"
+       "rule slow on mq { when ack; do delay 45s }\n"
+       "rule empty on mq { when ack queue=\"\"; do error LOADING }\n"
+       "rule glue on mq { when ack queue=a\"b c\"d; do close after }\n"
+       "rule conn on mq { when connect; do close before }\n";
+
+static void assert_matcher(const struct rule_matcher *m, enum rule_field field,
+                           enum rule_match_op op, const char *value, bool glob)
+{
+    assert_int_equal(m->field, field);
+    assert_int_equal(m->op, op);
+    assert_string_equal(m->value, value);
+    assert_int_equal(m->is_glob, glob);
+    if (field != RULE_F_HEADER) {
+        assert_null(m->header);
+    }
+}
+
+static void test_message_rules(void **state)
+{
+    struct conf_diags d;
+    struct conf *c = parse_ok(message_rules, &d);
+    const struct rule *r = find_rule(c, "lost-ack");
+
+    (void)state;
+    assert_int_equal(c->n_rules, 10);
+    assert_int_equal(r->loc.line, 3);
+    assert_int_equal(r->event, RULE_EV_ACK);
+    assert_int_equal(r->n_matchers, 2);
+    assert_matcher(&r->matchers[0], RULE_F_QUEUE, RULE_OP_EQ, "payments", false);
+    assert_matcher(&r->matchers[1], RULE_F_TASK, RULE_OP_EQ, "billing.charge", false);
+    assert_true(r->trigger.every == 10);
+    assert_int_equal(r->action.kind, RULE_ACT_REDELIVER);
+    assert_int_equal(r->action.loc.line, 6);
+    assert_int_equal(r->action.loc.col, 8);
+
+    r = find_rule(c, "double");
+    assert_int_equal(r->event, RULE_EV_DELIVER);
+    assert_int_equal(r->n_matchers, 5);
+    assert_matcher(&r->matchers[0], RULE_F_QUEUE, RULE_OP_NE, "emails", false);
+    assert_matcher(&r->matchers[1], RULE_F_BODY, RULE_OP_CONTAINS, "refund due", false);
+    assert_int_equal(r->matchers[1].loc.line, 9);
+    assert_int_equal(r->matchers[1].loc.col, 32);
+    assert_matcher(&r->matchers[2], RULE_F_TASK, RULE_OP_EQ, "a b", false);
+    assert_matcher(&r->matchers[3], RULE_F_HEADER, RULE_OP_EQ, "1*", true);
+    assert_string_equal(r->matchers[3].header, "x-retry");
+    assert_matcher(&r->matchers[4], RULE_F_MESSAGE_ID, RULE_OP_EQ, "id-?", true);
+    assert_true(r->trigger.has_probability);
+    assert_true(r->trigger.probability == 0.02);
+    assert_true(r->trigger.nth == 3 && r->trigger.first == 5 && r->trigger.after == 7);
+    assert_true(r->trigger.limit == 9);
+    assert_true(r->trigger.has_between);
+    assert_int_equal(r->trigger.between_start_ms, 0);
+    assert_int_equal(r->trigger.between_end_ms, 600000);
+    assert_int_equal(r->trigger.max_per_message, 3);
+    assert_int_equal(r->action.kind, RULE_ACT_DUPLICATE);
+
+    r = find_rule(c, "n");
+    assert_int_equal(r->event, RULE_EV_NACK);
+    assert_matcher(&r->matchers[0], RULE_F_REDELIVERED, RULE_OP_EQ, "true", false);
+    assert_true(r->matchers[0].bool_value);
+    assert_int_equal(r->action.kind, RULE_ACT_DROP);
+
+    r = find_rule(c, "p");
+    assert_int_equal(r->event, RULE_EV_PUBLISH);
+    assert_matcher(&r->matchers[0], RULE_F_EXCHANGE, RULE_OP_EQ, "ex", false);
+    assert_matcher(&r->matchers[1], RULE_F_ROUTING_KEY, RULE_OP_EQ, "rk.*", true);
+    assert_matcher(&r->matchers[2], RULE_F_CONSUMER_TAG, RULE_OP_EQ, "c", false);
+    assert_int_equal(r->action.kind, RULE_ACT_ERROR);
+    assert_string_equal(r->action.error_code, "406");
+    conf_free(c);
+    conf_diags_free(&d);
+}
+
+static void test_message_rules_more(void **state)
+{
+    struct conf_diags d;
+    struct conf *c = parse_ok(message_rules, &d);
+    const struct rule *r = find_rule(c, "cf");
+
+    (void)state;
+    assert_int_equal(r->event, RULE_EV_CONFIRM);
+    assert_matcher(&r->matchers[0], RULE_F_REDELIVERED, RULE_OP_NE, "false", false);
+    assert_false(r->matchers[0].bool_value);
+    assert_int_equal(r->action.kind, RULE_ACT_EXPIRE);
+    assert_int_equal(r->action.duration_ms, 30000);
+
+    r = find_rule(c, "cmd");
+    assert_int_equal(r->event, RULE_EV_COMMAND);
+    assert_matcher(&r->matchers[0], RULE_F_COMMAND, RULE_OP_EQ, "BRPOP", false);
+    assert_matcher(&r->matchers[1], RULE_F_KEY, RULE_OP_CONTAINS, "queue:", false);
+    assert_matcher(&r->matchers[2], RULE_F_KEY, RULE_OP_EQ, "queue:*", true);
+    assert_string_equal(r->action.error_code, "-READONLY");
+
+    r = find_rule(c, "slow");
+    assert_int_equal(r->n_matchers, 0);
+    assert_int_equal(r->action.kind, RULE_ACT_DELAY);
+    assert_int_equal(r->action.duration_ms, 45000);
+
+    r = find_rule(c, "empty");
+    assert_matcher(&r->matchers[0], RULE_F_QUEUE, RULE_OP_EQ, "", false);
+    assert_string_equal(r->action.error_code, "LOADING");
+
+    /* a quoted piece glued inside a value: shell-like concatenation */
+    r = find_rule(c, "glue");
+    assert_matcher(&r->matchers[0], RULE_F_QUEUE, RULE_OP_EQ, "ab cd", false);
+    assert_int_equal(r->action.close_when, RULE_CLOSE_AFTER);
+    assert_int_equal(find_rule(c, "conn")->event, RULE_EV_CONNECT);
+    conf_free(c);
+    conf_diags_free(&d);
+}
+
+static void test_probability_forms(void **state)
+{
+    static const struct {
+        const char *text;
+        double p;
+    } cases[] = {
+        {"5%", 0.05},    {"12.5%", 0.125}, {"0.05", 0.05},         {"100%", 1.0},      {"1", 1.0},
+        {"0.5%", 0.005}, {".5", 0.5},      {"0.000001", 0.000001}, {"99.99%", 0.9999},
+    };
+    char text[256];
+
+    (void)state;
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        struct conf_diags d;
+        snprintf(text, sizeof(text), TCP "rule r on t { probability %s; do latency 1ms }\n",
+                 cases[i].text);
+        struct conf *c = parse_ok(text, &d);
+        assert_true(c->rules->trigger.has_probability);
+        if (c->rules->trigger.probability != cases[i].p) {
+            fail_msg("probability %s: got %.17g", cases[i].text, c->rules->trigger.probability);
+        }
+        conf_free(c);
+        conf_diags_free(&d);
+    }
+}
+
+/* ---- mistakes in `when` ---- */
+
+#define EVENTS_HINT "events: connect, deliver, ack, nack, publish, confirm, command"
+#define BAD_MATCHER_HINT                                                                           \
+    "write FIELD=VALUE, FIELD!=VALUE or FIELD~TEXT with no blanks, e.g. queue=payments; only "     \
+    "the value may be quoted"
+#define CIDR_HINT "write an IPv4 or IPv6 address or a CIDR block, e.g. 10.0.0.0/8 or ::1/128"
+#define SUBSTRING_HINT                                                                             \
+    "'~' (substring) applies to body, task, queue, message_id, key, command and header.NAME"
+
+static void test_when_errors(void **state)
+{
+    (void)state;
+    EXPECT(TCP_RULE("when\n    do latency 1ms"), -1,
+           EH(3, 5, "'when' needs an event: when EVENT [MATCHER...]", EVENTS_HINT));
+    EXPECT(TCP_RULE("when stream; do latency 1ms"), -1,
+           EH(3, 10, "unknown event 'stream'",
+              "leave out 'when': a rule with no 'when' acts on the byte stream"));
+    EXPECT(TCP_RULE("when conect; do latency 1ms"), -1,
+           EH(3, 10, "unknown event 'conect'", "did you mean 'connect'?"));
+    EXPECT(TCP_RULE("when arrival; do latency 1ms"), -1,
+           EH(3, 10, "unknown event 'arrival'",
+              "expected one of: connect, deliver, ack, nack, publish, confirm, command"));
+    EXPECT(MQ_RULE("when ack qeue=x; do drop"), -1, MQ_WARN,
+           EH(3, 14, "unknown field 'qeue'", "did you mean 'queue'?"));
+    EXPECT(MQ_RULE("when ack colour=red; do drop"), -1, MQ_WARN,
+           EH(3, 14, "unknown field 'colour'",
+              "expected one of: queue, exchange, routing_key, consumer_tag, message_id, task, "
+              "header.NAME, body, client, redelivered, command, key"));
+    EXPECT(MQ_RULE("when ack header=x header.=y; do drop"), -1, MQ_WARN,
+           EH(3, 14, "'header' needs a name: header.NAME=VALUE", "e.g. header.x-retry=1"),
+           EH(3, 23, "'header.' needs a name: header.NAME=VALUE", "e.g. header.x-retry=1"));
+    EXPECT(MQ_RULE("when ack client~10. redelivered~t exchange~x; do drop"), -1, MQ_WARN,
+           EH(3, 14, "'client' cannot use '~'", "use = or !="),
+           EH(3, 25, "'redelivered' cannot use '~'", "use = or !="),
+           EH(3, 39, "'exchange' cannot use '~'", SUBSTRING_HINT));
+    EXPECT(TCP_RULE("when connect client=nope client=10.0.0.300; do latency 1ms"), -1,
+           EH(3, 18, "invalid client address 'nope'", CIDR_HINT),
+           EH(3, 30, "invalid client address '10.0.0.300'", CIDR_HINT));
+    EXPECT(TCP_RULE("when connect client=1.2.3.4/33 client=::1/129 client=::1/; do latency 1ms"),
+           -1, E(3, 18, "invalid prefix length in '1.2.3.4/33' (0-32 for IPv4)"),
+           E(3, 36, "invalid prefix length in '::1/129' (0-128 for IPv6)"),
+           E(3, 51, "invalid prefix length in '::1/' (0-128 for IPv6)"));
+    EXPECT(MQ_RULE("when ack redelivered=yes; do drop"), -1, MQ_WARN,
+           EH(3, 14, "invalid redelivered value 'yes'", "expected true or false"));
+    EXPECT(MQ_RULE("when ack queue \"x\" =y; do drop"), -1, MQ_WARN,
+           EH(3, 14, "invalid matcher 'queue'", BAD_MATCHER_HINT),
+           EH(3, 20, "invalid matcher 'x'", BAD_MATCHER_HINT),
+           EH(3, 24, "invalid matcher '=y'", BAD_MATCHER_HINT));
+    EXPECT(MQ_RULE("when ack \"queue=x\" queue:x; do drop"), -1, MQ_WARN,
+           EH(3, 14, "invalid matcher 'queue=x'", BAD_MATCHER_HINT),
+           EH(3, 24, "invalid matcher 'queue:x'", BAD_MATCHER_HINT));
+}
+
+static void test_when_quoting(void **state)
+{
+    (void)state;
+    /* a blank between the operator and a quoted value */
+    EXPECT(MQ_RULE("when deliver body~ \"refund due\" task=a; do drop"), -1, MQ_WARN,
+           EH(3, 18, "missing value after 'body~'",
+              "write body~\"refund due\" with no blank before the quote"));
+    EXPECT(MQ_RULE("when deliver queue= task=a; do drop"), -1, MQ_WARN,
+           E(3, 18, "missing value after 'queue='"));
+    EXPECT(MQ_RULE("when deliver queue!="), -1, MQ_WARN,
+           EH(2, 1, "rule 'r' has no 'do ACTION'", "e.g. do latency 20ms"),
+           E(3, 18, "missing value after 'queue!='"));
+    /* a comment glued to a word is still a comment */
+    EXPECT(MQ_RULE("when deliver queue=a#b\n    do drop"), 0, MQ_WARN);
+}
+
+static void test_too_many_matchers(void **state)
+{
+    char text[2048] = MQ "rule r on mq {\n    when ack";
+
+    (void)state;
+    for (int i = 0; i < 33; i++) {
+        strcat(text, " queue=q");
+    }
+    strcat(text, " task=x\n    do drop\n}\n");
+    /* 32 are fine; the 33rd is at column 14 + 32 * 8 */
+    EXPECT(text, -1, MQ_WARN, E(3, 270, "too many matchers (at most 32)"));
+}
+
+/* ---- mistakes in triggers ---- */
+
+#define PROB_HINT "write a percentage like 5% or 12.5%, or a fraction like 0.05"
+
+static void test_trigger_errors(void **state)
+{
+    (void)state;
+    EXPECT(TCP_RULE("probability 0%; do latency 1ms"), -1,
+           E(3, 17, "probability '0%' must be greater than 0"));
+    EXPECT(TCP_RULE("probability 0.0; do latency 1ms"), -1,
+           E(3, 17, "probability '0.0' must be greater than 0"));
+    EXPECT(TCP_RULE("probability 150%; do latency 1ms"), -1,
+           E(3, 17, "probability '150%' is more than 100%"));
+    EXPECT(TCP_RULE("probability 5; do latency 1ms"), -1,
+           EH(3, 17, "probability '5' is more than 1", "did you mean '5%'?"));
+    EXPECT(TCP_RULE("probability 5%%; do latency 1ms"), -1,
+           EH(3, 17, "invalid probability '5%%'", PROB_HINT));
+    EXPECT(TCP_RULE("probability 1.2.3; do latency 1ms"), -1,
+           EH(3, 17, "invalid probability '1.2.3'", PROB_HINT));
+    EXPECT(TCP_RULE("probability 0.1234567890123456; do latency 1ms"), -1,
+           EH(3, 17, "invalid probability '0.1234567890123456'", PROB_HINT));
+    EXPECT(TCP_RULE("probability; do latency 1ms"), -1,
+           E(3, 5, "'probability' takes one argument: P, e.g. 5% or 0.05"));
+    EXPECT(TCP_RULE("every 0; nth x; first 1000000000001; after -1; do latency 1ms"), -1,
+           E(3, 11, "'every' must be from 1 to 1000000000000, not 0"),
+           EH(3, 18, "invalid number 'x' for 'nth'", "write a whole number, e.g. nth 10"),
+           E(3, 27, "'first' must be from 1 to 1000000000000, not 1000000000001"),
+           EH(3, 48, "invalid number '-1' for 'after'", "write a whole number, e.g. after 10"));
+    EXPECT(TCP_RULE("limit 99999999999999999999999; do latency 1ms"), -1,
+           E(3, 11, "'limit' must be from 1 to 1000000000000, not 99999999999999999999999"));
+    EXPECT(MQ_RULE("when ack; max-per-message 1001; do drop"), -1, MQ_WARN,
+           E(3, 31, "'max-per-message' must be from 1 to 1000, not 1001"));
+    EXPECT(TCP_RULE("between 10s 5s; do latency 1ms"), -1,
+           EH(3, 17, "'between' ends at 5s, not after its start 10s", "write between START END"));
+    EXPECT(TCP_RULE("between 1s 1s; do latency 1ms"), -1,
+           EH(3, 16, "'between' ends at 1s, not after its start 1s", "write between START END"));
+    EXPECT(TCP_RULE("between 0 0s; do latency 1ms"), -1,
+           E(3, 13, "duration '0' needs a unit: ms, s, m or h"),
+           E(3, 15, "duration '0s' must be greater than 0"));
+    EXPECT(TCP_RULE("between 5s; do latency 1ms"), -1,
+           E(3, 5, "'between' takes two arguments: START END, e.g. 0s 10m"));
+    EXPECT(TCP_RULE("every 2; every 3; do latency 1ms"), -1,
+           EH(3, 14, "duplicate 'every'", "first set at 3:5"));
+}
+
+/* ---- mistakes in `do` ---- */
+
+#define ACTIONS_HINT                                                                               \
+    "expected one of: redeliver, duplicate, expire, delay, drop, close, error, latency, "          \
+    "bandwidth, slice, reset, blackhole, slow-close, limit"
+#define UNITS "B, KB, MB, GB, KiB, MiB or GiB"
+
+static void test_do_errors(void **state)
+{
+    (void)state;
+    EXPECT(TCP_RULE("do"), -1, EH(3, 5, "'do' needs an action: do ACTION [ARGS...]", ACTIONS_HINT));
+    EXPECT(TCP_RULE("do redelivr"), -1,
+           EH(3, 8, "unknown action 'redelivr'", "did you mean 'redeliver'?"));
+    EXPECT(TCP_RULE("do explode"), -1, EH(3, 8, "unknown action 'explode'", ACTIONS_HINT));
+    EXPECT(MQ_RULE("when ack; do delay"), -1, MQ_WARN,
+           EH(3, 18, "'do delay' needs a duration", "usage: do delay DURATION"));
+    EXPECT(MQ_RULE("when ack; do expire 5"), -1, MQ_WARN,
+           E(3, 25, "duration '5' needs a unit: ms, s, m or h"));
+    EXPECT(MQ_RULE("when ack; do drop now"), -1, MQ_WARN,
+           EH(3, 23, "too many arguments for 'do drop'", "usage: do drop"));
+    EXPECT(MQ_RULE("when ack; do close"), -1, MQ_WARN,
+           EH(3, 18, "'do close' needs before or after", "usage: do close before|after"));
+    EXPECT(MQ_RULE("when ack; do close befor"), -1, MQ_WARN,
+           EH(3, 24, "unknown 'close' argument 'befor'", "did you mean 'before'?"));
+    EXPECT(MQ_RULE("when ack; do error"), -1, MQ_WARN,
+           EH(3, 18, "'do error' needs an error code", "usage: do error CODE, e.g. do error 406"));
+    EXPECT(MQ_RULE("when ack; do error \"not found\""), -1, MQ_WARN,
+           EH(3, 24, "invalid error code 'not found'", "e.g. 406, 320, READONLY, LOADING or OOM"));
+    EXPECT(MQ_RULE("when ack; do error ABCDEFGHIJKLMNOPQRSTUVWXYZ0123456"), -1, MQ_WARN,
+           EH(3, 24, "invalid error code 'ABCDEFGHIJKLMNOPQRSTUVWXYZ0123456'",
+              "e.g. 406, 320, READONLY, LOADING or OOM"));
+    EXPECT(TCP_RULE("do latency 20ms jiter 5ms"), -1,
+           EH(3, 21, "unknown 'do latency' option 'jiter'", "did you mean 'jitter'?"));
+    EXPECT(TCP_RULE("do latency 20ms jitter"), -1,
+           E(3, 21, "'jitter' needs a value: jitter DURATION"));
+    EXPECT(TCP_RULE("do latency 20ms jitter 50ms"), -1,
+           EH(3, 28, "jitter 50ms is more than the latency 20ms", "the delay would go below zero"));
+    EXPECT(TCP_RULE("do slice 1KB delay 5ms extra"), -1,
+           EH(3, 28, "too many arguments for 'do slice'", "usage: do slice SIZE [delay DURATION]"));
+    EXPECT(TCP_RULE("do reset after"), -1, E(3, 14, "'after' needs a value: after DURATION"));
+    EXPECT(TCP_RULE("do reset before 1s"), -1,
+           EH(3, 14, "unknown 'do reset' option 'before'", "usage: do reset [after DURATION]"));
+    EXPECT(TCP_RULE("do slow-close"), -1,
+           EH(3, 8, "'do slow-close' needs a duration", "usage: do slow-close DURATION"));
+}
+
+static void test_byte_errors(void **state)
+{
+    (void)state;
+    EXPECT(TCP_RULE("do bandwidth"), -1,
+           EH(3, 8, "'do bandwidth' needs a rate",
+              "usage: do bandwidth RATE, e.g. do bandwidth 100KB/s"));
+    EXPECT(TCP_RULE("do bandwidth 100"), -1, E(3, 18, "rate '100' needs a unit: " UNITS));
+    EXPECT(TCP_RULE("do bandwidth 100kb/s"), -1,
+           EH(3, 18, "unknown unit 'kb/s' in rate '100kb/s'", "use " UNITS));
+    EXPECT(TCP_RULE("do bandwidth fast"), -1,
+           EH(3, 18, "invalid rate 'fast'", "write a number and a unit, e.g. 100KB/s or 1MiB/s"));
+    EXPECT(TCP_RULE("do bandwidth 0KB/s"), -1, E(3, 18, "rate '0KB/s' must be greater than 0"));
+    EXPECT(TCP_RULE("do bandwidth 1025GiB/s"), -1,
+           E(3, 18, "rate '1025GiB/s' is too large (at most 1024GiB/s)"));
+    EXPECT(TCP_RULE("do limit 1KB/s"), -1,
+           EH(3, 14, "size '1KB/s' is a rate", "write it without '/s'"));
+    EXPECT(TCP_RULE("do limit 1099511627777B"), -1,
+           E(3, 14, "size '1099511627777B' is too large (at most 1024GiB)"));
+    EXPECT(TCP_RULE("do limit 99999999999999999999999999GiB"), -1,
+           E(3, 14, "size '99999999999999999999999999GiB' is too large (at most 1024GiB)"));
+    EXPECT(TCP_RULE("do slice 0B"), -1, E(3, 14, "size '0B' must be greater than 0"));
+    EXPECT(TCP_RULE("do slice KB"), -1,
+           EH(3, 14, "invalid size 'KB'", "write a number and a unit, e.g. 64KB or 1MiB"));
+    EXPECT(TCP_RULE("do slice 1KiBytes"), -1,
+           EH(3, 14, "unknown unit 'KiBytes' in size '1KiBytes'", "use " UNITS));
+}
+
+/* ---- mistakes across a rule block ---- */
+
+#define STREAM_ONLY                                                                                \
+    "'stream' applies only to stream actions (latency, bandwidth, slice, reset, blackhole, "       \
+    "slow-close, limit)"
+
+static void test_block_errors(void **state)
+{
+    (void)state;
+    EXPECT(TCP "rule r on t {\n}\n", -1,
+           EH(2, 1, "rule 'r' has no 'do ACTION'", "e.g. do latency 20ms"));
+    EXPECT(TCP "rule r on t { do latency 1ms }\nrule r on t { do reset }\n", -1,
+           E(3, 6, "rule 'r' is already defined at 2:1"));
+    EXPECT(TCP_RULE("do latency 1ms; do latency 2ms"), -1,
+           EH(3, 21, "duplicate 'do'", "first set at 3:5"));
+    EXPECT(MQ_RULE("when ack; stream upstream; do redeliver"), -1, MQ_WARN, E(3, 15, STREAM_ONLY));
+    EXPECT(
+        TCP_RULE("stream sideways; do latency 1ms"), -1,
+        EH(3, 12, "unknown stream direction 'sideways'", "expected upstream, downstream or both"));
+    EXPECT(TCP_RULE("stream downstrem; do latency 1ms"), -1,
+           EH(3, 12, "unknown stream direction 'downstrem'", "did you mean 'downstream'?"));
+    EXPECT(TCP_RULE("disabled now; do latency 1ms"), -1, E(3, 14, "'disabled' takes no arguments"));
+    EXPECT(TCP_RULE("when connect { }; do latency 1ms"), -1,
+           E(3, 18, "'when' does not take a block"));
+    /* a rule with no `when` acts on the byte stream: message actions need one */
+    EXPECT(TCP_RULE("do redeliver"), -1,
+           E(3, 8, "'do redeliver' needs 'when EVENT': redeliver acts on a message event"));
+    EXPECT(TCP_RULE("do close before"), -1,
+           E(3, 8, "'do close' needs 'when EVENT': close acts on an event such as connect"));
+    EXPECT(TCP_RULE("max-per-message 2; do latency 1ms"), -1,
+           EH(3, 5, "'max-per-message' applies to message events", "this rule has no 'when'"));
+    EXPECT(TCP_RULE("when connect; max-per-message 2; do close before"), -1,
+           EH(3, 19, "'max-per-message' applies to message events",
+              "'connect' is not a message event"));
+}
+
+static void test_block_keywords(void **state)
+{
+    (void)state;
+    EXPECT(TCP_RULE("whn connect; do latency 1ms"), -1,
+           EH(3, 5, "unknown directive 'whn'", "did you mean 'when'?"));
+    EXPECT(TCP_RULE("probabilty 5%; do latency 1ms"), -1,
+           EH(3, 5, "unknown directive 'probabilty'", "did you mean 'probability'?"));
+    EXPECT(TCP_RULE("max-per-mesage 2; do latency 1ms"), -1,
+           EH(3, 5, "unknown directive 'max-per-mesage'", "did you mean 'max-per-message'?"));
+    EXPECT(TCP_RULE("latency 20ms"), -1,
+           EH(2, 1, "rule 'r' has no 'do ACTION'", "e.g. do latency 20ms"),
+           EH(3, 5, "unknown directive 'latency'", "did you mean 'do latency'?"));
+    EXPECT(TCP_RULE("bind 1.2.3.4:5; do latency 1ms"), -1,
+           EH(3, 5, "unknown directive 'bind'", "'bind' belongs inside a listen block"));
+    EXPECT(TCP_RULE("seed 4; do latency 1ms"), -1,
+           EH(3, 5, "unknown directive 'seed'",
+              "'seed' belongs at the top level, outside rule blocks"));
+    EXPECT(TCP_RULE("rule x on t { }; do latency 1ms"), -1,
+           EH(3, 5, "unknown directive 'rule'",
+              "'rule' belongs at the top level, outside rule blocks"));
+    EXPECT(TCP_RULE("frobnicate; do latency 1ms"), -1, E(3, 5, "unknown directive 'frobnicate'"));
+    /* rule keywords outside a rule */
+    EXPECT(TCP "when ack\ndo drop\n", -1,
+           EH(2, 1, "unknown directive 'when'", "'when' belongs inside a rule block"),
+           EH(3, 1, "unknown directive 'do'", "'do' belongs inside a rule block"));
+}
+
+static void test_rule_listener(void **state)
+{
+    struct conf_diags d;
+    struct conf *c;
+
+    (void)state;
+    /* a rule may come before its listener */
+    c = parse_ok("rule r on t { do latency 1ms }\n" TCP, &d);
+    assert_int_equal(c->n_rules, 1);
+    conf_free(c);
+    conf_diags_free(&d);
+    EXPECT(TCP MQ "rule r on tt { do latency 1ms }\n", -1,
+           W(2, 22, "protocol amqp: the amqp codec is not built yet; traffic is forwarded as tcp"),
+           EH(3, 11, "unknown listener 'tt'", "did you mean 't'?"));
+    EXPECT(TCP "rule r on kafka { do latency 1ms }\n", -1, E(2, 11, "unknown listener 'kafka'"));
+    /* no listener at all: only that is said about listeners */
+    EXPECT("rule r on t { do latency 1ms }\n", -1,
+           EH(1, 1, "no listener defined",
+              "add one, e.g. listen redis { protocol resp; bind 127.0.0.1:6380; upstream "
+              "127.0.0.1:6379 }"),
+           E(1, 11, "unknown listener 't'"));
+}
+
+/* ---- what the listener's codec can do ---- */
+
+#define TCP_NO_MESSAGES                                                                            \
+    "protocol tcp carries opaque bytes: it sees connections, not messages (use protocol amqp "     \
+    "or resp for message events)"
+#define TCP_CONNECT_ACTIONS                                                                        \
+    "it can do: delay, close, latency, bandwidth, slice, reset, blackhole, slow-close, limit"
+
+static void test_caps_tcp(void **state)
+{
+    (void)state;
+    EXPECT(TCP_RULE("when ack queue=payments; do redeliver"), -1,
+           EH(3, 10, "listener 't' (protocol tcp) has no 'ack' event: " TCP_NO_MESSAGES,
+              "its events: connect"));
+    EXPECT(TCP_RULE("when command; do latency 1ms"), -1,
+           EH(3, 10, "listener 't' (protocol tcp) has no 'command' event: " TCP_NO_MESSAGES,
+              "its events: connect"));
+    EXPECT(TCP_RULE("when connect queue=x header.h=1 client=::1; do close before"), -1,
+           EH(3, 18, "'queue' cannot be matched on 'connect' events of listener 't' (protocol tcp)",
+              "it can match: client"),
+           EH(3, 26,
+              "'header.h' cannot be matched on 'connect' events of listener 't' (protocol tcp)",
+              "it can match: client"));
+    EXPECT(TCP_RULE("when connect; do redeliver"), -1,
+           EH(3, 22,
+              "listener 't' (protocol tcp) cannot do 'redeliver' on 'connect' events: this "
+              "action works on messages, and protocol tcp has none",
+              TCP_CONNECT_ACTIONS));
+    EXPECT(TCP_RULE("when connect; do error 406"), -1,
+           EH(3, 22,
+              "listener 't' (protocol tcp) cannot do 'error' on 'connect' events: this action "
+              "works on messages, and protocol tcp has none",
+              TCP_CONNECT_ACTIONS));
+    /* the allowed forms, for contrast */
+    EXPECT_CLEAN(TCP_RULE("when connect client=::1; do delay 1s"));
+    EXPECT_CLEAN(TCP_RULE("when connect; do slow-close 1s"));
+}
+
+/* The checker reads the tables: a codec with other tables gets other
+ * answers, and one with no reasons gets no ": reason". */
+static void test_caps_tables(void **state)
+{
+    (void)state;
+    EXPECT(NARROW "rule r on n { when ack; do duplicate }\n", -1, NARROW_WARN,
+           EH(2, 20, "listener 'n' (protocol narrow) has no 'ack' event", "its events: deliver"));
+    assert_string_equal(last_profile, "rq");
+    EXPECT(
+        NARROW "rule r on n { when connect; do latency 1ms }\n", -1, NARROW_WARN,
+        EH(2, 20, "listener 'n' (protocol narrow) has no 'connect' event", "its events: deliver"));
+    EXPECT(NARROW "rule r on n { when deliver task=x queue=y; do drop }\n", -1, NARROW_WARN,
+           EH(2, 28,
+              "'task' cannot be matched on 'deliver' events of listener 'n' (protocol "
+              "narrow)",
+              "it can match: queue"),
+           EH(2, 47, "listener 'n' (protocol narrow) cannot do 'drop' on 'deliver' events",
+              "it can do: duplicate"));
+    EXPECT(NARROW "rule r on n { do bandwidth 1KB }\n", -1, NARROW_WARN,
+           EH(2, 18, "listener 'n' (protocol narrow) cannot do 'bandwidth' on the byte stream",
+              "it can do: latency"));
+    EXPECT(NARROW "rule r on n { when deliver queue=y; do duplicate }\n"
+                  "rule s on n { do latency 1ms }\n",
+           0, NARROW_WARN);
+    /* the same rule on a codec that can do everything */
+    EXPECT(MQ "rule r on mq { when deliver task=x queue=y; do drop }\n", 0, MQ_WARN);
+}
+
+/* ---- conf_parse_rules: the body of PUT /rules ---- */
+
+static struct conf *base_conf(struct conf_diags *d)
+{
+    return parse_ok(TCP MQ "rule old on t { do latency 1ms }\n", d);
+}
+
+static void test_parse_rules(void **state)
+{
+    struct conf_diags d, bd;
+    struct conf *base = base_conf(&bd);
+    const char *text = "# new rules\n"
+                       "rule jitter on t { do latency 20ms jitter 5ms }\n"
+                       "rule slow-ack on mq {\n"
+                       "    when ack queue=emails\n"
+                       "    probability 5%\n"
+                       "    do delay 45s\n"
+                       "}\n";
+    struct rule *rules = (struct rule *)&d; /* must be overwritten */
+    size_t n = 99;
+
+    (void)state;
+    conf_diags_init(&d);
+    assert_int_equal(conf_parse_rules("put", text, strlen(text), base, &rules, &n, &d), 0);
+    assert_int_equal(d.errors + d.warnings, 0);
+    assert_string_equal(d.file, "put");
+    assert_int_equal(n, 2);
+    assert_string_equal(rules->name, "jitter");
+    assert_int_equal(rules->loc.line, 2);
+    assert_int_equal(rules->action.jitter_ms, 5);
+    assert_string_equal(rules->next->name, "slow-ack");
+    assert_int_equal(rules->next->event, RULE_EV_ACK);
+    assert_true(rules->next->trigger.probability == 0.05);
+    assert_null(rules->next->next);
+    /* the base is only read */
+    assert_int_equal(base->n_rules, 1);
+    assert_string_equal(base->rules->name, "old");
+    rule_list_free(rules);
+    conf_diags_free(&d);
+
+    /* nothing but comments: no rules, no error */
+    conf_diags_init(&d);
+    assert_int_equal(conf_parse_rules("put", "# off\n", 6, base, &rules, &n, &d), 0);
+    assert_null(rules);
+    assert_int_equal(n, 0);
+    conf_diags_free(&d);
+    conf_diags_init(&d);
+    assert_int_equal(conf_parse_rules("put", NULL, 0, base, &rules, &n, &d), 0);
+    assert_null(rules);
+    conf_diags_free(&d);
+    conf_free(base);
+    conf_diags_free(&bd);
+}
+
+static void test_parse_rules_errors(void **state)
+{
+    struct conf_diags bd;
+    struct conf *base = base_conf(&bd);
+
+    (void)state;
+    EXPECT_RULES(base, "rule a on tt { do latency 1ms }\n", -1,
+                 EH(1, 11, "unknown listener 'tt'", "did you mean 't'?"));
+    EXPECT_RULES(base, "rule a on t { do latency 1ms }\n" TCP "seed 4\n", -1,
+                 EH(2, 1, "only rule blocks are allowed here",
+                    "listeners and globals are set in the configuration file"),
+                 EH(3, 1, "only rule blocks are allowed here",
+                    "listeners and globals are set in the configuration file"));
+    /* the old rules are replaced, so reusing a name is fine; twice in the text is not */
+    EXPECT_RULES(base, "rule old on t { do latency 1ms }\nrule old on t { do reset }\n", -1,
+                 E(2, 6, "rule 'old' is already defined at 1:1"));
+    EXPECT_RULES(base, "rule a on t { when ack; do drop }\n", -1,
+                 EH(1, 20, "listener 't' (protocol tcp) has no 'ack' event: " TCP_NO_MESSAGES,
+                    "its events: connect"));
+    EXPECT_RULES(base, "rule a on t { do latency 1ms \"x", -1,
+                 E(1, 13, "'{' opened here is never closed"), E(1, 30, "unterminated string"),
+                 EH(1, 30, "unknown 'do latency' option 'x'",
+                    "usage: do latency DURATION [jitter DURATION]"));
+    conf_free(base);
+    conf_diags_free(&bd);
+}
+
+/* ---- allocation failures ---- */
+
+/* Fail each allocation of a parse in turn: always -1 with an error and
+ * nothing leaked (valgrind/ASan), until the parse runs out of allocations
+ * to fail; then the result is `want_rc`. */
+static void run_with_failing_allocations(const struct conf *base, const char *text, int want_rc)
+{
+    for (long nth = 0;; nth++) {
+        struct conf_diags d;
+        struct conf *c;
+        struct rule *rules;
+        size_t n_rules;
+        int rc;
+
+        conf_diags_init(&d);
+        conf_mem_fail_nth(nth);
+        rc = parse_any(base, text, &d, &c, &rules, &n_rules);
+        bool fired = conf_mem_fault_fired();
+        conf_mem_fail_nth(-1);
+        if (!fired) {
+            assert_int_equal(rc, want_rc);
+            conf_free(c);
+            rule_list_free(rules);
+            conf_diags_free(&d);
+            assert_true(nth > 10);
+            return;
+        }
+        assert_int_equal(rc, -1);
+        assert_null(c);
+        assert_null(rules);
+        assert_int_equal(n_rules, 0);
+        assert_true(d.errors >= 1);
+        conf_diags_free(&d);
+    }
+}
+
+static void test_out_of_memory(void **state)
+{
+    struct conf_diags bd;
+    struct conf *base = base_conf(&bd);
+    char many[1024] = MQ "rule many on mq {\n    when ack";
+
+    (void)state;
+    for (int i = 0; i < 9; i++) {
+        strcat(many, " queue=\"q\"x header.h~\"v\"");
+    }
+    strcat(many, "\n    do drop\n}\n");
+    run_with_failing_allocations(NULL, message_rules, 0);
+    run_with_failing_allocations(NULL, stream_rules, 0);
+    run_with_failing_allocations(NULL, many, 0);
+    run_with_failing_allocations(NULL,
+                                 "seed 1\njournal j\nadmin 0.0.0.0:1\n"
+                                 "admin-token 0123456789abcdefg\n" TCP,
+                                 0);
+    run_with_failing_allocations(NULL,
+                                 TCP "rule r on t { when ack qeue=x body~ \"y\"; every 0; do x }\n"
+                                     "rule r on t { do error 406; stream up }\nrule q on u { }\n",
+                                 -1);
+    run_with_failing_allocations(base, "rule a on mq { when deliver client=::1; do duplicate }\n",
+                                 0);
+    run_with_failing_allocations(base, "rule a on x { do latency 1ms }\nlisten y { }\n", -1);
+    conf_free(base);
+    conf_diags_free(&bd);
+}
+
+/* ---- robustness ---- */
+
+static uint64_t rng_state;
+
+/* xorshift64*: deterministic, so a failure reproduces. */
+static uint64_t rng_next(void)
+{
+    rng_state ^= rng_state >> 12;
+    rng_state ^= rng_state << 25;
+    rng_state ^= rng_state >> 27;
+    return rng_state * 2685821657736338717ull;
+}
+
+static size_t rng_below(size_t n)
+{
+    return n == 0 ? 0 : (size_t)(rng_next() % n);
+}
+
+/* A parsed rule must be whole, whatever text produced it. */
+static void check_rule(const struct rule *r)
+{
+    assert_non_null(r->name);
+    assert_non_null(r->listener);
+    assert_true(r->event < RULE_EV_COUNT);
+    assert_true(r->action.kind < RULE_ACT_COUNT);
+    assert_true(r->n_matchers <= 32);
+    assert_true(r->direction >= RULE_DIR_UPSTREAM && r->direction <= RULE_DIR_BOTH);
+    assert_true(r->event != RULE_EV_STREAM || rule_action_is_stream(r->action.kind));
+    assert_true(!r->trigger.has_probability ||
+                (r->trigger.probability > 0 && r->trigger.probability <= 1));
+    assert_true(r->trigger.max_per_message >= 1);
+    assert_true(!r->trigger.has_between || r->trigger.between_start_ms < r->trigger.between_end_ms);
+    assert_true((r->action.kind == RULE_ACT_ERROR) == (r->action.error_code != NULL));
+    for (size_t i = 0; i < r->n_matchers; i++) {
+        assert_non_null(r->matchers[i].value);
+        assert_true((r->matchers[i].field == RULE_F_HEADER) == (r->matchers[i].header != NULL));
+    }
+}
+
+/* Parse arbitrary bytes: the result must be coherent, whatever they are.
+ * Returns how many rules were accepted. */
+static size_t check_garbage(const char *text, size_t len)
+{
+    size_t n = 0;
+    struct conf_diags d;
+    struct conf *c = NULL;
+    int rc;
+
+    conf_diags_init(&d);
+    rc = conf_parse_string("g.conf", text, len, &c, &d);
+    assert_true(rc == 0 || rc == -1);
+    if (rc == -1) {
+        assert_null(c);
+        assert_true(d.errors >= 1);
+    } else {
+        for (const struct rule *r = c->rules; r != NULL; r = r->next, n++) {
+            check_rule(r);
+        }
+        assert_int_equal(n, c->n_rules);
+    }
+    for (const struct conf_diag *g = d.head; g != NULL; g = g->next) {
+        assert_non_null(g->msg);
+        assert_true(g->loc.line == 0 || g->loc.col >= 1);
+    }
+    conf_free(c);
+    conf_diags_free(&d);
+    return n;
+}
+
+static const char *const fragments[] = {
+    TCP,
+    MQ,
+    "rule",
+    "r",
+    "on",
+    "t",
+    "mq",
+    "{",
+    "}",
+    ";",
+    "\n",
+    " ",
+    "when",
+    "connect",
+    "ack",
+    "deliver",
+    "do",
+    "latency",
+    "20ms",
+    "jitter",
+    "5ms",
+    "0s",
+    "redeliver",
+    "close",
+    "before",
+    "bandwidth",
+    "100KB/s",
+    "1MiB",
+    "slice",
+    "delay",
+    "reset",
+    "after",
+    "limit",
+    "5",
+    "0",
+    "every",
+    "nth",
+    "between",
+    "10m",
+    "probability",
+    "5%",
+    "0.5",
+    "150%",
+    "stream",
+    "both",
+    "disabled",
+    "max-per-message",
+    "queue=",
+    "body~",
+    "\"x y\"",
+    "\"",
+    "client=",
+    "::1/128",
+    "10.0.0.0/8",
+    "header.h=",
+    "redelivered=true",
+    "task~",
+    "*",
+    "error",
+    "406",
+    "#",
+    "seed",
+    "42",
+    "admin",
+    "127.0.0.1:9",
+    "admin-token",
+    "journal",
+    "j",
+};
+
+/* Random text made of pieces of the language, glued or not. */
+static size_t make_fragment_soup(char *buf, size_t cap)
+{
+    size_t len = 0, n = rng_below(60);
+
+    for (size_t i = 0; i < n; i++) {
+        const char *f = fragments[rng_below(sizeof(fragments) / sizeof(fragments[0]))];
+        size_t flen = strlen(f);
+        if (len + flen + 2 > cap) {
+            break;
+        }
+        memcpy(buf + len, f, flen);
+        len += flen;
+        if (rng_below(3) != 0) {
+            buf[len++] = rng_below(16) == 0 ? (char)rng_below(256) : ' ';
+        }
+    }
+    return len;
+}
+
+/* A valid rule file with a few random edits. */
+static size_t make_mutant(char *buf, size_t cap)
+{
+    size_t len = strlen(message_rules), edits = 1 + rng_below(4);
+
+    memcpy(buf, message_rules, len);
+    for (size_t e = 0; e < edits && len > 0; e++) {
+        size_t at = rng_below(len);
+        if (rng_below(2) == 0) {
+            buf[at] = "{}\";#\\\n =~!*%/"[rng_below(14)];
+        } else {
+            size_t n = 1 + rng_below(len - at < 20 ? len - at : 20);
+            if (len + n < cap) {
+                memmove(buf + at + n, buf + at, len - at);
+                len += n;
+            }
+        }
+    }
+    return len;
+}
+
+static void test_garbage(void **state)
+{
+    char buf[4096];
+    size_t accepted = 0;
+
+    (void)state;
+    rng_state = 0x72756c6573ull; /* "rules" */
+    for (int i = 0; i < 3000; i++) {
+        accepted += check_garbage(buf, make_fragment_soup(buf, sizeof(buf)));
+    }
+    for (int i = 0; i < 1500; i++) {
+        accepted += check_garbage(buf, make_mutant(buf, sizeof(buf)));
+    }
+    /* some edits leave the file valid: the checks above saw real rules */
+    assert_true(accepted > 100);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_names),
+        cmocka_unit_test(test_globals),
+        cmocka_unit_test(test_global_errors),
+        cmocka_unit_test(test_rule_defaults),
+        cmocka_unit_test(test_stream_actions),
+        cmocka_unit_test(test_byte_units),
+        cmocka_unit_test(test_connect_rules),
+        cmocka_unit_test(test_message_rules),
+        cmocka_unit_test(test_message_rules_more),
+        cmocka_unit_test(test_probability_forms),
+        cmocka_unit_test(test_when_errors),
+        cmocka_unit_test(test_when_quoting),
+        cmocka_unit_test(test_too_many_matchers),
+        cmocka_unit_test(test_trigger_errors),
+        cmocka_unit_test(test_do_errors),
+        cmocka_unit_test(test_byte_errors),
+        cmocka_unit_test(test_block_errors),
+        cmocka_unit_test(test_block_keywords),
+        cmocka_unit_test(test_rule_listener),
+        cmocka_unit_test(test_caps_tcp),
+        cmocka_unit_test(test_caps_tables),
+        cmocka_unit_test(test_parse_rules),
+        cmocka_unit_test(test_parse_rules_errors),
+        cmocka_unit_test(test_out_of_memory),
+        cmocka_unit_test(test_garbage),
+    };
+
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
