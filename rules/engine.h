@@ -1,0 +1,112 @@
+/*
+ * engine.h - from a protocol event to the rules that fault it.
+ *
+ * A `struct ruleset` is the runtime form of the rules of one configuration
+ * (or of one PUT /rules): the rules, per-rule counters, and the per-message
+ * fault counts behind `max-per-message`.  The proxy holds the current
+ * ruleset by reference; a reload builds a new one and swaps the pointer, so
+ * a decision always sees one consistent set.
+ *
+ * Decisions are deterministic.  A probabilistic decision is a pure function
+ * of (seed, rule name, message identity, occurrence), where occurrence counts
+ * how often this rule has already seen this identity; it does not depend on
+ * a shared random stream, so the same seed faults the same messages whatever
+ * the order in which workers see them.  Counting triggers (every, nth, first,
+ * after) count the events that matched the rule, in the order they arrive.
+ *
+ * Order of evaluation for one rule: enabled and kill switch, matchers,
+ * `between` window, counting triggers, probability, `limit`, and the
+ * per-message cap.  Only a rule that passes them all counts as a fault.
+ *
+ * Pure C: no libevent, no OpenSSL.  Not thread-safe: one event loop uses a
+ * ruleset at a time.
+ */
+#ifndef TWICE_ENGINE_H
+#define TWICE_ENGINE_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "rules/rule.h"
+
+/* Distinct message identities whose fault counts a rule remembers; beyond
+ * this, the oldest table is dropped (documented in the README). */
+#define ENGINE_MAX_TRACKED_IDS (1u << 22)
+
+/* What an event carries, as far as the codec knows it.  Strings may be NULL
+ * (unknown); `body` may be NULL with body_len 0. */
+struct engine_event {
+    enum rule_event event;
+    const char *queue;
+    const char *exchange;
+    const char *routing_key;
+    const char *consumer_tag;
+    const char *message_id;
+    const char *task;
+    const char *command;
+    const char *key;
+    const uint8_t *body;
+    size_t body_len;
+    bool redelivered;
+    bool has_client;
+    uint8_t client[16]; /* IPv6, or IPv4-mapped IPv6 */
+    /* header.NAME lookups: returns the value or NULL. */
+    const char *(*header)(const void *ctx, const char *name);
+    const void *header_ctx;
+    /* Identity for determinism and the per-message cap: the message id when
+     * there is one, else something stable such as "session:42". */
+    const char *identity;
+};
+
+struct engine_rule_stats {
+    uint64_t seen;   /* events that matched the rule's `when` */
+    uint64_t faults; /* faults the rule injected */
+};
+
+struct ruleset;
+
+/* Build a ruleset over `rules` (borrowed: they must outlive the ruleset,
+ * e.g. owned by the same configuration) with `seed`.  `start_ms` is the
+ * monotonic time of the process start, for `between`.  NULL on allocation
+ * failure.  The caller holds one reference. */
+struct ruleset *ruleset_new(const struct rule *rules, uint64_t seed, uint64_t start_ms)
+    __attribute__((warn_unused_result));
+void ruleset_get(struct ruleset *rs);
+void ruleset_put(struct ruleset *rs);
+
+/* Let the ruleset free `owner` with `free_fn` when its last reference goes
+ * (e.g. the rule list of a PUT /rules). */
+void ruleset_set_owner(struct ruleset *rs, void *owner, void (*free_fn)(void *));
+
+size_t ruleset_count(const struct ruleset *rs);
+const struct rule *ruleset_rule(const struct ruleset *rs, size_t i);
+bool ruleset_enabled(const struct ruleset *rs, size_t i);
+void ruleset_set_enabled(struct ruleset *rs, size_t i, bool on);
+/* Index of the rule called `name`, or -1. */
+long ruleset_find(const struct ruleset *rs, const char *name);
+struct engine_rule_stats ruleset_stats(const struct ruleset *rs, size_t i);
+
+/* Kill switch: no rule faults anything while off. */
+void ruleset_set_faults_enabled(struct ruleset *rs, bool on);
+bool ruleset_faults_enabled(const struct ruleset *rs);
+
+/* Copy enabled flags and counters of same-named rules from `old` (used when
+ * a reload keeps rules: counters continue instead of restarting). */
+void ruleset_inherit(struct ruleset *rs, const struct ruleset *old);
+
+/* Decide which rules of listener `listener` fault `ev` at `now_ms`
+ * (monotonic).  Writes the indexes of the faulting rules, in file order, to
+ * `hits` (at most `max_hits`) and returns how many there are.  Counters are
+ * updated as a side effect. */
+size_t ruleset_decide(struct ruleset *rs, const char *listener, const struct engine_event *ev,
+                      uint64_t now_ms, size_t *hits, size_t max_hits);
+
+/* The deterministic coin: a number in [0, 1) from (seed, rule, identity,
+ * occurrence).  Exposed for tests. */
+double engine_coin(uint64_t seed, const char *rule, const char *identity, uint64_t occurrence);
+
+/* Whether `pattern` (with * and ?) matches `s`.  Exposed for tests. */
+bool engine_glob(const char *pattern, const char *s);
+
+#endif

@@ -1,0 +1,327 @@
+/*
+ * test_engine.c - rule decisions: determinism, triggers, matchers.
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "rules/engine.h"
+
+static struct rule make_rule(const char *name, enum rule_event ev)
+{
+    struct rule r;
+    memset(&r, 0, sizeof(r));
+    r.name = (char *)name;
+    r.listener = (char *)"jobs";
+    r.event = ev;
+    r.enabled = true;
+    r.action.kind = RULE_ACT_REDELIVER;
+    r.trigger.max_per_message = 1;
+    return r;
+}
+
+static struct engine_event message(const char *id)
+{
+    struct engine_event ev;
+    memset(&ev, 0, sizeof(ev));
+    ev.event = RULE_EV_ACK;
+    ev.message_id = id;
+    ev.identity = id;
+    ev.queue = "payments";
+    ev.task = "billing.charge";
+    return ev;
+}
+
+/* Decide one event against a one-rule set; true when the rule fires. */
+static bool fires(struct ruleset *rs, const struct engine_event *ev, uint64_t now_ms)
+{
+    size_t hits[4];
+    return ruleset_decide(rs, "jobs", ev, now_ms, hits, 4) == 1;
+}
+
+static void id_of(char *buf, size_t len, unsigned i)
+{
+    snprintf(buf, len, "msg-%08u", i);
+}
+
+/* Faulted ids of `n` distinct ids visited in `order`, as a bitmap. */
+static void faulted_set(uint64_t seed, const unsigned *order, unsigned n, uint8_t *out)
+{
+    struct rule r = make_rule("lost-ack", RULE_EV_ACK);
+    r.trigger.has_probability = true;
+    r.trigger.probability = 0.10;
+    struct ruleset *rs = ruleset_new(&r, seed, 0);
+    assert_non_null(rs);
+    memset(out, 0, n);
+    for (unsigned k = 0; k < n; k++) {
+        char id[32];
+        id_of(id, sizeof(id), order[k]);
+        struct engine_event ev = message(id);
+        out[order[k]] = fires(rs, &ev, 0);
+    }
+    ruleset_put(rs);
+}
+
+static void test_same_seed_same_ids_whatever_the_order(void **state)
+{
+    (void)state;
+    enum { N = 20000 };
+    static unsigned fwd[N], shuffled[N];
+    static uint8_t a[N], b[N];
+    for (unsigned i = 0; i < N; i++)
+        fwd[i] = shuffled[i] = i;
+    srand(7);
+    for (unsigned i = N - 1; i > 0; i--) {
+        unsigned j = (unsigned)rand() % (i + 1), t = shuffled[i];
+        shuffled[i] = shuffled[j];
+        shuffled[j] = t;
+    }
+    faulted_set(42, fwd, N, a);
+    faulted_set(42, shuffled, N, b);
+    assert_memory_equal(a, b, N);
+}
+
+static void test_different_seeds_fault_different_sets(void **state)
+{
+    (void)state;
+    enum { N = 20000 };
+    static unsigned order[N];
+    static uint8_t a[N], b[N];
+    for (unsigned i = 0; i < N; i++)
+        order[i] = i;
+    faulted_set(1, order, N, a);
+    faulted_set(2, order, N, b);
+    unsigned differ = 0;
+    for (unsigned i = 0; i < N; i++)
+        differ += a[i] != b[i];
+    /* Two independent 10% draws disagree on about 18% of ids. */
+    assert_true(differ > N / 10);
+}
+
+static void test_probability_10_percent_within_1_percent(void **state)
+{
+    (void)state;
+    enum { N = 100000 };
+    struct rule r = make_rule("p10", RULE_EV_ACK);
+    r.trigger.has_probability = true;
+    r.trigger.probability = 0.10;
+    struct ruleset *rs = ruleset_new(&r, 12345, 0);
+    unsigned hits = 0;
+    for (unsigned i = 0; i < N; i++) {
+        char id[32];
+        id_of(id, sizeof(id), i);
+        struct engine_event ev = message(id);
+        hits += fires(rs, &ev, 0);
+    }
+    ruleset_put(rs);
+    assert_in_range(hits, N / 10 - N / 100, N / 10 + N / 100);
+}
+
+static void test_coin_is_a_pure_function(void **state)
+{
+    (void)state;
+    double a = engine_coin(9, "r", "id-1", 0);
+    assert_true(a >= 0.0 && a < 1.0);
+    assert_true(a == engine_coin(9, "r", "id-1", 0));
+    assert_true(a != engine_coin(9, "r", "id-1", 1));
+    assert_true(a != engine_coin(9, "other", "id-1", 0));
+    assert_true(a != engine_coin(10, "r", "id-1", 0));
+}
+
+/* Run `n` distinct messages through `r`; bit k of the result is event k+1. */
+static uint64_t pattern(struct rule *r, unsigned n)
+{
+    struct ruleset *rs = ruleset_new(r, 1, 0);
+    uint64_t bits = 0;
+    for (unsigned i = 0; i < n; i++) {
+        char id[32];
+        id_of(id, sizeof(id), i);
+        struct engine_event ev = message(id);
+        if (fires(rs, &ev, 0))
+            bits |= 1ULL << i;
+    }
+    ruleset_put(rs);
+    return bits;
+}
+
+static void test_counting_triggers(void **state)
+{
+    (void)state;
+    struct rule r = make_rule("c", RULE_EV_ACK);
+    r.trigger.every = 3;
+    assert_int_equal(pattern(&r, 10), (1u << 2) | (1u << 5) | (1u << 8));
+    r = make_rule("c", RULE_EV_ACK);
+    r.trigger.nth = 4;
+    assert_int_equal(pattern(&r, 10), 1u << 3);
+    r = make_rule("c", RULE_EV_ACK);
+    r.trigger.first = 2;
+    assert_int_equal(pattern(&r, 10), 0x3);
+    r = make_rule("c", RULE_EV_ACK);
+    r.trigger.after = 8;
+    assert_int_equal(pattern(&r, 10), (1u << 8) | (1u << 9));
+    r = make_rule("c", RULE_EV_ACK);
+    r.trigger.limit = 3;
+    assert_int_equal(pattern(&r, 10), 0x7);
+    r = make_rule("c", RULE_EV_ACK);
+    r.trigger.every = 2;
+    r.trigger.limit = 2;
+    assert_int_equal(pattern(&r, 10), (1u << 1) | (1u << 3));
+}
+
+static void test_between_window(void **state)
+{
+    (void)state;
+    struct rule r = make_rule("w", RULE_EV_ACK);
+    r.trigger.has_between = true;
+    r.trigger.between_start_ms = 10000;
+    r.trigger.between_end_ms = 20000;
+    struct ruleset *rs = ruleset_new(&r, 1, 1000);
+    struct engine_event a = message("a"), b = message("b"), c = message("c");
+    assert_false(fires(rs, &a, 1000 + 9999));
+    assert_true(fires(rs, &b, 1000 + 10000));
+    assert_false(fires(rs, &c, 1000 + 20000));
+    ruleset_put(rs);
+}
+
+static void test_per_message_cap(void **state)
+{
+    (void)state;
+    struct rule r = make_rule("cap", RULE_EV_ACK);
+    struct ruleset *rs = ruleset_new(&r, 1, 0);
+    struct engine_event ev = message("same");
+    assert_true(fires(rs, &ev, 0));
+    assert_false(fires(rs, &ev, 0)); /* default: at most once per message */
+    ruleset_put(rs);
+
+    r.trigger.max_per_message = 3;
+    rs = ruleset_new(&r, 1, 0);
+    unsigned n = 0;
+    for (int i = 0; i < 10; i++)
+        n += fires(rs, &ev, 0);
+    assert_int_equal(n, 3);
+    assert_int_equal(ruleset_stats(rs, 0).seen, 10);
+    assert_int_equal(ruleset_stats(rs, 0).faults, 3);
+    ruleset_put(rs);
+}
+
+static const char *headers(const void *ctx, const char *name)
+{
+    (void)ctx;
+    return strcmp(name, "x-tenant") == 0 ? "acme" : NULL;
+}
+
+static void test_matchers(void **state)
+{
+    (void)state;
+    struct rule_matcher m[6];
+    memset(m, 0, sizeof(m));
+    m[0] = (struct rule_matcher){
+        .field = RULE_F_QUEUE, .op = RULE_OP_EQ, .value = (char *)"pay*", .is_glob = true};
+    m[1] = (struct rule_matcher){
+        .field = RULE_F_TASK, .op = RULE_OP_NE, .value = (char *)"billing.refund"};
+    m[2] = (struct rule_matcher){
+        .field = RULE_F_BODY, .op = RULE_OP_CONTAINS, .value = (char *)"card"};
+    m[3] =
+        (struct rule_matcher){.field = RULE_F_REDELIVERED, .op = RULE_OP_EQ, .bool_value = false};
+    m[4] = (struct rule_matcher){.field = RULE_F_HEADER,
+                                 .op = RULE_OP_EQ,
+                                 .header = (char *)"x-tenant",
+                                 .value = (char *)"acme"};
+    m[5] = (struct rule_matcher){.field = RULE_F_CLIENT, .op = RULE_OP_EQ, .cidr_prefix = 96 + 8};
+    m[5].cidr_addr[10] = m[5].cidr_addr[11] = 0xff;
+    m[5].cidr_addr[12] = 10;
+    struct rule r = make_rule("m", RULE_EV_ACK);
+    r.matchers = m;
+    r.n_matchers = 6;
+    r.trigger.max_per_message = 100;
+    struct ruleset *rs = ruleset_new(&r, 1, 0);
+
+    static const uint8_t body[] = "{\"card\": 1}";
+    struct engine_event ev = message("x");
+    ev.body = body;
+    ev.body_len = sizeof(body) - 1;
+    ev.header = headers;
+    ev.has_client = true;
+    ev.client[10] = ev.client[11] = 0xff;
+    ev.client[12] = 10;
+    ev.client[15] = 7;
+    assert_true(fires(rs, &ev, 0));
+    ev.client[12] = 11; /* 11.0.0.7 is outside 10.0.0.0/8 */
+    assert_false(fires(rs, &ev, 0));
+    ev.client[12] = 10;
+    ev.redelivered = true;
+    assert_false(fires(rs, &ev, 0));
+    ev.redelivered = false;
+    ev.task = "billing.refund";
+    assert_false(fires(rs, &ev, 0));
+    ev.task = NULL; /* unknown task: != holds */
+    assert_true(fires(rs, &ev, 0));
+    ev.queue = "emails";
+    assert_false(fires(rs, &ev, 0));
+    ruleset_put(rs);
+}
+
+static void test_enable_kill_switch_and_listener(void **state)
+{
+    (void)state;
+    struct rule r = make_rule("k", RULE_EV_ACK);
+    r.trigger.max_per_message = 1000;
+    struct ruleset *rs = ruleset_new(&r, 1, 0);
+    struct engine_event ev = message("a");
+    size_t hits[2];
+    assert_int_equal(ruleset_decide(rs, "other", &ev, 0, hits, 2), 0);
+    assert_true(fires(rs, &ev, 0));
+    ruleset_set_faults_enabled(rs, false);
+    assert_false(fires(rs, &ev, 0));
+    ruleset_set_faults_enabled(rs, true);
+    ruleset_set_enabled(rs, 0, false);
+    assert_false(fires(rs, &ev, 0));
+    ev.event = RULE_EV_DELIVER;
+    ruleset_set_enabled(rs, 0, true);
+    assert_false(fires(rs, &ev, 0)); /* wrong event */
+    assert_int_equal(ruleset_find(rs, "k"), 0);
+    assert_int_equal(ruleset_find(rs, "nope"), -1);
+
+    struct ruleset *next = ruleset_new(&r, 1, 0);
+    ruleset_set_enabled(rs, 0, false);
+    ruleset_inherit(next, rs);
+    assert_false(ruleset_enabled(next, 0));
+    assert_int_equal(ruleset_stats(next, 0).faults, ruleset_stats(rs, 0).faults);
+    ruleset_put(next);
+    ruleset_put(rs);
+}
+
+static void test_glob(void **state)
+{
+    (void)state;
+    assert_true(engine_glob("*", ""));
+    assert_true(engine_glob("queue:*", "queue:critical"));
+    assert_true(engine_glob("q?e", "que"));
+    assert_true(engine_glob("*.charge", "billing.charge"));
+    assert_true(engine_glob("a*b*c", "aXXbYYc"));
+    assert_false(engine_glob("a*b*c", "aXXbYY"));
+    assert_false(engine_glob("queue:*", "rq:queue:x"));
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_same_seed_same_ids_whatever_the_order),
+        cmocka_unit_test(test_different_seeds_fault_different_sets),
+        cmocka_unit_test(test_probability_10_percent_within_1_percent),
+        cmocka_unit_test(test_coin_is_a_pure_function),
+        cmocka_unit_test(test_counting_triggers),
+        cmocka_unit_test(test_between_window),
+        cmocka_unit_test(test_per_message_cap),
+        cmocka_unit_test(test_matchers),
+        cmocka_unit_test(test_enable_kill_switch_and_listener),
+        cmocka_unit_test(test_glob),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
