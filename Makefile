@@ -24,14 +24,14 @@ test: deps
 
 demo:
 	@scripts/deps.sh demo
-	@$(MAKE) --no-print-directory build >/dev/null
+	@$(MAKE) --no-print-directory build >/dev/null 2>&1 || $(MAKE) --no-print-directory build
 	@scripts/demo.sh $(BUILD)/twice
 
 format:
-	clang-format -i proxy/*.[ch] rules/*.[ch] tests/unit/*.c
+	clang-format -i proxy/*.[ch] rules/*.[ch] proto/*.[ch] tests/unit/*.c
 
 format-check:
-	clang-format --dry-run --Werror proxy/*.[ch] rules/*.[ch] tests/unit/*.c
+	clang-format --dry-run --Werror proxy/*.[ch] rules/*.[ch] proto/*.[ch] tests/unit/*.c
 
 clean:
 	rm -rf $(BUILD)

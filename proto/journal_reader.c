@@ -1,0 +1,331 @@
+/*
+ * journal_reader.c - length-delimited journal entries: span codec and file
+ * reader.  See journal_reader.h.
+ *
+ * The file reader keeps one buffer holding the unread tail of the file and
+ * refills it with fread(); an entry is decoded only once all of its bytes are
+ * in the buffer, so the buffer never grows past the largest legal entry.
+ */
+#include "proto/journal_reader.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* Bytes asked of fread() at a time, and the buffer's starting size. */
+#define JOURNAL_READ_CHUNK (64u * 1024u)
+/* The buffer never needs more than one whole entry with its prefix. */
+#define JOURNAL_READ_BUF_MAX (JOURNAL_RECORD_MAX + JOURNAL_VARINT_MAX)
+/* Room for the sticky error text. */
+#define JOURNAL_ERROR_MAX 256u
+
+struct journal_reader {
+    FILE *fp;     /* owned */
+    uint8_t *buf; /* owned; unread bytes are buf[start..end) */
+    size_t cap, start, end;
+    bool eof;                       /* fread() returned 0 at the end of the file */
+    bool truncated;                 /* the last entry was cut short */
+    int status;                     /* sticky: 0 or a JOURNAL_ERR_* code */
+    int sys_errno;                  /* errno of the last JOURNAL_ERR_IO */
+    uint64_t offset;                /* file offset of buf[start] */
+    uint64_t count;                 /* entries returned by next() */
+    Twice__Journal__Entry *header;  /* owned: the first entry */
+    Twice__Journal__Entry *current; /* owned: the last entry returned */
+    char error[JOURNAL_ERROR_MAX];
+};
+
+const char *journal_strerror(int status)
+{
+    switch (status) {
+#define JOURNAL_STATUS_CASE(name, code, str)                                                       \
+    case code:                                                                                     \
+        return str;
+        JOURNAL_ERRORS(JOURNAL_STATUS_CASE)
+#undef JOURNAL_STATUS_CASE
+    default:
+        return "unknown error";
+    }
+}
+
+/* Reads a varint length prefix.  Returns 1 (value in *v, length in *n), 0 when
+ * buf ends inside it, or a JOURNAL_ERR_* code.  A value is refused as soon as
+ * the bytes seen so far exceed JOURNAL_RECORD_MAX: later bytes only add. */
+static int read_length(const uint8_t *buf, size_t len, uint64_t *v, size_t *n)
+{
+    uint64_t value = 0;
+    for (size_t i = 0; i < JOURNAL_VARINT_MAX; i++) {
+        if (i == len)
+            return 0;
+        value |= (uint64_t)(buf[i] & 0x7f) << (7 * i);
+        if (value > JOURNAL_RECORD_MAX)
+            return JOURNAL_ERR_TOO_LARGE;
+        if ((buf[i] & 0x80) == 0) {
+            *v = value;
+            *n = i + 1;
+            return 1;
+        }
+    }
+    return JOURNAL_ERR_VARINT;
+}
+
+int journal_decode_entry(const uint8_t *buf, size_t len, size_t *used, Twice__Journal__Entry **out)
+{
+    uint64_t body_len = 0;
+    size_t prefix_len = 0;
+    int rc = read_length(buf, len, &body_len, &prefix_len);
+    if (rc <= 0)
+        return rc;
+    if (len - prefix_len < body_len)
+        return 0;
+    Twice__Journal__Entry *e =
+        twice__journal__entry__unpack(NULL, (size_t)body_len, buf + prefix_len);
+    if (e == NULL)
+        return JOURNAL_ERR_DECODE;
+    *out = e;
+    *used = prefix_len + (size_t)body_len;
+    return 1;
+}
+
+size_t journal_put_varint(uint8_t *out, uint64_t v)
+{
+    size_t n = 0;
+    while (v >= 0x80) {
+        out[n++] = (uint8_t)(v | 0x80);
+        v >>= 7;
+    }
+    out[n++] = (uint8_t)v;
+    return n;
+}
+
+static size_t varint_size(uint64_t v)
+{
+    size_t n = 1;
+    while (v >= 0x80) {
+        v >>= 7;
+        n++;
+    }
+    return n;
+}
+
+size_t journal_entry_encoded_size(const Twice__Journal__Entry *e)
+{
+    size_t body = twice__journal__entry__get_packed_size(e);
+    return varint_size(body) + body;
+}
+
+int journal_encode_entry(const Twice__Journal__Entry *e, uint8_t *out, size_t cap, size_t *written)
+{
+    size_t body = twice__journal__entry__get_packed_size(e);
+    if (body > JOURNAL_RECORD_MAX)
+        return JOURNAL_ERR_TOO_LARGE;
+    size_t need = varint_size(body) + body;
+    if (cap < need)
+        return JOURNAL_ERR_SPACE;
+    size_t n = journal_put_varint(out, body);
+    n += twice__journal__entry__pack(e, out + n);
+    *written = n;
+    return 0;
+}
+
+size_t journal_utf8_char_len(const unsigned char *p)
+{
+    unsigned char c = p[0];
+    if (c < 0x80)
+        return 1;
+    size_t n;
+    unsigned char lo = 0x80, hi = 0xbf;
+    if (c >= 0xc2 && c <= 0xdf)
+        n = 2;
+    else if (c >= 0xe0 && c <= 0xef)
+        n = 3, lo = c == 0xe0 ? 0xa0 : 0x80, hi = c == 0xed ? 0x9f : 0xbf;
+    else if (c >= 0xf0 && c <= 0xf4)
+        n = 4, lo = c == 0xf0 ? 0x90 : 0x80, hi = c == 0xf4 ? 0x8f : 0xbf;
+    else
+        return 0;
+    if (p[1] < lo || p[1] > hi)
+        return 0;
+    for (size_t i = 2; i < n; i++) {
+        if (p[i] < 0x80 || p[i] > 0xbf)
+            return 0;
+    }
+    return n;
+}
+
+/* Records the sticky error with the file offset where it was found. */
+static int reader_fail(struct journal_reader *r, int status)
+{
+    r->status = status;
+    snprintf(r->error, sizeof(r->error), "offset %llu: %s%s%s", (unsigned long long)r->offset,
+             journal_strerror(status), status == JOURNAL_ERR_IO ? ": " : "",
+             status == JOURNAL_ERR_IO ? strerror(r->sys_errno) : "");
+    return status;
+}
+
+/* Moves the unread bytes to the front and makes room for one more chunk,
+ * growing the buffer up to JOURNAL_READ_BUF_MAX. */
+static int reader_make_room(struct journal_reader *r)
+{
+    if (r->start > 0) {
+        memmove(r->buf, r->buf + r->start, r->end - r->start);
+        r->end -= r->start;
+        r->start = 0;
+    }
+    if (r->end < r->cap)
+        return 0;
+    size_t cap = r->cap * 2 > JOURNAL_READ_BUF_MAX ? JOURNAL_READ_BUF_MAX : r->cap * 2;
+    if (cap <= r->cap)
+        return JOURNAL_ERR_TOO_LARGE; /* cannot happen: the decoder refuses first */
+    uint8_t *buf = realloc(r->buf, cap);
+    if (buf == NULL)
+        return JOURNAL_ERR_NOMEM;
+    r->buf = buf;
+    r->cap = cap;
+    return 0;
+}
+
+/* Reads more of the file into the buffer.  Sets r->eof at the end. */
+static int reader_fill(struct journal_reader *r)
+{
+    int rc = reader_make_room(r);
+    if (rc < 0)
+        return rc;
+    size_t n = fread(r->buf + r->end, 1, r->cap - r->end, r->fp);
+    r->end += n;
+    if (n == 0) {
+        if (ferror(r->fp)) {
+            r->sys_errno = errno;
+            return JOURNAL_ERR_IO;
+        }
+        r->eof = true;
+    }
+    return 0;
+}
+
+/* Decodes the next entry of the file into r->current.  Returns 1, 0 at the
+ * end (r->truncated set when bytes were left over), or an error code. */
+static int reader_decode(struct journal_reader *r)
+{
+    for (;;) {
+        Twice__Journal__Entry *e = NULL;
+        size_t used = 0;
+        int rc = journal_decode_entry(r->buf + r->start, r->end - r->start, &used, &e);
+        if (rc < 0)
+            return rc;
+        if (rc == 1) {
+            twice__journal__entry__free_unpacked(r->current, NULL);
+            r->current = e;
+            r->start += used;
+            r->offset += used;
+            return 1;
+        }
+        if (r->eof) {
+            r->truncated = r->end > r->start;
+            return 0;
+        }
+        rc = reader_fill(r);
+        if (rc < 0)
+            return rc;
+    }
+}
+
+int journal_reader_next(struct journal_reader *r, const Twice__Journal__Entry **out)
+{
+    if (r->status < 0)
+        return r->status;
+    int rc = reader_decode(r);
+    if (rc < 0)
+        return reader_fail(r, rc);
+    if (rc == 0)
+        return 0;
+    r->count++;
+    *out = r->current;
+    return 1;
+}
+
+/* Reads and checks the first entry.  Returns 0 or an error code. */
+static int reader_read_header(struct journal_reader *r)
+{
+    int rc = reader_decode(r);
+    if (rc < 0)
+        return rc;
+    if (rc == 0)
+        return r->truncated ? JOURNAL_ERR_TRUNCATED : JOURNAL_ERR_EMPTY;
+    if (r->current->body_case != TWICE__JOURNAL__ENTRY__BODY_HEADER)
+        return JOURNAL_ERR_NO_HEADER;
+    if (r->current->header->version != JOURNAL_FORMAT_VERSION)
+        return JOURNAL_ERR_VERSION;
+    r->header = r->current;
+    r->current = NULL;
+    return 0;
+}
+
+struct journal_reader *journal_reader_open(const char *path, char *err, size_t errlen)
+{
+    struct journal_reader *r = calloc(1, sizeof(*r));
+    uint8_t *buf = malloc(JOURNAL_READ_CHUNK);
+    if (r == NULL || buf == NULL) {
+        free(r);
+        free(buf);
+        snprintf(err, errlen, "%s: %s", path, journal_strerror(JOURNAL_ERR_NOMEM));
+        return NULL;
+    }
+    r->buf = buf;
+    r->cap = JOURNAL_READ_CHUNK;
+    r->fp = fopen(path, "rb");
+    if (r->fp == NULL) {
+        snprintf(err, errlen, "%s: %s", path, strerror(errno));
+        journal_reader_close(r);
+        return NULL;
+    }
+    int rc = reader_read_header(r);
+    if (rc < 0) {
+        if (rc == JOURNAL_ERR_VERSION)
+            snprintf(err, errlen, "%s: %s %u (this twice reads %u)", path, journal_strerror(rc),
+                     r->current->header->version, JOURNAL_FORMAT_VERSION);
+        else if (rc == JOURNAL_ERR_IO)
+            snprintf(err, errlen, "%s: %s", path, strerror(r->sys_errno));
+        else
+            snprintf(err, errlen, "%s: %s", path, journal_strerror(rc));
+        journal_reader_close(r);
+        return NULL;
+    }
+    return r;
+}
+
+const Twice__Journal__Header *journal_reader_header(const struct journal_reader *r)
+{
+    return r->header->header;
+}
+
+bool journal_reader_truncated(const struct journal_reader *r)
+{
+    return r->truncated;
+}
+
+uint64_t journal_reader_offset(const struct journal_reader *r)
+{
+    return r->offset;
+}
+
+uint64_t journal_reader_count(const struct journal_reader *r)
+{
+    return r->count;
+}
+
+const char *journal_reader_error(const struct journal_reader *r)
+{
+    return r->status < 0 ? r->error : NULL;
+}
+
+void journal_reader_close(struct journal_reader *r)
+{
+    if (r == NULL)
+        return;
+    if (r->fp != NULL)
+        fclose(r->fp);
+    twice__journal__entry__free_unpacked(r->current, NULL);
+    twice__journal__entry__free_unpacked(r->header, NULL);
+    free(r->buf);
+    free(r);
+}

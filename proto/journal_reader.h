@@ -1,0 +1,133 @@
+/*
+ * journal_reader.h - the journal file format: length-delimited protobuf
+ * entries (proto/journal.proto), decoded and encoded.
+ *
+ * Two layers, in the shape of the other codecs in proto/:
+ *
+ *   - journal_decode_entry() / journal_encode_entry() work on byte spans and
+ *     do no I/O.  The decoder is resumable at any byte: given a prefix of an
+ *     entry it asks for more.
+ *   - struct journal_reader reads a file with stdio and hands out one entry at
+ *     a time.  A file whose last entry is cut short (a writer killed
+ *     mid-write) ends iteration cleanly and is reported as truncated.
+ *
+ * Pure C over protobuf-c: no libevent, no OpenSSL.
+ */
+#ifndef TWICE_JOURNAL_READER_H
+#define TWICE_JOURNAL_READER_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "proto/journal.pb-c.h"
+
+/* Largest encoded Entry (without its length prefix).  A length prefix above
+ * it is an error, whatever the bytes after it. */
+#define JOURNAL_RECORD_MAX (1024u * 1024u)
+/* A varint length prefix is at most this long (a uint64). */
+#define JOURNAL_VARINT_MAX 10u
+/* Journal format version this code writes and reads. */
+#define JOURNAL_FORMAT_VERSION 1u
+
+#define JOURNAL_WARN_UNUSED __attribute__((warn_unused_result))
+
+/* Status codes: 0 or negative, stable.  journal_strerror() names them. */
+#define JOURNAL_ERRORS(X)                                                                          \
+    X(OK, 0, "ok")                                                                                 \
+    X(ERR_IO, -1, "I/O error")                                                                     \
+    X(ERR_NOMEM, -2, "out of memory")                                                              \
+    X(ERR_VARINT, -3, "malformed length prefix")                                                   \
+    X(ERR_TOO_LARGE, -4, "entry larger than the 1 MiB limit")                                      \
+    X(ERR_DECODE, -5, "entry is not a valid protobuf Entry")                                       \
+    X(ERR_NO_HEADER, -6, "first entry is not a journal header")                                    \
+    X(ERR_VERSION, -7, "unsupported journal format version")                                       \
+    X(ERR_SPACE, -8, "output buffer too small")                                                    \
+    X(ERR_EMPTY, -9, "journal is empty (no header)")                                               \
+    X(ERR_TRUNCATED, -10, "journal ends inside its header")
+
+enum journal_status {
+#define JOURNAL_STATUS_ENUM(name, code, str) JOURNAL_##name = code,
+    JOURNAL_ERRORS(JOURNAL_STATUS_ENUM)
+#undef JOURNAL_STATUS_ENUM
+};
+
+/* A static string for a status code; "unknown error" for codes not listed. */
+const char *journal_strerror(int status);
+
+/*
+ * Decodes the entry at the start of buf[0..len).
+ * Returns 1 and sets *out (caller frees with twice__journal__entry__free_unpacked)
+ * and *used (bytes consumed, prefix included); 0 when buf holds only a prefix of
+ * an entry (feed more bytes, nothing consumed); or a negative JOURNAL_ERR_*
+ * (ERR_VARINT, ERR_TOO_LARGE, ERR_DECODE, ERR_NOMEM).  Never reads past len.
+ */
+int journal_decode_entry(const uint8_t *buf, size_t len, size_t *used,
+                         Twice__Journal__Entry **out) JOURNAL_WARN_UNUSED;
+
+/* Bytes journal_encode_entry() writes for e: the varint prefix plus the message. */
+size_t journal_entry_encoded_size(const Twice__Journal__Entry *e);
+
+/*
+ * Writes the length-delimited form of e (varint byte count, then the message)
+ * into out[0..cap) and sets *written.  Returns 0, JOURNAL_ERR_TOO_LARGE when
+ * the message exceeds JOURNAL_RECORD_MAX, or JOURNAL_ERR_SPACE when cap is too
+ * small (nothing is written in either case).
+ */
+int journal_encode_entry(const Twice__Journal__Entry *e, uint8_t *out, size_t cap,
+                         size_t *written) JOURNAL_WARN_UNUSED;
+
+/* Appends the varint form of v to out (JOURNAL_VARINT_MAX bytes of room);
+ * returns the number of bytes written. */
+size_t journal_put_varint(uint8_t *out, uint64_t v);
+
+/*
+ * Length of the valid UTF-8 character starting at p (1..4), or 0 when p starts
+ * an invalid sequence (overlong, surrogate, past U+10FFFF, cut short).  Reads
+ * only continuation bytes after p[0], so a NUL-terminated string is never
+ * read past its NUL.  proto3 `string` fields must be valid UTF-8.
+ */
+size_t journal_utf8_char_len(const unsigned char *p);
+
+struct journal_reader;
+
+/*
+ * Opens the journal at path and reads its header.  Returns a reader the
+ * caller closes with journal_reader_close(), or NULL with a message in err
+ * (cannot open, empty, cut inside the header, first entry not a header,
+ * unsupported version, or a decoding error).
+ */
+struct journal_reader *journal_reader_open(const char *path, char *err,
+                                           size_t errlen) JOURNAL_WARN_UNUSED;
+
+/* The header read by journal_reader_open(); owned by the reader. */
+const Twice__Journal__Header *journal_reader_header(const struct journal_reader *r);
+
+/*
+ * Reads the next entry after the header.  Returns 1 and sets *out; 0 at the
+ * end of the journal (clean, or a cut-short last entry: see
+ * journal_reader_truncated()); or a negative JOURNAL_ERR_* code, which is
+ * sticky: later calls return it again, and journal_reader_error() says what
+ * and where.  The entry is owned by the reader and valid until the next call
+ * to journal_reader_next() or journal_reader_close().  Entries whose body a
+ * newer writer added are returned with body_case NOT_SET: skip them.
+ */
+int journal_reader_next(struct journal_reader *r,
+                        const Twice__Journal__Entry **out) JOURNAL_WARN_UNUSED;
+
+/* True once journal_reader_next() hit a last entry that was cut short. */
+bool journal_reader_truncated(const struct journal_reader *r);
+
+/* Bytes of the file consumed by complete entries so far. */
+uint64_t journal_reader_offset(const struct journal_reader *r);
+
+/* Entries returned by journal_reader_next() so far (the header not counted). */
+uint64_t journal_reader_count(const struct journal_reader *r);
+
+/* The sticky error as text ("offset 1234: entry larger than ..."), or NULL. */
+const char *journal_reader_error(const struct journal_reader *r);
+
+/* Frees the reader, its current entry and its header.  NULL is a no-op. */
+void journal_reader_close(struct journal_reader *r);
+
+#endif

@@ -1,0 +1,431 @@
+/*
+ * journal.c - the journal writer.  See journal.h.
+ *
+ * Two buffers: `queued` receives encoded records from journal_record() under
+ * the mutex; the writer thread swaps it with its own empty `writing` buffer
+ * (a pointer swap under the mutex) and writes `writing` with the mutex
+ * released.  So the event loop waits at most for a memcpy-sized critical
+ * section, never for the disk.
+ */
+#include "proxy/journal.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "proto/journal_reader.h"
+#include "proxy/log.h"
+
+/* First allocation of a buffer; it doubles from there up to JOURNAL_BUFFER_CAP. */
+#define JOURNAL_BUF_INITIAL (256u * 1024u)
+/* After a burst, a written-out buffer larger than this is freed, not kept. */
+#define JOURNAL_BUF_KEEP (4u * 1024u * 1024u)
+
+/* journal_record's string fields: the proto's string fields. */
+#define JOURNAL_STRING_FIELDS 9
+
+/* journal.h repeats journal.proto's kind codes so that it needs no generated header. */
+_Static_assert((int)JOURNAL_KIND_CONNECT == (int)TWICE__JOURNAL__RECORD__KIND__CONNECT,
+               "kind codes");
+_Static_assert((int)JOURNAL_KIND_CLOSE == (int)TWICE__JOURNAL__RECORD__KIND__CLOSE, "kind codes");
+_Static_assert((int)JOURNAL_KIND_DELIVER == (int)TWICE__JOURNAL__RECORD__KIND__DELIVER,
+               "kind codes");
+_Static_assert((int)JOURNAL_KIND_ACK == (int)TWICE__JOURNAL__RECORD__KIND__ACK, "kind codes");
+_Static_assert((int)JOURNAL_KIND_NACK == (int)TWICE__JOURNAL__RECORD__KIND__NACK, "kind codes");
+_Static_assert((int)JOURNAL_KIND_PUBLISH == (int)TWICE__JOURNAL__RECORD__KIND__PUBLISH,
+               "kind codes");
+_Static_assert((int)JOURNAL_KIND_CONFIRM == (int)TWICE__JOURNAL__RECORD__KIND__CONFIRM,
+               "kind codes");
+_Static_assert((int)JOURNAL_KIND_FAULT == (int)TWICE__JOURNAL__RECORD__KIND__FAULT, "kind codes");
+_Static_assert((int)JOURNAL_KIND_COMMAND == (int)TWICE__JOURNAL__RECORD__KIND__COMMAND,
+               "kind codes");
+
+struct journal_buf {
+    uint8_t *data; /* owned */
+    size_t len, cap;
+    uint64_t records; /* records encoded in data[0..len) */
+};
+
+struct journal {
+    int fd;
+    char *path; /* owned */
+    pthread_t thread;
+    pthread_mutex_t mu;
+    pthread_cond_t wake;       /* signalled when queued passes FLUSH_BYTES or on close */
+    struct journal_buf queued; /* guarded by mu */
+    bool closing;              /* guarded by mu */
+    bool failed;               /* guarded by mu: a write failed, drop everything after */
+    bool full_logged;          /* guarded by mu: the buffer-full line was logged */
+    _Atomic uint64_t records;
+    _Atomic uint64_t dropped;
+};
+
+static uint64_t now_unix_us(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return (uint64_t)ts.tv_sec * 1000000u + (uint64_t)ts.tv_nsec / 1000u;
+}
+
+/* Writes all of buf, retrying on EINTR and partial writes.  0 or -errno. */
+static int write_all(int fd, const uint8_t *buf, size_t len)
+{
+    while (len > 0) {
+        ssize_t n = write(fd, buf, len);
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n < 0)
+            return -errno;
+        if (n == 0)
+            return -EIO;
+        buf += n;
+        len -= (size_t)n;
+    }
+    return 0;
+}
+
+static void log_failure(const char *msg, const char *path, int err)
+{
+    struct log_line line;
+    log_begin(&line, LOG_ERROR, msg);
+    log_str(&line, "path", path);
+    log_str(&line, "error", strerror(err));
+    log_end(&line);
+}
+
+/* True when s is valid UTF-8 of at most JOURNAL_FIELD_MAX bytes. */
+static bool field_is_clean(const char *s)
+{
+    const unsigned char *p = (const unsigned char *)s;
+    size_t len = 0;
+    while (p[len] != '\0') {
+        size_t n = journal_utf8_char_len(p + len);
+        if (n == 0)
+            return false;
+        len += n;
+        if (len > JOURNAL_FIELD_MAX)
+            return false;
+    }
+    return true;
+}
+
+/* A copy of s cut to JOURNAL_FIELD_MAX bytes at a character boundary, each
+ * byte of an invalid sequence replaced by '?'.  Caller frees; NULL on OOM. */
+static char *field_clean_copy(const char *s)
+{
+    char *out = malloc(JOURNAL_FIELD_MAX + 1);
+    if (out == NULL)
+        return NULL;
+    const unsigned char *p = (const unsigned char *)s;
+    size_t len = 0;
+    while (*p != '\0') {
+        size_t n = journal_utf8_char_len(p);
+        if (len + (n == 0 ? 1 : n) > JOURNAL_FIELD_MAX)
+            break;
+        if (n == 0) {
+            out[len++] = '?';
+            p++;
+            continue;
+        }
+        memcpy(out + len, p, n);
+        len += n;
+        p += n;
+    }
+    out[len] = '\0';
+    return out;
+}
+
+/* The text to encode for a string field: "" for NULL, s itself when clean,
+ * else a cleaned copy stored in *owned (the caller frees it).  NULL on OOM. */
+static char *field_text(const char *s, char **owned)
+{
+    if (s == NULL)
+        return (char *)"";
+    if (field_is_clean(s))
+        return (char *)s;
+    *owned = field_clean_copy(s);
+    return *owned;
+}
+
+/* Fills pr's string fields from r.  Copies it had to make go to owned[];
+ * returns false on OOM (owned[] still freed by the caller). */
+static bool record_strings(Twice__Journal__Record *pr, const struct journal_record *r,
+                           char *owned[JOURNAL_STRING_FIELDS])
+{
+    const char *src[JOURNAL_STRING_FIELDS] = {
+        r->listener,          r->queue,  r->task, r->message_id, r->rule, r->action_name, r->client,
+        r->close_reason_name, r->detail,
+    };
+    char **dst[JOURNAL_STRING_FIELDS] = {
+        &pr->listener, &pr->queue,       &pr->task,   &pr->message_id,
+        &pr->rule,     &pr->action_name, &pr->client, &pr->close_reason_name,
+        &pr->detail,
+    };
+    for (size_t i = 0; i < JOURNAL_STRING_FIELDS; i++) {
+        *dst[i] = field_text(src[i], &owned[i]);
+        if (*dst[i] == NULL)
+            return false;
+    }
+    return true;
+}
+
+static void record_numbers(Twice__Journal__Record *pr, const struct journal_record *r)
+{
+    pr->kind = (Twice__Journal__Record__Kind)r->kind;
+    pr->time_unix_us = r->time_unix_us != 0 ? r->time_unix_us : now_unix_us();
+    pr->session = r->session;
+    pr->delivery_tag = r->delivery_tag;
+    pr->redelivered = r->redelivered;
+    pr->action = r->action;
+    pr->event = r->event;
+    pr->close_reason = r->close_reason;
+    pr->bytes_up = r->bytes_up;
+    pr->bytes_down = r->bytes_down;
+}
+
+/* Makes room for need more bytes in b, doubling up to JOURNAL_BUFFER_CAP. */
+static bool buf_reserve(struct journal_buf *b, size_t need)
+{
+    if (b->len + need > JOURNAL_BUFFER_CAP)
+        return false;
+    if (b->len + need <= b->cap)
+        return true;
+    size_t cap = b->cap != 0 ? b->cap : JOURNAL_BUF_INITIAL;
+    while (cap < b->len + need)
+        cap *= 2;
+    if (cap > JOURNAL_BUFFER_CAP)
+        cap = JOURNAL_BUFFER_CAP;
+    uint8_t *data = realloc(b->data, cap);
+    if (data == NULL)
+        return false;
+    b->data = data;
+    b->cap = cap;
+    return true;
+}
+
+/* Counts a dropped record; logs the first time the buffer is full.  mu held. */
+static void drop_locked(struct journal *j)
+{
+    atomic_fetch_add(&j->dropped, 1);
+    if (!j->failed && !j->full_logged) {
+        j->full_logged = true;
+        log_msg(LOG_ERROR, "journal buffer full, dropping records", "cap_bytes=%u",
+                JOURNAL_BUFFER_CAP);
+    }
+}
+
+/* Encodes entry at the end of the queued buffer, or drops it. */
+static void enqueue(struct journal *j, const Twice__Journal__Entry *entry)
+{
+    size_t size = journal_entry_encoded_size(entry);
+    pthread_mutex_lock(&j->mu);
+    size_t n = 0;
+    if (j->failed || !buf_reserve(&j->queued, size) ||
+        journal_encode_entry(entry, j->queued.data + j->queued.len, size, &n) != 0) {
+        drop_locked(j);
+    } else {
+        j->queued.len += n;
+        j->queued.records++;
+        atomic_fetch_add(&j->records, 1);
+        if (j->queued.len >= JOURNAL_FLUSH_BYTES)
+            pthread_cond_signal(&j->wake);
+    }
+    pthread_mutex_unlock(&j->mu);
+}
+
+void journal_record(struct journal *j, const struct journal_record *r)
+{
+    if (j == NULL)
+        return;
+    Twice__Journal__Record pr;
+    twice__journal__record__init(&pr);
+    char *owned[JOURNAL_STRING_FIELDS] = {0};
+    if (record_strings(&pr, r, owned)) {
+        record_numbers(&pr, r);
+        Twice__Journal__Entry entry;
+        twice__journal__entry__init(&entry);
+        entry.body_case = TWICE__JOURNAL__ENTRY__BODY_RECORD;
+        entry.record = &pr;
+        enqueue(j, &entry);
+    } else {
+        atomic_fetch_add(&j->dropped, 1);
+    }
+    for (size_t i = 0; i < JOURNAL_STRING_FIELDS; i++)
+        free(owned[i]);
+}
+
+/* Writes out a swapped-out buffer and empties it.  On a write error the
+ * journal is marked failed and the buffer's records count as dropped. */
+static void write_out(struct journal *j, struct journal_buf *b)
+{
+    if (b->len > 0) {
+        int rc = write_all(j->fd, b->data, b->len);
+        if (rc < 0) {
+            pthread_mutex_lock(&j->mu);
+            bool first = !j->failed;
+            j->failed = true;
+            pthread_mutex_unlock(&j->mu);
+            if (first)
+                log_failure("journal write failed, dropping records", j->path, -rc);
+            atomic_fetch_sub(&j->records, b->records);
+            atomic_fetch_add(&j->dropped, b->records);
+        }
+    }
+    b->len = 0;
+    b->records = 0;
+    if (b->cap > JOURNAL_BUF_KEEP) {
+        free(b->data);
+        b->data = NULL;
+        b->cap = 0;
+    }
+}
+
+/* Waits until the queued buffer is worth writing, the interval has passed,
+ * or the journal is closing.  mu held. */
+static void wait_for_work(struct journal *j)
+{
+    struct timespec deadline;
+    clock_gettime(CLOCK_MONOTONIC, &deadline);
+    deadline.tv_sec += JOURNAL_FLUSH_INTERVAL_MS / 1000u;
+    deadline.tv_nsec += (long)(JOURNAL_FLUSH_INTERVAL_MS % 1000u) * 1000000L;
+    if (deadline.tv_nsec >= 1000000000L) {
+        deadline.tv_sec++;
+        deadline.tv_nsec -= 1000000000L;
+    }
+    while (!j->closing && j->queued.len < JOURNAL_FLUSH_BYTES) {
+        if (pthread_cond_timedwait(&j->wake, &j->mu, &deadline) == ETIMEDOUT)
+            break;
+    }
+}
+
+static void *writer_main(void *arg)
+{
+    struct journal *j = arg;
+    struct journal_buf writing = {0};
+    pthread_mutex_lock(&j->mu);
+    for (;;) {
+        wait_for_work(j);
+        bool last = j->closing;
+        struct journal_buf tmp = j->queued;
+        j->queued = writing;
+        writing = tmp;
+        pthread_mutex_unlock(&j->mu);
+        write_out(j, &writing);
+        pthread_mutex_lock(&j->mu);
+        /* journal_close() set closing before our swap: nothing can follow. */
+        if (last)
+            break;
+    }
+    pthread_mutex_unlock(&j->mu);
+    free(writing.data);
+    return NULL;
+}
+
+/* Encodes and writes the header entry synchronously.  0 or -errno. */
+static int write_header(int fd, const struct journal_header_info *hdr)
+{
+    Twice__Journal__Header h;
+    twice__journal__header__init(&h);
+    h.version = JOURNAL_FORMAT_VERSION;
+    h.seed = hdr->seed;
+    h.config_sha256.data = (uint8_t *)hdr->config_sha256;
+    h.config_sha256.len = sizeof(hdr->config_sha256);
+    h.start_unix_ms = hdr->start_unix_ms != 0 ? hdr->start_unix_ms : now_unix_us() / 1000u;
+    h.twice_version = (char *)TWICE_VERSION;
+    char *owned = NULL;
+    h.config_path = field_text(hdr->config_path, &owned);
+    if (h.config_path == NULL)
+        return -ENOMEM;
+    Twice__Journal__Entry entry;
+    twice__journal__entry__init(&entry);
+    entry.body_case = TWICE__JOURNAL__ENTRY__BODY_HEADER;
+    entry.header = &h;
+    uint8_t buf[2 * JOURNAL_FIELD_MAX];
+    size_t n = 0;
+    int rc = journal_encode_entry(&entry, buf, sizeof(buf), &n) == 0 ? write_all(fd, buf, n) : -EIO;
+    free(owned);
+    return rc;
+}
+
+/* Mutex, condition variable (on the monotonic clock) and thread. */
+static int start_writer(struct journal *j)
+{
+    pthread_condattr_t attr;
+    if (pthread_condattr_init(&attr) != 0)
+        return ENOMEM;
+    pthread_condattr_setclock(&attr, CLOCK_MONOTONIC);
+    int rc = pthread_cond_init(&j->wake, &attr);
+    pthread_condattr_destroy(&attr);
+    if (rc != 0)
+        return rc;
+    pthread_mutex_init(&j->mu, NULL);
+    rc = pthread_create(&j->thread, NULL, writer_main, j);
+    if (rc != 0) {
+        pthread_cond_destroy(&j->wake);
+        pthread_mutex_destroy(&j->mu);
+    }
+    return rc;
+}
+
+struct journal *journal_open(const char *path, const struct journal_header_info *hdr, char *err,
+                             size_t errlen)
+{
+    struct journal *j = calloc(1, sizeof(*j));
+    char *path_copy = strdup(path);
+    if (j == NULL || path_copy == NULL) {
+        free(j);
+        free(path_copy);
+        snprintf(err, errlen, "%s: out of memory", path);
+        return NULL;
+    }
+    j->path = path_copy;
+    j->fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    int rc = j->fd < 0 ? errno : -write_header(j->fd, hdr);
+    if (rc == 0)
+        rc = start_writer(j);
+    if (rc != 0) {
+        snprintf(err, errlen, "%s: %s", path, strerror(rc));
+        if (j->fd >= 0)
+            close(j->fd);
+        free(j->path);
+        free(j);
+        return NULL;
+    }
+    return j;
+}
+
+uint64_t journal_records(const struct journal *j)
+{
+    return j != NULL ? atomic_load(&j->records) : 0;
+}
+
+uint64_t journal_dropped(const struct journal *j)
+{
+    return j != NULL ? atomic_load(&j->dropped) : 0;
+}
+
+void journal_close(struct journal *j)
+{
+    if (j == NULL)
+        return;
+    pthread_mutex_lock(&j->mu);
+    j->closing = true;
+    pthread_cond_signal(&j->wake);
+    pthread_mutex_unlock(&j->mu);
+    pthread_join(j->thread, NULL);
+    if (!j->failed && fsync(j->fd) != 0 && errno != EINVAL)
+        log_failure("journal sync failed", j->path, errno);
+    if (close(j->fd) != 0 && !j->failed)
+        log_failure("journal close failed", j->path, errno);
+    pthread_cond_destroy(&j->wake);
+    pthread_mutex_destroy(&j->mu);
+    free(j->queued.data);
+    free(j->path);
+    free(j);
+}

@@ -1,0 +1,111 @@
+/*
+ * journal.h - the running proxy's journal writer.
+ *
+ * The event loop calls journal_record() for every delivery, ack, publish,
+ * fault, connect and close.  That call never touches the disk: it encodes the
+ * record (proto/journal.proto, length-delimited) into an in-memory buffer
+ * under a mutex and returns.  A writer thread swaps the buffer out and writes
+ * it with write(2) at least every JOURNAL_FLUSH_INTERVAL_MS, and sooner when
+ * it passes JOURNAL_FLUSH_BYTES.  When the disk cannot keep up and the buffer
+ * reaches JOURNAL_BUFFER_CAP, new records are dropped and counted
+ * (journal_dropped()); a write error is logged once, and every record after
+ * it is dropped and counted too.  Nothing here ever aborts the proxy.
+ */
+#ifndef TWICE_JOURNAL_H
+#define TWICE_JOURNAL_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+/* The writer thread writes at least this often... */
+#define JOURNAL_FLUSH_INTERVAL_MS 1000u
+/* ...and as soon as this many bytes are waiting. */
+#define JOURNAL_FLUSH_BYTES (1024u * 1024u)
+/* Bytes buffered while the disk is slow before records are dropped. */
+#define JOURNAL_BUFFER_CAP (64u * 1024u * 1024u)
+/* A string field longer than this is cut (at a UTF-8 character boundary). */
+#define JOURNAL_FIELD_MAX 4096u
+
+/* Record kinds: the codes of journal.proto's Record.Kind (stable, append only). */
+enum journal_kind {
+    JOURNAL_KIND_CONNECT = 1,
+    JOURNAL_KIND_CLOSE = 2,
+    JOURNAL_KIND_DELIVER = 3,
+    JOURNAL_KIND_ACK = 4,
+    JOURNAL_KIND_NACK = 5,
+    JOURNAL_KIND_PUBLISH = 6,
+    JOURNAL_KIND_CONFIRM = 7,
+    JOURNAL_KIND_FAULT = 8,
+    JOURNAL_KIND_COMMAND = 9,
+};
+
+/* What journal_open() writes in the header. */
+struct journal_header_info {
+    uint64_t seed;             /* the trigger RNG seed */
+    uint8_t config_sha256[32]; /* digest of the configuration file */
+    const char *config_path;   /* may be NULL; copied */
+    uint64_t start_unix_ms;    /* 0: now */
+};
+
+/*
+ * One record, as the event loop knows it.  Fields that do not apply stay 0 /
+ * NULL.  Strings are borrowed for the duration of journal_record() only.
+ * Strings that are not valid UTF-8 (proto3 `string` must be) are written with
+ * each invalid byte replaced by '?'.
+ */
+struct journal_record {
+    enum journal_kind kind;
+    uint64_t time_unix_us; /* 0: the writer stamps the current time */
+    uint64_t session;      /* session id */
+    const char *listener;
+    const char *queue;
+    const char *task;
+    const char *message_id;
+    uint64_t delivery_tag;
+    bool redelivered;
+    const char *rule;              /* FAULT: rule name */
+    uint32_t action;               /* FAULT: enum rule_action_kind */
+    const char *action_name;       /* FAULT: rule_action_name(action) */
+    uint32_t event;                /* FAULT: enum rule_event */
+    const char *client;            /* "ip:port" */
+    uint32_t close_reason;         /* CLOSE: enum session_close_reason */
+    const char *close_reason_name; /* CLOSE: session_close_reason_name() */
+    uint64_t bytes_up;             /* CLOSE: client -> broker */
+    uint64_t bytes_down;           /* CLOSE: broker -> client */
+    const char *detail;            /* free text, e.g. "delay 45000ms" */
+};
+
+struct journal;
+
+/*
+ * Creates (or truncates) the journal at path, writes its header and starts
+ * the writer thread.  Returns the journal, owned by the caller until
+ * journal_close(), or NULL with a message in err.  Blocks on the disk: call
+ * it at startup, not from the event loop.
+ */
+struct journal *journal_open(const char *path, const struct journal_header_info *hdr, char *err,
+                             size_t errlen) __attribute__((warn_unused_result));
+
+/*
+ * Queues one record; thread-safe, never blocks on the disk.  Copies what it
+ * needs from r before returning.  A record that does not fit (buffer at
+ * JOURNAL_BUFFER_CAP, an earlier write error, out of memory) is dropped and
+ * counted.  j may be NULL (no journal configured): nothing happens.
+ */
+void journal_record(struct journal *j, const struct journal_record *r);
+
+/* Records queued so far (written or waiting to be written). */
+uint64_t journal_records(const struct journal *j);
+
+/* Records dropped so far (buffer full, write error, out of memory). */
+uint64_t journal_dropped(const struct journal *j);
+
+/*
+ * Writes everything queued, stops the writer thread, syncs and closes the
+ * file, and frees j.  NULL is a no-op.  Records queued concurrently with
+ * journal_close() are a caller bug.
+ */
+void journal_close(struct journal *j);
+
+#endif

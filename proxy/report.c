@@ -1,0 +1,690 @@
+/*
+ * report.c - `twice report`.  See report.h.
+ *
+ * One pass over the journal fills a struct report (counters and hash maps);
+ * the printers then walk it, sorting what they list so the output is stable.
+ * Per-message delivery counts are stored in the map's value pointer itself
+ * (uintptr_t), which saves one allocation per message id.
+ */
+#include "proxy/report.h"
+
+#include <errno.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "proto/journal_reader.h"
+#include "proxy/json_out.h"
+#include "proxy/strmap.h"
+#include "rules/rule.h"
+
+/* by_kind slots: Record.Kind codes 0..9, then one for codes a newer writer added. */
+#define REPORT_KINDS 10
+/* by_event slots: enum rule_event codes, then one for unknown codes. */
+#define REPORT_EVENTS (RULE_EV_COUNT + 1)
+/* Room for error messages and formatted times. */
+#define REPORT_ERR_MAX 512
+#define REPORT_TIME_MAX 40
+
+static const char *const report_kind_names[REPORT_KINDS] = {
+    "unspecified", "connect", "close",   "deliver", "ack",
+    "nack",        "publish", "confirm", "fault",   "command",
+};
+
+struct report_rule {
+    uint64_t count;
+    uint32_t action;
+    char *action_name; /* owned; from the first fault of the rule */
+    uint64_t by_event[REPORT_EVENTS];
+};
+
+struct report {
+    const char *path;
+    const char *message;            /* --message ID, or NULL */
+    Twice__Journal__Header *header; /* owned copy */
+    uint64_t records;
+    bool truncated;
+    uint64_t by_kind[REPORT_KINDS + 1];
+    struct strmap rules;    /* rule name -> struct report_rule * (owned) */
+    struct strmap messages; /* message id -> DELIVER count, as uintptr_t */
+    struct strmap reasons;  /* close reason name -> count, as uintptr_t */
+    uint64_t connections, closes, bytes_up, bytes_down;
+    Twice__Journal__Record **timeline; /* owned copies of --message's records */
+    size_t n_timeline, cap_timeline;
+    uint64_t timeline_more; /* records past REPORT_TIMELINE_MAX */
+};
+
+static const char *kind_name(uint32_t kind)
+{
+    return kind < REPORT_KINDS ? report_kind_names[kind] : "other";
+}
+
+static const char *event_name(uint32_t event)
+{
+    return event < RULE_EV_COUNT ? rule_event_name((enum rule_event)event) : "other";
+}
+
+static void rule_free(void *p)
+{
+    struct report_rule *r = p;
+    if (r != NULL)
+        free(r->action_name);
+    free(r);
+}
+
+static void report_free(struct report *rep)
+{
+    strmap_free(&rep->rules, rule_free);
+    strmap_free(&rep->messages, NULL);
+    strmap_free(&rep->reasons, NULL);
+    for (size_t i = 0; i < rep->n_timeline; i++)
+        twice__journal__record__free_unpacked(rep->timeline[i], NULL);
+    free(rep->timeline);
+    twice__journal__header__free_unpacked(rep->header, NULL);
+}
+
+/* An owned copy of a protobuf-c message, by packing and unpacking it. */
+static void *message_copy(const ProtobufCMessage *m)
+{
+    size_t size = protobuf_c_message_get_packed_size(m);
+    uint8_t *buf = malloc(size != 0 ? size : 1);
+    if (buf == NULL)
+        return NULL;
+    protobuf_c_message_pack(m, buf);
+    void *copy = protobuf_c_message_unpack(m->descriptor, NULL, size, buf);
+    free(buf);
+    return copy;
+}
+
+/* Adds n to the counter stored in key's value pointer.  -1 when out of memory. */
+static int map_count(struct strmap *m, const char *key, uintptr_t n)
+{
+    bool inserted = false;
+    void **slot = strmap_put(m, key, &inserted);
+    if (slot == NULL)
+        return -1;
+    *slot = (void *)((uintptr_t)*slot + n);
+    return 0;
+}
+
+static int add_fault(struct report *rep, const Twice__Journal__Record *r)
+{
+    bool inserted = false;
+    void **slot = strmap_put(&rep->rules, r->rule[0] != '\0' ? r->rule : "(none)", &inserted);
+    if (slot == NULL)
+        return -1;
+    if (*slot == NULL) {
+        struct report_rule *rule = calloc(1, sizeof(*rule));
+        if (rule == NULL || (rule->action_name = strdup(r->action_name)) == NULL) {
+            free(rule);
+            return -1;
+        }
+        rule->action = r->action;
+        *slot = rule;
+    }
+    struct report_rule *rule = *slot;
+    rule->count++;
+    rule->by_event[r->event < RULE_EV_COUNT ? r->event : RULE_EV_COUNT]++;
+    return 0;
+}
+
+static int add_close(struct report *rep, const Twice__Journal__Record *r)
+{
+    char name[32];
+    const char *reason = r->close_reason_name;
+    if (reason[0] == '\0') {
+        snprintf(name, sizeof(name), "reason %u", (unsigned)r->close_reason);
+        reason = name;
+    }
+    rep->closes++;
+    rep->bytes_up += r->bytes_up;
+    rep->bytes_down += r->bytes_down;
+    return map_count(&rep->reasons, reason, 1);
+}
+
+static int add_timeline(struct report *rep, const Twice__Journal__Record *r)
+{
+    if (rep->n_timeline == REPORT_TIMELINE_MAX) {
+        rep->timeline_more++;
+        return 0;
+    }
+    if (rep->n_timeline == rep->cap_timeline) {
+        size_t cap = rep->cap_timeline != 0 ? rep->cap_timeline * 2 : 16;
+        Twice__Journal__Record **t = realloc(rep->timeline, cap * sizeof(*t));
+        if (t == NULL)
+            return -1;
+        rep->timeline = t;
+        rep->cap_timeline = cap;
+    }
+    Twice__Journal__Record *copy = message_copy(&r->base);
+    if (copy == NULL)
+        return -1;
+    rep->timeline[rep->n_timeline++] = copy;
+    return 0;
+}
+
+static int add_message(struct report *rep, const Twice__Journal__Record *r)
+{
+    bool deliver = r->kind == TWICE__JOURNAL__RECORD__KIND__DELIVER;
+    if (map_count(&rep->messages, r->message_id, deliver ? 1 : 0) != 0)
+        return -1;
+    if (rep->message != NULL && strcmp(rep->message, r->message_id) == 0)
+        return add_timeline(rep, r);
+    return 0;
+}
+
+/* Accounts one record.  0, or -1 when out of memory. */
+static int report_add(struct report *rep, const Twice__Journal__Record *r)
+{
+    rep->records++;
+    rep->by_kind[(uint32_t)r->kind < REPORT_KINDS ? (uint32_t)r->kind : REPORT_KINDS]++;
+    int rc = 0;
+    if (r->kind == TWICE__JOURNAL__RECORD__KIND__CONNECT)
+        rep->connections++;
+    else if (r->kind == TWICE__JOURNAL__RECORD__KIND__CLOSE)
+        rc = add_close(rep, r);
+    else if (r->kind == TWICE__JOURNAL__RECORD__KIND__FAULT)
+        rc = add_fault(rep, r);
+    if (rc == 0 && r->message_id[0] != '\0')
+        rc = add_message(rep, r);
+    return rc;
+}
+
+/* Reads the whole journal into rep.  0, or -1 with a message in err. */
+static int report_load(struct report *rep, char *err, size_t errlen)
+{
+    struct journal_reader *r = journal_reader_open(rep->path, err, errlen);
+    if (r == NULL)
+        return -1;
+    rep->header = message_copy(&journal_reader_header(r)->base);
+    int rc = rep->header != NULL ? 1 : JOURNAL_ERR_NOMEM;
+    const Twice__Journal__Entry *e = NULL;
+    while (rc == 1 && (rc = journal_reader_next(r, &e)) == 1) {
+        if (e->body_case == TWICE__JOURNAL__ENTRY__BODY_RECORD && report_add(rep, e->record) != 0)
+            rc = JOURNAL_ERR_NOMEM;
+    }
+    if (rc < 0)
+        snprintf(err, errlen, "%s: %s", rep->path,
+                 journal_reader_error(r) != NULL ? journal_reader_error(r) : journal_strerror(rc));
+    rep->truncated = journal_reader_truncated(r);
+    journal_reader_close(r);
+    return rc < 0 ? -1 : 0;
+}
+
+/* The used slots of m, sorted by key.  Caller frees; NULL when empty or OOM. */
+static const struct strmap_slot **sorted_slots(const struct strmap *m)
+{
+    const struct strmap_slot **v = malloc((m->count != 0 ? m->count : 1) * sizeof(*v));
+    if (v == NULL)
+        return NULL;
+    size_t pos = 0, n = 0;
+    const struct strmap_slot *s = NULL;
+    while (strmap_next(m, &pos, &s))
+        v[n++] = s;
+    return v;
+}
+
+static int slot_cmp(const void *a, const void *b)
+{
+    const struct strmap_slot *const *x = a, *const *y = b;
+    return strcmp((*x)->key, (*y)->key);
+}
+
+static void sort_slots(const struct strmap_slot **v, size_t n)
+{
+    qsort(v, n, sizeof(*v), slot_cmp);
+}
+
+/* The busiest messages by DELIVER count (ties by id), up to REPORT_TOP_N. */
+struct report_top {
+    const char *id[REPORT_TOP_N];
+    uint64_t count[REPORT_TOP_N];
+    size_t n;
+};
+
+static bool top_before(uint64_t count, const char *id, uint64_t other_count, const char *other)
+{
+    return count != other_count ? count > other_count : strcmp(id, other) < 0;
+}
+
+static void top_add(struct report_top *top, const char *id, uint64_t count)
+{
+    size_t i = top->n;
+    if (i == REPORT_TOP_N) {
+        if (!top_before(count, id, top->count[i - 1], top->id[i - 1]))
+            return;
+        i--;
+    } else {
+        top->n++;
+    }
+    for (; i > 0 && top_before(count, id, top->count[i - 1], top->id[i - 1]); i--) {
+        top->id[i] = top->id[i - 1];
+        top->count[i] = top->count[i - 1];
+    }
+    top->id[i] = id;
+    top->count[i] = count;
+}
+
+/* Delivery statistics over all message ids. */
+struct report_deliveries {
+    uint64_t messages, delivered, more_than_once;
+    struct report_top top;
+};
+
+static void deliveries_compute(const struct report *rep, struct report_deliveries *d)
+{
+    memset(d, 0, sizeof(*d));
+    size_t pos = 0;
+    const struct strmap_slot *s = NULL;
+    while (strmap_next(&rep->messages, &pos, &s)) {
+        uint64_t n = (uintptr_t)s->value;
+        d->messages++;
+        d->delivered += n >= 1;
+        d->more_than_once += n >= 2;
+        if (n >= 1)
+            top_add(&d->top, s->key, n);
+    }
+}
+
+/* "2026-11-29T09:00:00.123Z" for a time in microseconds. */
+static void format_time(char *buf, size_t len, uint64_t unix_us)
+{
+    time_t secs = (time_t)(unix_us / 1000000u);
+    struct tm tm;
+    if (gmtime_r(&secs, &tm) == NULL) {
+        snprintf(buf, len, "%llu", (unsigned long long)unix_us);
+        return;
+    }
+    size_t n = strftime(buf, len, "%Y-%m-%dT%H:%M:%S", &tm);
+    snprintf(buf + n, len - n, ".%03uZ", (unsigned)(unix_us / 1000u % 1000u));
+}
+
+static void format_hex(char *buf, const ProtobufCBinaryData *b, size_t max)
+{
+    size_t n = b->len < max ? b->len : max;
+    for (size_t i = 0; i < n; i++)
+        sprintf(buf + 2 * i, "%02x", b->data[i]);
+    buf[2 * n] = '\0';
+}
+
+/* ---- human output ---------------------------------------------------- */
+
+static void print_header_text(FILE *out, const struct report *rep)
+{
+    const Twice__Journal__Header *h = rep->header;
+    char when[REPORT_TIME_MAX], hex[65];
+    format_time(when, sizeof(when), h->start_unix_ms * 1000u);
+    format_hex(hex, &h->config_sha256, 32);
+    fputs("journal   ", out);
+    text_write_safe(out, rep->path);
+    fprintf(out, " (format %u, twice ", (unsigned)h->version);
+    text_write_safe(out, h->twice_version);
+    fprintf(out, ")\nseed      %llu\nconfig    ", (unsigned long long)h->seed);
+    text_write_safe(out, h->config_path);
+    fprintf(out, " sha256:%s\nstarted   %s\nrecords   %llu", hex, when,
+            (unsigned long long)rep->records);
+    const char *sep = " (";
+    for (size_t k = 0; k <= REPORT_KINDS; k++) {
+        if (rep->by_kind[k] == 0)
+            continue;
+        fprintf(out, "%s%s %llu", sep, kind_name((uint32_t)k), (unsigned long long)rep->by_kind[k]);
+        sep = ", ";
+    }
+    fputs(sep[0] == ',' ? ")\n" : "\n", out);
+    if (rep->truncated)
+        fputs("warning: the last record is cut short (the proxy died while writing it)\n", out);
+}
+
+static void print_rule_events_text(FILE *out, const struct report_rule *r)
+{
+    const char *sep = "";
+    for (uint32_t e = 0; e < REPORT_EVENTS; e++) {
+        if (r->by_event[e] == 0)
+            continue;
+        fprintf(out, "%s%s=%llu", sep, event_name(e), (unsigned long long)r->by_event[e]);
+        sep = " ";
+    }
+}
+
+static int print_faults_text(FILE *out, const struct report *rep)
+{
+    fputs("\nFaults per rule\n", out);
+    if (rep->rules.count == 0) {
+        fputs("  (no faults injected)\n", out);
+        return 0;
+    }
+    const struct strmap_slot **v = sorted_slots(&rep->rules);
+    if (v == NULL)
+        return -1;
+    sort_slots(v, rep->rules.count);
+    fprintf(out, "  %-24s %8s  %-12s %s\n", "RULE", "FAULTS", "ACTION", "BY EVENT");
+    for (size_t i = 0; i < rep->rules.count; i++) {
+        const struct report_rule *r = v[i]->value;
+        fputs("  ", out);
+        int n = text_write_safe(out, v[i]->key);
+        fprintf(out, "%*s %8llu  ", n < 24 ? 24 - n : 0, "", (unsigned long long)r->count);
+        n = text_write_safe(out, r->action_name);
+        fprintf(out, "%*s ", n < 12 ? 12 - n : 0, "");
+        print_rule_events_text(out, r);
+        fputc('\n', out);
+    }
+    free(v);
+    return 0;
+}
+
+static void print_deliveries_text(FILE *out, const struct report *rep)
+{
+    struct report_deliveries d;
+    deliveries_compute(rep, &d);
+    fprintf(out,
+            "\nDeliveries per message\n  message ids               %llu\n"
+            "  delivered                 %llu\n  delivered more than once  %llu\n",
+            (unsigned long long)d.messages, (unsigned long long)d.delivered,
+            (unsigned long long)d.more_than_once);
+    if (d.top.n == 0)
+        return;
+    fprintf(out, "  top %zu by deliveries:\n  %10s  %s\n", d.top.n, "DELIVERIES", "MESSAGE");
+    for (size_t i = 0; i < d.top.n; i++) {
+        fprintf(out, "  %10llu  ", (unsigned long long)d.top.count[i]);
+        text_write_safe(out, d.top.id[i]);
+        fputc('\n', out);
+    }
+}
+
+static int print_connections_text(FILE *out, const struct report *rep)
+{
+    fprintf(out, "\nConnections\n  connections %llu, closed %llu, bytes up %llu, bytes down %llu\n",
+            (unsigned long long)rep->connections, (unsigned long long)rep->closes,
+            (unsigned long long)rep->bytes_up, (unsigned long long)rep->bytes_down);
+    if (rep->reasons.count == 0)
+        return 0;
+    const struct strmap_slot **v = sorted_slots(&rep->reasons);
+    if (v == NULL)
+        return -1;
+    sort_slots(v, rep->reasons.count);
+    fputs("  by close reason:", out);
+    for (size_t i = 0; i < rep->reasons.count; i++) {
+        fputc(' ', out);
+        text_write_safe(out, v[i]->key);
+        fprintf(out, "=%llu", (unsigned long long)(uintptr_t)v[i]->value);
+    }
+    fputc('\n', out);
+    free(v);
+    return 0;
+}
+
+/* ` key=value` for a non-empty string field. */
+static void print_field_text(FILE *out, const char *key, const char *value)
+{
+    if (value == NULL || value[0] == '\0')
+        return;
+    fprintf(out, " %s=", key);
+    text_write_safe(out, value);
+}
+
+static void print_timeline_record_text(FILE *out, const Twice__Journal__Record *r, uint64_t t0)
+{
+    char when[REPORT_TIME_MAX];
+    format_time(when, sizeof(when), r->time_unix_us);
+    int64_t off = (int64_t)(r->time_unix_us - t0);
+    fprintf(out, "  %+10.3fs  %s  %-8s session=%llu", (double)off / 1e6, when,
+            kind_name((uint32_t)r->kind), (unsigned long long)r->session);
+    print_field_text(out, "listener", r->listener);
+    print_field_text(out, "queue", r->queue);
+    print_field_text(out, "task", r->task);
+    if (r->delivery_tag != 0)
+        fprintf(out, " tag=%llu", (unsigned long long)r->delivery_tag);
+    if (r->redelivered)
+        fputs(" redelivered", out);
+    print_field_text(out, "rule", r->rule);
+    if (r->kind == TWICE__JOURNAL__RECORD__KIND__FAULT) {
+        print_field_text(out, "action", r->action_name);
+        fprintf(out, " event=%s", event_name(r->event));
+    }
+    print_field_text(out, "detail", r->detail);
+    fputc('\n', out);
+}
+
+static void print_timeline_text(FILE *out, const struct report *rep)
+{
+    fputs("\nTimeline of message ", out);
+    text_write_safe(out, rep->message);
+    fprintf(out, " (%zu records)\n", rep->n_timeline);
+    if (rep->n_timeline == 0) {
+        fputs("  (no record has this message id)\n", out);
+        return;
+    }
+    uint64_t t0 = rep->timeline[0]->time_unix_us;
+    for (size_t i = 0; i < rep->n_timeline; i++)
+        print_timeline_record_text(out, rep->timeline[i], t0);
+    if (rep->timeline_more > 0)
+        fprintf(out, "  ... and %llu more records\n", (unsigned long long)rep->timeline_more);
+}
+
+static int print_text(FILE *out, const struct report *rep)
+{
+    print_header_text(out, rep);
+    if (print_faults_text(out, rep) != 0)
+        return -1;
+    print_deliveries_text(out, rep);
+    if (print_connections_text(out, rep) != 0)
+        return -1;
+    if (rep->message != NULL)
+        print_timeline_text(out, rep);
+    return 0;
+}
+
+/* ---- JSON output ----------------------------------------------------- */
+
+/* `"key": "value"` with a leading comma when not first. */
+static void json_field(FILE *out, const char *sep, const char *key, const char *value)
+{
+    fprintf(out, "%s\"%s\": ", sep, key);
+    json_write_string(out, value);
+}
+
+static void print_header_json(FILE *out, const struct report *rep)
+{
+    const Twice__Journal__Header *h = rep->header;
+    char when[REPORT_TIME_MAX], hex[65];
+    format_time(when, sizeof(when), h->start_unix_ms * 1000u);
+    format_hex(hex, &h->config_sha256, 32);
+    json_field(out, "{\n  ", "journal", rep->path);
+    fprintf(out, ",\n  \"version\": %u,\n  \"seed\": %llu", (unsigned)h->version,
+            (unsigned long long)h->seed);
+    json_field(out, ",\n  ", "config_sha256", hex);
+    json_field(out, ",\n  ", "config_path", h->config_path);
+    json_field(out, ",\n  ", "twice_version", h->twice_version);
+    fprintf(out, ",\n  \"start_unix_ms\": %llu", (unsigned long long)h->start_unix_ms);
+    json_field(out, ",\n  ", "start", when);
+    fprintf(out, ",\n  \"records\": %llu,\n  \"truncated\": %s,\n  \"by_kind\": {",
+            (unsigned long long)rep->records, rep->truncated ? "true" : "false");
+    for (size_t k = 1; k <= REPORT_KINDS; k++)
+        fprintf(out, "%s\"%s\": %llu", k > 1 ? ", " : "",
+                k < REPORT_KINDS ? kind_name((uint32_t)k) : "other",
+                (unsigned long long)rep->by_kind[k]);
+    fputc('}', out);
+}
+
+static void print_rule_json(FILE *out, const struct strmap_slot *s)
+{
+    const struct report_rule *r = s->value;
+    json_field(out, "    {", "rule", s->key);
+    fprintf(out, ", \"faults\": %llu", (unsigned long long)r->count);
+    json_field(out, ", ", "action", r->action_name);
+    fprintf(out, ", \"action_code\": %u, \"by_event\": {", (unsigned)r->action);
+    const char *sep = "";
+    for (uint32_t e = 0; e < REPORT_EVENTS; e++) {
+        if (r->by_event[e] == 0)
+            continue;
+        fprintf(out, "%s\"%s\": %llu", sep, event_name(e), (unsigned long long)r->by_event[e]);
+        sep = ", ";
+    }
+    fputs("}}", out);
+}
+
+static int print_faults_json(FILE *out, const struct report *rep)
+{
+    const struct strmap_slot **v = sorted_slots(&rep->rules);
+    if (v == NULL)
+        return -1;
+    sort_slots(v, rep->rules.count);
+    fputs(",\n  \"faults\": [", out);
+    for (size_t i = 0; i < rep->rules.count; i++) {
+        fputs(i > 0 ? ",\n" : "\n", out);
+        print_rule_json(out, v[i]);
+    }
+    fputs(rep->rules.count > 0 ? "\n  ]" : "]", out);
+    free(v);
+    return 0;
+}
+
+static void print_deliveries_json(FILE *out, const struct report *rep)
+{
+    struct report_deliveries d;
+    deliveries_compute(rep, &d);
+    fprintf(out,
+            ",\n  \"deliveries\": {\"messages\": %llu, \"delivered\": %llu, "
+            "\"delivered_more_than_once\": %llu, \"top\": [",
+            (unsigned long long)d.messages, (unsigned long long)d.delivered,
+            (unsigned long long)d.more_than_once);
+    for (size_t i = 0; i < d.top.n; i++) {
+        json_field(out, i > 0 ? ", {" : "{", "message_id", d.top.id[i]);
+        fprintf(out, ", \"deliveries\": %llu}", (unsigned long long)d.top.count[i]);
+    }
+    fputs("]}", out);
+}
+
+static int print_connections_json(FILE *out, const struct report *rep)
+{
+    const struct strmap_slot **v = sorted_slots(&rep->reasons);
+    if (v == NULL)
+        return -1;
+    sort_slots(v, rep->reasons.count);
+    fprintf(out,
+            ",\n  \"connections\": {\"count\": %llu, \"closed\": %llu, \"bytes_up\": %llu, "
+            "\"bytes_down\": %llu, \"by_close_reason\": {",
+            (unsigned long long)rep->connections, (unsigned long long)rep->closes,
+            (unsigned long long)rep->bytes_up, (unsigned long long)rep->bytes_down);
+    for (size_t i = 0; i < rep->reasons.count; i++) {
+        fputs(i > 0 ? ", " : "", out);
+        json_write_string(out, v[i]->key);
+        fprintf(out, ": %llu", (unsigned long long)(uintptr_t)v[i]->value);
+    }
+    fputs("}}", out);
+    free(v);
+    return 0;
+}
+
+static void print_timeline_record_json(FILE *out, const Twice__Journal__Record *r, uint64_t t0)
+{
+    fprintf(out, "      {\"offset_us\": %lld, \"time_unix_us\": %llu",
+            (long long)(int64_t)(r->time_unix_us - t0), (unsigned long long)r->time_unix_us);
+    json_field(out, ", ", "kind", kind_name((uint32_t)r->kind));
+    fprintf(out, ", \"session\": %llu", (unsigned long long)r->session);
+    json_field(out, ", ", "listener", r->listener);
+    json_field(out, ", ", "queue", r->queue);
+    json_field(out, ", ", "task", r->task);
+    fprintf(out, ", \"delivery_tag\": %llu, \"redelivered\": %s",
+            (unsigned long long)r->delivery_tag, r->redelivered ? "true" : "false");
+    json_field(out, ", ", "rule", r->rule);
+    json_field(out, ", ", "action", r->action_name);
+    json_field(out, ", ", "event",
+               r->kind == TWICE__JOURNAL__RECORD__KIND__FAULT ? event_name(r->event) : "");
+    json_field(out, ", ", "detail", r->detail);
+    fputc('}', out);
+}
+
+static void print_timeline_json(FILE *out, const struct report *rep)
+{
+    json_field(out, ",\n  \"message\": {", "message_id", rep->message);
+    fprintf(out, ", \"more\": %llu, \"records\": [", (unsigned long long)rep->timeline_more);
+    uint64_t t0 = rep->n_timeline > 0 ? rep->timeline[0]->time_unix_us : 0;
+    for (size_t i = 0; i < rep->n_timeline; i++) {
+        fputs(i > 0 ? ",\n" : "\n", out);
+        print_timeline_record_json(out, rep->timeline[i], t0);
+    }
+    fputs(rep->n_timeline > 0 ? "\n  ]}" : "]}", out);
+}
+
+static int print_json(FILE *out, const struct report *rep)
+{
+    print_header_json(out, rep);
+    if (print_faults_json(out, rep) != 0)
+        return -1;
+    print_deliveries_json(out, rep);
+    if (print_connections_json(out, rep) != 0)
+        return -1;
+    if (rep->message != NULL)
+        print_timeline_json(out, rep);
+    fputs("\n}\n", out);
+    return 0;
+}
+
+/* ---- command --------------------------------------------------------- */
+
+static void usage(FILE *f)
+{
+    fputs("usage: twice report JOURNAL [--json] [--message ID]\n", f);
+}
+
+/* Returns 0 to run, 1 after --help, -1 on a usage error. */
+static int parse_args(int argc, char **argv, struct report *rep, bool *json, FILE *out, FILE *err)
+{
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) {
+            usage(out);
+            return 1;
+        } else if (strcmp(a, "--json") == 0) {
+            *json = true;
+        } else if (strncmp(a, "--message=", 10) == 0) {
+            rep->message = a + 10;
+        } else if (strcmp(a, "--message") == 0 && i + 1 < argc) {
+            rep->message = argv[++i];
+        } else if (a[0] != '-' && rep->path == NULL) {
+            rep->path = a;
+        } else {
+            fprintf(err, "twice report: unexpected argument '%s'\n", a);
+            usage(err);
+            return -1;
+        }
+    }
+    if (rep->path != NULL)
+        return 0;
+    fputs("twice report: no journal given\n", err);
+    usage(err);
+    return -1;
+}
+
+int report_run(int argc, char **argv, FILE *out, FILE *err)
+{
+    struct report rep = {0};
+    bool json = false;
+    int rc = parse_args(argc, argv, &rep, &json, out, err);
+    if (rc != 0)
+        return rc > 0 ? 0 : 2;
+    char msg[REPORT_ERR_MAX];
+    int code = 0;
+    if (report_load(&rep, msg, sizeof(msg)) != 0) {
+        fprintf(err, "twice report: %s\n", msg);
+        code = 2;
+    } else if ((json ? print_json(out, &rep) : print_text(out, &rep)) != 0) {
+        fputs("twice report: out of memory\n", err);
+        code = 2;
+    } else if (fflush(out) != 0) {
+        fprintf(err, "twice report: writing the output: %s\n", strerror(errno));
+        code = 2;
+    }
+    if (code == 0 && json && rep.truncated)
+        fputs("twice report: warning: the journal's last record is cut short\n", err);
+    report_free(&rep);
+    return code;
+}
+
+int report_main(int argc, char **argv)
+{
+    return report_run(argc, argv, stdout, stderr);
+}

@@ -1,0 +1,42 @@
+/*
+ * report.h - the `twice report` and `twice verdict` subcommands.
+ *
+ *   twice report JOURNAL [--json] [--message ID]
+ *       the journal's header, faults per rule, deliveries per message,
+ *       connections and close reasons, and with --message the timeline of
+ *       one message.
+ *   twice verdict --journal J --effects E [--json]
+ *       per task type: was any message's side effect produced twice?
+ *       (proxy/verdict.h has the computation.)
+ *
+ * Both read the journal with proto/journal_reader.h in one streaming pass and
+ * keep one hash-map entry per distinct message id, so a journal of millions
+ * of records is fine.  --json output is one object whose keys and order are
+ * stable; fields are only ever added.
+ */
+#ifndef TWICE_REPORT_H
+#define TWICE_REPORT_H
+
+#include <stdio.h>
+
+/* Messages listed in "top messages by deliveries". */
+#define REPORT_TOP_N 10
+/* Records of one message kept for --message; later ones are only counted. */
+#define REPORT_TIMELINE_MAX 10000
+
+/*
+ * `twice report`, printing to out and diagnostics to err.  argv[0] is the
+ * subcommand name.  Returns 0, or 2 on usage, I/O or journal errors.  A journal
+ * cut short at the end is reported with a warning, not an error.
+ */
+int report_run(int argc, char **argv, FILE *out, FILE *err);
+
+/* report_run() on stdout and stderr: the entry point for proxy/main.c. */
+int report_main(int argc, char **argv);
+
+/* verdict_run() (proxy/verdict.h) on stdout and stderr: the entry point for
+ * proxy/main.c.  Returns 1 when any task is NOT IDEMPOTENT, 0 otherwise, 2 on
+ * usage or I/O errors. */
+int verdict_main(int argc, char **argv);
+
+#endif

@@ -1,0 +1,60 @@
+/*
+ * strmap.h - an open-addressing hash map from NUL-terminated strings to
+ * pointers, for the report and verdict commands (a million message ids).
+ *
+ * Linear probing, FNV-1a hashes, capacity a power of two kept at most half
+ * full.  No deletion: the commands only ever add.  The map owns copies of its
+ * keys; values are the caller's (strmap_free() can free them).
+ */
+#ifndef TWICE_STRMAP_H
+#define TWICE_STRMAP_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+/* Slots of a map's first allocation. */
+#define STRMAP_INITIAL_CAP 64u
+/* Keys a map refuses to grow past (half of its largest slot table). */
+#define STRMAP_MAX_COUNT ((size_t)1 << 31)
+
+struct strmap_slot {
+    char *key; /* owned; NULL: empty slot */
+    uint64_t hash;
+    void *value;
+};
+
+struct strmap {
+    struct strmap_slot *slots; /* owned */
+    size_t cap;                /* 0 or a power of two */
+    size_t count;
+};
+
+/* An empty map; it allocates on the first insert.  Same as zeroing it. */
+void strmap_init(struct strmap *m);
+
+/*
+ * The value slot for key, inserting key (copied) with a NULL value when it is
+ * new; *inserted says which.  The pointer is valid until the next insert.
+ * NULL when out of memory or past STRMAP_MAX_COUNT (the map is unchanged).
+ */
+void **strmap_put(struct strmap *m, const char *key, bool *inserted)
+    __attribute__((warn_unused_result));
+
+/* The value stored for key, or NULL when key is absent. */
+void *strmap_get(const struct strmap *m, const char *key);
+
+/* The map's copy of key, or NULL when absent: lives as long as the map. */
+const char *strmap_key(const struct strmap *m, const char *key);
+
+/*
+ * Iterates: start with *pos = 0; each call returns the next used slot
+ * (false at the end).  Order is the table's, not insertion order.
+ */
+bool strmap_next(const struct strmap *m, size_t *pos, const struct strmap_slot **slot);
+
+/* Frees keys and table, and each value with free_value when not NULL.  The
+ * map is empty (and reusable) after. */
+void strmap_free(struct strmap *m, void (*free_value)(void *));
+
+#endif

@@ -1,0 +1,605 @@
+/*
+ * verdict.c - `twice verdict`.  See verdict.h.
+ *
+ * One pass over the journal and one over the effects list fill a map from
+ * message id to per-message counts; verdict_compute() folds the map into one
+ * row per task type.  Memory is one small struct per distinct message id, so
+ * a million messages take tens of megabytes and a few seconds at most.
+ */
+#include "proxy/verdict.h"
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "proto/journal_reader.h"
+#include "proxy/json_out.h"
+#include "proxy/report.h"
+#include "proxy/strmap.h"
+
+/* verdict_msg.task before any record named one. */
+#define VERDICT_NO_TASK UINT32_MAX
+/* Width cap of the TASK column; longer names push the row right. */
+#define VERDICT_TASK_COL_MAX 40
+/* Room for error messages. */
+#define VERDICT_ERR_MAX 512
+
+struct verdict_msg {
+    uint32_t task;                      /* index into verdict.task_names, or VERDICT_NO_TASK */
+    uint32_t delivers, faults, effects; /* saturating counts */
+    bool in_journal;
+};
+
+struct verdict {
+    struct strmap msgs;      /* message id -> struct verdict_msg * (owned) */
+    struct strmap tasks;     /* task name -> index + 1, as a pointer */
+    const char **task_names; /* owned array; names borrowed from `tasks` */
+    size_t n_tasks, cap_tasks;
+};
+
+static void sat_inc(uint32_t *n)
+{
+    if (*n < UINT32_MAX)
+        (*n)++;
+}
+
+const char *verdict_kind_name(enum verdict_kind k)
+{
+    switch (k) {
+    case VERDICT_IDEMPOTENT:
+        return "IDEMPOTENT";
+    case VERDICT_NOT_IDEMPOTENT:
+        return "NOT IDEMPOTENT";
+    case VERDICT_UNTESTED:
+    default:
+        return "UNTESTED";
+    }
+}
+
+struct verdict *verdict_new(void)
+{
+    return calloc(1, sizeof(struct verdict));
+}
+
+void verdict_free(struct verdict *v)
+{
+    if (v == NULL)
+        return;
+    strmap_free(&v->msgs, free);
+    strmap_free(&v->tasks, NULL);
+    free(v->task_names);
+    free(v);
+}
+
+/* The index of task name, adding it when new.  -1 when out of memory. */
+static int task_index(struct verdict *v, const char *name, uint32_t *idx)
+{
+    bool inserted = false;
+    void **slot = strmap_put(&v->tasks, name, &inserted);
+    if (slot == NULL)
+        return -1;
+    if (!inserted && *slot != NULL) {
+        *idx = (uint32_t)((uintptr_t)*slot - 1);
+        return 0;
+    }
+    if (v->n_tasks == v->cap_tasks) {
+        size_t cap = v->cap_tasks != 0 ? v->cap_tasks * 2 : 16;
+        const char **names = realloc(v->task_names, cap * sizeof(*names));
+        if (names == NULL)
+            return -1; /* the name stays in the map with a NULL value: retried */
+        v->task_names = names;
+        v->cap_tasks = cap;
+    }
+    v->task_names[v->n_tasks] = strmap_key(&v->tasks, name);
+    *slot = (void *)(uintptr_t)(v->n_tasks + 1);
+    *idx = (uint32_t)v->n_tasks++;
+    return 0;
+}
+
+/* The counts for id, created zeroed when new.  NULL when out of memory. */
+static struct verdict_msg *msg_get(struct verdict *v, const char *id)
+{
+    bool inserted = false;
+    void **slot = strmap_put(&v->msgs, id, &inserted);
+    if (slot == NULL)
+        return NULL;
+    if (*slot == NULL) {
+        struct verdict_msg *m = calloc(1, sizeof(*m));
+        if (m == NULL)
+            return NULL; /* a NULL value is retried on the next call */
+        m->task = VERDICT_NO_TASK;
+        *slot = m;
+    }
+    return *slot;
+}
+
+int verdict_add_record(struct verdict *v, const Twice__Journal__Record *r)
+{
+    if (r->message_id == NULL || r->message_id[0] == '\0')
+        return 0;
+    struct verdict_msg *m = msg_get(v, r->message_id);
+    if (m == NULL)
+        return -1;
+    m->in_journal = true;
+    if (m->task == VERDICT_NO_TASK && r->task != NULL && r->task[0] != '\0') {
+        uint32_t idx = 0;
+        if (task_index(v, r->task, &idx) != 0)
+            return -1;
+        m->task = idx;
+    }
+    if (r->kind == TWICE__JOURNAL__RECORD__KIND__DELIVER)
+        sat_inc(&m->delivers);
+    else if (r->kind == TWICE__JOURNAL__RECORD__KIND__FAULT)
+        sat_inc(&m->faults);
+    return 0;
+}
+
+int verdict_add_effect(struct verdict *v, const char *message_id)
+{
+    struct verdict_msg *m = msg_get(v, message_id);
+    if (m == NULL)
+        return -1;
+    sat_inc(&m->effects);
+    return 0;
+}
+
+/* Keeps the VERDICT_EXAMPLES_MAX smallest ids (strcmp order), sorted. */
+static void examples_add(struct verdict_examples *ex, const char *id)
+{
+    size_t i = ex->n;
+    if (i == VERDICT_EXAMPLES_MAX) {
+        if (strcmp(id, ex->ids[i - 1]) >= 0)
+            return;
+        i--;
+    } else {
+        ex->n++;
+    }
+    while (i > 0 && strcmp(id, ex->ids[i - 1]) < 0) {
+        ex->ids[i] = ex->ids[i - 1];
+        i--;
+    }
+    ex->ids[i] = id;
+}
+
+/* Adds one message to its row. */
+static void tally(struct verdict_task *t, const char *id, const struct verdict_msg *m)
+{
+    t->messages++;
+    t->faulted += m->faults > 0;
+    t->delivered_more_than_once += m->delivers >= 2;
+    t->no_effect += m->delivers >= 1 && m->effects == 0;
+    if (m->effects >= 2) {
+        t->more_than_one_effect++;
+        examples_add(&t->examples, id);
+        if (m->delivers <= 1) {
+            t->doubled_single_delivery++;
+            examples_add(&t->single_examples, id);
+        }
+    }
+}
+
+static void tally_unknown(struct verdict_result *res, const char *id, const struct verdict_msg *m)
+{
+    res->unknown_effect_ids++;
+    res->unknown_effect_lines += m->effects;
+    examples_add(&res->unknown_examples, id);
+}
+
+static int task_cmp(const void *a, const void *b)
+{
+    const struct verdict_task *x = a, *y = b;
+    if (x->unknown != y->unknown)
+        return x->unknown ? 1 : -1;
+    return strcmp(x->task, y->task);
+}
+
+/* Sets each row's verdict, drops empty rows, sorts, sets the overall verdict. */
+static void finish_rows(struct verdict_result *res, size_t rows)
+{
+    size_t n = 0;
+    res->overall = VERDICT_UNTESTED;
+    for (size_t i = 0; i < rows; i++) {
+        struct verdict_task *t = &res->tasks[i];
+        if (t->messages == 0)
+            continue;
+        if (t->more_than_one_effect > 0)
+            t->verdict = VERDICT_NOT_IDEMPOTENT;
+        else if (t->faulted > 0)
+            t->verdict = VERDICT_IDEMPOTENT;
+        else
+            t->verdict = VERDICT_UNTESTED;
+        if (t->verdict > res->overall)
+            res->overall = t->verdict;
+        res->tasks[n++] = *t;
+    }
+    res->n_tasks = n;
+    qsort(res->tasks, n, sizeof(*res->tasks), task_cmp);
+}
+
+int verdict_compute(const struct verdict *v, struct verdict_result *out)
+{
+    memset(out, 0, sizeof(*out));
+    size_t rows = v->n_tasks + 1; /* the last row collects messages with no task */
+    out->tasks = calloc(rows, sizeof(*out->tasks));
+    if (out->tasks == NULL)
+        return -1;
+    for (size_t i = 0; i < v->n_tasks; i++)
+        out->tasks[i].task = v->task_names[i];
+    out->tasks[v->n_tasks].task = VERDICT_UNKNOWN_TASK;
+    out->tasks[v->n_tasks].unknown = true;
+    size_t pos = 0;
+    const struct strmap_slot *slot = NULL;
+    while (strmap_next(&v->msgs, &pos, &slot)) {
+        const struct verdict_msg *m = slot->value;
+        if (m == NULL)
+            continue;
+        out->effect_lines += m->effects;
+        if (!m->in_journal)
+            tally_unknown(out, slot->key, m);
+        else
+            tally(&out->tasks[m->task == VERDICT_NO_TASK ? v->n_tasks : m->task], slot->key, m);
+    }
+    finish_rows(out, rows);
+    return 0;
+}
+
+void verdict_result_free(struct verdict_result *res)
+{
+    free(res->tasks);
+    memset(res, 0, sizeof(*res));
+}
+
+/* Strips blanks and a trailing \r; returns the id, or NULL for a line to skip. */
+static char *effect_line_id(char *line)
+{
+    size_t len = strlen(line);
+    while (len > 0 && (line[len - 1] == '\n' || line[len - 1] == '\r' || line[len - 1] == ' ' ||
+                       line[len - 1] == '\t'))
+        line[--len] = '\0';
+    while (*line == ' ' || *line == '\t')
+        line++;
+    if (*line == '\0' || *line == '#')
+        return NULL;
+    return line;
+}
+
+int verdict_load_effects(struct verdict *v, const char *path, uint64_t *lines, char *err,
+                         size_t errlen)
+{
+    FILE *fp = fopen(path, "r");
+    if (fp == NULL) {
+        snprintf(err, errlen, "%s: %s", path, strerror(errno));
+        return -1;
+    }
+    char *line = NULL;
+    size_t cap = 0;
+    int rc = 0;
+    *lines = 0;
+    while (rc == 0 && getline(&line, &cap, fp) >= 0) {
+        const char *id = effect_line_id(line);
+        if (id == NULL)
+            continue;
+        rc = verdict_add_effect(v, id);
+        (*lines)++;
+    }
+    if (rc == 0 && ferror(fp)) {
+        snprintf(err, errlen, "%s: read error", path);
+        rc = -1;
+    } else if (rc != 0) {
+        snprintf(err, errlen, "%s: out of memory", path);
+    }
+    free(line);
+    fclose(fp);
+    return rc;
+}
+
+/* What the output says about the inputs. */
+struct verdict_inputs {
+    const char *journal, *effects;
+    uint64_t seed, start_unix_ms, records, effect_lines;
+    bool truncated;
+};
+
+/* Feeds every record of the journal to v.  0, or -1 with a message in err. */
+static int load_journal(struct verdict *v, struct verdict_inputs *in, char *err, size_t errlen)
+{
+    struct journal_reader *r = journal_reader_open(in->journal, err, errlen);
+    if (r == NULL)
+        return -1;
+    in->seed = journal_reader_header(r)->seed;
+    in->start_unix_ms = journal_reader_header(r)->start_unix_ms;
+    const Twice__Journal__Entry *e = NULL;
+    int rc;
+    while ((rc = journal_reader_next(r, &e)) == 1) {
+        if (e->body_case != TWICE__JOURNAL__ENTRY__BODY_RECORD)
+            continue;
+        if (verdict_add_record(v, e->record) != 0) {
+            rc = JOURNAL_ERR_NOMEM;
+            break;
+        }
+    }
+    if (rc < 0)
+        snprintf(err, errlen, "%s: %s", in->journal,
+                 journal_reader_error(r) != NULL ? journal_reader_error(r) : journal_strerror(rc));
+    in->records = journal_reader_count(r);
+    in->truncated = journal_reader_truncated(r);
+    journal_reader_close(r);
+    return rc < 0 ? -1 : 0;
+}
+
+static void print_examples_json(FILE *out, const struct verdict_examples *ex)
+{
+    fputc('[', out);
+    for (size_t i = 0; i < ex->n; i++) {
+        if (i > 0)
+            fputs(", ", out);
+        json_write_string(out, ex->ids[i]);
+    }
+    fputc(']', out);
+}
+
+static void print_task_json(FILE *out, const struct verdict_task *t)
+{
+    fputs("    {\"task\": ", out);
+    json_write_string(out, t->task);
+    fprintf(out,
+            ", \"messages\": %llu, \"faulted\": %llu, \"delivered_more_than_once\": %llu, "
+            "\"more_than_one_effect\": %llu, \"no_effect\": %llu, \"verdict\": ",
+            (unsigned long long)t->messages, (unsigned long long)t->faulted,
+            (unsigned long long)t->delivered_more_than_once,
+            (unsigned long long)t->more_than_one_effect, (unsigned long long)t->no_effect);
+    json_write_string(out, verdict_kind_name(t->verdict));
+    fputs(", \"examples\": ", out);
+    print_examples_json(out, &t->examples);
+    fprintf(out,
+            ", \"doubled_without_second_delivery\": %llu, "
+            "\"doubled_without_second_delivery_examples\": ",
+            (unsigned long long)t->doubled_single_delivery);
+    print_examples_json(out, &t->single_examples);
+    fputc('}', out);
+}
+
+static void print_json(FILE *out, const struct verdict_result *res, const struct verdict_inputs *in)
+{
+    fputs("{\n  \"journal\": ", out);
+    json_write_string(out, in->journal);
+    fputs(",\n  \"effects\": ", out);
+    json_write_string(out, in->effects);
+    fprintf(out,
+            ",\n  \"seed\": %llu,\n  \"start_unix_ms\": %llu,\n  \"records\": %llu,\n"
+            "  \"journal_truncated\": %s,\n  \"effect_lines\": %llu,\n  \"verdict\": ",
+            (unsigned long long)in->seed, (unsigned long long)in->start_unix_ms,
+            (unsigned long long)in->records, in->truncated ? "true" : "false",
+            (unsigned long long)in->effect_lines);
+    json_write_string(out, verdict_kind_name(res->overall));
+    fputs(",\n  \"tasks\": [", out);
+    for (size_t i = 0; i < res->n_tasks; i++) {
+        fputs(i > 0 ? ",\n" : "\n", out);
+        print_task_json(out, &res->tasks[i]);
+    }
+    fprintf(out, "%s],\n  \"unknown_effects\": {\"ids\": %llu, \"lines\": %llu, \"examples\": ",
+            res->n_tasks > 0 ? "\n  " : "", (unsigned long long)res->unknown_effect_ids,
+            (unsigned long long)res->unknown_effect_lines);
+    print_examples_json(out, &res->unknown_examples);
+    fputs("}\n}\n", out);
+}
+
+static void print_examples_text(FILE *out, const struct verdict_examples *ex)
+{
+    for (size_t i = 0; i < ex->n; i++) {
+        fputs(i > 0 ? ", " : "", out);
+        text_write_safe(out, ex->ids[i]);
+    }
+}
+
+static int task_col_width(const struct verdict_result *res)
+{
+    size_t w = strlen("TASK");
+    for (size_t i = 0; i < res->n_tasks; i++) {
+        size_t n = strlen(res->tasks[i].task);
+        if (n > w)
+            w = n;
+    }
+    return (int)(w > VERDICT_TASK_COL_MAX ? VERDICT_TASK_COL_MAX : w);
+}
+
+static void print_row(FILE *out, const struct verdict_task *t, int width)
+{
+    int n = text_write_safe(out, t->task);
+    fprintf(out, "%*s  %8llu  %7llu  %11llu  %9llu  %9llu  ", n < width ? width - n : 0, "",
+            (unsigned long long)t->messages, (unsigned long long)t->faulted,
+            (unsigned long long)t->delivered_more_than_once,
+            (unsigned long long)t->more_than_one_effect, (unsigned long long)t->no_effect);
+    if (t->examples.n > 0) {
+        fprintf(out, "%-14s  ", verdict_kind_name(t->verdict));
+        print_examples_text(out, &t->examples);
+    } else {
+        fputs(verdict_kind_name(t->verdict), out);
+    }
+    fputc('\n', out);
+}
+
+static void print_table(FILE *out, const struct verdict_result *res)
+{
+    int width = task_col_width(res);
+    fprintf(out, "%-*s  %8s  %7s  %11s  %9s  %9s  %-14s  %s\n", width, "TASK", "MESSAGES",
+            "FAULTED", "DELIVERED>1", "EFFECTS>1", "NO EFFECT", "VERDICT", "EXAMPLES");
+    for (size_t i = 0; i < res->n_tasks; i++)
+        print_row(out, &res->tasks[i], width);
+    if (res->n_tasks == 0)
+        fputs("(no message ids in the journal)\n", out);
+}
+
+static void print_legend(FILE *out)
+{
+    fputs("\nMESSAGES        distinct message ids of the task seen in the journal\n"
+          "FAULTED         messages twice injected at least one fault into\n"
+          "DELIVERED>1     messages the broker delivered more than once\n"
+          "EFFECTS>1       messages with more than one line in the effects list\n"
+          "NO EFFECT       delivered, but no line in the effects list: work lost, or missing "
+          "from the list\n"
+          "NOT IDEMPOTENT  some message produced more than one side effect (EXAMPLES: up to 5)\n"
+          "IDEMPOTENT      faults reached the task and no message produced two side effects\n"
+          "UNTESTED        no fault reached the task, so nothing is proven: run longer or "
+          "widen the rules\n",
+          out);
+}
+
+static void print_warnings(FILE *out, const struct verdict_result *res,
+                           const struct verdict_inputs *in)
+{
+    if (in->truncated)
+        fputs("warning: the journal's last record is cut short (the proxy died while "
+              "writing); the records before it are counted\n",
+              out);
+    if (res->unknown_effect_ids > 0) {
+        fprintf(out,
+                "warning: %llu message ids in the effects list (%llu lines) never appear in "
+                "the journal; were their workers connected through twice? (e.g. ",
+                (unsigned long long)res->unknown_effect_ids,
+                (unsigned long long)res->unknown_effect_lines);
+        print_examples_text(out, &res->unknown_examples);
+        fputs(")\n", out);
+    }
+    for (size_t i = 0; i < res->n_tasks; i++) {
+        const struct verdict_task *t = &res->tasks[i];
+        if (t->doubled_single_delivery == 0)
+            continue;
+        fputs("warning: ", out);
+        text_write_safe(out, t->task);
+        fprintf(out,
+                ": %llu message ids have 2+ effects but were delivered at most once: "
+                "effect doubled without a second delivery: check your effects list (e.g. ",
+                (unsigned long long)t->doubled_single_delivery);
+        print_examples_text(out, &t->single_examples);
+        fputs(")\n", out);
+    }
+}
+
+static void print_human(FILE *out, const struct verdict_result *res,
+                        const struct verdict_inputs *in)
+{
+    fputs("journal ", out);
+    text_write_safe(out, in->journal);
+    fprintf(out, ": %llu records, seed %llu\neffects ", (unsigned long long)in->records,
+            (unsigned long long)in->seed);
+    text_write_safe(out, in->effects);
+    fprintf(out, ": %llu side effects\n\n", (unsigned long long)in->effect_lines);
+    print_table(out, res);
+    print_legend(out);
+    print_warnings(out, res, in);
+    fprintf(out, "\nverdict: %s\n", verdict_kind_name(res->overall));
+}
+
+struct verdict_args {
+    const char *journal, *effects;
+    bool json;
+};
+
+static void usage(FILE *err)
+{
+    fputs("usage: twice verdict --journal JOURNAL --effects EFFECTS [--json]\n"
+          "  EFFECTS: one message id per side effect, one per line ('#' comments)\n"
+          "  exit 1 when a task is NOT IDEMPOTENT, 0 otherwise, 2 on errors\n",
+          err);
+}
+
+/* --name VALUE or --name=VALUE at argv[*i].  1 matched, 0 not this option, -1 error. */
+static int option_value(int argc, char **argv, int *i, const char *name, const char **value)
+{
+    size_t n = strlen(name);
+    if (strncmp(argv[*i], name, n) != 0)
+        return 0;
+    if (argv[*i][n] == '=') {
+        *value = argv[*i] + n + 1;
+        return 1;
+    }
+    if (argv[*i][n] != '\0')
+        return 0;
+    if (*i + 1 >= argc)
+        return -1;
+    *value = argv[++*i];
+    return 1;
+}
+
+/* Returns 0 to run, 1 after --help, -1 on a usage error. */
+static int parse_args(int argc, char **argv, struct verdict_args *a, FILE *out, FILE *err)
+{
+    memset(a, 0, sizeof(*a));
+    for (int i = 1; i < argc; i++) {
+        if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) {
+            usage(out);
+            return 1;
+        }
+        int rc = option_value(argc, argv, &i, "--journal", &a->journal);
+        if (rc == 0)
+            rc = option_value(argc, argv, &i, "--effects", &a->effects);
+        if (rc == 0 && strcmp(argv[i], "--json") == 0) {
+            a->json = true;
+            rc = 1;
+        }
+        if (rc <= 0) {
+            fprintf(err,
+                    rc == 0 ? "twice verdict: unknown argument '%s'\n"
+                            : "twice verdict: %s needs a value\n",
+                    argv[i]);
+            usage(err);
+            return -1;
+        }
+    }
+    if (a->journal == NULL || a->effects == NULL) {
+        fputs("twice verdict: --journal and --effects are required\n", err);
+        usage(err);
+        return -1;
+    }
+    return 0;
+}
+
+/* Loads both inputs and prints the verdict.  Returns the exit code. */
+static int verdict_execute(const struct verdict_args *a, FILE *out, FILE *err)
+{
+    char msg[VERDICT_ERR_MAX];
+    struct verdict_inputs in = {.journal = a->journal, .effects = a->effects};
+    struct verdict_result res = {0};
+    struct verdict *v = verdict_new();
+    int code = 2;
+    if (v == NULL)
+        snprintf(msg, sizeof(msg), "out of memory");
+    else if (load_journal(v, &in, msg, sizeof(msg)) == 0 &&
+             verdict_load_effects(v, a->effects, &in.effect_lines, msg, sizeof(msg)) == 0) {
+        if (verdict_compute(v, &res) != 0)
+            snprintf(msg, sizeof(msg), "out of memory");
+        else
+            code = res.overall == VERDICT_NOT_IDEMPOTENT ? 1 : 0;
+    }
+    if (code == 2)
+        fprintf(err, "twice verdict: %s\n", msg);
+    else if (a->json)
+        print_json(out, &res, &in);
+    else
+        print_human(out, &res, &in);
+    if (code != 2 && in.truncated && a->json)
+        fputs("twice verdict: warning: the journal's last record is cut short\n", err);
+    verdict_result_free(&res);
+    verdict_free(v);
+    return code;
+}
+
+int verdict_run(int argc, char **argv, FILE *out, FILE *err)
+{
+    struct verdict_args a;
+    int rc = parse_args(argc, argv, &a, out, err);
+    if (rc != 0)
+        return rc > 0 ? 0 : 2;
+    int code = verdict_execute(&a, out, err);
+    if (fflush(out) != 0 && code != 2) {
+        fprintf(err, "twice verdict: writing the output: %s\n", strerror(errno));
+        code = 2;
+    }
+    return code;
+}
+
+int verdict_main(int argc, char **argv)
+{
+    return verdict_run(argc, argv, stdout, stderr);
+}

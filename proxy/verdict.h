@@ -1,0 +1,117 @@
+/*
+ * verdict.h - `twice verdict`: did any handler produce a side effect twice?
+ *
+ * Inputs: the journal (which messages were delivered, faulted, to which task
+ * type) and the effects list the load test wrote from the app's database
+ * (one message id per side effect).  Per task type the verdict is:
+ *
+ *   NOT IDEMPOTENT  some message has two or more effects
+ *   IDEMPOTENT      faults reached the task and no message has two effects
+ *   UNTESTED        no fault reached the task (and no message has two effects)
+ *
+ * The core is an accumulator (verdict_add_record / verdict_add_effect, in
+ * any order) and verdict_compute(), so tests and other front ends can feed
+ * it directly; verdict_run() is the command around it.
+ */
+#ifndef TWICE_VERDICT_H
+#define TWICE_VERDICT_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#include "proto/journal.pb-c.h"
+
+/* Example ids listed per verdict row and per warning. */
+#define VERDICT_EXAMPLES_MAX 5
+/* Task name for messages whose records never named a task. */
+#define VERDICT_UNKNOWN_TASK "(unknown)"
+
+enum verdict_kind {
+    VERDICT_UNTESTED = 0,
+    VERDICT_IDEMPOTENT = 1,
+    VERDICT_NOT_IDEMPOTENT = 2,
+};
+
+/* "UNTESTED", "IDEMPOTENT" or "NOT IDEMPOTENT". */
+const char *verdict_kind_name(enum verdict_kind k);
+
+/* Up to VERDICT_EXAMPLES_MAX ids, the smallest in strcmp order. */
+struct verdict_examples {
+    const char *ids[VERDICT_EXAMPLES_MAX]; /* borrowed from the struct verdict */
+    size_t n;
+};
+
+/* One row of the verdict: counts of distinct message ids of one task type. */
+struct verdict_task {
+    const char *task;                  /* borrowed from the struct verdict */
+    bool unknown;                      /* the VERDICT_UNKNOWN_TASK row */
+    uint64_t messages;                 /* ids seen in the journal */
+    uint64_t faulted;                  /* ids with at least one FAULT record */
+    uint64_t delivered_more_than_once; /* ids with two or more DELIVER records */
+    uint64_t more_than_one_effect;     /* ids with two or more effect lines */
+    uint64_t no_effect;                /* ids delivered at least once, no effect line */
+    uint64_t doubled_single_delivery;  /* ids with 2+ effects but at most one DELIVER */
+    enum verdict_kind verdict;
+    struct verdict_examples examples;        /* ids with 2+ effects */
+    struct verdict_examples single_examples; /* ids counted in doubled_single_delivery */
+};
+
+struct verdict_result {
+    struct verdict_task *tasks; /* owned; by task name, the unknown row last */
+    size_t n_tasks;
+    uint64_t effect_lines;         /* effect lines fed in */
+    uint64_t unknown_effect_ids;   /* distinct effect ids the journal never saw */
+    uint64_t unknown_effect_lines; /* effect lines naming those ids */
+    struct verdict_examples unknown_examples;
+    enum verdict_kind overall; /* NOT IDEMPOTENT > IDEMPOTENT > UNTESTED over the rows */
+};
+
+struct verdict;
+
+/* An empty accumulator, or NULL when out of memory.  Free with verdict_free(). */
+struct verdict *verdict_new(void) __attribute__((warn_unused_result));
+
+/*
+ * Accounts one journal record.  Records without a message id are ignored.
+ * A message's task is the first non-empty task any of its records names.
+ * Returns 0, or -1 when out of memory.
+ */
+int verdict_add_record(struct verdict *v, const Twice__Journal__Record *r)
+    __attribute__((warn_unused_result));
+
+/* Accounts one side effect of message_id.  Returns 0, or -1 when out of memory. */
+int verdict_add_effect(struct verdict *v, const char *message_id)
+    __attribute__((warn_unused_result));
+
+/*
+ * Computes the rows.  out's strings point into v: free out with
+ * verdict_result_free() before verdict_free(v).  Returns 0, or -1 when out of
+ * memory.
+ */
+int verdict_compute(const struct verdict *v, struct verdict_result *out)
+    __attribute__((warn_unused_result));
+
+void verdict_result_free(struct verdict_result *res);
+
+/* Frees v and everything it owns.  NULL is a no-op. */
+void verdict_free(struct verdict *v);
+
+/*
+ * Reads an effects file into v: one message id per line; leading and trailing
+ * blanks and a trailing \r are stripped, blank lines and lines starting with
+ * '#' are skipped.  Returns 0 (*lines = effect lines read) or -1 with a
+ * message in err.
+ */
+int verdict_load_effects(struct verdict *v, const char *path, uint64_t *lines, char *err,
+                         size_t errlen) __attribute__((warn_unused_result));
+
+/*
+ * The `twice verdict --journal J --effects E [--json]` command, printing to
+ * out and diagnostics to err.  argv[0] is the subcommand name.  Returns 1 when
+ * any task is NOT IDEMPOTENT, 0 otherwise, 2 on usage or I/O errors.
+ */
+int verdict_run(int argc, char **argv, FILE *out, FILE *err);
+
+#endif

@@ -1,0 +1,721 @@
+/*
+ * test_journal.c - the journal writer (proxy/journal.c) and reader
+ * (proto/journal_reader.c): fields round-trip, a writer killed mid-write
+ * leaves a journal that reads cleanly up to the cut, the 1 MiB entry limit,
+ * the writer never blocks the caller on a stuck disk, and garbage never
+ * crashes the reader.
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <cmocka.h>
+
+#include <errno.h>
+#include <fcntl.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/time.h>
+#include <unistd.h>
+
+#include "proto/journal_reader.h"
+#include "proxy/journal.h"
+
+#define TEST_PATH_MAX 256
+
+struct fixture {
+    char dir[64];
+    char path[TEST_PATH_MAX];  /* dir/run.journal */
+    char other[TEST_PATH_MAX]; /* dir/cut.journal */
+};
+
+static int setup(void **state)
+{
+    struct fixture *f = calloc(1, sizeof(*f));
+    if (f == NULL)
+        return -1;
+    snprintf(f->dir, sizeof(f->dir), "/tmp/twice-journal-XXXXXX");
+    if (mkdtemp(f->dir) == NULL) {
+        free(f);
+        return -1;
+    }
+    snprintf(f->path, sizeof(f->path), "%s/run.journal", f->dir);
+    snprintf(f->other, sizeof(f->other), "%s/cut.journal", f->dir);
+    *state = f;
+    return 0;
+}
+
+static int teardown(void **state)
+{
+    struct fixture *f = *state;
+    unlink(f->path);
+    unlink(f->other);
+    rmdir(f->dir);
+    free(f);
+    return 0;
+}
+
+static uint64_t now_us(void)
+{
+    struct timeval tv;
+    gettimeofday(&tv, NULL);
+    return (uint64_t)tv.tv_sec * 1000000u + (uint64_t)tv.tv_usec;
+}
+
+static struct journal_header_info test_header(void)
+{
+    struct journal_header_info h = {.seed = 0xdeadbeefcafef00dull,
+                                    .config_path = "staging.twice",
+                                    .start_unix_ms = 1764406800123ull};
+    for (size_t i = 0; i < sizeof(h.config_sha256); i++)
+        h.config_sha256[i] = (uint8_t)(i * 7 + 1);
+    return h;
+}
+
+static struct journal *open_journal(const char *path)
+{
+    struct journal_header_info h = test_header();
+    char err[256] = "";
+    struct journal *j = journal_open(path, &h, err, sizeof(err));
+    if (j == NULL)
+        fail_msg("journal_open: %s", err);
+    return j;
+}
+
+static struct journal_reader *open_reader(const char *path)
+{
+    char err[256] = "";
+    struct journal_reader *r = journal_reader_open(path, err, sizeof(err));
+    if (r == NULL)
+        fail_msg("journal_reader_open: %s", err);
+    return r;
+}
+
+/* A record with every field set to something distinct for index i. */
+static struct journal_record full_record(uint64_t i, char *buf, size_t len)
+{
+    snprintf(buf, len, "msg-%llu", (unsigned long long)i);
+    struct journal_record r = {
+        .kind = (enum journal_kind)(1 + i % 9),
+        .time_unix_us = 1764406800000000ull + i * 1000,
+        .session = i + 1,
+        .listener = "amqp",
+        .queue = "celery",
+        .task = "tasks.charge_card",
+        .message_id = buf,
+        .delivery_tag = 1000 + i,
+        .redelivered = i % 2 == 1,
+        .rule = "crash-after-work",
+        .action = 5,
+        .action_name = "close",
+        .event = 2,
+        .client = "127.0.0.1:5000",
+        .close_reason = 3,
+        .close_reason_name = "client_error",
+        .bytes_up = 12345 + i,
+        .bytes_down = 67890 + i,
+        .detail = "delay 45000ms",
+    };
+    return r;
+}
+
+static void assert_record_equal(const Twice__Journal__Record *p, const struct journal_record *r)
+{
+    assert_int_equal(p->kind, r->kind);
+    assert_int_equal(p->time_unix_us, r->time_unix_us);
+    assert_int_equal(p->session, r->session);
+    assert_string_equal(p->listener, r->listener);
+    assert_string_equal(p->queue, r->queue);
+    assert_string_equal(p->task, r->task);
+    assert_string_equal(p->message_id, r->message_id);
+    assert_int_equal(p->delivery_tag, r->delivery_tag);
+    assert_int_equal(p->redelivered, r->redelivered);
+    assert_string_equal(p->rule, r->rule);
+    assert_int_equal(p->action, r->action);
+    assert_string_equal(p->action_name, r->action_name);
+    assert_int_equal(p->event, r->event);
+    assert_string_equal(p->client, r->client);
+    assert_int_equal(p->close_reason, r->close_reason);
+    assert_string_equal(p->close_reason_name, r->close_reason_name);
+    assert_int_equal(p->bytes_up, r->bytes_up);
+    assert_int_equal(p->bytes_down, r->bytes_down);
+    assert_string_equal(p->detail, r->detail);
+}
+
+/* The next entry, which must be a record. */
+static const Twice__Journal__Record *next_record(struct journal_reader *r)
+{
+    const Twice__Journal__Entry *e = NULL;
+    int rc = journal_reader_next(r, &e);
+    if (rc != 1)
+        fail_msg("journal_reader_next: %d %s", rc,
+                 journal_reader_error(r) ? journal_reader_error(r) : "");
+    assert_int_equal(e->body_case, TWICE__JOURNAL__ENTRY__BODY_RECORD);
+    return e->record;
+}
+
+static void assert_end(struct journal_reader *r, bool truncated)
+{
+    const Twice__Journal__Entry *e = NULL;
+    assert_int_equal(journal_reader_next(r, &e), 0);
+    assert_int_equal(journal_reader_truncated(r), truncated);
+    assert_null(journal_reader_error(r));
+    /* The end is stable. */
+    assert_int_equal(journal_reader_next(r, &e), 0);
+}
+
+static void test_header_round_trips(void **state)
+{
+    struct fixture *f = *state;
+    journal_close(open_journal(f->path));
+    struct journal_reader *r = open_reader(f->path);
+    const Twice__Journal__Header *h = journal_reader_header(r);
+    struct journal_header_info want = test_header();
+    assert_int_equal(h->version, 1);
+    assert_int_equal(h->seed, want.seed);
+    assert_int_equal(h->start_unix_ms, want.start_unix_ms);
+    assert_int_equal(h->config_sha256.len, 32);
+    assert_memory_equal(h->config_sha256.data, want.config_sha256, 32);
+    assert_string_equal(h->config_path, "staging.twice");
+    assert_string_equal(h->twice_version, TWICE_VERSION);
+    assert_end(r, false);
+    journal_reader_close(r);
+}
+
+static void test_every_field_round_trips(void **state)
+{
+    struct fixture *f = *state;
+    struct journal *j = open_journal(f->path);
+    char ids[20][32];
+    struct journal_record recs[20];
+    for (uint64_t i = 0; i < 20; i++) {
+        recs[i] = full_record(i, ids[i], sizeof(ids[i]));
+        journal_record(j, &recs[i]);
+    }
+    assert_int_equal(journal_records(j), 20);
+    assert_int_equal(journal_dropped(j), 0);
+    journal_close(j);
+
+    struct journal_reader *r = open_reader(f->path);
+    for (size_t i = 0; i < 20; i++)
+        assert_record_equal(next_record(r), &recs[i]);
+    assert_end(r, false);
+    assert_int_equal(journal_reader_count(r), 20);
+    journal_reader_close(r);
+}
+
+static void test_null_strings_and_time_stamp(void **state)
+{
+    struct fixture *f = *state;
+    struct journal *j = open_journal(f->path);
+    uint64_t before = now_us();
+    struct journal_record rec = {.kind = JOURNAL_KIND_CONNECT, .session = 7};
+    journal_record(j, &rec);
+    uint64_t after = now_us();
+    journal_record(NULL, &rec); /* no journal configured: a no-op */
+    journal_close(j);
+    journal_close(NULL);
+
+    struct journal_reader *r = open_reader(f->path);
+    const Twice__Journal__Record *p = next_record(r);
+    assert_int_equal(p->kind, TWICE__JOURNAL__RECORD__KIND__CONNECT);
+    assert_true(p->time_unix_us >= before && p->time_unix_us <= after);
+    assert_string_equal(p->listener, "");
+    assert_string_equal(p->message_id, "");
+    assert_string_equal(p->detail, "");
+    assert_end(r, false);
+    journal_reader_close(r);
+}
+
+static void test_strings_are_cleaned(void **state)
+{
+    struct fixture *f = *state;
+    struct journal *j = open_journal(f->path);
+    char *long_id = malloc(JOURNAL_FIELD_MAX + 100);
+    memset(long_id, 'a', JOURNAL_FIELD_MAX + 99);
+    long_id[JOURNAL_FIELD_MAX - 1] = '\xc3'; /* a 2-byte character across the cut */
+    long_id[JOURNAL_FIELD_MAX] = '\xa9';
+    long_id[JOURNAL_FIELD_MAX + 99] = '\0';
+    struct journal_record a = {.kind = JOURNAL_KIND_DELIVER,
+                               .message_id = "ok-\xc3\xa9-\xff\xfe-x"};
+    struct journal_record b = {.kind = JOURNAL_KIND_DELIVER, .message_id = long_id};
+    journal_record(j, &a);
+    journal_record(j, &b);
+    journal_close(j);
+
+    struct journal_reader *r = open_reader(f->path);
+    assert_string_equal(next_record(r)->message_id, "ok-\xc3\xa9-?\?-x");
+    const char *cut = next_record(r)->message_id;
+    assert_int_equal(strlen(cut), JOURNAL_FIELD_MAX - 1);
+    assert_int_equal(strspn(cut, "a"), JOURNAL_FIELD_MAX - 1);
+    assert_end(r, false);
+    journal_reader_close(r);
+    free(long_id);
+}
+
+static void test_many_records_in_order(void **state)
+{
+    struct fixture *f = *state;
+    const uint64_t n = 200000;
+    struct journal *j = open_journal(f->path);
+    char id[32];
+    for (uint64_t i = 0; i < n; i++) {
+        struct journal_record rec = full_record(i, id, sizeof(id));
+        journal_record(j, &rec);
+    }
+    assert_int_equal(journal_records(j), n);
+    assert_int_equal(journal_dropped(j), 0);
+    journal_close(j);
+
+    struct journal_reader *r = open_reader(f->path);
+    for (uint64_t i = 0; i < n; i++) {
+        const Twice__Journal__Record *p = next_record(r);
+        assert_int_equal(p->session, i + 1);
+        snprintf(id, sizeof(id), "msg-%llu", (unsigned long long)i);
+        assert_string_equal(p->message_id, id);
+    }
+    assert_end(r, false);
+    journal_reader_close(r);
+}
+
+/* The writer flushes on its own, within JOURNAL_FLUSH_INTERVAL_MS, without a close. */
+static void test_flushes_every_interval(void **state)
+{
+    struct fixture *f = *state;
+    struct journal *j = open_journal(f->path);
+    struct stat st;
+    assert_int_equal(stat(f->path, &st), 0);
+    off_t header_size = st.st_size;
+    struct journal_record rec = {.kind = JOURNAL_KIND_PUBLISH, .message_id = "m1"};
+    journal_record(j, &rec);
+    for (int i = 0; i < 40 && st.st_size == header_size; i++) {
+        usleep(100 * 1000);
+        assert_int_equal(stat(f->path, &st), 0);
+    }
+    assert_true(st.st_size > header_size);
+    journal_close(j);
+}
+
+/* Copies the first len bytes of src to dst. */
+static void copy_prefix(const char *src, const char *dst, size_t len)
+{
+    FILE *in = fopen(src, "rb");
+    FILE *out = fopen(dst, "wb");
+    assert_non_null(in);
+    assert_non_null(out);
+    for (size_t i = 0; i < len; i++) {
+        int c = fgetc(in);
+        assert_true(c != EOF);
+        fputc(c, out);
+    }
+    fclose(in);
+    fclose(out);
+}
+
+static size_t file_size(const char *path)
+{
+    struct stat st;
+    assert_int_equal(stat(path, &st), 0);
+    return (size_t)st.st_size;
+}
+
+/* Cut at every byte of the last two records: the reader returns the complete
+ * records and ends cleanly, reporting the truncation. */
+static void test_truncated_journal_ends_cleanly(void **state)
+{
+    struct fixture *f = *state;
+    struct journal *j = open_journal(f->path);
+    char ids[3][32];
+    struct journal_record recs[3];
+    for (uint64_t i = 0; i < 3; i++) {
+        recs[i] = full_record(i, ids[i], sizeof(ids[i]));
+        journal_record(j, &recs[i]);
+    }
+    journal_close(j);
+    /* Find where each record ends. */
+    struct journal_reader *r = open_reader(f->path);
+    size_t ends[4];
+    ends[0] = journal_reader_offset(r);
+    for (size_t i = 0; i < 3; i++) {
+        next_record(r);
+        ends[i + 1] = journal_reader_offset(r);
+    }
+    journal_reader_close(r);
+    assert_int_equal(ends[3], file_size(f->path));
+
+    for (size_t cut = ends[1]; cut <= ends[3]; cut++) {
+        copy_prefix(f->path, f->other, cut);
+        r = open_reader(f->other);
+        size_t complete = cut >= ends[3] ? 3 : cut >= ends[2] ? 2 : 1;
+        for (size_t i = 0; i < complete; i++)
+            assert_record_equal(next_record(r), &recs[i]);
+        bool at_boundary = cut == ends[complete];
+        assert_end(r, !at_boundary);
+        journal_reader_close(r);
+    }
+}
+
+static void assert_open_fails(const char *path, const char *needle)
+{
+    char err[256] = "";
+    struct journal_reader *r = journal_reader_open(path, err, sizeof(err));
+    assert_null(r);
+    if (strstr(err, needle) == NULL)
+        fail_msg("error '%s' does not mention '%s'", err, needle);
+}
+
+static void test_bad_headers(void **state)
+{
+    struct fixture *f = *state;
+    assert_open_fails("/nonexistent/dir/x.journal", "No such file");
+    journal_close(open_journal(f->path));
+    copy_prefix(f->path, f->other, 0);
+    assert_open_fails(f->other, "empty");
+    copy_prefix(f->path, f->other, 5);
+    assert_open_fails(f->other, "inside its header");
+
+    /* A record where the header should be. */
+    Twice__Journal__Record rec = TWICE__JOURNAL__RECORD__INIT;
+    Twice__Journal__Entry e = TWICE__JOURNAL__ENTRY__INIT;
+    e.body_case = TWICE__JOURNAL__ENTRY__BODY_RECORD;
+    e.record = &rec;
+    uint8_t buf[64];
+    size_t n = 0;
+    assert_int_equal(journal_encode_entry(&e, buf, sizeof(buf), &n), 0);
+    FILE *fp = fopen(f->other, "wb");
+    fwrite(buf, 1, n, fp);
+    fclose(fp);
+    assert_open_fails(f->other, "not a journal header");
+
+    /* A version from the future. */
+    Twice__Journal__Header h = TWICE__JOURNAL__HEADER__INIT;
+    h.version = 2;
+    e.body_case = TWICE__JOURNAL__ENTRY__BODY_HEADER;
+    e.header = &h;
+    assert_int_equal(journal_encode_entry(&e, buf, sizeof(buf), &n), 0);
+    fp = fopen(f->other, "wb");
+    fwrite(buf, 1, n, fp);
+    fclose(fp);
+    assert_open_fails(f->other, "version 2");
+}
+
+static void test_writer_open_errors(void **state)
+{
+    (void)state;
+    struct journal_header_info h = test_header();
+    char err[256] = "";
+    assert_null(journal_open("/nonexistent/dir/x.journal", &h, err, sizeof(err)));
+    assert_non_null(strstr(err, "/nonexistent/dir/x.journal"));
+    assert_null(journal_open("/dev/full", &h, err, sizeof(err)));
+    assert_non_null(strstr(err, "No space"));
+}
+
+/* An entry whose encoding is exactly `size` bytes (without prefix). */
+static Twice__Journal__Entry *entry_of_size(size_t size, char **detail)
+{
+    static Twice__Journal__Entry e;
+    static Twice__Journal__Record rec;
+    twice__journal__entry__init(&e);
+    twice__journal__record__init(&rec);
+    e.body_case = TWICE__JOURNAL__ENTRY__BODY_RECORD;
+    e.record = &rec;
+    size_t len = size;
+    *detail = malloc(size + 1);
+    for (;;) {
+        memset(*detail, 'x', len);
+        (*detail)[len] = '\0';
+        rec.detail = *detail;
+        size_t got = twice__journal__entry__get_packed_size(&e);
+        if (got == size)
+            return &e;
+        len -= got - size;
+    }
+}
+
+static void test_entry_size_limit(void **state)
+{
+    (void)state;
+    size_t cap = JOURNAL_RECORD_MAX + 2 * JOURNAL_VARINT_MAX;
+    uint8_t *buf = malloc(cap);
+    char *detail = NULL;
+    /* Exactly the limit: encodes and decodes. */
+    Twice__Journal__Entry *e = entry_of_size(JOURNAL_RECORD_MAX, &detail);
+    size_t n = 0, used = 0;
+    assert_int_equal(journal_encode_entry(e, buf, cap, &n), 0);
+    assert_int_equal(n, journal_entry_encoded_size(e));
+    assert_int_equal(journal_encode_entry(e, buf, n - 1, &n), JOURNAL_ERR_SPACE);
+    Twice__Journal__Entry *out = NULL;
+    assert_int_equal(journal_decode_entry(buf, n, &used, &out), 1);
+    assert_int_equal(used, n);
+    assert_int_equal(strlen(out->record->detail), strlen(detail));
+    twice__journal__entry__free_unpacked(out, NULL);
+    free(detail);
+    /* One byte more: refused both ways. */
+    e = entry_of_size(JOURNAL_RECORD_MAX + 1, &detail);
+    assert_int_equal(journal_encode_entry(e, buf, cap, &n), JOURNAL_ERR_TOO_LARGE);
+    /* Refused from the prefix alone, before the body arrives. */
+    size_t p = journal_put_varint(buf, JOURNAL_RECORD_MAX + 1);
+    assert_int_equal(journal_decode_entry(buf, p, &used, &out), JOURNAL_ERR_TOO_LARGE);
+    /* Even from the first bytes of a longer prefix. */
+    assert_int_equal(journal_put_varint(buf, 0xffffffffffull), 6);
+    assert_int_equal(journal_decode_entry(buf, 4, &used, &out), JOURNAL_ERR_TOO_LARGE);
+    free(detail);
+    free(buf);
+}
+
+/* A too-large prefix in the middle of a file is a sticky error with its offset. */
+static void test_oversized_record_in_file(void **state)
+{
+    struct fixture *f = *state;
+    struct journal *j = open_journal(f->path);
+    char id[32];
+    struct journal_record rec = full_record(0, id, sizeof(id));
+    journal_record(j, &rec);
+    journal_close(j);
+    size_t size = file_size(f->path);
+    FILE *fp = fopen(f->path, "ab");
+    uint8_t prefix[JOURNAL_VARINT_MAX];
+    fwrite(prefix, 1, journal_put_varint(prefix, JOURNAL_RECORD_MAX + 1), fp);
+    fwrite("garbage", 1, 7, fp);
+    fclose(fp);
+
+    struct journal_reader *r = open_reader(f->path);
+    assert_record_equal(next_record(r), &rec);
+    const Twice__Journal__Entry *e = NULL;
+    assert_int_equal(journal_reader_next(r, &e), JOURNAL_ERR_TOO_LARGE);
+    assert_int_equal(journal_reader_next(r, &e), JOURNAL_ERR_TOO_LARGE);
+    char want[64];
+    snprintf(want, sizeof(want), "offset %zu: entry larger", size);
+    assert_non_null(journal_reader_error(r));
+    assert_non_null(strstr(journal_reader_error(r), want));
+    journal_reader_close(r);
+}
+
+/* Every split of a buffer of entries: a prefix asks for more, never errs. */
+static void test_decode_at_every_split(void **state)
+{
+    (void)state;
+    uint8_t buf[4096];
+    size_t len = 0, ends[3];
+    const char *ids[3] = {"a", "bb", "ccc"};
+    for (size_t i = 0; i < 3; i++) {
+        Twice__Journal__Record rec = TWICE__JOURNAL__RECORD__INIT;
+        rec.kind = TWICE__JOURNAL__RECORD__KIND__DELIVER;
+        rec.message_id = (char *)ids[i];
+        rec.delivery_tag = 300 + i;
+        Twice__Journal__Entry e = TWICE__JOURNAL__ENTRY__INIT;
+        e.body_case = TWICE__JOURNAL__ENTRY__BODY_RECORD;
+        e.record = &rec;
+        size_t n = 0;
+        assert_int_equal(journal_encode_entry(&e, buf + len, sizeof(buf) - len, &n), 0);
+        len += n;
+        ends[i] = len;
+    }
+    size_t start = 0;
+    for (size_t i = 0; i < 3; i++) {
+        for (size_t cut = start; cut < ends[i]; cut++) {
+            Twice__Journal__Entry *out = NULL;
+            size_t used = 0;
+            assert_int_equal(journal_decode_entry(buf + start, cut - start, &used, &out), 0);
+        }
+        Twice__Journal__Entry *out = NULL;
+        size_t used = 0;
+        assert_int_equal(journal_decode_entry(buf + start, len - start, &used, &out), 1);
+        assert_int_equal(used, ends[i] - start);
+        assert_string_equal(out->record->message_id, ids[i]);
+        assert_int_equal(out->record->delivery_tag, 300 + i);
+        twice__journal__entry__free_unpacked(out, NULL);
+        start = ends[i];
+    }
+}
+
+static void test_varint_prefix(void **state)
+{
+    (void)state;
+    uint8_t buf[16];
+    size_t used = 0;
+    Twice__Journal__Entry *out = NULL;
+    /* Overlong but in range: 0x80 0x80 0x00 is a zero length, an empty Entry. */
+    memcpy(buf, "\x80\x80\x00", 3);
+    assert_int_equal(journal_decode_entry(buf, 3, &used, &out), 1);
+    assert_int_equal(used, 3);
+    assert_int_equal(out->body_case, TWICE__JOURNAL__ENTRY__BODY__NOT_SET);
+    twice__journal__entry__free_unpacked(out, NULL);
+    /* Eleven continuation bytes of zeros: not a varint. */
+    memset(buf, 0x80, 11);
+    assert_int_equal(journal_decode_entry(buf, 11, &used, &out), JOURNAL_ERR_VARINT);
+    /* Body bytes that are not an Entry. */
+    memcpy(buf, "\x02\xff\xff", 3);
+    assert_int_equal(journal_decode_entry(buf, 3, &used, &out), JOURNAL_ERR_DECODE);
+    assert_string_equal(journal_strerror(JOURNAL_ERR_DECODE),
+                        "entry is not a valid protobuf Entry");
+    assert_string_equal(journal_strerror(-999), "unknown error");
+}
+
+static uint64_t rng_next(uint64_t *s)
+{
+    *s ^= *s << 13;
+    *s ^= *s >> 7;
+    *s ^= *s << 17;
+    return *s;
+}
+
+/* Decodes buf until it is used up or an error; must never crash or overrun. */
+static void decode_all(const uint8_t *buf, size_t len)
+{
+    size_t off = 0;
+    for (;;) {
+        Twice__Journal__Entry *out = NULL;
+        size_t used = 0;
+        int rc = journal_decode_entry(buf + off, len - off, &used, &out);
+        assert_true(rc >= JOURNAL_ERR_TRUNCATED && rc <= 1);
+        if (rc != 1)
+            return;
+        assert_true(used >= 1 && used <= len - off);
+        twice__journal__entry__free_unpacked(out, NULL);
+        off += used;
+    }
+}
+
+static void test_garbage_never_crashes(void **state)
+{
+    (void)state;
+    uint64_t seed = 0x9e3779b97f4a7c15ull;
+    uint8_t *buf = malloc(1024);
+    for (int round = 0; round < 20000; round++) {
+        size_t len = rng_next(&seed) % 1024;
+        for (size_t i = 0; i < len; i++)
+            buf[i] = (uint8_t)rng_next(&seed);
+        /* Half the rounds: small plausible prefixes, so bodies get parsed. */
+        if (round % 2 == 0 && len > 0)
+            buf[0] = (uint8_t)(len - 1 < 0x80 ? len - 1 : 0x7f);
+        decode_all(buf, len);
+    }
+    free(buf);
+}
+
+/* Bit flips in a real journal: the reader returns entries, an end or an
+ * error, never crashes. */
+static void test_mutated_journal_never_crashes(void **state)
+{
+    struct fixture *f = *state;
+    struct journal *j = open_journal(f->path);
+    char id[32];
+    for (uint64_t i = 0; i < 30; i++) {
+        struct journal_record rec = full_record(i, id, sizeof(id));
+        journal_record(j, &rec);
+    }
+    journal_close(j);
+    size_t size = file_size(f->path);
+    uint8_t *orig = malloc(size), *buf = malloc(size);
+    FILE *fp = fopen(f->path, "rb");
+    assert_int_equal(fread(orig, 1, size, fp), size);
+    fclose(fp);
+    uint64_t seed = 42;
+    for (int round = 0; round < 300; round++) {
+        memcpy(buf, orig, size);
+        for (int k = 0; k < 1 + round % 8; k++)
+            buf[rng_next(&seed) % size] ^= (uint8_t)(1u << (rng_next(&seed) % 8));
+        fp = fopen(f->other, "wb");
+        fwrite(buf, 1, size, fp);
+        fclose(fp);
+        char err[256];
+        struct journal_reader *r = journal_reader_open(f->other, err, sizeof(err));
+        const Twice__Journal__Entry *e = NULL;
+        while (r != NULL && journal_reader_next(r, &e) == 1)
+            assert_non_null(e);
+        journal_reader_close(r);
+    }
+    free(orig);
+    free(buf);
+}
+
+/* Copies a FIFO to a file until the writer closes it. */
+struct drain {
+    int fd;
+    const char *path;
+};
+
+static void *drain_main(void *arg)
+{
+    struct drain *d = arg;
+    FILE *out = fopen(d->path, "wb");
+    char buf[65536];
+    ssize_t n;
+    while (out != NULL && (n = read(d->fd, buf, sizeof(buf))) != 0) {
+        if (n > 0)
+            fwrite(buf, 1, (size_t)n, out);
+        else if (errno == EAGAIN || errno == EINTR)
+            usleep(1000);
+        else
+            break;
+    }
+    if (out != NULL)
+        fclose(out);
+    return NULL;
+}
+
+/* A disk that does not move (a FIFO nobody reads): journal_record() keeps
+ * returning, records past JOURNAL_BUFFER_CAP are dropped and counted, and
+ * every record kept is written once the disk moves again. */
+static void test_stuck_disk_drops_not_blocks(void **state)
+{
+    struct fixture *f = *state;
+    assert_int_equal(mkfifo(f->other, 0600), 0);
+    int rfd = open(f->other, O_RDONLY | O_NONBLOCK);
+    assert_true(rfd >= 0);
+    struct journal *j = open_journal(f->other);
+    char *detail = malloc(JOURNAL_FIELD_MAX + 1);
+    memset(detail, 'd', JOURNAL_FIELD_MAX);
+    detail[JOURNAL_FIELD_MAX] = '\0';
+    struct journal_record rec = {.kind = JOURNAL_KIND_FAULT, .detail = detail};
+    const uint64_t n = JOURNAL_BUFFER_CAP / JOURNAL_FIELD_MAX + 2000;
+    for (uint64_t i = 0; i < n; i++)
+        journal_record(j, &rec);
+    assert_true(journal_dropped(j) > 0);
+    assert_int_equal(journal_records(j) + journal_dropped(j), n);
+
+    struct drain d = {.fd = rfd, .path = f->path};
+    pthread_t t;
+    assert_int_equal(pthread_create(&t, NULL, drain_main, &d), 0);
+    uint64_t kept = journal_records(j);
+    journal_close(j);
+    pthread_join(t, NULL);
+    close(rfd);
+    struct journal_reader *r = open_reader(f->path);
+    const Twice__Journal__Entry *e = NULL;
+    while (journal_reader_next(r, &e) == 1)
+        assert_string_equal(e->record->detail, detail);
+    assert_null(journal_reader_error(r));
+    assert_false(journal_reader_truncated(r));
+    assert_int_equal(journal_reader_count(r), kept);
+    journal_reader_close(r);
+    free(detail);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test_setup_teardown(test_header_round_trips, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_every_field_round_trips, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_null_strings_and_time_stamp, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_strings_are_cleaned, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_many_records_in_order, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_flushes_every_interval, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_truncated_journal_ends_cleanly, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_bad_headers, setup, teardown),
+        cmocka_unit_test(test_writer_open_errors),
+        cmocka_unit_test(test_entry_size_limit),
+        cmocka_unit_test_setup_teardown(test_oversized_record_in_file, setup, teardown),
+        cmocka_unit_test(test_decode_at_every_split),
+        cmocka_unit_test(test_varint_prefix),
+        cmocka_unit_test(test_garbage_never_crashes),
+        cmocka_unit_test_setup_teardown(test_mutated_journal_never_crashes, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_stuck_disk_drops_not_blocks, setup, teardown),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}

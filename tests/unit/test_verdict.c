@@ -1,0 +1,635 @@
+/*
+ * test_verdict.c - `twice verdict` and `twice report`: the numbers computed
+ * from known journals and effects lists, the verdict per task type, the exit
+ * codes, and what the human and JSON outputs say.
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <cmocka.h>
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "proto/journal_reader.h"
+#include "proxy/journal.h"
+#include "proxy/report.h"
+#include "proxy/verdict.h"
+
+#define T0_US 1764406800000000ull
+
+struct fixture {
+    char dir[64];
+    char journal[128];
+    char effects[128];
+    char *out, *err; /* captured by run() */
+};
+
+static int setup(void **state)
+{
+    struct fixture *f = calloc(1, sizeof(*f));
+    if (f == NULL)
+        return -1;
+    snprintf(f->dir, sizeof(f->dir), "/tmp/twice-verdict-XXXXXX");
+    if (mkdtemp(f->dir) == NULL) {
+        free(f);
+        return -1;
+    }
+    snprintf(f->journal, sizeof(f->journal), "%s/run.journal", f->dir);
+    snprintf(f->effects, sizeof(f->effects), "%s/effects.txt", f->dir);
+    *state = f;
+    return 0;
+}
+
+static int teardown(void **state)
+{
+    struct fixture *f = *state;
+    unlink(f->journal);
+    unlink(f->effects);
+    rmdir(f->dir);
+    free(f->out);
+    free(f->err);
+    free(f);
+    return 0;
+}
+
+/* ---- the core, fed directly ------------------------------------------- */
+
+static void add(struct verdict *v, Twice__Journal__Record__Kind kind, const char *id,
+                const char *task)
+{
+    Twice__Journal__Record r = TWICE__JOURNAL__RECORD__INIT;
+    r.kind = kind;
+    r.message_id = (char *)id;
+    r.task = (char *)task;
+    assert_int_equal(verdict_add_record(v, &r), 0);
+}
+
+#define DELIVER TWICE__JOURNAL__RECORD__KIND__DELIVER
+#define FAULT TWICE__JOURNAL__RECORD__KIND__FAULT
+#define PUBLISH TWICE__JOURNAL__RECORD__KIND__PUBLISH
+#define ACK TWICE__JOURNAL__RECORD__KIND__ACK
+
+static void effect(struct verdict *v, const char *id, int times)
+{
+    for (int i = 0; i < times; i++)
+        assert_int_equal(verdict_add_effect(v, id), 0);
+}
+
+static const struct verdict_task *row(const struct verdict_result *res, const char *task)
+{
+    for (size_t i = 0; i < res->n_tasks; i++) {
+        if (strcmp(res->tasks[i].task, task) == 0)
+            return &res->tasks[i];
+    }
+    fail_msg("no row for task %s", task);
+    return NULL;
+}
+
+static void test_counts_and_verdicts(void **state)
+{
+    (void)state;
+    struct verdict *v = verdict_new();
+    /* charge: m1 faulted, redelivered, charged twice; m2 delivered, never charged;
+     * m3 charged twice but delivered once (suspicious effects list). */
+    add(v, PUBLISH, "m1", "charge");
+    add(v, DELIVER, "m1", "charge");
+    add(v, FAULT, "m1", "charge");
+    add(v, DELIVER, "m1", "charge");
+    add(v, ACK, "m1", "charge");
+    add(v, DELIVER, "m2", "charge");
+    add(v, DELIVER, "m3", "charge");
+    effect(v, "m1", 2);
+    effect(v, "m3", 2);
+    /* email: faulted and redelivered, one effect each: idempotent. */
+    add(v, DELIVER, "e1", "email");
+    add(v, FAULT, "e1", "email");
+    add(v, DELIVER, "e1", "email");
+    add(v, DELIVER, "e2", "email");
+    effect(v, "e1", 1);
+    effect(v, "e2", 1);
+    /* resize: no fault reached it. */
+    add(v, DELIVER, "r1", "resize");
+    effect(v, "r1", 1);
+
+    struct verdict_result res;
+    assert_int_equal(verdict_compute(v, &res), 0);
+    assert_int_equal(res.n_tasks, 3);
+    assert_string_equal(res.tasks[0].task, "charge"); /* sorted by name */
+    assert_string_equal(res.tasks[2].task, "resize");
+
+    const struct verdict_task *t = row(&res, "charge");
+    assert_int_equal(t->messages, 3);
+    assert_int_equal(t->faulted, 1);
+    assert_int_equal(t->delivered_more_than_once, 1);
+    assert_int_equal(t->more_than_one_effect, 2);
+    assert_int_equal(t->no_effect, 1);
+    assert_int_equal(t->doubled_single_delivery, 1);
+    assert_int_equal(t->verdict, VERDICT_NOT_IDEMPOTENT);
+    assert_int_equal(t->examples.n, 2);
+    assert_string_equal(t->examples.ids[0], "m1");
+    assert_string_equal(t->examples.ids[1], "m3");
+    assert_int_equal(t->single_examples.n, 1);
+    assert_string_equal(t->single_examples.ids[0], "m3");
+
+    t = row(&res, "email");
+    assert_int_equal(t->messages, 2);
+    assert_int_equal(t->faulted, 1);
+    assert_int_equal(t->delivered_more_than_once, 1);
+    assert_int_equal(t->more_than_one_effect, 0);
+    assert_int_equal(t->no_effect, 0);
+    assert_int_equal(t->verdict, VERDICT_IDEMPOTENT);
+    assert_int_equal(t->examples.n, 0);
+
+    t = row(&res, "resize");
+    assert_int_equal(t->faulted, 0);
+    assert_int_equal(t->verdict, VERDICT_UNTESTED);
+
+    assert_int_equal(res.overall, VERDICT_NOT_IDEMPOTENT);
+    assert_int_equal(res.effect_lines, 7);
+    assert_int_equal(res.unknown_effect_ids, 0);
+    verdict_result_free(&res);
+    verdict_free(v);
+}
+
+static void test_examples_are_five_smallest_sorted(void **state)
+{
+    (void)state;
+    struct verdict *v = verdict_new();
+    const char *ids[] = {"id-7", "id-2", "id-9", "id-4", "id-1", "id-8", "id-3", "id-6"};
+    for (size_t i = 0; i < 8; i++) {
+        add(v, DELIVER, ids[i], "t");
+        effect(v, ids[i], 2 + (int)i % 2);
+    }
+    struct verdict_result res;
+    assert_int_equal(verdict_compute(v, &res), 0);
+    const struct verdict_task *t = row(&res, "t");
+    assert_int_equal(t->more_than_one_effect, 8);
+    assert_int_equal(t->examples.n, VERDICT_EXAMPLES_MAX);
+    const char *want[] = {"id-1", "id-2", "id-3", "id-4", "id-6"};
+    for (size_t i = 0; i < VERDICT_EXAMPLES_MAX; i++)
+        assert_string_equal(t->examples.ids[i], want[i]);
+    verdict_result_free(&res);
+    verdict_free(v);
+}
+
+static void test_unknown_task_and_unknown_effects(void **state)
+{
+    (void)state;
+    struct verdict *v = verdict_new();
+    /* Effects may come before the journal's records. */
+    effect(v, "x1", 1);
+    effect(v, "ghost-2", 1);
+    effect(v, "ghost-1", 3);
+    add(v, DELIVER, "x1", "");   /* no task yet... */
+    add(v, ACK, "x1", "late");   /* ...a later record names it */
+    add(v, DELIVER, "n1", NULL); /* never named: (unknown) */
+    add(v, FAULT, "n1", "");
+    struct verdict_result res;
+    assert_int_equal(verdict_compute(v, &res), 0);
+    assert_int_equal(res.n_tasks, 2);
+    assert_string_equal(res.tasks[0].task, "late");
+    assert_string_equal(res.tasks[1].task, VERDICT_UNKNOWN_TASK); /* always last */
+    assert_true(res.tasks[1].unknown);
+    assert_int_equal(res.tasks[1].messages, 1);
+    assert_int_equal(res.tasks[1].faulted, 1);
+    assert_int_equal(res.tasks[1].no_effect, 1);
+    assert_int_equal(res.tasks[1].verdict, VERDICT_IDEMPOTENT);
+    assert_int_equal(res.tasks[0].verdict, VERDICT_UNTESTED);
+    assert_int_equal(res.unknown_effect_ids, 2);
+    assert_int_equal(res.unknown_effect_lines, 4);
+    assert_int_equal(res.unknown_examples.n, 2);
+    assert_string_equal(res.unknown_examples.ids[0], "ghost-1");
+    assert_string_equal(res.unknown_examples.ids[1], "ghost-2");
+    assert_int_equal(res.effect_lines, 5);
+    assert_int_equal(res.overall, VERDICT_IDEMPOTENT);
+    verdict_result_free(&res);
+    verdict_free(v);
+}
+
+/* Many messages: the maps grow and every count survives. */
+static void test_many_messages(void **state)
+{
+    (void)state;
+    struct verdict *v = verdict_new();
+    char id[32], task[16];
+    const int n = 100000;
+    for (int i = 0; i < n; i++) {
+        snprintf(id, sizeof(id), "msg-%d", i);
+        snprintf(task, sizeof(task), "task-%d", i % 7);
+        add(v, DELIVER, id, task);
+        if (i % 10 == 0)
+            add(v, FAULT, id, task);
+        effect(v, id, i % 1000 == 0 ? 2 : 1);
+    }
+    struct verdict_result res;
+    assert_int_equal(verdict_compute(v, &res), 0);
+    assert_int_equal(res.n_tasks, 7);
+    uint64_t messages = 0, faulted = 0, doubled = 0;
+    for (size_t i = 0; i < res.n_tasks; i++) {
+        messages += res.tasks[i].messages;
+        faulted += res.tasks[i].faulted;
+        doubled += res.tasks[i].more_than_one_effect;
+    }
+    assert_int_equal(messages, n);
+    assert_int_equal(faulted, n / 10);
+    assert_int_equal(doubled, n / 1000);
+    assert_int_equal(res.effect_lines, n + n / 1000);
+    verdict_result_free(&res);
+    verdict_free(v);
+}
+
+/* ---- files and the commands ------------------------------------------ */
+
+struct jrec {
+    enum journal_kind kind;
+    const char *id, *task, *rule, *action, *reason;
+    uint32_t event;
+    uint64_t at_ms, session;
+};
+
+static void write_journal(const char *path, const struct jrec *recs, size_t n)
+{
+    struct journal_header_info h = {.seed = 42, .config_path = "t.twice", .start_unix_ms = 1000};
+    memset(h.config_sha256, 0xab, sizeof(h.config_sha256));
+    char err[256];
+    struct journal *j = journal_open(path, &h, err, sizeof(err));
+    assert_non_null(j);
+    for (size_t i = 0; i < n; i++) {
+        struct journal_record r = {
+            .kind = recs[i].kind,
+            .time_unix_us = T0_US + recs[i].at_ms * 1000,
+            .session = recs[i].session,
+            .listener = "amqp",
+            .queue = "jobs",
+            .message_id = recs[i].id,
+            .task = recs[i].task,
+            .rule = recs[i].rule,
+            .action_name = recs[i].action,
+            .event = recs[i].event,
+            .close_reason_name = recs[i].reason,
+            .bytes_up = 10,
+            .bytes_down = 20,
+        };
+        journal_record(j, &r);
+    }
+    journal_close(j);
+}
+
+static void write_file(const char *path, const char *text)
+{
+    FILE *fp = fopen(path, "w");
+    assert_non_null(fp);
+    fputs(text, fp);
+    fclose(fp);
+}
+
+typedef int (*command_fn)(int argc, char **argv, FILE *out, FILE *err);
+
+/* Runs a command with its output captured into f->out and f->err. */
+static int run(struct fixture *f, command_fn fn, int argc, const char **argv)
+{
+    free(f->out);
+    free(f->err);
+    size_t olen = 0, elen = 0;
+    FILE *out = open_memstream(&f->out, &olen);
+    FILE *err = open_memstream(&f->err, &elen);
+    int rc = fn(argc, (char **)argv, out, err);
+    fclose(out);
+    fclose(err);
+    return rc;
+}
+
+static void assert_contains(const char *haystack, const char *needle)
+{
+    if (strstr(haystack, needle) == NULL)
+        fail_msg("expected to find\n  %s\nin\n%s", needle, haystack);
+}
+
+/* The charge/email/resize journal of test_counts_and_verdicts, on disk. */
+static const struct jrec mixed_journal[] = {
+    {.kind = JOURNAL_KIND_CONNECT, .session = 1},
+    {.kind = JOURNAL_KIND_DELIVER, .id = "m1", .task = "charge", .at_ms = 0, .session = 1},
+    {.kind = JOURNAL_KIND_FAULT,
+     .id = "m1",
+     .task = "charge",
+     .rule = "crash",
+     .action = "close",
+     .event = 2,
+     .at_ms = 10,
+     .session = 1},
+    {.kind = JOURNAL_KIND_CLOSE, .reason = "client_closed", .session = 1, .at_ms = 11},
+    {.kind = JOURNAL_KIND_DELIVER, .id = "m1", .task = "charge", .at_ms = 1500, .session = 2},
+    {.kind = JOURNAL_KIND_ACK, .id = "m1", .task = "charge", .at_ms = 1600, .session = 2},
+    {.kind = JOURNAL_KIND_DELIVER, .id = "m2", .task = "charge", .at_ms = 1700, .session = 2},
+    {.kind = JOURNAL_KIND_DELIVER, .id = "e1", .task = "email", .session = 2},
+    {.kind = JOURNAL_KIND_FAULT,
+     .id = "e1",
+     .task = "email",
+     .rule = "slow-ack",
+     .action = "delay",
+     .event = 3,
+     .session = 2},
+    {.kind = JOURNAL_KIND_FAULT,
+     .id = "m2",
+     .task = "charge",
+     .rule = "slow-ack",
+     .action = "delay",
+     .event = 3,
+     .session = 2},
+    {.kind = JOURNAL_KIND_DELIVER, .id = "e1", .task = "email", .session = 2},
+    {.kind = JOURNAL_KIND_DELIVER, .id = "r1", .task = "resize", .session = 2},
+};
+
+static const char mixed_effects[] = "# charges from the payments table\n"
+                                    "m1\r\n"
+                                    "m1\r\n"
+                                    "\n"
+                                    "   \n"
+                                    "m2\n"
+                                    "e1\n"
+                                    "  r1  \n"
+                                    "ghost\n";
+
+static void test_verdict_command_human(void **state)
+{
+    struct fixture *f = *state;
+    write_journal(f->journal, mixed_journal, sizeof(mixed_journal) / sizeof(mixed_journal[0]));
+    write_file(f->effects, mixed_effects);
+    const char *argv[] = {"verdict", "--journal", f->journal, "--effects", f->effects};
+    assert_int_equal(run(f, verdict_run, 5, argv), 1);
+    assert_contains(f->out,
+                    "TASK    MESSAGES  FAULTED  DELIVERED>1  EFFECTS>1  NO EFFECT  VERDICT");
+    assert_contains(f->out, "charge         2        2            1          1          0  "
+                            "NOT IDEMPOTENT  m1\n");
+    assert_contains(f->out, "email          1        1            1          0          0  "
+                            "IDEMPOTENT\n");
+    assert_contains(f->out, "resize         1        0            0          0          0  "
+                            "UNTESTED\n");
+    assert_contains(f->out, "6 side effects");
+    assert_contains(f->out,
+                    "warning: 1 message ids in the effects list (1 lines) never appear in "
+                    "the journal; were their workers connected through twice? (e.g. ghost)\n");
+    assert_contains(f->out, "\nverdict: NOT IDEMPOTENT\n");
+    assert_string_equal(f->err, "");
+}
+
+static void test_verdict_command_json(void **state)
+{
+    struct fixture *f = *state;
+    write_journal(f->journal, mixed_journal, sizeof(mixed_journal) / sizeof(mixed_journal[0]));
+    write_file(f->effects, mixed_effects);
+    const char *argv[] = {"verdict", "--json", "--journal=", "--effects", f->effects};
+    char jarg[160];
+    snprintf(jarg, sizeof(jarg), "--journal=%s", f->journal);
+    argv[2] = jarg;
+    assert_int_equal(run(f, verdict_run, 5, argv), 1);
+    assert_contains(f->out, "\"verdict\": \"NOT IDEMPOTENT\",\n");
+    assert_contains(f->out, "{\"task\": \"charge\", \"messages\": 2, \"faulted\": 2, "
+                            "\"delivered_more_than_once\": 1, \"more_than_one_effect\": 1, "
+                            "\"no_effect\": 0, \"verdict\": \"NOT IDEMPOTENT\", "
+                            "\"examples\": [\"m1\"]");
+    assert_contains(f->out, "{\"task\": \"email\", \"messages\": 1, \"faulted\": 1, "
+                            "\"delivered_more_than_once\": 1, \"more_than_one_effect\": 0, "
+                            "\"no_effect\": 0, \"verdict\": \"IDEMPOTENT\", \"examples\": []");
+    assert_contains(f->out, "\"verdict\": \"UNTESTED\"");
+    assert_contains(f->out, "\"unknown_effects\": {\"ids\": 1, \"lines\": 1, "
+                            "\"examples\": [\"ghost\"]}");
+    assert_contains(f->out, "\"seed\": 42,");
+    assert_contains(f->out, "\"effect_lines\": 6,");
+}
+
+static void test_verdict_idempotent_and_untested_exit_zero(void **state)
+{
+    struct fixture *f = *state;
+    const struct jrec recs[] = {
+        {.kind = JOURNAL_KIND_DELIVER, .id = "a", .task = "send_email"},
+        {.kind = JOURNAL_KIND_FAULT,
+         .id = "a",
+         .task = "send_email",
+         .rule = "r",
+         .action = "redeliver",
+         .event = 2},
+        {.kind = JOURNAL_KIND_DELIVER, .id = "a", .task = "send_email"},
+        {.kind = JOURNAL_KIND_DELIVER, .id = "b", .task = "send_email"},
+        {.kind = JOURNAL_KIND_DELIVER, .id = "c", .task = "resize"},
+    };
+    write_journal(f->journal, recs, 5);
+    write_file(f->effects, "a\nc\n");
+    const char *argv[] = {"verdict", "--journal", f->journal, "--effects", f->effects};
+    assert_int_equal(run(f, verdict_run, 5, argv), 0);
+    assert_contains(f->out, "send_email         2        1            1          0          1  "
+                            "IDEMPOTENT\n");
+    assert_contains(f->out, "resize             1        0            0          0          0  "
+                            "UNTESTED\n");
+    assert_contains(f->out, "\nverdict: IDEMPOTENT\n");
+}
+
+static void test_verdict_doubled_without_redelivery_is_flagged(void **state)
+{
+    struct fixture *f = *state;
+    const struct jrec recs[] = {
+        {.kind = JOURNAL_KIND_DELIVER, .id = "p1", .task = "pay"},
+        {.kind = JOURNAL_KIND_FAULT,
+         .id = "p1",
+         .task = "pay",
+         .rule = "r",
+         .action = "delay",
+         .event = 3},
+    };
+    write_journal(f->journal, recs, 2);
+    write_file(f->effects, "p1\np1\n");
+    const char *argv[] = {"verdict", "--journal", f->journal, "--effects", f->effects};
+    assert_int_equal(run(f, verdict_run, 5, argv), 1);
+    assert_contains(f->out, "warning: pay: 1 message ids have 2+ effects but were delivered at "
+                            "most once: effect doubled without a second delivery: check your "
+                            "effects list (e.g. p1)");
+}
+
+static void test_verdict_usage_and_io_errors(void **state)
+{
+    struct fixture *f = *state;
+    const char *no_effects[] = {"verdict", "--journal", f->journal};
+    assert_int_equal(run(f, verdict_run, 3, no_effects), 2);
+    assert_contains(f->err, "--journal and --effects are required");
+    const char *dangling[] = {"verdict", "--journal"};
+    assert_int_equal(run(f, verdict_run, 2, dangling), 2);
+    assert_contains(f->err, "--journal needs a value");
+    const char *unknown[] = {"verdict", "--jounral", "x"};
+    assert_int_equal(run(f, verdict_run, 3, unknown), 2);
+    assert_contains(f->err, "unknown argument '--jounral'");
+    const char *help[] = {"verdict", "--help"};
+    assert_int_equal(run(f, verdict_run, 2, help), 0);
+    assert_contains(f->out, "usage: twice verdict");
+
+    write_file(f->effects, "a\n");
+    const char *missing[] = {"verdict", "--journal", f->journal, "--effects", f->effects};
+    assert_int_equal(run(f, verdict_run, 5, missing), 2);
+    assert_contains(f->err, "run.journal: No such file or directory");
+    const struct jrec recs[] = {{.kind = JOURNAL_KIND_DELIVER, .id = "a", .task = "t"}};
+    write_journal(f->journal, recs, 1);
+    unlink(f->effects);
+    assert_int_equal(run(f, verdict_run, 5, missing), 2);
+    assert_contains(f->err, "effects.txt: No such file or directory");
+    write_file(f->journal, "not a journal at all, just text");
+    write_file(f->effects, "a\n");
+    assert_int_equal(run(f, verdict_run, 5, missing), 2);
+    assert_contains(f->err, "twice verdict: ");
+}
+
+/* Names that need escaping stay valid JSON. */
+static void test_verdict_json_escaping(void **state)
+{
+    struct fixture *f = *state;
+    const struct jrec recs[] = {
+        {.kind = JOURNAL_KIND_DELIVER, .id = "id\"1\\", .task = "task \"quoted\"\n\x01"},
+    };
+    write_journal(f->journal, recs, 1);
+    write_file(f->effects, "id\"1\\\nid\"1\\\n");
+    const char *argv[] = {"verdict", "--journal", f->journal, "--effects", f->effects, "--json"};
+    assert_int_equal(run(f, verdict_run, 6, argv), 1);
+    assert_contains(f->out, "\"task\": \"task \\\"quoted\\\"\\n\\u0001\"");
+    assert_contains(f->out, "\"examples\": [\"id\\\"1\\\\\"]");
+}
+
+static void test_verdict_truncated_journal_warns(void **state)
+{
+    struct fixture *f = *state;
+    const struct jrec recs[] = {
+        {.kind = JOURNAL_KIND_DELIVER, .id = "a", .task = "t"},
+        {.kind = JOURNAL_KIND_DELIVER, .id = "b", .task = "t"},
+    };
+    write_journal(f->journal, recs, 2);
+    struct stat st;
+    assert_int_equal(stat(f->journal, &st), 0);
+    assert_int_equal(truncate(f->journal, st.st_size - 3), 0); /* inside the second record */
+    write_file(f->effects, "a\n");
+    const char *argv[] = {"verdict", "--journal", f->journal, "--effects", f->effects};
+    assert_int_equal(run(f, verdict_run, 5, argv), 0);
+    assert_contains(f->out, "journal's last record is cut short");
+    assert_contains(f->out, ": 1 records");
+}
+
+/* ---- report ------------------------------------------------------------ */
+
+static void test_report_human(void **state)
+{
+    struct fixture *f = *state;
+    write_journal(f->journal, mixed_journal, sizeof(mixed_journal) / sizeof(mixed_journal[0]));
+    const char *argv[] = {"report", f->journal, "--message", "m1"};
+    assert_int_equal(run(f, report_run, 4, argv), 0);
+    assert_contains(f->out, "seed      42\n");
+    assert_contains(f->out, "config    t.twice sha256:abababab");
+    assert_contains(f->out, "started   1970-01-01T00:00:01.000Z\n");
+    assert_contains(f->out, "records   12 (connect 1, close 1, deliver 6, ack 1, fault 3)\n");
+    /* Faults per rule, sorted by name, with the events they hit. */
+    assert_contains(f->out, "  crash                           1  close        deliver=1\n"
+                            "  slow-ack                        2  delay        ack=2\n");
+    assert_contains(f->out, "  message ids               4\n");
+    assert_contains(f->out, "  delivered more than once  2\n");
+    assert_contains(f->out, "           2  e1\n           2  m1\n           1  m2\n");
+    assert_contains(f->out, "connections 1, closed 1, bytes up 10, bytes down 20\n");
+    assert_contains(f->out, "by close reason: client_closed=1\n");
+    /* The timeline: every record of m1, in order, offsets from the first. */
+    assert_contains(f->out, "Timeline of message m1 (4 records)\n");
+    assert_contains(f->out, "      +0.000s  2025-11-29T09:00:00.000Z  deliver  session=1");
+    assert_contains(f->out, "      +0.010s  2025-11-29T09:00:00.010Z  fault    session=1 "
+                            "listener=amqp queue=jobs task=charge rule=crash action=close "
+                            "event=deliver\n");
+    assert_contains(f->out, "      +1.500s  2025-11-29T09:00:01.500Z  deliver  session=2");
+    assert_contains(f->out, "      +1.600s  2025-11-29T09:00:01.600Z  ack      session=2");
+    const char *first = strstr(f->out, "+0.010s");
+    const char *later = strstr(f->out, "+1.500s");
+    assert_true(first != NULL && later != NULL && first < later);
+}
+
+static void test_report_json(void **state)
+{
+    struct fixture *f = *state;
+    write_journal(f->journal, mixed_journal, sizeof(mixed_journal) / sizeof(mixed_journal[0]));
+    const char *argv[] = {"report", "--json", f->journal, "--message=m2"};
+    assert_int_equal(run(f, report_run, 4, argv), 0);
+    assert_contains(f->out, "\"seed\": 42,");
+    assert_contains(f->out, "\"config_sha256\": \"abababababababababababababababab"
+                            "abababababababababababababababab\"");
+    assert_contains(f->out, "{\"rule\": \"crash\", \"faults\": 1, \"action\": \"close\", "
+                            "\"action_code\": 0, \"by_event\": {\"deliver\": 1}}");
+    assert_contains(f->out, "{\"rule\": \"slow-ack\", \"faults\": 2, \"action\": \"delay\", "
+                            "\"action_code\": 0, \"by_event\": {\"ack\": 2}}");
+    assert_contains(f->out, "\"deliveries\": {\"messages\": 4, \"delivered\": 4, "
+                            "\"delivered_more_than_once\": 2, \"top\": [{\"message_id\": \"e1\", "
+                            "\"deliveries\": 2}, {\"message_id\": \"m1\", \"deliveries\": 2}");
+    assert_contains(f->out, "\"by_close_reason\": {\"client_closed\": 1}");
+    assert_contains(f->out, "\"message\": {\"message_id\": \"m2\", \"more\": 0, \"records\": [");
+    assert_contains(f->out, "{\"offset_us\": 0, \"time_unix_us\": 1764406801700000, "
+                            "\"kind\": \"deliver\"");
+    assert_contains(f->out, "\"kind\": \"fault\", \"session\": 2");
+}
+
+static void test_report_errors(void **state)
+{
+    struct fixture *f = *state;
+    const char *none[] = {"report"};
+    assert_int_equal(run(f, report_run, 1, none), 2);
+    assert_contains(f->err, "no journal given");
+    const char *missing[] = {"report", f->journal};
+    assert_int_equal(run(f, report_run, 2, missing), 2);
+    assert_contains(f->err, "No such file or directory");
+    const char *extra[] = {"report", "a", "b"};
+    assert_int_equal(run(f, report_run, 3, extra), 2);
+    assert_contains(f->err, "unexpected argument 'b'");
+
+    /* Valid header, then an entry over the size limit: an error with its offset. */
+    write_journal(f->journal, NULL, 0);
+    FILE *fp = fopen(f->journal, "ab");
+    uint8_t prefix[JOURNAL_VARINT_MAX];
+    fwrite(prefix, 1, journal_put_varint(prefix, JOURNAL_RECORD_MAX + 1), fp);
+    fclose(fp);
+    assert_int_equal(run(f, report_run, 2, missing), 2);
+    assert_contains(f->err, ": offset ");
+    assert_contains(f->err, "entry larger than the 1 MiB limit");
+}
+
+static void test_report_empty_journal(void **state)
+{
+    struct fixture *f = *state;
+    write_journal(f->journal, NULL, 0);
+    const char *argv[] = {"report", f->journal, "--message", "nope"};
+    assert_int_equal(run(f, report_run, 4, argv), 0);
+    assert_contains(f->out, "records   0\n");
+    assert_contains(f->out, "(no faults injected)");
+    assert_contains(f->out, "(no record has this message id)");
+    const char *json[] = {"report", f->journal, "--json"};
+    assert_int_equal(run(f, report_run, 3, json), 0);
+    assert_contains(f->out, "\"faults\": [],");
+    assert_contains(f->out, "\"top\": []");
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_counts_and_verdicts),
+        cmocka_unit_test(test_examples_are_five_smallest_sorted),
+        cmocka_unit_test(test_unknown_task_and_unknown_effects),
+        cmocka_unit_test(test_many_messages),
+        cmocka_unit_test_setup_teardown(test_verdict_command_human, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_verdict_command_json, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_verdict_idempotent_and_untested_exit_zero, setup,
+                                        teardown),
+        cmocka_unit_test_setup_teardown(test_verdict_doubled_without_redelivery_is_flagged, setup,
+                                        teardown),
+        cmocka_unit_test_setup_teardown(test_verdict_usage_and_io_errors, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_verdict_json_escaping, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_verdict_truncated_journal_warns, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_report_human, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_report_json, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_report_errors, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_report_empty_journal, setup, teardown),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
