@@ -13,12 +13,17 @@
 
 #include "proxy/log.h"
 #include "proxy/proxy.h"
+#include "proxy/report.h"
 #include "proxy/tls.h"
 #include "rules/conf.h"
 
 static const char usage[] =
     "usage: twice run -c FILE      run the proxy described by FILE\n"
     "       twice check -c FILE    check FILE and print a summary or every error\n"
+    "       twice report JOURNAL [--json] [--message ID]\n"
+    "                              faults per rule, deliveries per message, a message's timeline\n"
+    "       twice verdict --journal JOURNAL --effects FILE [--json]\n"
+    "                              which task types are not idempotent (exit 1 if any)\n"
     "       twice --version        print the version\n"
     "       twice --help           print this help\n"
     "\n"
@@ -119,6 +124,10 @@ int main(int argc, char **argv)
         fputs(usage, stdout);
         return 0;
     }
+    if (strcmp(cmd, "report") == 0)
+        return report_main(argc - 1, argv + 1);
+    if (strcmp(cmd, "verdict") == 0)
+        return verdict_main(argc - 1, argv + 1);
     if (strcmp(cmd, "run") != 0 && strcmp(cmd, "check") != 0) {
         fprintf(stderr, "twice: unknown command '%s'\n\n%s", cmd, usage);
         return 2;

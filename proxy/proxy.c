@@ -16,16 +16,22 @@
 #include "proxy/proxy.h"
 
 #include <event2/dns.h>
+#include <openssl/evp.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/random.h>
+#include <sys/time.h>
 #include <time.h>
 #include <unistd.h>
 
+#include "proxy/admin.h"
+#include "proxy/journal.h"
 #include "proxy/log.h"
 #include "proxy/session.h"
 #include "proxy/tls.h"
+#include "rules/engine.h"
 
 struct conf_ref *conf_ref_new(struct conf *conf)
 {
@@ -155,16 +161,21 @@ static struct listener *find_reusable(struct proxy *px, const struct lconf *lc)
 
 /* Make `ref` the running configuration.  On failure nothing changes and
  * -1 is returned with the reason in `err`. */
+static struct ruleset *ruleset_of(struct proxy *px, struct conf_ref *ref);
+
 static int apply_conf(struct proxy *px, struct conf_ref *ref, char *err, size_t errlen)
 {
     struct lconf **lcs = lconf_build_all(ref, err, errlen);
     if (lcs == NULL)
         return -1;
+    if (ref->conf->has_seed)
+        px->seed = ref->conf->seed;
+    struct ruleset *rs = ruleset_of(px, ref);
     size_t n = ref->conf->n_listeners;
     struct listener **next = calloc(n ? n : 1, sizeof(*next));
     bool *reused = calloc(n ? n : 1, sizeof(*reused));
     int rc = -1;
-    if (next == NULL || reused == NULL) {
+    if (next == NULL || reused == NULL || rs == NULL) {
         snprintf(err, errlen, "out of memory");
         goto out;
     }
@@ -211,8 +222,12 @@ static int apply_conf(struct proxy *px, struct conf_ref *ref, char *err, size_t 
     px->conf = ref;
     ref->refs++;
     log_set_level((enum log_level)ref->conf->log_level);
+    proxy_set_rules(px, rs);
+    rs = NULL;
     rc = 0;
 out:
+    if (rs != NULL)
+        ruleset_put(rs);
     for (size_t i = 0; i < n; i++)
         lconf_put(lcs[i]);
     free(lcs);
@@ -221,39 +236,89 @@ out:
     return rc;
 }
 
-static void proxy_reload(struct proxy *px)
+static char *diags_text(const struct conf_diags *d)
+{
+    char *text = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&text, &len);
+    if (f == NULL)
+        return NULL;
+    conf_diags_print(d, f);
+    fclose(f);
+    return text;
+}
+
+static void free_conf_ref(void *p)
+{
+    conf_ref_put(p);
+}
+
+/* The ruleset of configuration `ref`, or NULL when memory runs out. */
+static struct ruleset *ruleset_of(struct proxy *px, struct conf_ref *ref)
+{
+    struct ruleset *rs = ruleset_new(ref->conf->rules, px->seed, px->start_ms);
+    if (rs == NULL)
+        return NULL;
+    ref->refs++;
+    ruleset_set_owner(rs, ref, free_conf_ref);
+    return rs;
+}
+
+void proxy_set_rules(struct proxy *px, struct ruleset *rs)
+{
+    ruleset_inherit(rs, px->rules);
+    ruleset_set_faults_enabled(rs, !px->faults_off);
+    if (px->rules != NULL)
+        ruleset_put(px->rules);
+    px->rules = rs;
+}
+
+int proxy_reload(struct proxy *px, char **diag)
 {
     struct conf_diags d;
     struct conf *c = NULL;
     conf_diags_init(&d);
     log_msg(LOG_INFO, "reloading", "file=\"%s\"", px->conf_path);
-    if (conf_parse_file(px->conf_path, &c, &d) != 0) {
-        log_diags(&d);
-        log_msg(LOG_ERROR, "reload failed", "errors=%u", d.errors);
-        conf_diags_free(&d);
-        return;
-    }
+    if (conf_parse_file(px->conf_path, &c, &d) == 0)
+        tls_check_conf(c, &d);
     log_diags(&d);
+    if (d.errors != 0) {
+        log_msg(LOG_ERROR, "reload failed", "errors=%u", d.errors);
+        if (diag != NULL)
+            *diag = diags_text(&d);
+        conf_diags_free(&d);
+        conf_free(c);
+        return -1;
+    }
     conf_diags_free(&d);
     struct conf_ref *ref = conf_ref_new(c);
-    char err[512];
-    if (ref == NULL) {
-        conf_free(c);
-        log_msg(LOG_ERROR, "reload failed", "error=\"out of memory\"");
-        return;
-    }
-    if (apply_conf(px, ref, err, sizeof(err)) != 0) {
+    char err[512] = "out of memory";
+    if (ref == NULL || apply_conf(px, ref, err, sizeof(err)) != 0) {
+        if (ref == NULL)
+            conf_free(c);
         struct log_line line;
         log_begin(&line, LOG_ERROR, "reload failed");
         log_str(&line, "error", err);
         log_end(&line);
-    } else {
-        unsigned n = 0;
-        for (struct listener *l = px->listeners; l != NULL; l = l->next)
-            n++;
-        log_msg(LOG_INFO, "reloaded", "listeners=%u sessions=%u", n, px->n_sessions);
+        if (diag != NULL && asprintf(diag, "%s: %s\n", px->conf_path, err) < 0)
+            *diag = NULL;
+        conf_ref_put(ref);
+        return -1;
     }
     conf_ref_put(ref);
+    const char *was = px->journal_path, *now = px->conf->conf->journal;
+    if ((was == NULL) != (now == NULL) || (was != NULL && strcmp(was, now) != 0))
+        log_msg(LOG_WARN, "journal unchanged",
+                "reason=\"the journal is chosen at start: restart "
+                "twice to change it\"");
+    if (admin_apply(px, err, sizeof(err)) != 0)
+        log_msg(LOG_ERROR, "admin API not moved", "error=\"%s\"", err);
+    unsigned n = 0;
+    for (struct listener *l = px->listeners; l != NULL; l = l->next)
+        n++;
+    log_msg(LOG_INFO, "reloaded", "listeners=%u rules=%zu sessions=%u", n, ruleset_count(px->rules),
+            px->n_sessions);
+    return 0;
 }
 
 static void close_all_sessions(struct proxy *px, enum session_close_reason reason)
@@ -303,10 +368,41 @@ static void on_signal(evutil_socket_t sig, short what, void *arg)
     struct proxy *px = arg;
     if (sig == SIGHUP) {
         if (!px->shutting_down)
-            proxy_reload(px);
+            (void)proxy_reload(px, NULL);
         return;
     }
     begin_shutdown(px, sig == SIGTERM ? "TERM" : "INT");
+}
+
+uint64_t proxy_now_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
+}
+
+/* A seed for a run whose file sets none; logged and journaled so the run
+ * can be repeated with `seed N`. */
+static uint64_t random_seed(void)
+{
+    uint64_t seed = 0;
+    if (getrandom(&seed, sizeof(seed), 0) != (ssize_t)sizeof(seed))
+        seed = (uint64_t)time(NULL) ^ ((uint64_t)getpid() << 32);
+    return seed;
+}
+
+struct listener_stats *proxy_stats(struct proxy *px, const char *name)
+{
+    for (struct listener_stats *st = px->stats; st != NULL; st = st->next)
+        if (strcmp(st->name, name) == 0)
+            return st;
+    struct listener_stats *st = calloc(1, sizeof(*st));
+    if (st == NULL)
+        return NULL;
+    snprintf(st->name, sizeof(st->name), "%s", name);
+    st->next = px->stats;
+    px->stats = st;
+    return st;
 }
 
 void proxy_session_gone(struct proxy *px)
@@ -358,6 +454,52 @@ static int setup_events(struct proxy *px)
     return 0;
 }
 
+/* SHA-256 of the file at `path` (zeros when it cannot be read). */
+static void config_digest(const char *path, uint8_t out[32])
+{
+    memset(out, 0, 32);
+    FILE *f = fopen(path, "rb");
+    if (f == NULL)
+        return;
+    EVP_MD_CTX *ctx = EVP_MD_CTX_new();
+    if (ctx != NULL && EVP_DigestInit_ex(ctx, EVP_sha256(), NULL) == 1) {
+        unsigned char buf[8192];
+        size_t n;
+        while ((n = fread(buf, 1, sizeof(buf), f)) > 0)
+            EVP_DigestUpdate(ctx, buf, n);
+        unsigned int len = 32;
+        EVP_DigestFinal_ex(ctx, out, &len);
+    }
+    EVP_MD_CTX_free(ctx);
+    fclose(f);
+}
+
+/* Open the journal named by the configuration, if any. */
+static int open_journal(struct proxy *px, const struct conf *c)
+{
+    if (c->journal == NULL)
+        return 0;
+    struct journal_header_info hdr = {.seed = px->seed, .config_path = px->conf_path};
+    struct timeval tv;
+    gettimeofday(&tv, NULL);
+    hdr.start_unix_ms = (uint64_t)tv.tv_sec * 1000 + (uint64_t)tv.tv_usec / 1000;
+    config_digest(px->conf_path, hdr.config_sha256);
+    char err[512];
+    px->journal_path = strdup(c->journal);
+    px->journal = journal_open(c->journal, &hdr, err, sizeof(err));
+    if (px->journal == NULL) {
+        struct log_line line;
+        log_begin(&line, LOG_ERROR, "cannot open journal");
+        log_str(&line, "path", c->journal);
+        log_str(&line, "error", err);
+        log_end(&line);
+        return -1;
+    }
+    log_msg(LOG_INFO, "journal open", "path=\"%s\" seed=%llu", c->journal,
+            (unsigned long long)px->seed);
+    return 0;
+}
+
 int proxy_init(struct proxy *px, const char *conf_path)
 {
     memset(px, 0, sizeof(*px));
@@ -375,11 +517,17 @@ int proxy_init(struct proxy *px, const char *conf_path)
         return -1;
     }
     log_set_level((enum log_level)c->log_level);
+    px->start_ms = proxy_now_ms();
+    px->seed = c->has_seed ? c->seed : random_seed();
     px->conf_path = strdup(conf_path);
     px->base = event_base_new();
     if (px->conf_path == NULL || px->base == NULL || setup_events(px) != 0) {
         conf_free(c);
         log_msg(LOG_ERROR, "cannot start event loop", NULL);
+        return -1;
+    }
+    if (open_journal(px, c) != 0) {
+        conf_free(c);
         return -1;
     }
     px->dns = evdns_base_new(px->base, EVDNS_BASE_INITIALIZE_NAMESERVERS);
@@ -393,6 +541,8 @@ int proxy_init(struct proxy *px, const char *conf_path)
     char err[512];
     rc = apply_conf(px, ref, err, sizeof(err));
     conf_ref_put(ref);
+    if (rc == 0)
+        rc = admin_apply(px, err, sizeof(err));
     if (rc != 0) {
         struct log_line line;
         log_begin(&line, LOG_ERROR, "cannot start");
@@ -405,7 +555,8 @@ int proxy_init(struct proxy *px, const char *conf_path)
 
 int proxy_run(struct proxy *px)
 {
-    log_msg(LOG_INFO, "started", "version=%s pid=%ld", TWICE_VERSION, (long)getpid());
+    log_msg(LOG_INFO, "started", "version=%s pid=%ld seed=%llu rules=%zu", TWICE_VERSION,
+            (long)getpid(), (unsigned long long)px->seed, ruleset_count(px->rules));
     if (event_base_dispatch(px->base) < 0) {
         log_msg(LOG_ERROR, "event loop failed", NULL);
         return 1;
@@ -432,6 +583,17 @@ void proxy_free(struct proxy *px)
         struct listener *l = px->listeners;
         px->listeners = l->next;
         listener_put(l);
+    }
+    admin_stop(px);
+    journal_close(px->journal);
+    px->journal = NULL;
+    free(px->journal_path);
+    if (px->rules != NULL)
+        ruleset_put(px->rules);
+    while (px->stats != NULL) {
+        struct listener_stats *st = px->stats;
+        px->stats = st->next;
+        free(st);
     }
     free_event(&px->reaper);
     free_event(&px->janitor);

@@ -25,8 +25,11 @@
 #include <sys/socket.h>
 
 #include "rules/conf.h"
+#include "rules/rule.h"
 
 struct session;
+struct ruleset;
+struct journal;
 
 struct conf_ref {
     int refs;
@@ -57,6 +60,16 @@ struct listener {
     struct listener *next; /* in px->listeners while open */
 };
 
+/* Counters of one listener name, kept across reloads. */
+struct listener_stats {
+    char name[72];
+    uint64_t connections; /* accepted */
+    uint64_t open;
+    uint64_t bytes_up;   /* client -> upstream */
+    uint64_t bytes_down; /* upstream -> client */
+    struct listener_stats *next;
+};
+
 struct proxy {
     struct event_base *base;
     struct evdns_base *dns;
@@ -69,6 +82,16 @@ struct proxy {
     struct event *janitor; /* 1 s: idle and drain timeouts */
     struct event *sig_term, *sig_int, *sig_hup;
     struct event *grace_timer;
+    struct ruleset *rules;   /* current rules; sessions read it per event */
+    struct journal *journal; /* NULL without `journal` */
+    char *journal_path;      /* as opened at start */
+    uint64_t start_ms;       /* monotonic, for `between` */
+    uint64_t seed;           /* the configured seed, or one drawn at start */
+    bool faults_off;         /* kill switch, kept across rule changes */
+    uint64_t events[RULE_EV_COUNT];
+    struct listener_stats *stats;
+    struct evhttp *admin_http;
+    char admin_addr[300];
     unsigned n_sessions;
     uint64_t next_session_id;
     bool shutting_down;
@@ -100,5 +123,20 @@ void proxy_free(struct proxy *px);
 
 /* Called by sessions when they are freed. */
 void proxy_session_gone(struct proxy *px);
+
+/* Re-read the configuration file (SIGHUP, POST /reload).  Returns 0, or -1
+ * and, when `diag` is not NULL, a malloc'ed text of every problem. */
+int proxy_reload(struct proxy *px, char **diag);
+
+/* Make `rs` the current rules (takes the caller's reference); enabled
+ * flags, counters and the kill switch carry over by rule name. */
+void proxy_set_rules(struct proxy *px, struct ruleset *rs);
+
+/* The counters of listener `name`, created on first use (NULL if out of
+ * memory). */
+struct listener_stats *proxy_stats(struct proxy *px, const char *name);
+
+/* Monotonic milliseconds. */
+uint64_t proxy_now_ms(void);
 
 #endif

@@ -25,8 +25,12 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "proxy/fault.h"
+#include "proxy/journal.h"
 #include "proxy/log.h"
+#include "proxy/shaper.h"
 #include "proxy/tls.h"
+#include "rules/engine.h"
 
 static void on_read(struct bufferevent *bev, void *arg);
 static void on_write(struct bufferevent *bev, void *arg);
@@ -124,9 +128,32 @@ void session_close(struct session *s, enum session_close_reason reason)
         event_free(s->connect_timer);
         s->connect_timer = NULL;
     }
+    if (s->fault_timer != NULL) {
+        event_free(s->fault_timer);
+        s->fault_timer = NULL;
+    }
+    /* Shapers may be on the stack (a shaper can close its session): they
+     * are freed with the session, after the callback returns. */
+    for (int i = 0; i < 2; i++)
+        if (s->shaper[i] != NULL)
+            shaper_stop(s->shaper[i]);
     free_end(&s->end[SIDE_CLIENT]);
     free_end(&s->end[SIDE_UPSTREAM]);
     log_close(s);
+    if (s->px->journal != NULL) {
+        struct journal_record rec = {
+            .kind = JOURNAL_KIND_CLOSE,
+            .session = s->id,
+            .listener = s->cfg->l->name,
+            .client = s->client_addr,
+            .close_reason = (uint32_t)s->reason,
+            .close_reason_name = session_close_reason_name(s->reason),
+            .bytes_up = s->bytes_up,
+            .bytes_down = s->bytes_down,
+            .detail = s->error[0] != '\0' ? s->error : NULL,
+        };
+        journal_record(s->px->journal, &rec);
+    }
     session_set_state(s, SESSION_CLOSED);
     s->reap_next = s->px->reap;
     s->px->reap = s;
@@ -143,6 +170,12 @@ void session_free(struct session *s)
     if (s->next != NULL)
         s->next->prev = s->prev;
     s->listener->n_sessions--;
+    if (s->stats != NULL)
+        s->stats->open--;
+    shaper_free(s->shaper[SIDE_CLIENT]);
+    shaper_free(s->shaper[SIDE_UPSTREAM]);
+    if (s->rules != NULL)
+        ruleset_put(s->rules);
     listener_put(s->listener);
     lconf_put(s->cfg);
     free(s);
@@ -214,6 +247,8 @@ static void propagate_eof(struct session *s, enum session_side from)
 {
     enum session_side to = (enum session_side) !from;
     struct session_end *dst = &s->end[to];
+    if (dst->bev == NULL)
+        return;
     struct evbuffer *out = bufferevent_get_output(dst->bev);
     if (evbuffer_get_length(out) == 0) {
         shut_write(s, to);
@@ -234,16 +269,24 @@ static void relay(struct session *s, enum session_side from)
     size_t n = evbuffer_get_length(in);
     if (n == 0)
         return;
-    if (evbuffer_add_buffer(out, in) != 0) {
-        set_error(s, "out of memory");
-        session_close(s, SESSION_CLOSE_INTERNAL_ERROR);
-        return;
-    }
     if (from == SIDE_CLIENT)
         s->bytes_up += n;
     else
         s->bytes_down += n;
-    if (evbuffer_get_length(out) >= SESSION_OUTPUT_HIGH && !src->paused) {
+    if (s->stats != NULL)
+        *(from == SIDE_CLIENT ? &s->stats->bytes_up : &s->stats->bytes_down) += n;
+    struct shaper *sh = s->shaper[from];
+    if (sh != NULL) {
+        shaper_push(sh, in); /* may close the session */
+        if (s->state != SESSION_RELAYING)
+            return;
+    } else if (evbuffer_add_buffer(out, in) != 0) {
+        set_error(s, "out of memory");
+        session_close(s, SESSION_CLOSE_INTERNAL_ERROR);
+        return;
+    }
+    size_t pending = evbuffer_get_length(out) + (sh != NULL ? shaper_held(sh) : 0);
+    if (pending >= SESSION_OUTPUT_HIGH && !src->paused) {
         src->paused = true;
         bufferevent_disable(src->bev, EV_READ);
         want_drain(s, to, SESSION_OUTPUT_HIGH / 2);
@@ -277,6 +320,13 @@ static void on_write(struct bufferevent *bev, void *arg)
     struct session_end *src = &s->end[from];
     size_t pending = evbuffer_get_length(bufferevent_get_output(bev));
 
+    if (s->state == SESSION_RELAYING && s->shaper[from] != NULL) {
+        if (pending == 0)
+            shaper_output_drained(s->shaper[from]); /* may release more */
+        if (s->state != SESSION_RELAYING)
+            return;
+        pending = evbuffer_get_length(bufferevent_get_output(bev)) + shaper_held(s->shaper[from]);
+    }
     if (s->state == SESSION_DRAINING) {
         if (pending == 0)
             session_close(s, s->reason);
@@ -292,7 +342,7 @@ static void on_write(struct bufferevent *bev, void *arg)
         if (s->state != SESSION_RELAYING || src->paused)
             return;
     }
-    if (src->eof && !s->end[to].shut) {
+    if (src->eof && !s->end[to].shut && s->shaper[from] == NULL) {
         if (pending == 0) {
             shut_write(s, to);
             maybe_finish(s);
@@ -301,7 +351,7 @@ static void on_write(struct bufferevent *bev, void *arg)
         }
         return;
     }
-    if (!src->paused)
+    if (!src->paused && (s->shaper[from] == NULL || shaper_held(s->shaper[from]) == 0))
         bufferevent_setcb(bev, on_read, NULL, on_event, s);
 }
 
@@ -335,7 +385,11 @@ static void on_peer_eof(struct session *s, enum session_side side)
     if (s->state != SESSION_RELAYING)
         return; /* client EOF while connecting: passed on once connected */
     relay(s, side);
-    if (s->state == SESSION_RELAYING)
+    if (s->state != SESSION_RELAYING)
+        return;
+    if (s->shaper[side] != NULL)
+        shaper_eof(s->shaper[side]);
+    else
         propagate_eof(s, side);
 }
 
@@ -443,6 +497,46 @@ static void setup_bev(struct session *s, struct bufferevent *bev)
     bufferevent_setwatermark(bev, EV_READ, 0, SESSION_INPUT_HIGH);
 }
 
+/* Abort both connections with a TCP reset (SO_LINGER 0), as `reset` says. */
+static void reset_now(struct session *s)
+{
+    struct linger lg = {.l_onoff = 1, .l_linger = 0};
+    for (int i = 0; i < 2; i++) {
+        if (s->end[i].bev == NULL)
+            continue;
+        evutil_socket_t fd = bufferevent_getfd(s->end[i].bev);
+        if (fd >= 0)
+            setsockopt(fd, SOL_SOCKET, SO_LINGER, &lg, sizeof(lg));
+    }
+    set_error(s, "reset by rule '%s'", s->faults.reset_rule);
+    session_close(s, SESSION_CLOSE_FAULT);
+}
+
+static void on_reset_timer(evutil_socket_t fd, short what, void *arg)
+{
+    (void)fd;
+    (void)what;
+    reset_now(arg);
+}
+
+/* Schedule the reset; returns -1 when the session is already gone. */
+static int arm_reset(struct session *s)
+{
+    if (s->faults.reset_after_ms == 0) {
+        reset_now(s);
+        return -1;
+    }
+    struct timeval tv = {.tv_sec = s->faults.reset_after_ms / 1000,
+                         .tv_usec = (s->faults.reset_after_ms % 1000) * 1000};
+    s->fault_timer = evtimer_new(s->px->base, on_reset_timer, s);
+    if (s->fault_timer == NULL || evtimer_add(s->fault_timer, &tv) != 0) {
+        set_error(s, "cannot arm reset timer");
+        session_close(s, SESSION_CLOSE_INTERNAL_ERROR);
+        return -1;
+    }
+    return 0;
+}
+
 static void start_relaying(struct session *s)
 {
     if (s->connect_timer != NULL) {
@@ -452,12 +546,23 @@ static void start_relaying(struct session *s)
     session_set_state(s, SESSION_RELAYING);
     struct session_end *c = &s->end[SIDE_CLIENT], *u = &s->end[SIDE_UPSTREAM];
     bufferevent_enable(u->bev, EV_READ | EV_WRITE);
+    if (s->faults.close_after) {
+        set_error(s, "closed by rule '%s' after connecting upstream", s->faults.close_rule);
+        session_close(s, SESSION_CLOSE_FAULT);
+        return;
+    }
+    if (s->faults.reset && arm_reset(s) != 0)
+        return;
     /* Bytes (and an EOF) the client sent while we were connecting. */
     relay(s, SIDE_CLIENT);
     if (s->state != SESSION_RELAYING)
         return;
-    if (c->eof)
-        propagate_eof(s, SIDE_CLIENT);
+    if (c->eof) {
+        if (s->shaper[SIDE_CLIENT] != NULL)
+            shaper_eof(s->shaper[SIDE_CLIENT]);
+        else
+            propagate_eof(s, SIDE_CLIENT);
+    }
 }
 
 static void connect_upstream(struct session *s, const struct sockaddr *sa, socklen_t salen)
@@ -596,6 +701,140 @@ static void format_addr(const struct sockaddr *sa, char *buf, size_t len)
     }
 }
 
+static void on_delay_over(evutil_socket_t fd, short what, void *arg)
+{
+    (void)fd;
+    (void)what;
+    struct session *s = arg;
+    event_free(s->fault_timer);
+    s->fault_timer = NULL;
+    start_upstream(s);
+}
+
+/* `when connect ... do delay D`: hold the upstream connection for D. */
+static void delay_upstream(struct session *s)
+{
+    uint32_t ms = s->faults.delay_connect_ms;
+    struct timeval tv = {.tv_sec = ms / 1000, .tv_usec = (ms % 1000) * 1000};
+    s->fault_timer = evtimer_new(s->px->base, on_delay_over, s);
+    if (s->fault_timer == NULL || evtimer_add(s->fault_timer, &tv) != 0) {
+        set_error(s, "cannot arm delay timer");
+        session_close(s, SESSION_CLOSE_INTERNAL_ERROR);
+    }
+}
+
+/* Client address as an IPv6 (IPv4-mapped) address for `client=` matchers. */
+static void client_v6(const struct sockaddr *sa, struct engine_event *ev)
+{
+    if (sa->sa_family == AF_INET) {
+        const struct sockaddr_in *in = (const struct sockaddr_in *)sa;
+        memset(ev->client, 0, 10);
+        ev->client[10] = ev->client[11] = 0xff;
+        memcpy(ev->client + 12, &in->sin_addr, 4);
+        ev->has_client = true;
+    } else if (sa->sa_family == AF_INET6) {
+        memcpy(ev->client, &((const struct sockaddr_in6 *)sa)->sin6_addr, 16);
+        ev->has_client = true;
+    }
+}
+
+/* Fold one fired rule into the session's connection faults. */
+static void add_fault(struct session *s, const struct rule *r, struct stream_fx fx[2])
+{
+    const struct rule_action *a = &r->action;
+    for (int side = 0; side < 2; side++) {
+        unsigned dir = side == SIDE_CLIENT ? RULE_DIR_UPSTREAM : RULE_DIR_DOWNSTREAM;
+        if (!rule_action_is_stream(a->kind) || !(r->direction & dir))
+            continue;
+        struct stream_fx *f = &fx[side];
+        switch (a->kind) {
+        case RULE_ACT_LATENCY:
+            f->latency_ms += a->duration_ms;
+            f->jitter_ms += a->jitter_ms;
+            break;
+        case RULE_ACT_BANDWIDTH:
+            if (f->rate_bps == 0 || a->bytes < f->rate_bps)
+                f->rate_bps = a->bytes;
+            break;
+        case RULE_ACT_SLICE:
+            f->slice_bytes = a->bytes;
+            f->slice_delay_ms = a->slice_delay_ms;
+            break;
+        case RULE_ACT_BLACKHOLE:
+            f->blackhole = true;
+            break;
+        case RULE_ACT_LIMIT:
+            if (!f->has_limit || a->bytes < f->limit_bytes) {
+                f->has_limit = true;
+                f->limit_bytes = a->bytes;
+                f->limit_rule = r->name;
+            }
+            break;
+        case RULE_ACT_SLOW_CLOSE:
+            f->has_slow_close = true;
+            f->slow_close_ms = a->duration_ms;
+            break;
+        default:
+            break;
+        }
+    }
+    struct session_faults *sf = &s->faults;
+    if (a->kind == RULE_ACT_RESET) {
+        sf->reset = true;
+        sf->reset_after_ms = a->duration_ms;
+        sf->reset_rule = r->name;
+    } else if (a->kind == RULE_ACT_CLOSE) {
+        *(a->close_when == RULE_CLOSE_BEFORE ? &sf->close_before : &sf->close_after) = true;
+        sf->close_rule = r->name;
+    } else if (a->kind == RULE_ACT_DELAY) {
+        sf->delay_connect_ms = a->duration_ms;
+    }
+    fault_note(s, r, NULL);
+}
+
+static bool fx_active(const struct stream_fx *f)
+{
+    return f->latency_ms || f->jitter_ms || f->rate_bps || f->slice_bytes || f->blackhole ||
+           f->has_limit || f->has_slow_close;
+}
+
+/* Decide the stream and connect rules of this new connection.  Returns -1
+ * when the session had to be closed. */
+static int apply_connection_faults(struct session *s, const struct sockaddr *sa)
+{
+    struct ruleset *rs = s->px->rules;
+    if (rs == NULL || ruleset_count(rs) == 0)
+        return 0;
+    char identity[32];
+    snprintf(identity, sizeof(identity), "session:%llu", (unsigned long long)s->id);
+    struct engine_event ev = {.identity = identity};
+    client_v6(sa, &ev);
+    struct stream_fx fx[2];
+    memset(fx, 0, sizeof(fx));
+    size_t hits[SESSION_MAX_RULE_HITS];
+    uint64_t now = (uint64_t)s->started.tv_sec * 1000 + (uint64_t)s->started.tv_usec / 1000;
+    for (int e = 0; e < 2; e++) {
+        ev.event = e == 0 ? RULE_EV_STREAM : RULE_EV_CONNECT;
+        s->px->events[ev.event]++;
+        size_t n = ruleset_decide(rs, s->cfg->l->name, &ev, now, hits, SESSION_MAX_RULE_HITS);
+        for (size_t i = 0; i < n; i++)
+            add_fault(s, ruleset_rule(rs, hits[i]), fx);
+    }
+    ruleset_get(rs);
+    s->rules = rs; /* shapers and logs name its rules */
+    for (int side = 0; side < 2; side++) {
+        if (!fx_active(&fx[side]))
+            continue;
+        s->shaper[side] = shaper_new(s, side, &fx[side], s->id * 2 + (uint64_t)side + 1);
+        if (s->shaper[side] == NULL) {
+            set_error(s, "out of memory");
+            session_close(s, SESSION_CLOSE_INTERNAL_ERROR);
+            return -1;
+        }
+    }
+    return 0;
+}
+
 static struct bufferevent *client_bev_new(struct session *s, evutil_socket_t fd)
 {
     struct proxy *px = s->px;
@@ -632,6 +871,11 @@ static struct session *session_new(struct listener *l, const struct sockaddr *sa
     monotonic_now(&s->started);
     s->last_active = s->started;
     format_addr(sa, s->client_addr, sizeof(s->client_addr));
+    s->stats = proxy_stats(px, l->cfg->l->name);
+    if (s->stats != NULL) {
+        s->stats->connections++;
+        s->stats->open++;
+    }
     s->next = px->sessions;
     if (px->sessions != NULL)
         px->sessions->prev = s;
@@ -655,6 +899,13 @@ void session_accept(struct listener *l, evutil_socket_t fd, const struct sockadd
         log_str(&line, "client", s->client_addr);
         log_end(&line);
     }
+    if (l->px->journal != NULL) {
+        struct journal_record rec = {.kind = JOURNAL_KIND_CONNECT,
+                                     .session = s->id,
+                                     .listener = l->cfg->l->name,
+                                     .client = s->client_addr};
+        journal_record(l->px->journal, &rec);
+    }
     const struct conf_listener *lc = s->cfg->l;
     if (lc->max_connections != 0 && l->n_sessions > lc->max_connections) {
         set_error(s, "listener has %u connections (max-connections %u)", l->n_sessions - 1,
@@ -674,6 +925,17 @@ void session_accept(struct listener *l, evutil_socket_t fd, const struct sockadd
     s->end[SIDE_CLIENT].bev = bev;
     setup_bev(s, bev);
     bufferevent_enable(bev, EV_READ | EV_WRITE);
+    if (apply_connection_faults(s, sa) != 0)
+        return;
+    if (s->faults.close_before) {
+        set_error(s, "refused by rule '%s'", s->faults.close_rule);
+        session_close(s, SESSION_CLOSE_FAULT);
+        return;
+    }
+    if (s->faults.delay_connect_ms != 0) {
+        delay_upstream(s);
+        return;
+    }
     start_upstream(s); /* calloc left the state at SESSION_RESOLVING */
 }
 
@@ -697,4 +959,35 @@ void session_tick(struct session *s, const struct timeval *now)
     uint32_t idle = s->cfg->l->idle_timeout_ms;
     if (idle != 0 && s->state == SESSION_RELAYING && ms_between(&s->last_active, now) >= idle)
         session_close(s, SESSION_CLOSE_IDLE_TIMEOUT);
+}
+
+struct bufferevent *session_peer_bev(struct session *s, int from)
+{
+    if (s->state != SESSION_RELAYING)
+        return NULL;
+    return s->end[!from].bev;
+}
+
+void session_shaper_eof(struct session *s, int from)
+{
+    if (s->state == SESSION_RELAYING)
+        propagate_eof(s, (enum session_side)from);
+}
+
+void session_want_output_drained(struct session *s, int from)
+{
+    if (s->state == SESSION_RELAYING && s->end[!from].bev != NULL)
+        want_drain(s, (enum session_side) !from, 0);
+}
+
+void session_shaper_limit(struct session *s, int from, const char *rule, uint64_t bytes)
+{
+    if (rule != NULL)
+        set_error(s, "rule '%s' cut the %s stream after %llu bytes", rule,
+                  from == SIDE_CLIENT ? "upstream" : "downstream", (unsigned long long)bytes);
+    else
+        set_error(s, "out of memory");
+    /* Deliver what was let through, then close: as if `from` had failed. */
+    start_draining(s, (enum session_side)from,
+                   rule != NULL ? SESSION_CLOSE_FAULT : SESSION_CLOSE_INTERNAL_ERROR);
 }

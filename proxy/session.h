@@ -36,6 +36,8 @@
 #define SESSION_OUTPUT_HIGH (256u * 1024u)
 /* Bytes read from one side and not yet handed over, before reading stops. */
 #define SESSION_INPUT_HIGH (256u * 1024u)
+/* Rules that may fire on one event of one session. */
+#define SESSION_MAX_RULE_HITS 32
 /* How long a failed session may spend flushing to the surviving side. */
 #define SESSION_DRAIN_MS 5000u
 
@@ -61,7 +63,8 @@ enum session_state {
     X(IDLE_TIMEOUT, 9, "idle_timeout")                                                             \
     X(SHUTDOWN, 10, "shutdown")                                                                    \
     X(MAX_CONNECTIONS, 11, "max_connections")                                                      \
-    X(INTERNAL_ERROR, 12, "internal_error")
+    X(INTERNAL_ERROR, 12, "internal_error")                                                        \
+    X(FAULT, 13, "fault")
 
 enum session_close_reason {
 #define SESSION_REASON_ENUM(name, code, str) SESSION_CLOSE_##name = code,
@@ -84,15 +87,34 @@ struct session_end {
     bool paused; /* reading from this peer is paused by backpressure */
 };
 
+struct shaper;
+struct ruleset;
+
+/* Connection-level faults decided when the session is accepted. */
+struct session_faults {
+    bool close_before;         /* `when connect ... do close before` */
+    bool close_after;          /* close once the upstream is connected */
+    uint32_t delay_connect_ms; /* `when connect ... do delay D` */
+    bool reset;                /* `do reset [after D]` */
+    uint32_t reset_after_ms;
+    const char *close_rule; /* rule names, for the close log */
+    const char *reset_rule;
+};
+
 struct session {
     uint64_t id;
     enum session_state state;
     enum session_close_reason reason; /* set when the end is decided */
     enum session_side first_eof;      /* who half-closed first, for the reason */
     struct proxy *px;
-    struct listener *listener; /* holds a reference */
-    struct lconf *cfg;         /* holds a reference */
-    struct session_end end[2]; /* indexed by enum session_side */
+    struct listener *listener;    /* holds a reference */
+    struct listener_stats *stats; /* counters of the listener name; may be NULL */
+    struct lconf *cfg;            /* holds a reference */
+    struct session_end end[2];    /* indexed by enum session_side */
+    struct shaper *shaper[2];     /* stream faults, by the side bytes come from */
+    struct ruleset *rules;        /* held while shapers name its rules */
+    struct session_faults faults;
+    struct event *fault_timer; /* delayed connect, reset */
     struct evdns_getaddrinfo_request *dns_req;
     struct event *connect_timer;
     char client_addr[64];
@@ -119,5 +141,11 @@ void session_tick(struct session *s, const struct timeval *now);
 
 /* Free a CLOSED session; only the proxy's reaper calls this. */
 void session_free(struct session *s);
+
+/* Hooks for the shaper (shaper.c) of the bytes read from side `from`. */
+struct bufferevent *session_peer_bev(struct session *s, int from);
+void session_shaper_eof(struct session *s, int from);
+void session_shaper_limit(struct session *s, int from, const char *rule, uint64_t bytes);
+void session_want_output_drained(struct session *s, int from);
 
 #endif

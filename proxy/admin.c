@@ -1,0 +1,407 @@
+/*
+ * admin.c - the admin HTTP API.  See admin.h for the endpoints.
+ *
+ * Handlers run on the event loop, like everything else: a PUT /rules is
+ * parsed and checked completely, then the new ruleset replaces the old one
+ * by a pointer swap between two events, so no event ever sees half a rule
+ * set.  Rule counters and enabled flags carry over for rules that keep
+ * their name.
+ */
+#include "proxy/admin.h"
+
+#include <event2/buffer.h>
+#include <event2/http.h>
+#include <event2/keyvalq_struct.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "proxy/fault.h"
+#include "proxy/log.h"
+#include "proxy/proxy.h"
+#include "rules/engine.h"
+
+/* Largest request body (PUT /rules) accepted. */
+#define ADMIN_MAX_BODY (1u << 20)
+
+static void reply(struct evhttp_request *req, int code, const char *type, struct evbuffer *body)
+{
+    struct evkeyvalq *h = evhttp_request_get_output_headers(req);
+    evhttp_add_header(h, "Content-Type", type);
+    evhttp_add_header(h, "Cache-Control", "no-store");
+    evhttp_send_reply(req, code, code == 200 ? "OK" : NULL, body);
+}
+
+static void reply_text(struct evhttp_request *req, int code, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+static void reply_text(struct evhttp_request *req, int code, const char *fmt, ...)
+{
+    struct evbuffer *b = evbuffer_new();
+    if (b == NULL) {
+        evhttp_send_error(req, 500, NULL);
+        return;
+    }
+    va_list ap;
+    va_start(ap, fmt);
+    evbuffer_add_vprintf(b, fmt, ap);
+    va_end(ap);
+    reply(req, code, "text/plain; charset=utf-8", b);
+    evbuffer_free(b);
+}
+
+/* JSON string with the escapes JSON requires. */
+static void json_str(struct evbuffer *b, const char *s)
+{
+    evbuffer_add(b, "\"", 1);
+    for (const unsigned char *p = (const unsigned char *)(s ? s : ""); *p; p++) {
+        if (*p == '"' || *p == '\\')
+            evbuffer_add_printf(b, "\\%c", *p);
+        else if (*p < 0x20)
+            evbuffer_add_printf(b, "\\u%04x", *p);
+        else
+            evbuffer_add(b, p, 1);
+    }
+    evbuffer_add(b, "\"", 1);
+}
+
+static bool authorized(struct proxy *px, struct evhttp_request *req)
+{
+    const char *token = px->conf->conf->admin_token;
+    if (token == NULL)
+        return true;
+    const char *auth = evhttp_find_header(evhttp_request_get_input_headers(req), "Authorization");
+    if (auth == NULL || strncmp(auth, "Bearer ", 7) != 0)
+        return false;
+    /* Compare in constant time: the token is a secret. */
+    const char *given = auth + 7;
+    size_t n = strlen(token), m = strlen(given);
+    unsigned char diff = (unsigned char)(n != m);
+    for (size_t i = 0; i < n; i++)
+        diff |= (unsigned char)(token[i] ^ (i < m ? given[i] : 0));
+    return diff == 0;
+}
+
+static void rules_json(struct proxy *px, struct evbuffer *b)
+{
+    struct ruleset *rs = px->rules;
+    evbuffer_add_printf(b, "{\"faults_enabled\":%s,\"rules\":[",
+                        rs == NULL || ruleset_faults_enabled(rs) ? "true" : "false");
+    for (size_t i = 0; rs != NULL && i < ruleset_count(rs); i++) {
+        const struct rule *r = ruleset_rule(rs, i);
+        struct engine_rule_stats st = ruleset_stats(rs, i);
+        char detail[160];
+        fault_describe(r, detail, sizeof(detail));
+        evbuffer_add_printf(b, "%s{\"name\":", i ? "," : "");
+        json_str(b, r->name);
+        evbuffer_add(b, ",\"listener\":", 12);
+        json_str(b, r->listener);
+        evbuffer_add(b, ",\"event\":", 9);
+        json_str(b, rule_event_name(r->event));
+        evbuffer_add(b, ",\"action\":", 10);
+        json_str(b, rule_action_name(r->action.kind));
+        evbuffer_add(b, ",\"detail\":", 10);
+        json_str(b, detail);
+        evbuffer_add_printf(b, ",\"enabled\":%s,\"seen\":%llu,\"faults\":%llu}",
+                            ruleset_enabled(rs, i) ? "true" : "false", (unsigned long long)st.seen,
+                            (unsigned long long)st.faults);
+    }
+    evbuffer_add(b, "]}\n", 3);
+}
+
+static void get_rules(struct proxy *px, struct evhttp_request *req)
+{
+    struct evbuffer *b = evbuffer_new();
+    if (b == NULL) {
+        evhttp_send_error(req, 500, NULL);
+        return;
+    }
+    rules_json(px, b);
+    reply(req, 200, "application/json", b);
+    evbuffer_free(b);
+}
+
+static void free_rule_list(void *p)
+{
+    rule_list_free(p);
+}
+
+static void put_rules(struct proxy *px, struct evhttp_request *req)
+{
+    struct evbuffer *in = evhttp_request_get_input_buffer(req);
+    size_t len = evbuffer_get_length(in);
+    char *text = malloc(len + 1);
+    if (text == NULL) {
+        evhttp_send_error(req, 500, NULL);
+        return;
+    }
+    evbuffer_remove(in, text, len);
+    text[len] = '\0';
+    struct conf_diags d;
+    conf_diags_init(&d);
+    struct rule *rules = NULL;
+    size_t n = 0;
+    int rc = conf_parse_rules("PUT /rules", text, len, px->conf->conf, &rules, &n, &d);
+    free(text);
+    if (rc != 0) {
+        char *msg = NULL;
+        size_t msglen = 0;
+        FILE *f = open_memstream(&msg, &msglen);
+        if (f != NULL) {
+            conf_diags_print(&d, f);
+            fclose(f);
+        }
+        reply_text(req, 400, "%s", msg ? msg : "invalid rules\n");
+        free(msg);
+        conf_diags_free(&d);
+        return;
+    }
+    conf_diags_free(&d);
+    struct ruleset *rs = ruleset_new(rules, px->seed, px->start_ms);
+    if (rs == NULL) {
+        rule_list_free(rules);
+        evhttp_send_error(req, 500, NULL);
+        return;
+    }
+    ruleset_set_owner(rs, rules, free_rule_list);
+    proxy_set_rules(px, rs);
+    log_msg(LOG_INFO, "rules replaced", "source=admin rules=%zu", n);
+    reply_text(req, 200, "{\"rules\":%zu}\n", n);
+}
+
+/* POST /rules/NAME/enable|disable */
+static void switch_rule(struct proxy *px, struct evhttp_request *req, const char *path)
+{
+    const char *name = path + strlen("/rules/");
+    const char *slash = strrchr(name, '/');
+    if (slash == NULL) {
+        reply_text(req, 404, "not found\n");
+        return;
+    }
+    bool on = strcmp(slash + 1, "enable") == 0;
+    if (!on && strcmp(slash + 1, "disable") != 0) {
+        reply_text(req, 404, "not found: use /rules/NAME/enable or /rules/NAME/disable\n");
+        return;
+    }
+    char rule[128];
+    size_t n = (size_t)(slash - name);
+    if (n == 0 || n >= sizeof(rule)) {
+        reply_text(req, 404, "no such rule\n");
+        return;
+    }
+    memcpy(rule, name, n);
+    rule[n] = '\0';
+    long i = px->rules != NULL ? ruleset_find(px->rules, rule) : -1;
+    if (i < 0) {
+        reply_text(req, 404, "no rule named '%s'\n", rule);
+        return;
+    }
+    ruleset_set_enabled(px->rules, (size_t)i, on);
+    log_msg(LOG_INFO, on ? "rule enabled" : "rule disabled", "rule=%s source=admin", rule);
+    reply_text(req, 200, "{\"rule\":\"%s\",\"enabled\":%s}\n", rule, on ? "true" : "false");
+}
+
+static void set_faults(struct proxy *px, struct evhttp_request *req, bool on)
+{
+    px->faults_off = !on;
+    if (px->rules != NULL)
+        ruleset_set_faults_enabled(px->rules, on);
+    log_msg(LOG_WARN, on ? "faults on" : "faults off", "source=admin");
+    reply_text(req, 200, "{\"faults_enabled\":%s}\n", on ? "true" : "false");
+}
+
+static void post_reload(struct proxy *px, struct evhttp_request *req)
+{
+    char *diag = NULL;
+    if (proxy_reload(px, &diag) == 0)
+        reply_text(req, 200, "{\"reloaded\":true}\n");
+    else
+        reply_text(req, 400, "%s", diag ? diag : "reload failed\n");
+    free(diag);
+}
+
+static void get_stats(struct proxy *px, struct evhttp_request *req)
+{
+    struct evbuffer *b = evbuffer_new();
+    if (b == NULL) {
+        evhttp_send_error(req, 500, NULL);
+        return;
+    }
+    evbuffer_add_printf(b, "{\"uptime_ms\":%llu,\"sessions_open\":%u,\"listeners\":{",
+                        (unsigned long long)(proxy_now_ms() - px->start_ms), px->n_sessions);
+    int first = 1;
+    for (struct listener_stats *st = px->stats; st != NULL; st = st->next, first = 0) {
+        evbuffer_add_printf(b, "%s", first ? "" : ",");
+        json_str(b, st->name);
+        evbuffer_add_printf(b,
+                            ":{\"connections\":%llu,\"open\":%llu,\"bytes_up\":%llu,"
+                            "\"bytes_down\":%llu}",
+                            (unsigned long long)st->connections, (unsigned long long)st->open,
+                            (unsigned long long)st->bytes_up, (unsigned long long)st->bytes_down);
+    }
+    evbuffer_add(b, "},\"events\":{", 12);
+    for (int e = 0; e < RULE_EV_COUNT; e++)
+        evbuffer_add_printf(b, "%s\"%s\":%llu", e ? "," : "", rule_event_name((enum rule_event)e),
+                            (unsigned long long)px->events[e]);
+    evbuffer_add(b, "},", 2);
+    evbuffer_drain(b, 0);
+    /* The rules part is the same document as GET /rules, without its braces. */
+    struct evbuffer *r = evbuffer_new();
+    if (r != NULL) {
+        rules_json(px, r);
+        evbuffer_drain(r, 1); /* "{" */
+        evbuffer_add_buffer(b, r);
+        evbuffer_free(r);
+    }
+    reply(req, 200, "application/json", b);
+    evbuffer_free(b);
+}
+
+static void prom_label(struct evbuffer *b, const char *s)
+{
+    for (const char *p = s; *p; p++) {
+        if (*p == '"' || *p == '\\')
+            evbuffer_add_printf(b, "\\%c", *p);
+        else if (*p == '\n')
+            evbuffer_add(b, "\\n", 2);
+        else
+            evbuffer_add(b, p, 1);
+    }
+}
+
+static void get_metrics(struct proxy *px, struct evhttp_request *req)
+{
+    struct evbuffer *b = evbuffer_new();
+    if (b == NULL) {
+        evhttp_send_error(req, 500, NULL);
+        return;
+    }
+    evbuffer_add_printf(b, "# HELP twice_faults_total Faults injected, per rule and action.\n"
+                           "# TYPE twice_faults_total counter\n");
+    for (size_t i = 0; px->rules != NULL && i < ruleset_count(px->rules); i++) {
+        const struct rule *r = ruleset_rule(px->rules, i);
+        evbuffer_add(b, "twice_faults_total{rule=\"", 25);
+        prom_label(b, r->name);
+        evbuffer_add_printf(b, "\",action=\"%s\",listener=\"", rule_action_name(r->action.kind));
+        prom_label(b, r->listener);
+        evbuffer_add_printf(b, "\"} %llu\n",
+                            (unsigned long long)ruleset_stats(px->rules, i).faults);
+    }
+    evbuffer_add_printf(b, "# HELP twice_events_total Protocol events seen, per kind.\n"
+                           "# TYPE twice_events_total counter\n");
+    for (int e = 0; e < RULE_EV_COUNT; e++)
+        evbuffer_add_printf(b, "twice_events_total{kind=\"%s\"} %llu\n",
+                            rule_event_name((enum rule_event)e), (unsigned long long)px->events[e]);
+    /* Prometheus wants each family's samples together, after its TYPE. */
+    static const struct {
+        const char *name, *type, *help;
+    } fam[] = {
+        {"twice_connections_total", "counter", "Client connections accepted."},
+        {"twice_connections_open", "gauge", "Client connections open now."},
+        {"twice_bytes_total", "counter", "Bytes relayed, per direction."},
+    };
+    for (size_t f = 0; f < sizeof(fam) / sizeof(fam[0]); f++) {
+        evbuffer_add_printf(b, "# HELP %s %s\n# TYPE %s %s\n", fam[f].name, fam[f].help,
+                            fam[f].name, fam[f].type);
+        for (struct listener_stats *st = px->stats; st != NULL; st = st->next) {
+            uint64_t v[3] = {st->connections, st->open, 0};
+            for (int d = 0; d < (f == 2 ? 2 : 1); d++) {
+                evbuffer_add_printf(b, "%s{listener=\"", fam[f].name);
+                prom_label(b, st->name);
+                if (f == 2) {
+                    v[2] = d == 0 ? st->bytes_up : st->bytes_down;
+                    evbuffer_add_printf(b, "\",direction=\"%s\"",
+                                        d == 0 ? "upstream" : "downstream");
+                } else {
+                    evbuffer_add(b, "\"", 1);
+                }
+                evbuffer_add_printf(b, "} %llu\n", (unsigned long long)v[f]);
+            }
+        }
+    }
+    reply(req, 200, "text/plain; version=0.0.4", b);
+    evbuffer_free(b);
+}
+
+static void route(struct proxy *px, struct evhttp_request *req, enum evhttp_cmd_type m,
+                  const char *path)
+{
+    if (m == EVHTTP_REQ_GET && strcmp(path, "/healthz") == 0)
+        reply_text(req, 200, "ok\n");
+    else if (m == EVHTTP_REQ_GET && strcmp(path, "/rules") == 0)
+        get_rules(px, req);
+    else if (m == EVHTTP_REQ_PUT && strcmp(path, "/rules") == 0)
+        put_rules(px, req);
+    else if (m == EVHTTP_REQ_POST && strncmp(path, "/rules/", 7) == 0)
+        switch_rule(px, req, path);
+    else if (m == EVHTTP_REQ_POST && strcmp(path, "/faults/off") == 0)
+        set_faults(px, req, false);
+    else if (m == EVHTTP_REQ_POST && strcmp(path, "/faults/on") == 0)
+        set_faults(px, req, true);
+    else if (m == EVHTTP_REQ_POST && strcmp(path, "/reload") == 0)
+        post_reload(px, req);
+    else if (m == EVHTTP_REQ_GET && strcmp(path, "/stats") == 0)
+        get_stats(px, req);
+    else if (m == EVHTTP_REQ_GET && strcmp(path, "/metrics") == 0)
+        get_metrics(px, req);
+    else
+        reply_text(req, 404, "not found\n");
+}
+
+static void on_request(struct evhttp_request *req, void *arg)
+{
+    struct proxy *px = arg;
+    if (!authorized(px, req)) {
+        evhttp_add_header(evhttp_request_get_output_headers(req), "WWW-Authenticate", "Bearer");
+        reply_text(req, 401, "unauthorized: send Authorization: Bearer TOKEN\n");
+        return;
+    }
+    const struct evhttp_uri *uri = evhttp_request_get_evhttp_uri(req);
+    const char *path = uri != NULL ? evhttp_uri_get_path(uri) : NULL;
+    if (path == NULL) {
+        reply_text(req, 400, "bad request\n");
+        return;
+    }
+    route(px, req, evhttp_request_get_command(req), path);
+}
+
+void admin_stop(struct proxy *px)
+{
+    if (px->admin_http != NULL) {
+        evhttp_free(px->admin_http);
+        px->admin_http = NULL;
+    }
+    px->admin_addr[0] = '\0';
+}
+
+int admin_apply(struct proxy *px, char *err, size_t errlen)
+{
+    const struct conf *c = px->conf->conf;
+    if (!c->has_admin) {
+        admin_stop(px);
+        return 0;
+    }
+    char addr[300];
+    conf_addr_format(&c->admin, addr, sizeof(addr));
+    if (px->admin_http != NULL && strcmp(addr, px->admin_addr) == 0)
+        return 0;
+    struct evhttp *http = evhttp_new(px->base);
+    if (http == NULL) {
+        snprintf(err, errlen, "cannot create the admin HTTP server");
+        return -1;
+    }
+    evhttp_set_max_body_size(http, ADMIN_MAX_BODY);
+    evhttp_set_allowed_methods(http, EVHTTP_REQ_GET | EVHTTP_REQ_PUT | EVHTTP_REQ_POST);
+    evhttp_set_gencb(http, on_request, px);
+    if (evhttp_bind_socket_with_handle(http, c->admin.host, c->admin.port) == NULL) {
+        snprintf(err, errlen, "cannot listen on %s for the admin API", addr);
+        evhttp_free(http);
+        return -1;
+    }
+    admin_stop(px);
+    px->admin_http = http;
+    snprintf(px->admin_addr, sizeof(px->admin_addr), "%s", addr);
+    log_msg(LOG_INFO, "admin listening", "addr=%s auth=%s", addr,
+            c->admin_token != NULL ? "bearer" : "none");
+    return 0;
+}

@@ -1,0 +1,28 @@
+/*
+ * admin.h - the admin HTTP API (libevent's evhttp), loopback by default.
+ *
+ *   GET  /healthz                     200 "ok"
+ *   GET  /rules                       the rules, their state and counters (JSON)
+ *   PUT  /rules                       replace the rules with the rule text in the body;
+ *                                     400 with every diagnostic, and nothing changes
+ *   POST /rules/NAME/enable|disable   switch one rule
+ *   POST /faults/off | /faults/on     the kill switch for every rule
+ *   POST /reload                      re-read the configuration file (as SIGHUP)
+ *   GET  /stats                       counters (JSON)
+ *   GET  /metrics                     counters (Prometheus text format)
+ *
+ * With `admin-token` set, every request needs `Authorization: Bearer TOKEN`.
+ */
+#ifndef TWICE_ADMIN_H
+#define TWICE_ADMIN_H
+
+#include <stddef.h>
+
+struct proxy;
+
+/* Start (or move) the admin API to match px->conf; stop it when the
+ * configuration has no `admin`.  Returns 0, or -1 with a reason in err. */
+int admin_apply(struct proxy *px, char *err, size_t errlen) __attribute__((warn_unused_result));
+void admin_stop(struct proxy *px);
+
+#endif

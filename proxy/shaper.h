@@ -1,0 +1,67 @@
+/*
+ * shaper.h - stream faults on one direction of one session.
+ *
+ * Without stream faults a session hands bytes straight to the other side.
+ * With them, bytes read from `from` go through a shaper, which holds them
+ * and releases them to the other side as its faults say:
+ *
+ *   latency D jitter J   each chunk is released D±J after it was read, in
+ *                        order (a chunk never overtakes an earlier one)
+ *   bandwidth R          at most R bytes per second (token bucket, 1 s burst)
+ *   slice N [delay D]    N bytes at a time, each written on its own once the
+ *                        previous slice has left, D apart
+ *   blackhole            bytes are read and dropped; the connection stays up
+ *   limit N              after N bytes the connection is closed
+ *   slow-close D         an EOF from `from` is passed on D later
+ *
+ * Held bytes count toward the session's backpressure, so a shaper never
+ * holds more than the session's output limit.
+ */
+#ifndef TWICE_SHAPER_H
+#define TWICE_SHAPER_H
+
+#include <event2/buffer.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+struct session;
+
+struct stream_fx {
+    uint32_t latency_ms;
+    uint32_t jitter_ms;
+    uint64_t rate_bps;    /* 0: unlimited */
+    uint64_t slice_bytes; /* 0: no slicing */
+    uint32_t slice_delay_ms;
+    bool blackhole;
+    bool has_limit;
+    uint64_t limit_bytes;
+    bool has_slow_close;
+    uint32_t slow_close_ms;
+    const char *limit_rule; /* name of the rule behind `limit`, for the log */
+};
+
+struct shaper;
+
+/* A shaper for the bytes `s` reads from side `from` (0 client, 1 upstream).
+ * NULL on allocation failure. */
+struct shaper *shaper_new(struct session *s, int from, const struct stream_fx *fx,
+                          uint64_t jitter_seed);
+void shaper_free(struct shaper *sh);
+/* Stop the shaper's timer (its session is closing). */
+void shaper_stop(struct shaper *sh);
+
+/* Take every byte of `in`.  May release bytes, close the session (limit), or
+ * arm the shaper's timer. */
+void shaper_push(struct shaper *sh, struct evbuffer *in);
+
+/* Bytes held, not yet released. */
+size_t shaper_held(const struct shaper *sh);
+
+/* `from` sent EOF: pass it on once everything held has been released (and
+ * after slow-close).  Calls session_shaper_eof() when it is time. */
+void shaper_eof(struct shaper *sh);
+
+/* The output toward the other side drained (slicing waits for this). */
+void shaper_output_drained(struct shaper *sh);
+
+#endif
