@@ -11,11 +11,13 @@
 #include <string.h>
 #include <sys/resource.h>
 
+#include "proxy/fault.h"
 #include "proxy/log.h"
 #include "proxy/proxy.h"
 #include "proxy/report.h"
 #include "proxy/tls.h"
 #include "rules/conf.h"
+#include "rules/rule.h"
 
 static const char usage[] =
     "usage: twice run -c FILE      run the proxy described by FILE\n"
@@ -61,6 +63,16 @@ static void print_listener(const struct conf_listener *l)
     printf("\n");
 }
 
+static void print_rule(const struct rule *r)
+{
+    char detail[160];
+    fault_describe(r, detail, sizeof(detail));
+    printf("  rule %s on %s: %s%s -> %s%s\n", r->name, r->listener,
+           r->event == RULE_EV_STREAM ? "every connection" : "when ",
+           r->event == RULE_EV_STREAM ? "" : rule_event_name(r->event), detail,
+           r->enabled ? "" : " (disabled)");
+}
+
 static int cmd_check(const char *path)
 {
     struct conf_diags d;
@@ -71,10 +83,13 @@ static int cmd_check(const char *path)
     conf_diags_print(&d, stderr);
     int rc = d.errors ? 1 : 0;
     if (rc == 0) {
-        printf("%s: OK: %zu listener%s, %u warning%s\n", path, c->n_listeners,
-               c->n_listeners == 1 ? "" : "s", d.warnings, d.warnings == 1 ? "" : "s");
+        printf("%s: OK: %zu listener%s, %zu rule%s, %u warning%s\n", path, c->n_listeners,
+               c->n_listeners == 1 ? "" : "s", c->n_rules, c->n_rules == 1 ? "" : "s", d.warnings,
+               d.warnings == 1 ? "" : "s");
         for (const struct conf_listener *l = c->listeners; l != NULL; l = l->next)
             print_listener(l);
+        for (const struct rule *r = c->rules; r != NULL; r = r->next)
+            print_rule(r);
     } else {
         fprintf(stderr, "%s: %u error%s\n", path, d.errors, d.errors == 1 ? "" : "s");
     }
