@@ -25,6 +25,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "proxy/codec.h"
 #include "proxy/fault.h"
 #include "proxy/journal.h"
 #include "proxy/log.h"
@@ -137,6 +138,8 @@ void session_close(struct session *s, enum session_close_reason reason)
     for (int i = 0; i < 2; i++)
         if (s->shaper[i] != NULL)
             shaper_stop(s->shaper[i]);
+    if (s->codec != NULL)
+        s->codec->stop(s->codec_state);
     free_end(&s->end[SIDE_CLIENT]);
     free_end(&s->end[SIDE_UPSTREAM]);
     log_close(s);
@@ -172,6 +175,8 @@ void session_free(struct session *s)
     s->listener->n_sessions--;
     if (s->stats != NULL)
         s->stats->open--;
+    if (s->codec != NULL)
+        s->codec->free(s->codec_state);
     shaper_free(s->shaper[SIDE_CLIENT]);
     shaper_free(s->shaper[SIDE_UPSTREAM]);
     if (s->rules != NULL)
@@ -260,12 +265,55 @@ static void propagate_eof(struct session *s, enum session_side from)
 
 /* Hand over what `from` sent to the other side; pause `from` when the other
  * side is not keeping up. */
+int session_send(struct session *s, enum session_side to, struct evbuffer *buf)
+{
+    enum session_side from = (enum session_side) !to;
+    struct session_end *src = &s->end[from], *dst = &s->end[to];
+    if (s->state != SESSION_RELAYING || dst->bev == NULL) {
+        evbuffer_drain(buf, evbuffer_get_length(buf));
+        return -1;
+    }
+    struct evbuffer *out = bufferevent_get_output(dst->bev);
+    struct shaper *sh = s->shaper[from];
+    if (sh != NULL) {
+        shaper_push(sh, buf); /* may close the session */
+        if (s->state != SESSION_RELAYING)
+            return -1;
+    } else if (evbuffer_add_buffer(out, buf) != 0) {
+        set_error(s, "out of memory");
+        session_close(s, SESSION_CLOSE_INTERNAL_ERROR);
+        return -1;
+    }
+    size_t pending = evbuffer_get_length(out) + (sh != NULL ? shaper_held(sh) : 0);
+    if (pending >= SESSION_OUTPUT_HIGH && !src->paused && src->bev != NULL) {
+        src->paused = true;
+        bufferevent_disable(src->bev, EV_READ);
+        want_drain(s, to, SESSION_OUTPUT_HIGH / 2);
+    }
+    return 0;
+}
+
+int session_send_bytes(struct session *s, enum session_side to, const void *data, size_t len)
+{
+    struct evbuffer *buf = evbuffer_new();
+    if (buf == NULL || evbuffer_add(buf, data, len) != 0) {
+        if (buf != NULL)
+            evbuffer_free(buf);
+        set_error(s, "out of memory");
+        session_close(s, SESSION_CLOSE_INTERNAL_ERROR);
+        return -1;
+    }
+    int rc = session_send(s, to, buf);
+    evbuffer_free(buf);
+    return rc;
+}
+
+/* Hand over what `from` sent to the other side (through the codec, when the
+ * listener's protocol has one); pause `from` when the other side is not
+ * keeping up. */
 static void relay(struct session *s, enum session_side from)
 {
-    enum session_side to = (enum session_side) !from;
-    struct session_end *src = &s->end[from], *dst = &s->end[to];
-    struct evbuffer *in = bufferevent_get_input(src->bev);
-    struct evbuffer *out = bufferevent_get_output(dst->bev);
+    struct evbuffer *in = bufferevent_get_input(s->end[from].bev);
     size_t n = evbuffer_get_length(in);
     if (n == 0)
         return;
@@ -275,22 +323,10 @@ static void relay(struct session *s, enum session_side from)
         s->bytes_down += n;
     if (s->stats != NULL)
         *(from == SIDE_CLIENT ? &s->stats->bytes_up : &s->stats->bytes_down) += n;
-    struct shaper *sh = s->shaper[from];
-    if (sh != NULL) {
-        shaper_push(sh, in); /* may close the session */
-        if (s->state != SESSION_RELAYING)
-            return;
-    } else if (evbuffer_add_buffer(out, in) != 0) {
-        set_error(s, "out of memory");
-        session_close(s, SESSION_CLOSE_INTERNAL_ERROR);
-        return;
-    }
-    size_t pending = evbuffer_get_length(out) + (sh != NULL ? shaper_held(sh) : 0);
-    if (pending >= SESSION_OUTPUT_HIGH && !src->paused) {
-        src->paused = true;
-        bufferevent_disable(src->bev, EV_READ);
-        want_drain(s, to, SESSION_OUTPUT_HIGH / 2);
-    }
+    if (s->codec != NULL)
+        s->codec->process(s->codec_state, from, in); /* may close the session */
+    else
+        session_send(s, (enum session_side) !from, in);
 }
 
 static void on_read(struct bufferevent *bev, void *arg)
@@ -927,6 +963,13 @@ void session_accept(struct listener *l, evutil_socket_t fd, const struct sockadd
     bufferevent_enable(bev, EV_READ | EV_WRITE);
     if (apply_connection_faults(s, sa) != 0)
         return;
+    s->codec = codec_for(s->cfg->l);
+    if (s->codec != NULL && (s->codec_state = s->codec->open(s)) == NULL) {
+        s->codec = NULL;
+        set_error(s, "out of memory");
+        session_close(s, SESSION_CLOSE_INTERNAL_ERROR);
+        return;
+    }
     if (s->faults.close_before) {
         set_error(s, "refused by rule '%s'", s->faults.close_rule);
         session_close(s, SESSION_CLOSE_FAULT);

@@ -89,6 +89,7 @@ struct session_end {
 
 struct shaper;
 struct ruleset;
+struct codec_ops;
 
 /* Connection-level faults decided when the session is accepted. */
 struct session_faults {
@@ -107,12 +108,14 @@ struct session {
     enum session_close_reason reason; /* set when the end is decided */
     enum session_side first_eof;      /* who half-closed first, for the reason */
     struct proxy *px;
-    struct listener *listener;    /* holds a reference */
-    struct listener_stats *stats; /* counters of the listener name; may be NULL */
-    struct lconf *cfg;            /* holds a reference */
-    struct session_end end[2];    /* indexed by enum session_side */
-    struct shaper *shaper[2];     /* stream faults, by the side bytes come from */
-    struct ruleset *rules;        /* held while shapers name its rules */
+    struct listener *listener;     /* holds a reference */
+    struct listener_stats *stats;  /* counters of the listener name; may be NULL */
+    struct lconf *cfg;             /* holds a reference */
+    struct session_end end[2];     /* indexed by enum session_side */
+    const struct codec_ops *codec; /* NULL: bytes are relayed as they are */
+    void *codec_state;
+    struct shaper *shaper[2]; /* stream faults, by the side bytes come from */
+    struct ruleset *rules;    /* held while shapers name its rules */
     struct session_faults faults;
     struct event *fault_timer; /* delayed connect, reset */
     struct evdns_getaddrinfo_request *dns_req;
@@ -141,6 +144,12 @@ void session_tick(struct session *s, const struct timeval *now);
 
 /* Free a CLOSED session; only the proxy's reaper calls this. */
 void session_free(struct session *s);
+
+/* Send `buf` (drained) to side `to`, through the stream faults of that
+ * direction.  Returns 0, or -1 when the session is closing (the bytes are
+ * dropped) or was closed for lack of memory. */
+int session_send(struct session *s, enum session_side to, struct evbuffer *buf);
+int session_send_bytes(struct session *s, enum session_side to, const void *data, size_t len);
 
 /* Hooks for the shaper (shaper.c) of the bytes read from side `from`. */
 struct bufferevent *session_peer_bev(struct session *s, int from);

@@ -1,0 +1,15 @@
+/*
+ * codec.c - which protocol layer a listener's sessions use.
+ */
+#include "proxy/codec.h"
+
+const struct codec_ops *codec_for(const struct conf_listener *l)
+{
+    switch (l->protocol) {
+    case CONF_PROTO_AMQP:
+    case CONF_PROTO_RESP:
+    case CONF_PROTO_TCP:
+    default:
+        return NULL;
+    }
+}

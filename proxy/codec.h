@@ -1,0 +1,33 @@
+/*
+ * codec.h - the protocol layer of a session.
+ *
+ * A `tcp` session moves bytes.  A session of a listener with a protocol
+ * codec (amqp) hands the bytes it reads to the codec instead; the codec
+ * walks the frames, asks the rule engine about the events they carry, and
+ * sends on (session_send) what each side must receive: the frames as they
+ * came, rewritten ones, frames of its own, or nothing.  Stream faults
+ * (shaper.h) apply after the codec, to what it sends.
+ */
+#ifndef TWICE_CODEC_H
+#define TWICE_CODEC_H
+
+#include <event2/buffer.h>
+
+#include "proxy/session.h"
+
+struct codec_ops {
+    const char *name;
+    /* Per-session state, or NULL when memory runs out. */
+    void *(*open)(struct session *s);
+    /* The session is closing: stop timers; the state stays valid until free. */
+    void (*stop)(void *state);
+    void (*free)(void *state);
+    /* Consume what can be processed from `in`, bytes read from side `from`;
+     * leave an incomplete frame in `in`.  May close the session. */
+    void (*process)(void *state, enum session_side from, struct evbuffer *in);
+};
+
+/* The codec of a listener's protocol, or NULL for plain byte relaying. */
+const struct codec_ops *codec_for(const struct conf_listener *l);
+
+#endif
