@@ -7,6 +7,7 @@ const struct codec_ops *codec_for(const struct conf_listener *l)
 {
     switch (l->protocol) {
     case CONF_PROTO_AMQP:
+        return &amqp_codec_ops;
     case CONF_PROTO_RESP:
     case CONF_PROTO_TCP:
     default:

@@ -30,4 +30,6 @@ struct codec_ops {
 /* The codec of a listener's protocol, or NULL for plain byte relaying. */
 const struct codec_ops *codec_for(const struct conf_listener *l);
 
+extern const struct codec_ops amqp_codec_ops;
+
 #endif

@@ -308,6 +308,17 @@ int session_send_bytes(struct session *s, enum session_side to, const void *data
     return rc;
 }
 
+/* Bytes read from `from` and handed on (to the codec, or to the other side). */
+static void count_bytes(struct session *s, enum session_side from, size_t n)
+{
+    if (from == SIDE_CLIENT)
+        s->bytes_up += n;
+    else
+        s->bytes_down += n;
+    if (s->stats != NULL)
+        *(from == SIDE_CLIENT ? &s->stats->bytes_up : &s->stats->bytes_down) += n;
+}
+
 /* Hand over what `from` sent to the other side (through the codec, when the
  * listener's protocol has one); pause `from` when the other side is not
  * keeping up. */
@@ -317,16 +328,15 @@ static void relay(struct session *s, enum session_side from)
     size_t n = evbuffer_get_length(in);
     if (n == 0)
         return;
-    if (from == SIDE_CLIENT)
-        s->bytes_up += n;
-    else
-        s->bytes_down += n;
-    if (s->stats != NULL)
-        *(from == SIDE_CLIENT ? &s->stats->bytes_up : &s->stats->bytes_down) += n;
-    if (s->codec != NULL)
+    if (s->codec != NULL) {
         s->codec->process(s->codec_state, from, in); /* may close the session */
-    else
+        if (s->state == SESSION_CLOSED)
+            return;
+        n -= evbuffer_get_length(in); /* an incomplete frame waits for more */
+    } else {
         session_send(s, (enum session_side) !from, in);
+    }
+    count_bytes(s, from, n);
 }
 
 static void on_read(struct bufferevent *bev, void *arg)
@@ -1033,4 +1043,35 @@ void session_shaper_limit(struct session *s, int from, const char *rule, uint64_
     /* Deliver what was let through, then close: as if `from` had failed. */
     start_draining(s, (enum session_side)from,
                    rule != NULL ? SESSION_CLOSE_FAULT : SESSION_CLOSE_INTERNAL_ERROR);
+}
+
+void session_set_error(struct session *s, const char *fmt, ...)
+{
+    if (s->error[0] != '\0')
+        return;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(s->error, sizeof(s->error), fmt, ap);
+    va_end(ap);
+}
+
+void session_abort(struct session *s, enum session_close_reason reason, int flush_to)
+{
+    if (s->state == SESSION_CLOSED)
+        return;
+    if (flush_to < 0 || s->state != SESSION_RELAYING) {
+        s->reason = reason;
+        session_close(s, reason);
+        return;
+    }
+    /* Deliver what was already sent to `flush_to`, as if the other side had
+     * failed: that is what a cut after forwarding a frame means. */
+    start_draining(s, (enum session_side) !flush_to, reason);
+}
+
+void session_set_read_limit(struct session *s, enum session_side side, size_t bytes)
+{
+    if (s->end[side].bev != NULL)
+        bufferevent_setwatermark(s->end[side].bev, EV_READ, 0,
+                                 bytes > SESSION_INPUT_HIGH ? bytes : SESSION_INPUT_HIGH);
 }

@@ -64,7 +64,8 @@ enum session_state {
     X(SHUTDOWN, 10, "shutdown")                                                                    \
     X(MAX_CONNECTIONS, 11, "max_connections")                                                      \
     X(INTERNAL_ERROR, 12, "internal_error")                                                        \
-    X(FAULT, 13, "fault")
+    X(FAULT, 13, "fault")                                                                          \
+    X(PROTOCOL_ERROR, 14, "protocol_error")
 
 enum session_close_reason {
 #define SESSION_REASON_ENUM(name, code, str) SESSION_CLOSE_##name = code,
@@ -150,6 +151,17 @@ void session_free(struct session *s);
  * dropped) or was closed for lack of memory. */
 int session_send(struct session *s, enum session_side to, struct evbuffer *buf);
 int session_send_bytes(struct session *s, enum session_side to, const void *data, size_t len);
+
+/* Record the detail of why the session ends (the first one wins). */
+void session_set_error(struct session *s, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+/* End the session because of `reason`: at once (flush_to < 0), or after
+ * what was already sent to side `flush_to` has been delivered. */
+void session_abort(struct session *s, enum session_close_reason reason, int flush_to);
+
+/* Let side `side` hold at least `bytes` of unread input (a codec that needs
+ * whole frames of that size). */
+void session_set_read_limit(struct session *s, enum session_side side, size_t bytes);
 
 /* Hooks for the shaper (shaper.c) of the bytes read from side `from`. */
 struct bufferevent *session_peer_bev(struct session *s, int from);

@@ -7,8 +7,11 @@
  * user can make is provoked and its exact message, position and hint
  * asserted.  The checker must take everything protocol-specific from the
  * codec tables (rules/caps.h), so this test replaces the registry: tcp
- * listeners get the real table of proto/tcp.c, amqp listeners a codec that
- * can do everything, resp listeners a narrow one with no reasons.  Garbage
+ * listeners get the real table of proto/tcp.c, resp listeners a narrow one
+ * with no reasons, and amqp listeners a codec that can do everything, so the
+ * language tests are not limited by any codec; the tests of the amqp table
+ * (test_caps_amqp_*) switch amqp listeners to the real table of
+ * proto/amqp_caps.c, as proto/registry.c does.  Garbage
  * and allocation-failure runs check that nothing crashes or leaks (run under
  * valgrind or ASan).
  */
@@ -31,6 +34,7 @@
 /* ---- a registry of test codecs ---- */
 
 extern const struct proto_caps proto_tcp_caps;
+extern const struct proto_caps proto_amqp_caps;
 
 #define ALL_FIELDS ((1u << RULE_F_COUNT) - 1)
 #define ALL_ACTIONS ((1u << RULE_ACT_COUNT) - 1)
@@ -57,12 +61,31 @@ static const struct proto_caps narrow_caps = {
 /* The profile of the last resp listener looked up. */
 static char last_profile[16];
 
+/* What amqp listeners get: the everything codec, or the real table while a
+ * test set up by use_real_amqp runs. */
+static const struct proto_caps *amqp_caps = &everything_caps;
+
+static int use_real_amqp(void **state)
+{
+    (void)state;
+    amqp_caps = &proto_amqp_caps;
+    return 0;
+}
+
+/* A teardown, so that a failed test does not leave the real table in place. */
+static int use_everything_amqp(void **state)
+{
+    (void)state;
+    amqp_caps = &everything_caps;
+    return 0;
+}
+
 /* Replaces proto/registry.c for this test (the linker then leaves it out). */
 const struct proto_caps *proto_caps_find(enum conf_protocol protocol, const char *profile)
 {
     switch (protocol) {
     case CONF_PROTO_AMQP:
-        return &everything_caps;
+        return amqp_caps;
     case CONF_PROTO_RESP:
         snprintf(last_profile, sizeof(last_profile), "%s", profile != NULL ? profile : "(none)");
         return &narrow_caps;
@@ -117,8 +140,6 @@ struct want {
 #define TCP "listen t { protocol tcp; bind 127.0.0.1:1; upstream 127.0.0.1:2 }\n"
 #define MQ "listen mq { protocol amqp; bind 127.0.0.1:3; upstream 127.0.0.1:4 }\n"
 #define NARROW "listen n { protocol resp; profile rq; bind 127.0.0.1:5; upstream 127.0.0.1:6 }\n"
-#define MQ_WARN                                                                                    \
-    W(1, 22, "protocol amqp: the amqp codec is not built yet; traffic is forwarded as tcp")
 #define NARROW_WARN                                                                                \
     W(1, 21, "protocol resp: the resp codec is not built yet; traffic is forwarded as tcp")
 
@@ -693,16 +714,16 @@ static void test_when_errors(void **state)
     EXPECT(TCP_RULE("when arrival; do latency 1ms"), -1,
            EH(3, 10, "unknown event 'arrival'",
               "expected one of: connect, deliver, ack, nack, publish, confirm, command"));
-    EXPECT(MQ_RULE("when ack qeue=x; do drop"), -1, MQ_WARN,
+    EXPECT(MQ_RULE("when ack qeue=x; do drop"), -1,
            EH(3, 14, "unknown field 'qeue'", "did you mean 'queue'?"));
-    EXPECT(MQ_RULE("when ack colour=red; do drop"), -1, MQ_WARN,
+    EXPECT(MQ_RULE("when ack colour=red; do drop"), -1,
            EH(3, 14, "unknown field 'colour'",
               "expected one of: queue, exchange, routing_key, consumer_tag, message_id, task, "
               "header.NAME, body, client, redelivered, command, key"));
-    EXPECT(MQ_RULE("when ack header=x header.=y; do drop"), -1, MQ_WARN,
+    EXPECT(MQ_RULE("when ack header=x header.=y; do drop"), -1,
            EH(3, 14, "'header' needs a name: header.NAME=VALUE", "e.g. header.x-retry=1"),
            EH(3, 23, "'header.' needs a name: header.NAME=VALUE", "e.g. header.x-retry=1"));
-    EXPECT(MQ_RULE("when ack client~10. redelivered~t exchange~x; do drop"), -1, MQ_WARN,
+    EXPECT(MQ_RULE("when ack client~10. redelivered~t exchange~x; do drop"), -1,
            EH(3, 14, "'client' cannot use '~'", "use = or !="),
            EH(3, 25, "'redelivered' cannot use '~'", "use = or !="),
            EH(3, 39, "'exchange' cannot use '~'", SUBSTRING_HINT));
@@ -713,13 +734,13 @@ static void test_when_errors(void **state)
            -1, E(3, 18, "invalid prefix length in '1.2.3.4/33' (0-32 for IPv4)"),
            E(3, 36, "invalid prefix length in '::1/129' (0-128 for IPv6)"),
            E(3, 51, "invalid prefix length in '::1/' (0-128 for IPv6)"));
-    EXPECT(MQ_RULE("when ack redelivered=yes; do drop"), -1, MQ_WARN,
+    EXPECT(MQ_RULE("when ack redelivered=yes; do drop"), -1,
            EH(3, 14, "invalid redelivered value 'yes'", "expected true or false"));
-    EXPECT(MQ_RULE("when ack queue \"x\" =y; do drop"), -1, MQ_WARN,
+    EXPECT(MQ_RULE("when ack queue \"x\" =y; do drop"), -1,
            EH(3, 14, "invalid matcher 'queue'", BAD_MATCHER_HINT),
            EH(3, 20, "invalid matcher 'x'", BAD_MATCHER_HINT),
            EH(3, 24, "invalid matcher '=y'", BAD_MATCHER_HINT));
-    EXPECT(MQ_RULE("when ack \"queue=x\" queue:x; do drop"), -1, MQ_WARN,
+    EXPECT(MQ_RULE("when ack \"queue=x\" queue:x; do drop"), -1,
            EH(3, 14, "invalid matcher 'queue=x'", BAD_MATCHER_HINT),
            EH(3, 24, "invalid matcher 'queue:x'", BAD_MATCHER_HINT));
 }
@@ -728,16 +749,16 @@ static void test_when_quoting(void **state)
 {
     (void)state;
     /* a blank between the operator and a quoted value */
-    EXPECT(MQ_RULE("when deliver body~ \"refund due\" task=a; do drop"), -1, MQ_WARN,
+    EXPECT(MQ_RULE("when deliver body~ \"refund due\" task=a; do drop"), -1,
            EH(3, 18, "missing value after 'body~'",
               "write body~\"refund due\" with no blank before the quote"));
-    EXPECT(MQ_RULE("when deliver queue= task=a; do drop"), -1, MQ_WARN,
+    EXPECT(MQ_RULE("when deliver queue= task=a; do drop"), -1,
            E(3, 18, "missing value after 'queue='"));
-    EXPECT(MQ_RULE("when deliver queue!="), -1, MQ_WARN,
+    EXPECT(MQ_RULE("when deliver queue!="), -1,
            EH(2, 1, "rule 'r' has no 'do ACTION'", "e.g. do latency 20ms"),
            E(3, 18, "missing value after 'queue!='"));
     /* a comment glued to a word is still a comment */
-    EXPECT(MQ_RULE("when deliver queue=a#b\n    do drop"), 0, MQ_WARN);
+    EXPECT_CLEAN(MQ_RULE("when deliver queue=a#b\n    do drop"));
 }
 
 static void test_too_many_matchers(void **state)
@@ -750,7 +771,7 @@ static void test_too_many_matchers(void **state)
     }
     strcat(text, " task=x\n    do drop\n}\n");
     /* 32 are fine; the 33rd is at column 14 + 32 * 8 */
-    EXPECT(text, -1, MQ_WARN, E(3, 270, "too many matchers (at most 32)"));
+    EXPECT(text, -1, E(3, 270, "too many matchers (at most 32)"));
 }
 
 /* ---- mistakes in triggers ---- */
@@ -783,7 +804,7 @@ static void test_trigger_errors(void **state)
            EH(3, 48, "invalid number '-1' for 'after'", "write a whole number, e.g. after 10"));
     EXPECT(TCP_RULE("limit 99999999999999999999999; do latency 1ms"), -1,
            E(3, 11, "'limit' must be from 1 to 1000000000000, not 99999999999999999999999"));
-    EXPECT(MQ_RULE("when ack; max-per-message 1001; do drop"), -1, MQ_WARN,
+    EXPECT(MQ_RULE("when ack; max-per-message 1001; do drop"), -1,
            E(3, 31, "'max-per-message' must be from 1 to 1000, not 1001"));
     EXPECT(TCP_RULE("between 10s 5s; do latency 1ms"), -1,
            EH(3, 17, "'between' ends at 5s, not after its start 10s", "write between START END"));
@@ -812,21 +833,21 @@ static void test_do_errors(void **state)
     EXPECT(TCP_RULE("do redelivr"), -1,
            EH(3, 8, "unknown action 'redelivr'", "did you mean 'redeliver'?"));
     EXPECT(TCP_RULE("do explode"), -1, EH(3, 8, "unknown action 'explode'", ACTIONS_HINT));
-    EXPECT(MQ_RULE("when ack; do delay"), -1, MQ_WARN,
+    EXPECT(MQ_RULE("when ack; do delay"), -1,
            EH(3, 18, "'do delay' needs a duration", "usage: do delay DURATION"));
-    EXPECT(MQ_RULE("when ack; do expire 5"), -1, MQ_WARN,
+    EXPECT(MQ_RULE("when ack; do expire 5"), -1,
            E(3, 25, "duration '5' needs a unit: ms, s, m or h"));
-    EXPECT(MQ_RULE("when ack; do drop now"), -1, MQ_WARN,
+    EXPECT(MQ_RULE("when ack; do drop now"), -1,
            EH(3, 23, "too many arguments for 'do drop'", "usage: do drop"));
-    EXPECT(MQ_RULE("when ack; do close"), -1, MQ_WARN,
+    EXPECT(MQ_RULE("when ack; do close"), -1,
            EH(3, 18, "'do close' needs before or after", "usage: do close before|after"));
-    EXPECT(MQ_RULE("when ack; do close befor"), -1, MQ_WARN,
+    EXPECT(MQ_RULE("when ack; do close befor"), -1,
            EH(3, 24, "unknown 'close' argument 'befor'", "did you mean 'before'?"));
-    EXPECT(MQ_RULE("when ack; do error"), -1, MQ_WARN,
+    EXPECT(MQ_RULE("when ack; do error"), -1,
            EH(3, 18, "'do error' needs an error code", "usage: do error CODE, e.g. do error 406"));
-    EXPECT(MQ_RULE("when ack; do error \"not found\""), -1, MQ_WARN,
+    EXPECT(MQ_RULE("when ack; do error \"not found\""), -1,
            EH(3, 24, "invalid error code 'not found'", "e.g. 406, 320, READONLY, LOADING or OOM"));
-    EXPECT(MQ_RULE("when ack; do error ABCDEFGHIJKLMNOPQRSTUVWXYZ0123456"), -1, MQ_WARN,
+    EXPECT(MQ_RULE("when ack; do error ABCDEFGHIJKLMNOPQRSTUVWXYZ0123456"), -1,
            EH(3, 24, "invalid error code 'ABCDEFGHIJKLMNOPQRSTUVWXYZ0123456'",
               "e.g. 406, 320, READONLY, LOADING or OOM"));
     EXPECT(TCP_RULE("do latency 20ms jiter 5ms"), -1,
@@ -886,7 +907,7 @@ static void test_block_errors(void **state)
            E(3, 6, "rule 'r' is already defined at 2:1"));
     EXPECT(TCP_RULE("do latency 1ms; do latency 2ms"), -1,
            EH(3, 21, "duplicate 'do'", "first set at 3:5"));
-    EXPECT(MQ_RULE("when ack; stream upstream; do redeliver"), -1, MQ_WARN, E(3, 15, STREAM_ONLY));
+    EXPECT(MQ_RULE("when ack; stream upstream; do redeliver"), -1, E(3, 15, STREAM_ONLY));
     EXPECT(
         TCP_RULE("stream sideways; do latency 1ms"), -1,
         EH(3, 12, "unknown stream direction 'sideways'", "expected upstream, downstream or both"));
@@ -945,8 +966,8 @@ static void test_rule_listener(void **state)
     assert_int_equal(c->n_rules, 1);
     conf_free(c);
     conf_diags_free(&d);
-    EXPECT(TCP MQ "rule r on tt { do latency 1ms }\n", -1,
-           W(2, 22, "protocol amqp: the amqp codec is not built yet; traffic is forwarded as tcp"),
+    EXPECT(TCP NARROW "rule r on tt { do latency 1ms }\n", -1,
+           W(2, 21, "protocol resp: the resp codec is not built yet; traffic is forwarded as tcp"),
            EH(3, 11, "unknown listener 'tt'", "did you mean 't'?"));
     EXPECT(TCP "rule r on kafka { do latency 1ms }\n", -1, E(2, 11, "unknown listener 'kafka'"));
     /* no listener at all: only that is said about listeners */
@@ -1020,7 +1041,174 @@ static void test_caps_tables(void **state)
                   "rule s on n { do latency 1ms }\n",
            0, NARROW_WARN);
     /* the same rule on a codec that can do everything */
-    EXPECT(MQ "rule r on mq { when deliver task=x queue=y; do drop }\n", 0, MQ_WARN);
+    EXPECT_CLEAN(MQ "rule r on mq { when deliver task=x queue=y; do drop }\n");
+}
+
+/* ---- the real amqp table (proto/amqp_caps.c) ---- */
+
+/* Every event of protocol amqp, each with actions it can take, and every
+ * matcher a delivery offers. */
+static const char *const amqp_rules =
+    MQ "rule dup on mq { when deliver queue=payments; do duplicate }\n" /* 2 */
+       "rule exp on mq { when deliver; do expire 2s }\n"                /* 3 */
+       "rule dly on mq { when deliver; do delay 500ms }\n"              /* 4 */
+       "rule ddrop on mq { when deliver; do drop }\n"                   /* 5 */
+       "rule derr on mq { when deliver; do error 406 }\n"               /* 6 */
+       "rule lost on mq { when ack queue=payments; do redeliver }\n"    /* 7 */
+       "rule adly on mq { when ack; do delay 3s }\n"                    /* 8 */
+       "rule adrop on mq { when ack; do drop }\n"                       /* 9 */
+       "rule aclose on mq { when ack; do close before }\n"              /* 10 */
+       "rule ndrop on mq { when nack; do drop }\n"                      /* 11 */
+       "rule pdrop on mq { when publish; do drop }\n"                   /* 12 */
+       "rule pdly on mq { when publish; do delay 1s }\n"                /* 13 */
+       "rule cdrop on mq { when confirm; do drop }\n"                   /* 14 */
+       "rule match on mq {\n"                                           /* 15 */
+       "    when deliver queue=q task=t message_id=m header.x-tenant=acme "
+       "body~refund redelivered=true\n" /* 16 */
+       "    do drop\n"
+       "}\n"
+       "rule conn on mq { when connect client=10.0.0.0/8; do close before }\n"
+       "rule lat on mq { do latency 5ms }\n";
+
+static void assert_action(const struct conf *c, const char *name, enum rule_event ev,
+                          enum rule_action_kind kind, uint32_t duration_ms)
+{
+    const struct rule *r = find_rule(c, name);
+
+    assert_int_equal(r->event, ev);
+    assert_int_equal(r->action.kind, kind);
+    assert_int_equal(r->action.duration_ms, duration_ms);
+}
+
+static void test_caps_amqp_valid(void **state)
+{
+    struct conf_diags d;
+    struct conf *c;
+    const struct rule *r;
+
+    (void)state;
+    /* the shim hands amqp listeners the codec's own table */
+    assert_ptr_equal(proto_caps_find(CONF_PROTO_AMQP, NULL), &proto_amqp_caps);
+    assert_string_equal(proto_amqp_caps.name, "amqp");
+    /* not a diagnostic, not even a warning */
+    EXPECT_CLEAN(amqp_rules);
+    c = parse_ok(amqp_rules, &d);
+    assert_int_equal(c->n_rules, 16);
+    r = find_rule(c, "dup");
+    assert_int_equal(r->event, RULE_EV_DELIVER);
+    assert_int_equal(r->action.kind, RULE_ACT_DUPLICATE);
+    assert_matcher(&r->matchers[0], RULE_F_QUEUE, RULE_OP_EQ, "payments", false);
+    assert_action(c, "exp", RULE_EV_DELIVER, RULE_ACT_EXPIRE, 2000);
+    assert_action(c, "dly", RULE_EV_DELIVER, RULE_ACT_DELAY, 500);
+    assert_action(c, "ddrop", RULE_EV_DELIVER, RULE_ACT_DROP, 0);
+    assert_action(c, "derr", RULE_EV_DELIVER, RULE_ACT_ERROR, 0);
+    assert_string_equal(find_rule(c, "derr")->action.error_code, "406");
+    r = find_rule(c, "lost");
+    assert_int_equal(r->event, RULE_EV_ACK);
+    assert_int_equal(r->action.kind, RULE_ACT_REDELIVER);
+    assert_matcher(&r->matchers[0], RULE_F_QUEUE, RULE_OP_EQ, "payments", false);
+    assert_action(c, "adly", RULE_EV_ACK, RULE_ACT_DELAY, 3000);
+    assert_action(c, "adrop", RULE_EV_ACK, RULE_ACT_DROP, 0);
+    assert_action(c, "aclose", RULE_EV_ACK, RULE_ACT_CLOSE, 0);
+    assert_int_equal(find_rule(c, "aclose")->action.close_when, RULE_CLOSE_BEFORE);
+    assert_action(c, "ndrop", RULE_EV_NACK, RULE_ACT_DROP, 0);
+    assert_action(c, "pdrop", RULE_EV_PUBLISH, RULE_ACT_DROP, 0);
+    assert_action(c, "pdly", RULE_EV_PUBLISH, RULE_ACT_DELAY, 1000);
+    assert_action(c, "cdrop", RULE_EV_CONFIRM, RULE_ACT_DROP, 0);
+    r = find_rule(c, "match");
+    assert_int_equal(r->event, RULE_EV_DELIVER);
+    assert_int_equal(r->n_matchers, 6);
+    assert_matcher(&r->matchers[0], RULE_F_QUEUE, RULE_OP_EQ, "q", false);
+    assert_matcher(&r->matchers[1], RULE_F_TASK, RULE_OP_EQ, "t", false);
+    assert_matcher(&r->matchers[2], RULE_F_MESSAGE_ID, RULE_OP_EQ, "m", false);
+    assert_matcher(&r->matchers[3], RULE_F_HEADER, RULE_OP_EQ, "acme", false);
+    assert_string_equal(r->matchers[3].header, "x-tenant");
+    assert_matcher(&r->matchers[4], RULE_F_BODY, RULE_OP_CONTAINS, "refund", false);
+    assert_matcher(&r->matchers[5], RULE_F_REDELIVERED, RULE_OP_EQ, "true", false);
+    assert_true(r->matchers[5].bool_value);
+    assert_action(c, "conn", RULE_EV_CONNECT, RULE_ACT_CLOSE, 0);
+    assert_action(c, "lat", RULE_EV_STREAM, RULE_ACT_LATENCY, 5);
+    conf_free(c);
+    conf_diags_free(&d);
+}
+
+#define AMQP_EVENTS "its events: connect, deliver, ack, nack, publish, confirm"
+#define AMQP_ACK_ACTIONS "it can do: redeliver, delay, drop, close, error"
+#define AMQP_PUBLISH_ACTIONS "it can do: delay, drop, close, error"
+#define AMQP_CONFIRM_ACTIONS "it can do: drop, close"
+#define AMQP_ACK_MATCHERS                                                                          \
+    "it can match: queue, exchange, routing_key, consumer_tag, message_id, task, client, "         \
+    "redelivered"
+
+static void test_caps_amqp_errors(void **state)
+{
+    (void)state;
+    EXPECT(MQ_RULE("when ack queue=payments; do duplicate"), -1,
+           EH(3, 33,
+              "listener 'mq' (protocol amqp) cannot do 'duplicate' on 'ack' events: it hands a "
+              "delivered message out again: use it on 'deliver'",
+              AMQP_ACK_ACTIONS));
+    EXPECT(MQ_RULE("when ack; do expire 1s"), -1,
+           EH(3, 18,
+              "listener 'mq' (protocol amqp) cannot do 'expire' on 'ack' events: it hands a "
+              "delivered message out again: use it on 'deliver'",
+              AMQP_ACK_ACTIONS));
+    EXPECT(MQ_RULE("when confirm; do delay 1s"), -1,
+           EH(3, 22,
+              "listener 'mq' (protocol amqp) cannot do 'delay' on 'confirm' events: a confirm "
+              "can be dropped, not delayed",
+              AMQP_CONFIRM_ACTIONS));
+    EXPECT(MQ_RULE("when confirm; do error 406"), -1,
+           EH(3, 22,
+              "listener 'mq' (protocol amqp) cannot do 'error' on 'confirm' events: the broker "
+              "cannot refuse its own confirm",
+              AMQP_CONFIRM_ACTIONS));
+    EXPECT(MQ_RULE("when publish; do redeliver"), -1,
+           EH(3, 22,
+              "listener 'mq' (protocol amqp) cannot do 'redeliver' on 'publish' events: "
+              "redeliver loses an ack after the work was done: use it on 'ack'",
+              AMQP_PUBLISH_ACTIONS));
+    /* an action the table leaves out with no reason: no ": reason" */
+    EXPECT(MQ_RULE("when connect; do drop"), -1,
+           EH(3, 22, "listener 'mq' (protocol amqp) cannot do 'drop' on 'connect' events",
+              "it can do: delay, close, latency, bandwidth, slice, reset, blackhole, slow-close, "
+              "limit"));
+    EXPECT(MQ_RULE("when command command=BRPOP; do drop"), -1,
+           EH(3, 10,
+              "listener 'mq' (protocol amqp) has no 'command' event: 'command' is an escape "
+              "hatch of protocol resp",
+              AMQP_EVENTS));
+    /* headers are read from the content header, which an ack does not carry */
+    EXPECT(MQ_RULE("when ack header.x=1 body~y queue=q; do drop"), -1,
+           EH(3, 14,
+              "'header.x' cannot be matched on 'ack' events of listener 'mq' (protocol amqp)",
+              AMQP_ACK_MATCHERS),
+           EH(3, 25, "'body' cannot be matched on 'ack' events of listener 'mq' (protocol amqp)",
+              AMQP_ACK_MATCHERS));
+    /* a bad matcher and a bad action are both reported */
+    EXPECT(MQ_RULE("when confirm header.x=1; do delay 1s"), -1,
+           EH(3, 18,
+              "'header.x' cannot be matched on 'confirm' events of listener 'mq' (protocol amqp)",
+              "it can match: queue, exchange, routing_key, message_id, task, client"),
+           EH(3, 33,
+              "listener 'mq' (protocol amqp) cannot do 'delay' on 'confirm' events: a confirm "
+              "can be dropped, not delayed",
+              AMQP_CONFIRM_ACTIONS));
+    /* PUT /rules is checked against the same table */
+    {
+        struct conf_diags bd;
+        struct conf *base = parse_ok(TCP MQ, &bd);
+
+        EXPECT_RULES(base, "rule a on mq { when publish; do redeliver }\n", -1,
+                     EH(1, 33,
+                        "listener 'mq' (protocol amqp) cannot do 'redeliver' on 'publish' events: "
+                        "redeliver loses an ack after the work was done: use it on 'ack'",
+                        AMQP_PUBLISH_ACTIONS));
+        expect_diags(__LINE__, base, "rule a on mq { when ack queue=payments; do redeliver }\n", 0,
+                     NULL, 0);
+        conf_free(base);
+        conf_diags_free(&bd);
+    }
 }
 
 /* ---- conf_parse_rules: the body of PUT /rules ---- */
@@ -1391,6 +1579,8 @@ int main(void)
         cmocka_unit_test(test_rule_listener),
         cmocka_unit_test(test_caps_tcp),
         cmocka_unit_test(test_caps_tables),
+        cmocka_unit_test_setup_teardown(test_caps_amqp_valid, use_real_amqp, use_everything_amqp),
+        cmocka_unit_test_setup_teardown(test_caps_amqp_errors, use_real_amqp, use_everything_amqp),
         cmocka_unit_test(test_parse_rules),
         cmocka_unit_test(test_parse_rules_errors),
         cmocka_unit_test(test_out_of_memory),

@@ -1,0 +1,1517 @@
+/*
+ * amqp_proxy.c - the AMQP 0-9-1 layer of a session: frames in, faults out.
+ *
+ * Bytes from each side are cut into frames (proto/amqp.h).  Frames twice
+ * has no business with are handed on as they came, body frames by count
+ * without being pulled up (no payload copy).  Methods that carry message
+ * events (deliver, get-ok, publish, ack, nack, reject, publisher confirms)
+ * are turned into rule-engine events at the point where the message is
+ * known: a delivery or publish when its content header arrives (or its
+ * whole body, when a rule matches on the body), a settlement per tag it
+ * settles (proto/amqp_ledger.h keeps tags consistent on both ends).
+ *
+ * Per channel and direction, frames twice holds (delay) wait in order in a
+ * queue: nothing on that channel overtakes them, while other channels and
+ * heartbeats keep flowing.  Frames twice writes on a channel (a reject for a
+ * duplicate, a released ack) wait while a content sequence of that channel
+ * is half through, since AMQP forbids other frames inside one.
+ *
+ * Memory: every string of a message that an event needs later (queue, ids,
+ * task) is copied into a struct msg_info owned by the ledger; everything
+ * else is a view into a frame that lives until the frame is handed on.
+ */
+#include <event2/buffer.h>
+#include <event2/event.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "proto/amqp.h"
+#include "proto/amqp_ledger.h"
+#include "proxy/codec.h"
+#include "proxy/fault.h"
+#include "proxy/journal.h"
+#include "proxy/log.h"
+#include "proxy/session.h"
+#include "rules/engine.h"
+
+/* Most channels one connection may use through twice (RabbitMQ's default
+ * channel_max is 2047). */
+#define AMQP_PX_MAX_CHANNELS 2048
+/* Largest body a `body~` matcher is given (bodies above it are matched as
+ * absent): the body of such a message is held until it is complete. */
+#define AMQP_PX_BODY_MATCH_MAX (1u << 20)
+/* Room for the frames one settlement can turn into. */
+#define AMQP_PX_FRAME_SPACE 512
+
+enum dir {
+    DIR_UP = SIDE_CLIENT,     /* client -> broker: frames read from the client */
+    DIR_DOWN = SIDE_UPSTREAM, /* broker -> client */
+};
+
+/* What a later event needs to know of a message. */
+struct msg_info {
+    char *queue;
+    char *exchange;
+    char *routing_key;
+    char *consumer_tag;
+    char *message_id;
+    char *task;
+    bool redelivered;
+    uint64_t tag;
+    struct event *timer; /* expire (deliveries) or hold release (settlements) */
+    struct achan *ch;
+};
+
+/* A content sequence (method, header, bodies) crossing in one direction. */
+struct content {
+    bool active;
+    bool decided;
+    bool needs_body; /* a rule matches on the body: decide when complete */
+    enum { FATE_FORWARD, FATE_DROP, FATE_HOLD } fate;
+    uint32_t method; /* AMQP_BASIC_DELIVER, ... */
+    uint64_t body_left;
+    struct evbuffer *stash; /* frames kept until the decision */
+    struct evbuffer *body;  /* body bytes for a body matcher */
+    struct msg_info *info;  /* being built; handed to the ledger or freed */
+    uint64_t tag;
+    bool ack_required;
+    bool close_after;          /* `close after`: cut once the content is through */
+    struct amqp_bytes headers; /* valid only during the decision */
+};
+
+/* Frames held on a channel in one direction, released in order. */
+struct held {
+    uint64_t release_ms; /* 0: right after the one before */
+    bool open;           /* a held content still receiving frames */
+    struct evbuffer *frames;
+    struct held *next;
+};
+
+struct consumer {
+    char *tag;
+    char *queue;
+    bool no_ack;
+};
+
+struct achan {
+    uint16_t id;
+    struct amqp_px *ax;
+    struct amqp_ledger *ledger;
+    struct content content[2]; /* by the side frames come from */
+    struct held *held[2], *held_tail[2];
+    struct event *held_timer[2];
+    struct evbuffer *inject[2]; /* frames twice sends toward side [to] */
+    struct consumer *consumers;
+    size_t n_consumers;
+    char **pending_consume; /* queues of basic.consume awaiting consume-ok */
+    size_t n_pending_consume;
+    char *get_queue; /* queue of the basic.get in flight */
+    bool get_no_ack;
+    bool confirm_pending;
+    bool swallow_broker_close_ok; /* twice closed the broker side (error) */
+    bool closed_for_client;       /* the client was told the channel is closed */
+};
+
+struct amqp_px {
+    struct session *s;
+    bool header_done;
+    bool stopped;
+    uint32_t frame_max; /* as negotiated; before tune-ok the minimum */
+    struct achan **chans;
+    size_t n_chans;
+    struct evbuffer *xfer[2]; /* frames batched toward side [to] */
+};
+
+static void send_flush(struct amqp_px *ax, enum session_side to);
+
+/* ---- small helpers ----------------------------------------------------- */
+
+static uint64_t now_ms(void)
+{
+    return proxy_now_ms();
+}
+
+static char *dup_bytes(struct amqp_bytes b)
+{
+    char *s = malloc((size_t)b.len + 1);
+    if (s != NULL) {
+        if (b.len > 0)
+            memcpy(s, b.p, b.len);
+        s[b.len] = '\0';
+    }
+    return s;
+}
+
+static void info_free(void *p)
+{
+    struct msg_info *mi = p;
+    if (mi == NULL)
+        return;
+    if (mi->timer != NULL)
+        event_free(mi->timer);
+    free(mi->queue);
+    free(mi->exchange);
+    free(mi->routing_key);
+    free(mi->consumer_tag);
+    free(mi->message_id);
+    free(mi->task);
+    free(mi);
+}
+
+static enum session_side other(enum session_side side)
+{
+    return side == SIDE_CLIENT ? SIDE_UPSTREAM : SIDE_CLIENT;
+}
+
+static void protocol_error(struct amqp_px *ax, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+
+/* A peer broke the protocol (or twice cannot follow it): close with a
+ * logged reason; the other sessions carry on. */
+static void protocol_error(struct amqp_px *ax, const char *fmt, ...)
+{
+    char msg[256];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof(msg), fmt, ap);
+    va_end(ap);
+    struct log_line line;
+    log_begin(&line, LOG_WARN, "amqp protocol error");
+    log_u64(&line, "sid", ax->s->id);
+    log_str(&line, "listener", ax->s->cfg->l->name);
+    log_str(&line, "error", msg);
+    log_end(&line);
+    session_set_error(ax->s, "amqp: %s", msg);
+    session_abort(ax->s, SESSION_CLOSE_PROTOCOL_ERROR, -1);
+}
+
+static bool alive(const struct amqp_px *ax)
+{
+    return !ax->stopped && ax->s->state == SESSION_RELAYING;
+}
+
+/* ---- channels ---------------------------------------------------------- */
+
+static void content_clear(struct content *c)
+{
+    if (c->stash != NULL)
+        evbuffer_drain(c->stash, evbuffer_get_length(c->stash));
+    if (c->body != NULL)
+        evbuffer_drain(c->body, evbuffer_get_length(c->body));
+    info_free(c->info);
+    struct evbuffer *stash = c->stash, *body = c->body;
+    memset(c, 0, sizeof(*c));
+    c->stash = stash;
+    c->body = body;
+}
+
+static void held_clear(struct achan *ch, int d)
+{
+    while (ch->held[d] != NULL) {
+        struct held *h = ch->held[d];
+        ch->held[d] = h->next;
+        evbuffer_free(h->frames);
+        free(h);
+    }
+    ch->held_tail[d] = NULL;
+    if (ch->held_timer[d] != NULL)
+        event_del(ch->held_timer[d]);
+}
+
+/* Forget everything about the channel's messages (closed or reopened). */
+static void chan_reset(struct achan *ch)
+{
+    amqp_ledger_reset(ch->ledger);
+    for (int d = 0; d < 2; d++) {
+        content_clear(&ch->content[d]);
+        held_clear(ch, d);
+        evbuffer_drain(ch->inject[d], evbuffer_get_length(ch->inject[d]));
+    }
+    for (size_t i = 0; i < ch->n_consumers; i++) {
+        free(ch->consumers[i].tag);
+        free(ch->consumers[i].queue);
+    }
+    ch->n_consumers = 0;
+    for (size_t i = 0; i < ch->n_pending_consume; i++)
+        free(ch->pending_consume[i]);
+    ch->n_pending_consume = 0;
+    free(ch->get_queue);
+    ch->get_queue = NULL;
+    ch->confirm_pending = false;
+    /* swallow_* and closed_for_client follow the close handshakes, not the
+     * channel's content: they are cleared where those end. */
+}
+
+static void chan_free(struct achan *ch)
+{
+    chan_reset(ch);
+    amqp_ledger_free(ch->ledger);
+    for (int d = 0; d < 2; d++) {
+        if (ch->content[d].stash != NULL)
+            evbuffer_free(ch->content[d].stash);
+        if (ch->content[d].body != NULL)
+            evbuffer_free(ch->content[d].body);
+        if (ch->held_timer[d] != NULL)
+            event_free(ch->held_timer[d]);
+        evbuffer_free(ch->inject[d]);
+    }
+    free(ch->consumers);
+    free(ch->pending_consume);
+    free(ch);
+}
+
+static void on_held_timer(evutil_socket_t fd, short what, void *arg);
+
+static struct achan *chan_new(struct amqp_px *ax, uint16_t id)
+{
+    struct achan *ch = calloc(1, sizeof(*ch));
+    if (ch == NULL)
+        return NULL;
+    ch->id = id;
+    ch->ax = ax;
+    ch->ledger = amqp_ledger_new(info_free);
+    bool ok = ch->ledger != NULL;
+    for (int d = 0; d < 2 && ok; d++) {
+        ch->content[d].stash = evbuffer_new();
+        ch->content[d].body = evbuffer_new();
+        ch->inject[d] = evbuffer_new();
+        ch->held_timer[d] = evtimer_new(ax->s->px->base, on_held_timer, ch);
+        ok = ch->content[d].stash && ch->content[d].body && ch->inject[d] && ch->held_timer[d];
+    }
+    if (!ok) {
+        for (int d = 0; d < 2; d++)
+            if (ch->inject[d] == NULL)
+                ch->inject[d] = evbuffer_new(); /* chan_free expects them */
+        chan_free(ch);
+        return NULL;
+    }
+    return ch;
+}
+
+/* The channel `id`, created when `create`; NULL if absent or out of memory. */
+static struct achan *chan_get(struct amqp_px *ax, uint16_t id, bool create)
+{
+    for (size_t i = 0; i < ax->n_chans; i++)
+        if (ax->chans[i]->id == id)
+            return ax->chans[i];
+    if (!create || ax->n_chans >= AMQP_PX_MAX_CHANNELS)
+        return NULL;
+    struct achan **v = realloc(ax->chans, (ax->n_chans + 1) * sizeof(*v));
+    if (v == NULL)
+        return NULL;
+    ax->chans = v;
+    struct achan *ch = chan_new(ax, id);
+    if (ch != NULL)
+        ax->chans[ax->n_chans++] = ch;
+    return ch;
+}
+
+/* ---- sending ----------------------------------------------------------- */
+
+/* Frames bound for `to` go out in order through xfer[to]. */
+static void send_frames(struct amqp_px *ax, enum session_side to, struct evbuffer *frames)
+{
+    evbuffer_add_buffer(ax->xfer[to], frames);
+}
+
+static void send_flush(struct amqp_px *ax, enum session_side to)
+{
+    if (evbuffer_get_length(ax->xfer[to]) > 0)
+        session_send(ax->s, to, ax->xfer[to]);
+}
+
+/* Frames twice writes on channel `ch` toward `to`: after any content of the
+ * channel in flight in that direction (and after what twice holds there). */
+static void chan_inject(struct achan *ch, enum session_side to, const uint8_t *frames, size_t len)
+{
+    enum session_side from = other(to);
+    evbuffer_add(ch->inject[to], frames, len);
+    if (ch->content[from].active || ch->held[from] != NULL)
+        return;
+    send_frames(ch->ax, to, ch->inject[to]);
+}
+
+/* A content sequence (or a held run) of `ch` from `from` ended: what twice
+ * wanted to write on the channel may go now. */
+static void chan_unblock(struct achan *ch, enum session_side from)
+{
+    enum session_side to = other(from);
+    if (!ch->content[from].active && ch->held[from] == NULL &&
+        evbuffer_get_length(ch->inject[to]) > 0)
+        send_frames(ch->ax, to, ch->inject[to]);
+}
+
+/* ---- rules ------------------------------------------------------------- */
+
+struct header_ctx {
+    struct amqp_bytes table;
+    char buf[256];
+};
+
+static const char *header_lookup(const void *ctx, const char *name)
+{
+    struct header_ctx *h = (struct header_ctx *)ctx;
+    struct amqp_bytes v;
+    if (h->table.len == 0 || amqp_table_find_string(h->table, name, &v) != 1)
+        return NULL;
+    size_t n = v.len < sizeof(h->buf) - 1 ? v.len : sizeof(h->buf) - 1;
+    memcpy(h->buf, v.p, n);
+    h->buf[n] = '\0';
+    return h->buf;
+}
+
+static void event_from_info(struct engine_event *ev, enum rule_event kind,
+                            const struct msg_info *mi, struct session *s, char *idbuf, size_t idlen)
+{
+    memset(ev, 0, sizeof(*ev));
+    ev->event = kind;
+    if (mi != NULL) {
+        ev->queue = mi->queue;
+        ev->exchange = mi->exchange;
+        ev->routing_key = mi->routing_key;
+        ev->consumer_tag = mi->consumer_tag;
+        ev->message_id = mi->message_id;
+        ev->task = mi->task;
+        ev->redelivered = mi->redelivered;
+    }
+    if (ev->message_id != NULL) {
+        ev->identity = ev->message_id;
+    } else {
+        /* No id: the cap counts per delivery, not per message. */
+        snprintf(idbuf, idlen, "anon:%llu:%u:%llu", (unsigned long long)s->id,
+                 mi && mi->ch ? mi->ch->id : 0, (unsigned long long)(mi ? mi->tag : 0));
+        ev->identity = idbuf;
+    }
+}
+
+/* Ask the rules about `ev`; returns the number of rules that fired. */
+static size_t decide(struct amqp_px *ax, struct engine_event *ev, size_t *hits)
+{
+    struct session *s = ax->s;
+    struct proxy *px = s->px;
+    s->px->events[ev->event]++;
+    if (px->rules == NULL)
+        return 0;
+    size_t n =
+        ruleset_decide(px->rules, s->cfg->l->name, ev, now_ms(), hits, SESSION_MAX_RULE_HITS);
+    for (size_t i = 0; i < n; i++)
+        fault_note(s, ruleset_rule(px->rules, hits[i]), ev);
+    return n;
+}
+
+static const struct rule *hit_rule(struct amqp_px *ax, size_t idx)
+{
+    return ruleset_rule(ax->s->px->rules, idx);
+}
+
+static void journal_event(struct amqp_px *ax, enum journal_kind kind, const struct msg_info *mi,
+                          uint64_t tag)
+{
+    struct journal *j = ax->s->px->journal;
+    if (j == NULL)
+        return;
+    struct journal_record r = {
+        .kind = kind,
+        .session = ax->s->id,
+        .listener = ax->s->cfg->l->name,
+        .client = ax->s->client_addr,
+        .delivery_tag = tag,
+    };
+    if (mi != NULL) {
+        r.queue = mi->queue;
+        r.task = mi->task;
+        r.message_id = mi->message_id;
+        r.redelivered = mi->redelivered;
+    }
+    journal_record(j, &r);
+}
+
+/* ---- error action: channel.close / connection.close as RabbitMQ says it */
+
+static const char *reply_name(uint16_t code)
+{
+    switch (code) {
+    case 311:
+        return "CONTENT_TOO_LARGE";
+    case 312:
+        return "NO_ROUTE";
+    case 313:
+        return "NO_CONSUMERS";
+    case 320:
+        return "CONNECTION_FORCED";
+    case 402:
+        return "INVALID_PATH";
+    case 403:
+        return "ACCESS_REFUSED";
+    case 404:
+        return "NOT_FOUND";
+    case 405:
+        return "RESOURCE_LOCKED";
+    case 406:
+        return "PRECONDITION_FAILED";
+    case 501:
+        return "FRAME_ERROR";
+    case 502:
+        return "SYNTAX_ERROR";
+    case 503:
+        return "COMMAND_INVALID";
+    case 504:
+        return "CHANNEL_ERROR";
+    case 505:
+        return "UNEXPECTED_FRAME";
+    case 506:
+        return "RESOURCE_ERROR";
+    case 530:
+        return "NOT_ALLOWED";
+    case 540:
+        return "NOT_IMPLEMENTED";
+    case 541:
+        return "INTERNAL_ERROR";
+    default:
+        return "ERROR";
+    }
+}
+
+/* Channel-level codes close the channel; the rest close the connection
+ * (AMQP 0-9-1 constants: soft errors are 311-313 and 403-406). */
+static bool soft_error(uint16_t code)
+{
+    return (code >= 311 && code <= 313) || (code >= 403 && code <= 406);
+}
+
+static uint16_t error_code(const struct rule *r)
+{
+    const char *c = r->action.error_code ? r->action.error_code : "406";
+    if (*c == '-')
+        c++;
+    long v = strtol(c, NULL, 10);
+    return v >= 200 && v <= 599 ? (uint16_t)v : 406;
+}
+
+/* The broker refuses: the client's channel (or connection) is closed with
+ * `r`'s code and a RabbitMQ-like text.  Twice closes the broker's side of
+ * the channel too, so the broker requeues its unacked deliveries as it
+ * would after its own channel error, and swallows both close-oks. */
+static void inject_error(struct amqp_px *ax, struct achan *ch, const struct rule *r,
+                         uint16_t class_id, uint16_t method_id)
+{
+    uint16_t code = error_code(r);
+    char text[200];
+    snprintf(text, sizeof(text), "%s - injected by twice rule '%s'", reply_name(code), r->name);
+    uint8_t frame[AMQP_ENCODE_MAX];
+    if (!soft_error(code) || ch == NULL || ch->id == 0) {
+        int n = amqp_encode_connection_close(frame, sizeof(frame), code, amqp_cstr(text), class_id,
+                                             method_id);
+        if (n > 0) {
+            evbuffer_add(ax->xfer[SIDE_CLIENT], frame, (size_t)n);
+            send_flush(ax, SIDE_CLIENT);
+        }
+        session_set_error(ax->s, "connection closed with %u by rule '%s'", code, r->name);
+        session_abort(ax->s, SESSION_CLOSE_FAULT, SIDE_CLIENT);
+        return;
+    }
+    int n = amqp_encode_channel_close(frame, sizeof(frame), ch->id, code, amqp_cstr(text), class_id,
+                                      method_id);
+    if (n > 0)
+        chan_inject(ch, SIDE_CLIENT, frame, (size_t)n);
+    n = amqp_encode_channel_close(frame, sizeof(frame), ch->id, 200, amqp_cstr("twice"), 0, 0);
+    if (n > 0)
+        chan_inject(ch, SIDE_UPSTREAM, frame, (size_t)n);
+    amqp_ledger_reset(ch->ledger);
+    ch->swallow_broker_close_ok = true;
+    ch->closed_for_client = true;
+}
+
+/* `close before` / `close after` on an event. */
+static void cut(struct amqp_px *ax, const struct rule *r, int flush_to)
+{
+    session_set_error(ax->s, "cut by rule '%s' (close %s)", r->name,
+                      r->action.close_when == RULE_CLOSE_BEFORE ? "before" : "after");
+    if (flush_to >= 0)
+        send_flush(ax, (enum session_side)flush_to);
+    session_abort(ax->s, SESSION_CLOSE_FAULT, flush_to);
+}
+
+/* ---- holding frames (delay on deliver and publish) --------------------- */
+
+static void held_arm(struct achan *ch, int d)
+{
+    struct held *h = ch->held[d];
+    if (h == NULL)
+        return;
+    uint64_t now = now_ms(), at = h->release_ms;
+    uint64_t wait = at > now ? at - now : 0;
+    struct timeval tv = {.tv_sec = (time_t)(wait / 1000),
+                         .tv_usec = (suseconds_t)(wait % 1000) * 1000};
+    evtimer_add(ch->held_timer[d], &tv);
+}
+
+/* Start holding on `ch` from `from` until `release_ms`. */
+static struct held *held_push(struct achan *ch, int from, uint64_t release_ms, bool open)
+{
+    struct held *h = calloc(1, sizeof(*h));
+    if (h == NULL || (h->frames = evbuffer_new()) == NULL) {
+        free(h);
+        return NULL;
+    }
+    h->release_ms = release_ms;
+    h->open = open;
+    if (ch->held_tail[from] != NULL)
+        ch->held_tail[from]->next = h;
+    else
+        ch->held[from] = h;
+    ch->held_tail[from] = h;
+    if (ch->held[from] == h)
+        held_arm(ch, from);
+    return h;
+}
+
+/* Release held frames whose time has come (all of them when `all`). */
+static void held_release(struct achan *ch, int from, bool all)
+{
+    struct amqp_px *ax = ch->ax;
+    enum session_side to = other((enum session_side)from);
+    uint64_t now = now_ms();
+    while (ch->held[from] != NULL) {
+        struct held *h = ch->held[from];
+        if (!all && h->release_ms > now)
+            break;
+        send_frames(ax, to, h->frames);
+        if (h->open) {
+            /* The rest of this content goes straight through now. */
+            ch->content[from].fate = FATE_FORWARD;
+        }
+        ch->held[from] = h->next;
+        if (ch->held[from] == NULL)
+            ch->held_tail[from] = NULL;
+        else if (ch->held[from]->release_ms == 0)
+            ch->held[from]->release_ms = now;
+        evbuffer_free(h->frames);
+        free(h);
+    }
+    held_arm(ch, from);
+    chan_unblock(ch, (enum session_side)from);
+}
+
+static void on_held_timer(evutil_socket_t fd, short what, void *arg)
+{
+    (void)fd;
+    (void)what;
+    struct achan *ch = arg;
+    struct amqp_px *ax = ch->ax;
+    if (!alive(ax))
+        return;
+    for (int d = 0; d < 2; d++)
+        held_release(ch, d, false);
+    send_flush(ax, SIDE_CLIENT);
+    send_flush(ax, SIDE_UPSTREAM);
+}
+
+/* ---- settlements (client ack / nack / reject) -------------------------- */
+
+static void on_hold_release(evutil_socket_t fd, short what, void *arg)
+{
+    (void)fd;
+    (void)what;
+    struct msg_info *mi = arg;
+    struct achan *ch = mi->ch;
+    struct amqp_px *ax = ch->ax;
+    if (!alive(ax))
+        return;
+    uint8_t frame[64];
+    /* The release forgets the tag and frees `mi` (and this timer): nothing
+     * of it may be used afterwards. */
+    int n = amqp_ledger_release(ch->ledger, ch->id, mi->tag, frame, sizeof(frame));
+    if (n > 0) {
+        chan_inject(ch, SIDE_UPSTREAM, frame, (size_t)n);
+        send_flush(ax, SIDE_UPSTREAM);
+    }
+}
+
+static bool arm_timer(struct amqp_px *ax, struct msg_info *mi, uint32_t ms,
+                      void (*cb)(evutil_socket_t, short, void *))
+{
+    if (mi->timer != NULL)
+        event_free(mi->timer);
+    mi->timer = evtimer_new(ax->s->px->base, cb, mi);
+    struct timeval tv = {.tv_sec = ms / 1000, .tv_usec = (ms % 1000) * 1000};
+    return mi->timer != NULL && evtimer_add(mi->timer, &tv) == 0;
+}
+
+/* Flush every settlement twice holds on `ch` (before the client closes the
+ * channel or recovers: held acks are not lost to a close). */
+static void release_all_held_acks(struct achan *ch)
+{
+    uint64_t tags[64];
+    size_t n;
+    while ((n = amqp_ledger_held(ch->ledger, tags, 64)) > 0) {
+        size_t k = n < 64 ? n : 64;
+        for (size_t i = 0; i < k; i++) {
+            uint8_t frame[64];
+            int len = amqp_ledger_release(ch->ledger, ch->id, tags[i], frame, sizeof(frame));
+            if (len > 0)
+                evbuffer_add(ch->ax->xfer[SIDE_UPSTREAM], frame, (size_t)len);
+        }
+    }
+}
+
+/* Apply the rules that fired on one settled tag.  Returns false when the
+ * session was cut (`close before`). */
+static bool settle_verdict(struct amqp_px *ax, struct achan *ch, struct amqp_plan_tag *t,
+                           const size_t *hits, size_t n, const struct rule **close_after,
+                           const struct rule **error)
+{
+    for (size_t i = 0; i < n; i++) {
+        const struct rule *r = hit_rule(ax, hits[i]);
+        switch (r->action.kind) {
+        case RULE_ACT_REDELIVER:
+            t->verdict = AMQP_V_REQUEUE;
+            break;
+        case RULE_ACT_DROP:
+            t->verdict = AMQP_V_DROP;
+            break;
+        case RULE_ACT_DELAY:
+            t->verdict = AMQP_V_HOLD;
+            if (!arm_timer(ax, t->info, r->action.duration_ms, on_hold_release))
+                t->verdict = AMQP_V_PASS;
+            break;
+        case RULE_ACT_CLOSE:
+            if (r->action.close_when == RULE_CLOSE_BEFORE) {
+                cut(ax, r, -1);
+                return false;
+            }
+            *close_after = r;
+            break;
+        case RULE_ACT_ERROR:
+            t->verdict = AMQP_V_DROP;
+            *error = r;
+            break;
+        default:
+            break;
+        }
+    }
+    (void)ch;
+    return true;
+}
+
+static void on_settle(struct amqp_px *ax, struct achan *ch, const struct amqp_method *m,
+                      struct evbuffer *in, size_t len)
+{
+    enum amqp_settle_kind kind = m->id == AMQP_BASIC_ACK    ? AMQP_SETTLE_ACK
+                                 : m->id == AMQP_BASIC_NACK ? AMQP_SETTLE_NACK
+                                                            : AMQP_SETTLE_REJECT;
+    struct amqp_plan plan;
+    if (amqp_ledger_settle_begin(ch->ledger, kind, m->ack.delivery_tag, m->ack.multiple,
+                                 m->ack.requeue, &plan) != 0) {
+        protocol_error(ax, "out of memory tracking delivery tags");
+        return;
+    }
+    const struct rule *close_after = NULL;
+    const struct rule *error = NULL;
+    for (size_t i = 0; i < plan.n; i++) {
+        struct amqp_plan_tag *t = &plan.tags[i];
+        struct msg_info *mi = t->info;
+        journal_event(ax, kind == AMQP_SETTLE_ACK ? JOURNAL_KIND_ACK : JOURNAL_KIND_NACK, mi,
+                      t->tag);
+        struct engine_event ev;
+        char idbuf[64];
+        event_from_info(&ev, kind == AMQP_SETTLE_ACK ? RULE_EV_ACK : RULE_EV_NACK, mi, ax->s, idbuf,
+                        sizeof(idbuf));
+        size_t hits[SESSION_MAX_RULE_HITS];
+        size_t n = decide(ax, &ev, hits);
+        if (!settle_verdict(ax, ch, t, hits, n, &close_after, &error))
+            return;
+    }
+    size_t space = amqp_ledger_plan_space(&plan);
+    uint8_t *frames = malloc(space > 0 ? space : 1);
+    size_t out = 0;
+    int rc = frames != NULL
+                 ? amqp_ledger_settle_commit(ch->ledger, ch->id, &plan, frames, space, &out)
+                 : -1;
+    if (rc == 1)
+        evbuffer_remove_buffer(in, ax->xfer[SIDE_UPSTREAM], len);
+    else if (rc == 0) {
+        evbuffer_drain(in, len);
+        evbuffer_add(ax->xfer[SIDE_UPSTREAM], frames, out);
+    }
+    free(frames);
+    if (rc < 0) {
+        protocol_error(ax, "cannot rewrite a settlement: %s", amqp_ledger_strerror(rc));
+        return;
+    }
+    if (error != NULL)
+        inject_error(ax, ch, error, 60, (uint16_t)(m->id & 0xffff));
+    else if (close_after != NULL)
+        cut(ax, close_after, SIDE_UPSTREAM);
+}
+
+/* ---- content: deliveries and publishes --------------------------------- */
+
+/* Where frames of `ch` from `from` go: behind what is held there, or out. */
+static struct evbuffer *chan_out(struct achan *ch, int from)
+{
+    struct held *t = ch->held_tail[from];
+    if (t == NULL)
+        return ch->ax->xfer[other((enum session_side)from)];
+    if (t->open || t->release_ms == 0)
+        return t->frames;
+    struct held *h = held_push(ch, from, 0, false);
+    return h != NULL ? h->frames : ch->ax->xfer[other((enum session_side)from)];
+}
+
+static struct consumer *consumer_find(struct achan *ch, struct amqp_bytes tag)
+{
+    for (size_t i = 0; i < ch->n_consumers; i++)
+        if (amqp_bytes_eq(tag, ch->consumers[i].tag))
+            return &ch->consumers[i];
+    return NULL;
+}
+
+static bool rules_need_body(struct amqp_px *ax, enum rule_event ev)
+{
+    struct ruleset *rs = ax->s->px->rules;
+    for (size_t i = 0; rs != NULL && i < ruleset_count(rs); i++) {
+        const struct rule *r = ruleset_rule(rs, i);
+        if (r->event != ev || strcmp(r->listener, ax->s->cfg->l->name) != 0)
+            continue;
+        for (size_t k = 0; k < r->n_matchers; k++)
+            if (r->matchers[k].field == RULE_F_BODY)
+                return true;
+    }
+    return false;
+}
+
+static struct msg_info *info_from_delivery(struct achan *ch, const struct amqp_method *m)
+{
+    struct msg_info *mi = calloc(1, sizeof(*mi));
+    if (mi == NULL)
+        return NULL;
+    const struct amqp_delivery *d = &m->delivery;
+    mi->ch = ch;
+    mi->tag = d->delivery_tag;
+    mi->redelivered = d->redelivered;
+    mi->exchange = dup_bytes(d->exchange);
+    mi->routing_key = dup_bytes(d->routing_key);
+    if (m->id == AMQP_BASIC_DELIVER) {
+        mi->consumer_tag = dup_bytes(d->consumer_tag);
+        struct consumer *c = consumer_find(ch, d->consumer_tag);
+        mi->queue = c != NULL ? strdup(c->queue) : NULL;
+    } else {
+        mi->queue = ch->get_queue;
+        ch->get_queue = NULL;
+    }
+    return mi;
+}
+
+static struct msg_info *info_from_publish(struct achan *ch, const struct amqp_method *m)
+{
+    struct msg_info *mi = calloc(1, sizeof(*mi));
+    if (mi == NULL)
+        return NULL;
+    mi->ch = ch;
+    mi->exchange = dup_bytes(m->publish.exchange);
+    mi->routing_key = dup_bytes(m->publish.routing_key);
+    /* Through the default exchange the routing key is the queue (Celery). */
+    if (m->publish.exchange.len == 0)
+        mi->queue = dup_bytes(m->publish.routing_key);
+    return mi;
+}
+
+static void content_begin(struct amqp_px *ax, struct achan *ch, int from,
+                          const struct amqp_method *m, struct evbuffer *in, size_t len)
+{
+    struct content *c = &ch->content[from];
+    if (c->active) {
+        protocol_error(ax, "channel %u: %s inside a content sequence", ch->id,
+                       amqp_method_name(m->class_id, m->method_id));
+        return;
+    }
+    content_clear(c);
+    c->active = true;
+    c->method = m->id;
+    if (m->id == AMQP_BASIC_RETURN) {
+        c->decided = true;
+        c->fate = FATE_FORWARD;
+        evbuffer_remove_buffer(in, chan_out(ch, from), len);
+        return;
+    }
+    if (m->id == AMQP_BASIC_PUBLISH) {
+        c->info = info_from_publish(ch, m);
+    } else {
+        c->info = info_from_delivery(ch, m);
+        c->tag = m->delivery.delivery_tag;
+        struct consumer *con = consumer_find(ch, m->delivery.consumer_tag);
+        c->ack_required =
+            m->id == AMQP_BASIC_DELIVER ? con == NULL || !con->no_ack : !ch->get_no_ack;
+    }
+    if (c->info == NULL) {
+        protocol_error(ax, "out of memory");
+        return;
+    }
+    evbuffer_remove_buffer(in, c->stash, len);
+}
+
+static void on_expire(evutil_socket_t fd, short what, void *arg)
+{
+    (void)fd;
+    (void)what;
+    struct msg_info *mi = arg;
+    struct achan *ch = mi->ch;
+    struct amqp_px *ax = ch->ax;
+    if (!alive(ax))
+        return;
+    uint8_t frame[64];
+    uint64_t tag = mi->tag;
+    /* Not settled within the visibility timeout: the broker hands the
+     * message to another consumer; the late ack will be swallowed. */
+    int n = amqp_ledger_twice_settle(ch->ledger, ch->id, tag, true, frame, sizeof(frame));
+    if (n > 0) {
+        log_msg(LOG_INFO, "expired", "sid=%llu listener=%s channel=%u delivery_tag=%llu",
+                (unsigned long long)ax->s->id, ax->s->cfg->l->name, ch->id,
+                (unsigned long long)tag);
+        chan_inject(ch, SIDE_UPSTREAM, frame, (size_t)n);
+        send_flush(ax, SIDE_UPSTREAM);
+    }
+}
+
+/* Twice settles a delivery itself (duplicate, drop). */
+static void settle_now(struct achan *ch, uint64_t tag, bool requeue)
+{
+    uint8_t frame[64];
+    int n = amqp_ledger_twice_settle(ch->ledger, ch->id, tag, requeue, frame, sizeof(frame));
+    if (n > 0)
+        chan_inject(ch, SIDE_UPSTREAM, frame, (size_t)n);
+}
+
+/* The actions of the rules that fired on a delivery or publish.  Returns
+ * false when the session was cut. */
+static bool content_actions(struct amqp_px *ax, struct achan *ch, struct content *c,
+                            struct msg_info *mi, const size_t *hits, size_t n)
+{
+    bool deliver = c->method != AMQP_BASIC_PUBLISH;
+    for (size_t i = 0; i < n; i++) {
+        const struct rule *r = hit_rule(ax, hits[i]);
+        switch (r->action.kind) {
+        case RULE_ACT_CLOSE:
+            if (r->action.close_when == RULE_CLOSE_BEFORE) {
+                cut(ax, r, -1);
+                return false;
+            }
+            c->close_after = true;
+            break;
+        case RULE_ACT_ERROR:
+            c->fate = FATE_DROP;
+            inject_error(ax, ch, r, 60, (uint16_t)(c->method & 0xffff));
+            break;
+        case RULE_ACT_DROP:
+            c->fate = FATE_DROP;
+            if (deliver && c->ack_required)
+                settle_now(ch, c->tag, false); /* the job is lost */
+            break;
+        case RULE_ACT_DELAY:
+            if (c->fate == FATE_FORWARD) {
+                c->fate = FATE_HOLD;
+                if (held_push(ch, deliver ? SIDE_UPSTREAM : SIDE_CLIENT,
+                              now_ms() + r->action.duration_ms, true) == NULL)
+                    c->fate = FATE_FORWARD;
+            }
+            break;
+        case RULE_ACT_DUPLICATE:
+            if (c->ack_required)
+                settle_now(ch, c->tag, true);
+            break;
+        case RULE_ACT_EXPIRE:
+            if (c->ack_required && mi != NULL)
+                arm_timer(ax, mi, r->action.duration_ms, on_expire);
+            break;
+        default:
+            break;
+        }
+    }
+    return true;
+}
+
+static void content_end(struct amqp_px *ax, struct achan *ch, int from)
+{
+    struct content *c = &ch->content[from];
+    bool close_after = c->close_after;
+    if (c->fate == FATE_HOLD && ch->held_tail[from] != NULL)
+        ch->held_tail[from]->open = false;
+    content_clear(c);
+    chan_unblock(ch, (enum session_side)from);
+    if (close_after) {
+        session_set_error(ax->s, "cut after a message (close after)");
+        send_flush(ax, other((enum session_side)from));
+        session_abort(ax->s, SESSION_CLOSE_FAULT, other((enum session_side)from));
+    }
+}
+
+/* Hand the stashed frames on as decided. */
+static void content_release_stash(struct achan *ch, int from)
+{
+    struct content *c = &ch->content[from];
+    if (c->fate == FATE_DROP)
+        evbuffer_drain(c->stash, evbuffer_get_length(c->stash));
+    else if (c->fate == FATE_HOLD)
+        evbuffer_add_buffer(ch->held_tail[from]->frames, c->stash);
+    else
+        evbuffer_add_buffer(chan_out(ch, from), c->stash);
+}
+
+static void content_decide(struct amqp_px *ax, struct achan *ch, int from, struct amqp_bytes hdrs)
+{
+    struct content *c = &ch->content[from];
+    struct msg_info *mi = c->info;
+    bool deliver = c->method != AMQP_BASIC_PUBLISH;
+    c->decided = true;
+    c->fate = FATE_FORWARD;
+    if (deliver && c->ack_required) {
+        c->info = NULL; /* the ledger owns it from here */
+        if (amqp_ledger_deliver(ch->ledger, c->tag, mi) != 0) {
+            protocol_error(ax, "channel %u: delivery tag %llu out of order", ch->id,
+                           (unsigned long long)c->tag);
+            return;
+        }
+    }
+    journal_event(ax, deliver ? JOURNAL_KIND_DELIVER : JOURNAL_KIND_PUBLISH, mi, c->tag);
+    struct engine_event ev;
+    char idbuf[64];
+    event_from_info(&ev, deliver ? RULE_EV_DELIVER : RULE_EV_PUBLISH, mi, ax->s, idbuf,
+                    sizeof(idbuf));
+    struct header_ctx hctx = {.table = hdrs};
+    ev.header = header_lookup;
+    ev.header_ctx = &hctx;
+    size_t blen = evbuffer_get_length(c->body);
+    if (blen > 0) {
+        ev.body = evbuffer_pullup(c->body, -1);
+        ev.body_len = blen;
+    }
+    size_t hits[SESSION_MAX_RULE_HITS];
+    size_t n = decide(ax, &ev, hits);
+    if (!content_actions(ax, ch, c, deliver && c->ack_required ? mi : NULL, hits, n))
+        return;
+    if (!deliver) {
+        uint64_t seq;
+        c->info = NULL;
+        if (amqp_ledger_publish(ch->ledger, c->fate == FATE_DROP, mi, &seq) != 0) {
+            protocol_error(ax, "channel %u: too many unconfirmed publishes", ch->id);
+            return;
+        }
+    }
+    content_release_stash(ch, from);
+    if (c->body_left == 0)
+        content_end(ax, ch, from);
+}
+
+/* Copy the message's identity out of its content header. */
+static void info_from_props(struct msg_info *mi, const struct amqp_props *p)
+{
+    struct amqp_bytes v;
+    if (p->message_id.len > 0)
+        mi->message_id = dup_bytes(p->message_id);
+    else if (p->headers.len > 0 && amqp_table_find_string(p->headers, "id", &v) == 1)
+        mi->message_id = dup_bytes(v); /* Celery protocol 2 */
+    else if (p->correlation_id.len > 0)
+        mi->message_id = dup_bytes(p->correlation_id);
+    if (p->headers.len > 0 && amqp_table_find_string(p->headers, "task", &v) == 1)
+        mi->task = dup_bytes(v);
+}
+
+static void content_header(struct amqp_px *ax, struct achan *ch, int from,
+                           const struct amqp_frame *f, struct evbuffer *in, size_t len)
+{
+    struct content *c = &ch->content[from];
+    if (!c->active || c->decided || evbuffer_get_length(c->stash) == 0) {
+        if (c->active && c->decided && c->method == AMQP_BASIC_RETURN) {
+            struct amqp_props p;
+            if (amqp_content_header_decode(f->payload, f->size, &p) == 0)
+                c->body_left = p.body_size;
+            evbuffer_remove_buffer(in, chan_out(ch, from), len);
+            if (c->body_left == 0)
+                content_end(ax, ch, from);
+            return;
+        }
+        protocol_error(ax, "channel %u: content header without a content method", ch->id);
+        return;
+    }
+    struct amqp_props p;
+    int rc = amqp_content_header_decode(f->payload, f->size, &p);
+    if (rc != 0) {
+        protocol_error(ax, "channel %u: bad content header: %s", ch->id, amqp_strerror(rc));
+        return;
+    }
+    info_from_props(c->info, &p);
+    c->body_left = p.body_size;
+    evbuffer_remove_buffer(in, c->stash, len);
+    enum rule_event ev = c->method == AMQP_BASIC_PUBLISH ? RULE_EV_PUBLISH : RULE_EV_DELIVER;
+    c->needs_body =
+        p.body_size > 0 && p.body_size <= AMQP_PX_BODY_MATCH_MAX && rules_need_body(ax, ev);
+    if (!c->needs_body) {
+        content_decide(ax, ch, from, p.headers);
+        return;
+    }
+    /* Keep a copy of the headers table for the decision after the body. */
+    c->headers.len = 0;
+}
+
+static void content_body(struct amqp_px *ax, struct achan *ch, int from, const struct amqp_frame *f,
+                         struct evbuffer *in, size_t len)
+{
+    struct content *c = &ch->content[from];
+    if (!c->active || c->body_left < f->size || evbuffer_get_length(c->stash) + c->decided == 0) {
+        protocol_error(ax, "channel %u: unexpected body frame", ch->id);
+        return;
+    }
+    c->body_left -= f->size;
+    if (!c->decided) {
+        evbuffer_add(c->body, f->payload, f->size);
+        evbuffer_remove_buffer(in, c->stash, len);
+        if (c->body_left == 0)
+            content_decide(ax, ch, from, c->headers);
+        return;
+    }
+    if (c->fate == FATE_DROP)
+        evbuffer_drain(in, len);
+    else if (c->fate == FATE_HOLD && ch->held_tail[from] != NULL)
+        evbuffer_remove_buffer(in, ch->held_tail[from]->frames, len);
+    else
+        evbuffer_remove_buffer(in, chan_out(ch, from), len);
+    if (c->body_left == 0)
+        content_end(ax, ch, from);
+}
+
+/* ---- methods ----------------------------------------------------------- */
+
+static void forward(struct achan *ch, int from, struct amqp_px *ax, struct evbuffer *in, size_t len)
+{
+    struct evbuffer *out =
+        ch != NULL ? chan_out(ch, from) : ax->xfer[other((enum session_side)from)];
+    evbuffer_remove_buffer(in, out, len);
+}
+
+static void add_consumer(struct achan *ch, struct amqp_bytes tag)
+{
+    struct consumer *v = realloc(ch->consumers, (ch->n_consumers + 1) * sizeof(*v));
+    if (v == NULL)
+        return;
+    ch->consumers = v;
+    struct consumer *c = &v[ch->n_consumers];
+    c->tag = dup_bytes(tag);
+    c->queue = NULL;
+    c->no_ack = false;
+    if (ch->n_pending_consume > 0) {
+        /* consume-ok answers the consumes in order; the queue and no-ack flag
+         * were stored as "Q\x01" (no-ack) or "Q\x00". */
+        char *p = ch->pending_consume[0];
+        size_t n = strlen(p);
+        c->no_ack = n > 0 && p[n - 1] == '1';
+        if (n > 0)
+            p[n - 1] = '\0';
+        c->queue = p;
+        memmove(ch->pending_consume, ch->pending_consume + 1,
+                --ch->n_pending_consume * sizeof(*ch->pending_consume));
+    }
+    if (c->tag != NULL)
+        ch->n_consumers++;
+    else
+        free(c->queue);
+}
+
+static void remember_consume(struct achan *ch, const struct amqp_method *m)
+{
+    char **v = realloc(ch->pending_consume, (ch->n_pending_consume + 1) * sizeof(*v));
+    if (v == NULL)
+        return;
+    ch->pending_consume = v;
+    char *q = malloc((size_t)m->consume.queue.len + 2);
+    if (q == NULL)
+        return;
+    memcpy(q, m->consume.queue.p, m->consume.queue.len);
+    q[m->consume.queue.len] = m->consume.no_ack ? '1' : '0';
+    q[m->consume.queue.len + 1] = '\0';
+    v[ch->n_pending_consume++] = q;
+}
+
+/* Client closes a channel or the connection: what twice holds goes first. */
+static void flush_before_close(struct achan *ch)
+{
+    held_release(ch, SIDE_CLIENT, true);
+    release_all_held_acks(ch);
+}
+
+static void client_method(struct amqp_px *ax, struct achan *ch, const struct amqp_method *m,
+                          struct evbuffer *in, size_t len)
+{
+    switch (m->id) {
+    case AMQP_CONNECTION_TUNE_OK:
+        ax->frame_max = m->tune.frame_max == 0 ? AMQP_FRAME_MAX_LIMIT : m->tune.frame_max;
+        session_set_read_limit(ax->s, SIDE_CLIENT, ax->frame_max + AMQP_FRAME_OVERHEAD);
+        session_set_read_limit(ax->s, SIDE_UPSTREAM, ax->frame_max + AMQP_FRAME_OVERHEAD);
+        break;
+    case AMQP_CONNECTION_CLOSE:
+        for (size_t i = 0; i < ax->n_chans; i++)
+            flush_before_close(ax->chans[i]);
+        break;
+    case AMQP_CHANNEL_OPEN:
+        chan_reset(ch);
+        break;
+    case AMQP_CHANNEL_CLOSE:
+        flush_before_close(ch);
+        break;
+    case AMQP_CHANNEL_CLOSE_OK:
+        chan_reset(ch);
+        break;
+    case AMQP_BASIC_CONSUME:
+        remember_consume(ch, m);
+        break;
+    case AMQP_BASIC_GET:
+        free(ch->get_queue);
+        ch->get_queue = dup_bytes(m->get.queue);
+        ch->get_no_ack = m->get.no_ack;
+        break;
+    case AMQP_BASIC_ACK:
+    case AMQP_BASIC_NACK:
+    case AMQP_BASIC_REJECT:
+        on_settle(ax, ch, m, in, len);
+        return;
+    case AMQP_BASIC_RECOVER:
+    case AMQP_BASIC_RECOVER_ASYNC:
+        release_all_held_acks(ch);
+        amqp_ledger_recover(ch->ledger);
+        break;
+    case AMQP_BASIC_PUBLISH:
+        content_begin(ax, ch, SIDE_CLIENT, m, in, len);
+        return;
+    case AMQP_CONFIRM_SELECT:
+        ch->confirm_pending = true;
+        break;
+    default:
+        break;
+    }
+    forward(ch, SIDE_CLIENT, ax, in, len);
+}
+
+/* A broker basic.ack/nack in confirm mode: a publisher confirm. */
+static void on_confirm(struct amqp_px *ax, struct achan *ch, const struct amqp_method *m,
+                       struct evbuffer *in, size_t len)
+{
+    struct amqp_plan plan;
+    if (amqp_ledger_confirm_begin(ch->ledger, m->id == AMQP_BASIC_NACK, m->ack.delivery_tag,
+                                  m->ack.multiple, &plan) != 0) {
+        protocol_error(ax, "out of memory tracking confirms");
+        return;
+    }
+    const struct rule *close_after = NULL;
+    for (size_t i = 0; i < plan.n; i++) {
+        struct msg_info *mi = plan.tags[i].info;
+        journal_event(ax, JOURNAL_KIND_CONFIRM, mi, plan.tags[i].tag);
+        struct engine_event ev;
+        char idbuf[64];
+        event_from_info(&ev, RULE_EV_CONFIRM, mi, ax->s, idbuf, sizeof(idbuf));
+        size_t hits[SESSION_MAX_RULE_HITS];
+        size_t n = decide(ax, &ev, hits);
+        for (size_t k = 0; k < n; k++) {
+            const struct rule *r = hit_rule(ax, hits[k]);
+            if (r->action.kind == RULE_ACT_DROP)
+                plan.tags[i].verdict = AMQP_V_DROP;
+            else if (r->action.kind == RULE_ACT_CLOSE && r->action.close_when == RULE_CLOSE_BEFORE)
+                return cut(ax, r, -1);
+            else if (r->action.kind == RULE_ACT_CLOSE)
+                close_after = r;
+        }
+    }
+    size_t space = amqp_ledger_plan_space(&plan), out = 0;
+    uint8_t *frames = malloc(space > 0 ? space : 1);
+    int rc = frames != NULL
+                 ? amqp_ledger_confirm_commit(ch->ledger, ch->id, &plan, frames, space, &out)
+                 : -1;
+    if (rc == 1) {
+        forward(ch, SIDE_UPSTREAM, ax, in, len);
+    } else if (rc == 0) {
+        evbuffer_drain(in, len);
+        evbuffer_add(chan_out(ch, SIDE_UPSTREAM), frames, out);
+    }
+    free(frames);
+    if (rc < 0)
+        protocol_error(ax, "cannot rewrite a confirm: %s", amqp_ledger_strerror(rc));
+    else if (close_after != NULL)
+        cut(ax, close_after, SIDE_CLIENT);
+}
+
+static void broker_method(struct amqp_px *ax, struct achan *ch, const struct amqp_method *m,
+                          struct evbuffer *in, size_t len)
+{
+    switch (m->id) {
+    case AMQP_CHANNEL_CLOSE:
+        /* Whatever twice holds on the channel is void: the broker requeues
+         * its deliveries, and the client's held frames would hit a closed
+         * channel. */
+        held_clear(ch, SIDE_CLIENT);
+        held_clear(ch, SIDE_UPSTREAM);
+        amqp_ledger_reset(ch->ledger);
+        break;
+    case AMQP_CHANNEL_CLOSE_OK:
+        chan_reset(ch);
+        break;
+    case AMQP_BASIC_CONSUME_OK:
+        add_consumer(ch, m->consumer.consumer_tag);
+        break;
+    case AMQP_BASIC_GET_EMPTY:
+        free(ch->get_queue);
+        ch->get_queue = NULL;
+        break;
+    case AMQP_BASIC_DELIVER:
+    case AMQP_BASIC_GET_OK:
+    case AMQP_BASIC_RETURN:
+        content_begin(ax, ch, SIDE_UPSTREAM, m, in, len);
+        return;
+    case AMQP_BASIC_ACK:
+    case AMQP_BASIC_NACK:
+        if (amqp_ledger_in_confirm_mode(ch->ledger)) {
+            on_confirm(ax, ch, m, in, len);
+            return;
+        }
+        break;
+    case AMQP_CONFIRM_SELECT_OK:
+        amqp_ledger_confirm_mode(ch->ledger);
+        break;
+    default:
+        break;
+    }
+    forward(ch, SIDE_UPSTREAM, ax, in, len);
+}
+
+/* ---- frames ------------------------------------------------------------ */
+
+/* After twice closed a channel on its own (error action), each side is
+ * answered by twice until its half of the close handshake is over: the
+ * client's frames on the channel are dropped until it reopens it, and the
+ * broker's until its close-ok.  Returns true when the frame was consumed. */
+static bool closing_by_twice(struct amqp_px *ax, struct achan *ch, int from,
+                             const struct amqp_method *m, struct evbuffer *in, size_t len)
+{
+    uint32_t id = m != NULL ? m->id : 0;
+    uint8_t frame[32];
+    if (m == NULL && ch->content[from].active)
+        return false; /* the rest of the content twice refused: dropped there */
+    if (from == SIDE_CLIENT && ch->closed_for_client) {
+        if (id == AMQP_CHANNEL_OPEN) {
+            ch->closed_for_client = false;
+            return false; /* a new channel: forwarded */
+        }
+        if (id == AMQP_CHANNEL_CLOSE) {
+            int n = amqp_encode_channel_close_ok(frame, sizeof(frame), ch->id);
+            if (n > 0)
+                evbuffer_add(ax->xfer[SIDE_CLIENT], frame, (size_t)n);
+        }
+        evbuffer_drain(in, len);
+        return true;
+    }
+    if (from == SIDE_UPSTREAM && ch->swallow_broker_close_ok) {
+        if (id == AMQP_CHANNEL_CLOSE_OK)
+            ch->swallow_broker_close_ok = false;
+        if (id == AMQP_CHANNEL_CLOSE) {
+            int n = amqp_encode_channel_close_ok(frame, sizeof(frame), ch->id);
+            if (n > 0)
+                evbuffer_add(ax->xfer[SIDE_UPSTREAM], frame, (size_t)n);
+        }
+        evbuffer_drain(in, len);
+        return true;
+    }
+    return false;
+}
+
+static void on_method(struct amqp_px *ax, int from, const struct amqp_frame *f, struct evbuffer *in,
+                      size_t len)
+{
+    struct amqp_method m;
+    int rc = amqp_method_decode(f->payload, f->size, &m);
+    if (rc != 0) {
+        protocol_error(ax, "%s on channel %u: %s", from == SIDE_CLIENT ? "client" : "broker",
+                       f->channel, amqp_strerror(rc));
+        return;
+    }
+    if (f->channel == 0) {
+        if (from == SIDE_CLIENT)
+            client_method(ax, NULL, &m, in, len);
+        else
+            forward(NULL, from, ax, in, len);
+        return;
+    }
+    struct achan *ch = chan_get(ax, f->channel, true);
+    if (ch == NULL) {
+        protocol_error(ax, "cannot track channel %u", f->channel);
+        return;
+    }
+    if (closing_by_twice(ax, ch, from, &m, in, len))
+        return;
+    if (from == SIDE_CLIENT)
+        client_method(ax, ch, &m, in, len);
+    else
+        broker_method(ax, ch, &m, in, len);
+}
+
+static void on_frame(struct amqp_px *ax, int from, const struct amqp_frame *f, struct evbuffer *in,
+                     size_t len)
+{
+    if (f->type == AMQP_FRAME_METHOD) {
+        on_method(ax, from, f, in, len);
+        return;
+    }
+    if (f->type == AMQP_FRAME_HEARTBEAT || f->channel == 0) {
+        forward(NULL, from, ax, in, len);
+        return;
+    }
+    struct achan *ch = chan_get(ax, f->channel, true);
+    if (ch == NULL) {
+        protocol_error(ax, "cannot track channel %u", f->channel);
+        return;
+    }
+    if (closing_by_twice(ax, ch, from, NULL, in, len))
+        return;
+    if (f->type == AMQP_FRAME_HEADER)
+        content_header(ax, ch, from, f, in, len);
+    else
+        content_body(ax, ch, from, f, in, len);
+}
+
+/* A body frame whose fate is known goes on by count: no pull-up, no copy. */
+static bool body_fast_path(struct amqp_px *ax, int from, struct evbuffer *in, const uint8_t *hdr,
+                           size_t len)
+{
+    if (hdr[0] != AMQP_FRAME_BODY)
+        return false;
+    uint16_t id = (uint16_t)(hdr[1] << 8 | hdr[2]);
+    struct achan *ch = chan_get(ax, id, false);
+    if (ch == NULL || !ch->content[from].active || !ch->content[from].decided ||
+        ch->content[from].fate != FATE_FORWARD || ch->held[from] != NULL || ch->closed_for_client ||
+        ch->swallow_broker_close_ok)
+        return false;
+    struct evbuffer_ptr end;
+    uint8_t octet = 0;
+    if (evbuffer_ptr_set(in, &end, len - 1, EVBUFFER_PTR_SET) != 0 ||
+        evbuffer_copyout_from(in, &end, &octet, 1) != 1 || octet != AMQP_FRAME_END)
+        return false; /* the slow path reports it */
+    uint64_t size = len - AMQP_FRAME_OVERHEAD;
+    struct content *c = &ch->content[from];
+    if (size > c->body_left)
+        return false;
+    c->body_left -= size;
+    evbuffer_remove_buffer(in, ax->xfer[other((enum session_side)from)], len);
+    if (c->body_left == 0)
+        content_end(ax, ch, from);
+    return true;
+}
+
+static bool protocol_header(struct amqp_px *ax, struct evbuffer *in)
+{
+    uint8_t hdr[AMQP_PROTOCOL_HEADER_SIZE];
+    size_t have = evbuffer_copyout(in, hdr, sizeof(hdr)) < 0 ? 0 : evbuffer_get_length(in);
+    int rc = amqp_protocol_header_check(hdr, have < sizeof(hdr) ? have : sizeof(hdr));
+    if (rc == 0)
+        return false;
+    if (rc < 0) {
+        protocol_error(ax, "client did not open with the AMQP 0-9-1 protocol header");
+        return false;
+    }
+    evbuffer_remove_buffer(in, ax->xfer[SIDE_UPSTREAM], AMQP_PROTOCOL_HEADER_SIZE);
+    ax->header_done = true;
+    return true;
+}
+
+static void amqp_process(void *state, enum session_side from, struct evbuffer *in)
+{
+    struct amqp_px *ax = state;
+    if (from == SIDE_CLIENT && !ax->header_done && !protocol_header(ax, in)) {
+        send_flush(ax, SIDE_UPSTREAM);
+        return;
+    }
+    uint32_t limit = ax->frame_max + AMQP_FRAME_SIZE_FUDGE;
+    while (alive(ax)) {
+        size_t have = evbuffer_get_length(in);
+        if (have < AMQP_FRAME_HEADER_SIZE)
+            break;
+        uint8_t hdr[AMQP_FRAME_HEADER_SIZE];
+        evbuffer_copyout(in, hdr, sizeof(hdr));
+        uint32_t size =
+            (uint32_t)hdr[3] << 24 | (uint32_t)hdr[4] << 16 | (uint32_t)hdr[5] << 8 | hdr[6];
+        if (size > amqp_frame_payload_max(limit)) {
+            protocol_error(ax, "%s frame of %u bytes over frame_max %u",
+                           from == SIDE_CLIENT ? "client" : "broker", size, ax->frame_max);
+            break;
+        }
+        size_t len = (size_t)size + AMQP_FRAME_OVERHEAD;
+        if (have < len)
+            break;
+        if (body_fast_path(ax, from, in, hdr, len))
+            continue;
+        struct amqp_frame f;
+        int rc = amqp_frame_parse(evbuffer_pullup(in, (ev_ssize_t)len), len, limit, &f);
+        if (rc != 1) {
+            protocol_error(ax, "%s sent a bad frame: %s", from == SIDE_CLIENT ? "client" : "broker",
+                           amqp_strerror(rc));
+            break;
+        }
+        on_frame(ax, from, &f, in, len);
+    }
+    if (!alive(ax))
+        return;
+    send_flush(ax, SIDE_UPSTREAM);
+    send_flush(ax, SIDE_CLIENT);
+}
+
+/* ---- codec ops --------------------------------------------------------- */
+
+static void *amqp_open(struct session *s)
+{
+    struct amqp_px *ax = calloc(1, sizeof(*ax));
+    if (ax == NULL)
+        return NULL;
+    ax->s = s;
+    ax->frame_max = AMQP_FRAME_MIN_SIZE;
+    ax->xfer[0] = evbuffer_new();
+    ax->xfer[1] = evbuffer_new();
+    if (ax->xfer[0] == NULL || ax->xfer[1] == NULL) {
+        if (ax->xfer[0] != NULL)
+            evbuffer_free(ax->xfer[0]);
+        if (ax->xfer[1] != NULL)
+            evbuffer_free(ax->xfer[1]);
+        free(ax);
+        return NULL;
+    }
+    return ax;
+}
+
+static void amqp_stop(void *state)
+{
+    struct amqp_px *ax = state;
+    ax->stopped = true;
+    /* Timers may be on the stack: only disarm them here; free frees. */
+    for (size_t i = 0; i < ax->n_chans; i++) {
+        struct achan *ch = ax->chans[i];
+        for (int d = 0; d < 2; d++)
+            if (ch->held_timer[d] != NULL)
+                event_del(ch->held_timer[d]);
+    }
+}
+
+static void amqp_free(void *state)
+{
+    struct amqp_px *ax = state;
+    for (size_t i = 0; i < ax->n_chans; i++)
+        chan_free(ax->chans[i]);
+    free(ax->chans);
+    evbuffer_free(ax->xfer[0]);
+    evbuffer_free(ax->xfer[1]);
+    free(ax);
+}
+
+const struct codec_ops amqp_codec_ops = {
+    .name = "amqp",
+    .open = amqp_open,
+    .stop = amqp_stop,
+    .free = amqp_free,
+    .process = amqp_process,
+};
