@@ -388,7 +388,8 @@ static void on_write(struct bufferevent *bev, void *arg)
         if (s->state != SESSION_RELAYING || src->paused)
             return;
     }
-    if (src->eof && !s->end[to].shut && s->shaper[from] == NULL) {
+    bool eof_due = src->eof && (s->shaper[from] == NULL || shaper_eof_passed(s->shaper[from]));
+    if (eof_due && !s->end[to].shut) {
         if (pending == 0) {
             shut_write(s, to);
             maybe_finish(s);

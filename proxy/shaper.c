@@ -38,6 +38,8 @@ struct shaper {
     uint64_t passed;    /* bytes accepted, for `limit` */
     bool eof;           /* `from` sent EOF */
     bool eof_done;
+    bool limit_reached; /* `limit` let its bytes in: close once they left */
+    bool limit_done;
     uint64_t eof_at_ms; /* slow-close: when the EOF may go on */
     uint64_t rng;       /* jitter */
 };
@@ -189,6 +191,17 @@ static size_t bandwidth_allows(struct shaper *sh, size_t want, uint64_t now)
     return n;
 }
 
+/* Once the bytes `limit` let through have left, the connection is cut.
+ * Returns true when it was. */
+static bool maybe_cut(struct shaper *sh)
+{
+    if (!sh->limit_reached || sh->limit_done || evbuffer_get_length(sh->held) > 0)
+        return false;
+    sh->limit_done = true;
+    session_shaper_limit(sh->s, sh->from, sh->fx.limit_rule, sh->fx.limit_bytes);
+    return true;
+}
+
 static void maybe_pass_eof(struct shaper *sh, uint64_t now)
 {
     if (!sh->eof || sh->eof_done || evbuffer_get_length(sh->held) > 0)
@@ -248,7 +261,8 @@ static void pump(struct shaper *sh)
             return;
         }
     }
-    maybe_pass_eof(sh, now);
+    if (!maybe_cut(sh))
+        maybe_pass_eof(sh, now);
 }
 
 static void on_timer(evutil_socket_t fd, short what, void *arg)
@@ -286,19 +300,19 @@ void shaper_push(struct shaper *sh, struct evbuffer *in)
     size_t n = evbuffer_get_length(in);
     if (n == 0)
         return;
-    if (sh->fx.has_limit && sh->passed + n >= sh->fx.limit_bytes) {
-        size_t keep = (size_t)(sh->fx.limit_bytes - sh->passed);
-        evbuffer_remove_buffer(in, sh->held, keep);
-        queue_push(sh, now_ms(), keep);
-        evbuffer_drain(in, evbuffer_get_length(in));
-        sh->passed = sh->fx.limit_bytes;
-        pump(sh);
-        session_shaper_limit(sh->s, sh->from, sh->fx.limit_rule, sh->fx.limit_bytes);
+    if (sh->limit_reached) {
+        evbuffer_drain(in, n); /* past the limit: the connection is being cut */
         return;
+    }
+    if (sh->fx.has_limit && sh->passed + n >= sh->fx.limit_bytes) {
+        /* The bytes up to the limit still go through the other faults. */
+        n = (size_t)(sh->fx.limit_bytes - sh->passed);
+        sh->limit_reached = true;
     }
     sh->passed += n;
     if (sh->fx.blackhole) {
-        evbuffer_drain(in, n);
+        evbuffer_drain(in, evbuffer_get_length(in));
+        maybe_cut(sh);
         return;
     }
     uint64_t now = now_ms();
@@ -306,8 +320,14 @@ void shaper_push(struct shaper *sh, struct evbuffer *in)
         session_shaper_limit(sh->s, sh->from, NULL, 0);
         return;
     }
-    evbuffer_add_buffer(sh->held, in);
+    evbuffer_remove_buffer(in, sh->held, n);
+    evbuffer_drain(in, evbuffer_get_length(in)); /* past the limit */
     pump(sh);
+}
+
+bool shaper_eof_passed(const struct shaper *sh)
+{
+    return sh->eof_done;
 }
 
 void shaper_eof(struct shaper *sh)

@@ -7,7 +7,7 @@
  *
  *   latency D jitter J   each chunk is released D±J after it was read, in
  *                        order (a chunk never overtakes an earlier one)
- *   bandwidth R          at most R bytes per second (token bucket, 1 s burst)
+ *   bandwidth R          at most R bytes per second (token bucket, 50 ms burst)
  *   slice N [delay D]    N bytes at a time, each written on its own once the
  *                        previous slice has left, D apart
  *   blackhole            bytes are read and dropped; the connection stays up
@@ -60,6 +60,9 @@ size_t shaper_held(const struct shaper *sh);
 /* `from` sent EOF: pass it on once everything held has been released (and
  * after slow-close).  Calls session_shaper_eof() when it is time. */
 void shaper_eof(struct shaper *sh);
+
+/* Whether the EOF of `from` has been passed on (see shaper_eof). */
+bool shaper_eof_passed(const struct shaper *sh);
 
 /* The output toward the other side drained (slicing waits for this). */
 void shaper_output_drained(struct shaper *sh);
