@@ -365,8 +365,30 @@ static void on_request(struct evhttp_request *req, void *arg)
     route(px, req, evhttp_request_get_command(req), path);
 }
 
+static void free_retired(evutil_socket_t fd, short what, void *arg)
+{
+    (void)fd;
+    (void)what;
+    struct proxy *px = arg;
+    while (px->admin_retired_n > 0)
+        evhttp_free(px->admin_retired[--px->admin_retired_n]);
+}
+
+/* Free the server `http` once the current request (possibly one of its
+ * own, e.g. a POST /reload that moved the API) has been answered: freeing
+ * it from inside its own callback would take the reply down with it. */
+static void retire(struct proxy *px, struct evhttp *http)
+{
+    if (px->admin_retired_n == ADMIN_MAX_RETIRED)
+        free_retired(-1, 0, px);
+    px->admin_retired[px->admin_retired_n++] = http;
+    struct timeval tv = {.tv_sec = 1, .tv_usec = 0};
+    event_base_once(px->base, -1, EV_TIMEOUT, free_retired, px, &tv);
+}
+
 void admin_stop(struct proxy *px)
 {
+    free_retired(-1, 0, px);
     if (px->admin_http != NULL) {
         evhttp_free(px->admin_http);
         px->admin_http = NULL;
@@ -378,7 +400,10 @@ int admin_apply(struct proxy *px, char *err, size_t errlen)
 {
     const struct conf *c = px->conf->conf;
     if (!c->has_admin) {
-        admin_stop(px);
+        if (px->admin_http != NULL)
+            retire(px, px->admin_http);
+        px->admin_http = NULL;
+        px->admin_addr[0] = '\0';
         return 0;
     }
     char addr[300];
@@ -398,7 +423,8 @@ int admin_apply(struct proxy *px, char *err, size_t errlen)
         evhttp_free(http);
         return -1;
     }
-    admin_stop(px);
+    if (px->admin_http != NULL)
+        retire(px, px->admin_http);
     px->admin_http = http;
     snprintf(px->admin_addr, sizeof(px->admin_addr), "%s", addr);
     log_msg(LOG_INFO, "admin listening", "addr=%s auth=%s", addr,

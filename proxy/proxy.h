@@ -60,6 +60,9 @@ struct listener {
     struct listener *next; /* in px->listeners while open */
 };
 
+/* Admin servers replaced by a reload, freed once their replies are out. */
+#define ADMIN_MAX_RETIRED 8
+
 /* Counters of one listener name, kept across reloads. */
 struct listener_stats {
     char name[72];
@@ -91,6 +94,8 @@ struct proxy {
     uint64_t events[RULE_EV_COUNT];
     struct listener_stats *stats;
     struct evhttp *admin_http;
+    struct evhttp *admin_retired[ADMIN_MAX_RETIRED]; /* freed after their last reply */
+    unsigned admin_retired_n;
     char admin_addr[300];
     unsigned n_sessions;
     uint64_t next_session_id;
