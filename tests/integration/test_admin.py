@@ -1,0 +1,450 @@
+#!/usr/bin/python3
+"""The admin HTTP API, through real HTTP calls, judged by what a user notices
+on the proxied connections (an echo upstream behind `protocol tcp`):
+
+- /healthz; bearer token: 401 without / with a wrong token, even for POSTs
+  (which then change nothing), 200 with the right one;
+- POST /rules/NAME/disable|enable: new connections fast / slow again, open
+  connections keep what they got; 404 for an unknown rule;
+- POST /faults/off|on: the kill switch, which also survives PUT and reload;
+- PUT /rules: new rules apply to new connections, counters of same-named
+  rules carry over; a broken body is a 400 with every `PUT /rules:LINE:COL`
+  diagnostic and changes nothing;
+- GET /rules counters, GET /metrics (valid Prometheus text, right values),
+  GET /stats (JSON, connection counts);
+- POST /reload and SIGHUP after editing the file; a broken file is a 400 /
+  `reload failed` and the old behaviour stays;
+- ~20 MB through twice while it reloads a dozen times: intact, no session
+  closed abnormally.
+"""
+
+import json
+import os
+import re
+import signal
+import sys
+import time
+import unittest
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import harness as h  # noqa: E402
+import faultkit as fk  # noqa: E402
+
+LAT = 0.4          # seconds of the `lat` rule
+SLOW_MIN = 0.37    # a connection with the rule takes at least this
+FAST_MAX = 0.25    # a connection without it takes less (loose: shared machine)
+
+LAT_RULE = fk.rule_block("lat", "echo", "stream downstream", "do latency 400ms")
+
+
+class AdminTest(h.TestCase):
+
+    def setUp(self):
+        super().setUp()
+        self.echo = h.EchoServer(name="admin-echo")
+        self.addCleanup(self.echo.close)
+
+    def start(self, rules=(LAT_RULE,), token=fk.TOKEN, extra_listeners=(), seed=3):
+        self.admin_port = h.free_port()
+        self.echo_port = h.free_port()
+        blocks = [h.listen_block("echo", self.echo_port, self.echo.port)]
+        blocks += list(extra_listeners)
+        self.conf = fk.conf_text(blocks, rules, seed=seed, admin_port=self.admin_port, token=token)
+        t = self.twice(self.conf)
+        t.wait_for_log(r"msg=\"admin listening\"")
+        self.api = fk.Admin(self.admin_port, token)
+        return t
+
+    def rtt(self, port=None):
+        return fk.echo_rtt(port or self.echo_port)
+
+    def assert_slow(self, port=None, what=""):
+        dt, addr = self.rtt(port)
+        self.assertGreaterEqual(dt, SLOW_MIN, "%s: a new connection took %.3fs, the latency rule "
+                                "did not apply" % (what, dt))
+        return addr
+
+    def assert_fast(self, port=None, what=""):
+        dt, addr = self.rtt(port)
+        self.assertLess(dt, FAST_MAX, "%s: a new connection took %.3fs although no rule should "
+                        "apply" % (what, dt))
+        return addr
+
+    def ok(self, resp, code=200):
+        st, hdrs, body = resp
+        self.assertEqual(st, code, "HTTP %s (want %s): %s" % (st, code, body))
+        return body
+
+    # ---------------------------------------------------------------------
+
+    def test_healthz_and_token(self):
+        t = self.start()
+        body = self.ok(self.api.get("/healthz"))
+        self.assertEqual(body.strip(), "ok")
+        for tok in (None, "wrong-token-wrong-token", fk.TOKEN[:-1], fk.TOKEN + "x", ""):
+            st, hdrs, body = self.api.get("/healthz", token=tok)
+            self.assertEqual(st, 401, "token %r: %s %s" % (tok, st, body))
+            self.assertIn("bearer", hdrs.get("www-authenticate", "").lower())
+            self.assertEqual(self.api.get("/rules", token=tok)[0], 401)
+            self.assertEqual(self.api.get("/metrics", token=tok)[0], 401)
+        # Basic auth with the token is not a bearer token
+        st, _, _ = self.api.get("/healthz", token=None,
+                                headers={"Authorization": "Basic %s" % fk.TOKEN})
+        self.assertEqual(st, 401)
+        # state-changing calls without the token change nothing
+        self.assertEqual(self.api.post("/faults/off", token=None)[0], 401)
+        self.assertEqual(self.api.post("/rules/lat/disable", token="nope-nope-nope-nope")[0], 401)
+        self.assertEqual(self.api.put("/rules", "", token=None)[0], 401)
+        self.assertEqual(self.api.post("/reload", token=None)[0], 401)
+        rules = self.api.json("/rules")
+        self.assertTrue(rules["faults_enabled"])
+        self.assertEqual([(r["name"], r["enabled"]) for r in rules["rules"]], [("lat", True)])
+        self.assert_slow(what="after unauthorized calls")
+        # unknown endpoints
+        self.assertEqual(self.api.get("/nope")[0], 404)
+        self.assertEqual(self.api.get("/rules/lat/disable")[0], 404)   # GET, not POST
+        self.assertNotEqual(self.api.request("DELETE", "/rules")[0], 200)
+        t.stop()
+
+    def test_no_token_configured(self):
+        t = self.start(token=None)
+        self.assertEqual(self.ok(self.api.get("/healthz")).strip(), "ok")
+        self.ok(self.api.get("/rules"))
+        t.stop()
+
+    def test_rule_disabled_in_file(self):
+        rule = fk.rule_block("lat", "echo", "stream downstream", "disabled", "do latency 400ms")
+        t = self.start(rules=(rule,))
+        self.assertFalse(self.api.rule("lat")["enabled"])
+        self.assert_fast(what="rule written `disabled`")
+        self.ok(self.api.post("/rules/lat/enable"))
+        self.assert_slow(what="`disabled` rule enabled through the API")
+        t.stop()
+
+    def test_check_admin_settings(self):
+        """`twice check`: a non-loopback admin address needs a token; a token
+        is at least 16 characters."""
+        listen = h.listen_block("echo", h.free_port(), 1)
+        cases = [
+            ("admin 0.0.0.0:%d\n" % h.free_port(), False),
+            ("admin 0.0.0.0:%d\nadmin-token %s\n" % (h.free_port(), fk.TOKEN), True),
+            ("admin 127.0.0.1:%d\nadmin-token short\n" % h.free_port(), False),
+            ("admin 127.0.0.1:%d\n" % h.free_port(), True),
+        ]
+        for i, (head, valid) in enumerate(cases):
+            path = os.path.join(self.tmp, "check-%d.conf" % i)
+            with open(path, "w") as f:
+                f.write(head + listen)
+            r = h.run_twice(["check", "-c", path])
+            out = (r.stdout + r.stderr).decode()
+            self.assertEqual(r.returncode, 0 if valid else 1, "%r:\n%s" % (head, out))
+            if not valid:
+                self.assertRegex(out, r"%s:\d+:\d+: error: " % re.escape(path))
+
+    def test_disable_enable(self):
+        t = self.start()
+        # a connection opened while the rule is on keeps it
+        early = h.connect(self.echo_port)
+        self.addCleanup(early.close)
+        early.sendall(b"x")
+        self.assertEqual(h.recv_exact(early, 1), b"x")
+        self.assert_slow(what="rule on")
+
+        body = self.ok(self.api.post("/rules/lat/disable"))
+        self.assertEqual(json.loads(body), {"rule": "lat", "enabled": False})
+        self.assertFalse(self.api.rule("lat")["enabled"])
+        before = len(fk.fault_records(t))
+        for _ in range(3):
+            self.assert_fast(what="rule disabled")
+        self.assertEqual(len(fk.fault_records(t)), before, "a disabled rule logged a fault")
+        # the early connection still has its latency
+        t0 = time.monotonic()
+        early.sendall(b"y")
+        self.assertEqual(h.recv_exact(early, 1), b"y")
+        self.assertGreaterEqual(time.monotonic() - t0, SLOW_MIN,
+                                "disabling a rule changed a connection opened before")
+
+        self.ok(self.api.post("/rules/lat/enable"))
+        self.assertTrue(self.api.rule("lat")["enabled"])
+        self.assert_slow(what="rule enabled again")
+
+        self.assertEqual(self.api.post("/rules/nosuch/disable")[0], 404)
+        self.assertEqual(self.api.post("/rules/lat/toggle")[0], 404)
+        self.assertEqual(self.api.post("/rules//disable")[0], 404)
+        self.assert_slow(what="after 404s")
+        t.wait_for_log(r"msg=\"rule disabled\" rule=lat source=admin")
+        early.close()
+        t.stop()
+
+    def test_kill_switch(self):
+        t = self.start()
+        self.assert_slow(what="faults on")
+        self.assertEqual(json.loads(self.ok(self.api.post("/faults/off"))), {"faults_enabled": False})
+        self.assertFalse(self.api.json("/rules")["faults_enabled"])
+        n_faults = len(fk.fault_records(t))
+        self.assert_fast(what="faults off")
+        self.assert_fast(what="faults off")
+        # the switch stays off across PUT /rules and a reload
+        self.ok(self.api.put("/rules", fk.rule_block("lat", "echo", "stream downstream",
+                                                     "do latency 400ms")))
+        self.assertFalse(self.api.json("/rules")["faults_enabled"])
+        self.assert_fast(what="faults off, after PUT /rules")
+        self.ok(self.api.post("/reload"))
+        self.assertFalse(self.api.json("/rules")["faults_enabled"])
+        self.assert_fast(what="faults off, after reload")
+        self.assertEqual(len(fk.fault_records(t)), n_faults, "faults logged while switched off")
+        self.ok(self.api.post("/faults/on"))
+        self.assertTrue(self.api.json("/rules")["faults_enabled"])
+        self.assert_slow(what="faults on again")
+        t.stop()
+
+    def test_put_rules(self):
+        t = self.start()
+        self.assert_slow(what="initial rule")
+        new = fk.rule_block("lat2", "echo", "stream downstream", "do latency 250ms")
+        body = self.ok(self.api.put("/rules", new))
+        self.assertEqual(json.loads(body), {"rules": 1})
+        t.wait_for_log(r"msg=\"rules replaced\" source=admin")
+        rules = self.api.json("/rules")["rules"]
+        self.assertEqual([r["name"] for r in rules], ["lat2"])
+        self.assertEqual((rules[0]["listener"], rules[0]["action"], rules[0]["event"]),
+                         ("echo", "latency", "stream"))
+        self.assertIn("250ms", rules[0]["detail"])
+        dt, addr = self.rtt()
+        self.assertGreaterEqual(dt, 0.23)
+        sid = fk.sid_of(t, addr)
+        self.assertEqual([r["rule"] for r in fk.fault_records(t, sid=sid)], ["lat2"])
+        self.assertEqual(self.api.rule("lat2")["faults"], 1)
+
+        # a body with two mistakes: 400, both reported, nothing changes
+        bad = ("rule bad on echo {\n"        # line 1
+               "  do latncy 100ms\n"         # line 2: unknown action at col 6
+               "}\n"
+               "rule worse on nosuch {\n"    # line 4: unknown listener
+               "  do latency 100ms\n"
+               "}\n")
+        st, _, text = self.api.put("/rules", bad)
+        self.assertEqual(st, 400, text)
+        self.assertRegex(text, r"(?m)^PUT /rules:2:6: error: ")
+        self.assertRegex(text, r"(?m)^PUT /rules:4:\d+: error: .*nosuch")
+        self.assertEqual(len(re.findall(r"(?m)^PUT /rules:\d+:\d+: error: ", text)), 2, text)
+        self.assertEqual([r["name"] for r in self.api.json("/rules")["rules"]], ["lat2"])
+        dt, _ = self.rtt()
+        self.assertGreaterEqual(dt, 0.23, "the old rules stopped applying after a rejected PUT")
+        # a listen block is not a rule
+        st, _, text = self.api.put("/rules", h.listen_block("x", h.free_port(), 1))
+        self.assertEqual(st, 400, text)
+        self.assertEqual([r["name"] for r in self.api.json("/rules")["rules"]], ["lat2"])
+
+        # same name again: counters carry over; a new rule starts at 0
+        both = new + fk.rule_block("other", "echo", "stream upstream", "do latency 1ms", "nth 1000")
+        self.assertEqual(json.loads(self.ok(self.api.put("/rules", both))), {"rules": 2})
+        r = self.api.rule("lat2")
+        self.assertGreaterEqual(r["seen"], 2)
+        self.assertEqual(r["faults"], 2)
+        self.assertEqual((self.api.rule("other")["seen"], self.api.rule("other")["faults"]), (0, 0))
+
+        # no rules at all: everything fast
+        self.assertEqual(json.loads(self.ok(self.api.put("/rules", ""))), {"rules": 0})
+        self.assertEqual(self.api.json("/rules")["rules"], [])
+        self.assert_fast(what="all rules removed by PUT")
+        t.stop()
+
+    def test_counters_metrics_stats(self):
+        other_port = h.free_port()
+        rule = fk.rule_block("lat", "echo", "stream downstream", "every 2", "do latency 100ms")
+        t = self.start(rules=(rule,),
+                       extra_listeners=(h.listen_block("other", other_port, self.echo.port),))
+        payload = b"hello"
+        for _ in range(4):
+            fk.echo_rtt(self.echo_port, payload)
+        for _ in range(2):
+            fk.echo_rtt(other_port, payload)
+        fk.wait_closed_sids(t, range(1, 7))
+        r = self.api.rule("lat")
+        self.assertEqual((r["seen"], r["faults"]), (4, 2), r)
+        self.assertEqual(fk.fault_sids(t, rule="lat"), [2, 4])
+
+        # one connection held open
+        held = h.connect(other_port)
+        self.addCleanup(held.close)
+        held.sendall(payload)
+        h.recv_exact(held, len(payload))
+
+        st, hdrs, text = self.api.get("/metrics")
+        self.assertEqual(st, 200)
+        self.assertTrue(hdrs.get("content-type", "").startswith("text/plain"), hdrs)
+        types, samples = fk.parse_prometheus(text)
+        self.assertEqual(types.get("twice_faults_total"), "counter")
+        self.assertEqual(types.get("twice_events_total"), "counter")
+        self.assertEqual(types.get("twice_connections_total"), "counter")
+        self.assertEqual(types.get("twice_connections_open"), "gauge")
+        self.assertEqual(types.get("twice_bytes_total"), "counter")
+        pv = lambda name, **lb: fk.prom_value(samples, name, **lb)  # noqa: E731
+        self.assertEqual(pv("twice_faults_total", rule="lat", action="latency", listener="echo"), 2)
+        self.assertEqual(pv("twice_connections_total", listener="echo"), 4)
+        self.assertEqual(pv("twice_connections_total", listener="other"), 3)
+        self.assertEqual(pv("twice_connections_open", listener="echo"), 0)
+        self.assertEqual(pv("twice_connections_open", listener="other"), 1)
+        self.assertEqual(pv("twice_bytes_total", listener="echo", direction="upstream"), 4 * len(payload))
+        self.assertEqual(pv("twice_bytes_total", listener="echo", direction="downstream"), 4 * len(payload))
+        self.assertEqual(pv("twice_bytes_total", listener="other", direction="upstream"), 3 * len(payload))
+        self.assertEqual(pv("twice_events_total", kind="stream"), 7)
+        self.assertEqual(pv("twice_events_total", kind="connect"), 7)
+
+        stats = self.api.json("/stats")
+        self.assertGreater(stats["uptime_ms"], 0)
+        self.assertEqual(stats["sessions_open"], 1)
+        self.assertEqual(stats["listeners"]["echo"],
+                         {"connections": 4, "open": 0, "bytes_up": 20, "bytes_down": 20})
+        self.assertEqual(stats["listeners"]["other"]["connections"], 3)
+        self.assertEqual(stats["listeners"]["other"]["open"], 1)
+        self.assertEqual(stats["events"]["stream"], 7)
+        self.assertTrue(stats["faults_enabled"])
+        self.assertEqual([(x["name"], x["seen"], x["faults"]) for x in stats["rules"]], [("lat", 4, 2)])
+        held.close()
+        h.wait_until(lambda: self.api.json("/stats")["sessions_open"] == 0, 10, what="sessions_open 0")
+        time.sleep(0.05)
+        self.assertGreater(self.api.json("/stats")["uptime_ms"], stats["uptime_ms"])
+        t.stop()
+
+    def test_reload_from_file(self):
+        other_port = h.free_port()
+        extra = (h.listen_block("other", other_port, self.echo.port),)
+        t = self.start(extra_listeners=extra)
+        self.assert_fast(other_port, "other before reload")
+        added = fk.rule_block("lat_other", "other", "stream downstream", "do latency 400ms")
+        t.write_config(self.conf + added)
+        self.assertEqual(json.loads(self.ok(self.api.post("/reload"))), {"reloaded": True})
+        self.assert_slow(other_port, "rule added by POST /reload")
+        self.assert_slow(self.echo_port, "kept rule after reload")
+        self.assertEqual(sorted(r["name"] for r in self.api.json("/rules")["rules"]),
+                         ["lat", "lat_other"])
+
+        # a broken file: 400 with the diagnostic, nothing changes
+        broken = self.conf + added + "rule typo on other {\n  do latency\n}\n"
+        t.write_config(broken)
+        line = broken.count("\n", 0, broken.index("  do latency\n")) + 1
+        st, _, text = self.api.post("/reload")
+        self.assertEqual(st, 400, text)
+        self.assertRegex(text, r"%s:%d:\d+: error: " % (re.escape(t.conf_path), line))
+        t.wait_for_log(r"msg=\"reload failed\"")
+        self.assert_slow(other_port, "after a failed reload")
+        # SIGHUP with the broken file: logged, nothing changes
+        n_failed = len(t.log_records("reload failed"))
+        t.signal(signal.SIGHUP)
+        t.wait_for_log(r"msg=\"reload failed\"", count=n_failed + 1)
+        self.assert_slow(other_port, "after a failed SIGHUP reload")
+        self.assertIsNone(t.proc.poll())
+        # fixed file, removing the rule: SIGHUP applies it
+        n_ok = len(t.log_records("reloaded"))
+        t.write_config(self.conf)
+        t.signal(signal.SIGHUP)
+        t.wait_for_log(r"msg=reloaded", count=n_ok + 1)
+        self.assert_fast(other_port, "rule removed by SIGHUP reload")
+        self.assertEqual([r["name"] for r in self.api.json("/rules")["rules"]], ["lat"])
+        t.stop()
+
+    def test_reload_moves_admin_and_token(self):
+        """A reload that changes `admin` / `admin-token` moves the API and
+        switches the token; the proxy keeps running either way."""
+        t = self.start()
+        a2, a3 = h.free_port(), h.free_port()
+        tok2 = "fedcba9876543210fedcba98"
+        # SIGHUP: new address and token
+        conf2 = self.conf.replace("admin 127.0.0.1:%d" % self.admin_port, "admin 127.0.0.1:%d" % a2)
+        conf2 = conf2.replace(fk.TOKEN, tok2)
+        t.write_config(conf2)
+        n = len(t.log_records("reloaded"))
+        t.signal(signal.SIGHUP)
+        t.wait_for_log(r"msg=reloaded", count=n + 1)
+        api2 = fk.Admin(a2, tok2)
+        h.wait_until(lambda: h.port_open(a2), 5, what="admin API on its new port")
+        self.assertEqual(self.ok(api2.get("/healthz")).strip(), "ok")
+        self.assertEqual(api2.get("/healthz", token=fk.TOKEN)[0], 401, "the old token still works")
+        h.wait_until(lambda: not h.port_open(self.admin_port), 5, what="old admin port closed")
+        self.assert_slow(what="after moving the admin API")
+        # POST /reload on the API that the reload itself moves
+        conf3 = conf2.replace("admin 127.0.0.1:%d" % a2, "admin 127.0.0.1:%d" % a3)
+        t.write_config(conf3)
+        try:
+            resp = api2.post("/reload")
+        except OSError as e:   # http.client.RemoteDisconnected is an OSError
+            resp = (None, {}, repr(e))
+        time.sleep(0.3)
+        self.assertIsNone(t.proc.poll(), "twice died (rc=%s) handling a POST /reload that moves the "
+                          "admin API; POST answered %r; log:\n%s" % (t.proc.poll(), resp, t.log_tail(15)))
+        self.assertEqual(resp[0], 200, "POST /reload that moves the admin API: %r" % (resp,))
+        api3 = fk.Admin(a3, tok2)
+        h.wait_until(lambda: h.port_open(a3), 5, what="admin API on its third port")
+        self.assertEqual(self.ok(api3.get("/healthz")).strip(), "ok")
+        self.assert_slow(what="after POST /reload moved the admin API")
+        t.stop()
+
+    def test_reload_under_traffic(self):
+        """~20 MB cross twice while it reloads (SIGHUP and POST /reload) a
+        dozen times, with a file that changes every time (a listener comes and
+        goes, a rule changes): the transfer is intact and no session ends
+        abnormally."""
+        hs = h.HashServer(name="admin-hash")
+        self.addCleanup(hs.close)
+        bulk_port, extra_port = h.free_port(), h.free_port()
+        bulk = h.listen_block("bulk", bulk_port, hs.port)
+        shaped = fk.rule_block("shape", "bulk", "do bandwidth 5MB/s")
+        t = self.start(rules=(LAT_RULE, shaped), extra_listeners=(bulk,))
+        base = self.conf
+        variant = (base + h.listen_block("extra", extra_port, self.echo.port)
+                   + fk.rule_block("lat_extra", "extra", "do latency 10ms"))
+        variant = variant.replace("do latency 400ms", "do latency 400ms jitter 10ms")
+
+        sock = h.connect(bulk_port, timeout=60)
+        self.addCleanup(sock.close)
+        addr = h.client_addr(sock)
+        size = 10 * h.MiB
+        job = fk.Bg(h.hash_exchange, sock, size, size, concurrent=True, pattern=True, seed=11,
+                    upload_seed=12, timeout=60)
+        t0 = time.monotonic()
+        job.start()
+        n_ok0 = len(t.log_records("reloaded"))
+        during = 0
+        i = 0
+        while job.is_alive() or i < 10:
+            t.write_config(variant if i % 2 == 0 else base)
+            if i % 3 == 2:
+                self.ok(self.api.post("/reload"))
+            else:
+                n = len(t.log_records("reloaded"))
+                t.signal(signal.SIGHUP)
+                t.wait_for_log(r"msg=reloaded", count=n + 1)
+            if job.is_alive():
+                during += 1
+            i += 1
+            if i > 400:
+                break
+            time.sleep(0.05)
+        job.join(120)
+        dt = time.monotonic() - t0
+        h.log("transfer of 2 x %d bytes took %.2fs, %d reloads (%d during the transfer)" % (
+            size, dt, i, during))
+        self.assertIsNone(job.error)
+        res = job.result
+        self.assertEqual(h.exchange_problems(res), [], res)
+        self.assertGreaterEqual(during, 8, "the transfer ended before the reloads could overlap it")
+        self.assertEqual(len(t.log_records("reloaded")) - n_ok0, i)
+        self.assertEqual(t.log_records("reload failed"), [])
+        sock.close()
+        rec = t.wait_sessions([addr])[addr]
+        self.assertIn(rec["reason"], ("client_closed", "upstream_closed"), rec)
+        self.assertEqual(int(rec["bytes_up"]), size + h.HASH_HDR.size)
+        self.assertEqual(int(rec["bytes_down"]), size + h.HASH_TRAILER.size)
+        bad = [r for r in t.log_records("session closed")
+               if r["reason"] not in ("client_closed", "upstream_closed")]
+        self.assertEqual(bad, [], "sessions closed abnormally during reloads")
+        # still serving, on the last configuration
+        self.assertIsNone(t.proc.poll())
+        self.assert_slow(what="after the reload storm")
+        t.stop()
+
+
+if __name__ == "__main__":
+    unittest.main(verbosity=2)

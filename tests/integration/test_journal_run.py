@@ -1,0 +1,307 @@
+#!/usr/bin/python3
+"""A run with `journal`, then `twice report` and `twice verdict` on it.
+
+twice runs with a journal, a fixed seed and faults on some connections of
+four tcp listeners (latency every 2nd connection, a byte limit on every
+connection, refusal of the first two connections, none).  Then:
+
+- while it runs, the journal on disk is flushed within ~1 s and decodes;
+- after SIGTERM, `twice report` shows the seed, the config file's sha256,
+  the fault count per rule equal to the `msg=fault` log lines, and the
+  connections by close reason equal to the `session closed` log lines;
+- `twice report --json` parses and agrees;
+- the journal, decoded independently here (varint framing + protobuf wire
+  format by hand), has 1 header + N records and the same facts;
+- a journal cut mid-record is reported as truncated, not as an error;
+- `twice verdict --journal J --effects E` with an empty effects file exits 0.
+"""
+
+import collections
+import hashlib
+import json
+import os
+import re
+import sys
+import time
+import unittest
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import harness as h  # noqa: E402
+import faultkit as fk  # noqa: E402
+
+SEED = 987654321
+
+
+class JournalRun(unittest.TestCase):
+
+    @classmethod
+    def setUpClass(cls):
+        t0 = time.monotonic()
+        cls.tmp = h.make_tmpdir("twice-it-journal-")
+        cls.echo = h.EchoServer(name="journal-echo")
+        cls.journal = os.path.join(cls.tmp, "journal.pb")
+        cls.ports = {n: h.free_port() for n in ("lat", "lim", "refuse", "plain")}
+        blocks = [h.listen_block(n, p, cls.echo.port) for n, p in cls.ports.items()]
+        rules = [
+            fk.rule_block("every2", "lat", "stream downstream", "every 2", "do latency 50ms"),
+            fk.rule_block("cut", "lim", "stream downstream", "do limit 4B"),
+            fk.rule_block("deny", "refuse", "when connect client=127.0.0.0/8", "first 2",
+                          "do close before"),
+        ]
+        conf = fk.conf_text(blocks, rules, seed=SEED, journal=cls.journal)
+        cls.t = t = h.start_twice(conf, cls.tmp)
+        cls.conf_path = t.conf_path
+        with open(t.conf_path, "rb") as f:
+            cls.conf_sha = hashlib.sha256(f.read()).hexdigest()
+        try:
+            cls._traffic()
+            # flushed while running (at least every second)
+            cls.mid_run = cls._wait_journal_complete()
+            t.stop()
+        finally:
+            t.kill()
+            cls.echo.close()
+        cls.faults = fk.fault_records(t)
+        cls.closes = fk.closed_records(t)
+        h.log("run + shutdown took %.1fs" % (time.monotonic() - t0))
+
+    @classmethod
+    def _traffic(cls):
+        payload = b"0123456789"
+        for _ in range(5):
+            fk.echo_rtt(cls.ports["lat"], payload)
+        for _ in range(3):
+            s = h.connect(cls.ports["lim"])
+            s.sendall(payload)
+            got = h.recv_all(s)
+            s.close()
+            assert got == payload[:4], got
+        for i in range(3):
+            s = h.connect(cls.ports["refuse"])
+            if i < 2:
+                h.wait_closed(s, 5)
+            else:
+                s.sendall(payload)
+                assert h.recv_exact(s, len(payload)) == payload
+            s.close()
+        for _ in range(2):
+            fk.echo_rtt(cls.ports["plain"], payload)
+        cls.n_conn = 13
+        fk.wait_closed_sids(cls.t, range(1, cls.n_conn + 1))
+        cls.closed_at = time.monotonic()
+
+    @classmethod
+    def _wait_journal_complete(cls):
+        """Decode the journal of the running proxy until it holds every
+        connect/close/fault record; returns (seconds after the last close, records)."""
+        deadline = time.monotonic() + 5
+        while True:
+            try:
+                header, recs, _ = fk.decode_journal(cls.journal)
+            except (OSError, ValueError):
+                header, recs = None, []
+            kinds = collections.Counter(r.get("kind") for r in recs)
+            if header is not None and kinds[1] == cls.n_conn and kinds[2] == cls.n_conn:
+                return time.monotonic() - cls.closed_at, len(recs)
+            if time.monotonic() > deadline:
+                raise AssertionError("journal of the running proxy incomplete after 5s: %r" % kinds)
+            time.sleep(0.1)
+
+    def run_twice(self, *args):
+        r = h.run_twice(list(args))
+        return r.returncode, r.stdout.decode(), r.stderr.decode()
+
+    def log_fault_counts(self):
+        return collections.Counter(r["rule"] for r in self.faults)
+
+    def log_reason_counts(self):
+        return collections.Counter(r["reason"] for r in self.closes)
+
+    # ---------------------------------------------------------------------
+
+    def test_run_produced_faults(self):
+        self.assertEqual(self.log_fault_counts(), {"every2": 2, "cut": 3, "deny": 2})
+        self.assertEqual(sorted(int(r["sid"]) for r in self.faults if r["rule"] == "every2"), [2, 4])
+        self.assertEqual(self.log_reason_counts()["fault"], 5)
+        self.assertEqual(len(self.closes), self.n_conn)
+
+    def test_flushed_while_running(self):
+        dt, n = self.mid_run
+        h.log("journal complete on disk %.2fs after the last close (%d records)" % (dt, n))
+        self.assertLess(dt, 3.0, "the journal was not flushed within ~1 s")
+
+    def test_report_text(self):
+        rc, out, err = self.run_twice("report", self.journal)
+        self.assertEqual(rc, 0, err)
+        h.log("report:\n" + out)
+        self.assertRegex(out, r"(?m)^seed\s+%d$" % SEED)
+        m = re.search(r"(?m)^config\s+(.*) sha256:([0-9a-f]{64})$", out)
+        self.assertIsNotNone(m, out)
+        self.assertEqual(m.group(1), self.conf_path)
+        self.assertEqual(m.group(2), self.conf_sha)
+        m = re.search(r"(?m)^records\s+(\d+) \((.*)\)$", out)
+        self.assertIsNotNone(m, out)
+        n_faults = len(self.faults)
+        self.assertEqual(int(m.group(1)), 2 * self.n_conn + n_faults)
+        kinds = dict(kv.split(" ") for kv in m.group(2).split(", "))
+        self.assertEqual(kinds, {"connect": str(self.n_conn), "close": str(self.n_conn),
+                                 "fault": str(n_faults)})
+        # Faults per rule
+        sec = out.split("\nFaults per rule\n", 1)[1].split("\n\n", 1)[0].splitlines()
+        self.assertRegex(sec[0], r"^\s+RULE\s+FAULTS\s+ACTION\s+BY EVENT$")
+        rows = {}
+        for line in sec[1:]:
+            rm = re.match(r"^\s+(\S+)\s+(\d+)\s+(\S+)\s+(.*)$", line)
+            self.assertIsNotNone(rm, line)
+            rows[rm.group(1)] = (int(rm.group(2)), rm.group(3), rm.group(4).strip())
+        self.assertEqual(rows, {
+            "cut": (3, "limit", "stream=3"),
+            "deny": (2, "close", "connect=2"),
+            "every2": (2, "latency", "stream=2"),
+        })
+        self.assertEqual({k: v[0] for k, v in rows.items()}, dict(self.log_fault_counts()))
+        # Connections
+        m = re.search(r"(?m)^\s+connections (\d+), closed (\d+), bytes up (\d+), bytes down (\d+)$", out)
+        self.assertIsNotNone(m, out)
+        self.assertEqual(int(m.group(1)), self.n_conn)
+        self.assertEqual(int(m.group(2)), self.n_conn)
+        self.assertEqual(int(m.group(3)), sum(int(r["bytes_up"]) for r in self.closes))
+        self.assertEqual(int(m.group(4)), sum(int(r["bytes_down"]) for r in self.closes))
+        m = re.search(r"(?m)^\s+by close reason: (.*)$", out)
+        self.assertIsNotNone(m, out)
+        reasons = {k: int(v) for k, v in (kv.split("=") for kv in m.group(1).split())}
+        self.assertEqual(reasons, dict(self.log_reason_counts()))
+        self.assertNotIn("cut short", out)
+
+    def test_report_json(self):
+        rc, out, err = self.run_twice("report", self.journal, "--json")
+        self.assertEqual(rc, 0, err)
+        rep = json.loads(out)
+        self.assertEqual(rep["seed"], SEED)
+        self.assertEqual(rep["config_sha256"], self.conf_sha)
+        self.assertEqual(rep["config_path"], self.conf_path)
+        self.assertEqual(rep["version"], 1)
+        self.assertFalse(rep["truncated"])
+        self.assertEqual(rep["records"], 2 * self.n_conn + len(self.faults))
+        self.assertEqual(rep["by_kind"]["connect"], self.n_conn)
+        self.assertEqual(rep["by_kind"]["close"], self.n_conn)
+        self.assertEqual(rep["by_kind"]["fault"], len(self.faults))
+        self.assertEqual({f["rule"]: f["faults"] for f in rep["faults"]}, dict(self.log_fault_counts()))
+        self.assertEqual({f["rule"]: f["action"] for f in rep["faults"]},
+                         {"cut": "limit", "deny": "close", "every2": "latency"})
+        self.assertEqual({f["rule"]: f["by_event"] for f in rep["faults"]},
+                         {"cut": {"stream": 3}, "deny": {"connect": 2}, "every2": {"stream": 2}})
+        conns = rep["connections"]
+        self.assertEqual(conns["count"], self.n_conn)
+        self.assertEqual(conns["closed"], self.n_conn)
+        self.assertEqual(conns["by_close_reason"], dict(self.log_reason_counts()))
+        self.assertEqual(conns["bytes_up"], sum(int(r["bytes_up"]) for r in self.closes))
+        self.assertEqual(rep["deliveries"]["messages"], 0)
+        # the text report says the same
+        rc, text, _ = self.run_twice("report", self.journal)
+        self.assertIn("sha256:%s" % rep["config_sha256"], text)
+        self.assertRegex(text, r"(?m)^records\s+%d " % rep["records"])
+
+    def test_report_message_unknown(self):
+        rc, out, err = self.run_twice("report", self.journal, "--message", "no-such-id")
+        self.assertEqual(rc, 0, err)
+        self.assertIn("Timeline of message no-such-id (0 records)", out)
+        self.assertIn("(no record has this message id)", out)
+        rc, out, err = self.run_twice("report", self.journal, "--json", "--message=no-such-id")
+        self.assertEqual(rc, 0, err)
+        rep = json.loads(out)
+        self.assertEqual(rep["message"]["message_id"], "no-such-id")
+        self.assertEqual(rep["message"]["records"], [])
+
+    def test_journal_decoded_independently(self):
+        with open(self.journal, "rb") as f:
+            data = f.read()
+        frames, truncated = fk.journal_frames(data)
+        self.assertFalse(truncated)
+        header, recs, _ = fk.decode_journal(self.journal)
+        self.assertEqual(len(frames), 1 + len(recs))
+        self.assertEqual(len(recs), 2 * self.n_conn + len(self.faults))
+        self.assertEqual(header["version"], 1)
+        self.assertEqual(header["seed"], SEED)
+        self.assertEqual(header["config_sha256"].hex(), self.conf_sha)
+        self.assertEqual(header["config_path"], self.conf_path)
+        self.assertTrue(header.get("twice_version"))
+        start_us = header["start_unix_ms"] * 1000
+        self.assertLess(abs(header["start_unix_ms"] / 1000 - time.time()), 600)
+        by_kind = collections.defaultdict(list)
+        for r in recs:
+            self.assertIn(r.get("kind"), fk.KIND_NAMES, r)
+            self.assertGreaterEqual(r.get("time_unix_us", 0), start_us - 1000000, r)
+            by_kind[fk.KIND_NAMES[r["kind"]]].append(r)
+        self.assertEqual(set(by_kind), {"connect", "close", "fault"})
+        # every session: one connect, one close, with the log's facts
+        self.assertEqual(sorted(r["session"] for r in by_kind["connect"]), list(range(1, self.n_conn + 1)))
+        log_close = {int(r["sid"]): r for r in self.closes}
+        jr_close = {r["session"]: r for r in by_kind["close"]}
+        self.assertEqual(sorted(jr_close), sorted(log_close))
+        for sid, r in jr_close.items():
+            lr = log_close[sid]
+            self.assertEqual(r.get("close_reason_name"), lr["reason"], (r, lr))
+            self.assertEqual(r.get("bytes_up", 0), int(lr["bytes_up"]))
+            self.assertEqual(r.get("bytes_down", 0), int(lr["bytes_down"]))
+            self.assertEqual(r.get("listener"), lr["listener"])
+            self.assertEqual(r.get("client"), lr["client"])
+        # every fault: as logged
+        log_f = sorted((int(r["sid"]), r["rule"], r["action"]) for r in self.faults)
+        jr_f = sorted((r["session"], r["rule"], r["action_name"]) for r in by_kind["fault"])
+        self.assertEqual(jr_f, log_f)
+        for r in by_kind["fault"]:
+            self.assertEqual(r.get("event", 0), 1 if r["rule"] == "deny" else 0)
+            self.assertTrue(r.get("detail"))
+        # a session's records are in order: connect, fault(s), close
+        order = collections.defaultdict(list)
+        for r in recs:
+            order[r["session"]].append(fk.KIND_NAMES[r["kind"]])
+        for sid, kinds in order.items():
+            self.assertEqual(kinds[0], "connect", (sid, kinds))
+            self.assertEqual(kinds[-1], "close", (sid, kinds))
+
+    def test_truncated_journal(self):
+        with open(self.journal, "rb") as f:
+            data = f.read()
+        cut = os.path.join(self.tmp, "cut.pb")
+        with open(cut, "wb") as f:
+            f.write(data[:-3])
+        frames, truncated = fk.journal_frames(data[:-3])
+        self.assertTrue(truncated)
+        rc, out, err = self.run_twice("report", cut)
+        self.assertEqual(rc, 0, err)
+        self.assertIn("cut short", out)
+        self.assertRegex(out, r"(?m)^records\s+%d " % (len(frames) - 1))
+        rc, out, err = self.run_twice("report", cut, "--json")
+        self.assertEqual(rc, 0, err)
+        self.assertTrue(json.loads(out)["truncated"])
+        # not a journal at all / missing: an error, not a crash
+        junk = os.path.join(self.tmp, "junk.pb")
+        with open(junk, "wb") as f:
+            f.write(b"\xff" * 64)
+        rc, out, err = self.run_twice("report", junk)
+        self.assertEqual(rc, 2, (out, err))
+        self.assertIn("twice report:", err)
+        rc, out, err = self.run_twice("report", os.path.join(self.tmp, "missing.pb"))
+        self.assertEqual(rc, 2, (out, err))
+
+    def test_verdict_empty_effects(self):
+        effects = os.path.join(self.tmp, "effects.txt")
+        open(effects, "w").close()
+        rc, out, err = self.run_twice("verdict", "--journal", self.journal, "--effects", effects)
+        self.assertEqual(rc, 0, (out, err))
+        self.assertIn("seed %d" % SEED, out)
+        self.assertIn("0 side effects", out)
+        self.assertRegex(out, r"(?m)^verdict: ")
+        rc, out, err = self.run_twice("verdict", "--journal=%s" % self.journal,
+                                      "--effects=%s" % effects, "--json")
+        self.assertEqual(rc, 0, (out, err))
+        json.loads(out)
+        rc, out, err = self.run_twice("verdict", "--journal", self.journal)
+        self.assertEqual(rc, 2)
+        self.assertIn("--effects", err)
+
+
+if __name__ == "__main__":
+    unittest.main(verbosity=2)
