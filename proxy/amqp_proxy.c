@@ -118,6 +118,7 @@ struct amqp_px {
     struct session *s;
     bool header_done;
     bool stopped;
+    bool close_ok_seen; /* connection.close-ok went through */
     uint32_t frame_max; /* as negotiated; before tune-ok the minimum */
     struct achan **chans;
     size_t n_chans;
@@ -1334,6 +1335,8 @@ static void on_method(struct amqp_px *ax, int from, const struct amqp_frame *f, 
         return;
     }
     if (f->channel == 0) {
+        if (m.id == AMQP_CONNECTION_CLOSE_OK)
+            ax->close_ok_seen = true;
         if (from == SIDE_CLIENT)
             client_method(ax, NULL, &m, in, len);
         else
@@ -1508,10 +1511,16 @@ static void amqp_free(void *state)
     free(ax);
 }
 
+static bool amqp_closed_cleanly(void *state)
+{
+    return ((struct amqp_px *)state)->close_ok_seen;
+}
+
 const struct codec_ops amqp_codec_ops = {
     .name = "amqp",
     .open = amqp_open,
     .stop = amqp_stop,
     .free = amqp_free,
     .process = amqp_process,
+    .closed_cleanly = amqp_closed_cleanly,
 };

@@ -12,6 +12,7 @@
 #define TWICE_CODEC_H
 
 #include <event2/buffer.h>
+#include <stdbool.h>
 
 #include "proxy/session.h"
 
@@ -25,6 +26,9 @@ struct codec_ops {
     /* Consume what can be processed from `in`, bytes read from side `from`;
      * leave an incomplete frame in `in`.  May close the session. */
     void (*process)(void *state, enum session_side from, struct evbuffer *in);
+    /* Whether the protocol's own close handshake has completed (a reset
+     * after it is not an error).  May be NULL. */
+    bool (*closed_cleanly)(void *state);
 };
 
 /* The codec of a listener's protocol, or NULL for plain byte relaying. */

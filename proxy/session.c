@@ -133,6 +133,10 @@ void session_close(struct session *s, enum session_close_reason reason)
         event_free(s->fault_timer);
         s->fault_timer = NULL;
     }
+    if (s->handshake_timer != NULL) {
+        event_free(s->handshake_timer);
+        s->handshake_timer = NULL;
+    }
     /* Shapers may be on the stack (a shaper can close its session): they
      * are freed with the session, after the callback returns. */
     for (int i = 0; i < 2; i++)
@@ -456,8 +460,14 @@ static void describe_socket_error(struct session *s, struct session_end *e)
 static void on_client_event(struct session *s, short what)
 {
     struct session_end *e = &s->end[SIDE_CLIENT];
-    if (what & BEV_EVENT_CONNECTED)
-        return; /* TLS handshake with the client finished */
+    if (what & BEV_EVENT_CONNECTED) {
+        /* TLS handshake with the client finished */
+        if (s->handshake_timer != NULL) {
+            event_free(s->handshake_timer);
+            s->handshake_timer = NULL;
+        }
+        return;
+    }
     if (what & BEV_EVENT_ERROR) {
         describe_socket_error(s, e);
         enum session_close_reason r = SESSION_CLOSE_CLIENT_ERROR;
@@ -505,8 +515,14 @@ static void on_upstream_event(struct session *s, short what)
         return;
     }
     if (what & BEV_EVENT_ERROR) {
-        describe_socket_error(s, e);
-        start_draining(s, SIDE_UPSTREAM, SESSION_CLOSE_UPSTREAM_ERROR);
+        /* A broker that resets the socket after a completed protocol close
+         * (RabbitMQ does, after connection.close-ok) ended normally. */
+        bool clean = s->codec != NULL && s->codec->closed_cleanly != NULL &&
+                     s->codec->closed_cleanly(s->codec_state);
+        if (!clean)
+            describe_socket_error(s, e);
+        start_draining(s, SIDE_UPSTREAM,
+                       clean ? SESSION_CLOSE_UPSTREAM_CLOSED : SESSION_CLOSE_UPSTREAM_ERROR);
         return;
     }
     if (what & BEV_EVENT_EOF)
@@ -882,6 +898,27 @@ static int apply_connection_faults(struct session *s, const struct sockaddr *sa)
     return 0;
 }
 
+static void on_handshake_timeout(evutil_socket_t fd, short what, void *arg)
+{
+    (void)fd;
+    (void)what;
+    struct session *s = arg;
+    session_set_error(s, "client TLS handshake not finished within %u ms",
+                      s->cfg->l->connect_timeout_ms);
+    s->reason = SESSION_CLOSE_CLIENT_TLS_FAILED;
+    session_close(s, SESSION_CLOSE_CLIENT_TLS_FAILED);
+}
+
+/* A client that never finishes its TLS handshake must not hold a session
+ * (and a max-connections slot) forever: it gets connect-timeout. */
+static int arm_handshake_timer(struct session *s)
+{
+    uint32_t ms = s->cfg->l->connect_timeout_ms;
+    struct timeval tv = {.tv_sec = ms / 1000, .tv_usec = (ms % 1000) * 1000};
+    s->handshake_timer = evtimer_new(s->px->base, on_handshake_timeout, s);
+    return s->handshake_timer != NULL && evtimer_add(s->handshake_timer, &tv) == 0 ? 0 : -1;
+}
+
 static struct bufferevent *client_bev_new(struct session *s, evutil_socket_t fd)
 {
     struct proxy *px = s->px;
@@ -899,6 +936,9 @@ static struct bufferevent *client_bev_new(struct session *s, evutil_socket_t fd)
     }
     bufferevent_openssl_set_allow_dirty_shutdown(bev, 1);
     s->end[SIDE_CLIENT].tls = true;
+    if (arm_handshake_timer(s) != 0)
+        log_msg(LOG_WARN, "no TLS handshake deadline", "sid=%llu error=\"out of memory\"",
+                (unsigned long long)s->id);
     return bev;
 }
 

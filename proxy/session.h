@@ -118,7 +118,8 @@ struct session {
     struct shaper *shaper[2]; /* stream faults, by the side bytes come from */
     struct ruleset *rules;    /* held while shapers name its rules */
     struct session_faults faults;
-    struct event *fault_timer; /* delayed connect, reset */
+    struct event *fault_timer;     /* delayed connect, reset */
+    struct event *handshake_timer; /* client TLS handshake deadline */
     struct evdns_getaddrinfo_request *dns_req;
     struct event *connect_timer;
     char client_addr[64];
@@ -153,7 +154,8 @@ int session_send(struct session *s, enum session_side to, struct evbuffer *buf);
 int session_send_bytes(struct session *s, enum session_side to, const void *data, size_t len);
 
 /* Record the detail of why the session ends (the first one wins). */
-void session_set_error(struct session *s, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+void session_set_error(struct session *s, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
 
 /* End the session because of `reason`: at once (flush_to < 0), or after
  * what was already sent to side `flush_to` has been delivered. */
