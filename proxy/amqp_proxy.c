@@ -77,7 +77,10 @@ struct content {
     struct msg_info *info;  /* being built; handed to the ledger or freed */
     uint64_t tag;
     bool ack_required;
-    bool close_after;          /* `close after`: cut once the content is through */
+    bool close_after;   /* `close after`: cut once the content is through */
+    struct held *entry; /* FATE_HOLD: the held run this content goes into */
+    bool header_seen;
+    uint8_t *headers_copy;     /* the headers table, when deciding after the body */
     struct amqp_bytes headers; /* valid only during the decision */
 };
 
@@ -105,11 +108,10 @@ struct achan {
     struct evbuffer *inject[2]; /* frames twice sends toward side [to] */
     struct consumer *consumers;
     size_t n_consumers;
-    char **pending_consume; /* queues of basic.consume awaiting consume-ok */
-    size_t n_pending_consume;
+    struct consumer *pending; /* basic.consume awaiting consume-ok, in order */
+    size_t n_pending;
     char *get_queue; /* queue of the basic.get in flight */
     bool get_no_ack;
-    bool confirm_pending;
     bool swallow_broker_close_ok; /* twice closed the broker side (error) */
     bool closed_for_client;       /* the client was told the channel is closed */
 };
@@ -202,6 +204,7 @@ static void content_clear(struct content *c)
     if (c->body != NULL)
         evbuffer_drain(c->body, evbuffer_get_length(c->body));
     info_free(c->info);
+    free(c->headers_copy);
     struct evbuffer *stash = c->stash, *body = c->body;
     memset(c, 0, sizeof(*c));
     c->stash = stash;
@@ -217,30 +220,40 @@ static void held_clear(struct achan *ch, int d)
         free(h);
     }
     ch->held_tail[d] = NULL;
+    ch->content[d].entry = NULL;
     if (ch->held_timer[d] != NULL)
         event_del(ch->held_timer[d]);
 }
 
 /* Forget everything about the channel's messages (closed or reopened). */
-static void chan_reset(struct achan *ch)
+/* Forget the channel's deliveries and consumers: the broker voided them. */
+static void chan_forget(struct achan *ch)
 {
     amqp_ledger_reset(ch->ledger);
-    for (int d = 0; d < 2; d++) {
-        content_clear(&ch->content[d]);
-        held_clear(ch, d);
-        evbuffer_drain(ch->inject[d], evbuffer_get_length(ch->inject[d]));
-    }
+    content_clear(&ch->content[SIDE_UPSTREAM]);
+    held_clear(ch, SIDE_UPSTREAM);
+    evbuffer_drain(ch->inject[SIDE_CLIENT], evbuffer_get_length(ch->inject[SIDE_CLIENT]));
     for (size_t i = 0; i < ch->n_consumers; i++) {
         free(ch->consumers[i].tag);
         free(ch->consumers[i].queue);
     }
     ch->n_consumers = 0;
-    for (size_t i = 0; i < ch->n_pending_consume; i++)
-        free(ch->pending_consume[i]);
-    ch->n_pending_consume = 0;
+    for (size_t i = 0; i < ch->n_pending; i++) {
+        free(ch->pending[i].tag);
+        free(ch->pending[i].queue);
+    }
+    ch->n_pending = 0;
     free(ch->get_queue);
     ch->get_queue = NULL;
-    ch->confirm_pending = false;
+}
+
+/* Forget everything about the channel's messages (closed or reopened). */
+static void chan_reset(struct achan *ch)
+{
+    chan_forget(ch);
+    content_clear(&ch->content[SIDE_CLIENT]);
+    held_clear(ch, SIDE_CLIENT);
+    evbuffer_drain(ch->inject[SIDE_UPSTREAM], evbuffer_get_length(ch->inject[SIDE_UPSTREAM]));
     /* swallow_* and closed_for_client follow the close handshakes, not the
      * channel's content: they are cleared where those end. */
 }
@@ -259,7 +272,7 @@ static void chan_free(struct achan *ch)
         evbuffer_free(ch->inject[d]);
     }
     free(ch->consumers);
-    free(ch->pending_consume);
+    free(ch->pending);
     free(ch);
 }
 
@@ -325,23 +338,30 @@ static void send_flush(struct amqp_px *ax, enum session_side to)
 
 /* Frames twice writes on channel `ch` toward `to`: after any content of the
  * channel in flight in that direction (and after what twice holds there). */
+static struct evbuffer *chan_out(struct achan *ch, int from);
+
+/* Frames twice writes on channel `ch` toward `to` take the channel's one
+ * ordered path (chan_out: behind what twice holds there), so the broker
+ * sees every frame of a channel in the order the ledger produced them; only
+ * a content sequence half through makes them wait (AMQP forbids other
+ * frames of the channel inside one). */
 static void chan_inject(struct achan *ch, enum session_side to, const uint8_t *frames, size_t len)
 {
     enum session_side from = other(to);
-    evbuffer_add(ch->inject[to], frames, len);
-    if (ch->content[from].active || ch->held[from] != NULL)
+    if (ch->content[from].active) {
+        evbuffer_add(ch->inject[to], frames, len);
         return;
-    send_frames(ch->ax, to, ch->inject[to]);
+    }
+    evbuffer_add(chan_out(ch, from), frames, len);
 }
 
-/* A content sequence (or a held run) of `ch` from `from` ended: what twice
- * wanted to write on the channel may go now. */
+/* A content sequence of `ch` from `from` ended: what twice wanted to write
+ * on the channel meanwhile follows it. */
 static void chan_unblock(struct achan *ch, enum session_side from)
 {
     enum session_side to = other(from);
-    if (!ch->content[from].active && ch->held[from] == NULL &&
-        evbuffer_get_length(ch->inject[to]) > 0)
-        send_frames(ch->ax, to, ch->inject[to]);
+    if (!ch->content[from].active && evbuffer_get_length(ch->inject[to]) > 0)
+        evbuffer_add_buffer(chan_out(ch, from), ch->inject[to]);
 }
 
 /* ---- rules ------------------------------------------------------------- */
@@ -505,10 +525,10 @@ static void inject_error(struct amqp_px *ax, struct achan *ch, const struct rule
     if (!soft_error(code) || ch == NULL || ch->id == 0) {
         int n = amqp_encode_connection_close(frame, sizeof(frame), code, amqp_cstr(text), class_id,
                                              method_id);
-        if (n > 0) {
+        if (n > 0)
             evbuffer_add(ax->xfer[SIDE_CLIENT], frame, (size_t)n);
-            send_flush(ax, SIDE_CLIENT);
-        }
+        send_flush(ax, SIDE_UPSTREAM);
+        send_flush(ax, SIDE_CLIENT);
         session_set_error(ax->s, "connection closed with %u by rule '%s'", code, r->name);
         session_abort(ax->s, SESSION_CLOSE_FAULT, SIDE_CLIENT);
         return;
@@ -526,13 +546,17 @@ static void inject_error(struct amqp_px *ax, struct achan *ch, const struct rule
 }
 
 /* `close before` / `close after` on an event. */
-static void cut(struct amqp_px *ax, const struct rule *r, int flush_to)
+/* `close before` / `close after` on an event read from side `from`: what
+ * went through before the cut (earlier frames of the same read included)
+ * still reaches the other side; the event's own frame only with `after`,
+ * where the caller has already queued it. */
+static void cut(struct amqp_px *ax, const struct rule *r, enum session_side from)
 {
     session_set_error(ax->s, "cut by rule '%s' (close %s)", r->name,
                       r->action.close_when == RULE_CLOSE_BEFORE ? "before" : "after");
-    if (flush_to >= 0)
-        send_flush(ax, (enum session_side)flush_to);
-    session_abort(ax->s, SESSION_CLOSE_FAULT, flush_to);
+    send_flush(ax, SIDE_CLIENT);
+    send_flush(ax, SIDE_UPSTREAM);
+    session_abort(ax->s, SESSION_CLOSE_FAULT, other(from));
 }
 
 /* ---- holding frames (delay on deliver and publish) --------------------- */
@@ -580,9 +604,10 @@ static void held_release(struct achan *ch, int from, bool all)
         if (!all && h->release_ms > now)
             break;
         send_frames(ax, to, h->frames);
-        if (h->open) {
+        if (ch->content[from].entry == h) {
             /* The rest of this content goes straight through now. */
             ch->content[from].fate = FATE_FORWARD;
+            ch->content[from].entry = NULL;
         }
         ch->held[from] = h->next;
         if (ch->held[from] == NULL)
@@ -653,7 +678,7 @@ static void release_all_held_acks(struct achan *ch)
             uint8_t frame[64];
             int len = amqp_ledger_release(ch->ledger, ch->id, tags[i], frame, sizeof(frame));
             if (len > 0)
-                evbuffer_add(ch->ax->xfer[SIDE_UPSTREAM], frame, (size_t)len);
+                evbuffer_add(chan_out(ch, SIDE_CLIENT), frame, (size_t)len);
         }
     }
 }
@@ -680,7 +705,7 @@ static bool settle_verdict(struct amqp_px *ax, struct achan *ch, struct amqp_pla
             break;
         case RULE_ACT_CLOSE:
             if (r->action.close_when == RULE_CLOSE_BEFORE) {
-                cut(ax, r, -1);
+                cut(ax, r, SIDE_CLIENT);
                 return false;
             }
             *close_after = r;
@@ -731,11 +756,11 @@ static void on_settle(struct amqp_px *ax, struct achan *ch, const struct amqp_me
     int rc = frames != NULL
                  ? amqp_ledger_settle_commit(ch->ledger, ch->id, &plan, frames, space, &out)
                  : -1;
-    if (rc == 1)
-        evbuffer_remove_buffer(in, ax->xfer[SIDE_UPSTREAM], len);
-    else if (rc == 0) {
+    if (rc == 1) {
+        evbuffer_remove_buffer(in, chan_out(ch, SIDE_CLIENT), len);
+    } else if (rc == 0) {
         evbuffer_drain(in, len);
-        evbuffer_add(ax->xfer[SIDE_UPSTREAM], frames, out);
+        evbuffer_add(chan_out(ch, SIDE_CLIENT), frames, out);
     }
     free(frames);
     if (rc < 0) {
@@ -745,7 +770,7 @@ static void on_settle(struct amqp_px *ax, struct achan *ch, const struct amqp_me
     if (error != NULL)
         inject_error(ax, ch, error, 60, (uint16_t)(m->id & 0xffff));
     else if (close_after != NULL)
-        cut(ax, close_after, SIDE_UPSTREAM);
+        cut(ax, close_after, SIDE_CLIENT);
 }
 
 /* ---- content: deliveries and publishes --------------------------------- */
@@ -892,32 +917,33 @@ static bool content_actions(struct amqp_px *ax, struct achan *ch, struct content
                             struct msg_info *mi, const size_t *hits, size_t n)
 {
     bool deliver = c->method != AMQP_BASIC_PUBLISH;
+    bool delay = false;
+    uint32_t delay_ms = 0;
     for (size_t i = 0; i < n; i++) {
         const struct rule *r = hit_rule(ax, hits[i]);
         switch (r->action.kind) {
         case RULE_ACT_CLOSE:
             if (r->action.close_when == RULE_CLOSE_BEFORE) {
-                cut(ax, r, -1);
+                cut(ax, r, deliver ? SIDE_UPSTREAM : SIDE_CLIENT);
                 return false;
             }
             c->close_after = true;
             break;
         case RULE_ACT_ERROR:
+            /* The channel is closed under the message: no other action
+             * applies, and the ledger reset has freed `mi`. */
             c->fate = FATE_DROP;
             inject_error(ax, ch, r, 60, (uint16_t)(c->method & 0xffff));
-            break;
+            return alive(ax);
         case RULE_ACT_DROP:
             c->fate = FATE_DROP;
             if (deliver && c->ack_required)
                 settle_now(ch, c->tag, false); /* the job is lost */
             break;
         case RULE_ACT_DELAY:
-            if (c->fate == FATE_FORWARD) {
-                c->fate = FATE_HOLD;
-                if (held_push(ch, deliver ? SIDE_UPSTREAM : SIDE_CLIENT,
-                              now_ms() + r->action.duration_ms, true) == NULL)
-                    c->fate = FATE_FORWARD;
-            }
+            if (r->action.duration_ms >= delay_ms)
+                delay_ms = r->action.duration_ms;
+            delay = true;
             break;
         case RULE_ACT_DUPLICATE:
             if (c->ack_required)
@@ -931,6 +957,12 @@ static bool content_actions(struct amqp_px *ax, struct achan *ch, struct content
             break;
         }
     }
+    /* Hold only what is forwarded at all (a dropped message is not held). */
+    if (delay && c->fate == FATE_FORWARD) {
+        c->entry = held_push(ch, deliver ? SIDE_UPSTREAM : SIDE_CLIENT, now_ms() + delay_ms, true);
+        if (c->entry != NULL)
+            c->fate = FATE_HOLD;
+    }
     return true;
 }
 
@@ -938,8 +970,8 @@ static void content_end(struct amqp_px *ax, struct achan *ch, int from)
 {
     struct content *c = &ch->content[from];
     bool close_after = c->close_after;
-    if (c->fate == FATE_HOLD && ch->held_tail[from] != NULL)
-        ch->held_tail[from]->open = false;
+    if (c->entry != NULL)
+        c->entry->open = false;
     content_clear(c);
     chan_unblock(ch, (enum session_side)from);
     if (close_after) {
@@ -956,7 +988,7 @@ static void content_release_stash(struct achan *ch, int from)
     if (c->fate == FATE_DROP)
         evbuffer_drain(c->stash, evbuffer_get_length(c->stash));
     else if (c->fate == FATE_HOLD)
-        evbuffer_add_buffer(ch->held_tail[from]->frames, c->stash);
+        evbuffer_add_buffer(c->entry->frames, c->stash);
     else
         evbuffer_add_buffer(chan_out(ch, from), c->stash);
 }
@@ -1024,6 +1056,10 @@ static void content_header(struct amqp_px *ax, struct achan *ch, int from,
                            const struct amqp_frame *f, struct evbuffer *in, size_t len)
 {
     struct content *c = &ch->content[from];
+    if (c->active && !c->decided && c->header_seen) {
+        protocol_error(ax, "channel %u: a second content header", ch->id);
+        return;
+    }
     if (!c->active || c->decided || evbuffer_get_length(c->stash) == 0) {
         if (c->active && c->decided && c->method == AMQP_BASIC_RETURN) {
             struct amqp_props p;
@@ -1044,17 +1080,22 @@ static void content_header(struct amqp_px *ax, struct achan *ch, int from,
         return;
     }
     info_from_props(c->info, &p);
+    c->header_seen = true;
     c->body_left = p.body_size;
+    /* The frame moves into the stash below, and views into it are only
+     * valid until then: decide on a copy of the headers table. */
+    c->headers.len = 0;
+    if (p.headers.len > 0 && (c->headers_copy = malloc(p.headers.len)) != NULL) {
+        memcpy(c->headers_copy, p.headers.p, p.headers.len);
+        c->headers.p = c->headers_copy;
+        c->headers.len = p.headers.len;
+    }
     evbuffer_remove_buffer(in, c->stash, len);
     enum rule_event ev = c->method == AMQP_BASIC_PUBLISH ? RULE_EV_PUBLISH : RULE_EV_DELIVER;
     c->needs_body =
         p.body_size > 0 && p.body_size <= AMQP_PX_BODY_MATCH_MAX && rules_need_body(ax, ev);
-    if (!c->needs_body) {
-        content_decide(ax, ch, from, p.headers);
-        return;
-    }
-    /* Keep a copy of the headers table for the decision after the body. */
-    c->headers.len = 0;
+    if (!c->needs_body)
+        content_decide(ax, ch, from, c->headers);
 }
 
 static void content_body(struct amqp_px *ax, struct achan *ch, int from, const struct amqp_frame *f,
@@ -1075,8 +1116,8 @@ static void content_body(struct amqp_px *ax, struct achan *ch, int from, const s
     }
     if (c->fate == FATE_DROP)
         evbuffer_drain(in, len);
-    else if (c->fate == FATE_HOLD && ch->held_tail[from] != NULL)
-        evbuffer_remove_buffer(in, ch->held_tail[from]->frames, len);
+    else if (c->fate == FATE_HOLD && c->entry != NULL)
+        evbuffer_remove_buffer(in, c->entry->frames, len);
     else
         evbuffer_remove_buffer(in, chan_out(ch, from), len);
     if (c->body_left == 0)
@@ -1092,47 +1133,70 @@ static void forward(struct achan *ch, int from, struct amqp_px *ax, struct evbuf
     evbuffer_remove_buffer(in, out, len);
 }
 
-static void add_consumer(struct achan *ch, struct amqp_bytes tag)
+/* Append a consumer (taking `tag` and `queue`) to `v`; false when out of
+ * memory (both are freed then). */
+static bool consumer_push(struct consumer **v, size_t *n, char *tag, char *queue, bool no_ack)
 {
-    struct consumer *v = realloc(ch->consumers, (ch->n_consumers + 1) * sizeof(*v));
-    if (v == NULL)
-        return;
-    ch->consumers = v;
-    struct consumer *c = &v[ch->n_consumers];
-    c->tag = dup_bytes(tag);
-    c->queue = NULL;
-    c->no_ack = false;
-    if (ch->n_pending_consume > 0) {
-        /* consume-ok answers the consumes in order; the queue and no-ack flag
-         * were stored as "Q\x01" (no-ack) or "Q\x00". */
-        char *p = ch->pending_consume[0];
-        size_t n = strlen(p);
-        c->no_ack = n > 0 && p[n - 1] == '1';
-        if (n > 0)
-            p[n - 1] = '\0';
-        c->queue = p;
-        memmove(ch->pending_consume, ch->pending_consume + 1,
-                --ch->n_pending_consume * sizeof(*ch->pending_consume));
+    struct consumer *w = realloc(*v, (*n + 1) * sizeof(*w));
+    if (w == NULL || tag == NULL) {
+        if (w != NULL)
+            *v = w;
+        free(tag);
+        free(queue);
+        return false;
     }
-    if (c->tag != NULL)
-        ch->n_consumers++;
-    else
-        free(c->queue);
+    *v = w;
+    w[*n] = (struct consumer){.tag = tag, .queue = queue, .no_ack = no_ack};
+    (*n)++;
+    return true;
 }
 
+static void consumer_remove(struct consumer *v, size_t *n, size_t i)
+{
+    free(v[i].tag);
+    free(v[i].queue);
+    memmove(&v[i], &v[i + 1], (*n - i - 1) * sizeof(*v));
+    (*n)--;
+}
+
+/* basic.consume from the client: with nowait (kombu for all but the last
+ * queue) no consume-ok follows, so the consumer exists at once. */
 static void remember_consume(struct achan *ch, const struct amqp_method *m)
 {
-    char **v = realloc(ch->pending_consume, (ch->n_pending_consume + 1) * sizeof(*v));
-    if (v == NULL)
-        return;
-    ch->pending_consume = v;
-    char *q = malloc((size_t)m->consume.queue.len + 2);
-    if (q == NULL)
-        return;
-    memcpy(q, m->consume.queue.p, m->consume.queue.len);
-    q[m->consume.queue.len] = m->consume.no_ack ? '1' : '0';
-    q[m->consume.queue.len + 1] = '\0';
-    v[ch->n_pending_consume++] = q;
+    char *tag = dup_bytes(m->consume.consumer_tag), *queue = dup_bytes(m->consume.queue);
+    if (m->consume.nowait)
+        consumer_push(&ch->consumers, &ch->n_consumers, tag, queue, m->consume.no_ack);
+    else
+        consumer_push(&ch->pending, &ch->n_pending, tag, queue, m->consume.no_ack);
+}
+
+/* consume-ok names the consumer: the pending consume with that tag, else
+ * the oldest one that let the broker choose the tag. */
+static void add_consumer(struct achan *ch, struct amqp_bytes tag)
+{
+    size_t i = 0;
+    while (i < ch->n_pending && !amqp_bytes_eq(tag, ch->pending[i].tag))
+        i++;
+    if (i == ch->n_pending)
+        for (i = 0; i < ch->n_pending && ch->pending[i].tag[0] != '\0'; i++)
+            ;
+    if (i == ch->n_pending)
+        return; /* not a consume twice saw: nothing to learn */
+    char *queue = ch->pending[i].queue;
+    bool no_ack = ch->pending[i].no_ack;
+    ch->pending[i].queue = NULL;
+    consumer_remove(ch->pending, &ch->n_pending, i);
+    consumer_push(&ch->consumers, &ch->n_consumers, dup_bytes(tag), queue, no_ack);
+}
+
+static void drop_consumer(struct achan *ch, struct amqp_bytes tag)
+{
+    for (size_t i = 0; i < ch->n_consumers; i++) {
+        if (amqp_bytes_eq(tag, ch->consumers[i].tag)) {
+            consumer_remove(ch->consumers, &ch->n_consumers, i);
+            return;
+        }
+    }
 }
 
 /* Client closes a channel or the connection: what twice holds goes first. */
@@ -1142,21 +1206,33 @@ static void flush_before_close(struct achan *ch)
     release_all_held_acks(ch);
 }
 
+/* The client's connection.tune-ok or connection.close. */
+static void connection_method(struct amqp_px *ax, const struct amqp_method *m)
+{
+    if (m->id == AMQP_CONNECTION_TUNE_OK) {
+        uint32_t fm = m->tune.frame_max;
+        ax->frame_max = fm == 0 || fm > AMQP_FRAME_MAX_LIMIT ? AMQP_FRAME_MAX_LIMIT : fm;
+        session_set_read_limit(ax->s, SIDE_CLIENT, ax->frame_max + AMQP_FRAME_OVERHEAD);
+        session_set_read_limit(ax->s, SIDE_UPSTREAM, ax->frame_max + AMQP_FRAME_OVERHEAD);
+        return;
+    }
+    for (size_t i = 0; i < ax->n_chans; i++)
+        flush_before_close(ax->chans[i]);
+}
+
 static void client_method(struct amqp_px *ax, struct achan *ch, const struct amqp_method *m,
                           struct evbuffer *in, size_t len)
 {
     switch (m->id) {
-    case AMQP_CONNECTION_TUNE_OK:
-        ax->frame_max = m->tune.frame_max == 0 ? AMQP_FRAME_MAX_LIMIT : m->tune.frame_max;
-        session_set_read_limit(ax->s, SIDE_CLIENT, ax->frame_max + AMQP_FRAME_OVERHEAD);
-        session_set_read_limit(ax->s, SIDE_UPSTREAM, ax->frame_max + AMQP_FRAME_OVERHEAD);
-        break;
-    case AMQP_CONNECTION_CLOSE:
-        for (size_t i = 0; i < ax->n_chans; i++)
-            flush_before_close(ax->chans[i]);
-        break;
     case AMQP_CHANNEL_OPEN:
-        chan_reset(ch);
+        if (ch->swallow_broker_close_ok) {
+            /* Reopened before the broker confirmed twice's close: what
+             * twice still sends it (the close among them) goes first, on
+             * the channel's ordered path, and so does this open. */
+            chan_forget(ch);
+        } else {
+            chan_reset(ch);
+        }
         break;
     case AMQP_CHANNEL_CLOSE:
         flush_before_close(ch);
@@ -1166,6 +1242,10 @@ static void client_method(struct amqp_px *ax, struct achan *ch, const struct amq
         break;
     case AMQP_BASIC_CONSUME:
         remember_consume(ch, m);
+        break;
+    case AMQP_BASIC_CANCEL:
+        if (m->consumer.nowait)
+            drop_consumer(ch, m->consumer.consumer_tag);
         break;
     case AMQP_BASIC_GET:
         free(ch->get_queue);
@@ -1186,7 +1266,9 @@ static void client_method(struct amqp_px *ax, struct achan *ch, const struct amq
         content_begin(ax, ch, SIDE_CLIENT, m, in, len);
         return;
     case AMQP_CONFIRM_SELECT:
-        ch->confirm_pending = true;
+        /* The broker numbers publishes from here on, in channel order;
+         * with nowait there is no select-ok to wait for. */
+        amqp_ledger_confirm_mode(ch->ledger);
         break;
     default:
         break;
@@ -1218,7 +1300,7 @@ static void on_confirm(struct amqp_px *ax, struct achan *ch, const struct amqp_m
             if (r->action.kind == RULE_ACT_DROP)
                 plan.tags[i].verdict = AMQP_V_DROP;
             else if (r->action.kind == RULE_ACT_CLOSE && r->action.close_when == RULE_CLOSE_BEFORE)
-                return cut(ax, r, -1);
+                return cut(ax, r, SIDE_UPSTREAM);
             else if (r->action.kind == RULE_ACT_CLOSE)
                 close_after = r;
         }
@@ -1238,7 +1320,7 @@ static void on_confirm(struct amqp_px *ax, struct achan *ch, const struct amqp_m
     if (rc < 0)
         protocol_error(ax, "cannot rewrite a confirm: %s", amqp_ledger_strerror(rc));
     else if (close_after != NULL)
-        cut(ax, close_after, SIDE_CLIENT);
+        cut(ax, close_after, SIDE_UPSTREAM);
 }
 
 static void broker_method(struct amqp_px *ax, struct achan *ch, const struct amqp_method *m,
@@ -1259,6 +1341,10 @@ static void broker_method(struct amqp_px *ax, struct achan *ch, const struct amq
     case AMQP_BASIC_CONSUME_OK:
         add_consumer(ch, m->consumer.consumer_tag);
         break;
+    case AMQP_BASIC_CANCEL: /* the broker cancels (queue deleted, ...) */
+    case AMQP_BASIC_CANCEL_OK:
+        drop_consumer(ch, m->consumer.consumer_tag);
+        break;
     case AMQP_BASIC_GET_EMPTY:
         free(ch->get_queue);
         ch->get_queue = NULL;
@@ -1274,9 +1360,6 @@ static void broker_method(struct amqp_px *ax, struct achan *ch, const struct amq
             on_confirm(ax, ch, m, in, len);
             return;
         }
-        break;
-    case AMQP_CONFIRM_SELECT_OK:
-        amqp_ledger_confirm_mode(ch->ledger);
         break;
     default:
         break;
@@ -1335,12 +1418,14 @@ static void on_method(struct amqp_px *ax, int from, const struct amqp_frame *f, 
         return;
     }
     if (f->channel == 0) {
+        /* Only connection methods concern twice here; anything else on
+         * channel 0 is the broker's to refuse (503/504). */
         if (m.id == AMQP_CONNECTION_CLOSE_OK)
             ax->close_ok_seen = true;
-        if (from == SIDE_CLIENT)
-            client_method(ax, NULL, &m, in, len);
-        else
-            forward(NULL, from, ax, in, len);
+        if (from == SIDE_CLIENT &&
+            (m.id == AMQP_CONNECTION_TUNE_OK || m.id == AMQP_CONNECTION_CLOSE))
+            connection_method(ax, &m);
+        forward(NULL, from, ax, in, len);
         return;
     }
     struct achan *ch = chan_get(ax, f->channel, true);
@@ -1431,8 +1516,9 @@ static void amqp_process(void *state, enum session_side from, struct evbuffer *i
         send_flush(ax, SIDE_UPSTREAM);
         return;
     }
-    uint32_t limit = ax->frame_max + AMQP_FRAME_SIZE_FUDGE;
     while (alive(ax)) {
+        /* Recomputed per frame: a tune-ok earlier in this read changes it. */
+        uint32_t limit = ax->frame_max + AMQP_FRAME_SIZE_FUDGE;
         size_t have = evbuffer_get_length(in);
         if (have < AMQP_FRAME_HEADER_SIZE)
             break;
