@@ -1,0 +1,424 @@
+/*
+ * resp_pairing.c - which command a Redis reply answers.
+ *
+ * A connection's commands are executed and answered strictly in order, so a FIFO of the
+ * commands sent pairs each reply with the oldest one awaiting it.  What breaks the one-to-one
+ * rule is modelled here and nowhere else:
+ *   - CLIENT REPLY OFF / SKIP: the server stays silent, so such commands never enter the FIFO
+ *     (Redis' resetClient(): SKIP silences the next command, even an empty one);
+ *   - MULTI: commands are answered +QUEUED (or an error), and EXEC by one array whose elements
+ *     answer them; they stay at the front of the FIFO ("kept") until EXEC/DISCARD/RESET is
+ *     answered, so the caller can learn what each element of the EXEC array answers;
+ *   - (P|S)(UN)SUBSCRIBE: one confirmation per channel, or, without channels, one per current
+ *     subscription (at least one), counted from the confirmations' own counts;
+ *   - out-of-band messages: RESP3 pushes, RESP2 pub/sub messages while subscribed, MONITOR lines.
+ * Client-side state (MULTI, CLIENT REPLY) advances when a command is passed in; server-side state
+ * (subscriptions, protocol version, MONITOR) when a reply is, so the two streams may be fed in any
+ * interleaving that keeps each one in order.
+ */
+#include <string.h>
+
+#include "proto/resp.h"
+
+/* The pub/sub kinds a reply's first element can name beyond the confirmations. */
+#define RESP_SUB_MESSAGE 100
+
+static const struct resp_cmd_info {
+    const char *name;
+    uint32_t flags;
+    uint8_t sub_kind;
+} resp_cmd_table[] = {
+    {"BLPOP", RESP_CMD_BLOCKING, 0},
+    {"BRPOP", RESP_CMD_BLOCKING, 0},
+    {"BLMOVE", RESP_CMD_BLOCKING, 0},
+    {"BRPOPLPUSH", RESP_CMD_BLOCKING, 0},
+    {"BLMPOP", RESP_CMD_BLOCKING, 0},
+    {"BZPOPMIN", RESP_CMD_BLOCKING, 0},
+    {"BZPOPMAX", RESP_CMD_BLOCKING, 0},
+    {"BZMPOP", RESP_CMD_BLOCKING, 0},
+    {"WAIT", RESP_CMD_BLOCKING, 0},
+    {"WAITAOF", RESP_CMD_BLOCKING, 0},
+    {"MULTI", RESP_CMD_MULTI, 0},
+    {"EXEC", RESP_CMD_EXEC, 0},
+    {"DISCARD", RESP_CMD_DISCARD, 0},
+    {"HELLO", RESP_CMD_HELLO, 0},
+    {"RESET", RESP_CMD_RESET, 0},
+    {"QUIT", RESP_CMD_QUIT, 0},
+    {"MONITOR", RESP_CMD_MONITOR, 0},
+    {"SUBSCRIBE", RESP_CMD_SUBSCRIBE, RESP_SUB_SUBSCRIBE},
+    {"UNSUBSCRIBE", RESP_CMD_SUBSCRIBE, RESP_SUB_UNSUBSCRIBE},
+    {"PSUBSCRIBE", RESP_CMD_SUBSCRIBE, RESP_SUB_PSUBSCRIBE},
+    {"PUNSUBSCRIBE", RESP_CMD_SUBSCRIBE, RESP_SUB_PUNSUBSCRIBE},
+    {"SSUBSCRIBE", RESP_CMD_SUBSCRIBE, RESP_SUB_SSUBSCRIBE},
+    {"SUNSUBSCRIBE", RESP_CMD_SUBSCRIBE, RESP_SUB_SUNSUBSCRIBE},
+};
+
+/* The names a reply's first element carries for each pub/sub kind (Redis sends lower case). */
+static const struct {
+    const char *name;
+    int kind;
+} resp_sub_names[] = {
+    {"subscribe", RESP_SUB_SUBSCRIBE},   {"unsubscribe", RESP_SUB_UNSUBSCRIBE},
+    {"psubscribe", RESP_SUB_PSUBSCRIBE}, {"punsubscribe", RESP_SUB_PUNSUBSCRIBE},
+    {"ssubscribe", RESP_SUB_SSUBSCRIBE}, {"sunsubscribe", RESP_SUB_SUNSUBSCRIBE},
+    {"message", RESP_SUB_MESSAGE},       {"pmessage", RESP_SUB_MESSAGE},
+    {"smessage", RESP_SUB_MESSAGE},
+};
+
+void resp_pairing_init(struct resp_pairing *p, struct resp_cmd *slots, size_t cap)
+{
+    memset(p, 0, sizeof(*p));
+    p->slots = slots;
+    p->cap = cap;
+    p->proto = 2;
+}
+
+static struct resp_cmd *resp_slot(const struct resp_pairing *p, size_t i)
+{
+    return &p->slots[(p->head + i) % p->cap];
+}
+
+static void resp_drop_front(struct resp_pairing *p, size_t n)
+{
+    p->head = (p->head + n) % p->cap;
+    p->count -= n;
+}
+
+/* ---- commands ------------------------------------------------------------------------------ */
+
+/* The upper-cased first word of m, cut to fit. */
+static void resp_cmd_name(const struct resp_msg *m, const uint8_t *buf, char *name)
+{
+    uint8_t tmp[RESP_CMD_NAME_MAX];
+    int n = resp_view_copy(buf, m->len, &m->elem[0], tmp, sizeof(tmp) - 1);
+    if (n < 0)
+        n = 0;
+    if ((size_t)n > sizeof(tmp) - 1)
+        n = (int)sizeof(tmp) - 1;
+    for (int i = 0; i < n; i++)
+        name[i] = (char)(tmp[i] >= 'a' && tmp[i] <= 'z' ? tmp[i] - 'a' + 'A' : tmp[i]);
+    name[n] = '\0';
+}
+
+/* XREAD / XREADGROUP block only with a BLOCK option, which comes before STREAMS. */
+static bool resp_xread_blocks(const struct resp_msg *m, const uint8_t *buf)
+{
+    struct resp_args it;
+    struct resp_view v;
+    resp_args_init(&it, buf, m);
+    if (resp_args_next(&it, &v) != 1)
+        return false;
+    while (resp_args_next(&it, &v) == 1) {
+        if (resp_view_equals(buf, m->len, &v, "STREAMS"))
+            return false;
+        if (resp_view_equals(buf, m->len, &v, "BLOCK"))
+            return true;
+    }
+    return false;
+}
+
+/* Flags, pub/sub kind and HELLO version from the command's name and arguments. */
+static void resp_classify(const struct resp_msg *m, const uint8_t *buf, struct resp_cmd *c)
+{
+    for (size_t i = 0; i < sizeof(resp_cmd_table) / sizeof(resp_cmd_table[0]); i++) {
+        if (strcmp(c->name, resp_cmd_table[i].name) == 0) {
+            c->flags = resp_cmd_table[i].flags;
+            c->sub_kind = resp_cmd_table[i].sub_kind;
+        }
+    }
+    if (strcmp(c->name, "XREAD") == 0 || strcmp(c->name, "XREADGROUP") == 0)
+        c->flags |= resp_xread_blocks(m, buf) ? RESP_CMD_BLOCKING : 0;
+    if (c->flags & RESP_CMD_SUBSCRIBE) {
+        c->replies = m->nelem - 1 > UINT32_MAX ? UINT32_MAX : (uint32_t)(m->nelem - 1);
+        /* SUBSCRIBE without a channel is an arity error: one reply, like any command. */
+        bool unsub = c->sub_kind == RESP_SUB_UNSUBSCRIBE || c->sub_kind == RESP_SUB_PUNSUBSCRIBE ||
+                     c->sub_kind == RESP_SUB_SUNSUBSCRIBE;
+        if (c->replies == 0 && !unsub) {
+            c->flags &= ~(uint32_t)RESP_CMD_SUBSCRIBE;
+            c->sub_kind = RESP_SUB_NONE;
+            c->replies = 1;
+        }
+    }
+    int64_t v;
+    if ((c->flags & RESP_CMD_HELLO) && m->nelem >= 2 &&
+        resp_view_int(buf, m->len, &m->elem[1], &v) == 0 && (v == 2 || v == 3))
+        c->hello_proto = (uint8_t)v;
+}
+
+/* CLIENT REPLY ON|OFF|SKIP: 'n', 'f', 's', or 0 for any other command. */
+static char resp_client_reply(const struct resp_msg *m, const uint8_t *buf, const char *name)
+{
+    if (strcmp(name, "CLIENT") != 0 || m->nelem != 3 ||
+        !resp_view_equals(buf, m->len, &m->elem[1], "REPLY"))
+        return 0;
+    if (resp_view_equals(buf, m->len, &m->elem[2], "ON"))
+        return 'n';
+    if (resp_view_equals(buf, m->len, &m->elem[2], "OFF"))
+        return 'f';
+    if (resp_view_equals(buf, m->len, &m->elem[2], "SKIP"))
+        return 's';
+    return 0;
+}
+
+/* Advances the client-side state for a command executed now (not queued); returns whether the
+ * server will answer it. */
+static bool resp_client_state(struct resp_pairing *p, const struct resp_cmd *c, char reply,
+                              bool skip)
+{
+    if (c->flags & RESP_CMD_MULTI)
+        p->in_multi = true;
+    if (c->flags & (RESP_CMD_EXEC | RESP_CMD_DISCARD | RESP_CMD_RESET))
+        p->in_multi = false;
+    if (c->flags & RESP_CMD_RESET) {
+        p->reply_off = false;
+        return true;
+    }
+    if (reply == 'n') {
+        p->reply_off = false;
+        return true;
+    }
+    if (reply == 'f')
+        p->reply_off = true;
+    if (reply == 's') {
+        if (!p->reply_off)
+            p->skip_next = true;
+        return false;
+    }
+    return !(p->reply_off || skip);
+}
+
+/* MULTI queues every command but these, which run at once (Redis' processCommand()). */
+static bool resp_runs_in_multi(const struct resp_cmd *c)
+{
+    return (c->flags & (RESP_CMD_MULTI | RESP_CMD_EXEC | RESP_CMD_DISCARD | RESP_CMD_RESET |
+                        RESP_CMD_QUIT)) != 0 ||
+           strcmp(c->name, "WATCH") == 0;
+}
+
+int resp_pairing_command(struct resp_pairing *p, const struct resp_msg *m, const uint8_t *buf,
+                         uint64_t tag, struct resp_cmd *cmd)
+{
+    p->tx_n = 0;
+    if (m->nelem == 0) {
+        p->skip_next = false; /* an empty command still ends a SKIP */
+        return 0;
+    }
+    if (p->count == p->cap)
+        return RESP_E_PAIRING_FULL;
+    struct resp_cmd c;
+    memset(&c, 0, sizeof(c));
+    resp_cmd_name(m, buf, c.name);
+    c.replies = 1;
+    c.tag = tag;
+    c.seq = p->seq++;
+    resp_classify(m, buf, &c);
+    bool skip = p->skip_next, answered;
+    p->skip_next = false;
+    if (p->in_multi && !resp_runs_in_multi(&c)) {
+        /* Queued: nothing but the +QUEUED happens until EXEC. */
+        c.flags = RESP_CMD_QUEUED;
+        c.sub_kind = RESP_SUB_NONE;
+        c.hello_proto = 0;
+        c.replies = 1;
+        answered = !(p->reply_off || skip);
+    } else {
+        answered = resp_client_state(p, &c, resp_client_reply(m, buf, c.name), skip);
+    }
+    if (!answered)
+        c.flags |= RESP_CMD_NO_REPLY;
+    if (cmd != NULL)
+        *cmd = c;
+    if (!answered)
+        return 0;
+    *resp_slot(p, p->count++) = c;
+    return 1;
+}
+
+/* ---- replies ------------------------------------------------------------------------------- */
+
+/* The pub/sub kind a reply's first element names, RESP_SUB_MESSAGE, or RESP_SUB_NONE. */
+static int resp_sub_kind_of(const struct resp_msg *m, const uint8_t *buf)
+{
+    if ((m->type != '*' && m->type != '>') || m->null || m->nelem == 0)
+        return RESP_SUB_NONE;
+    const struct resp_view *v = &m->elem[0];
+    if (v->type != '$' && v->type != '+')
+        return RESP_SUB_NONE;
+    for (size_t i = 0; i < sizeof(resp_sub_names) / sizeof(resp_sub_names[0]); i++)
+        if (resp_view_equals(buf, m->len, v, resp_sub_names[i].name))
+            return resp_sub_names[i].kind;
+    return RESP_SUB_NONE;
+}
+
+static bool resp_subscribed(const struct resp_pairing *p)
+{
+    return p->channels + p->patterns + p->shard_channels > 0;
+}
+
+static uint64_t *resp_sub_counter(struct resp_pairing *p, int kind)
+{
+    if (kind == RESP_SUB_SUBSCRIBE || kind == RESP_SUB_UNSUBSCRIBE)
+        return &p->channels;
+    if (kind == RESP_SUB_PSUBSCRIBE || kind == RESP_SUB_PUNSUBSCRIBE)
+        return &p->patterns;
+    return &p->shard_channels;
+}
+
+/* A confirmation's third element is the client's subscription count after it: channels plus
+ * patterns, or shard channels for the S kinds. */
+static void resp_sub_count(struct resp_pairing *p, int kind, const struct resp_msg *m,
+                           const uint8_t *buf)
+{
+    int64_t n;
+    if (m->nelem < 3 || resp_view_int(buf, m->len, &m->elem[2], &n) < 0 || n < 0)
+        return;
+    uint64_t *mine = resp_sub_counter(p, kind);
+    uint64_t other = 0;
+    if (mine == &p->channels)
+        other = p->patterns;
+    else if (mine == &p->patterns)
+        other = p->channels;
+    *mine = (uint64_t)n > other ? (uint64_t)n - other : 0;
+}
+
+/* One confirmation for the (UN)SUBSCRIBE at the head. */
+static int resp_confirm(struct resp_pairing *p, struct resp_cmd *head, const struct resp_msg *m,
+                        const uint8_t *buf, struct resp_match *match)
+{
+    if (head->answered == 0 && head->replies == 0) {
+        uint64_t subs = *resp_sub_counter(p, head->sub_kind);
+        head->replies = subs == 0 ? 1 : subs > UINT32_MAX ? UINT32_MAX : (uint32_t)subs;
+    }
+    resp_sub_count(p, head->sub_kind, m, buf);
+    head->answered++;
+    match->cmd = *head;
+    match->last = head->answered >= head->replies;
+    if (match->last)
+        resp_drop_front(p, 1);
+    return 1;
+}
+
+/* Removes the oldest command awaiting a reply, which sits after the kept queued commands. */
+static void resp_remove_pending(struct resp_pairing *p)
+{
+    for (size_t i = p->kept; i > 0; i--)
+        *resp_slot(p, i) = *resp_slot(p, i - 1);
+    resp_drop_front(p, 1);
+}
+
+/* EXEC, DISCARD or RESET answered: the kept queued commands go, with the command itself. */
+static void resp_end_tx(struct resp_pairing *p, const struct resp_msg *m, bool exec,
+                        struct resp_match *match)
+{
+    size_t rejected = 0;
+    for (size_t i = 0; i < p->kept; i++)
+        rejected += (resp_slot(p, i)->flags & RESP_CMD_REJECTED) != 0;
+    if (exec && m->type == '*' && !m->null) {
+        p->tx_first = p->head;
+        p->tx_n = p->kept;
+        p->tx_rejected = rejected > 0;
+        match->ntx = p->kept - rejected;
+    } else if (exec) {
+        match->exec_aborted = true;
+    }
+    resp_drop_front(p, p->kept + 1);
+    p->kept = 0;
+}
+
+static bool resp_is_error(const struct resp_msg *m)
+{
+    return m->type == '-' || m->type == '!';
+}
+
+/* The reply to a command queued inside MULTI: keep it for EXEC. */
+static int resp_answer_queued(struct resp_pairing *p, struct resp_cmd *head,
+                              const struct resp_msg *m, const uint8_t *buf,
+                              struct resp_match *match)
+{
+    bool queued = m->type == '+' && resp_view_equals(buf, m->len, &m->value, "QUEUED");
+    match->queued = true;
+    if (!queued && !resp_is_error(m)) {
+        /* MULTI was refused after all: an ordinary reply. */
+        match->cmd = *head;
+        resp_remove_pending(p);
+        return 1;
+    }
+    if (!queued)
+        head->flags |= RESP_CMD_REJECTED;
+    match->cmd = *head;
+    p->kept++;
+    return 1;
+}
+
+static int resp_answer(struct resp_pairing *p, struct resp_cmd *head, const struct resp_msg *m,
+                       const uint8_t *buf, struct resp_match *match)
+{
+    match->last = true;
+    if (head->flags & RESP_CMD_QUEUED)
+        return resp_answer_queued(p, head, m, buf, match);
+    match->cmd = *head;
+    uint32_t f = head->flags;
+    if (f & (RESP_CMD_EXEC | RESP_CMD_DISCARD | RESP_CMD_RESET))
+        resp_end_tx(p, m, (f & RESP_CMD_EXEC) != 0, match);
+    else
+        resp_remove_pending(p);
+    if (resp_is_error(m))
+        return 1;
+    if (f & RESP_CMD_RESET) {
+        p->proto = 2;
+        p->monitor = false;
+        p->channels = p->patterns = p->shard_channels = 0;
+    }
+    if ((f & RESP_CMD_HELLO) && match->cmd.hello_proto != 0)
+        p->proto = match->cmd.hello_proto;
+    if (f & RESP_CMD_MONITOR)
+        p->monitor = true;
+    return 1;
+}
+
+int resp_pairing_reply(struct resp_pairing *p, const struct resp_msg *m, const uint8_t *buf,
+                       struct resp_match *match)
+{
+    memset(match, 0, sizeof(*match));
+    p->tx_n = 0;
+    int kind = resp_sub_kind_of(m, buf);
+    struct resp_cmd *head = p->count > p->kept ? resp_slot(p, p->kept) : NULL;
+    bool awaited = head != NULL && (head->flags & RESP_CMD_SUBSCRIBE) && head->sub_kind == kind;
+
+    if (m->push)
+        return awaited ? resp_confirm(p, head, m, buf, match) : 0;
+    if (p->monitor && m->type == '+' && m->value.len > 0 && buf[m->value.off] >= '0' &&
+        buf[m->value.off] <= '9')
+        return 0;
+    if (p->proto == 2 && resp_subscribed(p) && m->type == '*' && kind != RESP_SUB_NONE && !awaited)
+        return 0;
+    if (head == NULL)
+        return RESP_E_UNEXPECTED_REPLY;
+    if (awaited)
+        return resp_confirm(p, head, m, buf, match);
+    return resp_answer(p, head, m, buf, match);
+}
+
+const struct resp_cmd *resp_pairing_tx(const struct resp_pairing *p, size_t i)
+{
+    if (i >= p->tx_n)
+        return NULL;
+    if (!p->tx_rejected)
+        return &p->slots[(p->tx_first + i) % p->cap];
+    for (size_t k = 0; k < p->tx_n; k++) {
+        const struct resp_cmd *c = &p->slots[(p->tx_first + k) % p->cap];
+        if ((c->flags & RESP_CMD_REJECTED) == 0 && i-- == 0)
+            return c;
+    }
+    return NULL;
+}
+
+const struct resp_cmd *resp_pairing_head(const struct resp_pairing *p)
+{
+    return p->count > p->kept ? resp_slot(p, p->kept) : NULL;
+}
+
+size_t resp_pairing_pending(const struct resp_pairing *p)
+{
+    return p->count - p->kept;
+}

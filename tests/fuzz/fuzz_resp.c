@@ -1,0 +1,122 @@
+/*
+ * fuzz_resp.c - libFuzzer harness for the RESP codec (proto/resp*.c).  Not part of the default
+ * build:
+ *
+ *     clang -fsanitize=fuzzer,address -I. proto/resp*.c tests/fuzz/fuzz_resp.c -o fuzz_resp
+ *     ./fuzz_resp -max_total_time=60 CORPUS_DIR
+ *
+ * A good seed corpus is the messages of tests/unit/data/resp/ *.bin, each prefixed with one mode
+ * byte.  The mode byte picks the side (client or server), lowered limits, and a split point; the
+ * rest is scanned as a stream of messages twice, whole and in two pieces, and every message goes
+ * through the iterator, the view helpers and a pairing.  Invariants are checked with abort():
+ * views stay inside their message, the iterator agrees with the scanner's views and walks exactly
+ * nelem elements, a split input gives the same messages and the same error as a whole one.
+ */
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "proto/resp.h"
+
+#define MAX_MSGS 256
+
+static void check(bool ok)
+{
+    if (!ok)
+        abort();
+}
+
+static bool inside(const struct resp_view *v, size_t len)
+{
+    return v->off <= len && v->len <= len - v->off;
+}
+
+static void check_views(const uint8_t *p, const struct resp_msg *m)
+{
+    struct resp_args it;
+    struct resp_view v;
+    uint64_t k = 0;
+    uint8_t tmp[16];
+    int64_t num;
+    check(inside(&m->value, m->len));
+    resp_args_init(&it, p, m);
+    int rc;
+    while ((rc = resp_args_next(&it, &v)) == 1) {
+        check(inside(&v, m->len));
+        if (k < RESP_MSG_VIEWS) {
+            const struct resp_view *e = &m->elem[k];
+            check(e->off == v.off && e->len == v.len && e->type == v.type && e->count == v.count &&
+                  e->null == v.null && e->quoted == v.quoted);
+        }
+        check(resp_view_copy(p, m->len, &v, tmp, sizeof(tmp)) >= 0);
+        (void)!resp_view_int(p, m->len, &v, &num);
+        (void)resp_view_equals(p, m->len, &v, "subscribe");
+        k++;
+    }
+    check(rc == 0 && k == m->nelem);
+}
+
+struct run {
+    size_t n;
+    size_t lens[MAX_MSGS];
+    int rc;
+};
+
+static void scan_stream(const struct resp_scanner *proto, const uint8_t *buf, size_t len,
+                        size_t split, struct run *r, struct resp_pairing *pair)
+{
+    struct resp_scanner sc = *proto;
+    size_t off = 0;
+    memset(r, 0, sizeof(*r));
+    while (off < len && r->n < MAX_MSGS) {
+        struct resp_msg m;
+        int rc = 0;
+        if (split > off)
+            rc = resp_scan(&sc, buf + off, split - off, &m);
+        if (rc == 0)
+            rc = resp_scan(&sc, buf + off, len - off, &m);
+        if (rc != 1) {
+            r->rc = rc;
+            check(rc <= 0 && (rc < 0 || m.len > len - off));
+            return;
+        }
+        check(m.len > 0 && m.len <= len - off);
+        check_views(buf + off, &m);
+        struct resp_cmd c;
+        struct resp_match mt;
+        if (sc.side == RESP_SIDE_CLIENT)
+            (void)!resp_pairing_command(pair, &m, buf + off, off, &c);
+        else if (resp_pairing_reply(pair, &m, buf + off, &mt) == 1 && mt.ntx > 0)
+            check(resp_pairing_tx(pair, mt.ntx - 1) != NULL);
+        r->lens[r->n++] = m.len;
+        off += m.len;
+    }
+}
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
+{
+    if (size < 1)
+        return 0;
+    uint8_t mode = data[0];
+    const uint8_t *buf = data + 1;
+    size_t len = size - 1;
+    struct resp_scanner proto;
+    resp_scanner_init(&proto, (mode & 1) ? RESP_SIDE_SERVER : RESP_SIDE_CLIENT);
+    if (mode & 2) {
+        proto.max_line = 1 + (mode >> 4);
+        proto.max_bulk = mode >> 3;
+        proto.max_elements = mode >> 5;
+        proto.max_depth = mode >> 6;
+        proto.max_inline = mode >> 2;
+    }
+    struct resp_cmd slots[4];
+    struct resp_pairing pair;
+    resp_pairing_init(&pair, slots, 4);
+    struct run whole, split;
+    scan_stream(&proto, buf, len, 0, &whole, &pair);
+    scan_stream(&proto, buf, len, len > 0 ? (size_t)mode * 7919 % len : 0, &split, &pair);
+    check(whole.n == split.n && whole.rc == split.rc);
+    for (size_t i = 0; i < whole.n; i++)
+        check(whole.lens[i] == split.lens[i]);
+    return 0;
+}
