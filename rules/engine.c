@@ -22,7 +22,8 @@ struct id_table {
 struct rule_rt {
     const struct rule *rule;
     bool enabled;
-    uint64_t seen;
+    uint64_t seen;    /* events that matched */
+    uint64_t counted; /* of those, events of messages still under the cap */
     uint64_t faults;
     struct id_table ids;
 };
@@ -241,6 +242,7 @@ void ruleset_inherit(struct ruleset *rs, const struct ruleset *old)
             continue;
         rs->rt[i].enabled = old->rt[j].enabled;
         rs->rt[i].seen = old->rt[j].seen;
+        rs->rt[i].counted = old->rt[j].counted;
         rs->rt[i].faults = old->rt[j].faults;
     }
 }
@@ -349,9 +351,17 @@ static bool rule_fires(struct ruleset *rs, struct rule_rt *rt, const struct engi
     for (size_t i = 0; i < r->n_matchers; i++)
         if (!matcher_holds(ev, &r->matchers[i]))
             return false;
-    uint64_t n = ++rt->seen;
+    rt->seen++;
     struct id_slot *id = id_table_get(&rt->ids, identity_hash(ev->identity));
     uint64_t occurrence = id != NULL ? id->seen++ : 0;
+    uint32_t cap = t->max_per_message ? t->max_per_message : 1;
+    /* A message the rule may no longer fault does not count toward every,
+     * nth, first and after: otherwise the redelivered copies a fault
+     * creates would use them up, and `first 3` could fault fewer than three
+     * messages depending on timing. */
+    if (id != NULL && id->faults >= cap)
+        return false;
+    uint64_t n = ++rt->counted;
     if (t->has_between) {
         uint64_t since = now_ms > rs->start_ms ? now_ms - rs->start_ms : 0;
         if (since < t->between_start_ms || since >= t->between_end_ms)
@@ -363,9 +373,6 @@ static bool rule_fires(struct ruleset *rs, struct rule_rt *rt, const struct engi
         engine_coin(rs->seed, r->name, ev->identity, occurrence) >= t->probability)
         return false;
     if (t->limit != 0 && rt->faults >= t->limit)
-        return false;
-    uint32_t cap = t->max_per_message ? t->max_per_message : 1;
-    if (id != NULL && id->faults >= cap)
         return false;
     if (id != NULL)
         id->faults++;

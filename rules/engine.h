@@ -12,11 +12,12 @@
  * how often this rule has already seen this identity; it does not depend on
  * a shared random stream, so the same seed faults the same messages whatever
  * the order in which workers see them.  Counting triggers (every, nth, first,
- * after) count the events that matched the rule, in the order they arrive.
+ * after) count the events that matched the rule, in the order they arrive,
+ * leaving out those of messages the per-message cap already excludes.
  *
- * Order of evaluation for one rule: enabled and kill switch, matchers,
- * `between` window, counting triggers, probability, `limit`, and the
- * per-message cap.  Only a rule that passes them all counts as a fault.
+ * Order of evaluation for one rule: enabled and kill switch, matchers, the
+ * per-message cap, `between` window, counting triggers, probability and
+ * `limit`.  Only a rule that passes them all counts as a fault.
  *
  * Pure C: no libevent, no OpenSSL.  Not thread-safe: one event loop uses a
  * ruleset at a time.

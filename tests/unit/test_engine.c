@@ -210,6 +210,26 @@ static void test_per_message_cap(void **state)
     ruleset_put(rs);
 }
 
+/* Copies of a faulted message (its redeliveries) are refused by the cap and
+ * must not use up `first`: the first 3 distinct messages are faulted. */
+static void test_capped_events_do_not_count(void **state)
+{
+    (void)state;
+    struct rule r = make_rule("first3", RULE_EV_ACK);
+    r.trigger.first = 3;
+    struct ruleset *rs = ruleset_new(&r, 1, 0);
+    const char *order[] = {"a", "a", "b", "b", "c", "a", "d", "e"};
+    char got[16] = "";
+    for (size_t i = 0; i < sizeof(order) / sizeof(order[0]); i++) {
+        struct engine_event ev = message(order[i]);
+        if (fires(rs, &ev, 0))
+            strcat(got, order[i]);
+    }
+    assert_string_equal(got, "abc");
+    assert_int_equal(ruleset_stats(rs, 0).seen, 8);
+    ruleset_put(rs);
+}
+
 static const char *headers(const void *ctx, const char *name)
 {
     (void)ctx;
@@ -319,6 +339,7 @@ int main(void)
         cmocka_unit_test(test_counting_triggers),
         cmocka_unit_test(test_between_window),
         cmocka_unit_test(test_per_message_cap),
+        cmocka_unit_test(test_capped_events_do_not_count),
         cmocka_unit_test(test_matchers),
         cmocka_unit_test(test_enable_kill_switch_and_listener),
         cmocka_unit_test(test_glob),
