@@ -106,6 +106,7 @@ struct achan {
     struct held *held[2], *held_tail[2];
     struct event *held_timer[2];
     struct evbuffer *inject[2]; /* frames twice sends toward side [to] */
+    struct evbuffer *deferred;  /* client frames waiting for the broker's close-ok */
     struct consumer *consumers;
     size_t n_consumers;
     struct consumer *pending; /* basic.consume awaiting consume-ok, in order */
@@ -271,6 +272,8 @@ static void chan_free(struct achan *ch)
             event_free(ch->held_timer[d]);
         evbuffer_free(ch->inject[d]);
     }
+    if (ch->deferred != NULL)
+        evbuffer_free(ch->deferred);
     free(ch->consumers);
     free(ch->pending);
     free(ch);
@@ -294,6 +297,8 @@ static struct achan *chan_new(struct amqp_px *ax, uint16_t id)
         ch->held_timer[d] = evtimer_new(ax->s->px->base, on_held_timer, ch);
         ok = ch->content[d].stash && ch->content[d].body && ch->inject[d] && ch->held_timer[d];
     }
+    ch->deferred = evbuffer_new();
+    ok = ok && ch->deferred != NULL;
     if (!ok) {
         for (int d = 0; d < 2; d++)
             if (ch->inject[d] == NULL)
@@ -1373,6 +1378,24 @@ static void broker_method(struct amqp_px *ax, struct achan *ch, const struct amq
  * answered by twice until its half of the close handshake is over: the
  * client's frames on the channel are dropped until it reopens it, and the
  * broker's until its close-ok.  Returns true when the frame was consumed. */
+static void amqp_process(void *state, enum session_side from, struct evbuffer *in);
+
+/* The broker finished closing the channel twice closed: the client's
+ * reopen and what it sent after go through now, in order. */
+static void replay_deferred(struct amqp_px *ax, struct achan *ch)
+{
+    if (evbuffer_get_length(ch->deferred) == 0)
+        return;
+    struct evbuffer *frames = evbuffer_new();
+    if (frames == NULL) {
+        protocol_error(ax, "out of memory");
+        return;
+    }
+    evbuffer_add_buffer(frames, ch->deferred);
+    amqp_process(ax, SIDE_CLIENT, frames); /* complete frames only */
+    evbuffer_free(frames);
+}
+
 static bool closing_by_twice(struct amqp_px *ax, struct achan *ch, int from,
                              const struct amqp_method *m, struct evbuffer *in, size_t len)
 {
@@ -1380,10 +1403,20 @@ static bool closing_by_twice(struct amqp_px *ax, struct achan *ch, int from,
     uint8_t frame[32];
     if (m == NULL && ch->content[from].active)
         return false; /* the rest of the content twice refused: dropped there */
+    if (from == SIDE_CLIENT && evbuffer_get_length(ch->deferred) > 0) {
+        evbuffer_remove_buffer(in, ch->deferred, len); /* behind the deferred open */
+        return true;
+    }
     if (from == SIDE_CLIENT && ch->closed_for_client) {
         if (id == AMQP_CHANNEL_OPEN) {
             ch->closed_for_client = false;
-            return false; /* a new channel: forwarded */
+            if (!ch->swallow_broker_close_ok)
+                return false; /* a new channel: forwarded */
+            /* RabbitMQ refuses an open while its close handshake is not
+             * over (504): the open, and what follows on the channel, wait
+             * for the broker's close-ok. */
+            evbuffer_remove_buffer(in, ch->deferred, len);
+            return true;
         }
         if (id == AMQP_CHANNEL_CLOSE) {
             int n = amqp_encode_channel_close_ok(frame, sizeof(frame), ch->id);
@@ -1394,8 +1427,12 @@ static bool closing_by_twice(struct amqp_px *ax, struct achan *ch, int from,
         return true;
     }
     if (from == SIDE_UPSTREAM && ch->swallow_broker_close_ok) {
-        if (id == AMQP_CHANNEL_CLOSE_OK)
+        if (id == AMQP_CHANNEL_CLOSE_OK) {
             ch->swallow_broker_close_ok = false;
+            evbuffer_drain(in, len);
+            replay_deferred(ax, ch);
+            return true;
+        }
         if (id == AMQP_CHANNEL_CLOSE) {
             int n = amqp_encode_channel_close_ok(frame, sizeof(frame), ch->id);
             if (n > 0)
