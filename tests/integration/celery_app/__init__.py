@@ -1,0 +1,1 @@
+"""A tiny Celery app for tests/integration/test_celery_amqp.py (not a test)."""

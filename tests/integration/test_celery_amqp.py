@@ -1,0 +1,210 @@
+#!/usr/bin/python3
+"""Real Celery 5.2 (python3-celery, py-amqp) through a `protocol amqp`
+listener in front of RabbitMQ, with task_acks_late=True.
+
+A worker (`celery worker --pool=solo`, a subprocess) runs the task
+celery_app.app.charge, which appends "<task_id> <order_id>" to a file; the
+test process sends 10 tasks with .delay() through twice too.
+
+- no rule: every task runs exactly once (10 lines, 10 distinct task ids);
+- `when ack task=*charge; first 3; do redeliver`: the worker's first three
+  acks become reject(requeue) upstream, RabbitMQ redelivers those tasks and
+  the worker runs them again under the SAME task id: 13 lines, exactly 3 ids
+  twice, and the fault log lines name those 3 task ids as message_id.
+"""
+
+import collections
+import os
+import signal
+import subprocess
+import sys
+import time
+import unittest
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import harness as h  # noqa: E402
+import faultkit as fk  # noqa: E402
+
+import pika  # noqa: E402
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+N_TASKS = 10
+
+
+def amqp_listen(name, port, upstream):
+    return h.listen_block(name, port, upstream).replace("protocol tcp", "protocol amqp")
+
+
+def broker_url(port):
+    return "amqp://guest:guest@127.0.0.1:%d//" % port
+
+
+class Worker:
+    """`celery worker` in its own process group; stop() = SIGTERM, then SIGKILL."""
+
+    def __init__(self, tmp, name, port, out_path):
+        self.log_path = os.path.join(tmp, "worker-%s.log" % name)
+        env = dict(os.environ)
+        env.update({
+            "PYTHONPATH": HERE,
+            "TWICE_CELERY_BROKER": broker_url(port),
+            "TWICE_CELERY_OUT": out_path,
+            "HOME": tmp,
+            "PYTHONDONTWRITEBYTECODE": "1",
+            "PYTHONUNBUFFERED": "1",
+        })
+        argv = ["/usr/bin/python3", "-m", "celery", "-A", "celery_app.app", "worker",
+                "--pool=solo", "--concurrency=1", "-Q", "celery", "--without-heartbeat",
+                "--without-gossip", "--without-mingle", "-l", "info", "-n", "%s@localhost" % name]
+        self.proc = h.spawn(argv, log_path=self.log_path, env=env, cwd=tmp)
+        h.at_exit(self.kill)
+
+    def log_text(self):
+        try:
+            with open(self.log_path, "rb") as f:
+                return f.read().decode(errors="replace")
+        except FileNotFoundError:
+            return ""
+
+    def wait_ready(self, timeout=60):
+        def ready():
+            if self.proc.poll() is not None:
+                raise AssertionError("celery worker exited with %s:\n%s" % (
+                    self.proc.returncode, self.log_text()[-4000:]))
+            return " ready." in self.log_text()
+        h.wait_until(ready, timeout, interval=0.2, what="the celery worker to be ready")
+
+    def stop(self):
+        if self.proc.poll() is None:
+            h.kill_group(self.proc, signal.SIGTERM)
+            try:
+                self.proc.wait(20)
+            except subprocess.TimeoutExpired:
+                h.log("celery worker ignored SIGTERM for 20s: SIGKILL")
+        self.kill()
+
+    def kill(self):
+        h.kill_group(self.proc, signal.SIGKILL)
+        try:
+            self.proc.wait(10)
+        except subprocess.TimeoutExpired:
+            pass
+
+
+class CeleryAmqp(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        cls.tmp = h.make_tmpdir("twice-it-celery-")
+        cls.rabbit = h.start_rabbitmq(cls.tmp)
+        cls.plain_port = h.free_port()
+        cls.fault_port = h.free_port()
+        text = fk.conf_text(
+            [amqp_listen("plain", cls.plain_port, cls.rabbit.port),
+             amqp_listen("rabbit", cls.fault_port, cls.rabbit.port)],
+            [fk.rule_block("lost-ack", "rabbit", "when ack task=*charge", "first 3", "do redeliver")],
+            seed=1, grace="1s")
+        cls.tw = h.start_twice(text, cls.tmp)
+        os.environ.setdefault("TWICE_CELERY_OUT", os.path.join(cls.tmp, "unused.txt"))
+        from celery_app.app import app, charge
+        cls.app, cls.charge = app, charge
+
+    @classmethod
+    def tearDownClass(cls):
+        try:
+            cls.tw.stop()
+        finally:
+            cls.tw.kill()
+            cls.rabbit.stop()
+
+    def setUp(self):
+        self.t0 = time.monotonic()
+        self.mark = len(self.tw.log_lines())
+        self.workers = []
+        # start from an empty `celery` queue
+        conn = pika.BlockingConnection(pika.ConnectionParameters(
+            host="127.0.0.1", port=self.rabbit.port, connection_attempts=1, heartbeat=0))
+        try:
+            ch = conn.channel()
+            ch.queue_declare("celery", durable=True)
+            ch.queue_purge("celery")
+        finally:
+            conn.close()
+
+    def tearDown(self):
+        for w in self.workers:
+            w.stop()
+        h.log("%s took %.1fs" % (self._testMethodName, time.monotonic() - self.t0))
+        outcome = getattr(self, "_outcome", None)
+        if (outcome is not None and not getattr(outcome, "success", True)) or h.VERBOSE:
+            for w in self.workers:
+                sys.stderr.write("\n----- worker log -----\n%s\n" % w.log_text()[-6000:])
+            sys.stderr.write("\n----- twice log -----\n%s\n-----\n" % "\n".join(
+                self.tw.log_lines()[self.mark:][-120:]))
+
+    def run_tasks(self, name, port, expect_lines):
+        """Start a worker on `port`, send N_TASKS tasks through `port`, wait
+        for `expect_lines` executions (and a quiet period); returns
+        (sent task ids, [(task_id, order_id)] lines)."""
+        out = os.path.join(self.tmp, "charges-%s.txt" % name)
+        open(out, "w").close()
+        w = Worker(self.tmp, name, port, out)
+        self.workers.append(w)
+        w.wait_ready()
+        sent = []
+        with self.app.connection_for_write(broker_url(port)) as conn:
+            for i in range(N_TASKS):
+                r = self.charge.apply_async(("order-%d" % i,), connection=conn)
+                sent.append(r.id)
+
+        def lines():
+            with open(out) as f:
+                return [tuple(l.split()) for l in f.read().splitlines() if l.strip()]
+        # Wait for `expect_lines` executions; give up early once every task
+        # ran and nothing new happened for 10 s (a redelivery comes at once).
+        deadline = time.monotonic() + 60
+        n, changed = -1, time.monotonic()
+        while time.monotonic() < deadline:
+            now = len(lines())
+            if now != n:
+                n, changed = now, time.monotonic()
+            if n >= expect_lines:
+                break
+            if n >= N_TASKS and time.monotonic() - changed > 10:
+                break
+            time.sleep(0.2)
+        time.sleep(3)   # anything more would show up now
+        got = lines()
+        w.stop()
+        self.assertNotIn("Unrecoverable error", w.log_text())
+        return sent, got
+
+    def test_no_rule_each_task_once(self):
+        sent, got = self.run_tasks("plain", self.plain_port, N_TASKS)
+        self.assertEqual(len(got), N_TASKS, got)
+        self.assertEqual(sorted(t for t, _ in got), sorted(sent), "every task ran exactly once")
+        self.assertEqual(sorted(o for _, o in got), sorted("order-%d" % i for i in range(N_TASKS)))
+        self.assertEqual(fk.fault_records(self.tw, listener="plain"), [])
+
+    def test_lost_ack_three_tasks_twice(self):
+        sent, got = self.run_tasks("faulty", self.fault_port, N_TASKS + 3)
+        self.assertEqual(len(got), N_TASKS + 3, got)
+        per_id = collections.Counter(t for t, _ in got)
+        self.assertEqual(set(per_id), set(sent), "every task ran, under the id it was sent with")
+        twice_ids = sorted(t for t, n in per_id.items() if n == 2)
+        self.assertEqual(len(twice_ids), 3, per_id)
+        self.assertEqual(sorted(per_id.values()), [1] * 7 + [2] * 3, per_id)
+        # each task's two runs were for the same order
+        orders = collections.defaultdict(set)
+        for t, o in got:
+            orders[t].add(o)
+        self.assertTrue(all(len(v) == 1 for v in orders.values()), orders)
+        recs = [r for r in fk.fault_records(self.tw, rule="lost-ack")]
+        self.assertEqual(len(recs), 3, recs)
+        self.assertEqual(sorted(r.get("message_id") for r in recs), twice_ids)
+        self.assertTrue(all(r.get("action") == "redeliver" and r.get("event") == "ack"
+                            and r.get("queue") == "celery" for r in recs), recs)
+        h.log("tasks run twice: %s" % " ".join(twice_ids))
+
+
+if __name__ == "__main__":
+    unittest.main(verbosity=2)
