@@ -42,6 +42,9 @@
 /* Largest body a `body~` matcher is given (bodies above it are matched as
  * absent): the body of such a message is held until it is complete. */
 #define AMQP_PX_BODY_MATCH_MAX (1u << 20)
+/* Bytes of delayed frames one session may hold per direction; past it
+ * twice stops reading from that side until some are released. */
+#define AMQP_PX_HELD_MAX (64u * 1024u * 1024u)
 /* Room for the frames one settlement can turn into. */
 #define AMQP_PX_FRAME_SPACE 512
 
@@ -626,6 +629,28 @@ static void held_release(struct achan *ch, int from, bool all)
     chan_unblock(ch, (enum session_side)from);
 }
 
+/* Bytes held (delayed) on every channel from `from`. */
+static size_t held_bytes(const struct amqp_px *ax, int from)
+{
+    size_t n = 0;
+    for (size_t i = 0; i < ax->n_chans; i++)
+        for (const struct held *h = ax->chans[i]->held[from]; h != NULL; h = h->next)
+            n += evbuffer_get_length(h->frames);
+    return n;
+}
+
+/* Backpressure for holds: a delay must not turn into unbounded memory. */
+static void held_limit(struct amqp_px *ax)
+{
+    for (int from = 0; from < 2; from++) {
+        size_t n = held_bytes(ax, from);
+        if (n >= AMQP_PX_HELD_MAX)
+            session_hold_reading(ax->s, (enum session_side)from, true);
+        else if (n < AMQP_PX_HELD_MAX / 2)
+            session_hold_reading(ax->s, (enum session_side)from, false);
+    }
+}
+
 static void on_held_timer(evutil_socket_t fd, short what, void *arg)
 {
     (void)fd;
@@ -638,6 +663,8 @@ static void on_held_timer(evutil_socket_t fd, short what, void *arg)
         held_release(ch, d, false);
     send_flush(ax, SIDE_CLIENT);
     send_flush(ax, SIDE_UPSTREAM);
+    if (alive(ax))
+        held_limit(ax);
 }
 
 /* ---- settlements (client ack / nack / reject) -------------------------- */
@@ -1586,6 +1613,8 @@ static void amqp_process(void *state, enum session_side from, struct evbuffer *i
         return;
     send_flush(ax, SIDE_UPSTREAM);
     send_flush(ax, SIDE_CLIENT);
+    if (alive(ax))
+        held_limit(ax);
 }
 
 /* ---- codec ops --------------------------------------------------------- */

@@ -386,7 +386,7 @@ static void on_write(struct bufferevent *bev, void *arg)
         return;
     if (src->paused && pending <= SESSION_OUTPUT_HIGH / 2) {
         src->paused = false;
-        if (!src->eof)
+        if (!src->eof && !src->codec_hold)
             bufferevent_enable(src->bev, EV_READ);
         relay(s, from); /* what arrived while paused; may pause again */
         if (s->state != SESSION_RELAYING || src->paused)
@@ -1108,6 +1108,18 @@ void session_abort(struct session *s, enum session_close_reason reason, int flus
     /* Deliver what was already sent to `flush_to`, as if the other side had
      * failed: that is what a cut after forwarding a frame means. */
     start_draining(s, (enum session_side) !flush_to, reason);
+}
+
+void session_hold_reading(struct session *s, enum session_side side, bool hold)
+{
+    struct session_end *e = &s->end[side];
+    if (e->codec_hold == hold || e->bev == NULL)
+        return;
+    e->codec_hold = hold;
+    if (hold)
+        bufferevent_disable(e->bev, EV_READ);
+    else if (!e->paused && !e->eof)
+        bufferevent_enable(e->bev, EV_READ);
 }
 
 void session_set_read_limit(struct session *s, enum session_side side, size_t bytes)

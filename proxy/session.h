@@ -83,9 +83,10 @@ enum session_side {
 struct session_end {
     struct bufferevent *bev;
     bool tls;
-    bool eof;    /* this peer sent EOF: we read everything it will send */
-    bool shut;   /* we shut down our writing toward this peer */
-    bool paused; /* reading from this peer is paused by backpressure */
+    bool eof;        /* this peer sent EOF: we read everything it will send */
+    bool shut;       /* we shut down our writing toward this peer */
+    bool paused;     /* reading from this peer is paused by backpressure */
+    bool codec_hold; /* the codec holds too much of what this peer sent */
 };
 
 struct shaper;
@@ -160,6 +161,10 @@ void session_set_error(struct session *s, const char *fmt, ...)
 /* End the session because of `reason`: at once (flush_to < 0), or after
  * what was already sent to side `flush_to` has been delivered. */
 void session_abort(struct session *s, enum session_close_reason reason, int flush_to);
+
+/* Stop (hold true) or resume reading from side `side` because the codec
+ * holds too many of its bytes (delayed frames). */
+void session_hold_reading(struct session *s, enum session_side side, bool hold);
 
 /* Let side `side` hold at least `bytes` of unread input (a codec that needs
  * whole frames of that size). */
