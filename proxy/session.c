@@ -191,19 +191,6 @@ void session_free(struct session *s)
     proxy_session_gone(px);
 }
 
-static void set_error(struct session *s, const char *fmt, ...)
-    __attribute__((format(printf, 2, 3)));
-
-static void set_error(struct session *s, const char *fmt, ...)
-{
-    if (s->error[0] != '\0')
-        return;
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(s->error, sizeof(s->error), fmt, ap);
-    va_end(ap);
-}
-
 /* Log a failure to reach the upstream and close the session. */
 static void fail_upstream(struct session *s, enum session_close_reason reason, const char *msg)
 {
@@ -284,7 +271,7 @@ int session_send(struct session *s, enum session_side to, struct evbuffer *buf)
         if (s->state != SESSION_RELAYING)
             return -1;
     } else if (evbuffer_add_buffer(out, buf) != 0) {
-        set_error(s, "out of memory");
+        session_set_error(s, "out of memory");
         session_close(s, SESSION_CLOSE_INTERNAL_ERROR);
         return -1;
     }
@@ -303,7 +290,7 @@ int session_send_bytes(struct session *s, enum session_side to, const void *data
     if (buf == NULL || evbuffer_add(buf, data, len) != 0) {
         if (buf != NULL)
             evbuffer_free(buf);
-        set_error(s, "out of memory");
+        session_set_error(s, "out of memory");
         session_close(s, SESSION_CLOSE_INTERNAL_ERROR);
         return -1;
     }
@@ -451,9 +438,9 @@ static void describe_socket_error(struct session *s, struct session_end *e)
     if (ssl_err != 0) {
         char buf[256];
         tls_describe_error(bufferevent_openssl_get_ssl(e->bev), ssl_err, buf, sizeof(buf));
-        set_error(s, "%s", buf);
+        session_set_error(s, "%s", buf);
     } else if (err != 0) {
-        set_error(s, "%s", evutil_socket_error_to_string(err));
+        session_set_error(s, "%s", evutil_socket_error_to_string(err));
     }
 }
 
@@ -493,14 +480,14 @@ static void on_upstream_connect_error(struct session *s, short what)
     if (tls_failed) {
         char buf[256];
         tls_describe_error(ssl, ssl_err, buf, sizeof(buf));
-        set_error(s, "%s", buf);
+        session_set_error(s, "%s", buf);
         fail_upstream(s, SESSION_CLOSE_UPSTREAM_TLS_FAILED, "upstream tls handshake failed");
         return;
     }
     if (err != 0)
-        set_error(s, "%s", evutil_socket_error_to_string(err));
+        session_set_error(s, "%s", evutil_socket_error_to_string(err));
     else
-        set_error(s, "connection closed by upstream");
+        session_set_error(s, "connection closed by upstream");
     fail_upstream(s, SESSION_CLOSE_UPSTREAM_CONNECT_FAILED, "upstream connect failed");
 }
 
@@ -571,7 +558,7 @@ static void reset_now(struct session *s)
         if (fd >= 0)
             setsockopt(fd, SOL_SOCKET, SO_LINGER, &lg, sizeof(lg));
     }
-    set_error(s, "reset by rule '%s'", s->faults.reset_rule);
+    session_set_error(s, "reset by rule '%s'", s->faults.reset_rule);
     session_close(s, SESSION_CLOSE_FAULT);
 }
 
@@ -593,7 +580,7 @@ static int arm_reset(struct session *s)
                          .tv_usec = (s->faults.reset_after_ms % 1000) * 1000};
     s->fault_timer = evtimer_new(s->px->base, on_reset_timer, s);
     if (s->fault_timer == NULL || evtimer_add(s->fault_timer, &tv) != 0) {
-        set_error(s, "cannot arm reset timer");
+        session_set_error(s, "cannot arm reset timer");
         session_close(s, SESSION_CLOSE_INTERNAL_ERROR);
         return -1;
     }
@@ -610,7 +597,7 @@ static void start_relaying(struct session *s)
     struct session_end *c = &s->end[SIDE_CLIENT], *u = &s->end[SIDE_UPSTREAM];
     bufferevent_enable(u->bev, EV_READ | EV_WRITE);
     if (s->faults.close_after) {
-        set_error(s, "closed by rule '%s' after connecting upstream", s->faults.close_rule);
+        session_set_error(s, "closed by rule '%s' after connecting upstream", s->faults.close_rule);
         session_close(s, SESSION_CLOSE_FAULT);
         return;
     }
@@ -640,7 +627,7 @@ static void connect_upstream(struct session *s, const struct sockaddr *sa, sockl
         SSL *ssl =
             tls_client_ssl_new(cfg->client_ctx, &cfg->l->upstream_tls, cfg->l->upstream.host);
         if (ssl == NULL) {
-            set_error(s, "cannot create TLS session");
+            session_set_error(s, "cannot create TLS session");
             fail_upstream(s, SESSION_CLOSE_UPSTREAM_TLS_FAILED, "upstream tls handshake failed");
             return;
         }
@@ -654,14 +641,14 @@ static void connect_upstream(struct session *s, const struct sockaddr *sa, sockl
         bev = bufferevent_socket_new(px->base, -1, opts);
     }
     if (bev == NULL) {
-        set_error(s, "cannot create upstream connection");
+        session_set_error(s, "cannot create upstream connection");
         fail_upstream(s, SESSION_CLOSE_INTERNAL_ERROR, "upstream connect failed");
         return;
     }
     s->end[SIDE_UPSTREAM].bev = bev;
     setup_bev(s, bev);
     if (bufferevent_socket_connect(bev, sa, (int)salen) != 0) {
-        set_error(s, "%s", evutil_socket_error_to_string(EVUTIL_SOCKET_ERROR()));
+        session_set_error(s, "%s", evutil_socket_error_to_string(EVUTIL_SOCKET_ERROR()));
         fail_upstream(s, SESSION_CLOSE_UPSTREAM_CONNECT_FAILED, "upstream connect failed");
         return;
     }
@@ -686,8 +673,8 @@ static void on_resolved(int result, struct evutil_addrinfo *res, void *arg)
         return;
     }
     if (result != 0 || res == NULL) {
-        set_error(s, "cannot resolve %s: %s", s->cfg->l->upstream.host,
-                  evutil_gai_strerror(result));
+        session_set_error(s, "cannot resolve %s: %s", s->cfg->l->upstream.host,
+                          evutil_gai_strerror(result));
         fail_upstream(s, SESSION_CLOSE_RESOLVE_FAILED, "upstream connect failed");
         if (res != NULL)
             evutil_freeaddrinfo(res);
@@ -709,7 +696,7 @@ static void on_connect_timeout(evutil_socket_t fd, short what, void *arg)
     (void)fd;
     (void)what;
     struct session *s = arg;
-    set_error(s, "connect timed out after %u ms", s->cfg->l->connect_timeout_ms);
+    session_set_error(s, "connect timed out after %u ms", s->cfg->l->connect_timeout_ms);
     fail_upstream(s,
                   s->state == SESSION_RESOLVING ? SESSION_CLOSE_RESOLVE_FAILED
                                                 : SESSION_CLOSE_UPSTREAM_CONNECT_FAILED,
@@ -723,7 +710,7 @@ static void start_upstream(struct session *s)
                          .tv_usec = (cfg->l->connect_timeout_ms % 1000) * 1000};
     s->connect_timer = evtimer_new(s->px->base, on_connect_timeout, s);
     if (s->connect_timer == NULL || evtimer_add(s->connect_timer, &tv) != 0) {
-        set_error(s, "cannot arm connect timer");
+        session_set_error(s, "cannot arm connect timer");
         session_close(s, SESSION_CLOSE_INTERNAL_ERROR);
         return;
     }
@@ -781,7 +768,7 @@ static void delay_upstream(struct session *s)
     struct timeval tv = {.tv_sec = ms / 1000, .tv_usec = (ms % 1000) * 1000};
     s->fault_timer = evtimer_new(s->px->base, on_delay_over, s);
     if (s->fault_timer == NULL || evtimer_add(s->fault_timer, &tv) != 0) {
-        set_error(s, "cannot arm delay timer");
+        session_set_error(s, "cannot arm delay timer");
         session_close(s, SESSION_CLOSE_INTERNAL_ERROR);
     }
 }
@@ -890,7 +877,7 @@ static int apply_connection_faults(struct session *s, const struct sockaddr *sa)
             continue;
         s->shaper[side] = shaper_new(s, side, &fx[side], s->id * 2 + (uint64_t)side + 1);
         if (s->shaper[side] == NULL) {
-            set_error(s, "out of memory");
+            session_set_error(s, "out of memory");
             session_close(s, SESSION_CLOSE_INTERNAL_ERROR);
             return -1;
         }
@@ -995,8 +982,8 @@ void session_accept(struct listener *l, evutil_socket_t fd, const struct sockadd
     }
     const struct conf_listener *lc = s->cfg->l;
     if (lc->max_connections != 0 && l->n_sessions > lc->max_connections) {
-        set_error(s, "listener has %u connections (max-connections %u)", l->n_sessions - 1,
-                  lc->max_connections);
+        session_set_error(s, "listener has %u connections (max-connections %u)", l->n_sessions - 1,
+                          lc->max_connections);
         evutil_closesocket(fd);
         session_close(s, SESSION_CLOSE_MAX_CONNECTIONS);
         return;
@@ -1005,7 +992,7 @@ void session_accept(struct listener *l, evutil_socket_t fd, const struct sockadd
     struct bufferevent *bev = client_bev_new(s, fd);
     if (bev == NULL) {
         evutil_closesocket(fd);
-        set_error(s, "cannot create client connection");
+        session_set_error(s, "cannot create client connection");
         session_close(s, SESSION_CLOSE_INTERNAL_ERROR);
         return;
     }
@@ -1017,12 +1004,12 @@ void session_accept(struct listener *l, evutil_socket_t fd, const struct sockadd
     s->codec = codec_for(s->cfg->l);
     if (s->codec != NULL && (s->codec_state = s->codec->open(s)) == NULL) {
         s->codec = NULL;
-        set_error(s, "out of memory");
+        session_set_error(s, "out of memory");
         session_close(s, SESSION_CLOSE_INTERNAL_ERROR);
         return;
     }
     if (s->faults.close_before) {
-        set_error(s, "refused by rule '%s'", s->faults.close_rule);
+        session_set_error(s, "refused by rule '%s'", s->faults.close_rule);
         session_close(s, SESSION_CLOSE_FAULT);
         return;
     }
@@ -1039,7 +1026,7 @@ void session_tick(struct session *s, const struct timeval *now)
         return;
     if (s->state == SESSION_DRAINING) {
         if (ms_between(&s->drain_started, now) >= SESSION_DRAIN_MS) {
-            set_error(s, "peer did not take pending data within %u ms", SESSION_DRAIN_MS);
+            session_set_error(s, "peer did not take pending data within %u ms", SESSION_DRAIN_MS);
             session_close(s, s->reason);
         }
         return;
@@ -1077,10 +1064,11 @@ void session_want_output_drained(struct session *s, int from)
 void session_shaper_limit(struct session *s, int from, const char *rule, uint64_t bytes)
 {
     if (rule != NULL)
-        set_error(s, "rule '%s' cut the %s stream after %llu bytes", rule,
-                  from == SIDE_CLIENT ? "upstream" : "downstream", (unsigned long long)bytes);
+        session_set_error(s, "rule '%s' cut the %s stream after %llu bytes", rule,
+                          from == SIDE_CLIENT ? "upstream" : "downstream",
+                          (unsigned long long)bytes);
     else
-        set_error(s, "out of memory");
+        session_set_error(s, "out of memory");
     /* Deliver what was let through, then close: as if `from` had failed. */
     start_draining(s, (enum session_side)from,
                    rule != NULL ? SESSION_CLOSE_FAULT : SESSION_CLOSE_INTERNAL_ERROR);
