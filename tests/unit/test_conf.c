@@ -18,33 +18,12 @@
 #include "rules/conf.h"
 #include "rules/conf_mem.h"
 #include "rules/rule.h"
+#include "tests/unit/conf_testkit.h"
 
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
-
-/* One expected diagnostic; hint NULL means "no hint". */
-struct want {
-    unsigned line;
-    unsigned col;
-    enum conf_severity sev;
-    const char *msg;
-    const char *hint;
-};
-
-#define E(l, c, m)                                                                                 \
-    {                                                                                              \
-        (l), (c), CONF_ERROR, (m), NULL                                                            \
-    }
-#define EH(l, c, m, h)                                                                             \
-    {                                                                                              \
-        (l), (c), CONF_ERROR, (m), (h)                                                             \
-    }
-#define W(l, c, m)                                                                                 \
-    {                                                                                              \
-        (l), (c), CONF_WARNING, (m), NULL                                                          \
-    }
 
 /* Parse `text` and check the result code and the whole diagnostic list. */
 #define EXPECT(text, rc, ...)                                                                      \
@@ -66,39 +45,15 @@ struct want {
 /* A valid listener whose line 5 is `line` (its keyword at 5:5). */
 #define IN_LISTEN(line) L_HEAD L_PROTO L_BIND L_UP "    " line "\n" L_END
 
-static bool same_str(const char *a, const char *b)
-{
-    return (a == NULL && b == NULL) || (a != NULL && b != NULL && strcmp(a, b) == 0);
-}
-
-static void dump(const char *text, int rc, const struct conf_diags *d)
-{
-    fprintf(stderr, "---- input ----\n%s\n---- rc=%d, diagnostics ----\n", text, rc);
-    conf_diags_print(d, stderr);
-}
-
 static void expect_diags(int at, const char *text, size_t len, int want_rc, const struct want *w,
                          size_t n)
 {
     struct conf_diags d;
     struct conf *c = NULL;
-    const struct conf_diag *g;
-    size_t i = 0;
-    int rc;
 
     conf_diags_init(&d);
-    rc = conf_parse_string("t.conf", text, len, &c, &d);
-    bool ok = rc == want_rc && (rc == 0) == (c != NULL);
-    for (g = d.head; ok && g != NULL && i < n; g = g->next, i++) {
-        ok = g->loc.line == w[i].line && g->loc.col == w[i].col && g->severity == w[i].sev &&
-             same_str(g->msg, w[i].msg) && same_str(g->hint, w[i].hint);
-        if (!ok) {
-            fprintf(stderr, "diag #%zu: want %u:%u %s '%s' (%s)\n", i, w[i].line, w[i].col,
-                    w[i].sev == CONF_ERROR ? "error" : "warning", w[i].msg,
-                    w[i].hint ? w[i].hint : "no hint");
-        }
-    }
-    ok = ok && g == NULL && i == n;
+    int rc = conf_parse_string("t.conf", text, len, &c, &d);
+    bool ok = rc == want_rc && (rc == 0) == (c != NULL) && diags_match(&d, w, n);
     if (!ok) {
         fprintf(stderr, "test_conf.c:%d: unexpected result\n", at);
         dump(text, rc, &d);
@@ -106,23 +61,6 @@ static void expect_diags(int at, const char *text, size_t len, int want_rc, cons
     conf_free(c);
     conf_diags_free(&d);
     assert_true(ok);
-}
-
-/* Parse `text` expecting success; the caller frees the result. */
-static struct conf *parse_ok(const char *text, struct conf_diags *d)
-{
-    struct conf *c = NULL;
-    int rc;
-
-    conf_diags_init(d);
-    rc = conf_parse_string("t.conf", text, strlen(text), &c, d);
-    if (rc != 0) {
-        dump(text, rc, d);
-    }
-    assert_int_equal(rc, 0);
-    assert_non_null(c);
-    assert_int_equal(d->errors, 0);
-    return c;
 }
 
 static const char *full_config =

@@ -26,6 +26,7 @@
 #include "rules/conf.h"
 #include "rules/conf_mem.h"
 #include "rules/rule.h"
+#include "tests/unit/conf_testkit.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -96,28 +97,6 @@ const struct proto_caps *proto_caps_find(enum conf_protocol protocol, const char
 
 /* ---- expectations ---- */
 
-/* One expected diagnostic; hint NULL means "no hint". */
-struct want {
-    unsigned line;
-    unsigned col;
-    enum conf_severity sev;
-    const char *msg;
-    const char *hint;
-};
-
-#define E(l, c, m)                                                                                 \
-    {                                                                                              \
-        (l), (c), CONF_ERROR, (m), NULL                                                            \
-    }
-#define EH(l, c, m, h)                                                                             \
-    {                                                                                              \
-        (l), (c), CONF_ERROR, (m), (h)                                                             \
-    }
-#define W(l, c, m)                                                                                 \
-    {                                                                                              \
-        (l), (c), CONF_WARNING, (m), NULL                                                          \
-    }
-
 #define WANTS(...)                                                                                 \
     (const struct want[])                                                                          \
     {                                                                                              \
@@ -146,35 +125,6 @@ struct want {
 /* A rule on line 2 whose block is line 3, starting at column 5. */
 #define TCP_RULE(body) TCP "rule r on t {\n    " body "\n}\n"
 #define MQ_RULE(body) MQ "rule r on mq {\n    " body "\n}\n"
-
-static bool same_str(const char *a, const char *b)
-{
-    return (a == NULL && b == NULL) || (a != NULL && b != NULL && strcmp(a, b) == 0);
-}
-
-static void dump(const char *text, int rc, const struct conf_diags *d)
-{
-    fprintf(stderr, "---- input ----\n%s\n---- rc=%d, diagnostics ----\n", text, rc);
-    conf_diags_print(d, stderr);
-}
-
-/* Whether the diagnostics are exactly w[0..n). */
-static bool diags_match(const struct conf_diags *d, const struct want *w, size_t n)
-{
-    const struct conf_diag *g = d->head;
-    size_t i = 0;
-
-    for (; g != NULL && i < n; g = g->next, i++) {
-        if (g->loc.line != w[i].line || g->loc.col != w[i].col || g->severity != w[i].sev ||
-            !same_str(g->msg, w[i].msg) || !same_str(g->hint, w[i].hint)) {
-            fprintf(stderr, "diag #%zu: want %u:%u %s '%s' (%s)\n", i, w[i].line, w[i].col,
-                    w[i].sev == CONF_ERROR ? "error" : "warning", w[i].msg,
-                    w[i].hint ? w[i].hint : "no hint");
-            return false;
-        }
-    }
-    return g == NULL && i == n;
-}
 
 /* Parse `text` (a whole file, or rules only when `base` is given). */
 static int parse_any(const struct conf *base, const char *text, struct conf_diags *d,
@@ -210,23 +160,6 @@ static void expect_diags(int at, const struct conf *base, const char *text, int 
     rule_list_free(rules);
     conf_diags_free(&d);
     assert_true(ok);
-}
-
-/* Parse `text` expecting success; the caller frees the result and `d`. */
-static struct conf *parse_ok(const char *text, struct conf_diags *d)
-{
-    struct conf *c = NULL;
-    int rc;
-
-    conf_diags_init(d);
-    rc = conf_parse_string("t.conf", text, strlen(text), &c, d);
-    if (rc != 0) {
-        dump(text, rc, d);
-    }
-    assert_int_equal(rc, 0);
-    assert_non_null(c);
-    assert_int_equal(d->errors, 0);
-    return c;
 }
 
 /* The rule called `name`, which must exist. */
