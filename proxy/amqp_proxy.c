@@ -754,6 +754,29 @@ static bool settle_verdict(struct amqp_px *ax, struct achan *ch, struct amqp_pla
     return true;
 }
 
+/* Commit a settle or confirm plan for the frame of `len` bytes at the head
+ * of `in`, read from side `from`: the frame goes on unchanged, or is
+ * replaced by what the ledger wrote.  Returns the commit's result (negative
+ * on error, the frame then left in `in`). */
+static int apply_plan(struct achan *ch, int from, struct amqp_plan *plan,
+                      int (*commit)(struct amqp_ledger *, uint16_t, struct amqp_plan *, uint8_t *,
+                                    size_t, size_t *),
+                      struct evbuffer *in, size_t len)
+{
+    size_t space = amqp_ledger_plan_space(plan), out = 0;
+    uint8_t *frames = malloc(space > 0 ? space : 1);
+    int rc = frames != NULL ? commit(ch->ledger, ch->id, plan, frames, space, &out)
+                            : AMQP_LEDGER_E_NOMEM;
+    if (rc == 1) {
+        evbuffer_remove_buffer(in, chan_out(ch, from), len);
+    } else if (rc == 0) {
+        evbuffer_drain(in, len);
+        evbuffer_add(chan_out(ch, from), frames, out);
+    }
+    free(frames);
+    return rc;
+}
+
 static void on_settle(struct amqp_px *ax, struct achan *ch, const struct amqp_method *m,
                       struct evbuffer *in, size_t len)
 {
@@ -782,19 +805,7 @@ static void on_settle(struct amqp_px *ax, struct achan *ch, const struct amqp_me
         if (!settle_verdict(ax, ch, t, hits, n, &close_after, &error))
             return;
     }
-    size_t space = amqp_ledger_plan_space(&plan);
-    uint8_t *frames = malloc(space > 0 ? space : 1);
-    size_t out = 0;
-    int rc = frames != NULL
-                 ? amqp_ledger_settle_commit(ch->ledger, ch->id, &plan, frames, space, &out)
-                 : -1;
-    if (rc == 1) {
-        evbuffer_remove_buffer(in, chan_out(ch, SIDE_CLIENT), len);
-    } else if (rc == 0) {
-        evbuffer_drain(in, len);
-        evbuffer_add(chan_out(ch, SIDE_CLIENT), frames, out);
-    }
-    free(frames);
+    int rc = apply_plan(ch, SIDE_CLIENT, &plan, amqp_ledger_settle_commit, in, len);
     if (rc < 0) {
         protocol_error(ax, "cannot rewrite a settlement: %s", amqp_ledger_strerror(rc));
         return;
@@ -1337,18 +1348,7 @@ static void on_confirm(struct amqp_px *ax, struct achan *ch, const struct amqp_m
                 close_after = r;
         }
     }
-    size_t space = amqp_ledger_plan_space(&plan), out = 0;
-    uint8_t *frames = malloc(space > 0 ? space : 1);
-    int rc = frames != NULL
-                 ? amqp_ledger_confirm_commit(ch->ledger, ch->id, &plan, frames, space, &out)
-                 : -1;
-    if (rc == 1) {
-        forward(ch, SIDE_UPSTREAM, ax, in, len);
-    } else if (rc == 0) {
-        evbuffer_drain(in, len);
-        evbuffer_add(chan_out(ch, SIDE_UPSTREAM), frames, out);
-    }
-    free(frames);
+    int rc = apply_plan(ch, SIDE_UPSTREAM, &plan, amqp_ledger_confirm_commit, in, len);
     if (rc < 0)
         protocol_error(ax, "cannot rewrite a confirm: %s", amqp_ledger_strerror(rc));
     else if (close_after != NULL)
