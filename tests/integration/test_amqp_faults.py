@@ -15,7 +15,7 @@ rules; separate short twice runs for the seeded probability trigger.
 - expire 2s (when deliver): consumer B on another connection gets the
   message ~2 s after consumer A, A's late ack is harmless, nothing stays
   unacknowledged at the broker;
-- delay 3s (when ack): the broker keeps the messages unacknowledged during
+- delay 5s (when ack): the broker keeps the messages unacknowledged during
   the hold and settles them afterwards; other channels, other acks and
   heartbeats flow meanwhile;
 - close before (when ack): the connection drops on the ack; the messages
@@ -54,7 +54,7 @@ RULES = {
     "lost-ack": ["when ack queue=payments", "do redeliver"],
     "dup": ["when deliver queue=dup", "do duplicate"],
     "vt": ["when deliver queue=exp", "do expire 2s"],
-    "slow": ["when ack queue=slow", "do delay 3s"],
+    "slow": ["when ack queue=slow", "do delay 5s"],
     "crash": ["when ack queue=crash", "do close before"],
     "noconf": ["when confirm queue=noconf", "do drop"],
     "nopub": ["when publish queue=nopub", "do drop"],
@@ -465,16 +465,17 @@ class AmqpFaults(unittest.TestCase):
         self.assertEqual(body2, b"side")
         side_done = time.monotonic() - t0
         self.assertLess(side_done, 1.5, "the second channel was held (%.2fs)" % side_done)
-        # rabbitmqctl needs about a second to boot its VM before it asks
-        # the node: started at ~0.5 s, it looks at ~1-2 s into the hold
+        # rabbitmqctl needs a second or more to boot its VM before it asks
+        # the node (longer on a loaded machine): started at ~0.5 s, it looks
+        # at ~1-3 s into the 5 s hold
         time.sleep(max(0.0, 0.5 - (time.monotonic() - t0)))
         st = self.queue_stats()
         seen = time.monotonic() - t0
-        h.log("rabbitmqctl answered %.2fs into the 3 s hold" % seen)
-        self.assertLess(seen, 2.9, "rabbitmqctl too slow to look inside the 3 s hold (%.2fs)" % seen)
+        h.log("rabbitmqctl answered %.2fs into the 5 s hold" % seen)
+        self.assertLess(seen, 4.9, "rabbitmqctl too slow to look inside the 5 s hold (%.2fs)" % seen)
         self.assertEqual(st["slow"], (0, 2), "during the hold the broker still has both unacked")
         self.assertEqual(st["slow-other"], (0, 0), "the other queue's ack was not held")
-        c.pump(max(0.0, 3.5 - (time.monotonic() - t0)))
+        c.pump(max(0.0, 5.5 - (time.monotonic() - t0)))
         st = self.queue_stats()
         self.assertEqual(st["slow"], (0, 0), "after the hold the acks reached the broker")
         self.assertEqual(c.roundtrip("slow"), 0, "the client saw no error")
