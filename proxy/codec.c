@@ -9,6 +9,7 @@ const struct codec_ops *codec_for(const struct conf_listener *l)
     case CONF_PROTO_AMQP:
         return &amqp_codec_ops;
     case CONF_PROTO_RESP:
+        return &resp_codec_ops;
     case CONF_PROTO_TCP:
     default:
         return NULL;

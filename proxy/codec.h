@@ -35,5 +35,6 @@ struct codec_ops {
 const struct codec_ops *codec_for(const struct conf_listener *l);
 
 extern const struct codec_ops amqp_codec_ops;
+extern const struct codec_ops resp_codec_ops;
 
 #endif

@@ -63,11 +63,6 @@ static void conf_listen_protocol(struct conf_parser *p, struct conf_listen_state
     }
     ls->l->protocol = (enum conf_protocol)i;
     ls->protocol_ok = true;
-    if (ls->l->protocol == CONF_PROTO_RESP) {
-        conf_diag_add(p->diags, CONF_WARNING, w->loc, NULL,
-                      "protocol %s: the %s codec is not built yet; traffic is forwarded as tcp",
-                      names[i], names[i]);
-    }
 }
 
 static void conf_listen_profile(struct conf_parser *p, struct conf_listen_state *ls,

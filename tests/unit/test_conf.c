@@ -114,13 +114,9 @@ static void test_full_config_globals_and_warnings(void **state)
     assert_int_equal(c->grace_ms, 30000);
     assert_int_equal(c->connect_timeout_ms, 3000);
     assert_int_equal(c->n_listeners, 3);
-    /* resp, whose codec does not exist yet, is accepted with a warning; amqp has its codec */
-    assert_int_equal(d.warnings, 1);
-    assert_int_equal(d.head->loc.line, 7);
-    assert_int_equal(d.head->loc.col, 14);
-    assert_string_equal(
-        d.head->msg, "protocol resp: the resp codec is not built yet; traffic is forwarded as tcp");
-    assert_null(d.head->next);
+    /* every protocol has its codec: no warning */
+    assert_int_equal(d.warnings, 0);
+    assert_null(d.head);
     conf_free(c);
     conf_diags_free(&d);
 }
@@ -508,10 +504,8 @@ static void test_enum_values(void **state)
     EXPECT("log-level debgu\n" LISTENER, -1,
            EH(1, 11, "unknown log level 'debgu'", "did you mean 'debug'?"));
     EXPECT(L_HEAD "    protocol resp\n    profile sidekik\n" L_BIND L_UP L_END, -1,
-           W(2, 14, "protocol resp: the resp codec is not built yet; traffic is forwarded as tcp"),
            EH(3, 13, "unknown profile 'sidekik'", "did you mean 'sidekiq'?"));
     EXPECT(L_HEAD "    protocol resp\n    profile resque\n" L_BIND L_UP L_END, -1,
-           W(2, 14, "protocol resp: the resp codec is not built yet; traffic is forwarded as tcp"),
            EH(3, 13, "unknown profile 'resque'", "expected sidekiq, celery, rq or streams"));
 }
 
@@ -529,7 +523,7 @@ static void test_profile_needs_resp(void **state)
     c = parse_ok(L_HEAD "    profile streams\n    protocol resp\n" L_BIND L_UP L_END, &d);
     assert_string_equal(c->listeners->profile, "streams");
     assert_int_equal(c->listeners->protocol, CONF_PROTO_RESP);
-    assert_int_equal(d.warnings, 1);
+    assert_int_equal(d.warnings, 0);
     conf_free(c);
     conf_diags_free(&d);
 }
@@ -937,14 +931,12 @@ static void test_print_format(void **state)
     assert_int_equal(conf_parse_string("conf/twice.conf", text, strlen(text), &c, &d), -1);
     assert_null(c);
     assert_int_equal(d.errors, 4);
-    assert_int_equal(d.warnings, 1);
+    assert_int_equal(d.warnings, 0);
     out = print_to_string(&d);
     assert_string_equal(
         out, "conf/twice.conf:1:11: error: unknown log level 'verbose' (expected error, warn, "
              "info or debug)\n"
              "conf/twice.conf:2:1: error: listener 'a' has no 'upstream'\n"
-             "conf/twice.conf:3:14: warning: protocol resp: the resp codec is not built yet; "
-             "traffic is forwarded as tcp\n"
              "conf/twice.conf:4:10: error: 'bind' needs HOST:PORT, e.g. 127.0.0.1:6380\n"
              "conf/twice.conf:5:5: error: unknown directive 'upstrem' (did you mean "
              "'upstream'?)\n");

@@ -119,8 +119,6 @@ const struct proto_caps *proto_caps_find(enum conf_protocol protocol, const char
 #define TCP "listen t { protocol tcp; bind 127.0.0.1:1; upstream 127.0.0.1:2 }\n"
 #define MQ "listen mq { protocol amqp; bind 127.0.0.1:3; upstream 127.0.0.1:4 }\n"
 #define NARROW "listen n { protocol resp; profile rq; bind 127.0.0.1:5; upstream 127.0.0.1:6 }\n"
-#define NARROW_WARN                                                                                \
-    W(1, 21, "protocol resp: the resp codec is not built yet; traffic is forwarded as tcp")
 
 /* A rule on line 2 whose block is line 3, starting at column 5. */
 #define TCP_RULE(body) TCP "rule r on t {\n    " body "\n}\n"
@@ -900,7 +898,6 @@ static void test_rule_listener(void **state)
     conf_free(c);
     conf_diags_free(&d);
     EXPECT(TCP NARROW "rule r on tt { do latency 1ms }\n", -1,
-           W(2, 21, "protocol resp: the resp codec is not built yet; traffic is forwarded as tcp"),
            EH(3, 11, "unknown listener 'tt'", "did you mean 't'?"));
     EXPECT(TCP "rule r on kafka { do latency 1ms }\n", -1, E(2, 11, "unknown listener 'kafka'"));
     /* no listener at all: only that is said about listeners */
@@ -954,25 +951,25 @@ static void test_caps_tcp(void **state)
 static void test_caps_tables(void **state)
 {
     (void)state;
-    EXPECT(NARROW "rule r on n { when ack; do duplicate }\n", -1, NARROW_WARN,
+    EXPECT(NARROW "rule r on n { when ack; do duplicate }\n", -1,
            EH(2, 20, "listener 'n' (protocol narrow) has no 'ack' event", "its events: deliver"));
     assert_string_equal(last_profile, "rq");
     EXPECT(
-        NARROW "rule r on n { when connect; do latency 1ms }\n", -1, NARROW_WARN,
+        NARROW "rule r on n { when connect; do latency 1ms }\n", -1,
         EH(2, 20, "listener 'n' (protocol narrow) has no 'connect' event", "its events: deliver"));
-    EXPECT(NARROW "rule r on n { when deliver task=x queue=y; do drop }\n", -1, NARROW_WARN,
+    EXPECT(NARROW "rule r on n { when deliver task=x queue=y; do drop }\n", -1,
            EH(2, 28,
               "'task' cannot be matched on 'deliver' events of listener 'n' (protocol "
               "narrow)",
               "it can match: queue"),
            EH(2, 47, "listener 'n' (protocol narrow) cannot do 'drop' on 'deliver' events",
               "it can do: duplicate"));
-    EXPECT(NARROW "rule r on n { do bandwidth 1KB }\n", -1, NARROW_WARN,
+    EXPECT(NARROW "rule r on n { do bandwidth 1KB }\n", -1,
            EH(2, 18, "listener 'n' (protocol narrow) cannot do 'bandwidth' on the byte stream",
               "it can do: latency"));
     EXPECT(NARROW "rule r on n { when deliver queue=y; do duplicate }\n"
                   "rule s on n { do latency 1ms }\n",
-           0, NARROW_WARN);
+           0);
     /* the same rule on a codec that can do everything */
     EXPECT_CLEAN(MQ "rule r on mq { when deliver task=x queue=y; do drop }\n");
 }

@@ -1,0 +1,147 @@
+/*
+ * resp_caps.c - what the resp codec can do, per profile.
+ *
+ * Every resp listener sees `command` (each command a client sends, matched
+ * by name and first key).  A profile teaches twice one job framework's
+ * commands (wire-semantics.md parts C to F): which reply is a delivery,
+ * which command a publish, which transaction an ack.  Sidekiq's basic fetch
+ * has no ack at all, so rules on `ack` are refused there with the reason.
+ */
+#include <string.h>
+
+#include "rules/caps.h"
+
+#define STREAM_ACTIONS                                                                             \
+    (CAPS_BIT(RULE_ACT_LATENCY) | CAPS_BIT(RULE_ACT_BANDWIDTH) | CAPS_BIT(RULE_ACT_SLICE) |        \
+     CAPS_BIT(RULE_ACT_RESET) | CAPS_BIT(RULE_ACT_BLACKHOLE) | CAPS_BIT(RULE_ACT_SLOW_CLOSE) |     \
+     CAPS_BIT(RULE_ACT_LIMIT))
+
+#define JOB_FIELDS                                                                                 \
+    (CAPS_BIT(RULE_F_QUEUE) | CAPS_BIT(RULE_F_MESSAGE_ID) | CAPS_BIT(RULE_F_TASK) |                \
+     CAPS_BIT(RULE_F_CLIENT) | CAPS_BIT(RULE_F_KEY))
+
+#define CLOSE_DELAY_DROP                                                                           \
+    (CAPS_BIT(RULE_ACT_CLOSE) | CAPS_BIT(RULE_ACT_DELAY) | CAPS_BIT(RULE_ACT_DROP))
+
+static const char *common_why_not(enum rule_event ev, enum rule_action_kind act)
+{
+    switch (act) {
+    case RULE_ACT_REDELIVER:
+        return "redeliver loses an ack after the work was done: use it on 'ack'";
+    case RULE_ACT_DUPLICATE:
+        return "it hands a delivered job out again: use it on 'deliver'";
+    case RULE_ACT_EXPIRE:
+        return "Redis job queues have no per-delivery timer to imitate: use 'redeliver' on "
+               "'ack', or 'delay' past the visibility timeout";
+    case RULE_ACT_ERROR:
+        return ev == RULE_EV_COMMAND ? NULL
+                                     : "an error reply is a command fault: use 'when command'";
+    default:
+        return NULL;
+    }
+}
+
+static const char *plain_why_not(enum rule_event ev, enum rule_action_kind act)
+{
+    if (act == RULE_ACT_COUNT && ev != RULE_EV_COMMAND)
+        return "a resp listener without a profile sees commands only: add 'profile sidekiq', "
+               "'celery', 'rq' or 'streams' for job events";
+    return common_why_not(ev, act);
+}
+
+static const char *sidekiq_why_not(enum rule_event ev, enum rule_action_kind act)
+{
+    if (act == RULE_ACT_COUNT && ev == RULE_EV_ACK)
+        return "Sidekiq's basic fetch never acks: a job exists only in the worker once popped "
+               "(use 'drop' or 'close before' on 'deliver' for a lost job)";
+    if (act == RULE_ACT_COUNT && (ev == RULE_EV_NACK || ev == RULE_EV_CONFIRM))
+        return "this is an AMQP event";
+    return common_why_not(ev, act);
+}
+
+static const char *job_why_not(enum rule_event ev, enum rule_action_kind act)
+{
+    if (act == RULE_ACT_COUNT && (ev == RULE_EV_NACK || ev == RULE_EV_CONFIRM))
+        return "this is an AMQP event";
+    return common_why_not(ev, act);
+}
+
+#define RESP_MATCHERS_BASE                                                                         \
+    [RULE_EV_CONNECT] = CAPS_BIT(RULE_F_CLIENT), [RULE_EV_COMMAND] = CAPS_BIT(RULE_F_COMMAND) |    \
+                                                                     CAPS_BIT(RULE_F_KEY) |        \
+                                                                     CAPS_BIT(RULE_F_CLIENT)
+
+#define RESP_ACTIONS_BASE                                                                          \
+    [RULE_EV_STREAM] = STREAM_ACTIONS,                                                             \
+    [RULE_EV_CONNECT] = STREAM_ACTIONS | CAPS_BIT(RULE_ACT_CLOSE) | CAPS_BIT(RULE_ACT_DELAY),      \
+    [RULE_EV_COMMAND] = CLOSE_DELAY_DROP | CAPS_BIT(RULE_ACT_ERROR)
+
+#define RESP_BASE_EVENTS                                                                           \
+    (CAPS_BIT(RULE_EV_STREAM) | CAPS_BIT(RULE_EV_CONNECT) | CAPS_BIT(RULE_EV_COMMAND))
+
+const struct proto_caps proto_resp_caps = {
+    .name = "resp",
+    .events = RESP_BASE_EVENTS,
+    .matchers = {RESP_MATCHERS_BASE},
+    .actions = {RESP_ACTIONS_BASE},
+    .why_not = plain_why_not,
+};
+
+const struct proto_caps proto_resp_sidekiq_caps = {
+    .name = "resp/sidekiq",
+    .events = RESP_BASE_EVENTS | CAPS_BIT(RULE_EV_DELIVER) | CAPS_BIT(RULE_EV_PUBLISH),
+    .matchers =
+        {
+            RESP_MATCHERS_BASE,
+            [RULE_EV_DELIVER] = JOB_FIELDS | CAPS_BIT(RULE_F_REDELIVERED),
+            [RULE_EV_PUBLISH] = JOB_FIELDS,
+        },
+    .actions =
+        {
+            RESP_ACTIONS_BASE,
+            [RULE_EV_DELIVER] = CLOSE_DELAY_DROP | CAPS_BIT(RULE_ACT_DUPLICATE),
+            [RULE_EV_PUBLISH] = CLOSE_DELAY_DROP,
+        },
+    .why_not = sidekiq_why_not,
+};
+
+#define JOB_CAPS(cname, pname)                                                                     \
+    const struct proto_caps cname = {                                                              \
+        .name = pname,                                                                             \
+        .events = RESP_BASE_EVENTS | CAPS_BIT(RULE_EV_DELIVER) | CAPS_BIT(RULE_EV_PUBLISH) |       \
+                  CAPS_BIT(RULE_EV_ACK),                                                           \
+        .matchers =                                                                                \
+            {                                                                                      \
+                RESP_MATCHERS_BASE,                                                                \
+                [RULE_EV_DELIVER] = JOB_FIELDS | CAPS_BIT(RULE_F_REDELIVERED),                     \
+                [RULE_EV_PUBLISH] = JOB_FIELDS,                                                    \
+                [RULE_EV_ACK] = JOB_FIELDS,                                                        \
+            },                                                                                     \
+        .actions =                                                                                 \
+            {                                                                                      \
+                RESP_ACTIONS_BASE,                                                                 \
+                [RULE_EV_DELIVER] = CLOSE_DELAY_DROP | CAPS_BIT(RULE_ACT_DUPLICATE),               \
+                [RULE_EV_PUBLISH] = CLOSE_DELAY_DROP,                                              \
+                [RULE_EV_ACK] = CLOSE_DELAY_DROP | CAPS_BIT(RULE_ACT_REDELIVER),                   \
+            },                                                                                     \
+        .why_not = job_why_not,                                                                    \
+    }
+
+JOB_CAPS(proto_resp_celery_caps, "resp/celery");
+JOB_CAPS(proto_resp_rq_caps, "resp/rq");
+JOB_CAPS(proto_resp_streams_caps, "resp/streams");
+
+const struct proto_caps *proto_resp_caps_find(const char *profile)
+{
+    if (profile == NULL)
+        return &proto_resp_caps;
+    if (strcmp(profile, "sidekiq") == 0)
+        return &proto_resp_sidekiq_caps;
+    if (strcmp(profile, "celery") == 0)
+        return &proto_resp_celery_caps;
+    if (strcmp(profile, "rq") == 0)
+        return &proto_resp_rq_caps;
+    if (strcmp(profile, "streams") == 0)
+        return &proto_resp_streams_caps;
+    return &proto_resp_caps;
+}

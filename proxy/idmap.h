@@ -1,0 +1,52 @@
+/*
+ * idmap.h - a bounded map from message ids to what twice learned about the
+ * message, shared by the sessions of the process.
+ *
+ * A job framework on Redis delivers a message on one connection and settles
+ * it on another (kombu marks and acks it on its sync pool, an RQ work horse
+ * is a forked process); only the id crosses.  The RESP layer therefore keeps,
+ * per listener, what the delivery said about each id (task, queue, pending
+ * fault decisions) until the ack removes it.  The map is bounded: past
+ * IDMAP_MAX entries the oldest is forgotten (a later ack of it then carries
+ * no task), so a load that never acks cannot grow twice without limit.
+ *
+ * Chained hashing with an insertion-ordered list for eviction.  Single
+ * threaded: the event loop owns it.
+ */
+#ifndef TWICE_IDMAP_H
+#define TWICE_IDMAP_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+/* Entries kept before the oldest is evicted. */
+#define IDMAP_MAX (1u << 20)
+
+/* What twice remembers of one message. */
+struct idmap_info {
+    char *task;  /* owned; NULL when unknown */
+    char *queue; /* owned; NULL when unknown */
+    char *id;    /* owned; the message id when the key is another handle (a Celery tag) */
+    uint32_t flags;
+};
+
+/* Flags of struct idmap_info. */
+enum {
+    IDMAP_SUPPRESS_ACK = 1u << 0, /* a `duplicate` on a stream entry: swallow its next XACK */
+};
+
+/* The value slot for (scope, key), created empty when absent; NULL when out of memory. */
+struct idmap_info *idmap_put(const char *scope, const char *key, size_t keylen);
+/* The value for (scope, key), or NULL. */
+struct idmap_info *idmap_get(const char *scope, const char *key, size_t keylen);
+/* Forgets (scope, key). */
+void idmap_del(const char *scope, const char *key, size_t keylen);
+/* Replaces *dst by a copy of src[0..len) (NULL src: frees). */
+void idmap_set_str(char **dst, const char *src, size_t len);
+/* Entries held (for tests and metrics). */
+size_t idmap_count(void);
+/* Frees everything (at exit, for leak checkers). */
+void idmap_clear(void);
+
+#endif

@@ -1,0 +1,2155 @@
+/*
+ * resp_proxy.c - the RESP layer of a session: commands and replies in, faults out.
+ *
+ * Bytes from the client are cut into commands, bytes from the server into
+ * replies (proto/resp.h, RESP2 and RESP3).  Every command that the server
+ * will answer goes into a pairing FIFO (proto/resp.h's struct resp_pairing:
+ * MULTI/EXEC, pub/sub, CLIENT REPLY, HELLO, MONITOR), and into this file's
+ * queue of replies owed to the client, in the client's order.  An entry of
+ * that queue is answered by the server (the reply is moved in, chains and
+ * all, without a copy) or by twice (an error it injects, a +QUEUED for a
+ * command it kept back); it goes out when every entry before it has.  So a
+ * reply twice fakes lands exactly where the client expects it, and a reply
+ * twice delays holds back the ones behind it, as a slow server would.
+ *
+ * Events: `command` for every command; with a profile (sidekiq, celery, rq,
+ * streams: wire-semantics.md parts C to F), `publish` for the commands that
+ * enqueue a job, `deliver` for the replies that hand one to a worker (read
+ * from the reply, where the job is), `ack` for the commands that settle one.
+ * An ack is usually a MULTI ... EXEC transaction: twice reads the whole
+ * transaction ahead before it forwards MULTI (waiting up to RPX_TX_WAIT_MS
+ * for the rest of it), decides once, and then keeps back the commands a
+ * fault suppresses, answering +QUEUED for them and splicing their results
+ * into the server's EXEC array.
+ *
+ * Acks arrive on another connection than their delivery (kombu's sync pool,
+ * RQ's forked work horse), so what a delivery says about a message (task,
+ * queue) is kept per listener in proxy/idmap.h until its ack.  Commands a
+ * fault adds go out on twice's own connection (proxy/resp_aux.h).
+ *
+ * Bad input: a malformed command or reply closes the session with a logged
+ * reason; every other session carries on.
+ */
+#include <ctype.h>
+#include <event2/buffer.h>
+#include <event2/event.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "proto/resp.h"
+#include "proto/resp_job.h"
+#include "proxy/codec.h"
+#include "proxy/fault.h"
+#include "proxy/idmap.h"
+#include "proxy/journal.h"
+#include "proxy/log.h"
+#include "proxy/resp_aux.h"
+#include "proxy/session.h"
+#include "rules/engine.h"
+
+/* Commands awaiting replies: the pairing FIFO starts this small and grows to
+ * RPX_PIPELINE_MAX; past it, twice stops reading the client until replies
+ * come back. */
+#define RPX_PIPELINE_MIN 16u
+#define RPX_PIPELINE_MAX 4096u
+/* Reply bytes one session may hold back (delay) before twice stops reading
+ * the server. */
+#define RPX_HELD_MAX (64u * 1024u * 1024u)
+/* How long twice waits for the rest of a transaction it must read whole. */
+#define RPX_TX_WAIT_MS 100u
+/* The most bytes of a transaction twice reads ahead; a longer one is
+ * forwarded without faults on its commands. */
+#define RPX_TX_PEEK_MAX (1u << 20)
+/* Queued commands of one transaction twice plans for. */
+#define RPX_TX_MAX 1024u
+/* Longest key and id twice reads for matching and correlation. */
+#define RPX_KEY_MAX 512u
+
+enum profile { PROF_NONE, PROF_SIDEKIQ, PROF_CELERY, PROF_RQ, PROF_STREAMS };
+
+/* What twice must look at in a forwarded command's reply. */
+enum reply_kind {
+    RK_PLAIN = 0,
+    RK_POP,        /* a list pop: the reply may carry a job */
+    RK_XREAD,      /* XREADGROUP: entries */
+    RK_XCLAIM,     /* XCLAIM: entries handed out again */
+    RK_XAUTOCLAIM, /* XAUTOCLAIM: [cursor, entries, deleted] */
+    RK_XADD,       /* the id of a published entry */
+    RK_RQ_HASH,    /* HGETALL rq:job:ID: the task */
+    RK_EXEC,       /* a transaction with commands twice answered */
+    RK_ADD_INT,    /* an XACK with ids kept back: add them to the count */
+};
+
+/* One queued command of a transaction, as twice answers it in EXEC. */
+struct txcmd {
+    bool suppress;          /* kept back: twice answers it */
+    struct evbuffer *synth; /* suppress: its element in EXEC's array */
+    int64_t add;            /* forwarded XACK with ids kept back */
+};
+
+/* A reply owed to the client. */
+struct entry {
+    struct entry *next;
+    struct evbuffer *bytes; /* what goes out (twice's, or the server's once read) */
+    uint64_t release_ms;    /* not before (delay) */
+    bool server;            /* the server answers it */
+    bool done;              /* bytes is complete */
+    bool redelivered;       /* RK_XREAD re-reading the pending list */
+    uint8_t kind;           /* enum reply_kind */
+    int64_t add;            /* RK_ADD_INT */
+    const struct rule *close_after;
+    char *arg;        /* RK_POP: the list; RK_RQ_HASH: job id; RK_XADD: stream */
+    char *arg2;       /* RK_XADD: task */
+    struct txcmd *tx; /* RK_EXEC */
+    size_t ntx;
+};
+
+struct tx {
+    bool active;  /* MULTI went through; EXEC/DISCARD not yet */
+    bool planned; /* twice read it whole and decided */
+    size_t idx;   /* queued commands processed */
+    struct txcmd *cmds;
+    size_t n;
+    bool any;               /* some command is answered by twice */
+    struct evbuffer *later; /* kept-back acks to apply later (delay) */
+    size_t later_n;
+    uint32_t later_ms;
+    struct evbuffer *now; /* commands for twice's connection once EXEC went (re-push) */
+    size_t now_n;
+    const struct rule *close_after;
+};
+
+struct rpx {
+    struct session *s;
+    enum profile prof;
+    bool stopped;
+    struct resp_scanner sc[2];
+    size_t need[2];           /* bytes pend[side] must hold before scanning again */
+    struct evbuffer *pend[2]; /* read from side, not processed yet */
+    struct evbuffer *out[2];  /* batched toward side */
+    struct resp_pairing pairing;
+    struct resp_cmd *slots;
+    struct entry *head, *tail; /* replies owed to the client */
+    struct entry *await;       /* oldest server entry still waiting for its reply */
+    size_t held;               /* bytes in entries not sent */
+    struct event *timer;       /* client hold end, delayed reply release, tx wait */
+    uint64_t hold_until;       /* the client's commands wait until then (delay) */
+    uint8_t decided;           /* decisions already made for the next client command */
+    bool blackholed;           /* `drop` on a command: the client is answered no more */
+    bool tx_waited;            /* the tx wait ran out: plan without the rest */
+    uint64_t tx_wait_until;
+    struct tx tx;
+    struct evbuffer *setup[3]; /* the client's last AUTH, HELLO, SELECT */
+    struct resp_aux *aux;
+    uint64_t anon;
+};
+
+enum { SETUP_AUTH, SETUP_HELLO, SETUP_SELECT };
+enum { DECIDED_COMMAND = 1, DECIDED_ALL = 2 };
+
+static void rpx_process(void *state, enum session_side from, struct evbuffer *in);
+static void flush_replies(struct rpx *rx);
+
+/* ---- small helpers ----------------------------------------------------- */
+
+static uint64_t now_ms(void)
+{
+    return proxy_now_ms();
+}
+
+static bool alive(const struct rpx *rx)
+{
+    return !rx->stopped && rx->s->state == SESSION_RELAYING;
+}
+
+static const char *scope(const struct rpx *rx)
+{
+    return rx->s->cfg->l->name;
+}
+
+static char *dup_n(const void *p, size_t n)
+{
+    char *s = malloc(n + 1);
+    if (s != NULL) {
+        memcpy(s, p, n);
+        s[n] = '\0';
+    }
+    return s;
+}
+
+static void protocol_error(struct rpx *rx, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+
+/* A peer broke the protocol (or twice cannot follow it): close with a
+ * logged reason; the other sessions carry on. */
+static void protocol_error(struct rpx *rx, const char *fmt, ...)
+{
+    char msg[256];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof(msg), fmt, ap);
+    va_end(ap);
+    struct log_line line;
+    log_begin(&line, LOG_WARN, "resp protocol error");
+    log_u64(&line, "sid", rx->s->id);
+    log_str(&line, "listener", rx->s->cfg->l->name);
+    log_str(&line, "error", msg);
+    log_end(&line);
+    session_set_error(rx->s, "resp: %s", msg);
+    session_abort(rx->s, SESSION_CLOSE_PROTOCOL_ERROR, -1);
+}
+
+static void send_flush(struct rpx *rx, enum session_side to)
+{
+    if (evbuffer_get_length(rx->out[to]) > 0 && alive(rx))
+        session_send(rx->s, to, rx->out[to]);
+}
+
+/* `close before` / `close after`: what already went through reaches its
+ * side; the session then ends. */
+static void cut(struct rpx *rx, const struct rule *r)
+{
+    session_set_error(rx->s, "cut by rule '%s' (close %s)", r->name,
+                      r->action.close_when == RULE_CLOSE_BEFORE ? "before" : "after");
+    send_flush(rx, SIDE_UPSTREAM);
+    send_flush(rx, SIDE_CLIENT);
+    session_abort(rx->s, SESSION_CLOSE_FAULT, SIDE_CLIENT);
+}
+
+/* The bytes of view v as a NUL-terminated string in out[0..cap); false when
+ * longer (out then holds a cut copy) or not a string. */
+static bool view_str(const uint8_t *buf, size_t len, const struct resp_view *v, char *out,
+                     size_t cap)
+{
+    int n = resp_view_copy(buf, len, v, (uint8_t *)out, cap - 1);
+    if (n < 0) {
+        out[0] = '\0';
+        return false;
+    }
+    bool fits = (size_t)n < cap;
+    out[fits ? (size_t)n : cap - 1] = '\0';
+    return fits && memchr(out, '\0', (size_t)n) == NULL;
+}
+
+static bool starts_with(const char *s, const char *prefix)
+{
+    return strncmp(s, prefix, strlen(prefix)) == 0;
+}
+
+static bool ends_with(const char *s, const char *suffix)
+{
+    size_t a = strlen(s), b = strlen(suffix);
+    return a >= b && strcmp(s + a - b, suffix) == 0;
+}
+
+/* Iterates the elements of the aggregate `agg` (a view into buf[0..len)). */
+static void walk_init(struct resp_args *it, const uint8_t *buf, size_t len,
+                      const struct resp_view *agg)
+{
+    struct resp_msg m;
+    memset(&m, 0, sizeof(m));
+    m.len = len;
+    m.nelem = agg->count;
+    m.body = agg->off;
+    m.type = agg->type;
+    resp_args_init(it, buf, &m);
+}
+
+/* Like resp_args_next, with the element's byte range [*start, *end). */
+static int walk_next(struct resp_args *it, struct resp_view *v, size_t *start, size_t *end)
+{
+    *start = it->pos;
+    int rc = resp_args_next(it, v);
+    *end = it->pos;
+    return rc;
+}
+
+static bool is_agg(const struct resp_view *v)
+{
+    return !v->null && (v->type == '*' || v->type == '%' || v->type == '~');
+}
+
+/* ---- a command, as the decisions need it ------------------------------- */
+
+struct cmdview {
+    const uint8_t *buf; /* the message */
+    size_t len;
+    const struct resp_msg *m;
+    char name[RESP_CMD_NAME_MAX];
+    char key[RPX_KEY_MAX];
+    bool has_key;
+};
+
+static void cmdview_init(struct cmdview *cv, const uint8_t *buf, const struct resp_msg *m)
+{
+    memset(cv, 0, sizeof(*cv));
+    cv->buf = buf;
+    cv->len = m->len;
+    cv->m = m;
+    if (m->nelem >= 1) {
+        view_str(buf, m->len, &m->elem[0], cv->name, sizeof(cv->name));
+        for (char *p = cv->name; *p != '\0'; p++)
+            *p = (char)toupper((unsigned char)*p);
+    }
+    if (m->nelem >= 2)
+        cv->has_key = view_str(buf, m->len, &m->elem[1], cv->key, sizeof(cv->key));
+}
+
+static bool is_cmd(const struct cmdview *cv, const char *name)
+{
+    return strcmp(cv->name, name) == 0;
+}
+
+/* Argument i (0 = the name) as a view; false past the end. */
+static bool cmd_arg(const struct cmdview *cv, size_t i, struct resp_view *v)
+{
+    if (i >= cv->m->nelem)
+        return false;
+    if (i < RESP_MSG_VIEWS) {
+        *v = cv->m->elem[i];
+        return true;
+    }
+    struct resp_args it;
+    resp_args_init(&it, cv->buf, cv->m);
+    for (size_t k = 0; k <= i; k++)
+        if (resp_args_next(&it, v) != 1)
+            return false;
+    return true;
+}
+
+/* ---- engine and journal ------------------------------------------------ */
+
+struct job_event {
+    enum rule_event kind;
+    char *id;
+    char *task;
+    char *queue;
+    const char *key;
+    bool redelivered;
+};
+
+static void job_event_clear(struct job_event *j)
+{
+    free(j->id);
+    free(j->task);
+    free(j->queue);
+    memset(j, 0, sizeof(*j));
+}
+
+static size_t decide(struct rpx *rx, struct engine_event *ev, size_t *hits)
+{
+    struct session *s = rx->s;
+    struct proxy *px = s->px;
+    px->events[ev->event]++;
+    if (px->rules == NULL)
+        return 0;
+    size_t n =
+        ruleset_decide(px->rules, s->cfg->l->name, ev, now_ms(), hits, SESSION_MAX_RULE_HITS);
+    for (size_t i = 0; i < n; i++)
+        fault_note(s, ruleset_rule(px->rules, hits[i]), ev);
+    return n;
+}
+
+static const struct rule *hit_rule(struct rpx *rx, size_t idx)
+{
+    return ruleset_rule(rx->s->px->rules, idx);
+}
+
+static void journal_job(struct rpx *rx, enum journal_kind kind, const struct job_event *j)
+{
+    struct journal *jr = rx->s->px->journal;
+    if (jr == NULL)
+        return;
+    struct journal_record r = {
+        .kind = kind,
+        .session = rx->s->id,
+        .listener = rx->s->cfg->l->name,
+        .client = rx->s->client_addr,
+        .queue = j->queue,
+        .task = j->task,
+        .message_id = j->id,
+        .redelivered = j->redelivered,
+    };
+    journal_record(jr, &r);
+}
+
+/* Decides a job event; returns the first rule with a message action (the
+ * others only counted: one action per event, in file order). */
+static const struct rule *decide_job(struct rpx *rx, struct job_event *j)
+{
+    struct engine_event ev;
+    memset(&ev, 0, sizeof(ev));
+    char anon[48];
+    ev.event = j->kind;
+    ev.queue = j->queue;
+    ev.message_id = j->id;
+    ev.task = j->task;
+    ev.key = j->key;
+    ev.redelivered = j->redelivered;
+    if (j->id != NULL) {
+        ev.identity = j->id;
+    } else {
+        snprintf(anon, sizeof(anon), "anon:%llu:%llu", (unsigned long long)rx->s->id,
+                 (unsigned long long)++rx->anon);
+        ev.identity = anon;
+    }
+    size_t hits[SESSION_MAX_RULE_HITS];
+    size_t n = decide(rx, &ev, hits);
+    for (size_t i = 0; i < n; i++) {
+        const struct rule *r = hit_rule(rx, hits[i]);
+        if (!rule_action_is_stream(r->action.kind))
+            return r;
+    }
+    return NULL;
+}
+
+/* ---- twice's own connection -------------------------------------------- */
+
+static struct resp_aux *aux_get(struct rpx *rx)
+{
+    if (rx->aux != NULL && resp_aux_failed(rx->aux)) {
+        resp_aux_detach(rx->aux);
+        rx->aux = NULL;
+    }
+    if (rx->aux == NULL) {
+        struct evbuffer *pro = evbuffer_new();
+        size_t n = 0;
+        if (pro == NULL)
+            return NULL;
+        for (int i = 0; i < 3; i++) {
+            if (rx->setup[i] != NULL) {
+                evbuffer_add(pro, evbuffer_pullup(rx->setup[i], -1),
+                             evbuffer_get_length(rx->setup[i]));
+                n++;
+            }
+        }
+        rx->aux = resp_aux_open(rx->s, pro, n);
+        evbuffer_free(pro);
+        if (rx->aux == NULL)
+            log_msg(LOG_WARN, "cannot open twice's own redis connection", "sid=%llu listener=%s",
+                    (unsigned long long)rx->s->id, scope(rx));
+    }
+    return rx->aux;
+}
+
+/* Encodes a command of 2 or 3 arguments into b. */
+static int encode_cmd(struct evbuffer *b, size_t argc, const char *const *argv, const size_t *lens)
+{
+    size_t need = 32;
+    for (size_t i = 0; i < argc; i++)
+        need += lens[i] + 24;
+    struct evbuffer_iovec iov;
+    if (evbuffer_reserve_space(b, (ev_ssize_t)need, &iov, 1) < 1)
+        return -1;
+    int n = resp_encode_command(iov.iov_base, iov.iov_len, argc, argv, lens);
+    if (n < 0)
+        return -1;
+    iov.iov_len = (size_t)n;
+    return evbuffer_commit_space(b, &iov, 1);
+}
+
+/* Pushes a job back onto `list` (RPUSH: the next BRPOP takes it; LPUSH: the
+ * next BLPOP) on twice's own connection. */
+static void repush(struct rpx *rx, const char *cmd, const char *list, const void *val, size_t len)
+{
+    struct resp_aux *a = aux_get(rx);
+    struct evbuffer *b = evbuffer_new();
+    if (a == NULL || b == NULL) {
+        if (b != NULL)
+            evbuffer_free(b);
+        return;
+    }
+    const char *argv[3] = {cmd, list, val};
+    size_t lens[3] = {strlen(cmd), strlen(list), len};
+    if (encode_cmd(b, 3, argv, lens) == 0)
+        resp_aux_send(a, b, 1);
+    evbuffer_free(b);
+}
+
+/* ---- replies owed to the client ---------------------------------------- */
+
+static struct entry *entry_add(struct rpx *rx, bool server)
+{
+    struct entry *e = calloc(1, sizeof(*e));
+    if (e == NULL)
+        return NULL;
+    e->bytes = evbuffer_new();
+    if (e->bytes == NULL) {
+        free(e);
+        return NULL;
+    }
+    e->server = server;
+    e->done = !server;
+    if (rx->tail != NULL)
+        rx->tail->next = e;
+    else
+        rx->head = e;
+    rx->tail = e;
+    if (server && rx->await == NULL)
+        rx->await = e;
+    return e;
+}
+
+static void entry_free(struct entry *e)
+{
+    evbuffer_free(e->bytes);
+    free(e->arg);
+    free(e->arg2);
+    for (size_t i = 0; i < e->ntx; i++)
+        if (e->tx[i].synth != NULL)
+            evbuffer_free(e->tx[i].synth);
+    free(e->tx);
+    free(e);
+}
+
+/* A reply twice gives: `bytes` (len) at its place in the pipeline. */
+static void answer(struct rpx *rx, const void *bytes, size_t len)
+{
+    struct entry *e = entry_add(rx, false);
+    if (e == NULL) {
+        session_set_error(rx->s, "out of memory");
+        session_abort(rx->s, SESSION_CLOSE_INTERNAL_ERROR, -1);
+        return;
+    }
+    evbuffer_add(e->bytes, bytes, len);
+    rx->held += len;
+}
+
+static void arm_timer(struct rpx *rx, uint64_t at)
+{
+    uint64_t now = now_ms();
+    uint64_t ms = at > now ? at - now : 0;
+    struct timeval tv = {(time_t)(ms / 1000), (suseconds_t)(ms % 1000) * 1000};
+    evtimer_add(rx->timer, &tv);
+}
+
+/* Sends the replies at the head of the queue that are complete and due. */
+static void flush_replies(struct rpx *rx)
+{
+    uint64_t now = 0;
+    while (rx->head != NULL && alive(rx)) {
+        struct entry *e = rx->head;
+        if (e->release_ms != 0) {
+            if (now == 0)
+                now = now_ms();
+            if (e->release_ms > now) {
+                arm_timer(rx, e->release_ms);
+                break;
+            }
+        }
+        size_t n = evbuffer_get_length(e->bytes);
+        if (n > 0) {
+            rx->held -= n < rx->held ? n : rx->held;
+            evbuffer_add_buffer(rx->out[SIDE_CLIENT], e->bytes);
+        }
+        if (!e->done)
+            break;
+        rx->head = e->next;
+        if (rx->head == NULL)
+            rx->tail = NULL;
+        const struct rule *close_after = e->close_after;
+        entry_free(e);
+        if (close_after != NULL) {
+            cut(rx, close_after);
+            return;
+        }
+    }
+    send_flush(rx, SIDE_CLIENT);
+    /* Past the cap, stop reading the server until delayed replies go out. */
+    if (alive(rx))
+        session_hold_reading(rx->s, SIDE_UPSTREAM, rx->held > RPX_HELD_MAX);
+}
+
+/* The next server entry after e. */
+static struct entry *next_server(struct entry *e)
+{
+    for (e = e->next; e != NULL; e = e->next)
+        if (e->server && !e->done)
+            return e;
+    return NULL;
+}
+
+/* ---- error replies ----------------------------------------------------- */
+
+/* Redis's own text for the error codes a user is likely to inject. */
+static const char *error_text(const char *code)
+{
+    static const struct {
+        const char *code, *text;
+    } known[] = {
+        {"READONLY", "You can't write against a read only replica."},
+        {"LOADING", "Redis is loading the dataset in memory"},
+        {"OOM", "command not allowed when used memory > 'maxmemory'."},
+        {"BUSY", "Redis is busy running a script. You can only call SCRIPT KILL or SHUTDOWN "
+                 "NOSCRIPT."},
+        {"MASTERDOWN", "Link with MASTER is down and replica-serve-stale-data is set to 'no'."},
+        {"NOSCRIPT", "No matching script. Please use EVAL."},
+        {"CLUSTERDOWN", "The cluster is down"},
+        {"TRYAGAIN", "Multiple keys request during rehashing of slot"},
+        {"MISCONF", "Redis is configured to save RDB snapshots, but it's currently unable to "
+                    "persist to disk. Commands that may modify the data set are disabled, because "
+                    "this instance is configured to report errors during writes if RDB "
+                    "snapshotting fails (stop-writes-on-bgsave-error option). Please check the "
+                    "Redis logs for details about the RDB error."},
+    };
+    for (size_t i = 0; i < sizeof(known) / sizeof(known[0]); i++)
+        if (strcasecmp(code, known[i].code) == 0)
+            return known[i].text;
+    return NULL;
+}
+
+static void answer_error(struct rpx *rx, const struct rule *r)
+{
+    const char *code = r->action.error_code != NULL ? r->action.error_code : "ERR";
+    while (*code == '-')
+        code++;
+    char text[600];
+    const char *known = error_text(code);
+    if (known != NULL)
+        snprintf(text, sizeof(text), "%s %s", code, known);
+    else
+        snprintf(text, sizeof(text), "%s error injected by twice rule '%s'", code, r->name);
+    uint8_t buf[640];
+    int n = resp_encode_error(buf, sizeof(buf), text);
+    if (n > 0)
+        answer(rx, buf, (size_t)n);
+}
+
+/* ---- profile: what a command is ---------------------------------------- */
+
+/* Which pops hand out jobs, for the listener's profile. */
+static bool is_pop(const struct rpx *rx, const struct cmdview *cv)
+{
+    if (!cv->has_key)
+        return false;
+    switch (rx->prof) {
+    case PROF_SIDEKIQ:
+        return is_cmd(cv, "BRPOP") && starts_with(cv->key, "queue:");
+    case PROF_CELERY:
+        return is_cmd(cv, "BRPOP");
+    case PROF_RQ:
+        return (is_cmd(cv, "BLPOP") || is_cmd(cv, "LPOP") || is_cmd(cv, "BLMOVE") ||
+                is_cmd(cv, "LMOVE")) &&
+               starts_with(cv->key, "rq:queue:");
+    default:
+        return false;
+    }
+}
+
+/* The queue a list key stands for. */
+static char *queue_of(const struct rpx *rx, const char *list)
+{
+    if (rx->prof == PROF_SIDEKIQ && starts_with(list, "queue:"))
+        return strdup(list + 6);
+    if (rx->prof == PROF_RQ && starts_with(list, "rq:queue:"))
+        return strdup(list + 9);
+    if (rx->prof == PROF_RQ && starts_with(list, "rq:wip:"))
+        return strdup(list + 7);
+    if (rx->prof == PROF_CELERY) {
+        /* kombu's priority lists: "<queue>\x06\x16<priority>" */
+        const char *sep = strstr(list, "\x06\x16");
+        return sep != NULL ? dup_n(list, (size_t)(sep - list)) : strdup(list);
+    }
+    return strdup(list);
+}
+
+/* A job from a popped value. */
+static bool job_from_value(struct rpx *rx, const char *list, const uint8_t *v, size_t n,
+                           struct job_event *j)
+{
+    struct resp_job job;
+    memset(&job, 0, sizeof(job));
+    switch (rx->prof) {
+    case PROF_SIDEKIQ:
+        if (resp_job_sidekiq(v, n, &job) != 0)
+            return false;
+        break;
+    case PROF_CELERY:
+        if (resp_job_celery(v, n, &job) != 0)
+            return false;
+        break;
+    case PROF_RQ: {
+        if (n == 0 || n >= RPX_KEY_MAX)
+            return false;
+        job.id = dup_n(v, n);
+        struct idmap_info *in = idmap_get(scope(rx), (const char *)v, n);
+        if (in != NULL && in->task != NULL)
+            job.task = strdup(in->task);
+        break;
+    }
+    default:
+        return false;
+    }
+    j->id = job.id;
+    j->task = job.task;
+    j->queue = queue_of(rx, list);
+    free(job.queue);
+    j->redelivered = job.redelivered;
+    /* Celery acks by delivery tag: remember what the tag stands for. */
+    if (rx->prof == PROF_CELERY && job.tag != NULL) {
+        struct idmap_info *in = idmap_put(scope(rx), job.tag, strlen(job.tag));
+        if (in != NULL) {
+            idmap_set_str(&in->id, j->id, j->id != NULL ? strlen(j->id) : 0);
+            idmap_set_str(&in->task, j->task, j->task != NULL ? strlen(j->task) : 0);
+            idmap_set_str(&in->queue, j->queue, j->queue != NULL ? strlen(j->queue) : 0);
+        }
+    }
+    free(job.tag);
+    return true;
+}
+
+/* ---- deliveries ------------------------------------------------------- */
+
+/* A pop's reply: [list, value] (BRPOP, BLPOP) or the value (LMOVE, LPOP). */
+static void on_pop_reply(struct rpx *rx, struct entry *e, const uint8_t *buf,
+                         const struct resp_msg *m, struct evbuffer *reply)
+{
+    char list[RPX_KEY_MAX];
+    struct resp_view val;
+    bool pair = false;
+    if (m->null)
+        return;
+    if (m->type == '*' && m->nelem == 2 && m->elem[0].type == '$' && m->elem[1].type == '$') {
+        if (!view_str(buf, m->len, &m->elem[0], list, sizeof(list)))
+            return;
+        val = m->elem[1];
+        pair = true;
+    } else if (m->type == '$' && e->arg != NULL) {
+        snprintf(list, sizeof(list), "%s", e->arg);
+        val = m->value;
+    } else {
+        return;
+    }
+    struct job_event j = {.kind = RULE_EV_DELIVER};
+    if (!job_from_value(rx, list, buf + val.off, val.len, &j))
+        return;
+    j.key = list;
+    journal_job(rx, JOURNAL_KIND_DELIVER, &j);
+    const struct rule *r = decide_job(rx, &j);
+    if (r != NULL) {
+        switch (r->action.kind) {
+        case RULE_ACT_DUPLICATE:
+            if (rx->prof == PROF_CELERY) {
+                char *marked = NULL;
+                size_t mlen = 0;
+                if (resp_job_celery_redelivered(buf + val.off, val.len, &marked, &mlen) == 0) {
+                    repush(rx, "RPUSH", list, marked, mlen);
+                    free(marked);
+                } else {
+                    repush(rx, "RPUSH", list, buf + val.off, val.len);
+                }
+            } else {
+                repush(rx, rx->prof == PROF_RQ ? "LPUSH" : "RPUSH", list, buf + val.off, val.len);
+            }
+            break;
+        case RULE_ACT_DROP: {
+            /* The job is popped and gone; the worker sees its pop time out. */
+            uint8_t nb[8];
+            int proto = rx->pairing.proto == 3 ? 3 : 2;
+            int n = pair ? resp_encode_null_array(nb, sizeof(nb), proto)
+                         : resp_encode_null(nb, sizeof(nb), proto);
+            evbuffer_drain(reply, evbuffer_get_length(reply));
+            if (n > 0)
+                evbuffer_add(reply, nb, (size_t)n);
+            break;
+        }
+        case RULE_ACT_DELAY:
+            e->release_ms = now_ms() + r->action.duration_ms;
+            break;
+        case RULE_ACT_CLOSE:
+            if (r->action.close_when == RULE_CLOSE_BEFORE) {
+                evbuffer_drain(reply, evbuffer_get_length(reply));
+                e->close_after = r; /* nothing of it goes out: cut at its turn */
+            } else {
+                e->close_after = r;
+            }
+            break;
+        default:
+            break;
+        }
+    }
+    job_event_clear(&j);
+}
+
+/* The value of field `name` in a stream entry's [f, v, ...] array. */
+static bool entry_field(const uint8_t *buf, size_t len, const struct resp_view *fields,
+                        const char *name, char *out, size_t cap)
+{
+    if (!is_agg(fields))
+        return false;
+    struct resp_args it;
+    walk_init(&it, buf, len, fields);
+    struct resp_view f, v;
+    while (resp_args_next(&it, &f) == 1) {
+        if (resp_args_next(&it, &v) != 1)
+            return false;
+        if (resp_view_equals(buf, len, &f, name))
+            return view_str(buf, len, &v, out, cap);
+    }
+    return false;
+}
+
+/* One stream entry [id, fields] handed to a consumer: its event and fate.
+ * Returns the rule deciding it, or NULL. */
+static const struct rule *stream_delivery(struct rpx *rx, const char *stream, const uint8_t *buf,
+                                          size_t len, const struct resp_view *entry,
+                                          bool redelivered)
+{
+    if (!is_agg(entry) || entry->count < 1)
+        return NULL;
+    struct resp_args it;
+    walk_init(&it, buf, len, entry);
+    struct resp_view idv, fields;
+    char id[128], task[256], key[RPX_KEY_MAX + 130];
+    if (resp_args_next(&it, &idv) != 1 || !view_str(buf, len, &idv, id, sizeof(id)))
+        return NULL;
+    bool has_fields = resp_args_next(&it, &fields) == 1;
+    bool has_task = has_fields && entry_field(buf, len, &fields, "task", task, sizeof(task));
+    snprintf(key, sizeof(key), "%s %s", stream, id);
+    struct idmap_info *in = idmap_put(scope(rx), key, strlen(key));
+    if (in != NULL && has_task)
+        idmap_set_str(&in->task, task, strlen(task));
+    struct job_event j = {.kind = RULE_EV_DELIVER, .redelivered = redelivered};
+    j.id = strdup(id);
+    j.queue = strdup(stream);
+    j.key = stream;
+    if (has_task)
+        j.task = strdup(task);
+    else if (in != NULL && in->task != NULL)
+        j.task = strdup(in->task);
+    journal_job(rx, JOURNAL_KIND_DELIVER, &j);
+    const struct rule *r = decide_job(rx, &j);
+    if (r != NULL && r->action.kind == RULE_ACT_DUPLICATE && in != NULL)
+        in->flags |= IDMAP_SUPPRESS_ACK; /* its ack is swallowed: the entry stays pending */
+    job_event_clear(&j);
+    return r;
+}
+
+/* Entries of one array of stream entries: events, and the array rebuilt into
+ * out without the dropped ones.  Returns whether any was dropped. */
+static bool stream_entries(struct rpx *rx, struct entry *e, const char *stream, const uint8_t *buf,
+                           size_t len, const struct resp_view *arr, bool redelivered,
+                           struct evbuffer *out)
+{
+    struct resp_args it;
+    walk_init(&it, buf, len, arr);
+    struct resp_view v;
+    size_t start, end;
+    uint64_t kept = 0;
+    bool dropped = false;
+    struct evbuffer *body = evbuffer_new();
+    if (body == NULL)
+        return false;
+    while (walk_next(&it, &v, &start, &end) == 1) {
+        const struct rule *r = stream_delivery(rx, stream, buf, len, &v, redelivered);
+        if (r != NULL && r->action.kind == RULE_ACT_DROP) {
+            dropped = true;
+            continue;
+        }
+        if (r != NULL && r->action.kind == RULE_ACT_DELAY) {
+            uint64_t at = now_ms() + r->action.duration_ms;
+            if (at > e->release_ms)
+                e->release_ms = at;
+        }
+        if (r != NULL && r->action.kind == RULE_ACT_CLOSE && e->close_after == NULL)
+            e->close_after = r;
+        evbuffer_add(body, buf + start, end - start);
+        kept++;
+    }
+    evbuffer_add_printf(out, "*%llu\r\n", (unsigned long long)kept);
+    evbuffer_add_buffer(out, body);
+    evbuffer_free(body);
+    return dropped;
+}
+
+/* XREADGROUP / XCLAIM / XAUTOCLAIM replies. */
+static void on_stream_reply(struct rpx *rx, struct entry *e, const uint8_t *buf,
+                            const struct resp_msg *m, struct evbuffer *reply)
+{
+    if (m->null || !is_agg(&m->value))
+        return;
+    struct evbuffer *out = evbuffer_new();
+    if (out == NULL)
+        return;
+    bool dropped = false;
+    struct resp_args it;
+    struct resp_view v;
+    size_t start, end;
+    resp_args_init(&it, buf, m);
+    if (e->kind == RK_XCLAIM) {
+        dropped =
+            stream_entries(rx, e, e->arg != NULL ? e->arg : "", buf, m->len, &m->value, true, out);
+    } else if (e->kind == RK_XAUTOCLAIM) {
+        evbuffer_add_printf(out, "*%llu\r\n", (unsigned long long)m->nelem);
+        for (uint64_t i = 0; walk_next(&it, &v, &start, &end) == 1; i++) {
+            if (i == 1 && is_agg(&v))
+                dropped |=
+                    stream_entries(rx, e, e->arg != NULL ? e->arg : "", buf, m->len, &v, true, out);
+            else
+                evbuffer_add(out, buf + start, end - start);
+        }
+    } else if (m->value.type == '%') {
+        /* RESP3: {stream => entries} */
+        evbuffer_add_printf(out, "%%%llu\r\n", (unsigned long long)(m->nelem / 2));
+        char stream[RPX_KEY_MAX];
+        while (walk_next(&it, &v, &start, &end) == 1) {
+            evbuffer_add(out, buf + start, end - start);
+            view_str(buf, m->len, &v, stream, sizeof(stream));
+            if (walk_next(&it, &v, &start, &end) != 1)
+                break;
+            if (is_agg(&v))
+                dropped |= stream_entries(rx, e, stream, buf, m->len, &v, e->redelivered, out);
+            else
+                evbuffer_add(out, buf + start, end - start);
+        }
+    } else {
+        /* RESP2: [[stream, entries], ...] */
+        evbuffer_add_printf(out, "*%llu\r\n", (unsigned long long)m->nelem);
+        while (walk_next(&it, &v, &start, &end) == 1) {
+            struct resp_args in;
+            struct resp_view k, ents;
+            size_t ks, ke, es, ee;
+            char stream[RPX_KEY_MAX];
+            if (!is_agg(&v) || v.count != 2) {
+                evbuffer_add(out, buf + start, end - start);
+                continue;
+            }
+            walk_init(&in, buf, m->len, &v);
+            if (walk_next(&in, &k, &ks, &ke) != 1 || walk_next(&in, &ents, &es, &ee) != 1)
+                break;
+            view_str(buf, m->len, &k, stream, sizeof(stream));
+            evbuffer_add(out, "*2\r\n", 4);
+            evbuffer_add(out, buf + ks, ke - ks);
+            if (is_agg(&ents))
+                dropped |= stream_entries(rx, e, stream, buf, m->len, &ents, e->redelivered, out);
+            else
+                evbuffer_add(out, buf + es, ee - es);
+        }
+    }
+    if (dropped && m->body == 0) {
+        evbuffer_drain(reply, evbuffer_get_length(reply));
+        evbuffer_add_buffer(reply, out);
+    }
+    evbuffer_free(out);
+    if (e->close_after != NULL && e->close_after->action.close_when == RULE_CLOSE_BEFORE)
+        evbuffer_drain(reply, evbuffer_get_length(reply));
+}
+
+/* ---- replies ----------------------------------------------------------- */
+
+static void on_exec_reply(struct rpx *rx, struct entry *e, const uint8_t *buf,
+                          const struct resp_msg *m, struct evbuffer *reply)
+{
+    (void)rx;
+    if (m->null || m->type != '*' || m->body != 0)
+        return; /* aborted (WATCH, EXECABORT): nothing ran, nothing to splice */
+    struct evbuffer *out = evbuffer_new();
+    if (out == NULL)
+        return;
+    evbuffer_add_printf(out, "*%llu\r\n", (unsigned long long)e->ntx);
+    struct resp_args it;
+    resp_args_init(&it, buf, m);
+    struct resp_view v;
+    size_t start, end;
+    for (size_t i = 0; i < e->ntx; i++) {
+        if (e->tx[i].suppress) {
+            evbuffer_add_buffer(out, e->tx[i].synth);
+            continue;
+        }
+        if (walk_next(&it, &v, &start, &end) != 1) {
+            evbuffer_free(out);
+            return; /* not the shape expected: pass the server's reply on */
+        }
+        int64_t n;
+        if (e->tx[i].add != 0 && v.type == ':' && resp_view_int(buf, m->len, &v, &n) == 0)
+            evbuffer_add_printf(out, ":%lld\r\n", (long long)(n + e->tx[i].add));
+        else
+            evbuffer_add(out, buf + start, end - start);
+    }
+    evbuffer_drain(reply, evbuffer_get_length(reply));
+    evbuffer_add_buffer(reply, out);
+    evbuffer_free(out);
+}
+
+/* RQ's job hash as a worker reads it: remember the task for the id. */
+static void on_rq_hash(struct rpx *rx, struct entry *e, const uint8_t *buf,
+                       const struct resp_msg *m)
+{
+    if (e->arg == NULL || !is_agg(&m->value))
+        return;
+    struct resp_args it;
+    resp_args_init(&it, buf, m);
+    struct resp_view f, v;
+    while (resp_args_next(&it, &f) == 1 && resp_args_next(&it, &v) == 1) {
+        if (!resp_view_equals(buf, m->len, &f, "description") || v.type != '$')
+            continue;
+        char *task = NULL;
+        if (resp_job_rq_task(buf + v.off, v.len, &task) == 0) {
+            struct idmap_info *in = idmap_put(scope(rx), e->arg, strlen(e->arg));
+            if (in != NULL && in->task == NULL)
+                idmap_set_str(&in->task, task, strlen(task));
+            free(task);
+        }
+        return;
+    }
+}
+
+static void on_xadd_reply(struct rpx *rx, struct entry *e, const uint8_t *buf,
+                          const struct resp_msg *m)
+{
+    char id[128];
+    if (m->type != '$' || m->null || !view_str(buf, m->len, &m->value, id, sizeof(id)))
+        return;
+    struct job_event j = {.kind = RULE_EV_PUBLISH};
+    j.id = strdup(id);
+    j.queue = e->arg != NULL ? strdup(e->arg) : NULL;
+    j.task = e->arg2 != NULL ? strdup(e->arg2) : NULL;
+    journal_job(rx, JOURNAL_KIND_PUBLISH, &j);
+    if (e->arg != NULL && e->arg2 != NULL) {
+        char key[RPX_KEY_MAX + 130];
+        snprintf(key, sizeof(key), "%s %s", e->arg, id);
+        struct idmap_info *in = idmap_put(scope(rx), key, strlen(key));
+        if (in != NULL)
+            idmap_set_str(&in->task, e->arg2, strlen(e->arg2));
+    }
+    job_event_clear(&j);
+}
+
+/* One whole reply is at the start of pend[UPSTREAM] (buf, m->len bytes). */
+static void on_reply(struct rpx *rx, const uint8_t *buf, const struct resp_msg *m)
+{
+    struct evbuffer *pend = rx->pend[SIDE_UPSTREAM];
+    struct resp_match match;
+    int rc = resp_pairing_reply(&rx->pairing, m, buf, &match);
+    if (rc != 1 || rx->await == NULL) {
+        /* Out of band (push, pub/sub message, MONITOR), or a reply nobody
+         * asked for: on to the client, behind what is due before it. */
+        if (rx->head == NULL) {
+            evbuffer_remove_buffer(pend, rx->out[SIDE_CLIENT], m->len);
+        } else {
+            struct entry *last = rx->await != NULL ? rx->await : rx->tail;
+            rx->held += m->len;
+            evbuffer_remove_buffer(pend, last->bytes, m->len);
+        }
+        return;
+    }
+    struct entry *e = rx->await;
+    if (e->kind == RK_PLAIN) {
+        rx->held += m->len;
+        evbuffer_remove_buffer(pend, e->bytes, m->len);
+    } else {
+        struct evbuffer *reply = evbuffer_new();
+        if (reply == NULL) {
+            session_set_error(rx->s, "out of memory");
+            session_abort(rx->s, SESSION_CLOSE_INTERNAL_ERROR, -1);
+            return;
+        }
+        evbuffer_add(reply, buf, m->len);
+        switch (e->kind) {
+        case RK_POP:
+            on_pop_reply(rx, e, buf, m, reply);
+            break;
+        case RK_XREAD:
+        case RK_XCLAIM:
+        case RK_XAUTOCLAIM:
+            on_stream_reply(rx, e, buf, m, reply);
+            break;
+        case RK_XADD:
+            on_xadd_reply(rx, e, buf, m);
+            break;
+        case RK_RQ_HASH:
+            on_rq_hash(rx, e, buf, m);
+            break;
+        case RK_EXEC:
+            on_exec_reply(rx, e, buf, m, reply);
+            break;
+        case RK_ADD_INT: {
+            int64_t n;
+            if (m->type == ':' && resp_view_int(buf, m->len, &m->value, &n) == 0) {
+                evbuffer_drain(reply, evbuffer_get_length(reply));
+                evbuffer_add_printf(reply, ":%lld\r\n", (long long)(n + e->add));
+            }
+            break;
+        }
+        default:
+            break;
+        }
+        evbuffer_drain(pend, m->len);
+        rx->held += evbuffer_get_length(reply);
+        evbuffer_add_buffer(e->bytes, reply);
+        evbuffer_free(reply);
+    }
+    if (match.last) {
+        e->done = true;
+        rx->await = next_server(e);
+    }
+}
+
+/* ---- commands ---------------------------------------------------------- */
+
+/* Remembers the client's AUTH / HELLO / SELECT for twice's own connection. */
+static void remember_setup(struct rpx *rx, const struct cmdview *cv)
+{
+    int which = is_cmd(cv, "AUTH")     ? SETUP_AUTH
+                : is_cmd(cv, "HELLO")  ? SETUP_HELLO
+                : is_cmd(cv, "SELECT") ? SETUP_SELECT
+                                       : -1;
+    if (which < 0 || rx->tx.active)
+        return;
+    if (rx->setup[which] == NULL && (rx->setup[which] = evbuffer_new()) == NULL)
+        return;
+    evbuffer_drain(rx->setup[which], evbuffer_get_length(rx->setup[which]));
+    evbuffer_add(rx->setup[which], cv->buf, cv->len);
+}
+
+/* Forwards the command at the head of pend[CLIENT] (len bytes) and owes the
+ * client its reply. */
+static struct entry *forward(struct rpx *rx, const struct resp_msg *m, const uint8_t *buf,
+                             size_t len)
+{
+    struct resp_cmd cmd;
+    int rc = resp_pairing_command(&rx->pairing, m, buf, 0, &cmd);
+    evbuffer_remove_buffer(rx->pend[SIDE_CLIENT], rx->out[SIDE_UPSTREAM], len);
+    if (rc != 1)
+        return NULL; /* the server will not answer (CLIENT REPLY OFF, empty command) */
+    return entry_add(rx, true);
+}
+
+/* Keeps back the command at the head of pend[CLIENT]. */
+static void swallow(struct rpx *rx, size_t len)
+{
+    evbuffer_drain(rx->pend[SIDE_CLIENT], len);
+}
+
+/* Integer reply a kept-back command would have had. */
+static int64_t synth_count(const struct cmdview *cv)
+{
+    if (is_cmd(cv, "XACK"))
+        return cv->m->nelem > 3 ? (int64_t)cv->m->nelem - 3 : 0;
+    if (is_cmd(cv, "ZREM") || is_cmd(cv, "HDEL"))
+        return cv->m->nelem > 2 ? (int64_t)cv->m->nelem - 2 : 0;
+    return 1;
+}
+
+/* Ack ids a command carries for the profile, from argument `first` on, and
+ * where they are correlated (the idmap key prefix). */
+static bool ack_args(const struct rpx *rx, const struct cmdview *cv, size_t *first)
+{
+    if (!cv->has_key)
+        return false;
+    switch (rx->prof) {
+    case PROF_CELERY:
+        if (is_cmd(cv, "ZREM") && ends_with(cv->key, "unacked_index"))
+            return *first = 2, true;
+        return false;
+    case PROF_RQ:
+        if (is_cmd(cv, "ZREM") && starts_with(cv->key, "rq:wip:"))
+            return *first = 2, true;
+        return false;
+    case PROF_STREAMS:
+        if (is_cmd(cv, "XACK"))
+            return *first = 3, true;
+        return false;
+    default:
+        return false;
+    }
+}
+
+/* What happens to one ack (by id or tag). */
+struct ack_fate {
+    bool suppress; /* not applied now */
+    bool later;    /* applied later (delay) */
+    uint32_t later_ms;
+    bool repush; /* rq redeliver: the id goes back on its queue */
+    const struct rule *close_before, *close_after;
+};
+
+static void ack_decide(struct rpx *rx, const struct cmdview *cv, const char *id, struct ack_fate *f)
+{
+    memset(f, 0, sizeof(*f));
+    char key[RPX_KEY_MAX + 130];
+    if (rx->prof == PROF_STREAMS)
+        snprintf(key, sizeof(key), "%s %s", cv->key, id);
+    else
+        snprintf(key, sizeof(key), "%s", id);
+    struct idmap_info *in = idmap_get(scope(rx), key, strlen(key));
+    struct job_event j = {.kind = RULE_EV_ACK};
+    j.key = cv->key;
+    if (rx->prof == PROF_CELERY) {
+        j.id = in != NULL && in->id != NULL ? strdup(in->id) : NULL;
+        j.queue = in != NULL && in->queue != NULL ? strdup(in->queue) : NULL;
+    } else {
+        j.id = strdup(id);
+        j.queue = queue_of(rx, cv->key);
+    }
+    j.task = in != NULL && in->task != NULL ? strdup(in->task) : NULL;
+    journal_job(rx, JOURNAL_KIND_ACK, &j);
+    bool swallow_dup = in != NULL && (in->flags & IDMAP_SUPPRESS_ACK) != 0;
+    const struct rule *r = decide_job(rx, &j);
+    job_event_clear(&j);
+    if (swallow_dup) {
+        /* A duplicate decided at delivery: this ack never lands, so the entry
+         * stays pending for the next XAUTOCLAIM. */
+        in->flags &= ~(uint32_t)IDMAP_SUPPRESS_ACK;
+        f->suppress = true;
+        return;
+    }
+    if (r == NULL) {
+        idmap_del(scope(rx), key, strlen(key)); /* settled for good */
+        return;
+    }
+    switch (r->action.kind) {
+    case RULE_ACT_REDELIVER:
+        f->suppress = true;
+        f->repush = rx->prof == PROF_RQ;
+        break;
+    case RULE_ACT_DROP:
+        f->suppress = true;
+        break;
+    case RULE_ACT_DELAY:
+        f->suppress = true;
+        f->later = true;
+        f->later_ms = r->action.duration_ms;
+        break;
+    case RULE_ACT_CLOSE:
+        if (r->action.close_when == RULE_CLOSE_BEFORE)
+            f->close_before = r;
+        else
+            f->close_after = r;
+        break;
+    default:
+        break;
+    }
+}
+
+/* The decisions on the acks of one command.  *kept gets the command
+ * rewritten without the kept-back ids (XACK), *later the ids to apply later. */
+struct ack_plan {
+    size_t n, suppressed;
+    bool any_later;
+    uint32_t later_ms;
+    const struct rule *close_before, *close_after;
+    struct evbuffer *kept;  /* the command without the suppressed ids (partial) */
+    struct evbuffer *later; /* the suppressed ids that apply later, as a command */
+    struct evbuffer *repush;
+    size_t repush_n;
+};
+
+static void ack_plan_free(struct ack_plan *p)
+{
+    if (p->kept != NULL)
+        evbuffer_free(p->kept);
+    if (p->later != NULL)
+        evbuffer_free(p->later);
+    if (p->repush != NULL)
+        evbuffer_free(p->repush);
+}
+
+static int plan_acks(struct rpx *rx, const struct cmdview *cv, size_t first, struct ack_plan *p)
+{
+    memset(p, 0, sizeof(*p));
+    size_t argc = cv->m->nelem;
+    if (argc <= first || argc > 1024)
+        return 0;
+    const char **keep = calloc(argc, sizeof(*keep));
+    size_t *keep_len = calloc(argc, sizeof(*keep_len));
+    const char **late = calloc(argc, sizeof(*late));
+    size_t *late_len = calloc(argc, sizeof(*late_len));
+    char(*ids)[RPX_KEY_MAX] = calloc(argc, RPX_KEY_MAX);
+    if (keep == NULL || keep_len == NULL || late == NULL || late_len == NULL || ids == NULL) {
+        free(keep);
+        free(keep_len);
+        free(late);
+        free(late_len);
+        free(ids);
+        return -1;
+    }
+    size_t nk = 0, nl = 0;
+    struct resp_args it;
+    resp_args_init(&it, cv->buf, cv->m);
+    struct resp_view v;
+    for (size_t i = 0; i < argc && resp_args_next(&it, &v) == 1; i++) {
+        bool ok = view_str(cv->buf, cv->len, &v, ids[i], RPX_KEY_MAX);
+        if (i < first || !ok) {
+            keep[nk] = ids[i];
+            keep_len[nk++] = strlen(ids[i]);
+            if (i < first) {
+                late[nl] = ids[i];
+                late_len[nl++] = strlen(ids[i]);
+            }
+            continue;
+        }
+        struct ack_fate f;
+        ack_decide(rx, cv, ids[i], &f);
+        p->n++;
+        if (f.close_before != NULL && p->close_before == NULL)
+            p->close_before = f.close_before;
+        if (f.close_after != NULL && p->close_after == NULL)
+            p->close_after = f.close_after;
+        if (!f.suppress) {
+            keep[nk] = ids[i];
+            keep_len[nk++] = strlen(ids[i]);
+            continue;
+        }
+        p->suppressed++;
+        if (f.later) {
+            late[nl] = ids[i];
+            late_len[nl++] = strlen(ids[i]);
+            p->any_later = true;
+            if (f.later_ms > p->later_ms)
+                p->later_ms = f.later_ms;
+        }
+        if (f.repush) {
+            char list[RPX_KEY_MAX + 16];
+            snprintf(list, sizeof(list), "rq:queue:%s", cv->key + strlen("rq:wip:"));
+            if (p->repush == NULL)
+                p->repush = evbuffer_new();
+            const char *argv[3] = {"LPUSH", list, ids[i]};
+            size_t lens[3] = {5, strlen(list), strlen(ids[i])};
+            if (p->repush != NULL && encode_cmd(p->repush, 3, argv, lens) == 0)
+                p->repush_n++;
+        }
+    }
+    if (p->suppressed > 0 && p->suppressed < p->n && (p->kept = evbuffer_new()) != NULL)
+        encode_cmd(p->kept, nk, keep, keep_len);
+    if (nl > first && (p->later = evbuffer_new()) != NULL)
+        encode_cmd(p->later, nl, late, late_len);
+    free(keep);
+    free(keep_len);
+    free(late);
+    free(late_len);
+    free(ids);
+    return 0;
+}
+
+/* Sends what an ack plan defers or adds on twice's own connection. */
+static void ack_plan_side_effects(struct rpx *rx, struct ack_plan *p)
+{
+    if (p->later != NULL) {
+        struct resp_aux *a = aux_get(rx);
+        if (a != NULL)
+            resp_aux_send_later(a, p->later_ms, p->later, 1);
+    }
+    if (p->repush != NULL) {
+        struct resp_aux *a = aux_get(rx);
+        if (a != NULL)
+            resp_aux_send(a, p->repush, p->repush_n);
+    }
+}
+
+/* Publishes: Sidekiq's and Celery's LPUSH of job JSON, RQ's push of a job
+ * id, XADD.  Returns the deciding rule, or NULL. */
+static const struct rule *publish_decide(struct rpx *rx, const struct cmdview *cv,
+                                         const char *rq_task)
+{
+    if (!cv->has_key || cv->m->nelem < 3)
+        return NULL;
+    bool lpush = is_cmd(cv, "LPUSH"), rpush = is_cmd(cv, "RPUSH");
+    struct job_event j = {.kind = RULE_EV_PUBLISH};
+    j.key = cv->key;
+    struct resp_view v;
+    switch (rx->prof) {
+    case PROF_SIDEKIQ:
+    case PROF_CELERY: {
+        if (!lpush || (rx->prof == PROF_SIDEKIQ && !starts_with(cv->key, "queue:")) ||
+            rx->tx.active)
+            return NULL;
+        const struct rule *first = NULL;
+        for (size_t i = 2; cmd_arg(cv, i, &v); i++) {
+            struct resp_job job;
+            memset(&job, 0, sizeof(job));
+            int rc = rx->prof == PROF_SIDEKIQ ? resp_job_sidekiq(cv->buf + v.off, v.len, &job)
+                                              : resp_job_celery(cv->buf + v.off, v.len, &job);
+            if (rc != 0)
+                continue;
+            j.id = job.id;
+            j.task = job.task;
+            j.queue = queue_of(rx, cv->key);
+            free(job.queue);
+            free(job.tag);
+            journal_job(rx, JOURNAL_KIND_PUBLISH, &j);
+            const struct rule *r = decide_job(rx, &j);
+            if (first == NULL)
+                first = r;
+            job_event_clear(&j);
+            j.kind = RULE_EV_PUBLISH;
+            j.key = cv->key;
+        }
+        return first;
+    }
+    case PROF_RQ: {
+        if ((!lpush && !rpush) || !starts_with(cv->key, "rq:queue:"))
+            return NULL;
+        char id[RPX_KEY_MAX];
+        if (!cmd_arg(cv, 2, &v) || !view_str(cv->buf, cv->len, &v, id, sizeof(id)))
+            return NULL;
+        j.id = strdup(id);
+        j.queue = queue_of(rx, cv->key);
+        struct idmap_info *in = idmap_get(scope(rx), id, strlen(id));
+        if (rq_task != NULL)
+            j.task = strdup(rq_task);
+        else if (in != NULL && in->task != NULL)
+            j.task = strdup(in->task);
+        journal_job(rx, JOURNAL_KIND_PUBLISH, &j);
+        const struct rule *r = decide_job(rx, &j);
+        job_event_clear(&j);
+        return r;
+    }
+    case PROF_STREAMS:
+        return NULL; /* XADD: decided with its reply's id, see command() */
+    default:
+        return NULL;
+    }
+}
+
+/* ---- transactions ------------------------------------------------------ */
+
+static void tx_reset(struct tx *t)
+{
+    for (size_t i = 0; i < t->n; i++)
+        if (t->cmds[i].synth != NULL)
+            evbuffer_free(t->cmds[i].synth);
+    free(t->cmds);
+    if (t->later != NULL)
+        evbuffer_free(t->later);
+    if (t->now != NULL)
+        evbuffer_free(t->now);
+    memset(t, 0, sizeof(*t));
+}
+
+static struct txcmd *tx_slot(struct tx *t, size_t i)
+{
+    if (i >= RPX_TX_MAX)
+        return NULL;
+    if (i >= t->n) {
+        struct txcmd *c = realloc(t->cmds, (i + 1) * sizeof(*c));
+        if (c == NULL)
+            return NULL;
+        memset(c + t->n, 0, (i + 1 - t->n) * sizeof(*c));
+        t->cmds = c;
+        t->n = i + 1;
+    }
+    return &t->cmds[i];
+}
+
+/*
+ * Reads the transaction that starts after MULTI at `off` in buf[0..len) and
+ * decides its acks and publishes.  Returns 1 when planned, 0 when EXEC is not
+ * there yet, -1 when the transaction is not one twice plans (malformed,
+ * too long).  Sets *close_before when a rule cuts the connection before it.
+ */
+static int tx_plan(struct rpx *rx, const uint8_t *buf, size_t len, size_t off,
+                   const struct rule **close_before, const struct rule **delay_rule)
+{
+    struct resp_scanner sc;
+    resp_scanner_init(&sc, RESP_SIDE_CLIENT);
+    /* First pass: find EXEC, RQ's descriptions, pushes in the transaction. */
+    size_t pos = off, k = 0;
+    bool has_push = false, complete = false;
+    char rq_task[256] = "";
+    while (pos < len) {
+        struct resp_msg m;
+        int rc = resp_scan(&sc, buf + pos, len - pos, &m);
+        if (rc < 0)
+            return -1;
+        if (rc == 0)
+            return pos - off > RPX_TX_PEEK_MAX ? -1 : 0;
+        struct cmdview cv;
+        cmdview_init(&cv, buf + pos, &m);
+        pos += m.len;
+        resp_scanner_reset(&sc);
+        if (is_cmd(&cv, "EXEC") || is_cmd(&cv, "DISCARD")) {
+            complete = is_cmd(&cv, "EXEC");
+            if (!complete)
+                return -1;
+            break;
+        }
+        if (++k > RPX_TX_MAX)
+            return -1;
+        if (is_cmd(&cv, "LPUSH") || is_cmd(&cv, "RPUSH"))
+            has_push = true;
+        if (rx->prof == PROF_RQ && is_cmd(&cv, "HSET") && starts_with(cv.key, "rq:job:")) {
+            struct resp_view f, v;
+            for (size_t i = 2; cmd_arg(&cv, i, &f) && cmd_arg(&cv, i + 1, &v); i += 2) {
+                if (!resp_view_equals(cv.buf, cv.len, &f, "description") || v.type != '$')
+                    continue;
+                char *task = NULL;
+                if (resp_job_rq_task(cv.buf + v.off, v.len, &task) == 0) {
+                    snprintf(rq_task, sizeof(rq_task), "%s", task);
+                    const char *id = cv.key + strlen("rq:job:");
+                    struct idmap_info *in = idmap_put(scope(rx), id, strlen(id));
+                    if (in != NULL)
+                        idmap_set_str(&in->task, task, strlen(task));
+                    free(task);
+                }
+            }
+        }
+    }
+    if (!complete)
+        return pos - off > RPX_TX_PEEK_MAX ? -1 : 0;
+    /* Second pass: decide. */
+    struct tx *t = &rx->tx;
+    resp_scanner_reset(&sc);
+    pos = off;
+    char suppressed_tags[8][RPX_KEY_MAX];
+    size_t n_tags = 0;
+    for (size_t i = 0;; i++) {
+        struct resp_msg m;
+        if (resp_scan(&sc, buf + pos, len - pos, &m) != 1)
+            return -1;
+        struct cmdview cv;
+        cmdview_init(&cv, buf + pos, &m);
+        pos += m.len;
+        resp_scanner_reset(&sc);
+        if (is_cmd(&cv, "EXEC"))
+            break;
+        struct txcmd *c = tx_slot(t, i);
+        if (c == NULL)
+            return -1;
+        size_t first;
+        bool celery_restore = rx->prof == PROF_CELERY && has_push;
+        if (!celery_restore && ack_args(rx, &cv, &first)) {
+            struct ack_plan p;
+            if (plan_acks(rx, &cv, first, &p) != 0)
+                return -1;
+            if (p.close_before != NULL && *close_before == NULL)
+                *close_before = p.close_before;
+            if (p.close_after != NULL && t->close_after == NULL)
+                t->close_after = p.close_after;
+            if (p.suppressed > 0 && p.suppressed == p.n) {
+                c->suppress = true;
+                struct resp_view tv;
+                if (rx->prof == PROF_CELERY && n_tags < 8 && cmd_arg(&cv, 2, &tv))
+                    view_str(cv.buf, cv.len, &tv, suppressed_tags[n_tags++], RPX_KEY_MAX);
+            } else if (p.suppressed > 0 && is_cmd(&cv, "XACK")) {
+                /* A partial XACK inside MULTI: twice keeps the whole command
+                 * back and applies the other ids right after EXEC on its own
+                 * connection. */
+                c->suppress = true;
+                if (p.kept != NULL) {
+                    if (t->now == NULL)
+                        t->now = evbuffer_new();
+                    if (t->now != NULL) {
+                        evbuffer_add_buffer(t->now, p.kept);
+                        t->now_n++;
+                    }
+                }
+            }
+            if (c->suppress) {
+                t->any = true;
+                c->synth = evbuffer_new();
+                if (c->synth != NULL)
+                    evbuffer_add_printf(c->synth, ":%lld\r\n", (long long)synth_count(&cv));
+            }
+            if (p.later != NULL) {
+                if (t->later == NULL)
+                    t->later = evbuffer_new();
+                if (t->later != NULL) {
+                    evbuffer_add_buffer(t->later, p.later);
+                    t->later_n++;
+                    if (p.later_ms > t->later_ms)
+                        t->later_ms = p.later_ms;
+                }
+            }
+            if (p.repush != NULL) {
+                if (t->now == NULL)
+                    t->now = evbuffer_new();
+                if (t->now != NULL) {
+                    evbuffer_add_buffer(t->now, p.repush);
+                    t->now_n += p.repush_n;
+                }
+            }
+            ack_plan_free(&p);
+            continue;
+        }
+        /* Celery's HDEL unacked TAG follows the ZREM of the same tag. */
+        if (rx->prof == PROF_CELERY && is_cmd(&cv, "HDEL") && ends_with(cv.key, "unacked") &&
+            cv.m->nelem == 3) {
+            struct resp_view tv;
+            char tag[RPX_KEY_MAX];
+            if (cmd_arg(&cv, 2, &tv) && view_str(cv.buf, cv.len, &tv, tag, sizeof(tag))) {
+                for (size_t q = 0; q < n_tags; q++) {
+                    if (strcmp(tag, suppressed_tags[q]) != 0)
+                        continue;
+                    c->suppress = true;
+                    t->any = true;
+                    c->synth = evbuffer_new();
+                    if (c->synth != NULL)
+                        evbuffer_add(c->synth, ":1\r\n", 4);
+                    /* A delayed ack applies the HDEL later too. */
+                    if (t->later != NULL) {
+                        evbuffer_add(t->later, cv.buf, cv.len);
+                        t->later_n++;
+                    }
+                }
+            }
+            continue;
+        }
+        if (rx->prof == PROF_RQ) {
+            const struct rule *r = publish_decide(rx, &cv, rq_task[0] != '\0' ? rq_task : NULL);
+            if (r == NULL)
+                continue;
+            switch (r->action.kind) {
+            case RULE_ACT_DROP:
+                c->suppress = true;
+                t->any = true;
+                c->synth = evbuffer_new();
+                if (c->synth != NULL)
+                    evbuffer_add(c->synth, ":1\r\n", 4);
+                break;
+            case RULE_ACT_DELAY:
+                if (*delay_rule == NULL)
+                    *delay_rule = r;
+                break;
+            case RULE_ACT_CLOSE:
+                if (r->action.close_when == RULE_CLOSE_BEFORE && *close_before == NULL)
+                    *close_before = r;
+                else if (t->close_after == NULL)
+                    t->close_after = r;
+                break;
+            default:
+                break;
+            }
+        }
+    }
+    t->planned = true;
+    return 1;
+}
+
+/* ---- one command ------------------------------------------------------- */
+
+enum cmd_result { CMD_DONE, CMD_WAIT, CMD_STOP };
+
+/* Handles the whole command at the head of pend[CLIENT]. */
+static enum cmd_result command(struct rpx *rx, const uint8_t *buf, const struct resp_msg *m)
+{
+    struct cmdview cv;
+    cmdview_init(&cv, buf, m);
+    size_t len = m->len;
+
+    if (m->nelem == 0) { /* an empty command: Redis ignores it */
+        evbuffer_remove_buffer(rx->pend[SIDE_CLIENT], rx->out[SIDE_UPSTREAM], len);
+        return CMD_DONE;
+    }
+
+    /* The command event. */
+    if (rx->decided < DECIDED_COMMAND) {
+        struct engine_event ev;
+        memset(&ev, 0, sizeof(ev));
+        char anon[48];
+        ev.event = RULE_EV_COMMAND;
+        ev.command = cv.name;
+        ev.key = cv.has_key ? cv.key : NULL;
+        snprintf(anon, sizeof(anon), "cmd:%llu:%llu", (unsigned long long)rx->s->id,
+                 (unsigned long long)++rx->anon);
+        ev.identity = anon;
+        size_t hits[SESSION_MAX_RULE_HITS];
+        size_t n = decide(rx, &ev, hits);
+        for (size_t i = 0; i < n; i++) {
+            const struct rule *r = hit_rule(rx, hits[i]);
+            switch (r->action.kind) {
+            case RULE_ACT_ERROR:
+                swallow(rx, len);
+                answer_error(rx, r);
+                if (rx->tx.active)
+                    rx->tx.idx++; /* still a queued command as the client counts */
+                return CMD_DONE;
+            case RULE_ACT_DROP: {
+                /* As from a hung server: the replies already due go out, then
+                 * nothing more (an entry that never completes). */
+                swallow(rx, len);
+                rx->blackholed = true;
+                struct entry *hole = entry_add(rx, false);
+                if (hole != NULL)
+                    hole->done = false;
+                return CMD_STOP;
+            }
+            case RULE_ACT_DELAY:
+                rx->decided = DECIDED_COMMAND;
+                rx->hold_until = now_ms() + r->action.duration_ms;
+                return CMD_WAIT;
+            case RULE_ACT_CLOSE:
+                if (r->action.close_when == RULE_CLOSE_BEFORE) {
+                    swallow(rx, len);
+                    cut(rx, r);
+                    return CMD_STOP;
+                }
+                /* after: forwarded, then cut once its reply went out */
+                rx->decided = DECIDED_ALL;
+                struct entry *e = forward(rx, m, buf, len);
+                if (e != NULL)
+                    e->close_after = r;
+                else
+                    cut(rx, r);
+                rx->decided = 0;
+                return CMD_DONE;
+            default:
+                break;
+            }
+        }
+        rx->decided = DECIDED_COMMAND;
+    }
+
+    remember_setup(rx, &cv);
+
+    /* Transactions. */
+    if (is_cmd(&cv, "MULTI") && !rx->tx.active) {
+        if (rx->prof != PROF_NONE && rx->decided < DECIDED_ALL) {
+            size_t avail = evbuffer_get_length(rx->pend[SIDE_CLIENT]);
+            const uint8_t *all = evbuffer_pullup(rx->pend[SIDE_CLIENT], (ev_ssize_t)avail);
+            const struct rule *close_before = NULL, *delay_rule = NULL;
+            int rc = tx_plan(rx, all, avail, len, &close_before, &delay_rule);
+            if (rc == 0 && !rx->tx_waited && avail > len) {
+                /* The rest of the transaction is on its way. */
+                tx_reset(&rx->tx);
+                if (rx->tx_wait_until == 0)
+                    rx->tx_wait_until = now_ms() + RPX_TX_WAIT_MS;
+                return CMD_WAIT;
+            }
+            rx->tx_wait_until = 0;
+            rx->tx_waited = false;
+            if (close_before != NULL) {
+                tx_reset(&rx->tx);
+                evbuffer_drain(rx->pend[SIDE_CLIENT], len);
+                cut(rx, close_before);
+                return CMD_STOP;
+            }
+            if (delay_rule != NULL) {
+                rx->decided = DECIDED_ALL;
+                rx->hold_until = now_ms() + delay_rule->action.duration_ms;
+                rx->tx.active = false;
+                return CMD_WAIT;
+            }
+            if (rc != 1)
+                tx_reset(&rx->tx);
+        }
+        rx->tx.active = true;
+        rx->tx.idx = 0;
+        forward(rx, m, evbuffer_pullup(rx->pend[SIDE_CLIENT], (ev_ssize_t)len), len);
+        rx->decided = 0;
+        return CMD_DONE;
+    }
+    if (rx->tx.active && (is_cmd(&cv, "EXEC") || is_cmd(&cv, "DISCARD"))) {
+        struct tx *t = &rx->tx;
+        struct entry *e = forward(rx, m, buf, len);
+        if (e != NULL && is_cmd(&cv, "EXEC")) {
+            if (t->any) {
+                e->kind = RK_EXEC;
+                e->tx = t->cmds;
+                e->ntx = t->idx < t->n ? t->idx : t->n;
+                /* queued commands beyond the plan were forwarded */
+                for (size_t i = e->ntx; i < t->n; i++)
+                    if (t->cmds[i].synth != NULL)
+                        evbuffer_free(t->cmds[i].synth);
+                if (t->idx > e->ntx) {
+                    struct txcmd *c = realloc(t->cmds, t->idx * sizeof(*c));
+                    if (c != NULL) {
+                        memset(c + e->ntx, 0, (t->idx - e->ntx) * sizeof(*c));
+                        e->tx = c;
+                        e->ntx = t->idx;
+                    }
+                }
+                t->cmds = NULL;
+                t->n = 0;
+            }
+            e->close_after = t->close_after;
+            struct resp_aux *a = NULL;
+            if ((t->later != NULL || t->now != NULL) && (a = aux_get(rx)) != NULL) {
+                if (t->later != NULL)
+                    resp_aux_send_later(a, t->later_ms, t->later, t->later_n);
+                if (t->now != NULL)
+                    resp_aux_send(a, t->now, t->now_n);
+            }
+        }
+        tx_reset(t);
+        rx->decided = 0;
+        return CMD_DONE;
+    }
+    if (rx->tx.active) {
+        struct tx *t = &rx->tx;
+        size_t i = t->idx++;
+        if (t->planned && i < t->n && t->cmds[i].suppress) {
+            swallow(rx, len);
+            answer(rx, "+QUEUED\r\n", 9);
+        } else {
+            forward(rx, m, buf, len);
+        }
+        rx->decided = 0;
+        return CMD_DONE;
+    }
+
+    /* Outside a transaction: acks, publishes, pops. */
+    size_t first;
+    if (ack_args(rx, &cv, &first)) {
+        struct ack_plan p;
+        if (plan_acks(rx, &cv, first, &p) != 0) {
+            forward(rx, m, buf, len);
+            rx->decided = 0;
+            return CMD_DONE;
+        }
+        if (p.close_before != NULL) {
+            ack_plan_free(&p);
+            swallow(rx, len);
+            cut(rx, p.close_before);
+            return CMD_STOP;
+        }
+        ack_plan_side_effects(rx, &p);
+        struct entry *e = NULL;
+        if (p.suppressed > 0 && p.suppressed == p.n) {
+            swallow(rx, len);
+            char r[32];
+            int n = snprintf(r, sizeof(r), ":%lld\r\n", (long long)synth_count(&cv));
+            answer(rx, r, (size_t)n);
+        } else if (p.suppressed > 0 && p.kept != NULL) {
+            /* The command without the kept-back ids; its count plus them. */
+            struct resp_msg km;
+            struct resp_scanner ks;
+            resp_scanner_init(&ks, RESP_SIDE_CLIENT);
+            size_t klen = evbuffer_get_length(p.kept);
+            const uint8_t *kb = evbuffer_pullup(p.kept, (ev_ssize_t)klen);
+            if (resp_scan(&ks, kb, klen, &km) == 1 &&
+                resp_pairing_command(&rx->pairing, &km, kb, 0, NULL) == 1) {
+                swallow(rx, len);
+                evbuffer_add_buffer(rx->out[SIDE_UPSTREAM], p.kept);
+                e = entry_add(rx, true);
+                if (e != NULL) {
+                    e->kind = RK_ADD_INT;
+                    e->add = (int64_t)p.suppressed;
+                }
+            } else {
+                e = forward(rx, m, buf, len);
+            }
+        } else {
+            e = forward(rx, m, buf, len);
+        }
+        if (p.close_after != NULL) {
+            if (e != NULL)
+                e->close_after = p.close_after;
+            else if (rx->tail != NULL)
+                rx->tail->close_after = p.close_after;
+        }
+        ack_plan_free(&p);
+        rx->decided = 0;
+        return CMD_DONE;
+    }
+
+    const struct rule *pub = NULL;
+    if (rx->decided < DECIDED_ALL && rx->prof != PROF_NONE && rx->prof != PROF_STREAMS)
+        pub = publish_decide(rx, &cv, NULL);
+    if (pub != NULL) {
+        switch (pub->action.kind) {
+        case RULE_ACT_DROP:
+            swallow(rx, len);
+            answer(rx, ":1\r\n", 4);
+            rx->decided = 0;
+            return CMD_DONE;
+        case RULE_ACT_DELAY:
+            rx->decided = DECIDED_ALL;
+            rx->hold_until = now_ms() + pub->action.duration_ms;
+            return CMD_WAIT;
+        case RULE_ACT_CLOSE:
+            if (pub->action.close_when == RULE_CLOSE_BEFORE) {
+                swallow(rx, len);
+                cut(rx, pub);
+                return CMD_STOP;
+            }
+            break;
+        default:
+            break;
+        }
+    }
+
+    struct entry *e = forward(rx, m, buf, len);
+    rx->decided = 0;
+    if (e == NULL)
+        return CMD_DONE;
+    if (pub != NULL && pub->action.kind == RULE_ACT_CLOSE)
+        e->close_after = pub;
+    if (is_pop(rx, &cv)) {
+        e->kind = RK_POP;
+        e->arg = strdup(cv.key);
+    } else if (rx->prof == PROF_RQ && is_cmd(&cv, "HGETALL") && starts_with(cv.key, "rq:job:")) {
+        e->kind = RK_RQ_HASH;
+        e->arg = strdup(cv.key + strlen("rq:job:"));
+    } else if (rx->prof == PROF_STREAMS) {
+        if (is_cmd(&cv, "XREADGROUP")) {
+            e->kind = RK_XREAD;
+            /* An id other than '>' re-reads the consumer's pending entries. */
+            struct resp_view last;
+            if (cmd_arg(&cv, m->nelem - 1, &last))
+                e->redelivered = !resp_view_equals(buf, len, &last, ">");
+        } else if (is_cmd(&cv, "XCLAIM") || is_cmd(&cv, "XAUTOCLAIM")) {
+            bool justid = false;
+            struct resp_view a;
+            for (size_t i = 5; cmd_arg(&cv, i, &a); i++)
+                justid |= resp_view_equals(buf, len, &a, "JUSTID");
+            if (!justid) {
+                e->kind = is_cmd(&cv, "XCLAIM") ? RK_XCLAIM : RK_XAUTOCLAIM;
+                e->arg = strdup(cv.key);
+            }
+        } else if (is_cmd(&cv, "XADD")) {
+            e->kind = RK_XADD;
+            e->arg = strdup(cv.key);
+            /* the task field: after the id, field/value pairs */
+            struct resp_view f, v;
+            for (size_t i = 2; cmd_arg(&cv, i, &f); i++) {
+                if (resp_view_equals(buf, len, &f, "task") && cmd_arg(&cv, i + 1, &v)) {
+                    char task[256];
+                    if (view_str(buf, len, &v, task, sizeof(task)))
+                        e->arg2 = strdup(task);
+                    break;
+                }
+            }
+        }
+    }
+    return CMD_DONE;
+}
+
+/* ---- the byte loops ---------------------------------------------------- */
+
+/* Grows the pairing FIFO, keeping its order; false at the maximum. */
+static bool pairing_grow(struct rpx *rx)
+{
+    struct resp_pairing *p = &rx->pairing;
+    if (p->cap >= RPX_PIPELINE_MAX)
+        return false;
+    size_t cap = p->cap * 2;
+    struct resp_cmd *s = malloc(cap * sizeof(*s));
+    if (s == NULL)
+        return false;
+    for (size_t i = 0; i < p->count; i++)
+        s[i] = p->slots[(p->head + i) % p->cap];
+    free(rx->slots);
+    rx->slots = s;
+    p->slots = s;
+    p->head = 0;
+    p->cap = cap;
+    return true;
+}
+
+/* Scans one message at the head of pend[side].  1 with *m and *buf set, 0
+ * when more bytes are needed, -1 after a protocol error (reported). */
+static int scan_one(struct rpx *rx, enum session_side side, struct resp_msg *m, const uint8_t **buf)
+{
+    struct evbuffer *pend = rx->pend[side];
+    size_t n = evbuffer_get_length(pend);
+    if (n == 0 || n < rx->need[side])
+        return 0;
+    size_t contig = evbuffer_get_contiguous_space(pend);
+    size_t len = contig >= rx->need[side] && contig > 0 ? contig : n;
+    *buf = evbuffer_pullup(pend, (ev_ssize_t)len);
+    int rc = resp_scan(&rx->sc[side], *buf, len, m);
+    if (rc < 0) {
+        protocol_error(rx, "%s sent %s", side == SIDE_CLIENT ? "client" : "server",
+                       resp_strerror(rc));
+        return -1;
+    }
+    if (rc == 0) {
+        size_t need = m->len > len ? m->len : len + 1;
+        if (need <= n && len < n) {
+            /* More is here, in other chains: look at all of it. */
+            *buf = evbuffer_pullup(pend, (ev_ssize_t)n);
+            rc = resp_scan(&rx->sc[side], *buf, n, m);
+            if (rc < 0) {
+                protocol_error(rx, "%s sent %s", side == SIDE_CLIENT ? "client" : "server",
+                               resp_strerror(rc));
+                return -1;
+            }
+            if (rc == 0)
+                need = m->len > n ? m->len : n + 1;
+        }
+        if (rc == 0) {
+            rx->need[side] = need;
+            return 0;
+        }
+    }
+    rx->need[side] = 0;
+    resp_scanner_reset(&rx->sc[side]);
+    return 1;
+}
+
+static void process_server(struct rpx *rx)
+{
+    while (alive(rx)) {
+        struct resp_msg m;
+        const uint8_t *buf;
+        int rc = scan_one(rx, SIDE_UPSTREAM, &m, &buf);
+        if (rc <= 0)
+            break;
+        on_reply(rx, buf, &m);
+    }
+}
+
+static void process_client(struct rpx *rx)
+{
+    while (alive(rx)) {
+        if (rx->blackholed) {
+            evbuffer_drain(rx->pend[SIDE_CLIENT], evbuffer_get_length(rx->pend[SIDE_CLIENT]));
+            break;
+        }
+        uint64_t now = 0;
+        if (rx->hold_until != 0 && rx->hold_until > (now = now_ms())) {
+            arm_timer(rx, rx->hold_until);
+            break;
+        }
+        rx->hold_until = 0;
+        if (rx->pairing.count >= rx->pairing.cap && !pairing_grow(rx))
+            break; /* resumed when replies drain the FIFO */
+        struct resp_msg m;
+        const uint8_t *buf;
+        int rc = scan_one(rx, SIDE_CLIENT, &m, &buf);
+        if (rc <= 0)
+            break;
+        enum cmd_result r = command(rx, buf, &m);
+        if (r == CMD_WAIT) {
+            /* Rescanned when the wait ends. */
+            rx->need[SIDE_CLIENT] = 0;
+            if (rx->hold_until != 0) {
+                arm_timer(rx, rx->hold_until);
+            } else if (rx->tx_wait_until != 0) {
+                arm_timer(rx, rx->tx_wait_until);
+            }
+            break;
+        }
+        if (r == CMD_STOP)
+            break;
+    }
+    /* Past the pipeline cap, or while holding, stop reading the client. */
+    if (alive(rx)) {
+        bool hold = evbuffer_get_length(rx->pend[SIDE_CLIENT]) > SESSION_INPUT_HIGH &&
+                    rx->need[SIDE_CLIENT] <= evbuffer_get_length(rx->pend[SIDE_CLIENT]);
+        session_hold_reading(rx->s, SIDE_CLIENT, hold);
+    }
+}
+
+static void on_timer(evutil_socket_t fd, short what, void *arg)
+{
+    (void)fd;
+    (void)what;
+    struct rpx *rx = arg;
+    if (!alive(rx))
+        return;
+    if (rx->tx_wait_until != 0 && rx->tx_wait_until <= now_ms()) {
+        rx->tx_waited = true;
+        rx->tx_wait_until = 0;
+    }
+    flush_replies(rx);
+    if (!alive(rx))
+        return;
+    process_client(rx);
+    if (!alive(rx))
+        return;
+    send_flush(rx, SIDE_UPSTREAM);
+    flush_replies(rx);
+}
+
+static void rpx_process(void *state, enum session_side from, struct evbuffer *in)
+{
+    struct rpx *rx = state;
+    if (!alive(rx))
+        return;
+    evbuffer_add_buffer(rx->pend[from], in);
+    if (from == SIDE_UPSTREAM) {
+        process_server(rx);
+        if (!alive(rx))
+            return;
+        flush_replies(rx);
+        /* Replies drained the FIFO: the client may go on. */
+        if (alive(rx) && evbuffer_get_length(rx->pend[SIDE_CLIENT]) > 0)
+            process_client(rx);
+    } else {
+        process_client(rx);
+        if (!alive(rx))
+            return;
+        flush_replies(rx); /* twice's own answers */
+    }
+    if (alive(rx))
+        send_flush(rx, SIDE_UPSTREAM);
+}
+
+/* ---- codec ops --------------------------------------------------------- */
+
+static enum profile profile_of(const char *name)
+{
+    if (name == NULL)
+        return PROF_NONE;
+    if (strcmp(name, "sidekiq") == 0)
+        return PROF_SIDEKIQ;
+    if (strcmp(name, "celery") == 0)
+        return PROF_CELERY;
+    if (strcmp(name, "rq") == 0)
+        return PROF_RQ;
+    if (strcmp(name, "streams") == 0)
+        return PROF_STREAMS;
+    return PROF_NONE;
+}
+
+static void rpx_free(void *state);
+
+static void *rpx_open(struct session *s)
+{
+    struct rpx *rx = calloc(1, sizeof(*rx));
+    if (rx == NULL)
+        return NULL;
+    rx->s = s;
+    rx->prof = profile_of(s->cfg->l->profile);
+    resp_scanner_init(&rx->sc[SIDE_CLIENT], RESP_SIDE_CLIENT);
+    resp_scanner_init(&rx->sc[SIDE_UPSTREAM], RESP_SIDE_SERVER);
+    rx->slots = malloc(RPX_PIPELINE_MIN * sizeof(*rx->slots));
+    rx->timer = evtimer_new(s->px->base, on_timer, rx);
+    for (int i = 0; i < 2; i++) {
+        rx->pend[i] = evbuffer_new();
+        rx->out[i] = evbuffer_new();
+    }
+    if (rx->slots == NULL || rx->timer == NULL || rx->pend[0] == NULL || rx->pend[1] == NULL ||
+        rx->out[0] == NULL || rx->out[1] == NULL) {
+        rpx_free(rx);
+        return NULL;
+    }
+    resp_pairing_init(&rx->pairing, rx->slots, RPX_PIPELINE_MIN);
+    return rx;
+}
+
+static void rpx_stop(void *state)
+{
+    struct rpx *rx = state;
+    rx->stopped = true;
+    if (rx->timer != NULL)
+        event_del(rx->timer);
+}
+
+static void rpx_free(void *state)
+{
+    struct rpx *rx = state;
+    while (rx->head != NULL) {
+        struct entry *e = rx->head;
+        rx->head = e->next;
+        entry_free(e);
+    }
+    tx_reset(&rx->tx);
+    for (int i = 0; i < 2; i++) {
+        if (rx->pend[i] != NULL)
+            evbuffer_free(rx->pend[i]);
+        if (rx->out[i] != NULL)
+            evbuffer_free(rx->out[i]);
+    }
+    for (int i = 0; i < 3; i++)
+        if (rx->setup[i] != NULL)
+            evbuffer_free(rx->setup[i]);
+    if (rx->timer != NULL)
+        event_free(rx->timer);
+    resp_aux_detach(rx->aux);
+    free(rx->slots);
+    free(rx);
+}
+
+const struct codec_ops resp_codec_ops = {
+    .name = "resp",
+    .open = rpx_open,
+    .stop = rpx_stop,
+    .free = rpx_free,
+    .process = rpx_process,
+    .closed_cleanly = NULL,
+};
