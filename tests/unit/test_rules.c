@@ -81,6 +81,24 @@ static int use_everything_amqp(void **state)
     return 0;
 }
 
+/* Whether resp listeners get the real tables of proto/resp_caps.c. */
+static bool real_resp;
+const struct proto_caps *proto_resp_caps_find(const char *profile);
+
+static int use_real_resp(void **state)
+{
+    (void)state;
+    real_resp = true;
+    return 0;
+}
+
+static int use_narrow_resp(void **state)
+{
+    (void)state;
+    real_resp = false;
+    return 0;
+}
+
 /* Replaces proto/registry.c for this test (the linker then leaves it out). */
 const struct proto_caps *proto_caps_find(enum conf_protocol protocol, const char *profile)
 {
@@ -89,7 +107,7 @@ const struct proto_caps *proto_caps_find(enum conf_protocol protocol, const char
         return amqp_caps;
     case CONF_PROTO_RESP:
         snprintf(last_profile, sizeof(last_profile), "%s", profile != NULL ? profile : "(none)");
-        return &narrow_caps;
+        return real_resp ? proto_resp_caps_find(profile) : &narrow_caps;
     default:
         return &proto_tcp_caps;
     }
@@ -1010,6 +1028,51 @@ static void assert_action(const struct conf *c, const char *name, enum rule_even
     assert_int_equal(r->action.duration_ms, duration_ms);
 }
 
+/* The resp tables: every listener has `command`; profiles add job events,
+ * and Sidekiq, which never acks, refuses `ack` with the reason. */
+#define SK "listen sk { protocol resp; profile sidekiq; bind 127.0.0.1:7; upstream 127.0.0.1:8 }\n"
+#define CE "listen ce { protocol resp; profile celery; bind 127.0.0.1:9; upstream 127.0.0.1:10 }\n"
+#define RP "listen rp { protocol resp; bind 127.0.0.1:11; upstream 127.0.0.1:12 }\n"
+
+static void test_caps_resp(void **state)
+{
+    (void)state;
+    EXPECT_CLEAN(SK CE RP
+                 "rule a on sk { when deliver task=Charge; first 3; do duplicate }\n"
+                 "rule b on sk { when deliver queue=default; do drop }\n"
+                 "rule c on sk { when publish; do delay 1s }\n"
+                 "rule d on ce { when ack task=tasks.charge; do redeliver }\n"
+                 "rule e on ce { when ack; do delay 8s }\n"
+                 "rule f on ce { when deliver redelivered=false; do close before }\n"
+                 "rule g on rp { when command command=LPUSH key=queue:*; do error READONLY }\n"
+                 "rule h on rp { when command command=GET; do delay 1s }\n"
+                 "rule i on rp { when command; do drop }\n"
+                 "rule j on rp { do latency 5ms }\n");
+    EXPECT(SK "rule r on sk { when ack; do redeliver }\n", -1,
+           EH(2, 21,
+              "listener 'sk' (protocol resp/sidekiq) has no 'ack' event: Sidekiq's basic fetch "
+              "never acks: a job exists only in the worker once popped (use 'drop' or 'close "
+              "before' on 'deliver' for a lost job)",
+              "its events: connect, deliver, publish, command"));
+    EXPECT(RP "rule r on rp { when deliver; do duplicate }\n", -1,
+           EH(2, 21,
+              "listener 'rp' (protocol resp) has no 'deliver' event: a resp listener without a "
+              "profile sees commands only: add 'profile sidekiq', 'celery', 'rq' or 'streams' "
+              "for job events",
+              "its events: connect, command"));
+    EXPECT(CE "rule r on ce { when deliver; do error LOADING }\n", -1,
+           EH(2, 33,
+              "listener 'ce' (protocol resp/celery) cannot do 'error' on 'deliver' events: an "
+              "error reply is a command fault: use 'when command'",
+              "it can do: duplicate, delay, drop, close"));
+    EXPECT(CE "rule r on ce { when ack; do expire 5s }\n", -1,
+           EH(2, 29,
+              "listener 'ce' (protocol resp/celery) cannot do 'expire' on 'ack' events: Redis "
+              "job queues have no per-delivery timer to imitate: use 'redeliver' on 'ack', or "
+              "'delay' past the visibility timeout",
+              "it can do: redeliver, delay, drop, close"));
+}
+
 static void test_caps_amqp_valid(void **state)
 {
     struct conf_diags d;
@@ -1509,6 +1572,7 @@ int main(void)
         cmocka_unit_test(test_rule_listener),
         cmocka_unit_test(test_caps_tcp),
         cmocka_unit_test(test_caps_tables),
+        cmocka_unit_test_setup_teardown(test_caps_resp, use_real_resp, use_narrow_resp),
         cmocka_unit_test_setup_teardown(test_caps_amqp_valid, use_real_amqp, use_everything_amqp),
         cmocka_unit_test_setup_teardown(test_caps_amqp_errors, use_real_amqp, use_everything_amqp),
         cmocka_unit_test(test_parse_rules),
