@@ -1,0 +1,34 @@
+"""The RQ example app: functions `tasks.charge` and `tasks.charge_safe`.
+
+Run by `rq worker` (driver.py puts this folder and tests/e2e on the import
+path), enqueued by name: `queue.enqueue("tasks.charge", order_id)`.  The
+message id is the RQ job id (`get_current_job().id`, a uuid4).
+
+RQ 1.13 never redelivers by itself (wire-semantics.md E): a worker BLPOPs the
+job id from rq:queue:default, loads rq:job:<id>, and runs it in a forked work
+horse, which records the start (ZADD rq:wip:default) and the end (MULTI ...
+ZREM rq:wip:default ... EXEC) on its own connection.  A job runs twice only if
+its id is pushed again.
+
+Environment: TWICE_EFFECTS, TWICE_RUNS, TWICE_EFFECT_REDIS (see ../e2ekit.py).
+"""
+
+import os
+import sys
+
+from rq import get_current_job
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+import e2ekit  # noqa: E402
+
+
+def charge(order_id):
+    """NOT idempotent."""
+    e2ekit.charge(get_current_job().id, "tasks.charge")
+    return order_id
+
+
+def charge_safe(order_id):
+    """Idempotent: SET twice:done:<job id> NX on the real Redis first."""
+    e2ekit.charge_safe(get_current_job().id, "tasks.charge_safe")
+    return order_id

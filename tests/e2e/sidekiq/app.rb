@@ -1,0 +1,89 @@
+# The Sidekiq example app: two jobs doing the same work, one idempotent.
+#
+#   Charge       NOT idempotent: every execution appends its jid to TWICE_EFFECTS
+#   ChargeSafe   idempotent: takes `SET twice:done:<jid> 1 NX` on the real Redis
+#                (TWICE_EFFECT_REDIS, never through the proxy) before the effect
+#
+# Both append "<jid> <class>" to TWICE_RUNS after the work (one line per
+# execution).  Every line is written with a single write(2) on a file opened
+# with O_APPEND, so Sidekiq's threads (and other processes) never interleave.
+#
+# The broker is TWICE_BROKER_URL (redis://host:port/0): twice's listener.
+# Started by driver.py as `sidekiq -r app.rb -c W -q default -t 5`; jobs are
+# pushed by enqueue.rb, which requires this file too.
+#
+# Sidekiq 6.4 (ruby-sidekiq, redis-rb 4.8, RESP2): jobs are pushed with
+# SADD queues + LPUSH queue:default <json> in one pipeline and fetched with
+# BRPOP queue:default 2.  There is no ack: after BRPOP the job exists only in
+# the worker's memory.
+
+require "sidekiq"
+require "redis"
+
+# Sidekiq 6.4 calls redis-rb 4.8 in ways it deprecates (brpop's positional
+# timeout, sadd's return value): one warning per fetch would flood the log.
+Redis.silence_deprecations = true
+
+broker = ENV.fetch("TWICE_BROKER_URL")
+Sidekiq.configure_server { |config| config.redis = { url: broker } }
+Sidekiq.configure_client { |config| config.redis = { url: broker, size: 2 } }
+
+module TwiceEffects
+  @lock = Mutex.new
+  @redis = nil
+
+  # One line, one write(2), O_APPEND.
+  def self.append(path, line)
+    File.open(path, File::WRONLY | File::APPEND | File::CREAT, 0o644) do |f|
+      data = "#{line}\n"
+      n = f.syswrite(data)
+      raise IOError, "short write to #{path}: #{n} of #{data.bytesize}" if n != data.bytesize
+    end
+  end
+
+  # The effect Redis (a direct connection, shared by the threads: redis-rb
+  # serialises calls on one client with its own monitor).
+  def self.redis
+    @lock.synchronize do
+      @redis ||= begin
+        host, _, port = ENV.fetch("TWICE_EFFECT_REDIS").rpartition(":")
+        Redis.new(host: host, port: Integer(port), timeout: 10)
+      end
+    end
+  end
+
+  def self.effect(message_id)
+    append(ENV.fetch("TWICE_EFFECTS"), message_id)
+  end
+
+  def self.ran(message_id, task)
+    append(ENV.fetch("TWICE_RUNS"), "#{message_id} #{task}")
+  end
+
+  # SET NX: true for the one execution that takes the key.
+  def self.first_time?(message_id)
+    redis.set("twice:done:#{message_id}", "1", nx: true)
+  end
+end
+
+# retry: 0 sends a failing job straight to the Dead set (the driver reports
+# its size) instead of retrying it later, which would look like a redelivery.
+class Charge
+  include Sidekiq::Worker
+  sidekiq_options queue: "default", retry: 0
+
+  def perform(order_id)
+    TwiceEffects.effect(jid)
+    TwiceEffects.ran(jid, self.class.name)
+  end
+end
+
+class ChargeSafe
+  include Sidekiq::Worker
+  sidekiq_options queue: "default", retry: 0
+
+  def perform(order_id)
+    TwiceEffects.effect(jid) if TwiceEffects.first_time?(jid)
+    TwiceEffects.ran(jid, self.class.name)
+  end
+end

@@ -1,0 +1,17 @@
+# Pushes N Charge and N ChargeSafe jobs (interleaved) with Sidekiq's own
+# client, through TWICE_BROKER_URL, and prints "<jid> <class>" per job on
+# stdout.  Usage: TWICE_BROKER_URL=redis://127.0.0.1:PORT/0 ruby enqueue.rb N
+#
+# Each perform_async is one pipeline: SADD queues default, LPUSH queue:default <json>.
+
+require_relative "app"
+
+n = Integer(ARGV.fetch(0))
+n.times do |i|
+  [Charge, ChargeSafe].each do |klass|
+    jid = klass.perform_async("order-#{i}")
+    raise "push of #{klass} order-#{i} failed" unless jid
+    puts "#{jid} #{klass.name}"
+  end
+end
+$stdout.flush

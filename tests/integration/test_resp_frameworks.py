@@ -1,0 +1,346 @@
+#!/usr/bin/python3
+"""Real job frameworks on Redis through a `protocol resp` listener.
+
+One real redis-server; per test, a twice with one `protocol resp` listener
+(`profile sidekiq|celery|rq|streams`) in front of it, and one run of the
+framework's example app (tests/e2e/<framework>/driver.py): it enqueues N jobs
+of `charge` (not idempotent: one effect per execution) and N of `charge_safe`
+(idempotent: SET NX on the real Redis first) through twice, runs real workers
+through twice until the broker is drained, and leaves behind the runs file
+("<message-id> <task>" per execution) and the effects file ("<message-id>" per
+side effect).  The tests assert what a user would notice:
+
+  sidekiq   no rule                               every job once
+            when deliver task=Charge, first 3,    exactly 3 Charge jids twice, the rest once;
+              do duplicate                          3 extra Charge effects, ChargeSafe none
+            when deliver, first 2, do drop        exactly 2 jobs never run, the rest once
+  celery    no rule (visibility timeout 5 s)      every task once
+            when ack task=tasks.charge, first 2,  those 2 task ids run again (same id) once
+              do redeliver (vt 3 s)                 the visibility timeout restores them
+            when ack, first 2, do delay 8s        the 2 tasks run again (vt 3 s < 8 s)
+            when ack, first 2, do delay 1s        nothing runs twice (vt 6 s > 1 s)
+  rq        no rule                               every job once
+            when deliver task=tasks.charge,       2 job ids run twice
+              first 2, do duplicate
+  streams   no rule                               every entry once
+            when ack, first 2, do redeliver       the 2 entries stay pending after their XACK
+                                                    (XPENDING on the real Redis) and come back
+                                                    through XAUTOCLAIM (same entry id)
+
+and, for every run with a rule, that the journal has at least two DELIVER
+records and a FAULT record of the rule for every message id that ran twice,
+and that the messages the rule faulted are exactly the ones the user sees
+doubled (or lost).  Every message id here is the framework's own: Sidekiq jid,
+Celery task id, RQ job id, stream entry id.
+"""
+
+import collections
+import json
+import os
+import sys
+import time
+import unittest
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import harness as h  # noqa: E402
+import faultkit as fk  # noqa: E402
+
+E2E = os.path.join(h.SOURCE_DIR, "tests", "e2e")
+SEED = 7
+JOBS = 8                 # per handler: 16 jobs per run
+DRIVER_TIMEOUT = 90      # seconds a driver may take before it gives up by itself
+
+
+def read_lines(path):
+    with open(path) as f:
+        return [l for l in f.read().splitlines() if l.strip()]
+
+
+class Run:
+    """What one driver run left behind."""
+
+    def __init__(self, summary, enqueued, runs, effects):
+        self.summary = summary                         # the driver's JSON summary
+        self.enqueued = enqueued                       # [(message_id, task)]
+        self.task_of = dict(enqueued)
+        self.runs = collections.Counter(m for m, _ in runs)
+        self.effects = collections.Counter(effects)
+
+    def ids(self, task=None):
+        return [m for m, t in self.enqueued if task is None or t == task]
+
+    def ran(self, times):
+        """Enqueued ids that ran exactly `times` times."""
+        return sorted(m for m in self.ids() if self.runs[m] == times)
+
+
+class RespFrameworks(h.TestCase):
+
+    @classmethod
+    def setUpClass(cls):
+        cls.ctmp = h.make_tmpdir("twice-it-frameworks-")
+        cls.redis = h.start_redis(cls.ctmp)
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.redis.stop()
+
+    def setUp(self):
+        super().setUp()
+        self.assertEqual(self.redis.command("FLUSHALL"), b"OK")
+        self.driver_logs = []
+        self.addCleanup(self._dump_driver_logs)
+
+    def _dump_driver_logs(self):
+        if not (self._failed() or h.VERBOSE):
+            return
+        for path in self.driver_logs:
+            sys.stderr.write("\n----- %s -----\n%s\n" % (path, h._tail(path, 60)))
+            for wl in sorted(os.listdir(os.path.dirname(path))):
+                if wl.startswith("worker-"):
+                    sys.stderr.write("\n----- %s -----\n%s\n" % (
+                        wl, h._tail(os.path.join(os.path.dirname(path), wl), 40)))
+
+    # -- twice ---------------------------------------------------------------
+
+    def start_twice(self, profile, *rules):
+        """twice with listener `jobs` (protocol resp, the profile) in front of
+        the real Redis, a journal and seed 7; returns (twice, port, journal)."""
+        port = h.free_port()
+        journal = os.path.join(self.tmp, "run.pb")
+        listen = ("listen jobs {\n  protocol resp\n  profile %s\n  bind 127.0.0.1:%d\n"
+                  "  upstream 127.0.0.1:%d\n}\n" % (profile, port, self.redis.port))
+        text = fk.conf_text([listen], list(rules), seed=SEED, journal=journal, grace="1s")
+        try:
+            tw = self.twice(text)
+        except AssertionError as e:
+            raise AssertionError("twice did not start with `protocol resp` + `profile %s`%s: is "
+                                 "the RESP session layer built?\n%s" % (
+                                     profile, " and the rule" if rules else "", e)) from None
+        return tw, port, journal
+
+    # -- a driver run ----------------------------------------------------------
+
+    def run_app(self, framework, port, workers=2, visibility_timeout=None, lost_grace=None,
+                during=None):
+        """Run tests/e2e/<framework>/driver.py through twice's port; returns a
+        Run.  `during()` is called every 0.1 s while the driver runs."""
+        d = os.path.join(self.tmp, framework)
+        os.makedirs(d, exist_ok=True)
+        files = {n: os.path.join(d, n + ".txt") for n in ("effects", "runs", "enqueued")}
+        argv = [sys.executable, os.path.join(E2E, framework, "driver.py"),
+                "--broker", "127.0.0.1:%d" % port,
+                "--effects", files["effects"], "--runs", files["runs"],
+                "--enqueued", files["enqueued"],
+                "--effect-redis", "127.0.0.1:%d" % self.redis.port,
+                "--inspect", "127.0.0.1:%d" % self.redis.port,
+                "--jobs", str(JOBS), "--workers", str(workers),
+                "--timeout", str(DRIVER_TIMEOUT), "--log-dir", d]
+        if visibility_timeout is not None:
+            argv += ["--visibility-timeout", str(visibility_timeout)]
+        if lost_grace is not None:
+            argv += ["--lost-grace", str(lost_grace)]
+        log_path = os.path.join(d, "driver.log")
+        self.driver_logs.append(log_path)
+        env = dict(os.environ, PYTHONDONTWRITEBYTECODE="1", HOME=self.tmp)
+        t0 = time.monotonic()
+        p = h.spawn(argv, log_path=log_path, env=env, cwd=d)
+        deadline = t0 + DRIVER_TIMEOUT + 60
+        while p.poll() is None:
+            if time.monotonic() > deadline:
+                h.kill_group(p)
+                p.wait(10)
+                self.fail("%s driver still running after %.0fs" % (framework, deadline - t0))
+            if during is not None:
+                during()
+            time.sleep(0.1)
+        h.kill_group(p)          # whatever it left behind
+        with open(log_path) as f:
+            out = f.read()
+        summaries = [l for l in out.splitlines() if l.startswith("{")]
+        self.assertTrue(summaries, "%s driver printed no summary (rc=%s):\n%s" % (
+            framework, p.returncode, out[-4000:]))
+        summary = json.loads(summaries[-1])
+        h.log("%s driver: %.1fs, %s" % (framework, time.monotonic() - t0, summaries[-1][:300]))
+        self.assertEqual(p.returncode, 0, "%s driver failed: %s" % (framework, summary["reason"]))
+        enqueued, runs, effects = ([tuple(l.split()) for l in read_lines(files[n])]
+                                   for n in ("enqueued", "runs", "effects"))
+        self.assertEqual(len(enqueued), 2 * JOBS, enqueued)
+        run = Run(summary, enqueued, runs, [e for (e,) in effects])
+        unknown = set(run.runs) - set(run.task_of)
+        self.assertEqual(unknown, set(), "executions of message ids nobody enqueued")
+        for m, t in runs:
+            self.assertEqual(t, run.task_of[m], "message %s ran as %s, enqueued as %s" % (
+                m, t, run.task_of[m]))
+        return run
+
+    # -- assertions --------------------------------------------------------------
+
+    def assert_outcome(self, run, twice=(), lost=(), unsafe=None):
+        """Every enqueued job ran once, except `twice` (two runs) and `lost`
+        (none); the non-idempotent task (`unsafe`) has one effect per run,
+        the idempotent one one effect per job that ran."""
+        want = {m: 2 if m in twice else 0 if m in lost else 1 for m in run.ids()}
+        got = {m: run.runs[m] for m in run.ids()}
+        wrong = {m: "ran %d times, expected %d (%s)" % (got[m], want[m], run.task_of[m])
+                 for m in want if got[m] != want[m]}
+        self.assertEqual(wrong, {}, "executions per message id")
+        for m in run.ids():
+            n = run.runs[m]
+            expect = n if run.task_of[m] == unsafe else min(n, 1)
+            self.assertEqual(run.effects[m], expect, "effects of %s (%s, ran %d times)" % (
+                m, run.task_of[m], n))
+
+    def journal_records(self, tw, journal):
+        """Stop twice (flushes the journal) and decode it: [(kind name, record)]."""
+        tw.stop()
+        _, recs, truncated = fk.decode_journal(journal)
+        self.assertFalse(truncated, "journal %s ends mid-record after a clean stop" % journal)
+        return [(fk.KIND_NAMES.get(r.get("kind"), r.get("kind")), r) for r in recs]
+
+    def rule_faults(self, tw, journal, rule):
+        """(all records, the FAULT records of `rule`); fails if there is none."""
+        recs = self.journal_records(tw, journal)
+        faults = [r for k, r in recs if k == "fault" and r.get("rule") == rule]
+        self.assertTrue(faults, "no FAULT record of rule %r in the journal: no fault was injected "
+                        "(records by kind: %s)" % (rule, dict(collections.Counter(k for k, _ in recs))))
+        return recs, faults
+
+    def assert_journal(self, tw, journal, rule, ran_twice, faulted=None):
+        """Every id in ran_twice has >= 2 DELIVER records and a FAULT record of
+        `rule`; the ids `rule` faulted are exactly `faulted` (default:
+        ran_twice).  Returns the FAULT records of the rule."""
+        recs, faults = self.rule_faults(tw, journal, rule)
+        delivers = collections.Counter(r.get("message_id") for k, r in recs if k == "deliver")
+        fault_ids = collections.Counter(r.get("message_id") for r in faults)
+        for m in ran_twice:
+            self.assertGreaterEqual(delivers[m], 2, "DELIVER records of %s, which ran twice" % m)
+            self.assertGreaterEqual(fault_ids[m], 1, "FAULT records of rule %r for %s" % (rule, m))
+        self.assertEqual(sorted(fault_ids), sorted(ran_twice if faulted is None else faulted),
+                         "message ids faulted by rule %r" % rule)
+        return faults
+
+    # -- Sidekiq -------------------------------------------------------------------
+
+    def test_sidekiq_no_rule_each_job_once(self):
+        tw, port, _ = self.start_twice("sidekiq")
+        run = self.run_app("sidekiq", port, workers=3)
+        self.assert_outcome(run, unsafe="Charge")
+        self.assertEqual(run.summary["dead"], 0)
+
+    def test_sidekiq_duplicate_three_charges(self):
+        tw, port, journal = self.start_twice(
+            "sidekiq", fk.rule_block("dup", "jobs", "when deliver task=Charge", "first 3",
+                                     "do duplicate"))
+        run = self.run_app("sidekiq", port, workers=3)
+        doubled = run.ran(2)
+        self.assertEqual(len(doubled), 3, "Charge jids run twice: %s (no duplicate delivered?)"
+                         % doubled)
+        self.assertEqual({run.task_of[m] for m in doubled}, {"Charge"})
+        self.assert_outcome(run, twice=doubled, unsafe="Charge")
+        self.assertEqual(run.summary["extra_effects"], {"Charge": 3, "ChargeSafe": 0})
+        self.assert_journal(tw, journal, "dup", doubled)
+
+    def test_sidekiq_drop_two_jobs_lost(self):
+        tw, port, journal = self.start_twice(
+            "sidekiq", fk.rule_block("drop", "jobs", "when deliver", "first 2", "do drop"))
+        run = self.run_app("sidekiq", port, workers=3, lost_grace=4)
+        lost = run.ran(0)
+        self.assertEqual(len(lost), 2, "jobs that never ran: %s (no delivery dropped?)" % lost)
+        self.assert_outcome(run, lost=lost, unsafe="Charge")
+        self.assert_journal(tw, journal, "drop", [], faulted=lost)
+
+    # -- Celery on Redis -----------------------------------------------------------
+
+    def test_celery_no_rule_each_task_once(self):
+        tw, port, _ = self.start_twice("celery")
+        run = self.run_app("celery_redis", port, visibility_timeout=5)
+        self.assert_outcome(run, unsafe="tasks.charge")
+
+    def test_celery_lost_ack_redelivered_after_visibility_timeout(self):
+        tw, port, journal = self.start_twice(
+            "celery", fk.rule_block("lost-ack", "jobs", "when ack task=tasks.charge", "first 2",
+                                    "do redeliver"))
+        run = self.run_app("celery_redis", port, visibility_timeout=3)
+        doubled = run.ran(2)
+        self.assertEqual(len(doubled), 2, "task ids run twice: %s (no ack lost?)" % doubled)
+        self.assertEqual({run.task_of[m] for m in doubled}, {"tasks.charge"})
+        self.assert_outcome(run, twice=doubled, unsafe="tasks.charge")
+        self.assert_journal(tw, journal, "lost-ack", doubled)
+
+    def test_celery_ack_delayed_past_visibility_timeout_runs_again(self):
+        tw, port, journal = self.start_twice(
+            "celery", fk.rule_block("late-ack", "jobs", "when ack", "first 2", "do delay 8s"))
+        run = self.run_app("celery_redis", port, visibility_timeout=3)
+        doubled = run.ran(2)
+        self.assertEqual(len(doubled), 2, "task ids run twice: %s (no ack delayed?)" % doubled)
+        # either task may have been faulted: the idempotent one keeps one effect
+        self.assert_outcome(run, twice=doubled, unsafe="tasks.charge")
+        self.assert_journal(tw, journal, "late-ack", doubled)
+
+    def test_celery_ack_delayed_within_visibility_timeout_runs_once(self):
+        tw, port, journal = self.start_twice(
+            "celery", fk.rule_block("short-delay", "jobs", "when ack", "first 2", "do delay 1s"))
+        run = self.run_app("celery_redis", port, visibility_timeout=6)
+        self.assert_outcome(run, unsafe="tasks.charge")
+        # not vacuous: two acks were held (and applied before the timeout)
+        _, faults = self.rule_faults(tw, journal, "short-delay")
+        self.assertEqual(len({r.get("message_id") for r in faults}), 2, faults)
+
+    # -- RQ ---------------------------------------------------------------------------
+
+    def test_rq_no_rule_each_job_once(self):
+        tw, port, _ = self.start_twice("rq")
+        run = self.run_app("rq", port)
+        self.assert_outcome(run, unsafe="tasks.charge")
+        self.assertEqual(run.summary["failed"], 0)
+
+    def test_rq_duplicate_two_charges(self):
+        tw, port, journal = self.start_twice(
+            "rq", fk.rule_block("dup", "jobs", "when deliver task=tasks.charge", "first 2",
+                                "do duplicate"))
+        run = self.run_app("rq", port)
+        doubled = run.ran(2)
+        self.assertEqual(len(doubled), 2, "job ids run twice: %s (no duplicate delivered?)" % doubled)
+        self.assertEqual({run.task_of[m] for m in doubled}, {"tasks.charge"})
+        self.assert_outcome(run, twice=doubled, unsafe="tasks.charge")
+        self.assert_journal(tw, journal, "dup", doubled)
+
+    # -- Redis Streams -----------------------------------------------------------------
+
+    def test_streams_no_rule_each_entry_once(self):
+        tw, port, _ = self.start_twice("streams")
+        run = self.run_app("streams", port, visibility_timeout=3)
+        self.assert_outcome(run, unsafe="charge")
+
+    def test_streams_lost_xack_reclaimed(self):
+        tw, port, journal = self.start_twice(
+            "streams", fk.rule_block("lost-xack", "jobs", "when ack", "first 2", "do redeliver"))
+        stuck = set()   # entry ids seen pending for >= 1.5 s
+
+        def watch_pending():
+            # The real Redis, not twice: what is still pending 1.5 s after
+            # delivery (a handler takes milliseconds) had its XACK swallowed.
+            try:
+                rows = self.redis.command("XPENDING", "twice:e2e:jobs", "workers", "IDLE", "1500",
+                                          "-", "+", "100", timeout=2)
+            except (OSError, EOFError):
+                return
+            if not isinstance(rows, list):   # -ERR before the stream and group exist
+                return
+            stuck.update(row[0].decode() for row in rows)
+
+        run = self.run_app("streams", port, visibility_timeout=3, during=watch_pending)
+        doubled = run.ran(2)
+        self.assertEqual(len(doubled), 2, "entries run twice: %s (no XACK lost?)" % doubled)
+        self.assert_outcome(run, twice=doubled, unsafe="charge")
+        self.assertEqual(sorted(stuck), doubled,
+                         "entries XPENDING showed pending >= 1.5 s after delivery")
+        # ... and nothing is pending any more: the reclaimed copies were acked for real
+        summary = self.redis.command("XPENDING", "twice:e2e:jobs", "workers")
+        self.assertEqual(summary[0], b"0", summary)
+        self.assert_journal(tw, journal, "lost-xack", doubled)
+
+
+if __name__ == "__main__":
+    unittest.main(verbosity=2)
