@@ -22,6 +22,8 @@ side effect).  The tests assert what a user would notice:
   rq        no rule                               every job once
             when deliver task=tasks.charge,       2 job ids run twice
               first 2, do duplicate
+            when ack task=tasks.charge, first 2,  2 job ids run twice (twice pushes them
+              do redeliver                          back: RQ never redelivers by itself)
   streams   no rule                               every entry once
             when ack, first 2, do redeliver       the 2 entries stay pending after their XACK
                                                     (XPENDING on the real Redis) and come back
@@ -305,6 +307,19 @@ class RespFrameworks(h.TestCase):
         self.assertEqual({run.task_of[m] for m in doubled}, {"tasks.charge"})
         self.assert_outcome(run, twice=doubled, unsafe="tasks.charge")
         self.assert_journal(tw, journal, "dup", doubled)
+
+    def test_rq_lost_finish_pushed_back(self):
+        # RQ never redelivers by itself: twice swallows the removal from the
+        # started registry and pushes the job id back on its queue.
+        tw, port, journal = self.start_twice(
+            "rq", fk.rule_block("lost-ack", "jobs", "when ack task=tasks.charge", "first 2",
+                                "do redeliver"))
+        run = self.run_app("rq", port)
+        doubled = run.ran(2)
+        self.assertEqual(len(doubled), 2, "job ids run twice: %s (no ack lost?)" % doubled)
+        self.assertEqual({run.task_of[m] for m in doubled}, {"tasks.charge"})
+        self.assert_outcome(run, twice=doubled, unsafe="tasks.charge")
+        self.assert_journal(tw, journal, "lost-ack", doubled)
 
     # -- Redis Streams -----------------------------------------------------------------
 
