@@ -97,6 +97,7 @@ struct entry {
     bool server;            /* the server answers it */
     bool done;              /* bytes is complete */
     bool redelivered;       /* RK_XREAD re-reading the pending list */
+    bool hide;              /* the server's reply is for twice only (a DISCARD it sent) */
     uint8_t kind;           /* enum reply_kind */
     int64_t add;            /* RK_ADD_INT */
     const struct rule *close_after;
@@ -113,6 +114,7 @@ struct tx {
     struct txcmd *cmds;
     size_t n;
     bool any;               /* some command is answered by twice */
+    bool aborted;           /* twice refused a queued command: EXEC becomes EXECABORT */
     struct evbuffer *later; /* kept-back acks to apply later (delay) */
     size_t later_n;
     uint32_t later_ms;
@@ -137,7 +139,8 @@ struct rpx {
     struct event *timer;       /* client hold end, delayed reply release, tx wait */
     uint64_t hold_until;       /* the client's commands wait until then (delay) */
     uint8_t decided;           /* decisions already made for the next client command */
-    bool blackholed;           /* `drop` on a command: the client is answered no more */
+    bool blackholed;           /* the client's further commands are discarded (drop, cut) */
+    bool raw;                  /* the client broke RESP: the rest goes to Redis as it is */
     bool tx_waited;            /* the tx wait ran out: plan without the rest */
     uint64_t tx_wait_until;
     struct tx tx;
@@ -517,6 +520,57 @@ static void answer(struct rpx *rx, const void *bytes, size_t len)
     rx->held += len;
 }
 
+/* Sends Redis a command of twice's own on the client's connection, in the
+ * pipeline's order; its reply, if any, is not shown to the client. */
+static void send_own(struct rpx *rx, const char *cmd, size_t len)
+{
+    struct resp_msg m;
+    struct resp_scanner sc;
+    resp_scanner_init(&sc, RESP_SIDE_CLIENT);
+    if (resp_scan(&sc, (const uint8_t *)cmd, len, &m) != 1)
+        return;
+    int rc = resp_pairing_command(&rx->pairing, &m, (const uint8_t *)cmd, 0, NULL);
+    if (rc < 0)
+        return;
+    evbuffer_add(rx->out[SIDE_UPSTREAM], cmd, len);
+    if (rc == 1) {
+        struct entry *e = entry_add(rx, true);
+        if (e != NULL)
+            e->hide = true;
+    }
+}
+
+/* Whether the client expects a reply to the command being handled (CLIENT
+ * REPLY OFF and SKIP silence it; SKIP only once). */
+static bool owe_reply(struct rpx *rx)
+{
+    struct resp_pairing *p = &rx->pairing;
+    if (p->in_multi)
+        return true;
+    if (p->skip_next) {
+        /* Redis silences the next command it receives: give it a PING. */
+        static const char ping[] = "*1\r\n$4\r\nPING\r\n";
+        send_own(rx, ping, sizeof(ping) - 1);
+        return false;
+    }
+    return !p->reply_off;
+}
+
+/* Ends the session at this point of the client's pipeline: what it sent
+ * before still reaches Redis and is answered, nothing after it is read.
+ * With `after`, the command just forwarded (entry e) is answered first. */
+static void cut_at_turn(struct rpx *rx, const struct rule *r, struct entry *e)
+{
+    rx->blackholed = true;
+    if (e == NULL)
+        e = entry_add(rx, false);
+    if (e == NULL) {
+        cut(rx, r);
+        return;
+    }
+    e->close_after = r;
+}
+
 static void arm_timer(struct rpx *rx, uint64_t at)
 {
     uint64_t now = now_ms();
@@ -542,7 +596,10 @@ static void flush_replies(struct rpx *rx)
         size_t n = evbuffer_get_length(e->bytes);
         if (n > 0) {
             rx->held -= n < rx->held ? n : rx->held;
-            evbuffer_add_buffer(rx->out[SIDE_CLIENT], e->bytes);
+            if (e->hide)
+                evbuffer_drain(e->bytes, n);
+            else
+                evbuffer_add_buffer(rx->out[SIDE_CLIENT], e->bytes);
         }
         if (!e->done)
             break;
@@ -1652,9 +1709,11 @@ static enum cmd_result command(struct rpx *rx, const uint8_t *buf, const struct 
             switch (r->action.kind) {
             case RULE_ACT_ERROR:
                 swallow(rx, len);
-                answer_error(rx, r);
+                if (owe_reply(rx))
+                    answer_error(rx, r);
                 if (rx->tx.active)
-                    rx->tx.idx++; /* still a queued command as the client counts */
+                    rx->tx.aborted = true; /* as a queue-time error: EXEC will abort */
+                rx->decided = 0;
                 return CMD_DONE;
             case RULE_ACT_DROP: {
                 /* As from a hung server: the replies already due go out, then
@@ -1673,18 +1732,13 @@ static enum cmd_result command(struct rpx *rx, const uint8_t *buf, const struct 
             case RULE_ACT_CLOSE:
                 if (r->action.close_when == RULE_CLOSE_BEFORE) {
                     swallow(rx, len);
-                    cut(rx, r);
+                    cut_at_turn(rx, r, NULL);
                     return CMD_STOP;
                 }
                 /* after: forwarded, then cut once its reply went out */
-                rx->decided = DECIDED_ALL;
-                struct entry *e = forward(rx, m, buf, len);
-                if (e != NULL)
-                    e->close_after = r;
-                else
-                    cut(rx, r);
+                cut_at_turn(rx, r, forward(rx, m, buf, len));
                 rx->decided = 0;
-                return CMD_DONE;
+                return CMD_STOP;
             default:
                 break;
             }
@@ -1712,8 +1766,8 @@ static enum cmd_result command(struct rpx *rx, const uint8_t *buf, const struct 
             rx->tx_waited = false;
             if (close_before != NULL) {
                 tx_reset(&rx->tx);
-                evbuffer_drain(rx->pend[SIDE_CLIENT], len);
-                cut(rx, close_before);
+                swallow(rx, len);
+                cut_at_turn(rx, close_before, NULL);
                 return CMD_STOP;
             }
             if (delay_rule != NULL) {
@@ -1728,6 +1782,19 @@ static enum cmd_result command(struct rpx *rx, const uint8_t *buf, const struct 
         rx->tx.active = true;
         rx->tx.idx = 0;
         forward(rx, m, evbuffer_pullup(rx->pend[SIDE_CLIENT], (ev_ssize_t)len), len);
+        rx->decided = 0;
+        return CMD_DONE;
+    }
+    if (rx->tx.active && rx->tx.aborted && is_cmd(&cv, "EXEC")) {
+        /* Redis discards a transaction with a refused command: so does
+         * twice, answering EXEC as Redis would. */
+        static const char discard[] = "*1\r\n$7\r\nDISCARD\r\n";
+        static const char abort_msg[] =
+            "-EXECABORT Transaction discarded because of previous errors.\r\n";
+        swallow(rx, len);
+        send_own(rx, discard, sizeof(discard) - 1);
+        answer(rx, abort_msg, sizeof(abort_msg) - 1);
+        tx_reset(&rx->tx);
         rx->decided = 0;
         return CMD_DONE;
     }
@@ -1754,7 +1821,10 @@ static enum cmd_result command(struct rpx *rx, const uint8_t *buf, const struct 
                 t->cmds = NULL;
                 t->n = 0;
             }
-            e->close_after = t->close_after;
+            if (t->close_after != NULL) {
+                rx->blackholed = true;
+                e->close_after = t->close_after;
+            }
             struct resp_aux *a = NULL;
             if ((t->later != NULL || t->now != NULL) && (a = aux_get(rx)) != NULL) {
                 if (t->later != NULL)
@@ -1790,9 +1860,10 @@ static enum cmd_result command(struct rpx *rx, const uint8_t *buf, const struct 
             return CMD_DONE;
         }
         if (p.close_before != NULL) {
+            const struct rule *r = p.close_before;
             ack_plan_free(&p);
             swallow(rx, len);
-            cut(rx, p.close_before);
+            cut_at_turn(rx, r, NULL);
             return CMD_STOP;
         }
         ack_plan_side_effects(rx, &p);
@@ -1801,7 +1872,8 @@ static enum cmd_result command(struct rpx *rx, const uint8_t *buf, const struct 
             swallow(rx, len);
             char r[32];
             int n = snprintf(r, sizeof(r), ":%lld\r\n", (long long)synth_count(&cv));
-            answer(rx, r, (size_t)n);
+            if (owe_reply(rx))
+                answer(rx, r, (size_t)n);
         } else if (p.suppressed > 0 && p.kept != NULL) {
             /* The command without the kept-back ids; its count plus them. */
             struct resp_msg km;
@@ -1824,14 +1896,13 @@ static enum cmd_result command(struct rpx *rx, const uint8_t *buf, const struct 
         } else {
             e = forward(rx, m, buf, len);
         }
-        if (p.close_after != NULL) {
-            if (e != NULL)
-                e->close_after = p.close_after;
-            else if (rx->tail != NULL)
-                rx->tail->close_after = p.close_after;
-        }
+        const struct rule *close_after = p.close_after;
         ack_plan_free(&p);
         rx->decided = 0;
+        if (close_after != NULL) {
+            cut_at_turn(rx, close_after, e);
+            return CMD_STOP;
+        }
         return CMD_DONE;
     }
 
@@ -1842,7 +1913,8 @@ static enum cmd_result command(struct rpx *rx, const uint8_t *buf, const struct 
         switch (pub->action.kind) {
         case RULE_ACT_DROP:
             swallow(rx, len);
-            answer(rx, ":1\r\n", 4);
+            if (owe_reply(rx))
+                answer(rx, ":1\r\n", 4);
             rx->decided = 0;
             return CMD_DONE;
         case RULE_ACT_DELAY:
@@ -1852,7 +1924,7 @@ static enum cmd_result command(struct rpx *rx, const uint8_t *buf, const struct 
         case RULE_ACT_CLOSE:
             if (pub->action.close_when == RULE_CLOSE_BEFORE) {
                 swallow(rx, len);
-                cut(rx, pub);
+                cut_at_turn(rx, pub, NULL);
                 return CMD_STOP;
             }
             break;
@@ -1860,13 +1932,14 @@ static enum cmd_result command(struct rpx *rx, const uint8_t *buf, const struct 
             break;
         }
     }
-
     struct entry *e = forward(rx, m, buf, len);
     rx->decided = 0;
+    if (pub != NULL && pub->action.kind == RULE_ACT_CLOSE) {
+        cut_at_turn(rx, pub, e);
+        return CMD_STOP;
+    }
     if (e == NULL)
         return CMD_DONE;
-    if (pub != NULL && pub->action.kind == RULE_ACT_CLOSE)
-        e->close_after = pub;
     if (is_pop(rx, &cv)) {
         e->kind = RK_POP;
         e->arg = strdup(cv.key);
@@ -1929,6 +2002,27 @@ static bool pairing_grow(struct rpx *rx)
     return true;
 }
 
+/* A peer broke RESP.  A client's bytes go on to Redis as they are, from the
+ * first bad one: Redis answers the commands before them, then its own
+ * "-ERR Protocol error" and closes, exactly as without twice.  A server
+ * that breaks RESP ends the session with a logged reason. */
+static int scan_error(struct rpx *rx, enum session_side side, int rc)
+{
+    if (side == SIDE_UPSTREAM) {
+        protocol_error(rx, "server sent %s", resp_strerror(rc));
+        return -1;
+    }
+    struct log_line line;
+    log_begin(&line, LOG_WARN, "resp protocol error");
+    log_u64(&line, "sid", rx->s->id);
+    log_str(&line, "listener", rx->s->cfg->l->name);
+    log_str(&line, "error", resp_strerror(rc));
+    log_str(&line, "detail", "client bytes passed on unparsed from here; redis will refuse them");
+    log_end(&line);
+    rx->raw = true;
+    return -1;
+}
+
 /* Scans one message at the head of pend[side].  1 with *m and *buf set, 0
  * when more bytes are needed, -1 after a protocol error (reported). */
 static int scan_one(struct rpx *rx, enum session_side side, struct resp_msg *m, const uint8_t **buf)
@@ -1941,22 +2035,16 @@ static int scan_one(struct rpx *rx, enum session_side side, struct resp_msg *m, 
     size_t len = contig >= rx->need[side] && contig > 0 ? contig : n;
     *buf = evbuffer_pullup(pend, (ev_ssize_t)len);
     int rc = resp_scan(&rx->sc[side], *buf, len, m);
-    if (rc < 0) {
-        protocol_error(rx, "%s sent %s", side == SIDE_CLIENT ? "client" : "server",
-                       resp_strerror(rc));
-        return -1;
-    }
+    if (rc < 0)
+        return scan_error(rx, side, rc);
     if (rc == 0) {
         size_t need = m->len > len ? m->len : len + 1;
         if (need <= n && len < n) {
             /* More is here, in other chains: look at all of it. */
             *buf = evbuffer_pullup(pend, (ev_ssize_t)n);
             rc = resp_scan(&rx->sc[side], *buf, n, m);
-            if (rc < 0) {
-                protocol_error(rx, "%s sent %s", side == SIDE_CLIENT ? "client" : "server",
-                               resp_strerror(rc));
-                return -1;
-            }
+            if (rc < 0)
+                return scan_error(rx, side, rc);
             if (rc == 0)
                 need = m->len > n ? m->len : n + 1;
         }
@@ -1985,6 +2073,10 @@ static void process_server(struct rpx *rx)
 static void process_client(struct rpx *rx)
 {
     while (alive(rx)) {
+        if (rx->raw) {
+            evbuffer_add_buffer(rx->out[SIDE_UPSTREAM], rx->pend[SIDE_CLIENT]);
+            break;
+        }
         if (rx->blackholed) {
             evbuffer_drain(rx->pend[SIDE_CLIENT], evbuffer_get_length(rx->pend[SIDE_CLIENT]));
             break;
@@ -2000,6 +2092,8 @@ static void process_client(struct rpx *rx)
         struct resp_msg m;
         const uint8_t *buf;
         int rc = scan_one(rx, SIDE_CLIENT, &m, &buf);
+        if (rc < 0 && rx->raw)
+            continue;
         if (rc <= 0)
             break;
         enum cmd_result r = command(rx, buf, &m);

@@ -14,6 +14,7 @@
 #include "rules/diag.h"
 
 #include <arpa/inet.h>
+#include <ctype.h>
 #include <netinet/in.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -296,6 +297,11 @@ static bool rule_matcher_value(struct conf_parser *p, const struct conf_word *w,
             return false;
         }
         m->bool_value = strcmp(m->value, "true") == 0;
+    }
+    if (m->field == RULE_F_COMMAND) {
+        /* Redis command names are case-insensitive; events carry them upper-cased. */
+        for (char *c = m->value; *c != '\0'; c++)
+            *c = (char)toupper((unsigned char)*c);
     }
     m->is_glob = m->field != RULE_F_CLIENT && m->field != RULE_F_REDELIVERED &&
                  strpbrk(m->value, "*?") != NULL;
