@@ -1,13 +1,21 @@
 #!/usr/bin/env bash
-# `make demo`: a throwaway Redis on a free loopback port, twice in front of it
-# with a `tcp` listener, the same redis-benchmark load run direct and through
-# twice, and a summary of what twice carried.  Everything it starts is
-# stopped on exit; the files it wrote stay in the printed folder.
+# `make demo`: the main job of twice, end to end, on this machine.
+#
+# A throwaway Redis on a free loopback port; twice in front of it with the
+# example rule file rules/examples/redis-celery.conf (its two addresses and
+# its journal path replaced); the Celery example app (tests/e2e/celery_redis:
+# `tasks.charge`, which is not idempotent, and `tasks.charge_safe`, which is)
+# run with real Celery workers through twice; then `twice verdict`, which
+# names the task that did its side effect twice.  Everything it starts is
+# stopped on exit; the files stay in the folder it prints.
 set -euo pipefail
 
 twice=${1:-build/twice}
+jobs=${TWICE_DEMO_JOBS:-200}
 [ -x "$twice" ] || { echo "demo: $twice not built (run make)" >&2; exit 1; }
 twice=$(cd "$(dirname "$twice")" && pwd)/$(basename "$twice")
+src=$(cd "$(dirname "$0")/.." && pwd)
+py=/usr/bin/python3
 
 work=$(mktemp -d /tmp/twice-demo.XXXXXX)
 redis_pid= twice_pid=
@@ -18,7 +26,7 @@ cleanup() {
 trap cleanup EXIT
 
 free_port() {
-    /usr/bin/python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'
+    "$py" -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'
 }
 wait_for() { # wait_for SECONDS COMMAND...
     local deadline=$((SECONDS + $1)); shift
@@ -30,81 +38,78 @@ wait_for() { # wait_for SECONDS COMMAND...
 
 redis_port=$(free_port)
 twice_port=$(free_port)
-slow_port=$(free_port)
 
 redis-server --port "$redis_port" --bind 127.0.0.1 --save '' --appendonly no \
     --dir "$work" --logfile "$work/redis.log" --daemonize no &
 redis_pid=$!
 wait_for 10 redis-cli -p "$redis_port" ping || { echo "demo: redis did not start" >&2; exit 1; }
 
-cat > "$work/demo.twice" <<CONF
-# The demo's configuration: one transparent listener in front of Redis,
-# a journal of every connection, and one rule on a second listener.
-log-level info
-seed 42
-journal $work/journal.pb
-listen redis {
-  protocol tcp
-  bind 127.0.0.1:$twice_port
-  upstream 127.0.0.1:$redis_port
-}
-listen slow {
-  protocol tcp
-  bind 127.0.0.1:$slow_port
-  upstream 127.0.0.1:$redis_port
-}
-rule slow-replies on slow {
-  stream downstream
-  do latency 100ms
-}
-CONF
-"$twice" check -c "$work/demo.twice" >/dev/null
-"$twice" run -c "$work/demo.twice" 2>"$work/twice.log" &
+# The example file, pointed at this Redis: the two addresses and the journal.
+sed -e "s/^\(  *\)bind 127\.0\.0\.1:6380/\1bind 127.0.0.1:$twice_port/" \
+    -e "s/^\(  *\)upstream 127\.0\.0\.1:6379/\1upstream 127.0.0.1:$redis_port/" \
+    -e "s|^journal twice-journal\.pb|journal $work/journal.pb|" \
+    "$src/rules/examples/redis-celery.conf" > "$work/twice.conf"
+"$twice" check -c "$work/twice.conf" >/dev/null
+"$twice" run -c "$work/twice.conf" 2>"$work/twice.log" &
 twice_pid=$!
 wait_for 10 grep -q 'msg=listening' "$work/twice.log" || { cat "$work/twice.log" >&2; exit 1; }
 
-tests=set,get,lpush,rpop,incr
-bench() { # bench PORT PIPELINE -> "TEST rps" lines
-    redis-benchmark -h 127.0.0.1 -p "$1" -n 50000 -c 20 -P "$2" -t "$tests" --csv 2>/dev/null |
-        tail -n +2 | tr -d '"' | awk -F, '{print $1, $2}'
-}
+cat <<EOF
+twice demo: find the Celery task that is not idempotent
 
-echo "twice demo: Redis on 127.0.0.1:$redis_port, twice (protocol tcp) on 127.0.0.1:$twice_port"
-echo
-printf '%-10s %8s %16s %16s %7s\n' test pipeline "direct req/s" "via twice req/s" ratio
-for pipeline in 1 16; do
-    direct=$(bench "$redis_port" "$pipeline")
-    proxied=$(bench "$twice_port" "$pipeline")
-    join <(echo "$direct" | sort) <(echo "$proxied" | sort) |
-        awk -v p="$pipeline" '{printf "%-10s %8s %16.0f %16.0f %7.2f\n", $1, p, $2, $3, $3 / $2}'
-done
+  Redis    127.0.0.1:$redis_port (throwaway, for this demo only)
+  twice    127.0.0.1:$twice_port, in front of it, with rules/examples/redis-celery.conf:
+             lost-ack     8% of acks never applied   (the task comes back after the visibility timeout)
+             racing-copy  5% of deliveries copied    (a second worker gets the same task)
+             late-ack     4% of acks applied 6 s late (past the 3 s visibility timeout)
+  workers  2 Celery workers (task_acks_late=True, visibility timeout 3 s) connected to twice
+  load     $jobs x tasks.charge      (records a charge every time it runs: not idempotent)
+           $jobs x tasks.charge_safe (SET NX on the task id first: idempotent)
 
-# Same answers both ways: a value written through twice reads back directly.
-redis-cli -p "$twice_port" set twice:demo "$(head -c 65536 /dev/urandom | base64 -w0)" >/dev/null
-a=$(redis-cli -p "$twice_port" get twice:demo | sha256sum)
-b=$(redis-cli -p "$redis_port" get twice:demo | sha256sum)
-[ "$a" = "$b" ] && same=yes || same=NO
-t0=$(date +%s%N); redis-cli -p "$twice_port" ping >/dev/null; t1=$(date +%s%N)
-redis-cli -p "$slow_port" ping >/dev/null; t2=$(date +%s%N)
-fast_ms=$(( (t1 - t0) / 1000000 )); slow_ms=$(( (t2 - t1) / 1000000 ))
+running the load through twice (well under a minute)...
+EOF
 
+set +e
+"$py" "$src/tests/e2e/celery_redis/driver.py" --broker "127.0.0.1:$twice_port" \
+    --inspect "127.0.0.1:$redis_port" --effect-redis "127.0.0.1:$redis_port" \
+    --effects "$work/effects.txt" --runs "$work/runs.txt" --enqueued "$work/enqueued.txt" \
+    --jobs "$jobs" --workers 2 --visibility-timeout 3 --timeout 100 --log-dir "$work" \
+    > "$work/summary.json" 2> "$work/driver.log"
+drv=$?
+set -e
 kill -TERM "$twice_pid"; wait "$twice_pid" || true; twice_pid=
-sessions=$(grep -c 'msg="session closed"' "$work/twice.log" || true)
-read -r up down < <(grep 'msg="session closed"' "$work/twice.log" |
-    sed -E 's/.*bytes_up=([0-9]+) bytes_down=([0-9]+).*/\1 \2/' |
-    awk '{u+=$1; d+=$2} END {print u+0, d+0}')
-reasons=$(grep 'msg="session closed"' "$work/twice.log" | sed -E 's/.*reason=([a-z_]+).*/\1/' |
-    sort | uniq -c | awk '{printf "%s%s=%s", sep, $2, $1; sep=", "}')
+if [ $drv -ne 0 ]; then
+    echo "demo: the load did not drain (driver exit $drv); see $work/driver.log" >&2
+    tail -20 "$work/driver.log" >&2
+    exit 1
+fi
 
-echo
-echo "twice carried $sessions client connections: $up bytes to Redis, $down bytes back."
-echo "A 64 KiB value written through twice reads back identical directly: $same"
-echo "Sessions ended: $reasons"
-echo "A PING through the plain listener took ${fast_ms} ms; through the listener whose rule adds"
-echo "100 ms of latency to replies it took ${slow_ms} ms."
+"$py" - "$work/summary.json" <<'EOF'
+import json, sys
+s = json.load(open(sys.argv[1]))
+runs, eff = s["executions"], s["effects"]
+print("done in %.0f s: every task ran; some ran more than once, because twice made Redis hand them out again:"
+      % s["elapsed_s"])
+for t in sorted(s["jobs"]):
+    print("  %-18s %4d enqueued  %4d executions  %4d side effects"
+          % (t, s["jobs"][t], runs.get(t, 0), eff.get(t, 0)))
+EOF
 echo
 "$twice" report "$work/journal.pb" | sed -n '/^Faults per rule/,/^$/p'
-echo "Log (logfmt): $work/twice.log    configuration: $work/demo.twice"
-echo "Journal: $work/journal.pb (twice report $work/journal.pb)"
-echo "The verdict demo with real Celery workers comes with the Redis and worker milestones."
-[ "$same" = yes ]
+echo "twice verdict --journal journal.pb --effects effects.txt"
+set +e
+"$twice" verdict --journal "$work/journal.pb" --effects "$work/effects.txt"
+verdict=$?
+set -e
+cat <<EOF
+
+Read it as: tasks.charge did its side effect twice for some tasks that were delivered twice, so
+it is NOT IDEMPOTENT; tasks.charge_safe was delivered twice just as often and still did it once.
+(The verdict exits 1 when a task is not idempotent, as a CI step would want; the demo expects
+exactly that.)
+
+Files: $work
+  twice.conf   the rules used          journal.pb   every delivery, ack and fault (twice report)
+  effects.txt  one task id per charge  twice.log    twice's log (one line per fault)
+EOF
+[ $verdict -eq 1 ]

@@ -11,7 +11,7 @@ build_pkgs=(cmake make gcc pkg-config libevent-dev libssl-dev
 test_pkgs=(openssl procps redis-server redis-tools rabbitmq-server
            python3 python3-pika python3-celery python3-redis python3-rq
            ruby ruby-sidekiq)
-demo_pkgs=(python3 redis-server redis-tools)
+demo_pkgs=(python3 redis-server redis-tools python3-celery python3-redis)
 
 want=()
 case "${1:-all}" in
