@@ -27,8 +27,10 @@
 #include <unistd.h>
 
 #include "proxy/admin.h"
+#include "proxy/idmap.h"
 #include "proxy/journal.h"
 #include "proxy/log.h"
+#include "proxy/resp_aux.h"
 #include "proxy/session.h"
 #include "proxy/tls.h"
 #include "rules/engine.h"
@@ -579,6 +581,8 @@ void proxy_free(struct proxy *px)
         close_all_sessions(px, SESSION_CLOSE_SHUTDOWN);
         on_reap(-1, 0, px);
     }
+    resp_aux_free_all();
+    idmap_clear();
     while (px->listeners != NULL) {
         struct listener *l = px->listeners;
         px->listeners = l->next;

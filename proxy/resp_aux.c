@@ -38,6 +38,7 @@ struct aux_send {
 };
 
 struct resp_aux {
+    struct resp_aux *prev_all, *next_all; /* every aux of the process */
     struct proxy *px;
     struct lconf *cfg; /* reference */
     uint64_t sid;
@@ -50,8 +51,17 @@ struct resp_aux {
     bool failed;
 };
 
+/* Every aux alive, so that the process can free them at exit. */
+static struct resp_aux *all_aux;
+
 static void aux_free(struct resp_aux *a)
 {
+    if (a->prev_all != NULL)
+        a->prev_all->next_all = a->next_all;
+    else
+        all_aux = a->next_all;
+    if (a->next_all != NULL)
+        a->next_all->prev_all = a->prev_all;
     while (a->sends != NULL) {
         struct aux_send *x = a->sends;
         a->sends = x->next;
@@ -189,6 +199,10 @@ struct resp_aux *resp_aux_open(struct session *s, struct evbuffer *prologue, siz
         free(a);
         return NULL;
     }
+    a->next_all = all_aux;
+    if (all_aux != NULL)
+        all_aux->prev_all = a;
+    all_aux = a;
     if (prologue != NULL && prologue_n > 0) {
         size_t len = evbuffer_get_length(prologue);
         evbuffer_add(bufferevent_get_output(a->bev), evbuffer_pullup(prologue, (ev_ssize_t)len),
@@ -266,4 +280,19 @@ void resp_aux_detach(struct resp_aux *a)
         return;
     a->detached = true;
     maybe_done(a);
+}
+
+void resp_aux_free_all(void)
+{
+    while (all_aux != NULL) {
+        struct resp_aux *a = all_aux;
+        size_t later = 0;
+        for (struct aux_send *x = a->sends; x != NULL; x = x->next)
+            later += x->n;
+        if (later > 0)
+            log_msg(LOG_WARN, "shutdown drops commands twice had scheduled",
+                    "sid=%llu listener=%s commands=%zu", (unsigned long long)a->sid,
+                    a->cfg->l->name, later);
+        aux_free(a);
+    }
 }

@@ -33,4 +33,8 @@ int resp_aux_send_later(struct resp_aux *a, uint32_t ms, struct evbuffer *cmds, 
  * itself.  NULL is allowed. */
 void resp_aux_detach(struct resp_aux *a);
 
+/* At exit: frees every aux, detached or not, logging what they still had
+ * scheduled (a delayed ack not yet due is lost, as in any crash). */
+void resp_aux_free_all(void);
+
 #endif

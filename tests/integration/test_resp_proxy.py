@@ -919,6 +919,7 @@ OOM_MSG = b"OOM command not allowed when used memory > 'maxmemory'."
 FAULT_RULES = {
     "ro1": [("ro", ["when command command=LPUSH key=queue:*", "first 1", "do error READONLY"])],
     "ro": [("ro_all", ["when command command=LPUSH key=queue:*", "do error -READONLY"])],
+    "romulti": [("ro_multi", ["when command command=LPUSH key=queue:*", "do error READONLY"])],
     # the command name in a rule is case-insensitive, like Redis's
     "rocase": [("rocase", ["when command command=rpush key=queue:*", "do error READONLY"])],
     # an injected error while the client asked for no replies
@@ -1084,7 +1085,7 @@ class CommandFaults(unittest.TestCase):
         """A command refused at queue time makes Redis discard the whole
         transaction: an injected error does the same (EXECABORT, nothing
         applied), and the connection goes on in order."""
-        with rk.Conn(self.ports["ro"]) as c:
+        with rk.Conn(self.ports["romulti"]) as c:
             c.send(enc("MULTI"), enc("SET", "tx:a", "1"), enc("LPUSH", "queue:tx", "v"),
                    enc("SET", "tx:b", "2"), enc("EXEC"), enc("PING"))
             got = c.read_n(6)
@@ -1096,7 +1097,7 @@ class CommandFaults(unittest.TestCase):
         self.assertEqual(got[5], b"+PONG\r\n")
         self.assertEqual(self.redis.command("EXISTS", "tx:a", "tx:b", "queue:tx"), b"0",
                          self.why("a command of the aborted transaction was applied"))
-        self.check_fault("ro_all", "ro", "error", 1, addrs=[addr])
+        self.check_fault("ro_multi", "romulti", "error", 1, addrs=[addr])
 
     def test_error_while_client_reply_off(self):
         """Redis stays silent under CLIENT REPLY OFF / SKIP, errors included:
