@@ -42,9 +42,11 @@
 /* Largest body a `body~` matcher is given (bodies above it are matched as
  * absent): the body of such a message is held until it is complete. */
 #define AMQP_PX_BODY_MATCH_MAX (1u << 20)
-/* Bytes of delayed frames one session may hold per direction; past it
- * twice stops reading from that side until some are released. */
-#define AMQP_PX_HELD_MAX (64u * 1024u * 1024u)
+/* Bytes of delayed frames one session may hold per direction (`max-held`,
+ * default CONF_DEFAULT_MAX_HELD); past it twice stops reading from that side
+ * until some are released. */
+struct amqp_px;
+static size_t held_max(const struct amqp_px *ax);
 /* Room for the frames one settlement can turn into. */
 #define AMQP_PX_FRAME_SPACE 512
 
@@ -191,7 +193,10 @@ static void protocol_error(struct amqp_px *ax, const char *fmt, ...)
     log_str(&line, "error", msg);
     log_end(&line);
     session_set_error(ax->s, "amqp: %s", msg);
-    session_abort(ax->s, SESSION_CLOSE_PROTOCOL_ERROR, -1);
+    /* What went through before the bad frame still reaches the broker (a
+     * publish batched in the same read is not lost). */
+    send_flush(ax, SIDE_UPSTREAM);
+    session_abort(ax->s, SESSION_CLOSE_PROTOCOL_ERROR, SIDE_UPSTREAM);
 }
 
 static bool alive(const struct amqp_px *ax)
@@ -639,14 +644,21 @@ static size_t held_bytes(const struct amqp_px *ax, int from)
     return n;
 }
 
+static size_t held_max(const struct amqp_px *ax)
+{
+    uint64_t m = ax->s->cfg->l->max_held;
+    return (size_t)(m != 0 ? m : CONF_DEFAULT_MAX_HELD);
+}
+
 /* Backpressure for holds: a delay must not turn into unbounded memory. */
 static void held_limit(struct amqp_px *ax)
 {
+    size_t max = held_max(ax);
     for (int from = 0; from < 2; from++) {
         size_t n = held_bytes(ax, from);
-        if (n >= AMQP_PX_HELD_MAX)
+        if (n >= max)
             session_hold_reading(ax->s, (enum session_side)from, true);
-        else if (n < AMQP_PX_HELD_MAX / 2)
+        else if (n < max / 2)
             session_hold_reading(ax->s, (enum session_side)from, false);
     }
 }
@@ -1120,6 +1132,12 @@ static void content_header(struct amqp_px *ax, struct achan *ch, int from,
     int rc = amqp_content_header_decode(f->payload, f->size, &p);
     if (rc != 0) {
         protocol_error(ax, "channel %u: bad content header: %s", ch->id, amqp_strerror(rc));
+        return;
+    }
+    uint64_t max_message = ax->s->cfg->l->max_message;
+    if (max_message != 0 && p.body_size > max_message) {
+        protocol_error(ax, "channel %u: a message of %llu bytes, over max-message-size %llu",
+                       ch->id, (unsigned long long)p.body_size, (unsigned long long)max_message);
         return;
     }
     info_from_props(c->info, &p);

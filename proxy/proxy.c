@@ -15,8 +15,11 @@
  */
 #include "proxy/proxy.h"
 
+#include <errno.h>
 #include <event2/dns.h>
+#include <grp.h>
 #include <openssl/evp.h>
+#include <pwd.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -502,6 +505,37 @@ static int open_journal(struct proxy *px, const struct conf *c)
     return 0;
 }
 
+/* `user NAME`: once every socket is bound and the journal is open, give up
+ * root for good (groups, then gid, then uid), so a compromised session cannot
+ * act as root.  A reload keeps the user the process started with. */
+static int drop_privileges(const char *user, char *err, size_t errlen)
+{
+    if (user == NULL)
+        return 0;
+    struct passwd *pw = getpwnam(user);
+    if (pw == NULL) {
+        snprintf(err, errlen, "user '%s' does not exist", user);
+        return -1;
+    }
+    if (geteuid() == pw->pw_uid && getuid() == pw->pw_uid)
+        return 0;
+    if (geteuid() != 0) {
+        snprintf(err, errlen, "cannot switch to user '%s': twice is not running as root", user);
+        return -1;
+    }
+    if (initgroups(user, pw->pw_gid) != 0 || setgid(pw->pw_gid) != 0 || setuid(pw->pw_uid) != 0) {
+        snprintf(err, errlen, "cannot switch to user '%s': %s", user, strerror(errno));
+        return -1;
+    }
+    if (setuid(0) == 0) {
+        snprintf(err, errlen, "switched to user '%s' but could regain root", user);
+        return -1;
+    }
+    log_msg(LOG_INFO, "dropped privileges", "user=%s uid=%lu gid=%lu", user,
+            (unsigned long)pw->pw_uid, (unsigned long)pw->pw_gid);
+    return 0;
+}
+
 int proxy_init(struct proxy *px, const char *conf_path)
 {
     memset(px, 0, sizeof(*px));
@@ -545,6 +579,8 @@ int proxy_init(struct proxy *px, const char *conf_path)
     conf_ref_put(ref);
     if (rc == 0)
         rc = admin_apply(px, err, sizeof(err));
+    if (rc == 0)
+        rc = drop_privileges(px->conf->conf->user, err, sizeof(err));
     if (rc != 0) {
         struct log_line line;
         log_begin(&line, LOG_ERROR, "cannot start");

@@ -55,8 +55,9 @@
 #define RPX_PIPELINE_MIN 16u
 #define RPX_PIPELINE_MAX 4096u
 /* Reply bytes one session may hold back (delay) before twice stops reading
- * the server. */
-#define RPX_HELD_MAX (64u * 1024u * 1024u)
+ * the server: the listener's `max-held`, else CONF_DEFAULT_MAX_HELD. */
+struct rpx;
+static size_t held_max(const struct rpx *rx);
 /* How long twice waits for the rest of a transaction it must read whole. */
 #define RPX_TX_WAIT_MS 100u
 /* The most bytes of a transaction twice reads ahead; a longer one is
@@ -182,6 +183,12 @@ static char *dup_n(const void *p, size_t n)
     return s;
 }
 
+static void send_flush(struct rpx *rx, enum session_side to)
+{
+    if (evbuffer_get_length(rx->out[to]) > 0 && alive(rx))
+        session_send(rx->s, to, rx->out[to]);
+}
+
 static void protocol_error(struct rpx *rx, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));
 
@@ -201,13 +208,9 @@ static void protocol_error(struct rpx *rx, const char *fmt, ...)
     log_str(&line, "error", msg);
     log_end(&line);
     session_set_error(rx->s, "resp: %s", msg);
-    session_abort(rx->s, SESSION_CLOSE_PROTOCOL_ERROR, -1);
-}
-
-static void send_flush(struct rpx *rx, enum session_side to)
-{
-    if (evbuffer_get_length(rx->out[to]) > 0 && alive(rx))
-        session_send(rx->s, to, rx->out[to]);
+    /* Commands forwarded before the bad bytes still reach Redis. */
+    send_flush(rx, SIDE_UPSTREAM);
+    session_abort(rx->s, SESSION_CLOSE_PROTOCOL_ERROR, SIDE_UPSTREAM);
 }
 
 /* `close before` / `close after`: what already went through reaches its
@@ -616,7 +619,7 @@ static void flush_replies(struct rpx *rx)
     send_flush(rx, SIDE_CLIENT);
     /* Past the cap, stop reading the server until delayed replies go out. */
     if (alive(rx))
-        session_hold_reading(rx->s, SIDE_UPSTREAM, rx->held > RPX_HELD_MAX);
+        session_hold_reading(rx->s, SIDE_UPSTREAM, rx->held > held_max(rx));
 }
 
 /* The next server entry after e. */
@@ -2008,6 +2011,12 @@ static bool pairing_grow(struct rpx *rx)
  * that breaks RESP ends the session with a logged reason. */
 static int scan_error(struct rpx *rx, enum session_side side, int rc)
 {
+    uint64_t max_message = rx->s->cfg->l->max_message;
+    if (rc == RESP_E_BULK_TOO_LONG && max_message != 0 && max_message < RESP_MAX_BULK) {
+        protocol_error(rx, "%s sent a bulk string over max-message-size %llu",
+                       side == SIDE_CLIENT ? "client" : "server", (unsigned long long)max_message);
+        return -1;
+    }
     if (side == SIDE_UPSTREAM) {
         protocol_error(rx, "server sent %s", resp_strerror(rc));
         return -1;
@@ -2182,6 +2191,12 @@ static enum profile profile_of(const char *name)
 
 static void rpx_free(void *state);
 
+static size_t held_max(const struct rpx *rx)
+{
+    uint64_t m = rx->s->cfg->l->max_held;
+    return (size_t)(m != 0 ? m : CONF_DEFAULT_MAX_HELD);
+}
+
 static void *rpx_open(struct session *s)
 {
     struct rpx *rx = calloc(1, sizeof(*rx));
@@ -2191,6 +2206,11 @@ static void *rpx_open(struct session *s)
     rx->prof = profile_of(s->cfg->l->profile);
     resp_scanner_init(&rx->sc[SIDE_CLIENT], RESP_SIDE_CLIENT);
     resp_scanner_init(&rx->sc[SIDE_UPSTREAM], RESP_SIDE_SERVER);
+    uint64_t max_message = s->cfg->l->max_message;
+    if (max_message != 0 && max_message < RESP_MAX_BULK) {
+        rx->sc[SIDE_CLIENT].max_bulk = max_message;
+        rx->sc[SIDE_UPSTREAM].max_bulk = max_message;
+    }
     rx->slots = malloc(RPX_PIPELINE_MIN * sizeof(*rx->slots));
     rx->timer = evtimer_new(s->px->base, on_timer, rx);
     for (int i = 0; i < 2; i++) {

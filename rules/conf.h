@@ -34,6 +34,8 @@
 
 #define CONF_DEFAULT_CONNECT_TIMEOUT_MS 5000u
 #define CONF_DEFAULT_GRACE_MS 10000u
+/* Bytes of delayed frames or replies one session may hold per direction. */
+#define CONF_DEFAULT_MAX_HELD (64ull * 1024 * 1024)
 /* Longest file `conf_parse_file` reads; a bigger one is a mistake. */
 #define CONF_MAX_FILE_BYTES (4u * 1024u * 1024u)
 
@@ -96,6 +98,8 @@ struct conf_listener {
     uint32_t connect_timeout_ms; /* the global value when not set here */
     uint32_t idle_timeout_ms;    /* 0: no idle timeout */
     uint32_t max_connections;    /* 0: unlimited */
+    uint64_t max_message;        /* `max-message-size`: 0: the protocol's own limit */
+    uint64_t max_held;           /* `max-held`: 0: CONF_DEFAULT_MAX_HELD */
     struct conf_tls_server tls;
     struct conf_tls_client upstream_tls;
     struct conf_listener *next; /* file order */
@@ -114,6 +118,7 @@ struct conf {
     struct conf_addr admin;        /* `admin HOST:PORT`: the admin HTTP API */
     bool has_admin;
     char *admin_token; /* `admin-token TOKEN`: bearer token; NULL when not set */
+    char *user;        /* `user NAME`: drop root to this user after binding; NULL: stay */
     struct conf_listener *listeners;
     size_t n_listeners;
     struct rule *rules; /* file order; freed with conf_free */

@@ -103,6 +103,28 @@ void conf_global_admin_token(struct conf_parser *p, const struct conf_node *n)
     p->conf->admin_token = conf_parser_strdup(p, w->text);
 }
 
+/* `user NAME`: the account twice switches to once its sockets are bound (a
+ * login name: letters, digits, '.', '_', '-', at most 32 bytes).  Whether it
+ * exists is checked at start, not here: `twice check` runs anywhere. */
+void conf_global_user(struct conf_parser *p, const struct conf_node *n)
+{
+    const struct conf_word *w = &n->words[1];
+    char shown[CONF_SHOW_BYTES];
+    size_t len = strlen(w->text);
+    bool ok = len >= 1 && len <= 32 && w->text[0] != '-';
+    for (size_t i = 0; ok && i < len; i++) {
+        char c = w->text[i];
+        ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+             c == '.' || c == '_' || c == '-';
+    }
+    if (!ok) {
+        conf_diag_add(p->diags, CONF_ERROR, w->loc, "a login name, e.g. user twice",
+                      "invalid user name '%s'", conf_show(w->text, shown));
+        return;
+    }
+    p->conf->user = conf_parser_strdup(p, w->text);
+}
+
 /* Whether the canonical address `host` is a loopback address. */
 static bool conf_is_loopback(const char *host)
 {

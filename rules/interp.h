@@ -86,6 +86,9 @@ void conf_unknown_directive(struct conf_parser *p, const struct conf_node *n,
 
 /* DURATION: an integer and a unit (ms, s, m, h), 1ms..24h, in milliseconds. */
 bool conf_value_duration(struct conf_parser *p, const struct conf_word *w, uint32_t *ms);
+/* A size (64KB, 1MiB: B, KB, MB, GB x1000, KiB, MiB, GiB x1024), or with `rate` bytes per
+ * second ("100KB/s"), 1 byte to 1024 GiB (rule_do.c). */
+bool rule_value_bytes(struct conf_parser *p, const struct conf_word *w, bool rate, uint64_t *out);
 /* N in 1..CONF_MAX_CONNECTIONS for `max-connections`. */
 bool conf_value_max_connections(struct conf_parser *p, const struct conf_word *w, uint32_t *n);
 /* The index in `names` of the word, or -1 after "unknown WHAT 'x'" with a
@@ -121,6 +124,7 @@ void conf_global_seed(struct conf_parser *p, const struct conf_node *n);
 void conf_global_journal(struct conf_parser *p, const struct conf_node *n);
 void conf_global_admin(struct conf_parser *p, const struct conf_node *n);
 void conf_global_admin_token(struct conf_parser *p, const struct conf_node *n);
+void conf_global_user(struct conf_parser *p, const struct conf_node *n);
 
 /* After the globals and listeners are read: checks between `admin`,
  * `admin-token` and the listeners.  `token_at` is where `admin-token` was

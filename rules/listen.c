@@ -27,14 +27,25 @@ enum conf_listen_slot {
     CONF_L_CONNECT_TIMEOUT,
     CONF_L_IDLE_TIMEOUT,
     CONF_L_MAX_CONNECTIONS,
+    CONF_L_MAX_MESSAGE_SIZE,
+    CONF_L_MAX_HELD,
     CONF_L_TLS,
     CONF_L_UPSTREAM_TLS,
     CONF_L_COUNT,
 };
 
 const char *const conf_listen_keywords[CONF_L_COUNT] = {
-    "protocol",     "profile",         "bind", "upstream",     "connect-timeout",
-    "idle-timeout", "max-connections", "tls",  "upstream-tls",
+    "protocol",
+    "profile",
+    "bind",
+    "upstream",
+    "connect-timeout",
+    "idle-timeout",
+    "max-connections",
+    "max-message-size",
+    "max-held",
+    "tls",
+    "upstream-tls",
 };
 const size_t conf_n_listen_keywords = CONF_L_COUNT;
 
@@ -90,6 +101,21 @@ static void conf_listen_upstream(struct conf_parser *p, struct conf_listen_state
     conf_value_upstream(p, &n->words[1], &ls->l->upstream);
 }
 
+/* `max-message-size SIZE`: the largest message a session may carry (an AMQP
+ * content body, a RESP bulk string); a bigger one ends the session. */
+static void conf_listen_max_message(struct conf_parser *p, struct conf_listen_state *ls,
+                                    const struct conf_node *n)
+{
+    rule_value_bytes(p, &n->words[1], false, &ls->l->max_message);
+}
+
+/* `max-held SIZE`: bytes of delayed frames one session may hold per direction. */
+static void conf_listen_max_held(struct conf_parser *p, struct conf_listen_state *ls,
+                                 const struct conf_node *n)
+{
+    rule_value_bytes(p, &n->words[1], false, &ls->l->max_held);
+}
+
 static void conf_listen_connect_timeout(struct conf_parser *p, struct conf_listen_state *ls,
                                         const struct conf_node *n)
 {
@@ -130,6 +156,8 @@ static const struct conf_listen_directive conf_listen_table[CONF_L_COUNT] = {
     {{"connect-timeout", 1, "DURATION"}, conf_listen_connect_timeout},
     {{"idle-timeout", 1, "DURATION"}, conf_listen_idle_timeout},
     {{"max-connections", 1, "N"}, conf_listen_max_connections},
+    {{"max-message-size", 1, "SIZE"}, conf_listen_max_message},
+    {{"max-held", 1, "SIZE"}, conf_listen_max_held},
     {{"tls", -1, "cert FILE key FILE"}, conf_listen_tls},
     {{"upstream-tls", -1, "[verify | no-verify] [ca FILE] [sni NAME] [cert FILE key FILE]"},
      conf_listen_upstream_tls},

@@ -135,8 +135,7 @@ static uint64_t rule_bytes_unit(struct conf_parser *p, const struct conf_word *w
 
 /* A number and a unit of bytes: a size, or (rate) bytes per second with an
  * optional "/s".  false after an error at the word. */
-static bool rule_value_bytes(struct conf_parser *p, const struct conf_word *w, bool rate,
-                             uint64_t *out)
+bool rule_value_bytes(struct conf_parser *p, const struct conf_word *w, bool rate, uint64_t *out)
 {
     char shown[CONF_SHOW_BYTES];
     const char *what = rate ? "rate" : "size", *s = conf_show(w->text, shown);

@@ -750,6 +750,38 @@ static void test_upstream_name_length(void **state)
     EXPECT(text, -1, E(4, 14, msg));
 }
 
+/* ---- limits and privileges ---- */
+
+static void test_limits_and_user(void **state)
+{
+    struct conf_diags d;
+    struct conf *c;
+
+    (void)state;
+    c = parse_ok("user nobody\n" IN_LISTEN("max-message-size 16MiB\n    max-held 1MB"), &d);
+    assert_string_equal(c->user, "nobody");
+    assert_int_equal(c->listeners->max_message, 16u * 1024 * 1024);
+    assert_int_equal(c->listeners->max_held, 1000000);
+    conf_free(c);
+    conf_diags_free(&d);
+    /* not set: 0, the protocol's own limits and the default hold cap */
+    c = parse_ok(IN_LISTEN("idle-timeout 1s"), &d);
+    assert_null(c->user);
+    assert_int_equal(c->listeners->max_message, 0);
+    assert_int_equal(c->listeners->max_held, 0);
+    conf_free(c);
+    conf_diags_free(&d);
+    EXPECT(IN_LISTEN("max-message-size 16"), -1,
+           E(5, 22, "size '16' needs a unit: B, KB, MB, GB, KiB, MiB or GiB"));
+    EXPECT(IN_LISTEN("max-held 0MB"), -1, E(5, 14, "size '0MB' must be greater than 0"));
+    EXPECT(IN_LISTEN("max-held 1MB/s"), -1,
+           EH(5, 14, "size '1MB/s' is a rate", "write it without '/s'"));
+    EXPECT("user -x\n" LISTENER, -1,
+           EH(1, 6, "invalid user name '-x'", "a login name, e.g. user twice"));
+    EXPECT("user \"a b\"\n" LISTENER, -1,
+           EH(1, 6, "invalid user name 'a b'", "a login name, e.g. user twice"));
+}
+
 /* ---- numbers ---- */
 
 static void test_duration_errors(void **state)
@@ -1354,6 +1386,7 @@ int main(void)
         cmocka_unit_test(test_bind_errors),
         cmocka_unit_test(test_upstream_errors),
         cmocka_unit_test(test_upstream_name_length),
+        cmocka_unit_test(test_limits_and_user),
         cmocka_unit_test(test_duration_errors),
         cmocka_unit_test(test_max_connections),
         cmocka_unit_test(test_tls_errors),

@@ -1,0 +1,226 @@
+#!/usr/bin/python3
+"""Safe defaults: credentials never leave twice, limits hold, root is given up.
+
+Against a real RabbitMQ (a user with its own password) and a real Redis
+(requirepass), through `amqp` and `resp` listeners with a journal, debug
+logging and rules that fault the very commands carrying the passwords:
+
+  credentials    AMQP PLAIN (connection.start-ok) and Redis AUTH / HELLO AUTH
+                 passwords appear nowhere: not in twice's log, not in the
+                 journal file, not in `twice report`
+  user NAME      started as root with `user nobody`, the process runs as
+                 nobody once its sockets are bound, and still relays
+  max-message-size
+                 a RESP bulk or an AMQP message over it ends that session with
+                 a logged reason; smaller ones pass; other sessions carry on
+"""
+
+import os
+import socket
+import subprocess
+import sys
+import time
+import unittest
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import harness as h  # noqa: E402
+import faultkit as fk  # noqa: E402
+
+import pika  # noqa: E402
+
+REDIS_PASS = "r3dis-Pw-9qXz7"
+AMQP_USER = "twiceapp"
+AMQP_PASS = "amqp-Pw-k4Lm2v"
+
+
+def resp(*args):
+    out = b"*%d\r\n" % len(args)
+    for a in args:
+        a = a.encode() if isinstance(a, str) else a
+        out += b"$%d\r\n%s\r\n" % (len(a), a)
+    return out
+
+
+def read_reply(f):
+    """One RESP2/RESP3 reply from a file object, as raw bytes (enough for this test)."""
+    line = f.readline()
+    if not line:
+        raise EOFError
+    t = line[:1]
+    if t in (b"$", b"=", b"!"):
+        n = int(line[1:-2])
+        return line + (f.read(n + 2) if n >= 0 else b"")
+    if t in (b"*", b"%", b"~", b">"):
+        n = int(line[1:-2])
+        n = n * 2 if t == b"%" else n
+        return line + b"".join(read_reply(f) for _ in range(max(n, 0)))
+    return line
+
+
+class Security(h.TestCase):
+
+    @classmethod
+    def setUpClass(cls):
+        cls.ctmp = h.make_tmpdir("twice-it-security-")
+        cls.rabbit = h.start_rabbitmq(cls.ctmp)
+        for args in (("add_user", AMQP_USER, AMQP_PASS),
+                     ("set_permissions", "-p", "/", AMQP_USER, ".*", ".*", ".*")):
+            r = cls.rabbit.ctl(*args)
+            assert r.returncode == 0, r.stdout
+        cls.redis_port = h.free_port()
+        cls.redis_dir = os.path.join(cls.ctmp, "redis")
+        os.makedirs(cls.redis_dir)
+        subprocess.run(["redis-server", "--port", str(cls.redis_port), "--bind", "127.0.0.1",
+                        "--save", "", "--appendonly", "no", "--dir", cls.redis_dir,
+                        "--requirepass", REDIS_PASS, "--daemonize", "yes",
+                        "--pidfile", os.path.join(cls.redis_dir, "redis.pid"),
+                        "--logfile", os.path.join(cls.redis_dir, "redis.log")], check=True)
+        h.wait_until(lambda: h.port_open(cls.redis_port), 10, what="redis with requirepass")
+
+    @classmethod
+    def tearDownClass(cls):
+        try:
+            with open(os.path.join(cls.redis_dir, "redis.pid")) as f:
+                os.kill(int(f.read()), 15)
+        except (OSError, ValueError):
+            pass
+        cls.rabbit.stop()
+
+    def conf(self, extra_listen="", rules=(), user=None):
+        self.amqp_port = h.free_port()
+        self.resp_port = h.free_port()
+        self.journal = os.path.join(self.tmp, "run.pb")
+        blocks = [
+            "listen mq {\n  protocol amqp\n  bind 127.0.0.1:%d\n  upstream 127.0.0.1:%d\n%s}\n"
+            % (self.amqp_port, self.rabbit.port, extra_listen),
+            "listen kv {\n  protocol resp\n  bind 127.0.0.1:%d\n  upstream 127.0.0.1:%d\n%s}\n"
+            % (self.resp_port, self.redis_port, extra_listen),
+        ]
+        text = fk.conf_text(blocks, list(rules), seed=3, journal=self.journal)
+        if user is not None:
+            text = "user %s\n" % user + text
+        return text
+
+    def redis_conn(self):
+        s = socket.create_connection(("127.0.0.1", self.resp_port), timeout=10)
+        return s, s.makefile("rb")
+
+    # -- credentials ---------------------------------------------------------
+
+    def test_passwords_never_logged_or_journaled(self):
+        rules = [
+            fk.rule_block("slow-auth", "kv", "when command command=AUTH", "do delay 10ms"),
+            fk.rule_block("hello-err", "kv", "when command command=HELLO", "first 1",
+                          "do error NOAUTH"),
+            fk.rule_block("conn", "mq", "when connect", "do delay 10ms"),
+            fk.rule_block("dup", "mq", "when deliver", "do duplicate"),
+        ]
+        tw = self.twice(self.conf(rules=rules))
+        # Redis: AUTH (both forms), HELLO 3 AUTH (refused once by a rule, then for real)
+        s, f = self.redis_conn()
+        s.sendall(resp("AUTH", REDIS_PASS) + resp("AUTH", "default", REDIS_PASS) +
+                  resp("HELLO", "3", "AUTH", "default", REDIS_PASS) +
+                  resp("HELLO", "3", "AUTH", "default", REDIS_PASS) + resp("SET", "k", "v"))
+        got = [read_reply(f) for _ in range(5)]
+        self.assertEqual(got[0], b"+OK\r\n")
+        self.assertEqual(got[1], b"+OK\r\n")
+        self.assertTrue(got[2].startswith(b"-NOAUTH"), got[2])
+        self.assertTrue(got[3].startswith(b"%"), got[3])
+        self.assertEqual(got[4], b"+OK\r\n")
+        s.close()
+        # AMQP: PLAIN with the user's own password; a message delivered (and duplicated)
+        params = pika.ConnectionParameters(
+            host="127.0.0.1", port=self.amqp_port,
+            credentials=pika.PlainCredentials(AMQP_USER, AMQP_PASS), heartbeat=0)
+        conn = pika.BlockingConnection(params)
+        ch = conn.channel()
+        ch.queue_declare("sec", auto_delete=True)
+        ch.basic_publish("", "sec", b"hello", pika.BasicProperties(message_id="m-1"))
+        method, _, body = None, None, None
+        deadline = time.monotonic() + 10
+        while method is None and time.monotonic() < deadline:
+            method, _, body = ch.basic_get("sec", auto_ack=True)
+        self.assertEqual(body, b"hello")
+        conn.close()
+        tw.stop()
+        report = h.run_twice(["report", self.journal])
+        secrets = [REDIS_PASS, AMQP_PASS]
+        with open(self.journal, "rb") as jf:
+            journal = jf.read()
+        for secret in secrets:
+            self.assertNotIn(secret, tw.log_text(), "a password is in twice's log")
+            self.assertNotIn(secret.encode(), journal, "a password is in the journal")
+            self.assertNotIn(secret, report.stdout.decode(errors="replace"),
+                             "a password is in twice report")
+        # not vacuous: the rules did fault the commands that carry them
+        self.assertTrue(fk.fault_records(tw, rule="slow-auth"))
+        self.assertTrue(fk.fault_records(tw, rule="hello-err"))
+
+    # -- user ----------------------------------------------------------------
+
+    @unittest.skipUnless(os.geteuid() == 0, "needs root to switch users")
+    def test_user_drops_root_after_binding(self):
+        tw = self.twice(self.conf(user="nobody"))
+        tw.wait_for_log(r"msg=\"dropped privileges\" user=nobody")
+        with open("/proc/%d/status" % tw.pid) as f:
+            uids = [l.split()[1:] for l in f if l.startswith(("Uid:", "Gid:"))]
+        self.assertEqual(uids[0], ["65534"] * 4, uids)   # real, effective, saved, fs uid
+        s, f = self.redis_conn()
+        s.sendall(resp("AUTH", REDIS_PASS) + resp("PING"))
+        self.assertEqual([read_reply(f), read_reply(f)], [b"+OK\r\n", b"+PONG\r\n"])
+        s.close()
+
+    def test_user_unknown_is_refused_at_start(self):
+        conf_path = os.path.join(self.tmp, "bad-user.conf")
+        with open(conf_path, "w") as f:
+            f.write(self.conf(user="no-such-user-twice"))
+        r = h.run_twice(["run", "-c", conf_path], timeout=20)
+        self.assertEqual(r.returncode, 1)
+        self.assertIn(b"user 'no-such-user-twice' does not exist", r.stdout + r.stderr)
+
+    # -- max-message-size -----------------------------------------------------
+
+    def test_max_message_size(self):
+        tw = self.twice(self.conf(extra_listen="  max-message-size 1MiB\n"))
+        small, big = b"s" * (512 * 1024), b"b" * (2 * 1024 * 1024)
+        other, of = self.redis_conn()
+        other.sendall(resp("AUTH", REDIS_PASS))
+        self.assertEqual(read_reply(of), b"+OK\r\n")
+        s, f = self.redis_conn()
+        s.sendall(resp("AUTH", REDIS_PASS) + resp("SET", "small", small))
+        self.assertEqual([read_reply(f), read_reply(f)], [b"+OK\r\n", b"+OK\r\n"])
+        try:
+            s.sendall(resp("SET", "big", big))
+            rest = f.read()   # EOF, or a reset: twice closed with bytes unread
+        except (ConnectionResetError, BrokenPipeError):
+            rest = b""
+        self.assertEqual(rest, b"", "the session carrying 2 MiB was not closed")
+        s.close()
+        tw.wait_for_log(r"msg=\"resp protocol error\".*over max-message-size 1048576")
+        other.sendall(resp("EXISTS", "big") + resp("STRLEN", "small"))
+        self.assertEqual([read_reply(of), read_reply(of)], [b":0\r\n", b":524288\r\n"])
+        other.close()
+        # AMQP: the content header announces the size; the publisher's session ends
+        params = pika.ConnectionParameters(
+            host="127.0.0.1", port=self.amqp_port,
+            credentials=pika.PlainCredentials(AMQP_USER, AMQP_PASS), heartbeat=0)
+        conn = pika.BlockingConnection(params)
+        ch = conn.channel()
+        ch.queue_declare("sizes", auto_delete=False)
+        ch.queue_purge("sizes")
+        ch.basic_publish("", "sizes", small)
+        with self.assertRaises(pika.exceptions.AMQPError):
+            ch.basic_publish("", "sizes", big)
+            conn.process_data_events(2)
+            conn.channel()
+        tw.wait_for_log(r"msg=\"amqp protocol error\".*over max-message-size 1048576")
+        conn = pika.BlockingConnection(params)
+        ch = conn.channel()
+        ok = ch.queue_declare("sizes", passive=True)
+        self.assertEqual(ok.method.message_count, 1)   # the small one only
+        ch.queue_delete("sizes")
+        conn.close()
+
+
+if __name__ == "__main__":
+    unittest.main(verbosity=2)
