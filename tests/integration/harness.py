@@ -11,6 +11,7 @@ Environment:
   TWICE_SOURCE_DIR  the repository root
   TWICE_IT_KEEP=1   keep temporary directories (logs, configs) after the run
   TWICE_IT_VERBOSE=1  print twice's log after every test, not only failures
+  TWICE_SANITIZED=1   twice is an ASan+UBSan build: RSS caps are scaled (rss_limit)
 """
 
 import atexit
@@ -48,6 +49,15 @@ def _default_twice_bin():
 TWICE_BIN = os.environ.get("TWICE_BIN") or _default_twice_bin()
 KEEP_TMP = os.environ.get("TWICE_IT_KEEP") == "1"
 VERBOSE = os.environ.get("TWICE_IT_VERBOSE") == "1"
+# Set by `make test` for its second run, on an ASan+UBSan build: memory caps
+# asserted by the tests are scaled by rss_limit() (ASan's shadow memory and
+# quarantine), nothing else changes.
+SANITIZED = os.environ.get("TWICE_SANITIZED") == "1"
+
+
+def rss_limit(kib):
+    """An RSS cap in KiB, as the tests assert it for this build."""
+    return kib * 6 if SANITIZED else kib
 
 KiB = 1024
 MiB = 1024 * 1024

@@ -22,7 +22,7 @@ import unittest
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import harness as h  # noqa: E402
 
-RSS_LIMIT_KIB = 64 * 1024
+RSS_LIMIT_KIB = h.rss_limit(64 * 1024)
 
 
 def setUpModule():
