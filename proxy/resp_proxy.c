@@ -148,7 +148,15 @@ struct rpx {
     struct evbuffer *setup[3]; /* the client's last AUTH, HELLO, SELECT */
     struct resp_aux *aux;
     uint64_t anon;
+    const struct ruleset *rules_seen; /* the ruleset `wanted` was computed for */
+    uint32_t wanted;                  /* events some rule of the listener looks at */
+    struct entry *spare;              /* freed entries kept for reuse */
+    size_t n_spare;
 };
+
+/* Entries kept for reuse per session (an entry per command otherwise costs
+ * two allocations). */
+#define RPX_SPARE_MAX 8u
 
 enum { SETUP_AUTH, SETUP_HELLO, SETUP_SELECT };
 enum { DECIDED_COMMAND = 1, DECIDED_ALL = 2 };
@@ -344,6 +352,20 @@ static void job_event_clear(struct job_event *j)
     memset(j, 0, sizeof(*j));
 }
 
+/* Whether some rule of the listener looks at events of kind ev (the
+ * ruleset may have been swapped by a reload since the last call). */
+static bool wanted(struct rpx *rx, enum rule_event ev)
+{
+    const struct ruleset *rs = rx->s->px->rules;
+    if (rs == NULL)
+        return false;
+    if (rs != rx->rules_seen) {
+        rx->rules_seen = rs;
+        rx->wanted = ruleset_events(rs, rx->s->cfg->l->name);
+    }
+    return (rx->wanted & (1u << (unsigned)ev)) != 0;
+}
+
 static size_t decide(struct rpx *rx, struct engine_event *ev, size_t *hits)
 {
     struct session *s = rx->s;
@@ -478,13 +500,22 @@ static void repush(struct rpx *rx, const char *cmd, const char *list, const void
 
 static struct entry *entry_add(struct rpx *rx, bool server)
 {
-    struct entry *e = calloc(1, sizeof(*e));
-    if (e == NULL)
-        return NULL;
-    e->bytes = evbuffer_new();
-    if (e->bytes == NULL) {
-        free(e);
-        return NULL;
+    struct entry *e = rx->spare;
+    if (e != NULL) {
+        rx->spare = e->next;
+        rx->n_spare--;
+        struct evbuffer *b = e->bytes;
+        memset(e, 0, sizeof(*e));
+        e->bytes = b;
+    } else {
+        e = calloc(1, sizeof(*e));
+        if (e == NULL)
+            return NULL;
+        e->bytes = evbuffer_new();
+        if (e->bytes == NULL) {
+            free(e);
+            return NULL;
+        }
     }
     e->server = server;
     e->done = !server;
@@ -498,16 +529,39 @@ static struct entry *entry_add(struct rpx *rx, bool server)
     return e;
 }
 
+static void entry_clear_args(struct entry *e);
+
 static void entry_free(struct entry *e)
 {
     evbuffer_free(e->bytes);
+    entry_clear_args(e);
+    free(e);
+}
+
+/* Back to the session's spares (its bytes buffer is empty and kept). */
+static void entry_recycle(struct rpx *rx, struct entry *e)
+{
+    if (rx->n_spare >= RPX_SPARE_MAX || evbuffer_get_length(e->bytes) != 0) {
+        entry_free(e);
+        return;
+    }
+    entry_clear_args(e);
+    e->next = rx->spare;
+    rx->spare = e;
+    rx->n_spare++;
+}
+
+static void entry_clear_args(struct entry *e)
+{
     free(e->arg);
     free(e->arg2);
     for (size_t i = 0; i < e->ntx; i++)
         if (e->tx[i].synth != NULL)
             evbuffer_free(e->tx[i].synth);
     free(e->tx);
-    free(e);
+    e->arg = e->arg2 = NULL;
+    e->tx = NULL;
+    e->ntx = 0;
 }
 
 /* A reply twice gives: `bytes` (len) at its place in the pipeline. */
@@ -610,7 +664,7 @@ static void flush_replies(struct rpx *rx)
         if (rx->head == NULL)
             rx->tail = NULL;
         const struct rule *close_after = e->close_after;
-        entry_free(e);
+        entry_recycle(rx, e);
         if (close_after != NULL) {
             cut(rx, close_after);
             return;
@@ -1695,6 +1749,10 @@ static enum cmd_result command(struct rpx *rx, const uint8_t *buf, const struct 
     }
 
     /* The command event. */
+    if (rx->decided < DECIDED_COMMAND && !wanted(rx, RULE_EV_COMMAND)) {
+        rx->s->px->events[RULE_EV_COMMAND]++;
+        rx->decided = DECIDED_COMMAND;
+    }
     if (rx->decided < DECIDED_COMMAND) {
         struct engine_event ev;
         memset(&ev, 0, sizeof(ev));
@@ -2240,6 +2298,11 @@ static void rpx_free(void *state)
     while (rx->head != NULL) {
         struct entry *e = rx->head;
         rx->head = e->next;
+        entry_free(e);
+    }
+    while (rx->spare != NULL) {
+        struct entry *e = rx->spare;
+        rx->spare = e->next;
         entry_free(e);
     }
     tx_reset(&rx->tx);

@@ -380,6 +380,15 @@ static bool rule_fires(struct ruleset *rs, struct rule_rt *rt, const struct engi
     return true;
 }
 
+uint32_t ruleset_events(const struct ruleset *rs, const char *listener)
+{
+    uint32_t mask = 0;
+    for (size_t i = 0; i < rs->n; i++)
+        if (strcmp(rs->rt[i].rule->listener, listener) == 0)
+            mask |= 1u << (unsigned)rs->rt[i].rule->event;
+    return mask;
+}
+
 size_t ruleset_decide(struct ruleset *rs, const char *listener, const struct engine_event *ev,
                       uint64_t now_ms, size_t *hits, size_t max_hits)
 {

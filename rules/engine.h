@@ -103,6 +103,11 @@ void ruleset_inherit(struct ruleset *rs, const struct ruleset *old);
 size_t ruleset_decide(struct ruleset *rs, const char *listener, const struct engine_event *ev,
                       uint64_t now_ms, size_t *hits, size_t max_hits);
 
+/* The events (bit 1 << enum rule_event) that some rule of `listener` looks
+ * at, enabled or not: a codec can skip building the events no rule wants.
+ * Constant for the life of the ruleset. */
+uint32_t ruleset_events(const struct ruleset *rs, const char *listener);
+
 /* The deterministic coin: a number in [0, 1) from (seed, rule, identity,
  * occurrence).  Exposed for tests. */
 double engine_coin(uint64_t seed, const char *rule, const char *identity, uint64_t occurrence);
