@@ -8,6 +8,9 @@ logging and rules that fault the very commands carrying the passwords:
   credentials    AMQP PLAIN (connection.start-ok) and Redis AUTH / HELLO AUTH
                  passwords appear nowhere: not in twice's log, not in the
                  journal file, not in `twice report`
+  own connection  a duplicate re-pushed on twice's own connection lands in the
+                 client's database of a password-protected Redis (AUTH, SELECT
+                 replayed)
   user NAME      started as root with `user nobody`, the process runs as
                  nobody once its sockets are bound, and still relays
   max-message-size
@@ -86,15 +89,16 @@ class Security(h.TestCase):
             pass
         cls.rabbit.stop()
 
-    def conf(self, extra_listen="", rules=(), user=None):
+    def conf(self, extra_listen="", rules=(), user=None, profile=None):
         self.amqp_port = h.free_port()
         self.resp_port = h.free_port()
         self.journal = os.path.join(self.tmp, "run.pb")
         blocks = [
             "listen mq {\n  protocol amqp\n  bind 127.0.0.1:%d\n  upstream 127.0.0.1:%d\n%s}\n"
             % (self.amqp_port, self.rabbit.port, extra_listen),
-            "listen kv {\n  protocol resp\n  bind 127.0.0.1:%d\n  upstream 127.0.0.1:%d\n%s}\n"
-            % (self.resp_port, self.redis_port, extra_listen),
+            "listen kv {\n  protocol resp\n%s  bind 127.0.0.1:%d\n  upstream 127.0.0.1:%d\n%s}\n"
+            % ("  profile %s\n" % profile if profile else "", self.resp_port, self.redis_port,
+               extra_listen),
         ]
         text = fk.conf_text(blocks, list(rules), seed=3, journal=self.journal)
         if user is not None:
@@ -155,6 +159,38 @@ class Security(h.TestCase):
         # not vacuous: the rules did fault the commands that carry them
         self.assertTrue(fk.fault_records(tw, rule="slow-auth"))
         self.assertTrue(fk.fault_records(tw, rule="hello-err"))
+
+    # -- twice's own connection ----------------------------------------------
+
+    def test_own_connection_authenticates_like_the_client(self):
+        """A duplicate is re-pushed on twice's own connection: it replays the
+        client's AUTH and SELECT, so the copy lands in the client's database
+        of a password-protected Redis."""
+        tw = self.twice(self.conf(profile="sidekiq",
+                                  rules=[fk.rule_block("dup", "kv", "when deliver", "first 1",
+                                                       "do duplicate")]))
+        job = b'{"class":"Charge","args":[1],"jid":"0123456789abcdef01234567","queue":"sec"}'
+        s, f = self.redis_conn()
+        s.sendall(resp("AUTH", REDIS_PASS) + resp("SELECT", "2") + resp("DEL", "queue:sec") +
+                  resp("LPUSH", "queue:sec", job) + resp("BRPOP", "queue:sec", "1"))
+        got = [read_reply(f) for _ in range(5)]
+        self.assertEqual(got[:2], [b"+OK\r\n", b"+OK\r\n"])
+        self.assertIn(job, got[4])
+        s.close()
+        direct = socket.create_connection(("127.0.0.1", self.redis_port), timeout=10)
+        df = direct.makefile("rb")
+        direct.sendall(resp("AUTH", REDIS_PASS) + resp("SELECT", "2"))
+        self.assertEqual([read_reply(df), read_reply(df)], [b"+OK\r\n", b"+OK\r\n"])
+
+        def copy_back():
+            direct.sendall(resp("LRANGE", "queue:sec", "0", "-1"))
+            return job in read_reply(df)
+        h.wait_until(copy_back, 10, what="the duplicate re-pushed into db 2")
+        direct.sendall(resp("SELECT", "0") + resp("EXISTS", "queue:sec"))
+        self.assertEqual([read_reply(df), read_reply(df)], [b"+OK\r\n", b":0\r\n"])
+        direct.close()
+        self.assertEqual(len(fk.fault_records(tw, rule="dup")), 1)
+        self.assertNotIn("own redis command failed", tw.log_text())
 
     # -- user ----------------------------------------------------------------
 
