@@ -67,6 +67,10 @@ struct msg_info {
     uint64_t tag;
     struct event *timer; /* expire (deliveries) or hold release (settlements) */
     struct achan *ch;
+    /* An armed `expire`: its rule (kept alive by a ruleset reference), noted
+     * as a fault only if the timer fires before the ack. */
+    const struct rule *expire_rule;
+    struct ruleset *expire_rules;
 };
 
 /* A content sequence (method, header, bodies) crossing in one direction. */
@@ -160,6 +164,8 @@ static void info_free(void *p)
         return;
     if (mi->timer != NULL)
         event_free(mi->timer);
+    if (mi->expire_rules != NULL)
+        ruleset_put(mi->expire_rules);
     free(mi->queue);
     free(mi->exchange);
     free(mi->routing_key);
@@ -430,8 +436,14 @@ static size_t decide(struct amqp_px *ax, struct engine_event *ev, size_t *hits)
         return 0;
     size_t n =
         ruleset_decide(px->rules, s->cfg->l->name, ev, now_ms(), hits, SESSION_MAX_RULE_HITS);
-    for (size_t i = 0; i < n; i++)
-        fault_note(s, ruleset_rule(px->rules, hits[i]), ev);
+    for (size_t i = 0; i < n; i++) {
+        const struct rule *r = ruleset_rule(px->rules, hits[i]);
+        /* An expire is a fault only if it fires (on_expire notes it): a
+         * message acked in time was not faulted, and the verdict must not
+         * count it as tested. */
+        if (r->action.kind != RULE_ACT_EXPIRE)
+            fault_note(s, r, ev);
+    }
     return n;
 }
 
@@ -949,9 +961,15 @@ static void on_expire(evutil_socket_t fd, short what, void *arg)
      * message to another consumer; the late ack will be swallowed. */
     int n = amqp_ledger_twice_settle(ch->ledger, ch->id, tag, true, frame, sizeof(frame));
     if (n > 0) {
-        log_msg(LOG_INFO, "expired", "sid=%llu listener=%s channel=%u delivery_tag=%llu",
-                (unsigned long long)ax->s->id, ax->s->cfg->l->name, ch->id,
-                (unsigned long long)tag);
+        if (mi->expire_rule != NULL) {
+            struct engine_event ev;
+            char idbuf[96];
+            event_from_info(&ev, RULE_EV_DELIVER, mi, ax->s, idbuf, sizeof(idbuf));
+            fault_note(ax->s, mi->expire_rule, &ev);
+        }
+        log_msg(LOG_INFO, "expired", "sid=%llu listener=%s channel=%u delivery_tag=%llu rule=%s",
+                (unsigned long long)ax->s->id, ax->s->cfg->l->name, ch->id, (unsigned long long)tag,
+                mi->expire_rule != NULL ? mi->expire_rule->name : "-");
         chan_inject(ch, SIDE_UPSTREAM, frame, (size_t)n);
         send_flush(ax, SIDE_UPSTREAM);
     }
@@ -1005,8 +1023,12 @@ static bool content_actions(struct amqp_px *ax, struct achan *ch, struct content
                 settle_now(ch, c->tag, true);
             break;
         case RULE_ACT_EXPIRE:
-            if (c->ack_required && mi != NULL)
-                arm_timer(ax, mi, r->action.duration_ms, on_expire);
+            if (c->ack_required && mi != NULL &&
+                arm_timer(ax, mi, r->action.duration_ms, on_expire) && mi->expire_rules == NULL) {
+                mi->expire_rule = r;
+                mi->expire_rules = ax->s->px->rules;
+                ruleset_get(mi->expire_rules);
+            }
             break;
         default:
             break;

@@ -440,6 +440,21 @@ class AmqpFaults(unittest.TestCase):
         recs = self.wait_faults("vt", 2)
         self.assertEqual(sorted(r.get("message_id") for r in recs), ids)
 
+    def test_expire_acked_in_time_is_no_fault(self):
+        # A visibility timeout that never ran out faulted nothing: no fault
+        # line, no FAULT record, so the verdict does not count the message
+        # as tested.
+        before = len(self.faults("vt"))
+        self.publish("exp", ["exp-fast"])
+        a = self.client(prefetch=10)
+        a.consume("exp")
+        got = a.wait(1)
+        a.ch.basic_ack(got[0].tag)
+        a.pump(2.5)   # past the 2 s expiry
+        self.assertEqual(len(a.got), 1, "the message came back: %r" % a.got)
+        self.drained("exp")
+        self.assertEqual(len(self.faults("vt")), before, self.faults("vt"))
+
     # -- delay on ack -----------------------------------------------------
 
     def test_delayed_ack(self):
