@@ -130,8 +130,9 @@ struct amqp_px {
     struct session *s;
     bool header_done;
     bool stopped;
-    bool close_ok_seen; /* connection.close-ok went through */
-    uint32_t frame_max; /* as negotiated; before tune-ok the minimum */
+    enum session_side reading; /* the side whose bytes are being processed */
+    bool close_ok_seen;        /* connection.close-ok went through */
+    uint32_t frame_max;        /* as negotiated; before tune-ok the minimum */
     struct achan **chans;
     size_t n_chans;
     struct evbuffer *xfer[2]; /* frames batched toward side [to] */
@@ -199,10 +200,12 @@ static void protocol_error(struct amqp_px *ax, const char *fmt, ...)
     log_str(&line, "error", msg);
     log_end(&line);
     session_set_error(ax->s, "amqp: %s", msg);
-    /* What went through before the bad frame still reaches the broker (a
-     * publish batched in the same read is not lost). */
-    send_flush(ax, SIDE_UPSTREAM);
-    session_abort(ax->s, SESSION_CLOSE_PROTOCOL_ERROR, SIDE_UPSTREAM);
+    /* What went through before the bad frame still reaches the other side
+     * (a publish, or the broker's connection.start, batched in the same
+     * read is not lost). */
+    enum session_side to = other(ax->reading);
+    send_flush(ax, to);
+    session_abort(ax->s, SESSION_CLOSE_PROTOCOL_ERROR, to);
 }
 
 static bool alive(const struct amqp_px *ax)
@@ -1616,6 +1619,7 @@ static bool protocol_header(struct amqp_px *ax, struct evbuffer *in)
 static void amqp_process(void *state, enum session_side from, struct evbuffer *in)
 {
     struct amqp_px *ax = state;
+    ax->reading = from;
     if (from == SIDE_CLIENT && !ax->header_done && !protocol_header(ax, in)) {
         send_flush(ax, SIDE_UPSTREAM);
         return;

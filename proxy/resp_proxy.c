@@ -154,6 +154,10 @@ struct rpx {
     size_t n_spare;
 };
 
+/* Replies shorter than this are copied into the client's output rather than
+ * handed over as buffer chains. */
+#define RPX_COALESCE 4096u
+
 /* Entries kept for reuse per session (an entry per command otherwise costs
  * two allocations). */
 #define RPX_SPARE_MAX 8u
@@ -197,12 +201,12 @@ static void send_flush(struct rpx *rx, enum session_side to)
         session_send(rx->s, to, rx->out[to]);
 }
 
-static void protocol_error(struct rpx *rx, const char *fmt, ...)
-    __attribute__((format(printf, 2, 3)));
+static void protocol_error(struct rpx *rx, enum session_side from, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
 
 /* A peer broke the protocol (or twice cannot follow it): close with a
  * logged reason; the other sessions carry on. */
-static void protocol_error(struct rpx *rx, const char *fmt, ...)
+static void protocol_error(struct rpx *rx, enum session_side from, const char *fmt, ...)
 {
     char msg[256];
     va_list ap;
@@ -216,9 +220,15 @@ static void protocol_error(struct rpx *rx, const char *fmt, ...)
     log_str(&line, "error", msg);
     log_end(&line);
     session_set_error(rx->s, "resp: %s", msg);
-    /* Commands forwarded before the bad bytes still reach Redis. */
-    send_flush(rx, SIDE_UPSTREAM);
-    session_abort(rx->s, SESSION_CLOSE_PROTOCOL_ERROR, SIDE_UPSTREAM);
+    /* What came before the bad bytes still reaches the other side: commands
+     * forwarded to Redis, or the replies due to the client. */
+    enum session_side to = from == SIDE_CLIENT ? SIDE_UPSTREAM : SIDE_CLIENT;
+    if (to == SIDE_CLIENT)
+        flush_replies(rx);
+    if (!alive(rx))
+        return;
+    send_flush(rx, to);
+    session_abort(rx->s, SESSION_CLOSE_PROTOCOL_ERROR, to);
 }
 
 /* `close before` / `close after`: what already went through reaches its
@@ -653,10 +663,16 @@ static void flush_replies(struct rpx *rx)
         size_t n = evbuffer_get_length(e->bytes);
         if (n > 0) {
             rx->held -= n < rx->held ? n : rx->held;
-            if (e->hide)
+            if (e->hide) {
                 evbuffer_drain(e->bytes, n);
-            else
+            } else if (n < RPX_COALESCE) {
+                /* Small replies are copied together: a chain each would
+                 * cost a kilobyte per reply to a client that reads slowly. */
+                evbuffer_add(rx->out[SIDE_CLIENT], evbuffer_pullup(e->bytes, (ev_ssize_t)n), n);
+                evbuffer_drain(e->bytes, n);
+            } else {
                 evbuffer_add_buffer(rx->out[SIDE_CLIENT], e->bytes);
+            }
         }
         if (!e->done)
             break;
@@ -1150,7 +1166,11 @@ static void on_reply(struct rpx *rx, const uint8_t *buf, const struct resp_msg *
         return;
     }
     struct entry *e = rx->await;
-    if (e->kind == RK_PLAIN) {
+    if (e->kind == RK_PLAIN && e == rx->head && e->release_ms == 0 && !e->hide) {
+        /* The common case: the reply due next, straight to the client (a
+         * small one copied into the output's last chain). */
+        evbuffer_remove_buffer(pend, rx->out[SIDE_CLIENT], m->len);
+    } else if (e->kind == RK_PLAIN) {
         rx->held += m->len;
         evbuffer_remove_buffer(pend, e->bytes, m->len);
     } else {
@@ -2071,12 +2091,12 @@ static int scan_error(struct rpx *rx, enum session_side side, int rc)
 {
     uint64_t max_message = rx->s->cfg->l->max_message;
     if (rc == RESP_E_BULK_TOO_LONG && max_message != 0 && max_message < RESP_MAX_BULK) {
-        protocol_error(rx, "%s sent a bulk string over max-message-size %llu",
+        protocol_error(rx, side, "%s sent a bulk string over max-message-size %llu",
                        side == SIDE_CLIENT ? "client" : "server", (unsigned long long)max_message);
         return -1;
     }
     if (side == SIDE_UPSTREAM) {
-        protocol_error(rx, "server sent %s", resp_strerror(rc));
+        protocol_error(rx, SIDE_UPSTREAM, "server sent %s", resp_strerror(rc));
         return -1;
     }
     struct log_line line;

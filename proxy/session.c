@@ -254,6 +254,16 @@ static void propagate_eof(struct session *s, enum session_side from)
     }
 }
 
+static void uncount_bytes(struct session *s, enum session_side from, size_t n)
+{
+    if (from == SIDE_CLIENT)
+        s->bytes_up -= n;
+    else
+        s->bytes_down -= n;
+    if (s->stats != NULL)
+        *(from == SIDE_CLIENT ? &s->stats->bytes_up : &s->stats->bytes_down) -= n;
+}
+
 /* Hand over what `from` sent to the other side; pause `from` when the other
  * side is not keeping up. */
 int session_send(struct session *s, enum session_side to, struct evbuffer *buf)
@@ -320,14 +330,18 @@ static void relay(struct session *s, enum session_side from)
     if (n == 0)
         return;
     if (s->codec != NULL) {
+        /* Counted before the codec runs: it may close the session (and log
+         * its byte counts) over bytes it refuses. */
+        count_bytes(s, from, n);
         s->codec->process(s->codec_state, from, in); /* may close the session */
-        if (s->state == SESSION_CLOSED)
-            return;
-        n -= evbuffer_get_length(in); /* an incomplete frame waits for more */
+        if (s->state != SESSION_RELAYING)
+            return; /* closing: what is left in `in` was read and will not be */
+        /* An incomplete frame waits for more and is counted with it. */
+        uncount_bytes(s, from, evbuffer_get_length(in));
     } else {
         session_send(s, (enum session_side) !from, in);
+        count_bytes(s, from, n);
     }
-    count_bytes(s, from, n);
 }
 
 static void on_read(struct bufferevent *bev, void *arg)
