@@ -138,6 +138,8 @@ void log_begin(struct log_line *line, enum log_level level, const char *msg)
 
 void log_end(struct log_line *line)
 {
+    if (!log_enabled(line->level))
+        return; /* below `log-level` */
     if (line->truncated) {
         static const char t[] = " truncated=1";
         memcpy(line->buf + line->len, t, sizeof(t) - 1);

@@ -403,7 +403,10 @@ static void on_write(struct bufferevent *bev, void *arg)
         }
         return;
     }
-    if (!src->paused && (s->shaper[from] == NULL || shaper_held(s->shaper[from]) == 0))
+    /* The write callback stays while a slice released from here waits for
+     * its drain (else the next slice would wait forever). */
+    if (!src->paused && (s->shaper[from] == NULL ||
+                         (shaper_held(s->shaper[from]) == 0 && !shaper_waiting(s->shaper[from]))))
         bufferevent_setcb(bev, on_read, NULL, on_event, s);
 }
 

@@ -272,6 +272,11 @@ static void on_timer(evutil_socket_t fd, short what, void *arg)
     pump(arg);
 }
 
+bool shaper_waiting(const struct shaper *sh)
+{
+    return sh->slice_waiting;
+}
+
 void shaper_output_drained(struct shaper *sh)
 {
     if (!sh->slice_waiting)

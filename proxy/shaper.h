@@ -57,6 +57,10 @@ void shaper_push(struct shaper *sh, struct evbuffer *in);
 /* Bytes held, not yet released. */
 size_t shaper_held(const struct shaper *sh);
 
+/* Whether the shaper waits for the output to drain (a slice in flight): the
+ * session must keep telling it (shaper_output_drained). */
+bool shaper_waiting(const struct shaper *sh);
+
 /* `from` sent EOF: pass it on once everything held has been released (and
  * after slow-close).  Calls session_shaper_eof() when it is time. */
 void shaper_eof(struct shaper *sh);

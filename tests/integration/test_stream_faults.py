@@ -44,6 +44,7 @@ STREAM_RULES = {
     "jit": ["stream downstream", "do latency 100ms jitter 50ms"],
     "bw": ["stream downstream", "do bandwidth 500KB/s"],
     "slice": ["stream downstream", "do slice 1KB delay 5ms"],
+    "slice0": ["stream downstream", "do slice 3B"],
     "rst": ["do reset"],
     "rstafter": ["do reset after 300ms"],
     "bh": ["stream upstream", "do blackhole"],
@@ -243,6 +244,22 @@ class StreamFaults(unittest.TestCase):
         # (a busy client may read two slices at once; most must come alone)
         self.assertGreaterEqual(sum(1 for n in chunks if n == 1000), 10, chunks)
         self.assertGreaterEqual(dt, 0.08, "20 slices 5 ms apart arrived in %.3fs" % dt)
+
+    def test_slice_without_delay_keeps_flowing(self):
+        # The last slice of a reply released from the write callback used to
+        # leave the shaper waiting for a drain nobody reported: the next
+        # reply on that connection never came.
+        s = h.connect(self.ports["slice0"])
+        s.settimeout(10)
+        f = s.makefile("rb")
+        try:
+            for i in range(5):
+                payload = b"r%d-" % i + b"x" * (20 + 7 * i)
+                s.sendall(fk.resp_cmd("ECHO", payload))
+                self.assertEqual(f.readline(), b"$%d\r\n" % len(payload))
+                self.assertEqual(f.readline(), payload + b"\r\n")
+        finally:
+            s.close()
 
     # -- reset ----------------------------------------------------------------
 
