@@ -5,7 +5,7 @@ BUILD ?= build
 JOBS  ?= $(shell nproc 2>/dev/null || echo 2)
 CMAKE_FLAGS ?=
 
-.PHONY: all build deps test demo clean format format-check
+.PHONY: all build deps test test-asan fuzz bench demo clean format format-check
 
 all: build
 
@@ -18,9 +18,39 @@ $(BUILD)/CMakeCache.txt:
 build: $(BUILD)/CMakeCache.txt
 	cmake --build $(BUILD) -j $(JOBS)
 
-test: deps
+# `make test`: the suite on a normal build, the same suite again on an
+# ASan+UBSan build (any report fails the run: twice exits non-zero on a leak,
+# aborts on an error), then every fuzz harness for a short smoke run.
+test:
+	@scripts/deps.sh test
 	$(MAKE) build
 	cd $(BUILD) && ctest --output-on-failure -j $(JOBS)
+	$(MAKE) test-asan
+	scripts/fuzz.sh $(FUZZ_SMOKE_SECONDS)
+
+ASAN_BUILD ?= build-asan
+FUZZ_SMOKE_SECONDS ?= 10
+FUZZ_SECONDS ?= 300
+SAN_ENV = TWICE_SANITIZED=1 \
+	ASAN_OPTIONS=detect_leaks=1:abort_on_error=1:quarantine_size_mb=16:malloc_context_size=10 \
+	UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1
+
+test-asan:
+	cmake -S . -B $(ASAN_BUILD) -DTWICE_SANITIZE=ON -DCMAKE_BUILD_TYPE=RelWithDebInfo $(CMAKE_FLAGS)
+	cmake --build $(ASAN_BUILD) -j $(JOBS)
+	cd $(ASAN_BUILD) && $(SAN_ENV) ctest --output-on-failure -j $(JOBS)
+
+# Every libFuzzer harness for FUZZ_SECONDS each (scripts/fuzz.sh).
+fuzz:
+	scripts/fuzz.sh $(FUZZ_SECONDS)
+
+# Side-by-side benchmarks (bench/run.py): direct, HAProxy, twice tcp / parsing /
+# with faults; BENCH_FLAGS=--quick for a short run.  Results in build/bench.
+bench:
+	@scripts/deps.sh bench
+	$(MAKE) build
+	$(MAKE) -C bench OUT=$(CURDIR)/$(BUILD)/bench/bin
+	/usr/bin/python3 bench/run.py --twice $(BUILD)/twice --out $(BUILD)/bench $(BENCH_FLAGS)
 
 demo:
 	@scripts/deps.sh demo
@@ -34,4 +64,4 @@ format-check:
 	clang-format --dry-run --Werror proxy/*.[ch] rules/*.[ch] proto/*.[ch] tests/unit/*.c
 
 clean:
-	rm -rf $(BUILD)
+	rm -rf $(BUILD) $(ASAN_BUILD) build-fuzz

@@ -12,14 +12,16 @@ test_pkgs=(openssl procps redis-server redis-tools rabbitmq-server
            python3 python3-pika python3-celery python3-redis python3-rq
            ruby ruby-sidekiq clang libclang-rt-14-dev)
 demo_pkgs=(python3 redis-server redis-tools python3-celery python3-redis)
+bench_pkgs=(python3 redis-server redis-tools rabbitmq-server haproxy gnuplot-nox)
 
 want=()
 case "${1:-all}" in
     build) want=("${build_pkgs[@]}") ;;
     test)  want=("${build_pkgs[@]}" "${test_pkgs[@]}") ;;
     demo)  want=("${build_pkgs[@]}" "${demo_pkgs[@]}") ;;
-    all)   want=("${build_pkgs[@]}" "${test_pkgs[@]}" "${demo_pkgs[@]}") ;;
-    *) echo "usage: $0 [build|test|demo|all]" >&2; exit 2 ;;
+    bench) want=("${build_pkgs[@]}" "${bench_pkgs[@]}") ;;
+    all)   want=("${build_pkgs[@]}" "${test_pkgs[@]}" "${demo_pkgs[@]}" "${bench_pkgs[@]}") ;;
+    *) echo "usage: $0 [build|test|demo|bench|all]" >&2; exit 2 ;;
 esac
 
 missing=()

@@ -1,14 +1,16 @@
 /*
  * fuzz_amqp.c - libFuzzer harness for the AMQP 0-9-1 codec (proto/amqp*.c).  Not part of the
- * default build:
+ * default build (scripts/fuzz.sh builds and runs it):
  *
- *     clang -fsanitize=fuzzer,address -I. proto/amqp*.c tests/fuzz/fuzz_amqp.c -o fuzz_amqp
+ *     clang -fsanitize=fuzzer,address,undefined -I. proto/amqp*.c tests/fuzz/fuzz_amqp.c \
+ *         -o fuzz_amqp
  *     ./fuzz_amqp -max_total_time=60 CORPUS_DIR
  *
- * A good seed corpus is the frames of tests/unit/data/amqp/{client,server}.bin, each prefixed
- * with one mode byte.  The first input byte picks the frame_max; the rest is scanned as a
- * stream of frames, every complete frame's payload goes through the decoder its type calls
- * for, and the whole input also goes through every payload decoder whatever it looks like.
+ * The seeds (tests/fuzz/corpus/amqp/) are runs of whole frames of the captured streams
+ * tests/unit/data/amqp/{client,server}.bin, each prefixed with one mode byte.  The first input
+ * byte picks the frame_max; the rest is scanned as a stream of frames, every complete frame's
+ * payload goes through the decoder its type calls for, and the whole input also goes through
+ * every payload decoder whatever it looks like.
  * Invariants are checked with abort(): views stay inside their input, the patchers round-trip,
  * validated tables never fail a lookup, encoders never exceed their buffer.
  */

@@ -1,14 +1,16 @@
 /*
  * fuzz_resp.c - libFuzzer harness for the RESP codec (proto/resp*.c).  Not part of the default
- * build:
+ * build (scripts/fuzz.sh builds and runs it):
  *
- *     clang -fsanitize=fuzzer,address -I. proto/resp*.c tests/fuzz/fuzz_resp.c -o fuzz_resp
+ *     clang -fsanitize=fuzzer,address,undefined -I. proto/resp*.c tests/fuzz/fuzz_resp.c \
+ *         -ljansson -o fuzz_resp
  *     ./fuzz_resp -max_total_time=60 CORPUS_DIR
  *
- * A good seed corpus is the messages of tests/unit/data/resp/ *.bin, each prefixed with one mode
- * byte.  The mode byte picks the side (client or server), lowered limits, and a split point; the
- * rest is scanned as a stream of messages twice, whole and in two pieces, and every message goes
- * through the iterator, the view helpers and a pairing.  Invariants are checked with abort():
+ * The seeds (tests/fuzz/corpus/resp/) are the captured streams tests/unit/data/resp/ *.bin (the
+ * big ones cut to 8 KiB), each prefixed with one mode byte (a few with lowered limits).  The
+ * mode byte picks the side (client or server), lowered limits, and a split point; the rest is
+ * scanned as a stream of messages twice, whole and in two pieces, and every message goes through
+ * the iterator, the view helpers and a pairing.  Invariants are checked with abort():
  * views stay inside their message, the iterator agrees with the scanner's views and walks exactly
  * nelem elements, a split input gives the same messages and the same error as a whole one.
  */

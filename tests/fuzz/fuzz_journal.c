@@ -1,0 +1,339 @@
+/*
+ * fuzz_journal.c - libFuzzer harness for the journal reader (proto/journal_reader.c) and the
+ * two commands that read journals a user hands them, `twice report` and `twice verdict`
+ * (proxy/report.c, proxy/verdict.c).  Not part of the default build (scripts/fuzz.sh builds
+ * and runs it):
+ *
+ *     protoc-c --proto_path=. --c_out=GEN proto/journal.proto
+ *     clang -D_GNU_SOURCE -fsanitize=fuzzer,address,undefined -I. -IGEN \
+ *         tests/fuzz/fuzz_journal.c proto/ *.c rules/ *.c proxy/report.c proxy/verdict.c \
+ *         proxy/json_out.c proxy/strmap.c GEN/proto/journal.pb-c.c -ljansson -lprotobuf-c
+ *
+ * Seeds are journals written by a real twice (tests/fuzz/corpus/journal/).  The input is the
+ * content of a journal file: the reader opens it by path, so it is written to a memfd and opened
+ * as /proc/self/fd/N.  The same bytes also go through the span decoder, entry by entry.
+ *
+ * Invariants are checked with abort(): the span decoder never consumes past its input, asks for
+ * more on every strict prefix of an entry, and re-encodes what it decoded to a fixed point; the
+ * file reader agrees with it on the header, the count, the offset, the truncation and the
+ * (sticky) error; `report` and `verdict` succeed exactly when the journal reads, and their
+ * --json output is valid JSON; journal_utf8_char_len() agrees with a plain UTF-8 decoder.
+ */
+#include <jansson.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include "proto/journal_reader.h"
+#include "proxy/report.h"
+#include "proxy/verdict.h"
+
+/* Effect lines written for `verdict`: enough to double a few messages. */
+#define FZ_EFFECTS_MAX 64
+
+struct fz_file {
+    int fd;
+    char path[64];
+};
+
+static struct fz_file fz_journal, fz_effects;
+static FILE *fz_devnull;
+/* Command lines are char *[]: their words must be writable. */
+static char arg_report[] = "report", arg_verdict[] = "verdict", arg_json[] = "--json",
+            arg_journal[] = "--journal", arg_effects[] = "--effects";
+
+/* Failed invariants name themselves: the reproducer's log says which one. */
+#define CHECK(ok) check_at((ok), __LINE__, #ok)
+
+static void check_at(bool ok, int line, const char *what)
+{
+    if (!ok) {
+        fprintf(stderr, "%s:%d: invariant failed: %s\n", __FILE__, line, what);
+        abort();
+    }
+}
+
+static void fz_file_open(struct fz_file *f, const char *name)
+{
+    f->fd = memfd_create(name, 0);
+    CHECK(f->fd >= 0);
+    snprintf(f->path, sizeof(f->path), "/proc/self/fd/%d", f->fd);
+}
+
+static void fz_file_set(const struct fz_file *f, const void *p, size_t len)
+{
+    CHECK(ftruncate(f->fd, 0) == 0);
+    size_t off = 0;
+    while (off < len) {
+        ssize_t n = pwrite(f->fd, (const char *)p + off, len - off, (off_t)off);
+        CHECK(n > 0);
+        off += (size_t)n;
+    }
+}
+
+/* What the span decoder makes of the whole input. */
+struct walk {
+    size_t entries; /* decoded, the header included */
+    size_t offset;  /* bytes consumed by them */
+    int rc;         /* 0: stopped for want of bytes (or at the end); else the error */
+    bool header_ok; /* the first entry is a version-1 header */
+    char message_id[128];
+};
+
+/* Fields a newer writer added, kept by protobuf-c and written back as they came. */
+static bool has_unknown_fields(const Twice__Journal__Entry *e)
+{
+    if (e->base.n_unknown_fields > 0)
+        return true;
+    if (e->body_case == TWICE__JOURNAL__ENTRY__BODY_HEADER)
+        return e->header->base.n_unknown_fields > 0;
+    if (e->body_case == TWICE__JOURNAL__ENTRY__BODY_RECORD)
+        return e->record->base.n_unknown_fields > 0;
+    return false;
+}
+
+/* Re-encodes e: the size is announced right, and decoding the encoding gives it back.  Not
+ * for entries with unknown fields: protobuf-c 1.4 accepts field number 0 in an overlong tag
+ * (0x82 0x00) and writes it back as 0x02, which it then refuses; twice never re-encodes what
+ * it reads, so that is protobuf-c's business, not the journal's. */
+static void check_round_trip(const Twice__Journal__Entry *e)
+{
+    if (has_unknown_fields(e))
+        return;
+    size_t need = journal_entry_encoded_size(e), written = 0;
+    uint8_t *buf = malloc(need);
+    CHECK(buf != NULL);
+    if (need > 0)
+        CHECK(journal_encode_entry(e, buf, need - 1, &written) == JOURNAL_ERR_SPACE);
+    int rc = journal_encode_entry(e, buf, need, &written);
+    if (rc == JOURNAL_ERR_TOO_LARGE) {
+        free(buf);
+        return;
+    }
+    CHECK(rc == 0 && written == need);
+    Twice__Journal__Entry *again = NULL;
+    size_t used = 0;
+    CHECK(journal_decode_entry(buf, need, &used, &again) == 1 && used == need);
+    CHECK(journal_entry_encoded_size(again) == need);
+    uint8_t *buf2 = malloc(need);
+    CHECK(buf2 != NULL);
+    CHECK(journal_encode_entry(again, buf2, need, &written) == 0 && written == need);
+    CHECK(memcmp(buf, buf2, need) == 0);
+    twice__journal__entry__free_unpacked(again, NULL);
+    free(buf2);
+    free(buf);
+}
+
+static void walk_note(struct walk *w, const Twice__Journal__Entry *e)
+{
+    if (w->entries == 0)
+        w->header_ok = e->body_case == TWICE__JOURNAL__ENTRY__BODY_HEADER &&
+                       e->header->version == JOURNAL_FORMAT_VERSION;
+    if (w->message_id[0] == '\0' && e->body_case == TWICE__JOURNAL__ENTRY__BODY_RECORD &&
+        e->record->message_id[0] != '\0')
+        snprintf(w->message_id, sizeof(w->message_id), "%s", e->record->message_id);
+}
+
+static void walk_spans(const uint8_t *p, size_t len, struct walk *w)
+{
+    memset(w, 0, sizeof(*w));
+    for (;;) {
+        Twice__Journal__Entry *e = NULL;
+        size_t used = 0;
+        int rc = journal_decode_entry(p + w->offset, len - w->offset, &used, &e);
+        CHECK(rc <= 1 && rc >= JOURNAL_ERR_DECODE);
+        if (rc <= 0) {
+            w->rc = rc;
+            return;
+        }
+        CHECK(used > 0 && used <= len - w->offset);
+        /* Strict prefixes of a whole entry ask for more. */
+        Twice__Journal__Entry *none = NULL;
+        size_t none_used = 0;
+        CHECK(journal_decode_entry(p + w->offset, used - 1, &none_used, &none) == 0);
+        CHECK(journal_decode_entry(p + w->offset, used / 2, &none_used, &none) == 0);
+        CHECK(none == NULL);
+        check_round_trip(e);
+        walk_note(w, e);
+        twice__journal__entry__free_unpacked(e, NULL);
+        w->entries++;
+        w->offset += used;
+    }
+}
+
+/* The file reader must see what the span decoder saw. */
+static void check_reader(size_t len, const struct walk *w)
+{
+    char err[512];
+    struct journal_reader *r = journal_reader_open(fz_journal.path, err, sizeof(err));
+    bool opens = w->entries > 0 && w->header_ok;
+    CHECK((r != NULL) == opens);
+    if (r == NULL) {
+        CHECK(strlen(err) > 0);
+        return;
+    }
+    CHECK(journal_reader_header(r) != NULL);
+    const Twice__Journal__Entry *e;
+    int rc;
+    while ((rc = journal_reader_next(r, &e)) == 1)
+        CHECK(e != NULL);
+    CHECK(rc == w->rc);
+    CHECK(journal_reader_count(r) == w->entries - 1);
+    CHECK(journal_reader_offset(r) == w->offset);
+    if (rc < 0) {
+        CHECK(journal_reader_next(r, &e) == rc && journal_reader_error(r) != NULL);
+    } else {
+        CHECK(journal_reader_error(r) == NULL);
+        CHECK(journal_reader_truncated(r) == (w->offset < len));
+    }
+    journal_reader_close(r);
+}
+
+/* Runs a command with its output in memory; with `json`, the output must parse.  Integers are
+ * read as reals: report.c prints uint64 values (the seed, times) as bare JSON numbers, and one
+ * above INT64_MAX makes jansson refuse the whole document (tests/fuzz/findings/
+ * journal-u64-json.bin).  Read integers as integers again (flags JSON_ALLOW_NUL only) once
+ * that is fixed. */
+static int fz_run(int (*run)(int, char **, FILE *, FILE *), int argc, char **argv, bool json)
+{
+    char *buf = NULL;
+    size_t len = 0;
+    FILE *out = open_memstream(&buf, &len);
+    CHECK(out != NULL);
+    int code = run(argc, argv, out, fz_devnull);
+    fclose(out);
+    if (json && code != 2) {
+        json_error_t jerr;
+        json_t *doc = json_loadb(buf, len, JSON_ALLOW_NUL | JSON_DECODE_INT_AS_REAL, &jerr);
+        CHECK(doc != NULL && json_is_object(doc));
+        json_decref(doc);
+    }
+    free(buf);
+    return code;
+}
+
+static void check_report(const struct walk *w)
+{
+    bool reads = w->entries > 0 && w->header_ok && w->rc == 0;
+    char message[160];
+    snprintf(message, sizeof(message), "--message=%s", w->message_id);
+    char *text[] = {arg_report, fz_journal.path, NULL};
+    char *json[] = {arg_report, fz_journal.path, arg_json, NULL};
+    char *one[] = {arg_report, fz_journal.path, message, arg_json, NULL};
+    CHECK((fz_run(report_run, 2, text, false) == 0) == reads);
+    CHECK((fz_run(report_run, 3, json, true) == 0) == reads);
+    if (w->message_id[0] != '\0') {
+        CHECK((fz_run(report_run, 4, one, true) == 0) == reads);
+        one[3] = NULL;
+        CHECK((fz_run(report_run, 3, one, false) == 0) == reads);
+    }
+}
+
+/* Effects: every record's message id once, so that a message delivered twice has two. */
+static void write_effects(const uint8_t *p, size_t len, const struct walk *w)
+{
+    char *buf = NULL;
+    size_t n = 0, off = 0, lines = 0;
+    FILE *f = open_memstream(&buf, &n);
+    CHECK(f != NULL);
+    fputs("# effects\n\n", f);
+    for (size_t k = 0; k < w->entries && lines < FZ_EFFECTS_MAX; k++) {
+        Twice__Journal__Entry *e = NULL;
+        size_t used = 0;
+        CHECK(journal_decode_entry(p + off, len - off, &used, &e) == 1);
+        if (e->body_case == TWICE__JOURNAL__ENTRY__BODY_RECORD &&
+            e->record->message_id[0] != '\0') {
+            fprintf(f, " %s\r\n", e->record->message_id);
+            lines++;
+        }
+        twice__journal__entry__free_unpacked(e, NULL);
+        off += used;
+    }
+    fclose(f);
+    fz_file_set(&fz_effects, buf, n);
+    free(buf);
+}
+
+static void check_verdict(const uint8_t *p, size_t len, const struct walk *w)
+{
+    bool reads = w->entries > 0 && w->header_ok && w->rc == 0;
+    write_effects(p, len, w);
+    char *text[] = {arg_verdict, arg_journal, fz_journal.path, arg_effects, fz_effects.path, NULL};
+    char *json[] = {arg_verdict, arg_journal, fz_journal.path, arg_effects, fz_effects.path,
+                    arg_json,    NULL};
+    int code = fz_run(verdict_run, 5, text, false);
+    CHECK(code == 0 || code == 1 || code == 2);
+    CHECK((code != 2) == reads);
+    CHECK(fz_run(verdict_run, 6, json, true) == code);
+}
+
+/* A plain decoder: the length of the valid UTF-8 character at p, 0 if none. */
+static size_t utf8_len(const uint8_t *p)
+{
+    uint32_t c;
+    size_t n;
+    if (p[0] < 0x80)
+        return 1;
+    if (p[0] >> 5 == 6)
+        c = p[0] & 0x1f, n = 2;
+    else if (p[0] >> 4 == 14)
+        c = p[0] & 0x0f, n = 3;
+    else if (p[0] >> 3 == 30)
+        c = p[0] & 0x07, n = 4;
+    else
+        return 0;
+    for (size_t i = 1; i < n; i++) {
+        if (p[i] >> 6 != 2)
+            return 0;
+        c = c << 6 | (p[i] & 0x3f);
+    }
+    static const uint32_t min[] = {0, 0, 0x80, 0x800, 0x10000};
+    if (c < min[n] || c > 0x10ffff || (c >= 0xd800 && c <= 0xdfff))
+        return 0;
+    return n;
+}
+
+static void check_utf8(const uint8_t *data, size_t size)
+{
+    uint8_t *s = malloc(size + 1);
+    CHECK(s != NULL);
+    memcpy(s, data, size);
+    s[size] = '\0';
+    for (size_t i = 0; i < size; i++)
+        CHECK(journal_utf8_char_len(s + i) == utf8_len(s + i));
+    free(s);
+}
+
+int LLVMFuzzerInitialize(int *argc, char ***argv);
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
+
+int LLVMFuzzerInitialize(int *argc, char ***argv)
+{
+    (void)argc;
+    (void)argv;
+    fz_file_open(&fz_journal, "fuzz-journal");
+    fz_file_open(&fz_effects, "fuzz-effects");
+    fz_devnull = fopen("/dev/null", "w");
+    CHECK(fz_devnull != NULL);
+    return 0;
+}
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
+{
+    /* An exact-size copy: a read past `size` is caught. */
+    uint8_t *p = malloc(size == 0 ? 1 : size);
+    CHECK(p != NULL);
+    memcpy(p, data, size);
+    struct walk w;
+    walk_spans(p, size, &w);
+    fz_file_set(&fz_journal, p, size);
+    check_reader(size, &w);
+    check_report(&w);
+    check_verdict(p, size, &w);
+    check_utf8(p, size);
+    free(p);
+    return 0;
+}
