@@ -1166,9 +1166,11 @@ static void on_reply(struct rpx *rx, const uint8_t *buf, const struct resp_msg *
         return;
     }
     struct entry *e = rx->await;
-    if (e->kind == RK_PLAIN && e == rx->head && e->release_ms == 0 && !e->hide) {
+    if (e->kind == RK_PLAIN && e == rx->head && e->release_ms == 0 && !e->hide &&
+        evbuffer_get_length(e->bytes) == 0) {
         /* The common case: the reply due next, straight to the client (a
-         * small one copied into the output's last chain). */
+         * small one copied into the output's last chain).  Not when a push
+         * or pub/sub message that came first still waits in the entry. */
         evbuffer_remove_buffer(pend, rx->out[SIDE_CLIENT], m->len);
     } else if (e->kind == RK_PLAIN) {
         rx->held += m->len;
