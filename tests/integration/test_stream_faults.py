@@ -595,9 +595,18 @@ class SeededTriggers(h.TestCase):
                             [fk.rule_block("coin", "r", *rule_lines)], seed=seed)
         t = self.twice(conf)
         rtts = {}
-        for _ in range(n):
-            dt, addr = fk.ping_rtt(port)   # sequential: session numbers follow our order
-            rtts[addr] = dt
+        held = []   # kept open until the end: a closed client port can be reused at once
+        try:
+            for _ in range(n):
+                c = fk.RespConn(port, timeout=30)   # sequential: sessions follow our order
+                held.append(c)
+                addr = h.client_addr(c.sock)
+                r, dt = c.timed("PING")
+                self.assertEqual(r, b"PONG")
+                rtts[addr] = dt
+        finally:
+            for c in held:
+                c.close()
         sids = {fk.sid_of(t, a): dt for a, dt in rtts.items()}
         self.assertEqual(sorted(sids), list(range(1, n + 1)))
         fk.wait_closed_sids(t, sids)
