@@ -492,7 +492,9 @@ static void print_header_json(FILE *out, const struct report *rep)
     format_time(when, sizeof(when), h->start_unix_ms * 1000u);
     format_hex(hex, &h->config_sha256, 32);
     json_field(out, "{\n  ", "journal", rep->path);
-    fprintf(out, ",\n  \"version\": %u,\n  \"seed\": %llu", (unsigned)h->version,
+    /* The seed as a string: 64 random bits lose precision as a JSON number
+     * in most readers (doubles), and the seed must come back exact. */
+    fprintf(out, ",\n  \"version\": %u,\n  \"seed\": \"%llu\"", (unsigned)h->version,
             (unsigned long long)h->seed);
     json_field(out, ",\n  ", "config_sha256", hex);
     json_field(out, ",\n  ", "config_path", h->config_path);

@@ -366,7 +366,7 @@ static void print_json(FILE *out, const struct verdict_result *res, const struct
     fputs(",\n  \"effects\": ", out);
     json_write_string(out, in->effects);
     fprintf(out,
-            ",\n  \"seed\": %llu,\n  \"start_unix_ms\": %llu,\n  \"records\": %llu,\n"
+            ",\n  \"seed\": \"%llu\",\n  \"start_unix_ms\": %llu,\n  \"records\": %llu,\n"
             "  \"journal_truncated\": %s,\n  \"effect_lines\": %llu,\n  \"verdict\": ",
             (unsigned long long)in->seed, (unsigned long long)in->start_unix_ms,
             (unsigned long long)in->records, in->truncated ? "true" : "false",

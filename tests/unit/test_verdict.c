@@ -400,7 +400,7 @@ static void test_verdict_command_json(void **state)
     assert_contains(f->out, "\"verdict\": \"UNTESTED\"");
     assert_contains(f->out, "\"unknown_effects\": {\"ids\": 1, \"lines\": 1, "
                             "\"examples\": [\"ghost\"]}");
-    assert_contains(f->out, "\"seed\": 42,");
+    assert_contains(f->out, "\"seed\": \"42\",");
     assert_contains(f->out, "\"effect_lines\": 6,");
 }
 
@@ -554,7 +554,7 @@ static void test_report_json(void **state)
     write_journal(f->journal, mixed_journal, sizeof(mixed_journal) / sizeof(mixed_journal[0]));
     const char *argv[] = {"report", "--json", f->journal, "--message=m2"};
     assert_int_equal(run(f, report_run, 4, argv), 0);
-    assert_contains(f->out, "\"seed\": 42,");
+    assert_contains(f->out, "\"seed\": \"42\",");
     assert_contains(f->out, "\"config_sha256\": \"abababababababababababababababab"
                             "abababababababababababababababab\"");
     assert_contains(f->out, "{\"rule\": \"crash\", \"faults\": 1, \"action\": \"close\", "
