@@ -193,13 +193,7 @@ static void protocol_error(struct amqp_px *ax, const char *fmt, ...)
     va_start(ap, fmt);
     vsnprintf(msg, sizeof(msg), fmt, ap);
     va_end(ap);
-    struct log_line line;
-    log_begin(&line, LOG_WARN, "amqp protocol error");
-    log_u64(&line, "sid", ax->s->id);
-    log_str(&line, "listener", ax->s->cfg->l->name);
-    log_str(&line, "error", msg);
-    log_end(&line);
-    session_set_error(ax->s, "amqp: %s", msg);
+    codec_log_protocol_error(ax->s, msg, NULL);
     /* What went through before the bad frame still reaches the other side
      * (a publish, or the broker's connection.start, batched in the same
      * read is not lost). */
@@ -432,22 +426,8 @@ static void event_from_info(struct engine_event *ev, enum rule_event kind,
 /* Ask the rules about `ev`; returns the number of rules that fired. */
 static size_t decide(struct amqp_px *ax, struct engine_event *ev, size_t *hits)
 {
-    struct session *s = ax->s;
-    struct proxy *px = s->px;
-    s->px->events[ev->event]++;
-    if (px->rules == NULL)
-        return 0;
-    size_t n =
-        ruleset_decide(px->rules, s->cfg->l->name, ev, now_ms(), hits, SESSION_MAX_RULE_HITS);
-    for (size_t i = 0; i < n; i++) {
-        const struct rule *r = ruleset_rule(px->rules, hits[i]);
-        /* An expire is a fault only if it fires (on_expire notes it): a
-         * message acked in time was not faulted, and the verdict must not
-         * count it as tested. */
-        if (r->action.kind != RULE_ACT_EXPIRE)
-            fault_note(s, r, ev);
-    }
-    return n;
+    /* An expire is noted when it fires (on_expire), not here. */
+    return codec_decide(ax->s, ev, hits);
 }
 
 static const struct rule *hit_rule(struct amqp_px *ax, size_t idx)

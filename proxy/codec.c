@@ -3,6 +3,11 @@
  */
 #include "proxy/codec.h"
 
+#include <stdio.h>
+
+#include "proxy/fault.h"
+#include "proxy/log.h"
+
 const struct codec_ops *codec_for(const struct conf_listener *l)
 {
     switch (l->protocol) {
@@ -14,4 +19,35 @@ const struct codec_ops *codec_for(const struct conf_listener *l)
     default:
         return NULL;
     }
+}
+
+size_t codec_decide(struct session *s, const struct engine_event *ev, size_t *hits)
+{
+    struct proxy *px = s->px;
+    px->events[ev->event]++;
+    if (px->rules == NULL)
+        return 0;
+    size_t n =
+        ruleset_decide(px->rules, s->cfg->l->name, ev, proxy_now_ms(), hits, SESSION_MAX_RULE_HITS);
+    for (size_t i = 0; i < n; i++) {
+        const struct rule *r = ruleset_rule(px->rules, hits[i]);
+        if (r->action.kind != RULE_ACT_EXPIRE)
+            fault_note(s, r, ev);
+    }
+    return n;
+}
+
+void codec_log_protocol_error(struct session *s, const char *msg, const char *detail)
+{
+    char what[48];
+    snprintf(what, sizeof(what), "%s protocol error", s->codec->name);
+    struct log_line line;
+    log_begin(&line, LOG_WARN, what);
+    log_u64(&line, "sid", s->id);
+    log_str(&line, "listener", s->cfg->l->name);
+    log_str(&line, "error", msg);
+    if (detail != NULL)
+        log_str(&line, "detail", detail);
+    log_end(&line);
+    session_set_error(s, "%s: %s", s->codec->name, msg);
 }

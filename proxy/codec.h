@@ -15,6 +15,7 @@
 #include <stdbool.h>
 
 #include "proxy/session.h"
+#include "rules/engine.h"
 
 struct codec_ops {
     const char *name;
@@ -30,6 +31,17 @@ struct codec_ops {
      * after it is not an error).  May be NULL. */
     bool (*closed_cleanly)(void *state);
 };
+
+/* What every codec does with a protocol event: count it, ask the rules of
+ * the session's listener (writing the indexes of the rules that fire to
+ * hits, at most SESSION_MAX_RULE_HITS), and note each fault (log line and
+ * journal).  An `expire` is noted by the codec when its timer fires, not
+ * here: a message settled in time was not faulted. */
+size_t codec_decide(struct session *s, const struct engine_event *ev, size_t *hits);
+
+/* Logs that a peer broke the codec's protocol ("amqp protocol error") with
+ * `msg` and an optional `detail`, and records msg as the session's error. */
+void codec_log_protocol_error(struct session *s, const char *msg, const char *detail);
 
 /* The codec of a listener's protocol, or NULL for plain byte relaying. */
 const struct codec_ops *codec_for(const struct conf_listener *l);

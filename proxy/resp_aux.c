@@ -54,6 +54,27 @@ struct resp_aux {
 /* Every aux alive, so that the process can free them at exit. */
 static struct resp_aux *all_aux;
 
+/* Commands scheduled and not sent yet. */
+static size_t sends_pending(const struct resp_aux *a)
+{
+    size_t n = 0;
+    for (const struct aux_send *x = a->sends; x != NULL; x = x->next)
+        n += x->n;
+    return n;
+}
+
+/* Forgets every scheduled send. */
+static void sends_clear(struct resp_aux *a)
+{
+    while (a->sends != NULL) {
+        struct aux_send *x = a->sends;
+        a->sends = x->next;
+        event_free(x->ev);
+        evbuffer_free(x->cmds);
+        free(x);
+    }
+}
+
 static void aux_free(struct resp_aux *a)
 {
     if (a->prev_all != NULL)
@@ -62,13 +83,7 @@ static void aux_free(struct resp_aux *a)
         all_aux = a->next_all;
     if (a->next_all != NULL)
         a->next_all->prev_all = a->prev_all;
-    while (a->sends != NULL) {
-        struct aux_send *x = a->sends;
-        a->sends = x->next;
-        event_free(x->ev);
-        evbuffer_free(x->cmds);
-        free(x);
-    }
+    sends_clear(a);
     if (a->bev != NULL)
         bufferevent_free(a->bev);
     lconf_put(a->cfg);
@@ -83,9 +98,7 @@ static void maybe_done(struct resp_aux *a)
 
 static void aux_fail(struct resp_aux *a, const char *why)
 {
-    size_t lost = a->awaiting > a->prologue ? a->awaiting - a->prologue : 0;
-    for (struct aux_send *x = a->sends; x != NULL; x = x->next)
-        lost += x->n;
+    size_t lost = (a->awaiting > a->prologue ? a->awaiting - a->prologue : 0) + sends_pending(a);
     struct log_line line;
     log_begin(&line, LOG_WARN, "twice's own redis connection failed");
     log_u64(&line, "sid", a->sid);
@@ -94,13 +107,7 @@ static void aux_fail(struct resp_aux *a, const char *why)
     log_u64(&line, "commands_lost", lost);
     log_end(&line);
     a->failed = true;
-    while (a->sends != NULL) {
-        struct aux_send *x = a->sends;
-        a->sends = x->next;
-        event_free(x->ev);
-        evbuffer_free(x->cmds);
-        free(x);
-    }
+    sends_clear(a);
     if (a->bev != NULL) {
         bufferevent_free(a->bev);
         a->bev = NULL;
@@ -286,9 +293,7 @@ void resp_aux_free_all(void)
 {
     while (all_aux != NULL) {
         struct resp_aux *a = all_aux;
-        size_t later = 0;
-        for (struct aux_send *x = a->sends; x != NULL; x = x->next)
-            later += x->n;
+        size_t later = sends_pending(a);
         if (later > 0)
             log_msg(LOG_WARN, "shutdown drops commands twice had scheduled",
                     "sid=%llu listener=%s commands=%zu", (unsigned long long)a->sid,

@@ -41,7 +41,6 @@
 #include "proto/resp.h"
 #include "proto/resp_job.h"
 #include "proxy/codec.h"
-#include "proxy/fault.h"
 #include "proxy/idmap.h"
 #include "proxy/journal.h"
 #include "proxy/log.h"
@@ -213,13 +212,7 @@ static void protocol_error(struct rpx *rx, enum session_side from, const char *f
     va_start(ap, fmt);
     vsnprintf(msg, sizeof(msg), fmt, ap);
     va_end(ap);
-    struct log_line line;
-    log_begin(&line, LOG_WARN, "resp protocol error");
-    log_u64(&line, "sid", rx->s->id);
-    log_str(&line, "listener", rx->s->cfg->l->name);
-    log_str(&line, "error", msg);
-    log_end(&line);
-    session_set_error(rx->s, "resp: %s", msg);
+    codec_log_protocol_error(rx->s, msg, NULL);
     /* What came before the bad bytes still reaches the other side: commands
      * forwarded to Redis, or the replies due to the client. */
     enum session_side to = from == SIDE_CLIENT ? SIDE_UPSTREAM : SIDE_CLIENT;
@@ -378,16 +371,7 @@ static bool wanted(struct rpx *rx, enum rule_event ev)
 
 static size_t decide(struct rpx *rx, struct engine_event *ev, size_t *hits)
 {
-    struct session *s = rx->s;
-    struct proxy *px = s->px;
-    px->events[ev->event]++;
-    if (px->rules == NULL)
-        return 0;
-    size_t n =
-        ruleset_decide(px->rules, s->cfg->l->name, ev, now_ms(), hits, SESSION_MAX_RULE_HITS);
-    for (size_t i = 0; i < n; i++)
-        fault_note(s, ruleset_rule(px->rules, hits[i]), ev);
-    return n;
+    return codec_decide(rx->s, ev, hits);
 }
 
 static const struct rule *hit_rule(struct rpx *rx, size_t idx)
@@ -2101,6 +2085,7 @@ static int scan_error(struct rpx *rx, enum session_side side, int rc)
         protocol_error(rx, SIDE_UPSTREAM, "server sent %s", resp_strerror(rc));
         return -1;
     }
+    /* Not the session's error: it goes on, and Redis ends it. */
     struct log_line line;
     log_begin(&line, LOG_WARN, "resp protocol error");
     log_u64(&line, "sid", rx->s->id);
