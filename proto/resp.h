@@ -184,6 +184,7 @@ void resp_scanner_reset(struct resp_scanner *sc);
 /*
  * Scans the bytes at the start of buf[0..len), which the caller has positioned at a message
  * boundary.  Returns 1 with *out filled when a whole message is present: consume out->len bytes.
+ * Only out->elem[0 .. max(3, min(nelem, RESP_MSG_VIEWS))) are written: read no view past nelem.
  * Returns 0 when more bytes are needed; nothing is consumed and out->len is a lower bound of the
  * message's length (the whole of it once a bulk header has been read).  Call again with the same
  * bytes followed by more: the scanner resumes where it stopped, so feeding a 64 MiB bulk in 16 KiB

@@ -120,13 +120,16 @@ static bool resp_xread_blocks(const struct resp_msg *m, const uint8_t *buf)
 /* Flags, pub/sub kind and HELLO version from the command's name and arguments. */
 static void resp_classify(const struct resp_msg *m, const uint8_t *buf, struct resp_cmd *c)
 {
+    /* Runs for every command: the first letter rules out most of the table
+     * before a strcmp. */
     for (size_t i = 0; i < sizeof(resp_cmd_table) / sizeof(resp_cmd_table[0]); i++) {
-        if (strcmp(c->name, resp_cmd_table[i].name) == 0) {
+        if (c->name[0] == resp_cmd_table[i].name[0] && strcmp(c->name, resp_cmd_table[i].name) == 0) {
             c->flags = resp_cmd_table[i].flags;
             c->sub_kind = resp_cmd_table[i].sub_kind;
+            break;
         }
     }
-    if (strcmp(c->name, "XREAD") == 0 || strcmp(c->name, "XREADGROUP") == 0)
+    if (c->name[0] == 'X' && (strcmp(c->name, "XREAD") == 0 || strcmp(c->name, "XREADGROUP") == 0))
         c->flags |= resp_xread_blocks(m, buf) ? RESP_CMD_BLOCKING : 0;
     if (c->flags & RESP_CMD_SUBSCRIBE) {
         c->replies = m->nelem - 1 > UINT32_MAX ? UINT32_MAX : (uint32_t)(m->nelem - 1);

@@ -339,10 +339,24 @@ void resp_scanner_init(struct resp_scanner *sc, enum resp_side side)
 }
 
 /* Forgets the current message's progress; limits and the sticky error stay. */
+/* Views of cur.elem[] a message may have filled: every view is filed after
+ * the count that bounds it (resp_record, resp_scan_inline). */
+static size_t resp_views_used(const struct resp_msg *m)
+{
+    return m->nelem < RESP_MSG_VIEWS ? (size_t)m->nelem : RESP_MSG_VIEWS;
+}
+
+/* Back to a message boundary.  Runs once per message, so it clears what a
+ * message can have set and not the whole struct (about 1.5 KiB): the stack
+ * is written by every push before it is read, and cur.elem[] only as far
+ * as the last message filled it. */
 static void resp_restart(struct resp_scanner *sc)
 {
+    size_t used = resp_views_used(&sc->cur);
     size_t from = offsetof(struct resp_scanner, started);
-    memset((uint8_t *)sc + from, 0, sizeof(*sc) - from);
+    memset((uint8_t *)sc + from, 0, offsetof(struct resp_scanner, stack) - from);
+    memset(sc->cur.elem, 0, used * sizeof(sc->cur.elem[0]));
+    memset(&sc->cur, 0, offsetof(struct resp_msg, elem));
 }
 
 void resp_scanner_reset(struct resp_scanner *sc)
@@ -620,11 +634,15 @@ int resp_scan(struct resp_scanner *sc, const uint8_t *buf, size_t len, struct re
         return rc;
     }
     if (rc == 0) {
-        memset(out, 0, sizeof(*out));
+        memset(out, 0, offsetof(struct resp_msg, elem));
         out->len = sc->in_bulk ? sc->bulk_end + 2 : len + 1;
         return 0;
     }
-    *out = sc->cur;
+    /* The header and the views filled (at least three, zeros past nelem,
+     * for callers that look at the first words before checking nelem);
+     * the rest of out->elem[] is left as it was. */
+    size_t views = resp_views_used(&sc->cur);
+    memcpy(out, &sc->cur, offsetof(struct resp_msg, elem) + (views < 3 ? 3 : views) * sizeof(sc->cur.elem[0]));
     out->len = sc->pos;
     resp_restart(sc);
     return 1;

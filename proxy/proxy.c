@@ -429,6 +429,13 @@ static void on_reap(evutil_socket_t fd, short what, void *arg)
     }
 }
 
+static void on_flush(evutil_socket_t fd, short what, void *arg)
+{
+    (void)fd;
+    (void)what;
+    session_flush_all(arg);
+}
+
 static void on_janitor(evutil_socket_t fd, short what, void *arg)
 {
     (void)fd;
@@ -445,12 +452,13 @@ static int setup_events(struct proxy *px)
 {
     struct timeval second = {.tv_sec = 1, .tv_usec = 0};
     px->reaper = event_new(px->base, -1, 0, on_reap, px);
+    px->flusher = event_new(px->base, -1, 0, on_flush, px);
     px->janitor = event_new(px->base, -1, EV_PERSIST, on_janitor, px);
     px->grace_timer = evtimer_new(px->base, on_grace_over, px);
     px->sig_term = evsignal_new(px->base, SIGTERM, on_signal, px);
     px->sig_int = evsignal_new(px->base, SIGINT, on_signal, px);
     px->sig_hup = evsignal_new(px->base, SIGHUP, on_signal, px);
-    if (px->reaper == NULL || px->janitor == NULL || px->grace_timer == NULL ||
+    if (px->reaper == NULL || px->flusher == NULL || px->janitor == NULL || px->grace_timer == NULL ||
         px->sig_term == NULL || px->sig_int == NULL || px->sig_hup == NULL)
         return -1;
     if (event_add(px->janitor, &second) != 0 || evsignal_add(px->sig_term, NULL) != 0 ||
@@ -636,6 +644,7 @@ void proxy_free(struct proxy *px)
         free(st);
     }
     free_event(&px->reaper);
+    free_event(&px->flusher);
     free_event(&px->janitor);
     free_event(&px->grace_timer);
     free_event(&px->sig_term);

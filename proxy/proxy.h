@@ -28,6 +28,7 @@
 #include "rules/rule.h"
 
 struct session;
+struct session_end;
 struct ruleset;
 struct journal;
 
@@ -82,6 +83,8 @@ struct proxy {
     struct session *sessions; /* every session not yet freed */
     struct session *reap;     /* closed sessions to free after dispatch */
     struct event *reaper;
+    struct event *flusher;                /* writes the ends in flush_list */
+    struct session_end *flush_list;       /* ends with output to write this turn */
     struct event *janitor; /* 1 s: idle and drain timeouts */
     struct event *sig_term, *sig_int, *sig_hup;
     struct event *grace_timer;

@@ -159,7 +159,7 @@ struct rpx {
 
 /* Entries kept for reuse per session (an entry per command otherwise costs
  * two allocations). */
-#define RPX_SPARE_MAX 8u
+#define RPX_SPARE_MAX 64u
 
 enum { SETUP_AUTH, SETUP_HELLO, SETUP_SELECT };
 enum { DECIDED_COMMAND = 1, DECIDED_ALL = 2 };
@@ -2127,8 +2127,7 @@ static int scan_one(struct rpx *rx, enum session_side side, struct resp_msg *m, 
             return 0;
         }
     }
-    rx->need[side] = 0;
-    resp_scanner_reset(&rx->sc[side]);
+    rx->need[side] = 0; /* resp_scan left the scanner at the next message */
     return 1;
 }
 

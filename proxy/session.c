@@ -6,6 +6,22 @@
  * decide; every change of state goes through session_set_state(), and a
  * session that closes is freed by the proxy's reaper after the current
  * callback has returned, never from inside it.
+ *
+ * Direct writes.  A bufferevent writes on the loop turn after bytes are
+ * queued and turns EPOLLOUT on and off around every write: per relayed frame
+ * an epoll_ctl, an epoll_wait, the write and another epoll_ctl.  A plain TCP
+ * end that is relaying instead keeps EV_WRITE off; bytes queued on it put it
+ * on px->flush_list, and the proxy's flusher (activated once, run after the
+ * other callbacks of the turn) writes each listed end with one writev.  Only
+ * when the kernel takes less than all of it is EV_WRITE turned on, and
+ * libevent writes the rest when the socket is writable, as before.  This is
+ * what HAProxy does (speculative sends, polling only after EAGAIN).  TLS ends
+ * keep the bufferevent's own path.
+ *
+ * Reads: libevent 2.1 reads at most 4096 bytes per readiness event
+ * (EVBUFFER_MAX_READ).  When a read came back full, on_read reads what else
+ * is waiting into the same input buffer in one readv, so a 1 MiB body costs
+ * a few system calls and loop turns instead of 256.
  */
 #include "proxy/session.h"
 
@@ -22,6 +38,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <sys/uio.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -37,6 +54,8 @@ static void on_read(struct bufferevent *bev, void *arg);
 static void on_write(struct bufferevent *bev, void *arg);
 static void on_event(struct bufferevent *bev, short what, void *arg);
 static void want_drain(struct session *s, enum session_side side, size_t low);
+static void direct_start(struct session *s, enum session_side side);
+static void direct_stop(struct session_end *e);
 
 static const char *const state_names[] = {"resolving", "connecting", "relaying", "draining",
                                           "closed"};
@@ -104,8 +123,22 @@ static void log_close(const struct session *s)
     log_end(&line);
 }
 
+static void flush_unqueue(struct session_end *e)
+{
+    if (!e->flush_queued)
+        return;
+    *e->flush_pprev = e->flush_next;
+    if (e->flush_next != NULL)
+        e->flush_next->flush_pprev = e->flush_pprev;
+    e->flush_queued = false;
+    e->flush_next = NULL;
+    e->flush_pprev = NULL;
+}
+
 static void free_end(struct session_end *e)
 {
+    flush_unqueue(e);
+    e->direct = false;
     if (e->bev != NULL) {
         bufferevent_free(e->bev);
         e->bev = NULL;
@@ -342,6 +375,62 @@ static void relay(struct session *s, enum session_side from)
         session_send(s, (enum session_side) !from, in);
         count_bytes(s, from, n);
     }
+    if (s->end[from].bev != NULL)
+        s->end[from].input_left = evbuffer_get_length(in);
+}
+
+/* libevent 2.1's per-read cap (EVBUFFER_MAX_READ in buffer.c). */
+#define LIBEVENT_READ_CAP 4096u
+/* What read_more takes in one readv. */
+#define READ_MORE_MAX (128u * 1024u)
+
+/* The bufferevent's read came back full: take what else the socket holds
+ * in one readv, up to the input limit (see the top of this file). */
+static void read_more(struct session *s, enum session_side side)
+{
+    struct session_end *e = &s->end[side];
+    struct evbuffer *in = bufferevent_get_input(e->bev);
+    size_t len = evbuffer_get_length(in);
+    if (!e->direct || len < e->input_left + LIBEVENT_READ_CAP || len >= SESSION_INPUT_HIGH)
+        return;
+    size_t want = SESSION_INPUT_HIGH - len;
+    if (want > READ_MORE_MAX)
+        want = READ_MORE_MAX;
+    /* The bufferevent freezes the end of its input between its own reads;
+     * thawed for this one as bufferevent_readcb does. */
+    evbuffer_unfreeze(in, 0);
+    struct evbuffer_iovec vec[2];
+    int nvec = evbuffer_reserve_space(in, (ev_ssize_t)want, vec, 2);
+    if (nvec <= 0) {
+        evbuffer_freeze(in, 0);
+        return;
+    }
+    size_t room = 0;
+    for (int i = 0; i < nvec; i++) {
+        if (room + vec[i].iov_len > want)
+            vec[i].iov_len = want - room;
+        room += vec[i].iov_len;
+    }
+    struct iovec iov[2];
+    for (int i = 0; i < nvec; i++) {
+        iov[i].iov_base = vec[i].iov_base;
+        iov[i].iov_len = vec[i].iov_len;
+    }
+    ssize_t n = readv(bufferevent_getfd(e->bev), iov, nvec);
+    if (n <= 0) {
+        /* EAGAIN, or an EOF or error the bufferevent sees on its next read. */
+        evbuffer_commit_space(in, vec, 0);
+        evbuffer_freeze(in, 0);
+        return;
+    }
+    size_t left = (size_t)n;
+    for (int i = 0; i < nvec; i++) {
+        if (vec[i].iov_len > left)
+            vec[i].iov_len = left;
+        left -= vec[i].iov_len;
+    }
+    evbuffer_commit_space(in, vec, nvec);
+    evbuffer_freeze(in, 0);
 }
 
 static void on_read(struct bufferevent *bev, void *arg)
@@ -350,7 +439,97 @@ static void on_read(struct bufferevent *bev, void *arg)
     s->last_active.tv_sec = 0; /* marks activity; see session_tick */
     if (s->state != SESSION_RELAYING)
         return; /* kept in the input buffer until the upstream is ready */
-    relay(s, side_of(s, bev));
+    enum session_side side = side_of(s, bev);
+    read_more(s, side);
+    relay(s, side);
+}
+
+/* Write what is queued toward `e` now (see the top of this file). */
+static void flush_end(struct session_end *e)
+{
+    struct session *s = e->owner;
+    struct bufferevent *bev = e->bev;
+    if (bev == NULL)
+        return;
+    struct evbuffer *out = bufferevent_get_output(bev);
+    if (!e->direct || s->state != SESSION_RELAYING) {
+        if (evbuffer_get_length(out) > 0)
+            bufferevent_enable(bev, EV_WRITE);
+        return;
+    }
+    if (evbuffer_get_length(out) > 0) {
+        /* A socket bufferevent freezes the front of its output between its
+         * own writes; thaw it for this one as bufferevent_writecb does. */
+        evbuffer_unfreeze(out, 1);
+        (void)evbuffer_write(out, bufferevent_getfd(bev));
+        evbuffer_freeze(out, 1);
+    }
+    if (evbuffer_get_length(out) > 0) {
+        /* The kernel took less (or failed): libevent writes the rest when
+         * the socket is writable and reports an error as usual. */
+        bufferevent_enable(bev, EV_WRITE);
+        return;
+    }
+    if (bufferevent_get_enabled(bev) & EV_WRITE)
+        bufferevent_disable(bev, EV_WRITE);
+    if (e->write_cb)
+        on_write(bev, s); /* what the bufferevent would call once drained */
+}
+
+void session_flush_all(struct proxy *px)
+{
+    while (px->flush_list != NULL) {
+        struct session_end *e = px->flush_list;
+        flush_unqueue(e);
+        flush_end(e);
+    }
+}
+
+/* Output was added toward a direct end: write it at the end of this turn. */
+static void on_output_changed(struct evbuffer *buf, const struct evbuffer_cb_info *info, void *arg)
+{
+    (void)buf;
+    struct session_end *e = arg;
+    if (info->n_added == 0 || e->flush_queued || !e->direct)
+        return;
+    struct proxy *px = e->owner->px;
+    if (px->flush_list == NULL)
+        event_active(px->flusher, EV_WRITE, 0);
+    e->flush_queued = true;
+    e->flush_next = px->flush_list;
+    e->flush_pprev = &px->flush_list;
+    if (px->flush_list != NULL)
+        px->flush_list->flush_pprev = &e->flush_next;
+    px->flush_list = e;
+}
+
+/* Put a plain end that starts relaying into direct mode. */
+static void direct_start(struct session *s, enum session_side side)
+{
+    struct session_end *e = &s->end[side];
+    e->owner = s;
+    if (e->tls || e->bev == NULL || e->direct || s->px->flusher == NULL)
+        return;
+    struct evbuffer *out = bufferevent_get_output(e->bev);
+    if (evbuffer_add_cb(out, on_output_changed, e) == NULL)
+        return; /* stays on the bufferevent's path */
+    e->direct = true;
+    if (evbuffer_get_length(out) > 0) {
+        struct evbuffer_cb_info info = {.n_added = 1};
+        on_output_changed(out, &info, e);
+    } else {
+        bufferevent_disable(e->bev, EV_WRITE);
+    }
+}
+
+/* Back to the bufferevent's own writes (draining). */
+static void direct_stop(struct session_end *e)
+{
+    if (e->bev == NULL || !e->direct)
+        return;
+    e->direct = false;
+    flush_unqueue(e);
+    bufferevent_enable(e->bev, EV_WRITE);
 }
 
 /* Ask for on_write when the output toward `side` drains to `low` bytes.  The
@@ -361,6 +540,7 @@ static void want_drain(struct session *s, enum session_side side, size_t low)
     struct bufferevent *bev = s->end[side].bev;
     bufferevent_setcb(bev, on_read, on_write, on_event, s);
     bufferevent_setwatermark(bev, EV_WRITE, low, 0);
+    s->end[side].write_cb = true;
 }
 
 static void on_write(struct bufferevent *bev, void *arg)
@@ -406,8 +586,10 @@ static void on_write(struct bufferevent *bev, void *arg)
     /* The write callback stays while a slice released from here waits for
      * its drain (else the next slice would wait forever). */
     if (!src->paused && (s->shaper[from] == NULL ||
-                         (shaper_held(s->shaper[from]) == 0 && !shaper_waiting(s->shaper[from]))))
+                         (shaper_held(s->shaper[from]) == 0 && !shaper_waiting(s->shaper[from])))) {
         bufferevent_setcb(bev, on_read, NULL, on_event, s);
+        s->end[to].write_cb = false;
+    }
 }
 
 /* One side failed: flush what the other side still has to receive, then
@@ -425,6 +607,7 @@ static void start_draining(struct session *s, enum session_side failed,
         return;
     }
     bufferevent_disable(o->bev, EV_READ);
+    direct_stop(o);
     want_drain(s, other, 0);
     monotonic_now(&s->drain_started);
     session_set_state(s, SESSION_DRAINING);
@@ -613,6 +796,8 @@ static void start_relaying(struct session *s)
     session_set_state(s, SESSION_RELAYING);
     struct session_end *c = &s->end[SIDE_CLIENT], *u = &s->end[SIDE_UPSTREAM];
     bufferevent_enable(u->bev, EV_READ | EV_WRITE);
+    direct_start(s, SIDE_CLIENT);
+    direct_start(s, SIDE_UPSTREAM);
     if (s->faults.close_after) {
         session_set_error(s, "closed by rule '%s' after connecting upstream", s->faults.close_rule);
         session_close(s, SESSION_CLOSE_FAULT);

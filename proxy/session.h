@@ -87,6 +87,13 @@ struct session_end {
     bool shut;       /* we shut down our writing toward this peer */
     bool paused;     /* reading from this peer is paused by backpressure */
     bool codec_hold; /* the codec holds too much of what this peer sent */
+    /* Direct writes (plain TCP while relaying; see session.c). */
+    bool direct;         /* EV_WRITE is off until a write falls short */
+    bool write_cb;       /* on_write is installed (someone waits for a drain) */
+    bool flush_queued;   /* in px->flush_list */
+    size_t input_left;   /* bytes left unread in the input after the last relay */
+    struct session *owner;
+    struct session_end *flush_next, **flush_pprev;
 };
 
 struct shaper;
@@ -144,6 +151,9 @@ void session_close(struct session *s, enum session_close_reason reason);
 
 /* Periodic check of idle and drain timeouts, `now` monotonic. */
 void session_tick(struct session *s, const struct timeval *now);
+
+/* Write the output queued on direct ends this turn (the proxy's flusher). */
+void session_flush_all(struct proxy *px);
 
 /* Free a CLOSED session; only the proxy's reaper calls this. */
 void session_free(struct session *s);

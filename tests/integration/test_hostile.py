@@ -396,7 +396,13 @@ class MalformedResp(HostileCase):
             self.assertEqual(via, direct, "%s: what the client receives through twice" % name)
             self.assertTrue(vclosed, "%s: the session through twice was not closed" % name)
             rec = hk.session_of(tw, addr)
-            self.assertEqual(rec["reason"], "upstream_closed", "%s: %r" % (name, rec))
+            # Redis closes after its error; when part of the bytes reached it after it had
+            # read the rest (a split the kernel or a loaded machine may make), it closes with
+            # them unread and the close is a reset: the client sees the same either way.
+            if rec["reason"] == "upstream_error":
+                self.assertIn("reset", rec.get("error", ""), "%s: %r" % (name, rec))
+            else:
+                self.assertEqual(rec["reason"], "upstream_closed", "%s: %r" % (name, rec))
             self.assert_protocol_error(tw, rec, "resp protocol error")
             h.log("resp %-28s -> %r; %s" % (name, via[-60:], rec["reason"]))
             if i == len(refused) // 2:
