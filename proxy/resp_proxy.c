@@ -1742,8 +1742,32 @@ static int tx_plan(struct rpx *rx, const uint8_t *buf, size_t len, size_t off,
 
 enum cmd_result { CMD_DONE, CMD_WAIT, CMD_STOP };
 
-/* Handles the whole command at the head of pend[CLIENT]. */
+/* Whether anything needs what a profile reads from jobs: the journal (every
+ * publish, delivery and ack is recorded with the job's identity) or a rule
+ * on those events.  Without either a profiled listener only relays, paired
+ * and scanned, and decodes no job JSON: that was a third of its CPU. */
+static bool jobs_needed(struct rpx *rx)
+{
+    return rx->s->px->journal != NULL || wanted(rx, RULE_EV_PUBLISH) ||
+           wanted(rx, RULE_EV_DELIVER) || wanted(rx, RULE_EV_ACK) || wanted(rx, RULE_EV_NACK);
+}
+
+static enum cmd_result command_in(struct rpx *rx, const uint8_t *buf, const struct resp_msg *m);
+
+/* One client command: through the profile when jobs_needed(), else as
+ * under no profile. */
 static enum cmd_result command(struct rpx *rx, const uint8_t *buf, const struct resp_msg *m)
+{
+    enum profile prof = rx->prof;
+    if (prof != PROF_NONE && !jobs_needed(rx))
+        rx->prof = PROF_NONE;
+    enum cmd_result r = command_in(rx, buf, m);
+    rx->prof = prof;
+    return r;
+}
+
+/* Handles the whole command at the head of pend[CLIENT]. */
+static enum cmd_result command_in(struct rpx *rx, const uint8_t *buf, const struct resp_msg *m)
 {
     struct cmdview cv;
     cmdview_init(&cv, buf, m);

@@ -18,10 +18,14 @@
  * what HAProxy does (speculative sends, polling only after EAGAIN).  TLS ends
  * keep the bufferevent's own path.
  *
- * Reads: libevent 2.1 reads at most 4096 bytes per readiness event
- * (EVBUFFER_MAX_READ).  When a read came back full, on_read reads what else
- * is waiting into the same input buffer in one readv, so a 1 MiB body costs
- * a few system calls and loop turns instead of 256.
+ * Reads: a bufferevent asks FIONREAD before every read, reads at most 4096
+ * bytes per readiness event (EVBUFFER_MAX_READ in libevent 2.1) and hands
+ * them over one loop turn later (deferred callbacks).  A direct end reads
+ * with its own event instead: one readv of up to its read limit into the
+ * same input buffer, relayed at once.  Per relayed message that leaves a
+ * readv and a writev, plus an epoll_wait shared by the turn, as HAProxy.
+ * Backpressure and codec holds turn that event on and off (set_reading)
+ * as they did the bufferevent's.
  */
 #include "proxy/session.h"
 
@@ -56,6 +60,9 @@ static void on_event(struct bufferevent *bev, short what, void *arg);
 static void want_drain(struct session *s, enum session_side side, size_t low);
 static void direct_start(struct session *s, enum session_side side);
 static void direct_stop(struct session_end *e);
+static void rd_free(struct session_end *e);
+static void rd_update(struct session_end *e);
+static void set_reading(struct session *s, enum session_side side, bool on);
 
 static const char *const state_names[] = {"resolving", "connecting", "relaying", "draining",
                                           "closed"};
@@ -135,9 +142,19 @@ static void flush_unqueue(struct session_end *e)
     e->flush_pprev = NULL;
 }
 
+static void rd_free(struct session_end *e)
+{
+    if (e->rd != NULL) {
+        event_free(e->rd);
+        e->rd = NULL;
+    }
+    e->rd_armed = e->rd_want = false;
+}
+
 static void free_end(struct session_end *e)
 {
     flush_unqueue(e);
+    rd_free(e);
     e->direct = false;
     if (e->bev != NULL) {
         bufferevent_free(e->bev);
@@ -321,7 +338,7 @@ int session_send(struct session *s, enum session_side to, struct evbuffer *buf)
     size_t pending = evbuffer_get_length(out) + (sh != NULL ? shaper_held(sh) : 0);
     if (pending >= SESSION_OUTPUT_HIGH && !src->paused && src->bev != NULL) {
         src->paused = true;
-        bufferevent_disable(src->bev, EV_READ);
+        set_reading(s, from, false);
         want_drain(s, to, SESSION_OUTPUT_HIGH / 2);
     }
     return 0;
@@ -375,62 +392,8 @@ static void relay(struct session *s, enum session_side from)
         session_send(s, (enum session_side) !from, in);
         count_bytes(s, from, n);
     }
-    if (s->end[from].bev != NULL)
-        s->end[from].input_left = evbuffer_get_length(in);
-}
-
-/* libevent 2.1's per-read cap (EVBUFFER_MAX_READ in buffer.c). */
-#define LIBEVENT_READ_CAP 4096u
-/* What read_more takes in one readv. */
-#define READ_MORE_MAX (128u * 1024u)
-
-/* The bufferevent's read came back full: take what else the socket holds
- * in one readv, up to the input limit (see the top of this file). */
-static void read_more(struct session *s, enum session_side side)
-{
-    struct session_end *e = &s->end[side];
-    struct evbuffer *in = bufferevent_get_input(e->bev);
-    size_t len = evbuffer_get_length(in);
-    if (!e->direct || len < e->input_left + LIBEVENT_READ_CAP || len >= SESSION_INPUT_HIGH)
-        return;
-    size_t want = SESSION_INPUT_HIGH - len;
-    if (want > READ_MORE_MAX)
-        want = READ_MORE_MAX;
-    /* The bufferevent freezes the end of its input between its own reads;
-     * thawed for this one as bufferevent_readcb does. */
-    evbuffer_unfreeze(in, 0);
-    struct evbuffer_iovec vec[2];
-    int nvec = evbuffer_reserve_space(in, (ev_ssize_t)want, vec, 2);
-    if (nvec <= 0) {
-        evbuffer_freeze(in, 0);
-        return;
-    }
-    size_t room = 0;
-    for (int i = 0; i < nvec; i++) {
-        if (room + vec[i].iov_len > want)
-            vec[i].iov_len = want - room;
-        room += vec[i].iov_len;
-    }
-    struct iovec iov[2];
-    for (int i = 0; i < nvec; i++) {
-        iov[i].iov_base = vec[i].iov_base;
-        iov[i].iov_len = vec[i].iov_len;
-    }
-    ssize_t n = readv(bufferevent_getfd(e->bev), iov, nvec);
-    if (n <= 0) {
-        /* EAGAIN, or an EOF or error the bufferevent sees on its next read. */
-        evbuffer_commit_space(in, vec, 0);
-        evbuffer_freeze(in, 0);
-        return;
-    }
-    size_t left = (size_t)n;
-    for (int i = 0; i < nvec; i++) {
-        if (vec[i].iov_len > left)
-            vec[i].iov_len = left;
-        left -= vec[i].iov_len;
-    }
-    evbuffer_commit_space(in, vec, nvec);
-    evbuffer_freeze(in, 0);
+    if (s->end[from].rd != NULL && !s->end[from].rd_armed)
+        rd_update(&s->end[from]); /* under the read limit again */
 }
 
 static void on_read(struct bufferevent *bev, void *arg)
@@ -439,9 +402,106 @@ static void on_read(struct bufferevent *bev, void *arg)
     s->last_active.tv_sec = 0; /* marks activity; see session_tick */
     if (s->state != SESSION_RELAYING)
         return; /* kept in the input buffer until the upstream is ready */
-    enum session_side side = side_of(s, bev);
-    read_more(s, side);
-    relay(s, side);
+    relay(s, side_of(s, bev));
+}
+
+/* Bounds of what one direct read asks for. */
+#define DIRECT_READ_MIN (16u * 1024u)
+#define DIRECT_READ_MAX (256u * 1024u)
+
+static size_t read_limit(const struct session_end *e)
+{
+    return e->read_limit > SESSION_INPUT_HIGH ? e->read_limit : SESSION_INPUT_HIGH;
+}
+
+/* Add or remove a direct end's read event to match rd_want and the input. */
+static void rd_update(struct session_end *e)
+{
+    if (e->rd == NULL)
+        return;
+    bool arm = e->rd_want && e->bev != NULL &&
+               evbuffer_get_length(bufferevent_get_input(e->bev)) < read_limit(e);
+    if (arm == e->rd_armed)
+        return;
+    if (arm ? event_add(e->rd, NULL) == 0 : event_del(e->rd) == 0)
+        e->rd_armed = arm;
+}
+
+/* Reading from side `side` on or off. */
+static void set_reading(struct session *s, enum session_side side, bool on)
+{
+    struct session_end *e = &s->end[side];
+    if (e->bev == NULL)
+        return;
+    if (e->rd != NULL) {
+        e->rd_want = on;
+        rd_update(e);
+    } else if (on) {
+        bufferevent_enable(e->bev, EV_READ);
+    } else {
+        bufferevent_disable(e->bev, EV_READ);
+    }
+}
+
+/* A direct end is readable: one readv into its input, then relay. */
+static void on_direct_read(evutil_socket_t fd, short what, void *arg)
+{
+    (void)what;
+    struct session_end *e = arg;
+    struct session *s = e->owner;
+    struct bufferevent *bev = e->bev;
+    struct evbuffer *in = bufferevent_get_input(bev);
+    size_t len = evbuffer_get_length(in), limit = read_limit(e);
+    if (len >= limit) {
+        rd_update(e);
+        return;
+    }
+    /* A read asks for what the last ones needed, from 16 KiB (a heap chunk
+     * malloc reuses) doubling while reads come back full, up to the limit:
+     * asking 256 KiB every time made glibc grow and trim the heap per read. */
+    if (e->read_size == 0)
+        e->read_size = DIRECT_READ_MIN;
+    size_t want = limit - len < e->read_size ? limit - len : e->read_size;
+    /* The bufferevent freezes the end of its input: thawed for this read
+     * as bufferevent_readcb does. */
+    evbuffer_unfreeze(in, 0);
+    struct evbuffer_iovec vec[2];
+    int nvec = evbuffer_reserve_space(in, (ev_ssize_t)want, vec, 2);
+    ssize_t n = -1;
+    int err = ENOMEM;
+    if (nvec > 0) {
+        struct iovec iov[2];
+        size_t room = 0;
+        for (int i = 0; i < nvec; i++) {
+            iov[i].iov_base = vec[i].iov_base;
+            iov[i].iov_len = room + vec[i].iov_len > want ? want - room : vec[i].iov_len;
+            room += iov[i].iov_len;
+        }
+        n = readv(fd, iov, nvec);
+        err = errno;
+        size_t left = n > 0 ? (size_t)n : 0;
+        for (int i = 0; i < nvec; i++) {
+            vec[i].iov_len = iov[i].iov_len < left ? iov[i].iov_len : left;
+            left -= vec[i].iov_len;
+        }
+        evbuffer_commit_space(in, vec, n > 0 ? nvec : 0);
+    }
+    evbuffer_freeze(in, 0);
+    if (n > 0 && (size_t)n == want && e->read_size < DIRECT_READ_MAX)
+        e->read_size *= 2;
+    else if (n > 0 && (size_t)n < e->read_size / 8 && e->read_size > DIRECT_READ_MIN)
+        e->read_size /= 2;
+    if (n > 0) {
+        on_read(bev, s);
+        return;
+    }
+    if (n < 0 && (err == EAGAIN || err == EWOULDBLOCK || err == EINTR))
+        return;
+    /* EOF or an error: reported as the bufferevent would, reading off. */
+    e->rd_want = false;
+    rd_update(e);
+    errno = n == 0 ? 0 : err;
+    on_event(bev, (short)(BEV_EVENT_READING | (n == 0 ? BEV_EVENT_EOF : BEV_EVENT_ERROR)), s);
 }
 
 /* Write what is queued toward `e` now (see the top of this file). */
@@ -511,9 +571,19 @@ static void direct_start(struct session *s, enum session_side side)
     if (e->tls || e->bev == NULL || e->direct || s->px->flusher == NULL)
         return;
     struct evbuffer *out = bufferevent_get_output(e->bev);
-    if (evbuffer_add_cb(out, on_output_changed, e) == NULL)
+    e->rd = event_new(s->px->base, bufferevent_getfd(e->bev), EV_READ | EV_PERSIST, on_direct_read,
+                      e);
+    if (e->rd == NULL)
         return; /* stays on the bufferevent's path */
+    if (evbuffer_add_cb(out, on_output_changed, e) == NULL) {
+        event_free(e->rd);
+        e->rd = NULL;
+        return;
+    }
     e->direct = true;
+    e->rd_want = (bufferevent_get_enabled(e->bev) & EV_READ) != 0;
+    bufferevent_disable(e->bev, EV_READ);
+    rd_update(e);
     if (evbuffer_get_length(out) > 0) {
         struct evbuffer_cb_info info = {.n_added = 1};
         on_output_changed(out, &info, e);
@@ -529,6 +599,10 @@ static void direct_stop(struct session_end *e)
         return;
     e->direct = false;
     flush_unqueue(e);
+    bool reading = e->rd_want;
+    rd_free(e);
+    if (reading)
+        bufferevent_enable(e->bev, EV_READ);
     bufferevent_enable(e->bev, EV_WRITE);
 }
 
@@ -568,7 +642,7 @@ static void on_write(struct bufferevent *bev, void *arg)
     if (src->paused && pending <= SESSION_OUTPUT_HIGH / 2) {
         src->paused = false;
         if (!src->eof && !src->codec_hold)
-            bufferevent_enable(src->bev, EV_READ);
+            set_reading(s, from, true);
         relay(s, from); /* what arrived while paused; may pause again */
         if (s->state != SESSION_RELAYING || src->paused)
             return;
@@ -606,7 +680,7 @@ static void start_draining(struct session *s, enum session_side failed,
         session_close(s, reason);
         return;
     }
-    bufferevent_disable(o->bev, EV_READ);
+    set_reading(s, other, false);
     direct_stop(o);
     want_drain(s, other, 0);
     monotonic_now(&s->drain_started);
@@ -617,7 +691,7 @@ static void on_peer_eof(struct session *s, enum session_side side)
 {
     struct session_end *e = &s->end[side];
     e->eof = true;
-    bufferevent_disable(e->bev, EV_READ);
+    set_reading(s, side, false);
     if (!s->end[!side].eof)
         s->first_eof = side;
     if (s->state != SESSION_RELAYING)
@@ -1307,14 +1381,16 @@ void session_hold_reading(struct session *s, enum session_side side, bool hold)
         return;
     e->codec_hold = hold;
     if (hold)
-        bufferevent_disable(e->bev, EV_READ);
+        set_reading(s, side, false);
     else if (!e->paused && !e->eof)
-        bufferevent_enable(e->bev, EV_READ);
+        set_reading(s, side, true);
 }
 
 void session_set_read_limit(struct session *s, enum session_side side, size_t bytes)
 {
-    if (s->end[side].bev != NULL)
-        bufferevent_setwatermark(s->end[side].bev, EV_READ, 0,
-                                 bytes > SESSION_INPUT_HIGH ? bytes : SESSION_INPUT_HIGH);
+    struct session_end *e = &s->end[side];
+    e->read_limit = bytes;
+    if (e->bev != NULL)
+        bufferevent_setwatermark(e->bev, EV_READ, 0, read_limit(e));
+    rd_update(e);
 }

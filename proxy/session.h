@@ -91,7 +91,11 @@ struct session_end {
     bool direct;         /* EV_WRITE is off until a write falls short */
     bool write_cb;       /* on_write is installed (someone waits for a drain) */
     bool flush_queued;   /* in px->flush_list */
-    size_t input_left;   /* bytes left unread in the input after the last relay */
+    struct event *rd;    /* direct ends: twice's own read event (the bufferevent's is off) */
+    bool rd_want;        /* reading is on (not paused, held or ended) */
+    bool rd_armed;       /* rd is added: rd_want and the input is under read_limit */
+    size_t read_limit;   /* input bytes before reading stops (0: SESSION_INPUT_HIGH) */
+    uint32_t read_size;  /* what the next direct read asks for (adapts to the traffic) */
     struct session *owner;
     struct session_end *flush_next, **flush_pprev;
 };
