@@ -338,7 +338,6 @@ void resp_scanner_init(struct resp_scanner *sc, enum resp_side side)
     sc->max_inline = RESP_INLINE_MAX;
 }
 
-/* Forgets the current message's progress; limits and the sticky error stay. */
 /* Views of cur.elem[] a message may have filled: every view is filed after
  * the count that bounds it (resp_record, resp_scan_inline). */
 static size_t resp_views_used(const struct resp_msg *m)
@@ -346,7 +345,8 @@ static size_t resp_views_used(const struct resp_msg *m)
     return m->nelem < RESP_MSG_VIEWS ? (size_t)m->nelem : RESP_MSG_VIEWS;
 }
 
-/* Back to a message boundary.  Runs once per message, so it clears what a
+/* Forgets the current message's progress; limits and the sticky error stay.
+ * Back to a message boundary.  Runs once per message, so it clears what a
  * message can have set and not the whole struct (about 1.5 KiB): the stack
  * is written by every push before it is read, and cur.elem[] only as far
  * as the last message filled it. */
@@ -361,6 +361,9 @@ static void resp_restart(struct resp_scanner *sc)
 
 void resp_scanner_reset(struct resp_scanner *sc)
 {
+    /* After an error views may have been filed past nelem (an inline line
+     * whose words failed): clear them all, this is not the per-message path. */
+    memset(sc->cur.elem, 0, sizeof(sc->cur.elem));
     resp_restart(sc);
     sc->err = RESP_OK;
 }
@@ -617,10 +620,98 @@ static int resp_scan_inline(struct resp_scanner *sc, const uint8_t *buf, size_t 
     return 1;
 }
 
+/* ---- fast path ------------------------------------------------------------------------------ */
+
+/* A length of 1 to 18 plain digits, no leading zero but "0", ended by CRLF at p[0..):
+ * a strict subset of what resp_parse_int() accepts.  Returns the bytes of digits and CRLF, or
+ * 0 when the line is anything else (or not all here): the caller leaves it to the state
+ * machine. */
+static size_t resp_fast_len(const uint8_t *p, const uint8_t *end, uint64_t *out)
+{
+    uint64_t v = 0;
+    size_t i = 0;
+    while (p + i < end && p[i] >= '0' && p[i] <= '9' && i < 18) {
+        v = v * 10 + (uint64_t)(p[i] - '0');
+        i++;
+    }
+    if (i == 0 || (i > 1 && p[0] == '0') || end - (p + i) < 2 || p[i] != '\r' || p[i + 1] != '\n')
+        return 0;
+    *out = v;
+    return i + 2;
+}
+
+/*
+ * The common messages, whole in buf, scanned in one pass with no state: a client's multibulk of
+ * one or more bulk strings, a server's bulk string or simple string.  Fills *out exactly as
+ * resp_scan_values() would and returns 1; returns 0 for anything else (errors, nulls, other
+ * types, a message not all here, limits approached), which the state machine then scans from
+ * the start.  Runs once per message before the state machine, so it must be cheap to refuse.
+ */
+static int resp_scan_fast(const struct resp_scanner *sc, const uint8_t *buf, size_t len,
+                          struct resp_msg *out)
+{
+    const uint8_t *end = buf + len;
+    uint64_t n;
+    size_t k;
+    if (len < 4)
+        return 0;
+    memset(out, 0, offsetof(struct resp_msg, elem) + 3 * sizeof(out->elem[0]));
+    if (sc->side == RESP_SIDE_CLIENT) {
+        if (buf[0] != '*' || sc->max_depth < 1 || (k = resp_fast_len(buf + 1, end, &n)) == 0 ||
+            n == 0 || n > sc->max_elements)
+            return 0;
+        size_t pos = 1 + k;
+        for (uint64_t i = 0; i < n; i++) {
+            uint64_t blen;
+            if (pos >= len || buf[pos] != '$' ||
+                (k = resp_fast_len(buf + pos + 1, end, &blen)) == 0 || blen > sc->max_bulk ||
+                blen > len - (pos + 1 + k) || len - (pos + 1 + k) - blen < 2)
+                return 0;
+            size_t off = pos + 1 + k;
+            if (buf[off + blen] != '\r' || buf[off + blen + 1] != '\n')
+                return 0;
+            if (i < RESP_MSG_VIEWS)
+                out->elem[i] = (struct resp_view){.off = off, .len = (size_t)blen, .type = '$'};
+            pos = off + (size_t)blen + 2;
+        }
+        out->type = '*';
+        out->nelem = n;
+        out->value = (struct resp_view){.off = 0, .count = n, .type = '*'};
+        out->len = pos;
+        return 1;
+    }
+    if (buf[0] == '$') {
+        if ((k = resp_fast_len(buf + 1, end, &n)) == 0 || n > sc->max_bulk ||
+            n > len - (1 + k) || len - (1 + k) - n < 2)
+            return 0;
+        size_t off = 1 + k;
+        if (buf[off + n] != '\r' || buf[off + n + 1] != '\n')
+            return 0;
+        out->type = '$';
+        out->value = (struct resp_view){.off = off, .len = (size_t)n, .type = '$'};
+        out->len = off + (size_t)n + 2;
+        return 1;
+    }
+    if (buf[0] == '+') {
+        size_t max = sc->max_line < len - 1 ? sc->max_line : len - 1;
+        const uint8_t *cr = memchr(buf + 1, '\r', max);
+        if (cr == NULL || cr + 1 >= end || cr[1] != '\n' ||
+            memchr(buf + 1, '\n', (size_t)(cr - buf) - 1) != NULL)
+            return 0;
+        out->type = '+';
+        out->value = (struct resp_view){.off = 1, .len = (size_t)(cr - buf) - 1, .type = '+'};
+        out->len = (size_t)(cr - buf) + 2;
+        return 1;
+    }
+    return 0;
+}
+
 int resp_scan(struct resp_scanner *sc, const uint8_t *buf, size_t len, struct resp_msg *out)
 {
     if (sc->err < 0)
         return sc->err;
+    if (!sc->started && resp_scan_fast(sc, buf, len, out) == 1)
+        return 1;
     if (len < sc->pos)
         resp_restart(sc);
     int rc;

@@ -399,6 +399,16 @@ static void journal_job(struct rpx *rx, enum journal_kind kind, const struct job
 
 /* Decides a job event; returns the first rule with a message action (the
  * others only counted: one action per event, in file order). */
+/* Whether anything needs what a profile reads from a job's JSON: the journal
+ * (every publish, delivery and ack is recorded with the job's identity) or a
+ * rule on those events.  Without either, jobs are still counted as events
+ * (/stats) but not decoded: jansson was a third of a profiled listener's CPU. */
+static bool jobs_needed(struct rpx *rx)
+{
+    return rx->s->px->journal != NULL || wanted(rx, RULE_EV_PUBLISH) ||
+           wanted(rx, RULE_EV_DELIVER) || wanted(rx, RULE_EV_ACK) || wanted(rx, RULE_EV_NACK);
+}
+
 static const struct rule *decide_job(struct rpx *rx, struct job_event *j)
 {
     struct engine_event ev;
@@ -775,13 +785,14 @@ static bool job_from_value(struct rpx *rx, const char *list, const uint8_t *v, s
 {
     struct resp_job job;
     memset(&job, 0, sizeof(job));
+    bool decode = jobs_needed(rx);
     switch (rx->prof) {
     case PROF_SIDEKIQ:
-        if (resp_job_sidekiq(v, n, &job) != 0)
+        if (decode && resp_job_sidekiq(v, n, &job) != 0)
             return false;
         break;
     case PROF_CELERY:
-        if (resp_job_celery(v, n, &job) != 0)
+        if (decode && resp_job_celery(v, n, &job) != 0)
             return false;
         break;
     case PROF_RQ: {
@@ -1477,11 +1488,13 @@ static const struct rule *publish_decide(struct rpx *rx, const struct cmdview *c
             rx->tx.active)
             return NULL;
         const struct rule *first = NULL;
+        bool decode = jobs_needed(rx);
         for (size_t i = 2; cmd_arg(cv, i, &v); i++) {
             struct resp_job job;
             memset(&job, 0, sizeof(job));
-            int rc = rx->prof == PROF_SIDEKIQ ? resp_job_sidekiq(cv->buf + v.off, v.len, &job)
-                                              : resp_job_celery(cv->buf + v.off, v.len, &job);
+            int rc = !decode                   ? 0
+                     : rx->prof == PROF_SIDEKIQ ? resp_job_sidekiq(cv->buf + v.off, v.len, &job)
+                                               : resp_job_celery(cv->buf + v.off, v.len, &job);
             if (rc != 0)
                 continue;
             j.id = job.id;
@@ -1742,32 +1755,7 @@ static int tx_plan(struct rpx *rx, const uint8_t *buf, size_t len, size_t off,
 
 enum cmd_result { CMD_DONE, CMD_WAIT, CMD_STOP };
 
-/* Whether anything needs what a profile reads from jobs: the journal (every
- * publish, delivery and ack is recorded with the job's identity) or a rule
- * on those events.  Without either a profiled listener only relays, paired
- * and scanned, and decodes no job JSON: that was a third of its CPU. */
-static bool jobs_needed(struct rpx *rx)
-{
-    return rx->s->px->journal != NULL || wanted(rx, RULE_EV_PUBLISH) ||
-           wanted(rx, RULE_EV_DELIVER) || wanted(rx, RULE_EV_ACK) || wanted(rx, RULE_EV_NACK);
-}
-
-static enum cmd_result command_in(struct rpx *rx, const uint8_t *buf, const struct resp_msg *m);
-
-/* One client command: through the profile when jobs_needed(), else as
- * under no profile. */
 static enum cmd_result command(struct rpx *rx, const uint8_t *buf, const struct resp_msg *m)
-{
-    enum profile prof = rx->prof;
-    if (prof != PROF_NONE && !jobs_needed(rx))
-        rx->prof = PROF_NONE;
-    enum cmd_result r = command_in(rx, buf, m);
-    rx->prof = prof;
-    return r;
-}
-
-/* Handles the whole command at the head of pend[CLIENT]. */
-static enum cmd_result command_in(struct rpx *rx, const uint8_t *buf, const struct resp_msg *m)
 {
     struct cmdview cv;
     cmdview_init(&cv, buf, m);

@@ -487,7 +487,7 @@ static void on_direct_read(evutil_socket_t fd, short what, void *arg)
         evbuffer_commit_space(in, vec, n > 0 ? nvec : 0);
     }
     evbuffer_freeze(in, 0);
-    if (n > 0 && (size_t)n == want && e->read_size < DIRECT_READ_MAX)
+    if (n > 0 && (size_t)n == want && want == e->read_size && e->read_size < DIRECT_READ_MAX)
         e->read_size *= 2;
     else if (n > 0 && (size_t)n < e->read_size / 8 && e->read_size > DIRECT_READ_MIN)
         e->read_size /= 2;
@@ -536,13 +536,23 @@ static void flush_end(struct session_end *e)
         on_write(bev, s); /* what the bufferevent would call once drained */
 }
 
+/* One pass over the ends listed so far.  An end listed again while the pass
+ * runs (a shaper releasing its next slice from on_write, a paused side
+ * resumed) waits for the next loop iteration, after epoll: else one session
+ * writing slice after slice would keep every other one waiting. */
 void session_flush_all(struct proxy *px)
 {
-    while (px->flush_list != NULL) {
-        struct session_end *e = px->flush_list;
+    struct session_end *pass = px->flush_list;
+    px->flush_list = NULL;
+    if (pass != NULL)
+        pass->flush_pprev = &pass;
+    px->flushing = true;
+    while (pass != NULL) {
+        struct session_end *e = pass;
         flush_unqueue(e);
         flush_end(e);
     }
+    px->flushing = false;
 }
 
 /* Output was added toward a direct end: write it at the end of this turn. */
@@ -553,8 +563,15 @@ static void on_output_changed(struct evbuffer *buf, const struct evbuffer_cb_inf
     if (info->n_added == 0 || e->flush_queued || !e->direct)
         return;
     struct proxy *px = e->owner->px;
-    if (px->flush_list == NULL)
-        event_active(px->flusher, EV_WRITE, 0);
+    if (px->flush_list == NULL) {
+        /* event_active runs the flusher after this turn's callbacks; during
+         * a flush pass it would run it again before epoll (see above). */
+        static const struct timeval next_iteration = {0, 0};
+        if (px->flushing)
+            event_add(px->flusher, &next_iteration);
+        else
+            event_active(px->flusher, EV_WRITE, 0);
+    }
     e->flush_queued = true;
     e->flush_next = px->flush_list;
     e->flush_pprev = &px->flush_list;

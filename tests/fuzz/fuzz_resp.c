@@ -9,7 +9,9 @@
  * The seeds (tests/fuzz/corpus/resp/) are the captured streams tests/unit/data/resp/ *.bin (the
  * big ones cut to 8 KiB), each prefixed with one mode byte (a few with lowered limits).  The
  * mode byte picks the side (client or server), lowered limits, and a split point; the rest is
- * scanned as a stream of messages twice, whole and in two pieces, and every message goes through
+ * scanned as a stream of messages twice, whole and in two pieces (whole messages may take the
+ * scanner's one-pass fast path, pieces its state machine: the two must agree view by view),
+ * and every message goes through
  * the iterator, the view helpers and a pairing.  Invariants are checked with abort():
  * views stay inside their message, the iterator agrees with the scanner's views and walks exactly
  * nelem elements, a split input gives the same messages and the same error as a whole one.
@@ -61,8 +63,43 @@ static void check_views(const uint8_t *p, const struct resp_msg *m)
 struct run {
     size_t n;
     size_t lens[MAX_MSGS];
+    uint64_t digests[MAX_MSGS];
     int rc;
 };
+
+static uint64_t mix(uint64_t h, uint64_t v)
+{
+    h ^= v + 0x9e3779b97f4a7c15ULL + (h << 6) + (h >> 2);
+    return h;
+}
+
+static uint64_t view_digest(uint64_t h, const struct resp_view *v)
+{
+    h = mix(h, v->off);
+    h = mix(h, v->len);
+    h = mix(h, v->count);
+    h = mix(h, v->type);
+    h = mix(h, v->null);
+    return mix(h, v->quoted);
+}
+
+/* Everything a caller may read of a message, so that a whole input (which resp_scan() may take
+ * by its one-pass fast path) and a split one (its state machine) are compared view by view. */
+static uint64_t msg_digest(const struct resp_msg *m)
+{
+    uint64_t h = mix(0, m->len);
+    h = mix(h, m->type);
+    h = mix(h, m->push);
+    h = mix(h, m->attribute);
+    h = mix(h, m->null);
+    h = mix(h, m->inline_cmd);
+    h = mix(h, m->body);
+    h = mix(h, m->nelem);
+    h = view_digest(h, &m->value);
+    for (uint64_t i = 0; i < m->nelem && i < RESP_MSG_VIEWS; i++)
+        h = view_digest(h, &m->elem[i]);
+    return h;
+}
 
 static void scan_stream(const struct resp_scanner *proto, const uint8_t *buf, size_t len,
                         size_t split, struct run *r, struct resp_pairing *pair)
@@ -90,6 +127,7 @@ static void scan_stream(const struct resp_scanner *proto, const uint8_t *buf, si
             (void)!resp_pairing_command(pair, &m, buf + off, off, &c);
         else if (resp_pairing_reply(pair, &m, buf + off, &mt) == 1 && mt.ntx > 0)
             check(resp_pairing_tx(pair, mt.ntx - 1) != NULL);
+        r->digests[r->n] = msg_digest(&m);
         r->lens[r->n++] = m.len;
         off += m.len;
     }
@@ -119,6 +157,6 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     scan_stream(&proto, buf, len, len > 0 ? (size_t)mode * 7919 % len : 0, &split, &pair);
     check(whole.n == split.n && whole.rc == split.rc);
     for (size_t i = 0; i < whole.n; i++)
-        check(whole.lens[i] == split.lens[i]);
+        check(whole.lens[i] == split.lens[i] && whole.digests[i] == split.digests[i]);
     return 0;
 }

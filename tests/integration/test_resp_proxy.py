@@ -908,6 +908,30 @@ class AuthSelect(h.TestCase):
             self.assertEqual(c.read_n(3), [b"+OK\r\n", b"%0\r\n", b"$3\r\nraw\r\n"])
 
 
+class ProfileWithoutJournal(h.TestCase):
+    """A profiled listener with neither a journal nor a job rule does not decode job JSON
+    (it only relays), yet still counts what its profile recognises: /stats shows the
+    publishes and deliveries a user would check to see that the profile sees the jobs."""
+
+    def test_jobs_counted_without_journal(self):
+        rd = h.start_redis(self.tmp)
+        self.addCleanup(rd.stop)
+        port, admin = h.free_port(), h.free_port()
+        self.twice(fk.conf_text([rk.resp_listen_block("sk", port, rd.port, profile="sidekiq")],
+                                admin_port=admin, token=fk.TOKEN, log_level="info"))
+        api = fk.Admin(admin, fk.TOKEN)
+        h.wait_until(lambda: h.port_open(admin), 10, what="admin API")
+        job = json.dumps({"class": "HardWorker", "jid": "b4a577edbccf1d805744efa9",
+                          "queue": "default", "args": [1], "retry": True})
+        with rk.Conn(port) as c:
+            self.assertEqual(c.cmd("LPUSH", "queue:default", job, job), 2)
+            got = c.cmd("BRPOP", "queue:default", "1")
+            self.assertEqual(got, [b"queue:default", job.encode()])
+        ev = api.json("/stats")["events"]
+        self.assertEqual(ev.get("publish"), 2, ev)
+        self.assertEqual(ev.get("deliver"), 1, ev)
+
+
 # ---------------------------------------------------------------------------
 # B. The `command` event
 

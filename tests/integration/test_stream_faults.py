@@ -30,6 +30,7 @@ import signal
 import socket
 import statistics
 import sys
+import threading
 import time
 import unittest
 
@@ -260,6 +261,46 @@ class StreamFaults(unittest.TestCase):
                 self.assertEqual(f.readline(), payload + b"\r\n")
         finally:
             s.close()
+
+    def test_slicing_session_does_not_stall_others(self):
+        # A slice without a delay is released as soon as the previous one is
+        # written; written from the same flush pass, one session's 1 MB reply in
+        # 3-byte slices kept the whole proxy in one callback, and the other
+        # sessions' replies waited for it.
+        done = threading.Event()
+        got = {}
+
+        def big_reader():
+            s = h.connect(self.ports["slice0"])
+            s.settimeout(60)
+            try:
+                s.sendall(fk.resp_cmd("GET", "big"))
+                f = s.makefile("rb")
+                got["hdr"] = f.readline()
+                got["body"] = f.read(len(self.big) + 2)
+            finally:
+                done.set()
+                s.close()
+
+        th = threading.Thread(target=big_reader, daemon=True)
+        th.start()
+        p = h.connect(self.ports["plain"])
+        p.settimeout(30)
+        pf = p.makefile("rb")
+        pings = 0
+        try:
+            while not done.is_set() and pings < 50:
+                p.sendall(fk.resp_cmd("PING"))
+                self.assertEqual(pf.readline(), b"+PONG\r\n")
+                if not done.is_set():
+                    pings += 1
+        finally:
+            p.close()
+        th.join(60)
+        self.assertEqual(got.get("hdr"), b"$%d\r\n" % len(self.big))
+        self.assertEqual(got.get("body"), self.big + b"\r\n", "the sliced reply was cut or corrupted")
+        h.log("slice 3B of 1 MB: %d PINGs answered on another session meanwhile" % pings)
+        self.assertGreaterEqual(pings, 20, "other sessions were not served while one was slicing")
 
     # -- reset ----------------------------------------------------------------
 
