@@ -123,7 +123,8 @@ static void resp_classify(const struct resp_msg *m, const uint8_t *buf, struct r
     /* Runs for every command: the first letter rules out most of the table
      * before a strcmp. */
     for (size_t i = 0; i < sizeof(resp_cmd_table) / sizeof(resp_cmd_table[0]); i++) {
-        if (c->name[0] == resp_cmd_table[i].name[0] && strcmp(c->name, resp_cmd_table[i].name) == 0) {
+        if (c->name[0] == resp_cmd_table[i].name[0] &&
+            strcmp(c->name, resp_cmd_table[i].name) == 0) {
             c->flags = resp_cmd_table[i].flags;
             c->sub_kind = resp_cmd_table[i].sub_kind;
             break;

@@ -681,8 +681,8 @@ static int resp_scan_fast(const struct resp_scanner *sc, const uint8_t *buf, siz
         return 1;
     }
     if (buf[0] == '$') {
-        if ((k = resp_fast_len(buf + 1, end, &n)) == 0 || n > sc->max_bulk ||
-            n > len - (1 + k) || len - (1 + k) - n < 2)
+        if ((k = resp_fast_len(buf + 1, end, &n)) == 0 || n > sc->max_bulk || n > len - (1 + k) ||
+            len - (1 + k) - n < 2)
             return 0;
         size_t off = 1 + k;
         if (buf[off + n] != '\r' || buf[off + n + 1] != '\n')
@@ -733,7 +733,8 @@ int resp_scan(struct resp_scanner *sc, const uint8_t *buf, size_t len, struct re
      * for callers that look at the first words before checking nelem);
      * the rest of out->elem[] is left as it was. */
     size_t views = resp_views_used(&sc->cur);
-    memcpy(out, &sc->cur, offsetof(struct resp_msg, elem) + (views < 3 ? 3 : views) * sizeof(sc->cur.elem[0]));
+    memcpy(out, &sc->cur,
+           offsetof(struct resp_msg, elem) + (views < 3 ? 3 : views) * sizeof(sc->cur.elem[0]));
     out->len = sc->pos;
     resp_restart(sc);
     return 1;

@@ -458,8 +458,9 @@ static int setup_events(struct proxy *px)
     px->sig_term = evsignal_new(px->base, SIGTERM, on_signal, px);
     px->sig_int = evsignal_new(px->base, SIGINT, on_signal, px);
     px->sig_hup = evsignal_new(px->base, SIGHUP, on_signal, px);
-    if (px->reaper == NULL || px->flusher == NULL || px->janitor == NULL || px->grace_timer == NULL ||
-        px->sig_term == NULL || px->sig_int == NULL || px->sig_hup == NULL)
+    if (px->reaper == NULL || px->flusher == NULL || px->janitor == NULL ||
+        px->grace_timer == NULL || px->sig_term == NULL || px->sig_int == NULL ||
+        px->sig_hup == NULL)
         return -1;
     if (event_add(px->janitor, &second) != 0 || evsignal_add(px->sig_term, NULL) != 0 ||
         evsignal_add(px->sig_int, NULL) != 0 || evsignal_add(px->sig_hup, NULL) != 0)

@@ -83,10 +83,10 @@ struct proxy {
     struct session *sessions; /* every session not yet freed */
     struct session *reap;     /* closed sessions to free after dispatch */
     struct event *reaper;
-    struct event *flusher;                /* writes the ends in flush_list */
-    struct session_end *flush_list;       /* ends with output to write this turn */
-    bool flushing;                        /* session_flush_all is running */
-    struct event *janitor; /* 1 s: idle and drain timeouts */
+    struct event *flusher;          /* writes the ends in flush_list */
+    struct session_end *flush_list; /* ends with output to write this turn */
+    bool flushing;                  /* session_flush_all is running */
+    struct event *janitor;          /* 1 s: idle and drain timeouts */
     struct event *sig_term, *sig_int, *sig_hup;
     struct event *grace_timer;
     struct ruleset *rules;   /* current rules; sessions read it per event */

@@ -1492,9 +1492,9 @@ static const struct rule *publish_decide(struct rpx *rx, const struct cmdview *c
         for (size_t i = 2; cmd_arg(cv, i, &v); i++) {
             struct resp_job job;
             memset(&job, 0, sizeof(job));
-            int rc = !decode                   ? 0
+            int rc = !decode                    ? 0
                      : rx->prof == PROF_SIDEKIQ ? resp_job_sidekiq(cv->buf + v.off, v.len, &job)
-                                               : resp_job_celery(cv->buf + v.off, v.len, &job);
+                                                : resp_job_celery(cv->buf + v.off, v.len, &job);
             if (rc != 0)
                 continue;
             j.id = job.id;

@@ -588,8 +588,8 @@ static void direct_start(struct session *s, enum session_side side)
     if (e->tls || e->bev == NULL || e->direct || s->px->flusher == NULL)
         return;
     struct evbuffer *out = bufferevent_get_output(e->bev);
-    e->rd = event_new(s->px->base, bufferevent_getfd(e->bev), EV_READ | EV_PERSIST, on_direct_read,
-                      e);
+    e->rd =
+        event_new(s->px->base, bufferevent_getfd(e->bev), EV_READ | EV_PERSIST, on_direct_read, e);
     if (e->rd == NULL)
         return; /* stays on the bufferevent's path */
     if (evbuffer_add_cb(out, on_output_changed, e) == NULL) {
