@@ -301,10 +301,13 @@ struct cmdview {
 
 static void cmdview_init(struct cmdview *cv, const uint8_t *buf, const struct resp_msg *m)
 {
-    memset(cv, 0, sizeof(*cv));
+    /* Once per command: the two strings are set, not the whole struct cleared. */
     cv->buf = buf;
     cv->len = m->len;
     cv->m = m;
+    cv->name[0] = '\0';
+    cv->key[0] = '\0';
+    cv->has_key = false;
     if (m->nelem >= 1) {
         view_str(buf, m->len, &m->elem[0], cv->name, sizeof(cv->name));
         for (char *p = cv->name; *p != '\0'; p++)
