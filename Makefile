@@ -18,11 +18,13 @@ $(BUILD)/CMakeCache.txt:
 build: $(BUILD)/CMakeCache.txt
 	cmake --build $(BUILD) -j $(JOBS)
 
-# `make test`: the suite on a normal build, the same suite again on an
-# ASan+UBSan build (any report fails the run: twice exits non-zero on a leak,
-# aborts on an error), then every fuzz harness for a short smoke run.
+# `make test`: the house format (clang-format, .clang-format), the suite on a
+# normal build, the same suite again on an ASan+UBSan build (any report fails
+# the run: twice exits non-zero on a leak, aborts on an error), then every
+# fuzz harness for a short smoke run.
 test:
 	@scripts/deps.sh test
+	$(MAKE) format-check
 	$(MAKE) build
 	cd $(BUILD) && ctest --output-on-failure -j $(JOBS)
 	$(MAKE) test-asan
