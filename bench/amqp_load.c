@@ -64,7 +64,6 @@
 #define PUB_OUT_HIGH (256u * 1024u)
 #define PUB_OUT_LOW (64u * 1024u)
 
-
 /* How long the close handshakes and the queue deletion may take at the end. */
 #define CLOSE_GRACE_MS 3000
 
@@ -76,14 +75,10 @@ struct options {
     const char *addr;
     struct sockaddr_in sin;
     unsigned publishers, consumers;
-    uint64_t size;     /* body bytes, at least STAMP_LEN */
-    unsigned prefetch; /* basic.qos prefetch-count */
-    bool auto_ack;     /* basic.consume no-ack */
-    uint64_t count;    /* messages to publish; 0: use duration */
-    double duration;   /* seconds of publishing when count is 0 */
-    uint64_t inflight; /* sent and not yet delivered, at most */
-    double rate;       /* messages per second, all publishers together; 0: as fast as allowed */
-    double timeout;    /* the whole run, seconds */
+    uint64_t size;           /* body bytes, at least STAMP_LEN */
+    unsigned prefetch;       /* basic.qos prefetch-count */
+    bool auto_ack;           /* basic.consume no-ack */
+    struct lg_budget budget; /* count or duration, inflight, rate, timeout */
     const char *queue;
 };
 
@@ -405,18 +400,7 @@ static bool may_publish(void)
 {
     if (g.publishing_over || g.finishing || g.nworkers == 0 || g.ready < g.nworkers)
         return false;
-    if (g.opt.count > 0 && g.res.sent >= g.opt.count) {
-        g.publishing_over = true;
-        return false;
-    }
-    if (g.res.sent - g.res.unique >= g.opt.inflight)
-        return false;
-    if (g.opt.rate > 0 && g.res.sent > 0) {
-        double allowed = g.opt.rate * (double)(lg_now_ns() - g.res.t_first_send) / 1e9;
-        if ((double)g.res.sent >= allowed + 1.0)
-            return false;
-    }
-    return true;
+    return lg_budget_allows(&g.opt.budget, &g.res, &g.publishing_over);
 }
 
 static bool pub_has_room(struct conn *c)
@@ -876,20 +860,20 @@ static void on_tick(evutil_socket_t fd, short what, void *arg)
     (void)fd;
     (void)what;
     (void)arg;
-    uint64_t now = lg_now_ns();
     if (g.finishing)
         return;
-    if ((double)(now - g.t_start) / 1e9 > g.opt.timeout) {
+    switch (lg_budget_tick(&g.opt.budget, &g.res, g.t_start, lg_now_ns(), &g.publishing_over)) {
+    case LG_TICK_TIMEOUT:
         finish("timeout");
-        return;
-    }
-    if (g.opt.count == 0 && g.res.sent > 0 &&
-        (double)(now - g.res.t_first_send) / 1e9 >= g.opt.duration)
-        g.publishing_over = true;
-    if (g.publishing_over && g.res.unique >= g.res.sent && g.res.sent > 0)
+        break;
+    case LG_TICK_DONE:
         finish(NULL);
-    else if (g.opt.rate > 0)
-        pump_all();
+        break;
+    case LG_TICK_GOING:
+        if (g.opt.budget.rate > 0)
+            pump_all();
+        break;
+    }
 }
 
 /* ---- options and main ------------------------------------------------------------------------ */
@@ -902,8 +886,7 @@ static void parse_options(int argc, char **argv, struct options *o)
                           .consumers = 1,
                           .size = 256,
                           .prefetch = 100,
-                          .inflight = 1000,
-                          .timeout = 60,
+                          .budget = {.inflight = 1000, .timeout = 60},
                           .queue = queue};
     const struct lg_opt opts[] = {
         {"addr", LG_STR, &o->addr, "IP:PORT of the broker or of the proxy (required)"},
@@ -912,22 +895,21 @@ static void parse_options(int argc, char **argv, struct options *o)
         {"size", LG_SIZE, &o->size, "body bytes, >= 16, K/M suffixes (default 256)"},
         {"prefetch", LG_UINT, &o->prefetch, "consumer prefetch count (default 100)"},
         {"auto-ack", LG_FLAG, &o->auto_ack, "consume with no-ack instead of acking each message"},
-        {"count", LG_U64, &o->count, "messages to publish (default 10000)"},
-        {"duration", LG_DOUBLE, &o->duration, "publish for this many seconds instead"},
-        {"inflight", LG_U64, &o->inflight, "sent and not yet delivered, at most (default 1000)"},
-        {"rate", LG_DOUBLE, &o->rate, "messages/s, all publishers (default: as fast as allowed)"},
+        {"count", LG_U64, &o->budget.count, "messages to publish (default 10000)"},
+        {"duration", LG_DOUBLE, &o->budget.duration, "publish for this many seconds instead"},
+        {"inflight", LG_U64, &o->budget.inflight,
+         "sent and not yet delivered, at most (default 1000)"},
+        {"rate", LG_DOUBLE, &o->budget.rate,
+         "messages/s, all publishers (default: as fast as allowed)"},
         {"queue", LG_STR, &o->queue, "queue (default bench-PID): purged first, deleted after"},
-        {"timeout", LG_DOUBLE, &o->timeout, "give up after this many seconds (default 60)"},
+        {"timeout", LG_DOUBLE, &o->budget.timeout, "give up after this many seconds (default 60)"},
     };
     size_t n = sizeof(opts) / sizeof(opts[0]);
     lg_parse_options(argc, argv, opts, n);
-    if (o->duration > 0)
-        o->count = 0;
-    else if (o->count == 0)
-        o->count = 10000;
+    lg_budget_settle(&o->budget, 10000);
     if (o->addr == NULL || !lg_parse_addr(o->addr, &o->sin) || o->publishers == 0 ||
-        o->consumers == 0 || o->size < STAMP_LEN || o->prefetch > 65535 || o->inflight == 0 ||
-        strlen(o->queue) > 127)
+        o->consumers == 0 || o->size < STAMP_LEN || o->prefetch > 65535 ||
+        o->budget.inflight == 0 || strlen(o->queue) > 127)
         lg_usage(argv[0], opts, n);
 }
 
@@ -938,7 +920,7 @@ static void print_result(void)
            "\"rate\":%.0f,",
            g.opt.addr, g.opt.queue, g.opt.publishers, g.opt.consumers,
            (unsigned long long)g.opt.size, g.opt.prefetch, g.opt.auto_ack ? "auto" : "manual",
-           (unsigned long long)g.opt.inflight, g.opt.rate);
+           (unsigned long long)g.opt.budget.inflight, g.opt.budget.rate);
     lg_print_result(stdout, &g.res);
     fflush(stdout);
 }
@@ -957,7 +939,7 @@ int main(int argc, char **argv)
     g.tick = event_new(g.base, -1, EV_PERSIST, on_tick, NULL);
     g.kick = event_new(g.base, -1, 0, on_kick, NULL);
     g.deadline = event_new(g.base, -1, 0, on_deadline, NULL);
-    struct timeval tick = {0, g.opt.rate > 0 ? 1000 : 20000};
+    struct timeval tick = {0, g.opt.budget.rate > 0 ? 1000 : 20000};
     event_add(g.tick, &tick);
     g.t_start = lg_now_ns();
     if (conn_open(&g.control, ROLE_CONTROL, 0) != 0)

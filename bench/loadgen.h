@@ -1,6 +1,7 @@
 /*
  * loadgen.h - what the two load generators (amqp_load.c, redis_jobs.c) share: the monotonic
- * clock, a latency histogram, a set of message numbers already seen, and the JSON line.
+ * clock, a latency histogram, a set of message numbers already seen, the send budget (count or
+ * duration, in-flight cap, rate, timeout) and its checks, and the JSON line.
  *
  * Header-only (static functions) so that each generator still builds from one command,
  * `cc -O2 bench/amqp_load.c $(pkg-config --cflags --libs libevent_core)`: the compiler finds
@@ -130,6 +131,58 @@ struct lg_result {
     bool complete;     /* every message sent was received at least once */
     const char *error; /* static text, or NULL */
 };
+
+/* How much a load sends, the same in both generators: `count` messages (0: for `duration`
+ * seconds from the first send), at most `inflight` sent and not yet received, at most `rate`
+ * per second (0: as fast as the other bounds allow), and the whole run given up after `timeout`
+ * seconds. */
+struct lg_budget {
+    uint64_t count;
+    double duration;
+    uint64_t inflight;
+    double rate;
+    double timeout;
+};
+
+/* A `duration` replaces the count; with neither, `default_count` messages. */
+static void lg_budget_settle(struct lg_budget *b, uint64_t default_count)
+{
+    if (b->duration > 0)
+        b->count = 0;
+    else if (b->count == 0)
+        b->count = default_count;
+}
+
+/* Whether the budget lets one more message go now; sets *over once `count` have been sent. */
+static bool lg_budget_allows(const struct lg_budget *b, const struct lg_result *r, bool *over)
+{
+    if (b->count > 0 && r->sent >= b->count) {
+        *over = true;
+        return false;
+    }
+    if (r->sent - r->unique >= b->inflight)
+        return false;
+    if (b->rate > 0 && r->sent > 0) {
+        double allowed = b->rate * (double)(lg_now_ns() - r->t_first_send) / 1e9;
+        if ((double)r->sent >= allowed + 1.0)
+            return false;
+    }
+    return true;
+}
+
+enum lg_tick { LG_TICK_GOING, LG_TICK_TIMEOUT, LG_TICK_DONE };
+
+/* The generators' periodic check at `now`: the run is past its timeout, or sending is over
+ * (*over, set here once `duration` has passed) and every message sent came back, or it goes on. */
+static enum lg_tick lg_budget_tick(const struct lg_budget *b, const struct lg_result *r,
+                                   uint64_t t_start, uint64_t now, bool *over)
+{
+    if ((double)(now - t_start) / 1e9 > b->timeout)
+        return LG_TICK_TIMEOUT;
+    if (b->count == 0 && r->sent > 0 && (double)(now - r->t_first_send) / 1e9 >= b->duration)
+        *over = true;
+    return *over && r->unique >= r->sent && r->sent > 0 ? LG_TICK_DONE : LG_TICK_GOING;
+}
 
 static double lg_rate(uint64_t n, uint64_t t0, uint64_t t1)
 {

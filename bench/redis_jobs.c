@@ -53,14 +53,10 @@ struct options {
     const char *addr;
     struct sockaddr_in sin;
     unsigned producers, consumers, window;
-    uint64_t size; /* JSON bytes per job, at least the fixed fields */
-    uint64_t count;
-    double duration;
-    uint64_t inflight;
-    double rate;
-    double timeout;
-    const char *key;      /* the list */
-    const char *done_key; /* the counter consumers INCR */
+    uint64_t size;           /* JSON bytes per job, at least the fixed fields */
+    struct lg_budget budget; /* count or duration, inflight, rate, timeout */
+    const char *key;         /* the list */
+    const char *done_key;    /* the counter consumers INCR */
 };
 
 enum role { ROLE_CONTROL, ROLE_PRODUCER, ROLE_CONSUMER };
@@ -287,18 +283,7 @@ static bool may_publish(void)
 {
     if (g.publishing_over || g.finishing || g.nworkers == 0 || g.ready < g.nworkers)
         return false;
-    if (g.opt.count > 0 && g.res.sent >= g.opt.count) {
-        g.publishing_over = true;
-        return false;
-    }
-    if (g.res.sent - g.res.unique >= g.opt.inflight)
-        return false;
-    if (g.opt.rate > 0 && g.res.sent > 0) {
-        double allowed = g.opt.rate * (double)(lg_now_ns() - g.res.t_first_send) / 1e9;
-        if ((double)g.res.sent >= allowed + 1.0)
-            return false;
-    }
-    return true;
+    return lg_budget_allows(&g.opt.budget, &g.res, &g.publishing_over);
 }
 
 /* Round-robin over the producers, one job each, while the budget lasts. */
@@ -533,20 +518,20 @@ static void on_tick(evutil_socket_t fd, short what, void *arg)
     (void)fd;
     (void)what;
     (void)arg;
-    uint64_t now = lg_now_ns();
     if (g.finishing)
         return;
-    if ((double)(now - g.t_start) / 1e9 > g.opt.timeout) {
+    switch (lg_budget_tick(&g.opt.budget, &g.res, g.t_start, lg_now_ns(), &g.publishing_over)) {
+    case LG_TICK_TIMEOUT:
         finish("timeout");
-        return;
-    }
-    if (g.opt.count == 0 && g.res.sent > 0 &&
-        (double)(now - g.res.t_first_send) / 1e9 >= g.opt.duration)
-        g.publishing_over = true;
-    if (g.publishing_over && g.res.unique >= g.res.sent && g.res.sent > 0)
+        break;
+    case LG_TICK_DONE:
         finish(NULL);
-    else if (g.opt.rate > 0)
-        pump_all();
+        break;
+    case LG_TICK_GOING:
+        if (g.opt.budget.rate > 0)
+            pump_all();
+        break;
+    }
 }
 
 /* ---- options and main ------------------------------------------------------------------------ */
@@ -559,8 +544,7 @@ static void parse_options(int argc, char **argv, struct options *o)
                           .consumers = 4,
                           .window = 1,
                           .size = 400,
-                          .inflight = 1000,
-                          .timeout = 60,
+                          .budget = {.inflight = 1000, .timeout = 60},
                           .key = key};
     const struct lg_opt opts[] = {
         {"addr", LG_STR, &o->addr, "IP:PORT of Redis or of the proxy (required)"},
@@ -568,24 +552,22 @@ static void parse_options(int argc, char **argv, struct options *o)
         {"consumers", LG_UINT, &o->consumers, "L BRPOP + INCR connections (default 4)"},
         {"size", LG_SIZE, &o->size, "JSON bytes per job, >= 400 (default 400)"},
         {"window", LG_UINT, &o->window, "LPUSHes in flight per producer (default 1)"},
-        {"count", LG_U64, &o->count, "jobs to push (default 10000)"},
-        {"duration", LG_DOUBLE, &o->duration, "push for this many seconds instead"},
-        {"inflight", LG_U64, &o->inflight, "pushed and not yet popped, at most (default 1000)"},
-        {"rate", LG_DOUBLE, &o->rate, "jobs/s, all producers (default: as fast as allowed)"},
+        {"count", LG_U64, &o->budget.count, "jobs to push (default 10000)"},
+        {"duration", LG_DOUBLE, &o->budget.duration, "push for this many seconds instead"},
+        {"inflight", LG_U64, &o->budget.inflight,
+         "pushed and not yet popped, at most (default 1000)"},
+        {"rate", LG_DOUBLE, &o->budget.rate, "jobs/s, all producers (default: as fast as allowed)"},
         {"key", LG_STR, &o->key, "the list (default queue:bench-PID): deleted before and after"},
-        {"timeout", LG_DOUBLE, &o->timeout, "give up after this many seconds (default 60)"},
+        {"timeout", LG_DOUBLE, &o->budget.timeout, "give up after this many seconds (default 60)"},
     };
     size_t n = sizeof(opts) / sizeof(opts[0]);
     lg_parse_options(argc, argv, opts, n);
-    if (o->duration > 0)
-        o->count = 0;
-    else if (o->count == 0)
-        o->count = 10000;
+    lg_budget_settle(&o->budget, 10000);
     snprintf(done_key, sizeof(done_key), "%s:done", o->key);
     o->done_key = done_key;
     if (o->addr == NULL || !lg_parse_addr(o->addr, &o->sin) || o->producers == 0 ||
         o->consumers == 0 || o->window == 0 || o->size < 400 || o->size > BULK_MAX ||
-        o->inflight == 0 || strlen(o->key) > 100)
+        o->budget.inflight == 0 || strlen(o->key) > 100)
         lg_usage(argv[0], opts, n);
 }
 
@@ -602,7 +584,7 @@ int main(int argc, char **argv)
     g.tick = event_new(g.base, -1, EV_PERSIST, on_tick, NULL);
     g.kick = event_new(g.base, -1, 0, on_kick, NULL);
     g.deadline = event_new(g.base, -1, 0, on_deadline, NULL);
-    struct timeval tick = {0, g.opt.rate > 0 ? 1000 : 20000};
+    struct timeval tick = {0, g.opt.budget.rate > 0 ? 1000 : 20000};
     event_add(g.tick, &tick);
     g.t_start = lg_now_ns();
     if (conn_open(&g.control, ROLE_CONTROL, 0) != 0)
@@ -615,7 +597,7 @@ int main(int argc, char **argv)
     printf("{\"tool\":\"redis_jobs\",\"addr\":\"%s\",\"key\":\"%s\",\"publishers\":%u,"
            "\"consumers\":%u,\"size\":%llu,\"window\":%u,\"inflight\":%llu,\"rate\":%.0f,",
            g.opt.addr, g.opt.key, g.opt.producers, g.opt.consumers, (unsigned long long)g.opt.size,
-           g.opt.window, (unsigned long long)g.opt.inflight, g.opt.rate);
+           g.opt.window, (unsigned long long)g.opt.budget.inflight, g.opt.budget.rate);
     lg_print_result(stdout, &g.res);
     fflush(stdout);
 
