@@ -53,7 +53,6 @@ TWICE_CONSERVE_SEED=N runs the same tests with another seed.
 """
 
 import collections
-import json
 import os
 import sys
 import threading
@@ -64,12 +63,13 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import harness as h  # noqa: E402
 import faultkit as fk  # noqa: E402
 import hostilekit as hk  # noqa: E402
+import driverkit as dk  # noqa: E402
+from driverkit import read_lines  # noqa: E402
 
 import pika  # noqa: E402
 from pika.exceptions import AMQPChannelError, AMQPConnectionError, ChannelClosedByBroker  # noqa: E402
 
 SEED = int(os.environ.get("TWICE_CONSERVE_SEED") or 11)
-E2E = os.path.join(h.SOURCE_DIR, "tests", "e2e")
 
 
 def journal_kinds(path):
@@ -277,14 +277,6 @@ JOBS = 30                # per handler: 60 jobs per run
 DRIVER_TIMEOUT = 150
 
 
-def read_lines(path):
-    try:
-        with open(path) as f:
-            return [l for l in f.read().splitlines() if l.strip()]
-    except FileNotFoundError:
-        return []
-
-
 class RedisConservation(h.TestCase):
 
     @classmethod
@@ -299,16 +291,8 @@ class RedisConservation(h.TestCase):
     def setUp(self):
         super().setUp()
         self.assertEqual(self.redis.command("FLUSHALL"), b"OK")
-        self.driver_log = None
-        self.addCleanup(self._dump_driver_log)
-
-    def _dump_driver_log(self):
-        if self.driver_log and (self._failed() or h.VERBOSE):
-            sys.stderr.write("\n----- %s -----\n%s\n" % (self.driver_log, h._tail(self.driver_log, 80)))
-            d = os.path.dirname(self.driver_log)
-            for wl in sorted(os.listdir(d)):
-                if wl.startswith("worker-"):
-                    sys.stderr.write("\n----- %s -----\n%s\n" % (wl, h._tail(os.path.join(d, wl), 40)))
+        self.driver_logs = []
+        self.addCleanup(dk.dump_logs, self)
 
     def run_conserving(self, framework, profile, rules, visibility_timeout=None, workers=2):
         port = h.free_port()
@@ -317,35 +301,12 @@ class RedisConservation(h.TestCase):
         blocks = [fk.rule_block(name, "jobs", *lines) for name, lines in rules.items()]
         tw = self.twice(fk.conf_text([listen], blocks, seed=SEED, journal=journal,
                                      log_level="info", grace="1s"))
-        d = os.path.join(self.tmp, framework)
-        os.makedirs(d, exist_ok=True)
-        files = {n: os.path.join(d, n + ".txt") for n in ("effects", "runs", "enqueued")}
-        argv = [sys.executable, os.path.join(E2E, framework, "driver.py"),
-                "--broker", "127.0.0.1:%d" % port,
-                "--effects", files["effects"], "--runs", files["runs"],
-                "--enqueued", files["enqueued"],
-                "--effect-redis", "127.0.0.1:%d" % self.redis.port,
-                "--inspect", "127.0.0.1:%d" % self.redis.port,
-                "--jobs", str(JOBS), "--workers", str(workers),
-                "--timeout", str(DRIVER_TIMEOUT), "--log-dir", d]
+        args = ["--inspect", "127.0.0.1:%d" % self.redis.port]
         if visibility_timeout is not None:
-            argv += ["--visibility-timeout", str(visibility_timeout)]
-        self.driver_log = os.path.join(d, "driver.log")
-        env = dict(os.environ, PYTHONDONTWRITEBYTECODE="1", HOME=self.tmp)
-        t0 = time.monotonic()
-        p = h.spawn(argv, log_path=self.driver_log, env=env, cwd=d)
-        try:
-            p.wait(DRIVER_TIMEOUT + 60)
-        except Exception:  # noqa
-            h.kill_group(p)
-            p.wait(10)
-            self.fail("%s driver still running after %ds" % (framework, DRIVER_TIMEOUT + 60))
-        h.kill_group(p)
-        out = h._tail(self.driver_log, 100000)
-        summaries = [l for l in out.splitlines() if l.startswith("{")]
-        self.assertTrue(summaries, "%s driver printed no summary (rc=%s)" % (framework, p.returncode))
-        summary = json.loads(summaries[-1])
-        h.log("%s driver: %.1fs, %s" % (framework, time.monotonic() - t0, summaries[-1][:400]))
+            args += ["--visibility-timeout", str(visibility_timeout)]
+        summary, files, rc = dk.run(self, framework, port, redis_port=self.redis.port, jobs=JOBS,
+                                    workers=workers, timeout=DRIVER_TIMEOUT, args=args,
+                                    env=dict(os.environ, HOME=self.tmp))
         enqueued = [tuple(l.split()) for l in read_lines(files["enqueued"])]
         runs = collections.Counter(l.split()[0] for l in read_lines(files["runs"]))
         never = [m for m, _ in enqueued if runs[m] == 0]
@@ -354,7 +315,7 @@ class RedisConservation(h.TestCase):
         self.assertEqual(never, [], "%s: enqueued jobs that never ran (lost) under rules that "
                          "must not lose any; summary %s" % (framework, summary))
         self.assertEqual(summary["never_ran"], {t: 0 for t in summary["never_ran"]})
-        self.assertEqual(p.returncode, 0, "%s driver did not drain: %s" % (framework, summary["reason"]))
+        self.assertEqual(rc, 0, "%s driver did not drain: %s" % (framework, summary["reason"]))
         self.assertIsNone(tw.proc.poll(), "twice exited")
         self.assertEqual(tw.log_records("resp protocol error"), [])
         tw.stop()

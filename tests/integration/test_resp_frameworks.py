@@ -37,25 +37,19 @@ Celery task id, RQ job id, stream entry id.
 """
 
 import collections
-import json
 import os
 import sys
-import time
 import unittest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import harness as h  # noqa: E402
 import faultkit as fk  # noqa: E402
+import driverkit as dk  # noqa: E402
+from driverkit import read_lines  # noqa: E402
 
-E2E = os.path.join(h.SOURCE_DIR, "tests", "e2e")
 SEED = 7
 JOBS = 8                 # per handler: 16 jobs per run
 DRIVER_TIMEOUT = 90      # seconds a driver may take before it gives up by itself
-
-
-def read_lines(path):
-    with open(path) as f:
-        return [l for l in f.read().splitlines() if l.strip()]
 
 
 class Run:
@@ -91,17 +85,7 @@ class RespFrameworks(h.TestCase):
         super().setUp()
         self.assertEqual(self.redis.command("FLUSHALL"), b"OK")
         self.driver_logs = []
-        self.addCleanup(self._dump_driver_logs)
-
-    def _dump_driver_logs(self):
-        if not (self._failed() or h.VERBOSE):
-            return
-        for path in self.driver_logs:
-            sys.stderr.write("\n----- %s -----\n%s\n" % (path, h._tail(path, 60)))
-            for wl in sorted(os.listdir(os.path.dirname(path))):
-                if wl.startswith("worker-"):
-                    sys.stderr.write("\n----- %s -----\n%s\n" % (
-                        wl, h._tail(os.path.join(os.path.dirname(path), wl), 40)))
+        self.addCleanup(dk.dump_logs, self)
 
     # -- twice ---------------------------------------------------------------
 
@@ -127,44 +111,15 @@ class RespFrameworks(h.TestCase):
                 during=None):
         """Run tests/e2e/<framework>/driver.py through twice's port; returns a
         Run.  `during()` is called every 0.1 s while the driver runs."""
-        d = os.path.join(self.tmp, framework)
-        os.makedirs(d, exist_ok=True)
-        files = {n: os.path.join(d, n + ".txt") for n in ("effects", "runs", "enqueued")}
-        argv = [sys.executable, os.path.join(E2E, framework, "driver.py"),
-                "--broker", "127.0.0.1:%d" % port,
-                "--effects", files["effects"], "--runs", files["runs"],
-                "--enqueued", files["enqueued"],
-                "--effect-redis", "127.0.0.1:%d" % self.redis.port,
-                "--inspect", "127.0.0.1:%d" % self.redis.port,
-                "--jobs", str(JOBS), "--workers", str(workers),
-                "--timeout", str(DRIVER_TIMEOUT), "--log-dir", d]
+        args = ["--inspect", "127.0.0.1:%d" % self.redis.port]
         if visibility_timeout is not None:
-            argv += ["--visibility-timeout", str(visibility_timeout)]
+            args += ["--visibility-timeout", str(visibility_timeout)]
         if lost_grace is not None:
-            argv += ["--lost-grace", str(lost_grace)]
-        log_path = os.path.join(d, "driver.log")
-        self.driver_logs.append(log_path)
-        env = dict(os.environ, PYTHONDONTWRITEBYTECODE="1", HOME=self.tmp)
-        t0 = time.monotonic()
-        p = h.spawn(argv, log_path=log_path, env=env, cwd=d)
-        deadline = t0 + DRIVER_TIMEOUT + 60
-        while p.poll() is None:
-            if time.monotonic() > deadline:
-                h.kill_group(p)
-                p.wait(10)
-                self.fail("%s driver still running after %.0fs" % (framework, deadline - t0))
-            if during is not None:
-                during()
-            time.sleep(0.1)
-        h.kill_group(p)          # whatever it left behind
-        with open(log_path) as f:
-            out = f.read()
-        summaries = [l for l in out.splitlines() if l.startswith("{")]
-        self.assertTrue(summaries, "%s driver printed no summary (rc=%s):\n%s" % (
-            framework, p.returncode, out[-4000:]))
-        summary = json.loads(summaries[-1])
-        h.log("%s driver: %.1fs, %s" % (framework, time.monotonic() - t0, summaries[-1][:300]))
-        self.assertEqual(p.returncode, 0, "%s driver failed: %s" % (framework, summary["reason"]))
+            args += ["--lost-grace", str(lost_grace)]
+        summary, files, rc = dk.run(self, framework, port, redis_port=self.redis.port, jobs=JOBS,
+                                    workers=workers, timeout=DRIVER_TIMEOUT, args=args,
+                                    env=dict(os.environ, HOME=self.tmp), during=during)
+        self.assertEqual(rc, 0, "%s driver failed: %s" % (framework, summary["reason"]))
         enqueued, runs, effects = ([tuple(l.split()) for l in read_lines(files[n])]
                                    for n in ("enqueued", "runs", "effects"))
         self.assertEqual(len(enqueued), 2 * JOBS, enqueued)

@@ -44,7 +44,6 @@ import collections
 import json
 import os
 import re
-import subprocess
 import sys
 import time
 import unittest
@@ -52,8 +51,9 @@ import unittest
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import harness as h  # noqa: E402
 import faultkit as fk  # noqa: E402
+import driverkit as dk  # noqa: E402
+from driverkit import read_lines  # noqa: E402
 
-E2E = os.path.join(h.SOURCE_DIR, "tests", "e2e")
 EXAMPLES = os.path.join(h.SOURCE_DIR, "rules", "examples")
 
 # Jobs per handler, per framework (2 x JOBS jobs per run; TWICE_IT_VERDICT_JOBS
@@ -84,11 +84,6 @@ FRAMEWORKS = {
 }
 
 
-def read_lines(path):
-    with open(path) as f:
-        return [l for l in f.read().splitlines() if l.strip()]
-
-
 def replace_line(text, old, new, path):
     """Replaces the directive line `old` (the whole line, blanks aside: the
     comments that mention it stay) with `new`; it must be there once."""
@@ -117,17 +112,8 @@ class VerdictE2E(h.TestCase):
     def setUp(self):
         super().setUp()
         self.assertEqual(self.redis.command("FLUSHALL"), b"OK")
-        self.driver_log = None
-        self.addCleanup(self._dump_driver_log)
-
-    def _dump_driver_log(self):
-        if self.driver_log is None or not (self._failed() or h.VERBOSE):
-            return
-        sys.stderr.write("\n----- %s -----\n%s\n" % (self.driver_log, h._tail(self.driver_log, 60)))
-        d = os.path.dirname(self.driver_log)
-        for wl in sorted(os.listdir(d)):
-            if wl.startswith("worker-"):
-                sys.stderr.write("\n----- %s -----\n%s\n" % (wl, h._tail(os.path.join(d, wl), 40)))
+        self.driver_logs = []
+        self.addCleanup(dk.dump_logs, self)
 
     # -- the example file, made concrete -----------------------------------------
 
@@ -148,36 +134,10 @@ class VerdictE2E(h.TestCase):
     def run_driver(self, framework, port, extra_args=(), env=None, workers=WORKERS):
         """Run tests/e2e/<framework>/driver.py through twice's port until the
         broker is drained; returns (summary, {name: path of its file})."""
-        d = os.path.join(self.tmp, framework)
-        os.makedirs(d, exist_ok=True)
-        files = {n: os.path.join(d, n + ".txt") for n in ("effects", "runs", "enqueued")}
-        argv = [sys.executable, os.path.join(E2E, framework, "driver.py"),
-                "--broker", "127.0.0.1:%d" % port,
-                "--effects", files["effects"], "--runs", files["runs"],
-                "--enqueued", files["enqueued"],
-                "--effect-redis", "127.0.0.1:%d" % self.redis.port,
-                "--jobs", str(JOBS), "--workers", str(workers),
-                "--timeout", str(DRIVER_TIMEOUT), "--log-dir", d] + list(extra_args)
-        self.driver_log = os.path.join(d, "driver.log")
-        env = dict(env or os.environ, PYTHONDONTWRITEBYTECODE="1")
-        env.setdefault("HOME", self.tmp)
-        t0 = time.monotonic()
-        p = h.spawn(argv, log_path=self.driver_log, env=env, cwd=d)
-        try:
-            p.wait(DRIVER_TIMEOUT + 60)
-        except subprocess.TimeoutExpired:
-            h.kill_group(p)
-            p.wait(10)
-            self.fail("%s driver still running after %ds" % (framework, DRIVER_TIMEOUT + 60))
-        h.kill_group(p)              # whatever it left behind
-        with open(self.driver_log) as f:
-            out = f.read()
-        summaries = [l for l in out.splitlines() if l.startswith("{")]
-        self.assertTrue(summaries, "%s driver printed no summary (rc=%s):\n%s" % (
-            framework, p.returncode, out[-4000:]))
-        summary = json.loads(summaries[-1])
-        h.log("%s driver: %.1fs, %s" % (framework, time.monotonic() - t0, summaries[-1][:400]))
-        self.assertEqual(p.returncode, 0, "%s driver failed: %s" % (framework, summary["reason"]))
+        summary, files, rc = dk.run(self, framework, port, redis_port=self.redis.port, jobs=JOBS,
+                                    workers=workers, timeout=DRIVER_TIMEOUT, args=extra_args,
+                                    env=env)
+        self.assertEqual(rc, 0, "%s driver failed: %s" % (framework, summary["reason"]))
         return summary, files
 
     def verdict(self, journal, effects):
