@@ -148,14 +148,13 @@ static void rd_free(struct session_end *e)
         event_free(e->rd);
         e->rd = NULL;
     }
-    e->rd_armed = e->rd_want = false;
+    e->rd_want = false;
 }
 
 static void free_end(struct session_end *e)
 {
     flush_unqueue(e);
     rd_free(e);
-    e->direct = false;
     if (e->bev != NULL) {
         bufferevent_free(e->bev);
         e->bev = NULL;
@@ -392,7 +391,7 @@ static void relay(struct session *s, enum session_side from)
         session_send(s, (enum session_side) !from, in);
         count_bytes(s, from, n);
     }
-    if (s->end[from].rd != NULL && !s->end[from].rd_armed)
+    if (s->end[from].rd != NULL)
         rd_update(&s->end[from]); /* under the read limit again */
 }
 
@@ -421,10 +420,8 @@ static void rd_update(struct session_end *e)
         return;
     bool arm = e->rd_want && e->bev != NULL &&
                evbuffer_get_length(bufferevent_get_input(e->bev)) < read_limit(e);
-    if (arm == e->rd_armed)
-        return;
-    if (arm ? event_add(e->rd, NULL) == 0 : event_del(e->rd) == 0)
-        e->rd_armed = arm;
+    if (arm != (event_pending(e->rd, EV_READ, NULL) != 0))
+        (void)(arm ? event_add(e->rd, NULL) : event_del(e->rd));
 }
 
 /* Reading from side `side` on or off. */
@@ -512,7 +509,7 @@ static void flush_end(struct session_end *e)
     if (bev == NULL)
         return;
     struct evbuffer *out = bufferevent_get_output(bev);
-    if (!e->direct || s->state != SESSION_RELAYING) {
+    if (e->rd == NULL || s->state != SESSION_RELAYING) {
         if (evbuffer_get_length(out) > 0)
             bufferevent_enable(bev, EV_WRITE);
         return;
@@ -532,7 +529,9 @@ static void flush_end(struct session_end *e)
     }
     if (bufferevent_get_enabled(bev) & EV_WRITE)
         bufferevent_disable(bev, EV_WRITE);
-    if (e->write_cb)
+    bufferevent_data_cb write_cb = NULL;
+    bufferevent_getcb(bev, NULL, &write_cb, NULL, NULL);
+    if (write_cb != NULL)
         on_write(bev, s); /* what the bufferevent would call once drained */
 }
 
@@ -555,12 +554,10 @@ void session_flush_all(struct proxy *px)
     px->flushing = false;
 }
 
-/* Output was added toward a direct end: write it at the end of this turn. */
-static void on_output_changed(struct evbuffer *buf, const struct evbuffer_cb_info *info, void *arg)
+/* List a direct end with output for the flusher. */
+static void flush_queue(struct session_end *e)
 {
-    (void)buf;
-    struct session_end *e = arg;
-    if (info->n_added == 0 || e->flush_queued || !e->direct)
+    if (e->flush_queued || e->rd == NULL)
         return;
     struct proxy *px = e->owner->px;
     if (px->flush_list == NULL) {
@@ -580,12 +577,20 @@ static void on_output_changed(struct evbuffer *buf, const struct evbuffer_cb_inf
     px->flush_list = e;
 }
 
+/* Output was added toward a direct end: write it at the end of this turn. */
+static void on_output_changed(struct evbuffer *buf, const struct evbuffer_cb_info *info, void *arg)
+{
+    (void)buf;
+    if (info->n_added > 0)
+        flush_queue(arg);
+}
+
 /* Put a plain end that starts relaying into direct mode. */
 static void direct_start(struct session *s, enum session_side side)
 {
     struct session_end *e = &s->end[side];
     e->owner = s;
-    if (e->tls || e->bev == NULL || e->direct || s->px->flusher == NULL)
+    if (e->tls || e->bev == NULL || e->rd != NULL || s->px->flusher == NULL)
         return;
     struct evbuffer *out = bufferevent_get_output(e->bev);
     e->rd =
@@ -597,24 +602,20 @@ static void direct_start(struct session *s, enum session_side side)
         e->rd = NULL;
         return;
     }
-    e->direct = true;
     e->rd_want = (bufferevent_get_enabled(e->bev) & EV_READ) != 0;
     bufferevent_disable(e->bev, EV_READ);
     rd_update(e);
-    if (evbuffer_get_length(out) > 0) {
-        struct evbuffer_cb_info info = {.n_added = 1};
-        on_output_changed(out, &info, e);
-    } else {
+    if (evbuffer_get_length(out) > 0)
+        flush_queue(e);
+    else
         bufferevent_disable(e->bev, EV_WRITE);
-    }
 }
 
 /* Back to the bufferevent's own writes (draining). */
 static void direct_stop(struct session_end *e)
 {
-    if (e->bev == NULL || !e->direct)
+    if (e->bev == NULL || e->rd == NULL)
         return;
-    e->direct = false;
     flush_unqueue(e);
     bool reading = e->rd_want;
     rd_free(e);
@@ -631,7 +632,6 @@ static void want_drain(struct session *s, enum session_side side, size_t low)
     struct bufferevent *bev = s->end[side].bev;
     bufferevent_setcb(bev, on_read, on_write, on_event, s);
     bufferevent_setwatermark(bev, EV_WRITE, low, 0);
-    s->end[side].write_cb = true;
 }
 
 static void on_write(struct bufferevent *bev, void *arg)
@@ -679,7 +679,6 @@ static void on_write(struct bufferevent *bev, void *arg)
     if (!src->paused && (s->shaper[from] == NULL ||
                          (shaper_held(s->shaper[from]) == 0 && !shaper_waiting(s->shaper[from])))) {
         bufferevent_setcb(bev, on_read, NULL, on_event, s);
-        s->end[to].write_cb = false;
     }
 }
 

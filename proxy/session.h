@@ -87,13 +87,12 @@ struct session_end {
     bool shut;       /* we shut down our writing toward this peer */
     bool paused;     /* reading from this peer is paused by backpressure */
     bool codec_hold; /* the codec holds too much of what this peer sent */
-    /* Direct writes (plain TCP while relaying; see session.c). */
-    bool direct;        /* EV_WRITE is off until a write falls short */
-    bool write_cb;      /* on_write is installed (someone waits for a drain) */
-    bool flush_queued;  /* in px->flush_list */
-    struct event *rd;   /* direct ends: twice's own read event (the bufferevent's is off) */
+    /* Direct I/O (plain TCP while relaying; see session.c).  An end is direct
+     * while it has rd, its own read event (the bufferevent's is off, and so
+     * is EV_WRITE until a write falls short). */
+    struct event *rd;
     bool rd_want;       /* reading is on (not paused, held or ended) */
-    bool rd_armed;      /* rd is added: rd_want and the input is under read_limit */
+    bool flush_queued;  /* in px->flush_list */
     size_t read_limit;  /* input bytes before reading stops (0: SESSION_INPUT_HIGH) */
     uint32_t read_size; /* what the next direct read asks for (adapts to the traffic) */
     struct session *owner;
