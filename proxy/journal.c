@@ -220,16 +220,24 @@ static void drop_locked(struct journal *j)
     }
 }
 
-/* Encodes entry at the end of the queued buffer, or drops it. */
+/* Records up to this size are encoded on the caller's stack. */
+#define JOURNAL_STACK_RECORD 2048u
+
+/* Appends entry to the queued buffer, or drops it.  The event loops of every
+ * thread call this: the entry is encoded before the lock is taken, so the
+ * critical section is a copy of a few hundred bytes. */
 static void enqueue(struct journal *j, const Twice__Journal__Entry *entry)
 {
     size_t size = journal_entry_encoded_size(entry);
-    pthread_mutex_lock(&j->mu);
+    uint8_t stack[JOURNAL_STACK_RECORD];
+    uint8_t *enc = size <= sizeof(stack) ? stack : malloc(size);
     size_t n = 0;
-    if (j->failed || !buf_reserve(&j->queued, size) ||
-        journal_encode_entry(entry, j->queued.data + j->queued.len, size, &n) != 0) {
+    bool encoded = enc != NULL && journal_encode_entry(entry, enc, size, &n) == 0;
+    pthread_mutex_lock(&j->mu);
+    if (j->failed || !encoded || !buf_reserve(&j->queued, n)) {
         drop_locked(j);
     } else {
+        memcpy(j->queued.data + j->queued.len, enc, n);
         j->queued.len += n;
         j->queued.records++;
         atomic_fetch_add(&j->records, 1);
@@ -237,6 +245,8 @@ static void enqueue(struct journal *j, const Twice__Journal__Entry *entry)
             pthread_cond_signal(&j->wake);
     }
     pthread_mutex_unlock(&j->mu);
+    if (enc != stack)
+        free(enc);
 }
 
 void journal_record(struct journal *j, const struct journal_record *r)

@@ -1,10 +1,11 @@
 /*
  * journal.h - the running proxy's journal writer.
  *
- * The event loop calls journal_record() for every delivery, ack, publish,
- * fault, connect and close.  That call never touches the disk: it encodes the
- * record (proto/journal.proto, length-delimited) into an in-memory buffer
- * under a mutex and returns.  A writer thread swaps the buffer out and writes
+ * The event loops (one per thread) call journal_record() for every delivery,
+ * ack, publish, fault, connect and close.  That call never touches the disk:
+ * it encodes the record (proto/journal.proto, length-delimited), appends it to
+ * an in-memory buffer under a mutex (a copy: the only shared step) and
+ * returns.  A writer thread swaps the buffer out and writes
  * it with write(2) at least every JOURNAL_FLUSH_INTERVAL_MS, and sooner when
  * it passes JOURNAL_FLUSH_BYTES.  When the disk cannot keep up and the buffer
  * reaches JOURNAL_BUFFER_CAP, new records are dropped and counted
