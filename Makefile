@@ -5,7 +5,7 @@ BUILD ?= build
 JOBS  ?= $(shell nproc 2>/dev/null || echo 2)
 CMAKE_FLAGS ?=
 
-.PHONY: all build deps test test-asan fuzz bench demo clean format format-check
+.PHONY: all build deps test test-asan test-tsan fuzz bench demo clean format format-check
 
 all: build
 
@@ -20,14 +20,16 @@ build: $(BUILD)/CMakeCache.txt
 
 # `make test`: the house format (clang-format, .clang-format), the suite on a
 # normal build, the same suite again on an ASan+UBSan build (any report fails
-# the run: twice exits non-zero on a leak, aborts on an error), then every
-# fuzz harness for a short smoke run.
+# the run: twice exits non-zero on a leak, aborts on an error), the tests that
+# drive several threads at once on a ThreadSanitizer build, then every fuzz
+# harness for a short smoke run.
 test:
 	@scripts/deps.sh test
 	$(MAKE) format-check
 	$(MAKE) build
 	cd $(BUILD) && ctest --output-on-failure -j $(JOBS)
 	$(MAKE) test-asan
+	$(MAKE) test-tsan
 	scripts/fuzz.sh $(FUZZ_SMOKE_SECONDS)
 
 ASAN_BUILD ?= build-asan
@@ -41,6 +43,27 @@ test-asan:
 	cmake -S . -B $(ASAN_BUILD) -DTWICE_SANITIZE=ON -DCMAKE_BUILD_TYPE=RelWithDebInfo $(CMAKE_FLAGS)
 	cmake --build $(ASAN_BUILD) -j $(JOBS)
 	cd $(ASAN_BUILD) && $(SAN_ENV) ctest --output-on-failure -j $(JOBS)
+
+# twice built with ThreadSanitizer under the integration tests where sessions
+# of several threads share rules, the Redis id map and the journal.  A data
+# race aborts twice (halt_on_error) and writes a report under $(TSAN_BUILD)/:
+# the run fails on a failed test or on any report, even one a test did not
+# notice.
+TSAN_BUILD ?= build-tsan
+TSAN_TESTS ?= test_threads test_resp_frameworks test_conservation
+TSAN_ENV = TWICE_SANITIZED=1 \
+	TSAN_OPTIONS=halt_on_error=1:exitcode=66:second_deadlock_stack=1:log_path=$(CURDIR)/$(TSAN_BUILD)/tsan-report
+
+test-tsan:
+	cmake -S . -B $(TSAN_BUILD) -DTWICE_TSAN=ON -DCMAKE_BUILD_TYPE=RelWithDebInfo $(CMAKE_FLAGS)
+	cmake --build $(TSAN_BUILD) -j $(JOBS) --target twice
+	rm -f $(TSAN_BUILD)/tsan-report.*
+	set -e; for t in $(TSAN_TESTS); do \
+		$(TSAN_ENV) TWICE_BIN=$(CURDIR)/$(TSAN_BUILD)/twice \
+			/usr/bin/python3 tests/integration/$$t.py; \
+	done
+	@if ls $(TSAN_BUILD)/tsan-report.* >/dev/null 2>&1; then \
+		cat $(TSAN_BUILD)/tsan-report.*; echo "ThreadSanitizer reports above"; exit 1; fi
 
 # Every libFuzzer harness for FUZZ_SECONDS each (scripts/fuzz.sh).
 fuzz:
@@ -66,4 +89,4 @@ format-check:
 	clang-format --dry-run --Werror proxy/*.[ch] rules/*.[ch] proto/*.[ch] tests/unit/*.c
 
 clean:
-	rm -rf $(BUILD) $(ASAN_BUILD) build-fuzz
+	rm -rf $(BUILD) $(ASAN_BUILD) $(TSAN_BUILD) build-fuzz

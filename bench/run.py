@@ -252,9 +252,13 @@ def start_haproxy(tmp, name, upstreams, maxconn, threads):
     return Server(name, p, ports, log_path, stop)
 
 
+# `threads` of every twice the bench starts (--threads; 1, as HAProxy's default nbthread 1).
+TWICE_THREADS = 1
+
+
 def twice_config(mode, ports, upstreams):
     """The configuration of one twice process: mode is tcp, parse or faults."""
-    head = "seed 1\nshutdown-grace 1s\n"
+    head = "seed 1\nshutdown-grace 1s\nthreads %d\n" % TWICE_THREADS
     blocks, rules = [], ""
     if "amqp" in upstreams:
         proto = "tcp" if mode == "tcp" else "amqp"
@@ -502,9 +506,10 @@ def print_table(summary, paced, meta):
     head = cols % ("load", "target", "msgs/s", "/direct", "/haproxy", "p50 us", "p99 us",
                    "cpu max", "cpu@rate", "/haproxy", "RSS MiB", "dup %")
     print()
-    print("%s vs %s (nbthread %d); %s, load average %.1f before the run; medians of %d "
-          "round(s)" % (meta["twice_version"], meta["haproxy_version"], meta["haproxy_threads"],
-                        meta["cpus"], meta["loadavg_before"][0], meta["rounds"]))
+    print("%s (threads %d) vs %s (nbthread %d); %s, load average %.1f before the run; "
+          "medians of %d round(s)" % (meta["twice_version"], meta.get("twice_threads", 1),
+                                      meta["haproxy_version"], meta["haproxy_threads"],
+                                      meta["cpus"], meta["loadavg_before"][0], meta["rounds"]))
     print("latency (p50, p99) of amqp and jobs at a fixed rate every target sustains: %s" %
           ", ".join("%s %.0f/s" % (k, v) for k, v in paced.items()))
     print(head)
@@ -758,10 +763,14 @@ def main():
                     help="results.json and charts go here (default build/bench)")
     ap.add_argument("--rounds", type=int, help="rounds of the side-by-side runs")
     ap.add_argument("--haproxy-threads", type=int, default=1,
-                    help="HAProxy nbthread (default 1, as twice's one event loop)")
+                    help="HAProxy nbthread (default 1)")
+    ap.add_argument("--threads", type=int, default=1,
+                    help="twice's `threads` (default 1; compare with --haproxy-threads)")
     ap.add_argument("--skip-curves", action="store_true", help="only the side-by-side table")
     args = ap.parse_args()
 
+    global TWICE_THREADS
+    TWICE_THREADS = args.threads
     plan = dict(PLANS["quick" if args.quick else "full"])
     if args.rounds:
         plan["rounds"] = args.rounds
@@ -797,6 +806,7 @@ def main():
             "twice_version": version_of([harness.TWICE_BIN, "--version"]),
             "haproxy_version": version_of(["haproxy", "-v"]).split(" - ")[0],
             "haproxy_threads": args.haproxy_threads,
+            "twice_threads": args.threads,
             "redis_version": version_of(["redis-server", "--version"]),
             "amqp_load": AMQP_LOAD, "jobs_load": JOBS_LOAD, "nofile": nofile,
             "twice_configs": {m: twice_config(m, {"amqp": 0, "redis": 0}, up)

@@ -227,8 +227,14 @@ static void get_stats(struct proxy *px, struct evhttp_request *req)
         evhttp_send_error(req, 500, NULL);
         return;
     }
-    evbuffer_add_printf(b, "{\"uptime_ms\":%llu,\"sessions_open\":%u,\"listeners\":{",
-                        (unsigned long long)(proxy_now_ms() - px->start_ms), px->n_sessions);
+    evbuffer_add_printf(b, "{\"uptime_ms\":%llu,\"sessions_open\":%u,\"threads\":%u,",
+                        (unsigned long long)(proxy_now_ms() - px->start_ms), proxy_sessions(px),
+                        px->n_loops);
+    /* Sessions open on each event loop thread: how the hand-off spread them. */
+    evbuffer_add_printf(b, "\"sessions_per_thread\":[");
+    for (unsigned i = 0; i < px->n_loops; i++)
+        evbuffer_add_printf(b, "%s%u", i ? "," : "", atomic_load(&px->loops[i].n_sessions));
+    evbuffer_add_printf(b, "],\"listeners\":{");
     int first = 1;
     for (struct listener_stats *st = px->stats; st != NULL; st = st->next, first = 0) {
         evbuffer_add_printf(b, "%s", first ? "" : ",");
@@ -236,13 +242,15 @@ static void get_stats(struct proxy *px, struct evhttp_request *req)
         evbuffer_add_printf(b,
                             ":{\"connections\":%llu,\"open\":%llu,\"bytes_up\":%llu,"
                             "\"bytes_down\":%llu}",
-                            (unsigned long long)st->connections, (unsigned long long)st->open,
-                            (unsigned long long)st->bytes_up, (unsigned long long)st->bytes_down);
+                            (unsigned long long)stat_get(&st->connections),
+                            (unsigned long long)stat_get(&st->open),
+                            (unsigned long long)stat_get(&st->bytes_up),
+                            (unsigned long long)stat_get(&st->bytes_down));
     }
     evbuffer_add(b, "},\"events\":{", 12);
     for (int e = 0; e < RULE_EV_COUNT; e++)
         evbuffer_add_printf(b, "%s\"%s\":%llu", e ? "," : "", rule_event_name((enum rule_event)e),
-                            (unsigned long long)px->events[e]);
+                            (unsigned long long)proxy_events(px, (unsigned)e));
     evbuffer_add(b, "},", 2);
     evbuffer_drain(b, 0);
     /* The rules part is the same document as GET /rules, without its braces. */
@@ -291,7 +299,8 @@ static void get_metrics(struct proxy *px, struct evhttp_request *req)
                            "# TYPE twice_events_total counter\n");
     for (int e = 0; e < RULE_EV_COUNT; e++)
         evbuffer_add_printf(b, "twice_events_total{kind=\"%s\"} %llu\n",
-                            rule_event_name((enum rule_event)e), (unsigned long long)px->events[e]);
+                            rule_event_name((enum rule_event)e),
+                            (unsigned long long)proxy_events(px, (unsigned)e));
     /* Prometheus wants each family's samples together, after its TYPE. */
     static const struct {
         const char *name, *type, *help;
@@ -304,12 +313,12 @@ static void get_metrics(struct proxy *px, struct evhttp_request *req)
         evbuffer_add_printf(b, "# HELP %s %s\n# TYPE %s %s\n", fam[f].name, fam[f].help,
                             fam[f].name, fam[f].type);
         for (struct listener_stats *st = px->stats; st != NULL; st = st->next) {
-            uint64_t v[3] = {st->connections, st->open, 0};
+            uint64_t v[3] = {stat_get(&st->connections), stat_get(&st->open), 0};
             for (int d = 0; d < (f == 2 ? 2 : 1); d++) {
                 evbuffer_add_printf(b, "%s{listener=\"", fam[f].name);
                 prom_label(b, st->name);
                 if (f == 2) {
-                    v[2] = d == 0 ? st->bytes_up : st->bytes_down;
+                    v[2] = stat_get(d == 0 ? &st->bytes_up : &st->bytes_down);
                     evbuffer_add_printf(b, "\",direction=\"%s\"",
                                         d == 0 ? "upstream" : "downstream");
                 } else {

@@ -305,7 +305,7 @@ static struct achan *chan_new(struct amqp_px *ax, uint16_t id)
         ch->content[d].stash = evbuffer_new();
         ch->content[d].body = evbuffer_new();
         ch->inject[d] = evbuffer_new();
-        ch->held_timer[d] = evtimer_new(ax->s->px->base, on_held_timer, ch);
+        ch->held_timer[d] = evtimer_new(ax->s->loop->base, on_held_timer, ch);
         ok = ch->content[d].stash && ch->content[d].body && ch->inject[d] && ch->held_timer[d];
     }
     ch->deferred = evbuffer_new();
@@ -432,7 +432,7 @@ static size_t decide(struct amqp_px *ax, struct engine_event *ev, size_t *hits)
 
 static const struct rule *hit_rule(struct amqp_px *ax, size_t idx)
 {
-    return ruleset_rule(ax->s->px->rules, idx);
+    return ruleset_rule(ax->s->loop->rules, idx);
 }
 
 static void journal_event(struct amqp_px *ax, enum journal_kind kind, const struct msg_info *mi,
@@ -700,7 +700,7 @@ static bool arm_timer(struct amqp_px *ax, struct msg_info *mi, uint32_t ms,
 {
     if (mi->timer != NULL)
         event_free(mi->timer);
-    mi->timer = evtimer_new(ax->s->px->base, cb, mi);
+    mi->timer = evtimer_new(ax->s->loop->base, cb, mi);
     struct timeval tv = {.tv_sec = ms / 1000, .tv_usec = (ms % 1000) * 1000};
     return mi->timer != NULL && evtimer_add(mi->timer, &tv) == 0;
 }
@@ -847,7 +847,7 @@ static struct consumer *consumer_find(struct achan *ch, struct amqp_bytes tag)
 
 static bool rules_need_body(struct amqp_px *ax, enum rule_event ev)
 {
-    struct ruleset *rs = ax->s->px->rules;
+    struct ruleset *rs = ax->s->loop->rules;
     for (size_t i = 0; rs != NULL && i < ruleset_count(rs); i++) {
         const struct rule *r = ruleset_rule(rs, i);
         if (r->event != ev || strcmp(r->listener, ax->s->cfg->l->name) != 0)
@@ -1009,7 +1009,7 @@ static bool content_actions(struct amqp_px *ax, struct achan *ch, struct content
             if (c->ack_required && mi != NULL &&
                 arm_timer(ax, mi, r->action.duration_ms, on_expire) && mi->expire_rules == NULL) {
                 mi->expire_rule = r;
-                mi->expire_rules = ax->s->px->rules;
+                mi->expire_rules = ax->s->loop->rules;
                 ruleset_get(mi->expire_rules);
             }
             break;

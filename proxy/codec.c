@@ -23,14 +23,14 @@ const struct codec_ops *codec_for(const struct conf_listener *l)
 
 size_t codec_decide(struct session *s, const struct engine_event *ev, size_t *hits)
 {
-    struct proxy *px = s->px;
-    px->events[ev->event]++;
-    if (px->rules == NULL)
+    struct loop *lp = s->loop;
+    stat_add(&lp->events[ev->event], 1);
+    if (lp->rules == NULL)
         return 0;
     size_t n =
-        ruleset_decide(px->rules, s->cfg->l->name, ev, proxy_now_ms(), hits, SESSION_MAX_RULE_HITS);
+        ruleset_decide(lp->rules, s->cfg->l->name, ev, proxy_now_ms(), hits, SESSION_MAX_RULE_HITS);
     for (size_t i = 0; i < n; i++) {
-        const struct rule *r = ruleset_rule(px->rules, hits[i]);
+        const struct rule *r = ruleset_rule(lp->rules, hits[i]);
         if (r->action.kind != RULE_ACT_EXPIRE)
             fault_note(s, r, ev);
     }

@@ -3,6 +3,7 @@
  */
 #include "proxy/idmap.h"
 
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -15,6 +16,7 @@ struct node {
     char key[]; /* scope '\0' key, not NUL-terminated at the end */
 };
 
+static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
 static struct node **buckets;
 static size_t n_buckets;
 static size_t count;
@@ -87,6 +89,16 @@ static int grow(void)
     buckets = b;
     n_buckets = nb;
     return 0;
+}
+
+void idmap_lock(void)
+{
+    pthread_mutex_lock(&lock);
+}
+
+void idmap_unlock(void)
+{
+    pthread_mutex_unlock(&lock);
 }
 
 struct idmap_info *idmap_get(const char *scope, const char *key, size_t keylen)

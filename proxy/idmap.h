@@ -10,8 +10,11 @@
  * IDMAP_MAX entries the oldest is forgotten (a later ack of it then carries
  * no task), so a load that never acks cannot grow twice without limit.
  *
- * Chained hashing with an insertion-ordered list for eviction.  Single
- * threaded: the event loop owns it.
+ * Chained hashing with an insertion-ordered list for eviction.  Shared by
+ * the loops of every thread (a job is delivered on one connection and acked
+ * on another, which may live on another loop): every use, from idmap_get or
+ * idmap_put to the last touch of the entry it returned, holds idmap_lock().
+ * Uses are short (copy a few strings) and never take another lock.
  */
 #ifndef TWICE_IDMAP_H
 #define TWICE_IDMAP_H
@@ -35,6 +38,10 @@ struct idmap_info {
 enum {
     IDMAP_SUPPRESS_ACK = 1u << 0, /* a `duplicate` on a stream entry: swallow its next XACK */
 };
+
+/* The map's lock (see above); idmap_count and idmap_clear need not hold it. */
+void idmap_lock(void);
+void idmap_unlock(void);
 
 /* The value slot for (scope, key), created empty when absent; NULL when out of memory. */
 struct idmap_info *idmap_put(const char *scope, const char *key, size_t keylen);

@@ -6,6 +6,10 @@
  * after a reload or shutdown closed the socket.  When accept() fails for
  * lack of file descriptors, the listener pauses for a second instead of
  * spinning on a socket that stays readable (as pgbouncer does).
+ *
+ * Listeners run on the main thread; sessions of other loops hold references
+ * and drop them from their threads (atomic count; the last one only frees
+ * memory, the socket was closed on the main thread).
  */
 #include <errno.h>
 #include <event2/listener.h>
@@ -30,7 +34,7 @@ static void on_accept(struct evconnlistener *evl, evutil_socket_t fd, struct soc
         evutil_closesocket(fd);
         return;
     }
-    session_accept(l, fd, sa, salen);
+    loop_accept(l->px, l, fd, sa, salen);
 }
 
 static void on_retry(evutil_socket_t fd, short what, void *arg)
@@ -81,6 +85,7 @@ struct listener *listener_open(struct proxy *px, struct lconf *cfg, char *err, s
     l->refs = 1;
     l->cfg = cfg;
     lconf_get(cfg);
+    l->stats = proxy_stats(px, cfg->l->name);
     l->retry_timer = evtimer_new(px->base, on_retry, l);
     unsigned flags = LEV_OPT_CLOSE_ON_FREE | LEV_OPT_CLOSE_ON_EXEC | LEV_OPT_REUSEABLE;
     l->evl = evconnlistener_new_bind(px->base, on_accept, l, flags, LISTENER_BACKLOG,
@@ -110,7 +115,7 @@ void listener_close(struct listener *l)
 
 void listener_put(struct listener *l)
 {
-    if (--l->refs > 0)
+    if (atomic_fetch_sub(&l->refs, 1) > 1)
         return;
     listener_close(l);
     lconf_put(l->cfg);

@@ -5,6 +5,7 @@
  *   twice check -c FILE    validate FILE, print a summary or every error
  *   twice --version | --help
  */
+#include <event2/thread.h>
 #include <malloc.h>
 #include <openssl/ssl.h>
 #include <signal.h>
@@ -111,6 +112,12 @@ static int cmd_run(const char *path)
      * the heap and let 8 MiB of free heap stay before it is given back. */
     mallopt(M_MMAP_THRESHOLD, 1024 * 1024);
     mallopt(M_TRIM_THRESHOLD, 8 * 1024 * 1024);
+    /* Before any event base: libevent's global state (evdns's random
+     * numbers) is then locked; each base is still lock-free (loop.c). */
+    if (evthread_use_pthreads() != 0) {
+        log_msg(LOG_ERROR, "cannot set up libevent for threads", NULL);
+        return 1;
+    }
     if (proxy_init(&px, path) != 0) {
         proxy_free(&px);
         return 1;

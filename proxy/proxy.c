@@ -50,7 +50,7 @@ struct conf_ref *conf_ref_new(struct conf *conf)
 
 void conf_ref_put(struct conf_ref *ref)
 {
-    if (ref == NULL || --ref->refs > 0)
+    if (ref == NULL || atomic_fetch_sub(&ref->refs, 1) > 1)
         return;
     conf_free(ref->conf);
     free(ref);
@@ -58,12 +58,12 @@ void conf_ref_put(struct conf_ref *ref)
 
 void lconf_get(struct lconf *lc)
 {
-    lc->refs++;
+    atomic_fetch_add(&lc->refs, 1);
 }
 
 void lconf_put(struct lconf *lc)
 {
-    if (lc == NULL || --lc->refs > 0)
+    if (lc == NULL || atomic_fetch_sub(&lc->refs, 1) > 1)
         return;
     SSL_CTX_free(lc->server_ctx);
     SSL_CTX_free(lc->client_ctx);
@@ -81,7 +81,7 @@ static struct lconf *lconf_new(struct conf_ref *root, const struct conf_listener
     }
     lc->refs = 1;
     lc->root = root;
-    root->refs++;
+    atomic_fetch_add(&root->refs, 1);
     lc->l = l;
     conf_addr_format(&l->bind, lc->bind_str, sizeof(lc->bind_str));
     conf_addr_format(&l->upstream, lc->upstream_str, sizeof(lc->upstream_str));
@@ -225,7 +225,7 @@ static int apply_conf(struct proxy *px, struct conf_ref *ref, char *err, size_t 
             log_listening(next[i]);
     conf_ref_put(px->conf);
     px->conf = ref;
-    ref->refs++;
+    atomic_fetch_add(&ref->refs, 1);
     log_set_level((enum log_level)ref->conf->log_level);
     proxy_set_rules(px, rs);
     rs = NULL;
@@ -264,7 +264,7 @@ static struct ruleset *ruleset_of(struct proxy *px, struct conf_ref *ref)
     struct ruleset *rs = ruleset_new(ref->conf->rules, px->seed, px->start_ms);
     if (rs == NULL)
         return NULL;
-    ref->refs++;
+    atomic_fetch_add(&ref->refs, 1);
     ruleset_set_owner(rs, ref, free_conf_ref);
     return rs;
 }
@@ -276,6 +276,7 @@ void proxy_set_rules(struct proxy *px, struct ruleset *rs)
     if (px->rules != NULL)
         ruleset_put(px->rules);
     px->rules = rs;
+    loop_set_rules_all(px, rs);
 }
 
 int proxy_reload(struct proxy *px, char **diag)
@@ -321,15 +322,15 @@ int proxy_reload(struct proxy *px, char **diag)
     unsigned n = 0;
     for (struct listener *l = px->listeners; l != NULL; l = l->next)
         n++;
+    if (px->conf->conf->threads != px->conf_threads)
+        log_msg(LOG_WARN, "threads unchanged",
+                "reason=\"the number of threads is chosen at start: restart twice to change "
+                "it\" threads=%u",
+                px->n_loops);
+    px->conf_threads = px->conf->conf->threads;
     log_msg(LOG_INFO, "reloaded", "listeners=%u rules=%zu sessions=%u", n, ruleset_count(px->rules),
-            px->n_sessions);
+            proxy_sessions(px));
     return 0;
-}
-
-static void close_all_sessions(struct proxy *px, enum session_close_reason reason)
-{
-    for (struct session *s = px->sessions; s != NULL; s = s->next)
-        session_close(s, reason);
 }
 
 static void on_grace_over(evutil_socket_t fd, short what, void *arg)
@@ -337,34 +338,31 @@ static void on_grace_over(evutil_socket_t fd, short what, void *arg)
     (void)fd;
     (void)what;
     struct proxy *px = arg;
-    log_msg(LOG_WARN, "grace period over", "closing=%u", px->n_sessions);
-    close_all_sessions(px, SESSION_CLOSE_SHUTDOWN);
+    log_msg(LOG_WARN, "grace period over", "closing=%u", proxy_sessions(px));
+    loop_close_all(px);
 }
 
 static void begin_shutdown(struct proxy *px, const char *signame)
 {
     if (px->shutting_down) {
         log_msg(LOG_WARN, "second signal: closing now", "signal=%s sessions=%u", signame,
-                px->n_sessions);
-        close_all_sessions(px, SESSION_CLOSE_SHUTDOWN);
+                proxy_sessions(px));
+        loop_close_all(px);
         return;
     }
     px->shutting_down = true;
     uint32_t grace = px->conf->conf->grace_ms;
     log_msg(LOG_INFO, "shutting down", "signal=%s grace_ms=%u sessions=%u", signame, grace,
-            px->n_sessions);
+            proxy_sessions(px));
     while (px->listeners != NULL) {
         struct listener *l = px->listeners;
         px->listeners = l->next;
         listener_close(l);
         listener_put(l);
     }
-    if (px->n_sessions == 0) {
-        event_base_loopexit(px->base, NULL);
-        return;
-    }
     struct timeval tv = {.tv_sec = grace / 1000, .tv_usec = (grace % 1000) * 1000};
     evtimer_add(px->grace_timer, &tv);
+    loop_shutdown_all(px);
 }
 
 static void on_signal(evutil_socket_t sig, short what, void *arg)
@@ -410,60 +408,35 @@ struct listener_stats *proxy_stats(struct proxy *px, const char *name)
     return st;
 }
 
-void proxy_session_gone(struct proxy *px)
+/* `threads N`, or one loop per core (`auto`, the default). */
+static int make_loops(struct proxy *px, unsigned threads)
 {
-    px->n_sessions--;
-    if (px->shutting_down && px->n_sessions == 0)
-        event_base_loopexit(px->base, NULL);
-}
-
-static void on_reap(evutil_socket_t fd, short what, void *arg)
-{
-    (void)fd;
-    (void)what;
-    struct proxy *px = arg;
-    while (px->reap != NULL) {
-        struct session *s = px->reap;
-        px->reap = s->reap_next;
-        session_free(s);
+    if (threads == 0) {
+        long cores = sysconf(_SC_NPROCESSORS_ONLN);
+        threads = cores < 1 ? 1 : cores > CONF_MAX_THREADS ? CONF_MAX_THREADS : (unsigned)cores;
     }
-}
-
-static void on_flush(evutil_socket_t fd, short what, void *arg)
-{
-    (void)fd;
-    (void)what;
-    session_flush_all(arg);
-}
-
-static void on_janitor(evutil_socket_t fd, short what, void *arg)
-{
-    (void)fd;
-    (void)what;
-    struct proxy *px = arg;
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    struct timeval now = {.tv_sec = ts.tv_sec, .tv_usec = ts.tv_nsec / 1000};
-    for (struct session *s = px->sessions; s != NULL; s = s->next)
-        session_tick(s, &now);
+    px->loops = calloc(threads, sizeof(*px->loops));
+    if (px->loops == NULL)
+        return -1;
+    px->n_loops = threads;
+    for (unsigned i = 0; i < threads; i++)
+        if (loop_init(&px->loops[i], px, i) != 0)
+            return -1;
+    px->base = px->loops[0].base;
+    return 0;
 }
 
 static int setup_events(struct proxy *px)
 {
-    struct timeval second = {.tv_sec = 1, .tv_usec = 0};
-    px->reaper = event_new(px->base, -1, 0, on_reap, px);
-    px->flusher = event_new(px->base, -1, 0, on_flush, px);
-    px->janitor = event_new(px->base, -1, EV_PERSIST, on_janitor, px);
     px->grace_timer = evtimer_new(px->base, on_grace_over, px);
     px->sig_term = evsignal_new(px->base, SIGTERM, on_signal, px);
     px->sig_int = evsignal_new(px->base, SIGINT, on_signal, px);
     px->sig_hup = evsignal_new(px->base, SIGHUP, on_signal, px);
-    if (px->reaper == NULL || px->flusher == NULL || px->janitor == NULL ||
-        px->grace_timer == NULL || px->sig_term == NULL || px->sig_int == NULL ||
+    if (px->grace_timer == NULL || px->sig_term == NULL || px->sig_int == NULL ||
         px->sig_hup == NULL)
         return -1;
-    if (event_add(px->janitor, &second) != 0 || evsignal_add(px->sig_term, NULL) != 0 ||
-        evsignal_add(px->sig_int, NULL) != 0 || evsignal_add(px->sig_hup, NULL) != 0)
+    if (evsignal_add(px->sig_term, NULL) != 0 || evsignal_add(px->sig_int, NULL) != 0 ||
+        evsignal_add(px->sig_hup, NULL) != 0)
         return -1;
     return 0;
 }
@@ -565,8 +538,8 @@ int proxy_init(struct proxy *px, const char *conf_path)
     px->start_ms = proxy_now_ms();
     px->seed = c->has_seed ? c->seed : random_seed();
     px->conf_path = strdup(conf_path);
-    px->base = event_base_new();
-    if (px->conf_path == NULL || px->base == NULL || setup_events(px) != 0) {
+    px->conf_threads = c->threads;
+    if (px->conf_path == NULL || make_loops(px, c->threads) != 0 || setup_events(px) != 0) {
         conf_free(c);
         log_msg(LOG_ERROR, "cannot start event loop", NULL);
         return -1;
@@ -575,9 +548,6 @@ int proxy_init(struct proxy *px, const char *conf_path)
         conf_free(c);
         return -1;
     }
-    px->dns = evdns_base_new(px->base, EVDNS_BASE_INITIALIZE_NAMESERVERS);
-    if (px->dns == NULL)
-        px->dns = evdns_base_new(px->base, 0);
     struct conf_ref *ref = conf_ref_new(c);
     if (ref == NULL) {
         conf_free(c);
@@ -602,8 +572,11 @@ int proxy_init(struct proxy *px, const char *conf_path)
 
 int proxy_run(struct proxy *px)
 {
-    log_msg(LOG_INFO, "started", "version=%s pid=%ld seed=%llu rules=%zu", TWICE_VERSION,
-            (long)getpid(), (unsigned long long)px->seed, ruleset_count(px->rules));
+    for (unsigned i = 1; i < px->n_loops; i++)
+        if (loop_start(&px->loops[i]) != 0)
+            break; /* the loops that did not start leave their share to loop 0 */
+    log_msg(LOG_INFO, "started", "version=%s pid=%ld seed=%llu rules=%zu threads=%u", TWICE_VERSION,
+            (long)getpid(), (unsigned long long)px->seed, ruleset_count(px->rules), px->n_loops);
     if (event_base_dispatch(px->base) < 0) {
         log_msg(LOG_ERROR, "event loop failed", NULL);
         return 1;
@@ -622,18 +595,22 @@ static void free_event(struct event **ev)
 
 void proxy_free(struct proxy *px)
 {
-    if (px->base != NULL) {
-        close_all_sessions(px, SESSION_CLOSE_SHUTDOWN);
-        on_reap(-1, 0, px);
-    }
-    resp_aux_free_all();
-    idmap_clear();
+    /* What lives on the main loop first, then the loops and their sessions
+     * (which journal their close), then what sessions used. */
     while (px->listeners != NULL) {
         struct listener *l = px->listeners;
         px->listeners = l->next;
+        listener_close(l);
         listener_put(l);
     }
     admin_stop(px);
+    free_event(&px->grace_timer);
+    free_event(&px->sig_term);
+    free_event(&px->sig_int);
+    free_event(&px->sig_hup);
+    loop_free_all(px);
+    px->base = NULL;
+    idmap_clear();
     journal_close(px->journal);
     px->journal = NULL;
     free(px->journal_path);
@@ -644,17 +621,6 @@ void proxy_free(struct proxy *px)
         px->stats = st->next;
         free(st);
     }
-    free_event(&px->reaper);
-    free_event(&px->flusher);
-    free_event(&px->janitor);
-    free_event(&px->grace_timer);
-    free_event(&px->sig_term);
-    free_event(&px->sig_int);
-    free_event(&px->sig_hup);
-    if (px->dns != NULL)
-        evdns_base_free(px->dns, 0);
-    if (px->base != NULL)
-        event_base_free(px->base);
     conf_ref_put(px->conf);
     free(px->conf_path);
     memset(px, 0, sizeof(*px));

@@ -12,7 +12,15 @@
  * points at its current lconf; a session keeps the lconf it was accepted
  * under, so a reload never changes a session in flight.
  *
- * Everything here runs on one event loop thread.
+ * Threads (`threads N`): the main thread runs loop 0 and also owns the
+ * listeners, signals, reload, shutdown and the admin API; loops 1..N-1 run
+ * on their own threads.  Every session lives on one loop for its whole life
+ * and is touched only by that loop's thread.  The main thread accepts and
+ * hands each new connection to the next loop in turn (loop.c); it talks to
+ * the other loops only through their inboxes.  What the loops share:
+ * configuration objects (immutable, atomic reference counts), the ruleset
+ * (engine.h: per-rule locks), the journal (its own lock and thread), the
+ * Redis id map (idmap.h: its lock) and the listener counters (atomic).
  */
 #ifndef TWICE_PROXY_H
 #define TWICE_PROXY_H
@@ -20,6 +28,8 @@
 #include <event2/event.h>
 #include <event2/listener.h>
 #include <openssl/ssl.h>
+#include <pthread.h>
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <sys/socket.h>
@@ -31,15 +41,17 @@ struct session;
 struct session_end;
 struct ruleset;
 struct journal;
+struct resp_aux;
+struct loop_msg;
 
 struct conf_ref {
-    int refs;
+    atomic_int refs;
     struct conf *conf;
 };
 
 /* Runtime form of one `listen` block. */
 struct lconf {
-    int refs;
+    atomic_int refs;
     struct conf_ref *root;
     const struct conf_listener *l; /* points into root->conf */
     SSL_CTX *server_ctx;           /* NULL: plain TCP from clients */
@@ -52,19 +64,21 @@ struct lconf {
 };
 
 struct listener {
-    int refs; /* the proxy's list + one per session */
+    atomic_int refs; /* the proxy's list + one per session */
     struct proxy *px;
-    struct lconf *cfg;          /* current configuration */
-    struct evconnlistener *evl; /* NULL once closed */
-    struct event *retry_timer;  /* re-enables accept after EMFILE */
-    unsigned n_sessions;
+    struct lconf *cfg;            /* current configuration (main thread) */
+    struct listener_stats *stats; /* counters of its name; may be NULL */
+    struct evconnlistener *evl;   /* NULL once closed */
+    struct event *retry_timer;    /* re-enables accept after EMFILE */
+    atomic_uint n_sessions;
     struct listener *next; /* in px->listeners while open */
 };
 
 /* Admin servers replaced by a reload, freed once their replies are out. */
 #define ADMIN_MAX_RETIRED 8
 
-/* Counters of one listener name, kept across reloads. */
+/* Counters of one listener name, kept across reloads.  Sessions of every
+ * loop add to them with stat_add; readers use stat_get. */
 struct listener_stats {
     char name[72];
     uint64_t connections; /* accepted */
@@ -74,35 +88,58 @@ struct listener_stats {
     struct listener_stats *next;
 };
 
-struct proxy {
+/* One event loop and the sessions on it (loop.c).  Everything but the
+ * inbox and the counters read by the admin API belongs to its thread. */
+struct loop {
+    struct proxy *px;
+    unsigned index; /* 0: the main thread's */
     struct event_base *base;
     struct evdns_base *dns;
-    char *conf_path;
-    struct conf_ref *conf;
-    struct listener *listeners;
-    struct session *sessions; /* every session not yet freed */
+    struct session *sessions; /* every session of this loop not yet freed */
     struct session *reap;     /* closed sessions to free after dispatch */
     struct event *reaper;
     struct event *flusher;          /* writes the ends in flush_list */
     struct session_end *flush_list; /* ends with output to write this turn */
     bool flushing;                  /* session_flush_all is running */
     struct event *janitor;          /* 1 s: idle and drain timeouts */
+    struct ruleset *rules;          /* this loop's reference to the current rules */
+    struct resp_aux *aux;           /* twice's own Redis connections on this loop */
+    bool stopping;                  /* shutdown: end once its sessions are gone */
+    atomic_uint n_sessions;         /* written by this loop only */
+    uint64_t events[RULE_EV_COUNT]; /* protocol events seen (stat_add) */
+    /* Messages from other threads: a mutex-protected queue and an eventfd. */
+    pthread_mutex_t lock;
+    struct loop_msg *inbox, **inbox_tail;
+    int wake_fd;
+    struct event *wake;
+    pthread_t thread;
+    bool thread_started;
+};
+
+struct proxy {
+    struct event_base *base; /* the main thread's: loops[0].base */
+    char *conf_path;
+    struct conf_ref *conf;
+    struct listener *listeners;
+    struct loop *loops; /* n_loops, fixed at start */
+    unsigned n_loops;
+    unsigned next_loop;     /* where the next connection goes */
+    unsigned loops_running; /* worker loops not finished (shutdown) */
+    unsigned conf_threads;  /* `threads` as configured at start (0: auto) */
     struct event *sig_term, *sig_int, *sig_hup;
     struct event *grace_timer;
-    struct ruleset *rules;   /* current rules; sessions read it per event */
+    struct ruleset *rules;   /* current rules (main thread); each loop holds its own reference */
     struct journal *journal; /* NULL without `journal` */
     char *journal_path;      /* as opened at start */
     uint64_t start_ms;       /* monotonic, for `between` */
     uint64_t seed;           /* the configured seed, or one drawn at start */
     bool faults_off;         /* kill switch, kept across rule changes */
-    uint64_t events[RULE_EV_COUNT];
-    struct listener_stats *stats;
+    struct listener_stats *stats; /* created by the main thread only */
     struct evhttp *admin_http;
     struct evhttp *admin_retired[ADMIN_MAX_RETIRED]; /* freed after their last reply */
     unsigned admin_retired_n;
     char admin_addr[300];
-    unsigned n_sessions;
-    uint64_t next_session_id;
+    _Atomic uint64_t next_session_id;
     bool shutting_down;
     int exit_code;
 };
@@ -131,7 +168,43 @@ int proxy_run(struct proxy *px);
 void proxy_free(struct proxy *px);
 
 /* Called by sessions when they are freed. */
-void proxy_session_gone(struct proxy *px);
+void proxy_session_gone(struct loop *lp);
+
+/* Sessions open on every loop, and the protocol events of kind `e` seen
+ * (read from the main thread). */
+unsigned proxy_sessions(const struct proxy *px);
+uint64_t proxy_events(const struct proxy *px, unsigned e);
+
+/* Counters shared between threads: relaxed atomics, no lock. */
+static inline void stat_add(uint64_t *c, uint64_t n)
+{
+    __atomic_fetch_add(c, n, __ATOMIC_RELAXED);
+}
+static inline void stat_sub(uint64_t *c, uint64_t n)
+{
+    __atomic_fetch_sub(c, n, __ATOMIC_RELAXED);
+}
+static inline uint64_t stat_get(const uint64_t *c)
+{
+    return __atomic_load_n(c, __ATOMIC_RELAXED);
+}
+
+/* Loops (loop.c).  loop_init builds loop `index` (index 0 on the main
+ * thread's base `base`); loop_start runs a worker loop on its own thread. */
+int loop_init(struct loop *lp, struct proxy *px, unsigned index);
+int loop_start(struct loop *lp);
+/* Hand connection `fd` accepted by `l` to the next loop. */
+void loop_accept(struct proxy *px, struct listener *l, evutil_socket_t fd,
+                 const struct sockaddr *sa, int salen);
+/* Give every loop a reference to `rs` (main thread). */
+void loop_set_rules_all(struct proxy *px, struct ruleset *rs);
+/* Close every session of every loop now. */
+void loop_close_all(struct proxy *px);
+/* Shutdown: each loop ends once its sessions are gone; the main loop ends
+ * after the others. */
+void loop_shutdown_all(struct proxy *px);
+/* Wait for the worker threads and free every loop (main thread, at exit). */
+void loop_free_all(struct proxy *px);
 
 /* Re-read the configuration file (SIGHUP, POST /reload).  Returns 0, or -1
  * and, when `diag` is not NULL, a malloc'ed text of every problem. */

@@ -38,8 +38,8 @@ struct aux_send {
 };
 
 struct resp_aux {
-    struct resp_aux *prev_all, *next_all; /* every aux of the process */
-    struct proxy *px;
+    struct resp_aux *prev_all, *next_all; /* every aux of its loop */
+    struct loop *loop;
     struct lconf *cfg; /* reference */
     uint64_t sid;
     struct bufferevent *bev;
@@ -50,9 +50,6 @@ struct resp_aux {
     bool detached;
     bool failed;
 };
-
-/* Every aux alive, so that the process can free them at exit. */
-static struct resp_aux *all_aux;
 
 /* Commands scheduled and not sent yet. */
 static size_t sends_pending(const struct resp_aux *a)
@@ -80,7 +77,7 @@ static void aux_free(struct resp_aux *a)
     if (a->prev_all != NULL)
         a->prev_all->next_all = a->next_all;
     else
-        all_aux = a->next_all;
+        a->loop->aux = a->next_all;
     if (a->next_all != NULL)
         a->next_all->prev_all = a->prev_all;
     sends_clear(a);
@@ -173,7 +170,7 @@ struct resp_aux *resp_aux_open(struct session *s, struct evbuffer *prologue, siz
     struct resp_aux *a = calloc(1, sizeof(*a));
     if (a == NULL)
         return NULL;
-    a->px = s->px;
+    a->loop = s->loop;
     a->cfg = s->cfg;
     lconf_get(a->cfg);
     a->sid = s->id;
@@ -183,7 +180,7 @@ struct resp_aux *resp_aux_open(struct session *s, struct evbuffer *prologue, siz
         SSL *ssl = tls_client_ssl_new(s->cfg->client_ctx, &s->cfg->l->upstream_tls,
                                       s->cfg->l->upstream.host);
         if (ssl != NULL) {
-            a->bev = bufferevent_openssl_socket_new(s->px->base, -1, ssl,
+            a->bev = bufferevent_openssl_socket_new(s->loop->base, -1, ssl,
                                                     BUFFEREVENT_SSL_CONNECTING, opts);
             if (a->bev == NULL)
                 SSL_free(ssl);
@@ -191,7 +188,7 @@ struct resp_aux *resp_aux_open(struct session *s, struct evbuffer *prologue, siz
                 bufferevent_openssl_set_allow_dirty_shutdown(a->bev, 1);
         }
     } else {
-        a->bev = bufferevent_socket_new(s->px->base, -1, opts);
+        a->bev = bufferevent_socket_new(s->loop->base, -1, opts);
     }
     if (a->bev == NULL) {
         lconf_put(a->cfg);
@@ -206,10 +203,10 @@ struct resp_aux *resp_aux_open(struct session *s, struct evbuffer *prologue, siz
         free(a);
         return NULL;
     }
-    a->next_all = all_aux;
-    if (all_aux != NULL)
-        all_aux->prev_all = a;
-    all_aux = a;
+    a->next_all = a->loop->aux;
+    if (a->loop->aux != NULL)
+        a->loop->aux->prev_all = a;
+    a->loop->aux = a;
     if (prologue != NULL && prologue_n > 0) {
         size_t len = evbuffer_get_length(prologue);
         evbuffer_add(bufferevent_get_output(a->bev), evbuffer_pullup(prologue, (ev_ssize_t)len),
@@ -262,7 +259,7 @@ int resp_aux_send_later(struct resp_aux *a, uint32_t ms, struct evbuffer *cmds, 
     x->a = a;
     x->n = n;
     x->cmds = evbuffer_new();
-    x->ev = evtimer_new(a->px->base, on_send_timer, x);
+    x->ev = evtimer_new(a->loop->base, on_send_timer, x);
     if (x->cmds == NULL || x->ev == NULL) {
         if (x->cmds != NULL)
             evbuffer_free(x->cmds);
@@ -289,10 +286,10 @@ void resp_aux_detach(struct resp_aux *a)
     maybe_done(a);
 }
 
-void resp_aux_free_all(void)
+void resp_aux_free_all(struct loop *lp)
 {
-    while (all_aux != NULL) {
-        struct resp_aux *a = all_aux;
+    while (lp->aux != NULL) {
+        struct resp_aux *a = lp->aux;
         size_t later = sends_pending(a);
         if (later > 0)
             log_msg(LOG_WARN, "shutdown drops commands twice had scheduled",

@@ -13,6 +13,7 @@
 
 struct session;
 struct resp_aux;
+struct loop;
 
 /* Opens a connection to the server the session's upstream socket is
  * connected to (TLS when the listener's upstream is), sending `prologue`
@@ -33,8 +34,9 @@ int resp_aux_send_later(struct resp_aux *a, uint32_t ms, struct evbuffer *cmds, 
  * itself.  NULL is allowed. */
 void resp_aux_detach(struct resp_aux *a);
 
-/* At exit: frees every aux, detached or not, logging what they still had
- * scheduled (a delayed ack not yet due is lost, as in any crash). */
-void resp_aux_free_all(void);
+/* At exit: frees every aux of loop `lp` (on its loop, as the session that
+ * opened it), detached or not, logging what they still had scheduled (a
+ * delayed ack not yet due is lost, as in any crash). */
+void resp_aux_free_all(struct loop *lp);
 
 #endif

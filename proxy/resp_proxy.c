@@ -362,7 +362,7 @@ static void job_event_clear(struct job_event *j)
  * ruleset may have been swapped by a reload since the last call). */
 static bool wanted(struct rpx *rx, enum rule_event ev)
 {
-    const struct ruleset *rs = rx->s->px->rules;
+    const struct ruleset *rs = rx->s->loop->rules;
     if (rs == NULL)
         return false;
     if (rs != rx->rules_seen) {
@@ -379,7 +379,7 @@ static size_t decide(struct rpx *rx, struct engine_event *ev, size_t *hits)
 
 static const struct rule *hit_rule(struct rpx *rx, size_t idx)
 {
-    return ruleset_rule(rx->s->px->rules, idx);
+    return ruleset_rule(rx->s->loop->rules, idx);
 }
 
 static void journal_job(struct rpx *rx, enum journal_kind kind, const struct job_event *j)
@@ -802,9 +802,11 @@ static bool job_from_value(struct rpx *rx, const char *list, const uint8_t *v, s
         if (n == 0 || n >= RPX_KEY_MAX)
             return false;
         job.id = dup_n(v, n);
+        idmap_lock();
         struct idmap_info *in = idmap_get(scope(rx), (const char *)v, n);
         if (in != NULL && in->task != NULL)
             job.task = strdup(in->task);
+        idmap_unlock();
         break;
     }
     default:
@@ -817,12 +819,14 @@ static bool job_from_value(struct rpx *rx, const char *list, const uint8_t *v, s
     j->redelivered = job.redelivered;
     /* Celery acks by delivery tag: remember what the tag stands for. */
     if (rx->prof == PROF_CELERY && job.tag != NULL) {
+        idmap_lock();
         struct idmap_info *in = idmap_put(scope(rx), job.tag, strlen(job.tag));
         if (in != NULL) {
             idmap_set_str(&in->id, j->id, j->id != NULL ? strlen(j->id) : 0);
             idmap_set_str(&in->task, j->task, j->task != NULL ? strlen(j->task) : 0);
             idmap_set_str(&in->queue, j->queue, j->queue != NULL ? strlen(j->queue) : 0);
         }
+        idmap_unlock();
     }
     free(job.tag);
     return true;
@@ -936,21 +940,29 @@ static const struct rule *stream_delivery(struct rpx *rx, const char *stream, co
     bool has_fields = resp_args_next(&it, &fields) == 1;
     bool has_task = has_fields && entry_field(buf, len, &fields, "task", task, sizeof(task));
     snprintf(key, sizeof(key), "%s %s", stream, id);
+    struct job_event j = {.kind = RULE_EV_DELIVER, .redelivered = redelivered};
+    idmap_lock();
     struct idmap_info *in = idmap_put(scope(rx), key, strlen(key));
     if (in != NULL && has_task)
         idmap_set_str(&in->task, task, strlen(task));
-    struct job_event j = {.kind = RULE_EV_DELIVER, .redelivered = redelivered};
-    j.id = strdup(id);
-    j.queue = strdup(stream);
-    j.key = stream;
     if (has_task)
         j.task = strdup(task);
     else if (in != NULL && in->task != NULL)
         j.task = strdup(in->task);
+    idmap_unlock();
+    j.id = strdup(id);
+    j.queue = strdup(stream);
+    j.key = stream;
     journal_job(rx, JOURNAL_KIND_DELIVER, &j);
     const struct rule *r = decide_job(rx, &j);
-    if (r != NULL && r->action.kind == RULE_ACT_DUPLICATE && in != NULL)
-        in->flags |= IDMAP_SUPPRESS_ACK; /* its ack is swallowed: the entry stays pending */
+    if (r != NULL && r->action.kind == RULE_ACT_DUPLICATE) {
+        /* Its ack is swallowed: the entry stays pending. */
+        idmap_lock();
+        in = idmap_put(scope(rx), key, strlen(key));
+        if (in != NULL)
+            in->flags |= IDMAP_SUPPRESS_ACK;
+        idmap_unlock();
+    }
     job_event_clear(&j);
     return r;
 }
@@ -1115,9 +1127,11 @@ static void on_rq_hash(struct rpx *rx, struct entry *e, const uint8_t *buf,
             continue;
         char *task = NULL;
         if (resp_job_rq_task(buf + v.off, v.len, &task) == 0) {
+            idmap_lock();
             struct idmap_info *in = idmap_put(scope(rx), e->arg, strlen(e->arg));
             if (in != NULL && in->task == NULL)
                 idmap_set_str(&in->task, task, strlen(task));
+            idmap_unlock();
             free(task);
         }
         return;
@@ -1138,9 +1152,11 @@ static void on_xadd_reply(struct rpx *rx, struct entry *e, const uint8_t *buf,
     if (e->arg != NULL && e->arg2 != NULL) {
         char key[RPX_KEY_MAX + 130];
         snprintf(key, sizeof(key), "%s %s", e->arg, id);
+        idmap_lock();
         struct idmap_info *in = idmap_put(scope(rx), key, strlen(key));
         if (in != NULL)
             idmap_set_str(&in->task, e->arg2, strlen(e->arg2));
+        idmap_unlock();
     }
     job_event_clear(&j);
 }
@@ -1308,9 +1324,10 @@ static void ack_decide(struct rpx *rx, const struct cmdview *cv, const char *id,
         snprintf(key, sizeof(key), "%s %s", cv->key, id);
     else
         snprintf(key, sizeof(key), "%s", id);
-    struct idmap_info *in = idmap_get(scope(rx), key, strlen(key));
     struct job_event j = {.kind = RULE_EV_ACK};
     j.key = cv->key;
+    idmap_lock();
+    struct idmap_info *in = idmap_get(scope(rx), key, strlen(key));
     if (rx->prof == PROF_CELERY) {
         j.id = in != NULL && in->id != NULL ? strdup(in->id) : NULL;
         j.queue = in != NULL && in->queue != NULL ? strdup(in->queue) : NULL;
@@ -1319,19 +1336,23 @@ static void ack_decide(struct rpx *rx, const struct cmdview *cv, const char *id,
         j.queue = queue_of(rx, cv->key);
     }
     j.task = in != NULL && in->task != NULL ? strdup(in->task) : NULL;
-    journal_job(rx, JOURNAL_KIND_ACK, &j);
+    /* A duplicate decided at delivery: this ack never lands, so the entry
+     * stays pending for the next XAUTOCLAIM (the mark is used up here). */
     bool swallow_dup = in != NULL && (in->flags & IDMAP_SUPPRESS_ACK) != 0;
+    if (swallow_dup)
+        in->flags &= ~(uint32_t)IDMAP_SUPPRESS_ACK;
+    idmap_unlock();
+    journal_job(rx, JOURNAL_KIND_ACK, &j);
     const struct rule *r = decide_job(rx, &j);
     job_event_clear(&j);
     if (swallow_dup) {
-        /* A duplicate decided at delivery: this ack never lands, so the entry
-         * stays pending for the next XAUTOCLAIM. */
-        in->flags &= ~(uint32_t)IDMAP_SUPPRESS_ACK;
         f->suppress = true;
         return;
     }
     if (r == NULL) {
+        idmap_lock();
         idmap_del(scope(rx), key, strlen(key)); /* settled for good */
+        idmap_unlock();
         return;
     }
     switch (r->action.kind) {
@@ -1523,11 +1544,15 @@ static const struct rule *publish_decide(struct rpx *rx, const struct cmdview *c
             return NULL;
         j.id = strdup(id);
         j.queue = queue_of(rx, cv->key);
-        struct idmap_info *in = idmap_get(scope(rx), id, strlen(id));
-        if (rq_task != NULL)
+        if (rq_task != NULL) {
             j.task = strdup(rq_task);
-        else if (in != NULL && in->task != NULL)
-            j.task = strdup(in->task);
+        } else {
+            idmap_lock();
+            struct idmap_info *in = idmap_get(scope(rx), id, strlen(id));
+            if (in != NULL && in->task != NULL)
+                j.task = strdup(in->task);
+            idmap_unlock();
+        }
         journal_job(rx, JOURNAL_KIND_PUBLISH, &j);
         const struct rule *r = decide_job(rx, &j);
         job_event_clear(&j);
@@ -1615,9 +1640,11 @@ static int tx_plan(struct rpx *rx, const uint8_t *buf, size_t len, size_t off,
                 if (resp_job_rq_task(cv.buf + v.off, v.len, &task) == 0) {
                     snprintf(rq_task, sizeof(rq_task), "%s", task);
                     const char *id = cv.key + strlen("rq:job:");
+                    idmap_lock();
                     struct idmap_info *in = idmap_put(scope(rx), id, strlen(id));
                     if (in != NULL)
                         idmap_set_str(&in->task, task, strlen(task));
+                    idmap_unlock();
                     free(task);
                 }
             }
@@ -1771,7 +1798,7 @@ static enum cmd_result command(struct rpx *rx, const uint8_t *buf, const struct 
 
     /* The command event. */
     if (rx->decided < DECIDED_COMMAND && !wanted(rx, RULE_EV_COMMAND)) {
-        rx->s->px->events[RULE_EV_COMMAND]++;
+        stat_add(&rx->s->loop->events[RULE_EV_COMMAND], 1);
         rx->decided = DECIDED_COMMAND;
     }
     if (rx->decided < DECIDED_COMMAND) {
@@ -2291,7 +2318,7 @@ static void *rpx_open(struct session *s)
         rx->sc[SIDE_UPSTREAM].max_bulk = max_message;
     }
     rx->slots = malloc(RPX_PIPELINE_MIN * sizeof(*rx->slots));
-    rx->timer = evtimer_new(s->px->base, on_timer, rx);
+    rx->timer = evtimer_new(s->loop->base, on_timer, rx);
     for (int i = 0; i < 2; i++) {
         rx->pend[i] = evbuffer_new();
         rx->out[i] = evbuffer_new();

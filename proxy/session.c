@@ -4,14 +4,14 @@
  * Bytes move between the two bufferevents by handing over evbuffer chains
  * (evbuffer_add_buffer): no payload is copied.  The callbacks below only
  * decide; every change of state goes through session_set_state(), and a
- * session that closes is freed by the proxy's reaper after the current
+ * session that closes is freed by its loop's reaper after the current
  * callback has returned, never from inside it.
  *
  * Direct writes.  A bufferevent writes on the loop turn after bytes are
  * queued and turns EPOLLOUT on and off around every write: per relayed frame
  * an epoll_ctl, an epoll_wait, the write and another epoll_ctl.  A plain TCP
  * end that is relaying instead keeps EV_WRITE off; bytes queued on it put it
- * on px->flush_list, and the proxy's flusher (activated once, run after the
+ * on its loop's flush_list, and the loop's flusher (activated once, run after the
  * other callbacks of the turn) writes each listed end with one writev.  Only
  * when the kernel takes less than all of it is EV_WRITE turned on, and
  * libevent writes the rest when the socket is writable, as before.  This is
@@ -211,23 +211,23 @@ void session_close(struct session *s, enum session_close_reason reason)
         journal_record(s->px->journal, &rec);
     }
     session_set_state(s, SESSION_CLOSED);
-    s->reap_next = s->px->reap;
-    s->px->reap = s;
-    event_active(s->px->reaper, EV_READ, 0);
+    s->reap_next = s->loop->reap;
+    s->loop->reap = s;
+    event_active(s->loop->reaper, EV_READ, 0);
 }
 
 void session_free(struct session *s)
 {
-    struct proxy *px = s->px;
+    struct loop *lp = s->loop;
     if (s->prev != NULL)
         s->prev->next = s->next;
     else
-        px->sessions = s->next;
+        lp->sessions = s->next;
     if (s->next != NULL)
         s->next->prev = s->prev;
-    s->listener->n_sessions--;
+    atomic_fetch_sub(&s->listener->n_sessions, 1);
     if (s->stats != NULL)
-        s->stats->open--;
+        stat_sub(&s->stats->open, 1);
     if (s->codec != NULL)
         s->codec->free(s->codec_state);
     shaper_free(s->shaper[SIDE_CLIENT]);
@@ -237,7 +237,7 @@ void session_free(struct session *s)
     listener_put(s->listener);
     lconf_put(s->cfg);
     free(s);
-    proxy_session_gone(px);
+    proxy_session_gone(lp);
 }
 
 /* Log a failure to reach the upstream and close the session. */
@@ -310,7 +310,7 @@ static void uncount_bytes(struct session *s, enum session_side from, size_t n)
     else
         s->bytes_down -= n;
     if (s->stats != NULL)
-        *(from == SIDE_CLIENT ? &s->stats->bytes_up : &s->stats->bytes_down) -= n;
+        stat_sub(from == SIDE_CLIENT ? &s->stats->bytes_up : &s->stats->bytes_down, n);
 }
 
 /* Hand over what `from` sent to the other side; pause `from` when the other
@@ -366,7 +366,7 @@ static void count_bytes(struct session *s, enum session_side from, size_t n)
     else
         s->bytes_down += n;
     if (s->stats != NULL)
-        *(from == SIDE_CLIENT ? &s->stats->bytes_up : &s->stats->bytes_down) += n;
+        stat_add(from == SIDE_CLIENT ? &s->stats->bytes_up : &s->stats->bytes_down, n);
 }
 
 /* Hand over what `from` sent to the other side (through the codec, when the
@@ -539,19 +539,19 @@ static void flush_end(struct session_end *e)
  * runs (a shaper releasing its next slice from on_write, a paused side
  * resumed) waits for the next loop iteration, after epoll: else one session
  * writing slice after slice would keep every other one waiting. */
-void session_flush_all(struct proxy *px)
+void session_flush_all(struct loop *lp)
 {
-    struct session_end *pass = px->flush_list;
-    px->flush_list = NULL;
+    struct session_end *pass = lp->flush_list;
+    lp->flush_list = NULL;
     if (pass != NULL)
         pass->flush_pprev = &pass;
-    px->flushing = true;
+    lp->flushing = true;
     while (pass != NULL) {
         struct session_end *e = pass;
         flush_unqueue(e);
         flush_end(e);
     }
-    px->flushing = false;
+    lp->flushing = false;
 }
 
 /* List a direct end with output for the flusher. */
@@ -559,22 +559,22 @@ static void flush_queue(struct session_end *e)
 {
     if (e->flush_queued || e->rd == NULL)
         return;
-    struct proxy *px = e->owner->px;
-    if (px->flush_list == NULL) {
+    struct loop *lp = e->owner->loop;
+    if (lp->flush_list == NULL) {
         /* event_active runs the flusher after this turn's callbacks; during
          * a flush pass it would run it again before epoll (see above). */
         static const struct timeval next_iteration = {0, 0};
-        if (px->flushing)
-            event_add(px->flusher, &next_iteration);
+        if (lp->flushing)
+            event_add(lp->flusher, &next_iteration);
         else
-            event_active(px->flusher, EV_WRITE, 0);
+            event_active(lp->flusher, EV_WRITE, 0);
     }
     e->flush_queued = true;
-    e->flush_next = px->flush_list;
-    e->flush_pprev = &px->flush_list;
-    if (px->flush_list != NULL)
-        px->flush_list->flush_pprev = &e->flush_next;
-    px->flush_list = e;
+    e->flush_next = lp->flush_list;
+    e->flush_pprev = &lp->flush_list;
+    if (lp->flush_list != NULL)
+        lp->flush_list->flush_pprev = &e->flush_next;
+    lp->flush_list = e;
 }
 
 /* Output was added toward a direct end: write it at the end of this turn. */
@@ -590,11 +590,11 @@ static void direct_start(struct session *s, enum session_side side)
 {
     struct session_end *e = &s->end[side];
     e->owner = s;
-    if (e->tls || e->bev == NULL || e->rd != NULL || s->px->flusher == NULL)
+    if (e->tls || e->bev == NULL || e->rd != NULL || s->loop->flusher == NULL)
         return;
     struct evbuffer *out = bufferevent_get_output(e->bev);
-    e->rd =
-        event_new(s->px->base, bufferevent_getfd(e->bev), EV_READ | EV_PERSIST, on_direct_read, e);
+    e->rd = event_new(s->loop->base, bufferevent_getfd(e->bev), EV_READ | EV_PERSIST,
+                      on_direct_read, e);
     if (e->rd == NULL)
         return; /* stays on the bufferevent's path */
     if (evbuffer_add_cb(out, on_output_changed, e) == NULL) {
@@ -868,7 +868,7 @@ static int arm_reset(struct session *s)
     }
     struct timeval tv = {.tv_sec = s->faults.reset_after_ms / 1000,
                          .tv_usec = (s->faults.reset_after_ms % 1000) * 1000};
-    s->fault_timer = evtimer_new(s->px->base, on_reset_timer, s);
+    s->fault_timer = evtimer_new(s->loop->base, on_reset_timer, s);
     if (s->fault_timer == NULL || evtimer_add(s->fault_timer, &tv) != 0) {
         session_set_error(s, "cannot arm reset timer");
         session_close(s, SESSION_CLOSE_INTERNAL_ERROR);
@@ -909,7 +909,7 @@ static void start_relaying(struct session *s)
 
 static void connect_upstream(struct session *s, const struct sockaddr *sa, socklen_t salen)
 {
-    struct proxy *px = s->px;
+    struct event_base *base = s->loop->base;
     const struct lconf *cfg = s->cfg;
     struct bufferevent *bev;
     int opts = BEV_OPT_CLOSE_ON_FREE | BEV_OPT_DEFER_CALLBACKS;
@@ -923,14 +923,14 @@ static void connect_upstream(struct session *s, const struct sockaddr *sa, sockl
             fail_upstream(s, SESSION_CLOSE_UPSTREAM_TLS_FAILED, "upstream tls handshake failed");
             return;
         }
-        bev = bufferevent_openssl_socket_new(px->base, -1, ssl, BUFFEREVENT_SSL_CONNECTING, opts);
+        bev = bufferevent_openssl_socket_new(base, -1, ssl, BUFFEREVENT_SSL_CONNECTING, opts);
         if (bev != NULL)
             bufferevent_openssl_set_allow_dirty_shutdown(bev, 1);
         else
             SSL_free(ssl);
         s->end[SIDE_UPSTREAM].tls = true;
     } else {
-        bev = bufferevent_socket_new(px->base, -1, opts);
+        bev = bufferevent_socket_new(base, -1, opts);
     }
     if (bev == NULL) {
         session_set_error(s, "cannot create upstream connection");
@@ -1000,7 +1000,7 @@ static void start_upstream(struct session *s)
     const struct lconf *cfg = s->cfg;
     struct timeval tv = {.tv_sec = cfg->l->connect_timeout_ms / 1000,
                          .tv_usec = (cfg->l->connect_timeout_ms % 1000) * 1000};
-    s->connect_timer = evtimer_new(s->px->base, on_connect_timeout, s);
+    s->connect_timer = evtimer_new(s->loop->base, on_connect_timeout, s);
     if (s->connect_timer == NULL || evtimer_add(s->connect_timer, &tv) != 0) {
         session_set_error(s, "cannot arm connect timer");
         session_close(s, SESSION_CLOSE_INTERNAL_ERROR);
@@ -1019,7 +1019,7 @@ static void start_upstream(struct session *s)
      * /etc/hosts the callback runs before evdns_getaddrinfo returns. */
     s->dns_req = (struct evdns_getaddrinfo_request *)s;
     struct evdns_getaddrinfo_request *req =
-        evdns_getaddrinfo(s->px->dns, cfg->l->upstream.host, NULL, &hints, on_resolved, s);
+        evdns_getaddrinfo(s->loop->dns, cfg->l->upstream.host, NULL, &hints, on_resolved, s);
     if (s->dns_req != NULL)
         s->dns_req = req;
 }
@@ -1058,7 +1058,7 @@ static void delay_upstream(struct session *s)
 {
     uint32_t ms = s->faults.delay_connect_ms;
     struct timeval tv = {.tv_sec = ms / 1000, .tv_usec = (ms % 1000) * 1000};
-    s->fault_timer = evtimer_new(s->px->base, on_delay_over, s);
+    s->fault_timer = evtimer_new(s->loop->base, on_delay_over, s);
     if (s->fault_timer == NULL || evtimer_add(s->fault_timer, &tv) != 0) {
         session_set_error(s, "cannot arm delay timer");
         session_close(s, SESSION_CLOSE_INTERNAL_ERROR);
@@ -1144,7 +1144,7 @@ static bool fx_active(const struct stream_fx *f)
  * when the session had to be closed. */
 static int apply_connection_faults(struct session *s, const struct sockaddr *sa)
 {
-    struct ruleset *rs = s->px->rules;
+    struct ruleset *rs = s->loop->rules;
     if (rs == NULL || ruleset_count(rs) == 0)
         return 0;
     char identity[32];
@@ -1157,7 +1157,7 @@ static int apply_connection_faults(struct session *s, const struct sockaddr *sa)
     uint64_t now = (uint64_t)s->started.tv_sec * 1000 + (uint64_t)s->started.tv_usec / 1000;
     for (int e = 0; e < 2; e++) {
         ev.event = e == 0 ? RULE_EV_STREAM : RULE_EV_CONNECT;
-        s->px->events[ev.event]++;
+        stat_add(&s->loop->events[ev.event], 1);
         size_t n = ruleset_decide(rs, s->cfg->l->name, &ev, now, hits, SESSION_MAX_RULE_HITS);
         for (size_t i = 0; i < n; i++)
             add_fault(s, ruleset_rule(rs, hits[i]), fx);
@@ -1194,21 +1194,21 @@ static int arm_handshake_timer(struct session *s)
 {
     uint32_t ms = s->cfg->l->connect_timeout_ms;
     struct timeval tv = {.tv_sec = ms / 1000, .tv_usec = (ms % 1000) * 1000};
-    s->handshake_timer = evtimer_new(s->px->base, on_handshake_timeout, s);
+    s->handshake_timer = evtimer_new(s->loop->base, on_handshake_timeout, s);
     return s->handshake_timer != NULL && evtimer_add(s->handshake_timer, &tv) == 0 ? 0 : -1;
 }
 
 static struct bufferevent *client_bev_new(struct session *s, evutil_socket_t fd)
 {
-    struct proxy *px = s->px;
+    struct event_base *base = s->loop->base;
     int opts = BEV_OPT_CLOSE_ON_FREE | BEV_OPT_DEFER_CALLBACKS;
     if (s->cfg->server_ctx == NULL)
-        return bufferevent_socket_new(px->base, fd, opts);
+        return bufferevent_socket_new(base, fd, opts);
     SSL *ssl = SSL_new(s->cfg->server_ctx);
     if (ssl == NULL)
         return NULL;
     struct bufferevent *bev =
-        bufferevent_openssl_socket_new(px->base, fd, ssl, BUFFEREVENT_SSL_ACCEPTING, opts);
+        bufferevent_openssl_socket_new(base, fd, ssl, BUFFEREVENT_SSL_ACCEPTING, opts);
     if (bev == NULL) {
         SSL_free(ssl);
         return NULL;
@@ -1221,41 +1221,45 @@ static struct bufferevent *client_bev_new(struct session *s, evutil_socket_t fd)
     return bev;
 }
 
-static struct session *session_new(struct listener *l, const struct sockaddr *sa)
+static struct session *session_new(struct loop *lp, struct listener *l, struct lconf *cfg,
+                                   const struct sockaddr *sa, unsigned *n_listener)
 {
     struct proxy *px = l->px;
     struct session *s = calloc(1, sizeof(*s));
     if (s == NULL)
         return NULL;
-    s->id = ++px->next_session_id;
+    s->id = atomic_fetch_add(&px->next_session_id, 1) + 1;
     s->px = px;
+    s->loop = lp;
     s->listener = l;
-    l->refs++;
-    l->n_sessions++;
-    s->cfg = l->cfg;
+    atomic_fetch_add(&l->refs, 1);
+    *n_listener = atomic_fetch_add(&l->n_sessions, 1) + 1;
+    s->cfg = cfg;
     lconf_get(s->cfg);
     monotonic_now(&s->started);
     s->last_active = s->started;
     format_addr(sa, s->client_addr, sizeof(s->client_addr));
-    s->stats = proxy_stats(px, l->cfg->l->name);
+    s->stats = l->stats;
     if (s->stats != NULL) {
-        s->stats->connections++;
-        s->stats->open++;
+        stat_add(&s->stats->connections, 1);
+        stat_add(&s->stats->open, 1);
     }
-    s->next = px->sessions;
-    if (px->sessions != NULL)
-        px->sessions->prev = s;
-    px->sessions = s;
-    px->n_sessions++;
+    s->next = lp->sessions;
+    if (lp->sessions != NULL)
+        lp->sessions->prev = s;
+    lp->sessions = s;
+    atomic_fetch_add(&lp->n_sessions, 1);
     return s;
 }
 
-void session_accept(struct listener *l, evutil_socket_t fd, const struct sockaddr *sa, int salen)
+void session_accept(struct loop *lp, struct listener *l, struct lconf *cfg, evutil_socket_t fd,
+                    const struct sockaddr *sa, int salen)
 {
     (void)salen;
-    struct session *s = session_new(l, sa);
+    unsigned n_listener;
+    struct session *s = session_new(lp, l, cfg, sa, &n_listener);
     if (s == NULL) {
-        log_msg(LOG_ERROR, "out of memory", "listener=%s", l->cfg->l->name);
+        log_msg(LOG_ERROR, "out of memory", "listener=%s", cfg->l->name);
         evutil_closesocket(fd);
         return;
     }
@@ -1268,13 +1272,13 @@ void session_accept(struct listener *l, evutil_socket_t fd, const struct sockadd
     if (l->px->journal != NULL) {
         struct journal_record rec = {.kind = JOURNAL_KIND_CONNECT,
                                      .session = s->id,
-                                     .listener = l->cfg->l->name,
+                                     .listener = cfg->l->name,
                                      .client = s->client_addr};
         journal_record(l->px->journal, &rec);
     }
     const struct conf_listener *lc = s->cfg->l;
-    if (lc->max_connections != 0 && l->n_sessions > lc->max_connections) {
-        session_set_error(s, "listener has %u connections (max-connections %u)", l->n_sessions - 1,
+    if (lc->max_connections != 0 && n_listener > lc->max_connections) {
+        session_set_error(s, "listener has %u connections (max-connections %u)", n_listener - 1,
                           lc->max_connections);
         evutil_closesocket(fd);
         session_close(s, SESSION_CLOSE_MAX_CONNECTIONS);

@@ -92,7 +92,7 @@ struct session_end {
      * is EV_WRITE until a write falls short). */
     struct event *rd;
     bool rd_want;       /* reading is on (not paused, held or ended) */
-    bool flush_queued;  /* in px->flush_list */
+    bool flush_queued;  /* in its loop's flush_list */
     size_t read_limit;  /* input bytes before reading stops (0: SESSION_INPUT_HIGH) */
     uint32_t read_size; /* what the next direct read asks for (adapts to the traffic) */
     struct session *owner;
@@ -120,6 +120,7 @@ struct session {
     enum session_close_reason reason; /* set when the end is decided */
     enum session_side first_eof;      /* who half-closed first, for the reason */
     struct proxy *px;
+    struct loop *loop;             /* the loop (thread) the session lives on */
     struct listener *listener;     /* holds a reference */
     struct listener_stats *stats;  /* counters of the listener name; may be NULL */
     struct lconf *cfg;             /* holds a reference */
@@ -140,14 +141,16 @@ struct session {
     struct timeval started;     /* monotonic */
     struct timeval last_active; /* monotonic, updated on every read */
     struct timeval drain_started;
-    struct session *prev, *next; /* px->sessions */
-    struct session *reap_next;   /* px->reap once CLOSED */
+    struct session *prev, *next; /* loop->sessions */
+    struct session *reap_next;   /* loop->reap once CLOSED */
 };
 
-/* Accept `fd` (a connected client socket) on listener `l`.  Takes ownership
- * of fd: it is closed on failure.  The session is linked into px->sessions
- * and lives until it closes itself. */
-void session_accept(struct listener *l, evutil_socket_t fd, const struct sockaddr *sa, int salen);
+/* Accept `fd` (a connected client socket) on listener `l` with its settings
+ * `cfg` (referenced by the session), on loop `lp` (the calling thread's).
+ * Takes ownership of fd: it is closed on failure.  The session is linked
+ * into lp->sessions and lives until it closes itself. */
+void session_accept(struct loop *lp, struct listener *l, struct lconf *cfg, evutil_socket_t fd,
+                    const struct sockaddr *sa, int salen);
 
 /* Close the session now (e.g. at the end of the shutdown grace period). */
 void session_close(struct session *s, enum session_close_reason reason);
@@ -155,10 +158,10 @@ void session_close(struct session *s, enum session_close_reason reason);
 /* Periodic check of idle and drain timeouts, `now` monotonic. */
 void session_tick(struct session *s, const struct timeval *now);
 
-/* Write the output queued on direct ends this turn (the proxy's flusher). */
-void session_flush_all(struct proxy *px);
+/* Write the output queued on direct ends this turn (the loop's flusher). */
+void session_flush_all(struct loop *lp);
 
-/* Free a CLOSED session; only the proxy's reaper calls this. */
+/* Free a CLOSED session; only its loop's reaper calls this. */
 void session_free(struct session *s);
 
 /* Send `buf` (drained) to side `to`, through the stream faults of that

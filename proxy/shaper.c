@@ -73,7 +73,7 @@ struct shaper *shaper_new(struct session *s, int from, const struct stream_fx *f
     sh->fx = *fx;
     sh->rng = jitter_seed | 1;
     sh->held = evbuffer_new();
-    sh->timer = evtimer_new(s->px->base, on_timer, sh);
+    sh->timer = evtimer_new(s->loop->base, on_timer, sh);
     if (sh->held == NULL || sh->timer == NULL) {
         shaper_free(sh);
         return NULL;

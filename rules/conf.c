@@ -23,7 +23,7 @@
 #define CONF_READ_CHUNK (64u * 1024u)
 
 const char *const conf_global_keywords[] = {
-    "log-level", "connect-timeout", "shutdown-grace", "seed",   "journal",
+    "log-level", "connect-timeout", "shutdown-grace", "seed",   "threads", "journal",
     "admin",     "admin-token",     "user",           "listen", "rule",
 };
 const size_t conf_n_global_keywords =
@@ -61,6 +61,7 @@ static const struct conf_global_directive conf_globals[] = {
     {{"connect-timeout", 1, "DURATION"}, false, conf_global_connect_timeout},
     {{"shutdown-grace", 1, "DURATION"}, false, conf_global_shutdown_grace},
     {{"seed", 1, "N"}, false, conf_global_seed},
+    {{"threads", 1, "N or auto"}, false, conf_global_threads},
     {{"journal", 1, "PATH"}, false, conf_global_journal},
     {{"admin", 1, "HOST:PORT"}, false, conf_global_admin},
     {{"admin-token", 1, "TOKEN"}, false, conf_global_admin_token},

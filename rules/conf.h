@@ -36,6 +36,8 @@
 #define CONF_DEFAULT_GRACE_MS 10000u
 /* Bytes of delayed frames or replies one session may hold per direction. */
 #define CONF_DEFAULT_MAX_HELD (64ull * 1024 * 1024)
+/* Most event-loop threads `threads N` may ask for. */
+#define CONF_MAX_THREADS 64
 /* Longest file `conf_parse_file` reads; a bigger one is a mistake. */
 #define CONF_MAX_FILE_BYTES (4u * 1024u * 1024u)
 
@@ -114,6 +116,7 @@ struct conf {
     uint32_t grace_ms;             /* `shutdown-grace`, default CONF_DEFAULT_GRACE_MS */
     uint64_t seed;                 /* `seed N`: the seed of every probabilistic trigger */
     bool has_seed;                 /* false: the proxy picks one and journals it */
+    unsigned threads;              /* `threads N`: event loops; 0 (default, `auto`): one per core */
     char *journal;                 /* `journal PATH`; NULL when not set */
     struct conf_addr admin;        /* `admin HOST:PORT`: the admin HTTP API */
     bool has_admin;

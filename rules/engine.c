@@ -3,6 +3,8 @@
  */
 #include "rules/engine.h"
 
+#include <pthread.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -19,9 +21,13 @@ struct id_table {
     size_t used;
 };
 
+/* Threads: the rule and its matchers are read-only; `enabled` is atomic;
+ * everything below `lock` changes only under it.  Events that no matcher of
+ * a rule accepts never take its lock, so pass-through traffic takes none. */
 struct rule_rt {
     const struct rule *rule;
-    bool enabled;
+    atomic_bool enabled;
+    pthread_mutex_t lock;
     uint64_t seen;    /* events that matched */
     uint64_t counted; /* of those, events of messages still under the cap */
     uint64_t faults;
@@ -29,10 +35,10 @@ struct rule_rt {
 };
 
 struct ruleset {
-    int refs;
+    atomic_int refs;
     uint64_t seed;
     uint64_t start_ms;
-    bool faults_on;
+    atomic_bool faults_on;
     size_t n;
     struct rule_rt *rt;
     void *owner;
@@ -160,21 +166,24 @@ struct ruleset *ruleset_new(const struct rule *rules, uint64_t seed, uint64_t st
     for (const struct rule *r = rules; r != NULL; r = r->next, i++) {
         rs->rt[i].rule = r;
         rs->rt[i].enabled = r->enabled;
+        pthread_mutex_init(&rs->rt[i].lock, NULL);
     }
     return rs;
 }
 
 void ruleset_get(struct ruleset *rs)
 {
-    rs->refs++;
+    atomic_fetch_add_explicit(&rs->refs, 1, memory_order_relaxed);
 }
 
 void ruleset_put(struct ruleset *rs)
 {
-    if (rs == NULL || --rs->refs > 0)
+    if (rs == NULL || atomic_fetch_sub_explicit(&rs->refs, 1, memory_order_acq_rel) > 1)
         return;
-    for (size_t i = 0; i < rs->n; i++)
+    for (size_t i = 0; i < rs->n; i++) {
         free(rs->rt[i].ids.slots);
+        pthread_mutex_destroy(&rs->rt[i].lock);
+    }
     free(rs->rt);
     if (rs->owner_free != NULL)
         rs->owner_free(rs->owner);
@@ -217,7 +226,10 @@ long ruleset_find(const struct ruleset *rs, const char *name)
 
 struct engine_rule_stats ruleset_stats(const struct ruleset *rs, size_t i)
 {
-    struct engine_rule_stats st = {.seen = rs->rt[i].seen, .faults = rs->rt[i].faults};
+    struct rule_rt *rt = &rs->rt[i];
+    pthread_mutex_lock(&rt->lock);
+    struct engine_rule_stats st = {.seen = rt->seen, .faults = rt->faults};
+    pthread_mutex_unlock(&rt->lock);
     return st;
 }
 
@@ -240,10 +252,13 @@ void ruleset_inherit(struct ruleset *rs, const struct ruleset *old)
         long j = ruleset_find(old, rs->rt[i].rule->name);
         if (j < 0)
             continue;
-        rs->rt[i].enabled = old->rt[j].enabled;
-        rs->rt[i].seen = old->rt[j].seen;
-        rs->rt[i].counted = old->rt[j].counted;
-        rs->rt[i].faults = old->rt[j].faults;
+        struct rule_rt *from = &old->rt[j];
+        rs->rt[i].enabled = atomic_load(&from->enabled);
+        pthread_mutex_lock(&from->lock);
+        rs->rt[i].seen = from->seen;
+        rs->rt[i].counted = from->counted;
+        rs->rt[i].faults = from->faults;
+        pthread_mutex_unlock(&from->lock);
     }
 }
 
@@ -342,15 +357,12 @@ static bool counting_triggers_pass(const struct rule_trigger *t, uint64_t n)
     return true;
 }
 
-/* Whether rule `rt` faults `ev`; updates its counters. */
-static bool rule_fires(struct ruleset *rs, struct rule_rt *rt, const struct engine_event *ev,
-                       uint64_t now_ms)
+/* The counting part of rule_fires, under the rule's lock. */
+static bool rule_counts(struct ruleset *rs, struct rule_rt *rt, const struct engine_event *ev,
+                        uint64_t now_ms)
 {
     const struct rule *r = rt->rule;
     const struct rule_trigger *t = &r->trigger;
-    for (size_t i = 0; i < r->n_matchers; i++)
-        if (!matcher_holds(ev, &r->matchers[i]))
-            return false;
     rt->seen++;
     struct id_slot *id = id_table_get(&rt->ids, identity_hash(ev->identity));
     uint64_t occurrence = id != NULL ? id->seen++ : 0;
@@ -378,6 +390,20 @@ static bool rule_fires(struct ruleset *rs, struct rule_rt *rt, const struct engi
         id->faults++;
     rt->faults++;
     return true;
+}
+
+/* Whether rule `rt` faults `ev`; updates its counters. */
+static bool rule_fires(struct ruleset *rs, struct rule_rt *rt, const struct engine_event *ev,
+                       uint64_t now_ms)
+{
+    const struct rule *r = rt->rule;
+    for (size_t i = 0; i < r->n_matchers; i++)
+        if (!matcher_holds(ev, &r->matchers[i]))
+            return false;
+    pthread_mutex_lock(&rt->lock);
+    bool fires = rule_counts(rs, rt, ev, now_ms);
+    pthread_mutex_unlock(&rt->lock);
+    return fires;
 }
 
 uint32_t ruleset_events(const struct ruleset *rs, const char *listener)

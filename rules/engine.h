@@ -19,8 +19,14 @@
  * per-message cap, `between` window, counting triggers, probability and
  * `limit`.  Only a rule that passes them all counts as a fault.
  *
- * Pure C: no libevent, no OpenSSL.  Not thread-safe: one event loop uses a
- * ruleset at a time.
+ * Pure C: no libevent, no OpenSSL.  Thread-safe: the event loops of every
+ * thread decide against the same ruleset.  Matching reads only the rules;
+ * the counters and identity table of a rule change under that rule's own
+ * lock, taken only once an event matched the rule, so traffic no rule
+ * matches takes no lock and two rules never wait on each other.  With
+ * several threads, counting triggers (every, nth, first, after) count in
+ * the order the events reach the engine; probabilities stay a pure function
+ * of the seed and the message.
  */
 #ifndef TWICE_ENGINE_H
 #define TWICE_ENGINE_H

@@ -121,6 +121,7 @@ extern const size_t conf_n_rule_keywords;
 
 /* The globals `seed`, `journal`, `admin` and `admin-token` (globals.c). */
 void conf_global_seed(struct conf_parser *p, const struct conf_node *n);
+void conf_global_threads(struct conf_parser *p, const struct conf_node *n);
 void conf_global_journal(struct conf_parser *p, const struct conf_node *n);
 void conf_global_admin(struct conf_parser *p, const struct conf_node *n);
 void conf_global_admin_token(struct conf_parser *p, const struct conf_node *n);

@@ -312,6 +312,18 @@ static void test_addresses(void **state)
     assert_int_equal(buf[0], 'x');
 }
 
+/* LISTENER after the global line "NAME VALUE" (no line when value is NULL),
+ * parsed without error. */
+static struct conf *parse_global_ok(const char *name, const char *value, struct conf_diags *d)
+{
+    char text[256];
+    if (value == NULL)
+        snprintf(text, sizeof(text), "%s", LISTENER);
+    else
+        snprintf(text, sizeof(text), "%s %s\n" LISTENER, name, value);
+    return parse_ok(text, d);
+}
+
 static void test_durations(void **state)
 {
     static const struct {
@@ -320,13 +332,11 @@ static void test_durations(void **state)
     } ok[] = {{"1ms", 1},          {"250ms", 250},           {"45s", 45000},
               {"2m", 120000},      {"1h", 3600000},          {"24h", 86400000},
               {"1440m", 86400000}, {"86400000ms", 86400000}, {"007s", 7000}};
-    char text[256];
 
     (void)state;
     for (size_t i = 0; i < sizeof(ok) / sizeof(ok[0]); i++) {
         struct conf_diags d;
-        snprintf(text, sizeof(text), "shutdown-grace %s\n" LISTENER, ok[i].text);
-        struct conf *c = parse_ok(text, &d);
+        struct conf *c = parse_global_ok("shutdown-grace", ok[i].text, &d);
         assert_int_equal(c->grace_ms, ok[i].ms);
         conf_free(c);
         conf_diags_free(&d);
@@ -507,6 +517,30 @@ static void test_enum_values(void **state)
            EH(3, 13, "unknown profile 'sidekik'", "did you mean 'sidekiq'?"));
     EXPECT(L_HEAD "    protocol resp\n    profile resque\n" L_BIND L_UP L_END, -1,
            EH(3, 13, "unknown profile 'resque'", "expected sidekiq, celery, rq or streams"));
+}
+
+/* `threads N` (1..64) or `auto` (0: one per core, the default). */
+static void test_threads(void **state)
+{
+    static const struct {
+        const char *text; /* NULL: no `threads` line */
+        unsigned threads;
+    } ok[] = {{NULL, 0}, {"auto", 0}, {"1", 1}, {"4", 4}, {"64", 64}};
+    (void)state;
+    for (size_t i = 0; i < sizeof(ok) / sizeof(ok[0]); i++) {
+        struct conf_diags d;
+        struct conf *c = parse_global_ok("threads", ok[i].text, &d);
+        assert_int_equal(c->threads, ok[i].threads);
+        conf_free(c);
+        conf_diags_free(&d);
+    }
+    const char *hint = "a number from 1 to 64, or auto (one per core)";
+    EXPECT("threads 0\n" LISTENER, -1, EH(1, 9, "invalid threads '0'", hint));
+    EXPECT("threads 65\n" LISTENER, -1, EH(1, 9, "invalid threads '65'", hint));
+    EXPECT("threads 99999999999999999999\n" LISTENER, -1,
+           EH(1, 9, "invalid threads '99999999999999999999'", hint));
+    EXPECT("threads -2\n" LISTENER, -1, EH(1, 9, "invalid threads '-2'", hint));
+    EXPECT("threads many\n" LISTENER, -1, EH(1, 9, "invalid threads 'many'", hint));
 }
 
 static void test_profile_needs_resp(void **state)
@@ -1374,6 +1408,7 @@ int main(void)
         cmocka_unit_test(test_unknown_directives),
         cmocka_unit_test(test_directive_in_wrong_scope),
         cmocka_unit_test(test_enum_values),
+        cmocka_unit_test(test_threads),
         cmocka_unit_test(test_profile_needs_resp),
         cmocka_unit_test(test_argument_counts),
         cmocka_unit_test(test_block_shape),

@@ -1,0 +1,209 @@
+#!/usr/bin/python3
+"""`threads N`: one event loop per thread, what a user notices.
+
+- connections are spread over the threads (GET /stats sessions_per_thread),
+  every byte still arrives intact on each, and the count falls back to 0;
+- a counting rule (`nth`, `every` + `limit`) counts the events of every
+  thread together: against a real Redis, commands sent over eight
+  connections on four threads fault exactly the commands the rule names;
+- PUT /rules reaches every thread: new connections on each thread get the
+  new rules;
+- SIGTERM lets open sessions of every thread finish, exits once the last
+  one closed, and closes what is left after `shutdown-grace`;
+- `threads` is checked: 0, 65 and words are errors with a hint.
+"""
+
+import os
+import signal
+import sys
+import threading
+import time
+import unittest
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import harness as h  # noqa: E402
+import faultkit as fk  # noqa: E402
+
+
+def conf(blocks, rules=(), threads=4, admin_port=None, grace="2s"):
+    text = fk.conf_text(blocks, rules, seed=7, admin_port=admin_port, token=fk.TOKEN,
+                        log_level="info", grace=grace)
+    return "threads %d\n" % threads + text
+
+
+class ThreadsTest(h.TestCase):
+
+    def setUp(self):
+        super().setUp()
+        self.echo = h.EchoServer(name="threads-echo")
+        self.addCleanup(self.echo.close)
+        self.admin_port = h.free_port()
+        self.port = h.free_port()
+
+    def start(self, threads=4, rules=(), extra=(), grace="2s"):
+        blocks = [h.listen_block("echo", self.port, self.echo.port)] + list(extra)
+        t = self.twice(conf(blocks, rules, threads=threads, admin_port=self.admin_port,
+                            grace=grace))
+        t.wait_for_log(r"msg=\"admin listening\"")
+        self.api = fk.Admin(self.admin_port, fk.TOKEN)
+        return t
+
+    def echo_conn(self, payload=b"hello\n"):
+        c = h.connect(self.port)
+        c.sendall(payload)
+        self.assertEqual(h.recv_exact(c, len(payload)), payload)
+        return c
+
+    def test_connections_spread_and_intact(self):
+        t = self.start(threads=4)
+        self.assertRegex(t.log_text(), r"msg=started .*threads=4")
+        hashes = h.HashServer(name="threads-hash")
+        self.addCleanup(hashes.close)
+        hport = h.free_port()
+        t.write_config(t.conf_text + h.listen_block("hash", hport, hashes.port))
+        t.signal(signal.SIGHUP)
+        t.wait_for_log(r"msg=reloaded")
+        conns = [h.connect(hport) for _ in range(8)]
+        h.wait_until(lambda: self.api.json("/stats")["sessions_open"] == 8, 10,
+                     what="eight sessions")
+        st = self.api.json("/stats")
+        self.assertEqual(st["threads"], 4)
+        self.assertEqual(st["sessions_open"], 8)
+        self.assertEqual(st["sessions_per_thread"], [2, 2, 2, 2],
+                         "connections are handed to the threads in turn")
+        # 8 MiB each way on every connection at once: intact on every thread.
+        results = [None] * len(conns)
+
+        def run(i):
+            results[i] = h.hash_exchange(conns[i], 8 * h.MiB, 8 * h.MiB, pattern=True, seed=i,
+                                         upload_seed=i + 100)
+
+        workers = [threading.Thread(target=run, args=(i,)) for i in range(len(conns))]
+        for w in workers:
+            w.start()
+        for w in workers:
+            w.join(120)
+        for i, res in enumerate(results):
+            self.assertIsNotNone(res, "connection %d did not finish" % i)
+            self.assertEqual(h.exchange_problems(res), [], "connection %d" % i)
+        for c in conns:
+            c.close()
+        h.wait_until(lambda: self.api.json("/stats")["sessions_open"] == 0, 10,
+                     what="every session to end")
+        st = self.api.json("/stats")
+        self.assertEqual(st["sessions_per_thread"], [0, 0, 0, 0])
+        self.assertEqual(st["listeners"]["hash"]["connections"], 8)
+        self.assertGreaterEqual(st["listeners"]["hash"]["bytes_up"], 8 * 8 * h.MiB)
+        self.assertGreaterEqual(st["listeners"]["hash"]["bytes_down"], 8 * 8 * h.MiB)
+        self.assertIsNone(t.proc.poll())
+
+    def test_counting_rules_count_every_thread(self):
+        tmp = h.make_tmpdir("twice-threads-redis-")
+        redis = h.start_redis(tmp)
+        self.addCleanup(redis.stop)
+        rport = h.free_port()
+        listener = ("listen redis {\n  protocol resp\n  bind 127.0.0.1:%d\n"
+                    "  upstream 127.0.0.1:%d\n}\n" % (rport, redis.port))
+        rules = [fk.rule_block("tenth", "redis", "when command command=GET key=nth:*", "nth 10",
+                               "do error LOADING"),
+                 fk.rule_block("three", "redis", "when command command=GET key=lim:*", "every 2",
+                               "limit 3", "do error READONLY")]
+        self.start(threads=4, rules=rules, extra=[listener])
+        conns = [fk.RespConn(rport) for _ in range(8)]
+        self.addCleanup(lambda: [c.close() for c in conns])
+        h.wait_until(lambda: self.api.json("/stats")["sessions_open"] == 8, 10,
+                     what="eight sessions")
+        self.assertEqual(self.api.json("/stats")["sessions_per_thread"], [2, 2, 2, 2])
+        errors = {"nth": [], "lim": []}
+        for prefix in ("nth", "lim"):
+            # Round after round over the eight connections: 40 commands, each
+            # on the thread of its connection.
+            for rnd in range(5):
+                for i, c in enumerate(conns):
+                    reply = c.call("GET", "%s:%d" % (prefix, i))
+                    if reply is not None:  # the key is absent: only a fault answers
+                        errors[prefix].append((rnd, i, reply))
+        self.assertEqual(len(errors["nth"]), 1, "nth 10 over 40 commands: %r" % errors["nth"])
+        self.assertEqual(errors["nth"][0][:2], (1, 1), "the 10th GET is round 1, connection 1")
+        self.assertEqual(len(errors["lim"]), 3, "every 2, limit 3: %r" % errors["lim"])
+        self.assertEqual([e[:2] for e in errors["lim"]], [(0, 1), (0, 3), (0, 5)])
+        rules_doc = self.api.json("/rules")
+        by_name = {r["name"]: r for r in rules_doc["rules"]}
+        self.assertEqual(by_name["tenth"]["seen"], 40)
+        self.assertEqual(by_name["tenth"]["faults"], 1)
+        self.assertEqual(by_name["three"]["faults"], 3)
+
+    def test_put_rules_reaches_every_thread(self):
+        self.start(threads=3)
+        for i in range(6):
+            dt, _ = fk.echo_rtt(self.port)
+            self.assertLess(dt, 0.25, "connection %d slow before any rule" % i)
+        body = fk.rule_block("lat", "echo", "stream downstream", "do latency 400ms")
+        st, _, text = self.api.put("/rules", body.encode())
+        self.assertEqual(st, 200, text)
+        for i in range(6):
+            dt, _ = fk.echo_rtt(self.port)
+            self.assertGreaterEqual(dt, 0.37, "connection %d (thread %d) missed the new rule"
+                                    % (i, i % 3))
+        st, _, text = self.api.put("/rules", b"")
+        self.assertEqual(st, 200, text)
+        for i in range(6):
+            dt, _ = fk.echo_rtt(self.port)
+            self.assertLess(dt, 0.25, "connection %d (thread %d) kept the removed rule"
+                            % (i, i % 3))
+
+    def test_shutdown_waits_for_every_thread(self):
+        t = self.start(threads=3, grace="30s")
+        conns = [self.echo_conn() for _ in range(3)]
+        self.assertEqual(self.api.json("/stats")["sessions_per_thread"], [1, 1, 1])
+        t.signal(signal.SIGTERM)
+        t.wait_for_log(r"msg=\"shutting down\"")
+        time.sleep(0.5)
+        self.assertIsNone(t.proc.poll(), "twice exited with sessions open")
+        self.assertFalse(h.port_open(self.port), "still accepting after SIGTERM")
+        # Sessions on every thread still relay while twice waits for them.
+        for i, c in enumerate(conns):
+            c.sendall(b"still %d\n" % i)
+            self.assertEqual(h.recv_exact(c, 8), b"still %d\n" % i)
+        for c in conns[:2]:
+            c.close()
+        time.sleep(0.5)
+        self.assertIsNone(t.proc.poll(), "twice exited while a session was open")
+        conns[2].close()
+        self.assertEqual(t.proc.wait(timeout=10), 0)
+        t.exit_checked = True
+
+    def test_grace_closes_sessions_of_every_thread(self):
+        t = self.start(threads=3, grace="1s")
+        conns = [self.echo_conn() for _ in range(3)]
+        t0 = time.monotonic()
+        t.signal(signal.SIGTERM)
+        self.assertEqual(t.proc.wait(timeout=15), 0)
+        t.exit_checked = True
+        self.assertLess(time.monotonic() - t0, 10)
+        for c in conns:
+            h.wait_closed(c, 5)
+            c.close()
+        self.assertEqual(len(fk.closed_records(t, reason="shutdown")), 3)
+
+    def test_threads_is_checked(self):
+        blocks = [h.listen_block("echo", self.port, self.echo.port)]
+        for bad, why in (("0", "invalid threads '0'"), ("65", "invalid threads '65'"),
+                         ("many", "invalid threads 'many'")):
+            path = os.path.join(self.tmp, "bad-%s.conf" % bad)
+            with open(path, "w") as f:
+                f.write("threads %s\n" % bad + h.config(*blocks))
+            r = h.run_twice(["check", "-c", path])
+            self.assertNotEqual(r.returncode, 0, bad)
+            err = r.stderr.decode(errors="replace")
+            self.assertIn(why, err)
+            self.assertIn("a number from 1 to 64, or auto", err)
+        path = os.path.join(self.tmp, "auto.conf")
+        with open(path, "w") as f:
+            f.write("threads auto\n" + h.config(*blocks))
+        r = h.run_twice(["check", "-c", path])
+        self.assertEqual(r.returncode, 0, r.stderr)
+
+
+if __name__ == "__main__":
+    unittest.main(verbosity=2)
