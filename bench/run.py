@@ -2,10 +2,12 @@
 """bench/run.py - twice side by side with the brokers directly and with HAProxy.
 
     python3 bench/run.py --twice build/twice [--quick] [--out DIR] [--rounds R]
+                         [--threads N --haproxy-threads N]
 
 Starts a private redis-server and RabbitMQ (as tests/integration/harness.py does: free loopback
-ports, own folders, stopped at exit), HAProxy in TCP mode, and three twice processes, one per
-configuration, each with an AMQP and a Redis listener:
+ports, own folders, stopped at exit), HAProxy in TCP mode (`nbthread` --haproxy-threads), and
+three twice processes (`threads` --threads; both 1 by default), one per configuration, each with
+an AMQP and a Redis listener:
 
   twice-tcp     protocol tcp: the plain relay
   twice-parse   protocol amqp / protocol resp with profile celery, no rule: every message parsed

@@ -237,15 +237,14 @@ static void get_stats(struct proxy *px, struct evhttp_request *req)
     evbuffer_add_printf(b, "],\"listeners\":{");
     int first = 1;
     for (struct listener_stats *st = px->stats; st != NULL; st = st->next, first = 0) {
+        struct listener_counts t = proxy_stats_total(px, st);
         evbuffer_add_printf(b, "%s", first ? "" : ",");
         json_str(b, st->name);
         evbuffer_add_printf(b,
                             ":{\"connections\":%llu,\"open\":%llu,\"bytes_up\":%llu,"
                             "\"bytes_down\":%llu}",
-                            (unsigned long long)stat_get(&st->connections),
-                            (unsigned long long)stat_get(&st->open),
-                            (unsigned long long)stat_get(&st->bytes_up),
-                            (unsigned long long)stat_get(&st->bytes_down));
+                            (unsigned long long)t.connections, (unsigned long long)t.open,
+                            (unsigned long long)t.bytes_up, (unsigned long long)t.bytes_down);
     }
     evbuffer_add(b, "},\"events\":{", 12);
     for (int e = 0; e < RULE_EV_COUNT; e++)
@@ -313,12 +312,13 @@ static void get_metrics(struct proxy *px, struct evhttp_request *req)
         evbuffer_add_printf(b, "# HELP %s %s\n# TYPE %s %s\n", fam[f].name, fam[f].help,
                             fam[f].name, fam[f].type);
         for (struct listener_stats *st = px->stats; st != NULL; st = st->next) {
-            uint64_t v[3] = {stat_get(&st->connections), stat_get(&st->open), 0};
+            struct listener_counts t = proxy_stats_total(px, st);
+            uint64_t v[3] = {t.connections, t.open, 0};
             for (int d = 0; d < (f == 2 ? 2 : 1); d++) {
                 evbuffer_add_printf(b, "%s{listener=\"", fam[f].name);
                 prom_label(b, st->name);
                 if (f == 2) {
-                    v[2] = stat_get(d == 0 ? &st->bytes_up : &st->bytes_down);
+                    v[2] = d == 0 ? t.bytes_up : t.bytes_down;
                     evbuffer_add_printf(b, "\",direction=\"%s\"",
                                         d == 0 ? "upstream" : "downstream");
                 } else {

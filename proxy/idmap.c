@@ -20,6 +20,7 @@ static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
 static struct node **buckets;
 static size_t n_buckets;
 static size_t count;
+static uint64_t generation; /* of the last entry made */
 static struct node *oldest, *newest;
 
 static uint64_t fnv(const char *scope, const char *key, size_t keylen)
@@ -124,6 +125,7 @@ struct idmap_info *idmap_put(const char *scope, const char *key, size_t keylen)
     if (n == NULL)
         return NULL;
     n->hash = h;
+    n->info.gen = ++generation;
     n->keylen = slen + 1 + keylen;
     memcpy(n->key, scope, slen + 1);
     memcpy(n->key + slen + 1, key, keylen);

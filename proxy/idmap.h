@@ -32,6 +32,7 @@ struct idmap_info {
     char *queue; /* owned; NULL when unknown */
     char *id;    /* owned; the message id when the key is another handle (a Celery tag) */
     uint32_t flags;
+    uint64_t gen; /* unique per entry made: tells a re-made entry from the one read earlier */
 };
 
 /* Flags of struct idmap_info. */

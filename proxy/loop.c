@@ -11,15 +11,22 @@
  * balancing is not wanted: here it keeps reload simple (one socket per
  * listener, kept across reloads) and makes the spreading even.
  *
- * Messages are processed in the order they were posted, so a loop has
- * started every session handed to it before it sees the shutdown.
+ * Session ids are drawn here, on the main thread, in accept order: the
+ * identities that probabilistic rules hash ("session:N") do not depend on
+ * which loop runs first.  Messages are processed in the order they were
+ * posted.
  *
- * Shutdown.  The main thread closes the listeners and posts SHUTDOWN to
- * every loop; a loop with no session left ends its dispatch, and a worker
- * tells loop 0 it is done.  Loop 0 ends when it has no session left and
- * every worker is done; the grace timer and a second signal post CLOSE_ALL.
- * The worker threads are joined and their loops freed on the main thread,
- * once nothing runs on them any more.
+ * Shutdown and "close everything" are flags, not messages, so that telling
+ * a loop to stop never needs memory.  A loop reads its flags before it
+ * takes its inbox: every connection handed to it before the flag was set is
+ * started first.  A stopping loop ends once it has no session and none of
+ * its own Redis connections still has a command to send (a delayed ack is
+ * sent within the grace period rather than lost).  A worker's thread tells
+ * loop 0 when its dispatch returned, however it returned.  Loop 0 ends when
+ * it is done and every worker has ended; the grace timer and a second
+ * signal raise "close everything", which also drops the Redis connections'
+ * pending commands (logged).  The worker threads are joined and their loops
+ * freed on the main thread, once nothing runs on them any more.
  *
  * libevent: the bases are created with EVENT_BASE_FLAG_NOLOCK (each is
  * used by one thread only, so no event operation pays for a lock);
@@ -42,11 +49,8 @@
 #include "rules/engine.h"
 
 enum loop_msg_kind {
-    MSG_ACCEPT,    /* start a session on fd */
-    MSG_RULES,     /* make `rules` the loop's current rules */
-    MSG_CLOSE_ALL, /* close every session now */
-    MSG_SHUTDOWN,  /* end once the sessions are gone */
-    MSG_DONE,      /* (to loop 0) a worker loop has ended */
+    MSG_ACCEPT, /* start a session on fd */
+    MSG_RULES,  /* make `rules` the loop's current rules */
 };
 
 struct loop_msg {
@@ -55,10 +59,18 @@ struct loop_msg {
     struct listener *listener; /* MSG_ACCEPT: a reference */
     struct lconf *cfg;         /* MSG_ACCEPT: a reference */
     evutil_socket_t fd;
+    uint64_t sid;
     struct sockaddr_storage sa;
     int salen;
     struct ruleset *rules; /* MSG_RULES: a reference */
 };
+
+static void wake(struct loop *lp)
+{
+    uint64_t one = 1;
+    /* Fails only when the counter would overflow: it is then readable. */
+    (void)!write(lp->wake_fd, &one, sizeof(one));
+}
 
 static void post(struct loop *lp, struct loop_msg *m)
 {
@@ -67,19 +79,13 @@ static void post(struct loop *lp, struct loop_msg *m)
     *lp->inbox_tail = m;
     lp->inbox_tail = &m->next;
     pthread_mutex_unlock(&lp->lock);
-    uint64_t one = 1;
-    /* Fails only when the counter would overflow: it is then readable. */
-    (void)!write(lp->wake_fd, &one, sizeof(one));
+    wake(lp);
 }
 
-static int post_kind(struct loop *lp, enum loop_msg_kind kind)
+static void raise_flag(struct loop *lp, atomic_bool *flag)
 {
-    struct loop_msg *m = calloc(1, sizeof(*m));
-    if (m == NULL)
-        return -1;
-    m->kind = kind;
-    post(lp, m);
-    return 0;
+    atomic_store(flag, true);
+    wake(lp);
 }
 
 /* A message never processed (its loop ended first): release what it holds. */
@@ -100,79 +106,13 @@ static void set_rules(struct loop *lp, struct ruleset *rs)
     if (lp->rules != NULL)
         ruleset_put(lp->rules);
     lp->rules = rs;
+    lp->rules_gen++;
 }
 
 static void close_sessions(struct loop *lp)
 {
     for (struct session *s = lp->sessions; s != NULL; s = s->next)
         session_close(s, SESSION_CLOSE_SHUTDOWN);
-}
-
-/* The main loop ends once it has no session and every worker is done. */
-static void main_maybe_done(struct proxy *px)
-{
-    struct loop *lp0 = &px->loops[0];
-    if (lp0->stopping && atomic_load(&lp0->n_sessions) == 0 && px->loops_running == 0)
-        event_base_loopexit(lp0->base, NULL);
-}
-
-/* A loop that is stopping and has no session left ends. */
-static void maybe_done(struct loop *lp)
-{
-    if (!lp->stopping || atomic_load(&lp->n_sessions) != 0)
-        return;
-    if (lp->index == 0) {
-        main_maybe_done(lp->px);
-        return;
-    }
-    lp->stopping = false; /* once */
-    if (post_kind(&lp->px->loops[0], MSG_DONE) != 0)
-        log_msg(LOG_ERROR, "out of memory", "loop=%u", lp->index);
-    event_base_loopexit(lp->base, NULL);
-}
-
-static void handle(struct loop *lp, struct loop_msg *m)
-{
-    switch (m->kind) {
-    case MSG_ACCEPT:
-        session_accept(lp, m->listener, m->cfg, m->fd, (struct sockaddr *)&m->sa, m->salen);
-        lconf_put(m->cfg);
-        listener_put(m->listener);
-        break;
-    case MSG_RULES:
-        set_rules(lp, m->rules);
-        break;
-    case MSG_CLOSE_ALL:
-        close_sessions(lp);
-        break;
-    case MSG_SHUTDOWN:
-        lp->stopping = true;
-        maybe_done(lp);
-        break;
-    case MSG_DONE:
-        lp->px->loops_running--;
-        main_maybe_done(lp->px);
-        break;
-    }
-    free(m);
-}
-
-static void on_wake(evutil_socket_t fd, short what, void *arg)
-{
-    (void)what;
-    struct loop *lp = arg;
-    uint64_t n;
-    (void)!read(fd, &n, sizeof(n));
-    pthread_mutex_lock(&lp->lock);
-    struct loop_msg *m = lp->inbox;
-    lp->inbox = NULL;
-    lp->inbox_tail = &lp->inbox;
-    pthread_mutex_unlock(&lp->lock);
-    while (m != NULL) {
-        struct loop_msg *next = m->next;
-        handle(lp, m);
-        m = next;
-    }
 }
 
 static void on_reap(evutil_socket_t fd, short what, void *arg)
@@ -185,6 +125,78 @@ static void on_reap(evutil_socket_t fd, short what, void *arg)
         lp->reap = s->reap_next;
         session_free(s);
     }
+}
+
+/* Close every session now, and drop what twice's own Redis connections
+ * still had to send.  Not called from a session's callback: the sessions
+ * are freed here. */
+static void close_everything(struct loop *lp)
+{
+    close_sessions(lp);
+    on_reap(-1, 0, lp);
+    resp_aux_free_all(lp);
+}
+
+/* The main loop ends once it is done and every worker has ended. */
+static void main_maybe_done(struct proxy *px)
+{
+    struct loop *lp0 = &px->loops[0];
+    if (lp0->stopping && atomic_load(&lp0->n_sessions) == 0 && lp0->aux == NULL &&
+        atomic_load(&px->loops_running) == 0)
+        event_base_loopexit(lp0->base, NULL);
+}
+
+/* A stopping loop with no session and no pending Redis command ends. */
+static void maybe_done(struct loop *lp)
+{
+    if (!lp->stopping || atomic_load(&lp->n_sessions) != 0 || lp->aux != NULL)
+        return;
+    if (lp->index == 0)
+        main_maybe_done(lp->px);
+    else
+        event_base_loopexit(lp->base, NULL); /* loop_main tells loop 0 */
+}
+
+static void handle(struct loop *lp, struct loop_msg *m)
+{
+    switch (m->kind) {
+    case MSG_ACCEPT:
+        session_accept(lp, m->listener, m->cfg, m->fd, (struct sockaddr *)&m->sa, m->salen, m->sid);
+        lconf_put(m->cfg);
+        listener_put(m->listener);
+        break;
+    case MSG_RULES:
+        set_rules(lp, m->rules);
+        break;
+    }
+    free(m);
+}
+
+static void on_wake(evutil_socket_t fd, short what, void *arg)
+{
+    (void)what;
+    struct loop *lp = arg;
+    uint64_t n;
+    (void)!read(fd, &n, sizeof(n));
+    /* Flags first: what was posted before a flag was raised is in the inbox
+     * taken below. */
+    bool stop = atomic_exchange(&lp->stop_flag, false);
+    bool close_all = atomic_exchange(&lp->close_flag, false);
+    pthread_mutex_lock(&lp->lock);
+    struct loop_msg *m = lp->inbox;
+    lp->inbox = NULL;
+    lp->inbox_tail = &lp->inbox;
+    pthread_mutex_unlock(&lp->lock);
+    while (m != NULL) {
+        struct loop_msg *next = m->next;
+        handle(lp, m);
+        m = next;
+    }
+    if (close_all)
+        close_everything(lp);
+    if (stop)
+        lp->stopping = true;
+    maybe_done(lp); /* also: loop 0 woken by a worker that ended */
 }
 
 static void on_flush(evutil_socket_t fd, short what, void *arg)
@@ -243,6 +255,8 @@ static void *loop_main(void *arg)
     struct loop *lp = arg;
     if (event_base_dispatch(lp->base) < 0)
         log_msg(LOG_ERROR, "event loop failed", "loop=%u", lp->index);
+    atomic_fetch_sub(&lp->px->loops_running, 1);
+    wake(&lp->px->loops[0]);
     return NULL;
 }
 
@@ -254,7 +268,7 @@ int loop_start(struct loop *lp)
         return -1;
     }
     lp->thread_started = true;
-    lp->px->loops_running++;
+    atomic_fetch_add(&lp->px->loops_running, 1);
     return 0;
 }
 
@@ -263,18 +277,21 @@ void loop_accept(struct proxy *px, struct listener *l, evutil_socket_t fd,
 {
     struct loop *lp = &px->loops[px->next_loop];
     px->next_loop = (px->next_loop + 1) % px->n_loops;
+    uint64_t sid = ++px->next_session_id;
     if (lp->index == 0 || !lp->thread_started) {
-        session_accept(&px->loops[0], l, l->cfg, fd, sa, salen);
+        session_accept(&px->loops[0], l, l->cfg, fd, sa, salen, sid);
         return;
     }
     struct loop_msg *m = calloc(1, sizeof(*m));
     if (m == NULL || (size_t)salen > sizeof(m->sa)) {
+        log_msg(LOG_ERROR, m == NULL ? "out of memory" : "address too long", "listener=%s",
+                l->cfg->l->name);
         free(m);
-        log_msg(LOG_ERROR, "out of memory", "listener=%s", l->cfg->l->name);
         evutil_closesocket(fd);
         return;
     }
     m->kind = MSG_ACCEPT;
+    m->sid = sid;
     m->fd = fd;
     memcpy(&m->sa, sa, (size_t)salen);
     m->salen = salen;
@@ -309,21 +326,25 @@ void loop_set_rules_all(struct proxy *px, struct ruleset *rs)
 
 void loop_close_all(struct proxy *px)
 {
-    close_sessions(&px->loops[0]);
     for (unsigned i = 1; i < px->n_loops; i++)
-        if (px->loops[i].thread_started && post_kind(&px->loops[i], MSG_CLOSE_ALL) != 0)
-            log_msg(LOG_ERROR, "out of memory", "loop=%u", i);
+        if (px->loops[i].thread_started)
+            raise_flag(&px->loops[i], &px->loops[i].close_flag);
+    close_everything(&px->loops[0]);
+    maybe_done(&px->loops[0]);
 }
 
 void loop_shutdown_all(struct proxy *px)
 {
     for (unsigned i = 1; i < px->n_loops; i++)
-        if (px->loops[i].thread_started && post_kind(&px->loops[i], MSG_SHUTDOWN) != 0) {
-            /* Cannot tell it: close its sessions when the main loop ends. */
-            log_msg(LOG_ERROR, "out of memory", "loop=%u", i);
-        }
+        if (px->loops[i].thread_started)
+            raise_flag(&px->loops[i], &px->loops[i].stop_flag);
     px->loops[0].stopping = true;
     maybe_done(&px->loops[0]);
+}
+
+void loop_aux_gone(struct loop *lp)
+{
+    maybe_done(lp);
 }
 
 static void free_event(struct event **ev)
@@ -341,11 +362,10 @@ static void join_workers(struct proxy *px)
         struct loop *lp = &px->loops[i];
         if (!lp->thread_started)
             continue;
-        /* A loop still running (an error path, or a failed SHUTDOWN post)
-         * is told to stop; event_base_loopbreak is not safe across threads
-         * without base locks, so it goes through the inbox. */
-        (void)post_kind(lp, MSG_SHUTDOWN);
-        (void)post_kind(lp, MSG_CLOSE_ALL);
+        /* A loop still running (the main loop failed) is told to close
+         * everything and stop; one that ended ignores it. */
+        atomic_store(&lp->close_flag, true);
+        raise_flag(lp, &lp->stop_flag);
     }
     for (unsigned i = 1; i < px->n_loops; i++) {
         struct loop *lp = &px->loops[i];
@@ -369,14 +389,14 @@ void loop_free_all(struct proxy *px)
         if (lp->base == NULL)
             continue;
         lp->stopping = false;
-        close_sessions(lp);
-        on_reap(-1, 0, lp);
-        resp_aux_free_all(lp);
+        close_everything(lp);
     }
     for (unsigned i = 0; i < px->n_loops; i++) {
         struct loop *lp = &px->loops[i];
-        if (lp->base == NULL)
+        if (lp->base == NULL) {
+            pthread_mutex_destroy(&lp->lock);
             continue;
+        }
         struct loop_msg *m = lp->inbox;
         lp->inbox = NULL;
         while (m != NULL) {

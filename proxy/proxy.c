@@ -400,12 +400,30 @@ struct listener_stats *proxy_stats(struct proxy *px, const char *name)
         if (strcmp(st->name, name) == 0)
             return st;
     struct listener_stats *st = calloc(1, sizeof(*st));
-    if (st == NULL)
+    size_t size = px->n_loops * sizeof(*st->per_loop);
+    if (st == NULL ||
+        (st->per_loop = aligned_alloc(_Alignof(struct listener_counts), size)) == NULL) {
+        free(st);
         return NULL;
+    }
+    memset(st->per_loop, 0, size);
     snprintf(st->name, sizeof(st->name), "%s", name);
     st->next = px->stats;
     px->stats = st;
     return st;
+}
+
+struct listener_counts proxy_stats_total(const struct proxy *px, const struct listener_stats *st)
+{
+    struct listener_counts t = {0};
+    for (unsigned i = 0; i < px->n_loops; i++) {
+        const struct listener_counts *c = &st->per_loop[i];
+        t.connections += stat_get(&c->connections);
+        t.open += stat_get(&c->open);
+        t.bytes_up += stat_get(&c->bytes_up);
+        t.bytes_down += stat_get(&c->bytes_down);
+    }
+    return t;
 }
 
 /* `threads N`, or one loop per core (`auto`, the default). */
@@ -415,9 +433,10 @@ static int make_loops(struct proxy *px, unsigned threads)
         long cores = sysconf(_SC_NPROCESSORS_ONLN);
         threads = cores < 1 ? 1 : cores > CONF_MAX_THREADS ? CONF_MAX_THREADS : (unsigned)cores;
     }
-    px->loops = calloc(threads, sizeof(*px->loops));
+    px->loops = aligned_alloc(_Alignof(struct loop), threads * sizeof(*px->loops));
     if (px->loops == NULL)
         return -1;
+    memset(px->loops, 0, threads * sizeof(*px->loops));
     px->n_loops = threads;
     for (unsigned i = 0; i < threads; i++)
         if (loop_init(&px->loops[i], px, i) != 0)
@@ -619,6 +638,7 @@ void proxy_free(struct proxy *px)
     while (px->stats != NULL) {
         struct listener_stats *st = px->stats;
         px->stats = st->next;
+        free(st->per_loop);
         free(st);
     }
     conf_ref_put(px->conf);

@@ -77,14 +77,19 @@ struct listener {
 /* Admin servers replaced by a reload, freed once their replies are out. */
 #define ADMIN_MAX_RETIRED 8
 
-/* Counters of one listener name, kept across reloads.  Sessions of every
- * loop add to them with stat_add; readers use stat_get. */
-struct listener_stats {
-    char name[72];
-    uint64_t connections; /* accepted */
+/* One loop's share of the counters of a listener name, on its own cache
+ * line: written by that loop only (stat_add), summed by the admin API. */
+struct listener_counts {
+    _Alignas(64) uint64_t connections; /* accepted */
     uint64_t open;
     uint64_t bytes_up;   /* client -> upstream */
     uint64_t bytes_down; /* upstream -> client */
+};
+
+/* Counters of one listener name, kept across reloads. */
+struct listener_stats {
+    char name[72];
+    struct listener_counts *per_loop; /* n_loops of them */
     struct listener_stats *next;
 };
 
@@ -103,12 +108,15 @@ struct loop {
     bool flushing;                  /* session_flush_all is running */
     struct event *janitor;          /* 1 s: idle and drain timeouts */
     struct ruleset *rules;          /* this loop's reference to the current rules */
+    uint64_t rules_gen;             /* changes with `rules` (1 for the first) */
     struct resp_aux *aux;           /* twice's own Redis connections on this loop */
     bool stopping;                  /* shutdown: end once its sessions are gone */
+    atomic_bool stop_flag;          /* raised by the main thread: shutdown */
+    atomic_bool close_flag;         /* raised by the main thread: close everything now */
     atomic_uint n_sessions;         /* written by this loop only */
-    uint64_t events[RULE_EV_COUNT]; /* protocol events seen (stat_add) */
+    _Alignas(64) uint64_t events[RULE_EV_COUNT]; /* protocol events seen (stat_add) */
     /* Messages from other threads: a mutex-protected queue and an eventfd. */
-    pthread_mutex_t lock;
+    _Alignas(64) pthread_mutex_t lock;
     struct loop_msg *inbox, **inbox_tail;
     int wake_fd;
     struct event *wake;
@@ -123,9 +131,9 @@ struct proxy {
     struct listener *listeners;
     struct loop *loops; /* n_loops, fixed at start */
     unsigned n_loops;
-    unsigned next_loop;     /* where the next connection goes */
-    unsigned loops_running; /* worker loops not finished (shutdown) */
-    unsigned conf_threads;  /* `threads` as configured at start (0: auto) */
+    unsigned next_loop;        /* where the next connection goes */
+    atomic_uint loops_running; /* worker threads whose loop has not ended */
+    unsigned conf_threads;     /* `threads` as configured at start (0: auto) */
     struct event *sig_term, *sig_int, *sig_hup;
     struct event *grace_timer;
     struct ruleset *rules;   /* current rules (main thread); each loop holds its own reference */
@@ -139,7 +147,7 @@ struct proxy {
     struct evhttp *admin_retired[ADMIN_MAX_RETIRED]; /* freed after their last reply */
     unsigned admin_retired_n;
     char admin_addr[300];
-    _Atomic uint64_t next_session_id;
+    uint64_t next_session_id; /* drawn by the main thread at accept */
     bool shutting_down;
     int exit_code;
 };
@@ -175,19 +183,23 @@ void proxy_session_gone(struct loop *lp);
 unsigned proxy_sessions(const struct proxy *px);
 uint64_t proxy_events(const struct proxy *px, unsigned e);
 
-/* Counters shared between threads: relaxed atomics, no lock. */
+/* Counters with one writer (a loop) and readers on other threads (the
+ * admin API): relaxed atomic loads and stores, no lock, no locked add. */
 static inline void stat_add(uint64_t *c, uint64_t n)
 {
-    __atomic_fetch_add(c, n, __ATOMIC_RELAXED);
+    __atomic_store_n(c, __atomic_load_n(c, __ATOMIC_RELAXED) + n, __ATOMIC_RELAXED);
 }
 static inline void stat_sub(uint64_t *c, uint64_t n)
 {
-    __atomic_fetch_sub(c, n, __ATOMIC_RELAXED);
+    __atomic_store_n(c, __atomic_load_n(c, __ATOMIC_RELAXED) - n, __ATOMIC_RELAXED);
 }
 static inline uint64_t stat_get(const uint64_t *c)
 {
     return __atomic_load_n(c, __ATOMIC_RELAXED);
 }
+
+/* The counters of `st` summed over every loop. */
+struct listener_counts proxy_stats_total(const struct proxy *px, const struct listener_stats *st);
 
 /* Loops (loop.c).  loop_init builds loop `index` (index 0 on the main
  * thread's base `base`); loop_start runs a worker loop on its own thread. */
@@ -203,6 +215,8 @@ void loop_close_all(struct proxy *px);
 /* Shutdown: each loop ends once its sessions are gone; the main loop ends
  * after the others. */
 void loop_shutdown_all(struct proxy *px);
+/* One of the loop's own Redis connections freed itself (resp_aux.c). */
+void loop_aux_gone(struct loop *lp);
 /* Wait for the worker threads and free every loop (main thread, at exit). */
 void loop_free_all(struct proxy *px);
 

@@ -89,8 +89,11 @@ static void aux_free(struct resp_aux *a)
 
 static void maybe_done(struct resp_aux *a)
 {
-    if (a->detached && (a->failed || (a->awaiting == 0 && a->sends == NULL)))
+    if (a->detached && (a->failed || (a->awaiting == 0 && a->sends == NULL))) {
+        struct loop *lp = a->loop;
         aux_free(a);
+        loop_aux_gone(lp); /* a stopping loop may have waited for it */
+    }
 }
 
 static void aux_fail(struct resp_aux *a, const char *why)

@@ -147,9 +147,9 @@ struct rpx {
     struct evbuffer *setup[3]; /* the client's last AUTH, HELLO, SELECT */
     struct resp_aux *aux;
     uint64_t anon;
-    const struct ruleset *rules_seen; /* the ruleset `wanted` was computed for */
-    uint32_t wanted;                  /* events some rule of the listener looks at */
-    struct entry *spare;              /* freed entries kept for reuse */
+    uint64_t rules_gen;  /* the loop's rules_gen `wanted` was computed for (0: never) */
+    uint32_t wanted;     /* events some rule of the listener looks at */
+    struct entry *spare; /* freed entries kept for reuse */
     size_t n_spare;
 };
 
@@ -365,8 +365,8 @@ static bool wanted(struct rpx *rx, enum rule_event ev)
     const struct ruleset *rs = rx->s->loop->rules;
     if (rs == NULL)
         return false;
-    if (rs != rx->rules_seen) {
-        rx->rules_seen = rs;
+    if (rx->rules_gen != rx->s->loop->rules_gen) {
+        rx->rules_gen = rx->s->loop->rules_gen;
         rx->wanted = ruleset_events(rs, rx->s->cfg->l->name);
     }
     return (rx->wanted & (1u << (unsigned)ev)) != 0;
@@ -959,8 +959,11 @@ static const struct rule *stream_delivery(struct rpx *rx, const char *stream, co
         /* Its ack is swallowed: the entry stays pending. */
         idmap_lock();
         in = idmap_put(scope(rx), key, strlen(key));
-        if (in != NULL)
+        if (in != NULL) {
             in->flags |= IDMAP_SUPPRESS_ACK;
+            if (in->task == NULL && j.task != NULL) /* an ack removed it meanwhile */
+                idmap_set_str(&in->task, j.task, strlen(j.task));
+        }
         idmap_unlock();
     }
     job_event_clear(&j);
@@ -1341,6 +1344,7 @@ static void ack_decide(struct rpx *rx, const struct cmdview *cv, const char *id,
     bool swallow_dup = in != NULL && (in->flags & IDMAP_SUPPRESS_ACK) != 0;
     if (swallow_dup)
         in->flags &= ~(uint32_t)IDMAP_SUPPRESS_ACK;
+    uint64_t gen = in != NULL ? in->gen : 0;
     idmap_unlock();
     journal_job(rx, JOURNAL_KIND_ACK, &j);
     const struct rule *r = decide_job(rx, &j);
@@ -1350,8 +1354,12 @@ static void ack_decide(struct rpx *rx, const struct cmdview *cv, const char *id,
         return;
     }
     if (r == NULL) {
+        /* Settled for good: forget the entry, unless another connection's
+         * delivery of the same id made it anew or marked it meanwhile. */
         idmap_lock();
-        idmap_del(scope(rx), key, strlen(key)); /* settled for good */
+        in = idmap_get(scope(rx), key, strlen(key));
+        if (in != NULL && in->gen == gen && (in->flags & IDMAP_SUPPRESS_ACK) == 0)
+            idmap_del(scope(rx), key, strlen(key));
         idmap_unlock();
         return;
     }

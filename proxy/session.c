@@ -1222,14 +1222,13 @@ static struct bufferevent *client_bev_new(struct session *s, evutil_socket_t fd)
 }
 
 static struct session *session_new(struct loop *lp, struct listener *l, struct lconf *cfg,
-                                   const struct sockaddr *sa, unsigned *n_listener)
+                                   const struct sockaddr *sa, uint64_t sid, unsigned *n_listener)
 {
-    struct proxy *px = l->px;
     struct session *s = calloc(1, sizeof(*s));
     if (s == NULL)
         return NULL;
-    s->id = atomic_fetch_add(&px->next_session_id, 1) + 1;
-    s->px = px;
+    s->id = sid;
+    s->px = l->px;
     s->loop = lp;
     s->listener = l;
     atomic_fetch_add(&l->refs, 1);
@@ -1239,7 +1238,7 @@ static struct session *session_new(struct loop *lp, struct listener *l, struct l
     monotonic_now(&s->started);
     s->last_active = s->started;
     format_addr(sa, s->client_addr, sizeof(s->client_addr));
-    s->stats = l->stats;
+    s->stats = l->stats != NULL ? &l->stats->per_loop[lp->index] : NULL;
     if (s->stats != NULL) {
         stat_add(&s->stats->connections, 1);
         stat_add(&s->stats->open, 1);
@@ -1253,11 +1252,11 @@ static struct session *session_new(struct loop *lp, struct listener *l, struct l
 }
 
 void session_accept(struct loop *lp, struct listener *l, struct lconf *cfg, evutil_socket_t fd,
-                    const struct sockaddr *sa, int salen)
+                    const struct sockaddr *sa, int salen, uint64_t sid)
 {
     (void)salen;
     unsigned n_listener;
-    struct session *s = session_new(lp, l, cfg, sa, &n_listener);
+    struct session *s = session_new(lp, l, cfg, sa, sid, &n_listener);
     if (s == NULL) {
         log_msg(LOG_ERROR, "out of memory", "listener=%s", cfg->l->name);
         evutil_closesocket(fd);

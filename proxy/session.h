@@ -122,7 +122,7 @@ struct session {
     struct proxy *px;
     struct loop *loop;             /* the loop (thread) the session lives on */
     struct listener *listener;     /* holds a reference */
-    struct listener_stats *stats;  /* counters of the listener name; may be NULL */
+    struct listener_counts *stats; /* its loop's counters of the listener name; may be NULL */
     struct lconf *cfg;             /* holds a reference */
     struct session_end end[2];     /* indexed by enum session_side */
     const struct codec_ops *codec; /* NULL: bytes are relayed as they are */
@@ -146,11 +146,12 @@ struct session {
 };
 
 /* Accept `fd` (a connected client socket) on listener `l` with its settings
- * `cfg` (referenced by the session), on loop `lp` (the calling thread's).
- * Takes ownership of fd: it is closed on failure.  The session is linked
- * into lp->sessions and lives until it closes itself. */
+ * `cfg` (referenced by the session), on loop `lp` (the calling thread's), as
+ * session `sid` (drawn at accept, in accept order).  Takes ownership of fd:
+ * it is closed on failure.  The session is linked into lp->sessions and
+ * lives until it closes itself. */
 void session_accept(struct loop *lp, struct listener *l, struct lconf *cfg, evutil_socket_t fd,
-                    const struct sockaddr *sa, int salen);
+                    const struct sockaddr *sa, int salen, uint64_t sid);
 
 /* Close the session now (e.g. at the end of the shutdown grace period). */
 void session_close(struct session *s, enum session_close_reason reason);

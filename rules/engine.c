@@ -21,11 +21,15 @@ struct id_table {
     size_t used;
 };
 
-/* Threads: the rule and its matchers are read-only; `enabled` is atomic;
- * everything below `lock` changes only under it.  Events that no matcher of
- * a rule accepts never take its lock, so pass-through traffic takes none. */
-struct rule_rt {
-    const struct rule *rule;
+/* What a rule knows at run time: its switch, counters and identity table.
+ * A reload or PUT /rules builds a new ruleset whose same-named rules share
+ * their state with the old one (ruleset_inherit): a loop still deciding
+ * against the old ruleset counts for the new one too, and a switch flipped
+ * on either applies to both.  Threads: `enabled` is atomic; everything
+ * below `lock` changes only under it.  Events that no matcher of a rule
+ * accepts never take its lock, so pass-through traffic takes none. */
+struct rule_state {
+    atomic_int refs;
     atomic_bool enabled;
     pthread_mutex_t lock;
     uint64_t seen;    /* events that matched */
@@ -34,11 +38,22 @@ struct rule_rt {
     struct id_table ids;
 };
 
+/* The kill switch, shared along reloads the same way. */
+struct kill_switch {
+    atomic_int refs;
+    atomic_bool faults_on;
+};
+
+struct rule_rt {
+    const struct rule *rule; /* read-only */
+    struct rule_state *st;
+};
+
 struct ruleset {
     atomic_int refs;
     uint64_t seed;
     uint64_t start_ms;
-    atomic_bool faults_on;
+    struct kill_switch *sw;
     size_t n;
     struct rule_rt *rt;
     void *owner;
@@ -146,6 +161,32 @@ static struct id_slot *id_table_get(struct id_table *t, uint64_t hash)
 
 /* ---- ruleset lifetime -------------------------------------------------- */
 
+static struct rule_state *state_new(bool enabled)
+{
+    struct rule_state *st = calloc(1, sizeof(*st));
+    if (st == NULL)
+        return NULL;
+    st->refs = 1;
+    st->enabled = enabled;
+    pthread_mutex_init(&st->lock, NULL);
+    return st;
+}
+
+static void state_put(struct rule_state *st)
+{
+    if (st == NULL || atomic_fetch_sub_explicit(&st->refs, 1, memory_order_acq_rel) > 1)
+        return;
+    free(st->ids.slots);
+    pthread_mutex_destroy(&st->lock);
+    free(st);
+}
+
+static void switch_put(struct kill_switch *sw)
+{
+    if (sw != NULL && atomic_fetch_sub_explicit(&sw->refs, 1, memory_order_acq_rel) == 1)
+        free(sw);
+}
+
 struct ruleset *ruleset_new(const struct rule *rules, uint64_t seed, uint64_t start_ms)
 {
     struct ruleset *rs = calloc(1, sizeof(*rs));
@@ -154,19 +195,23 @@ struct ruleset *ruleset_new(const struct rule *rules, uint64_t seed, uint64_t st
     rs->refs = 1;
     rs->seed = seed;
     rs->start_ms = start_ms;
-    rs->faults_on = true;
     for (const struct rule *r = rules; r != NULL; r = r->next)
         rs->n++;
     rs->rt = calloc(rs->n ? rs->n : 1, sizeof(*rs->rt));
-    if (rs->rt == NULL) {
-        free(rs);
+    rs->sw = calloc(1, sizeof(*rs->sw));
+    if (rs->rt == NULL || rs->sw == NULL) {
+        ruleset_put(rs);
         return NULL;
     }
+    rs->sw->refs = 1;
+    rs->sw->faults_on = true;
     size_t i = 0;
     for (const struct rule *r = rules; r != NULL; r = r->next, i++) {
         rs->rt[i].rule = r;
-        rs->rt[i].enabled = r->enabled;
-        pthread_mutex_init(&rs->rt[i].lock, NULL);
+        if ((rs->rt[i].st = state_new(r->enabled)) == NULL) {
+            ruleset_put(rs);
+            return NULL;
+        }
     }
     return rs;
 }
@@ -180,11 +225,10 @@ void ruleset_put(struct ruleset *rs)
 {
     if (rs == NULL || atomic_fetch_sub_explicit(&rs->refs, 1, memory_order_acq_rel) > 1)
         return;
-    for (size_t i = 0; i < rs->n; i++) {
-        free(rs->rt[i].ids.slots);
-        pthread_mutex_destroy(&rs->rt[i].lock);
-    }
+    for (size_t i = 0; rs->rt != NULL && i < rs->n; i++)
+        state_put(rs->rt[i].st);
     free(rs->rt);
+    switch_put(rs->sw);
     if (rs->owner_free != NULL)
         rs->owner_free(rs->owner);
     free(rs);
@@ -208,12 +252,12 @@ const struct rule *ruleset_rule(const struct ruleset *rs, size_t i)
 
 bool ruleset_enabled(const struct ruleset *rs, size_t i)
 {
-    return rs->rt[i].enabled;
+    return atomic_load(&rs->rt[i].st->enabled);
 }
 
 void ruleset_set_enabled(struct ruleset *rs, size_t i, bool on)
 {
-    rs->rt[i].enabled = on;
+    atomic_store(&rs->rt[i].st->enabled, on);
 }
 
 long ruleset_find(const struct ruleset *rs, const char *name)
@@ -226,39 +270,38 @@ long ruleset_find(const struct ruleset *rs, const char *name)
 
 struct engine_rule_stats ruleset_stats(const struct ruleset *rs, size_t i)
 {
-    struct rule_rt *rt = &rs->rt[i];
-    pthread_mutex_lock(&rt->lock);
-    struct engine_rule_stats st = {.seen = rt->seen, .faults = rt->faults};
-    pthread_mutex_unlock(&rt->lock);
-    return st;
+    struct rule_state *st = rs->rt[i].st;
+    pthread_mutex_lock(&st->lock);
+    struct engine_rule_stats out = {.seen = st->seen, .faults = st->faults};
+    pthread_mutex_unlock(&st->lock);
+    return out;
 }
 
 void ruleset_set_faults_enabled(struct ruleset *rs, bool on)
 {
-    rs->faults_on = on;
+    atomic_store(&rs->sw->faults_on, on);
 }
 
 bool ruleset_faults_enabled(const struct ruleset *rs)
 {
-    return rs->faults_on;
+    return atomic_load(&rs->sw->faults_on);
 }
 
 void ruleset_inherit(struct ruleset *rs, const struct ruleset *old)
 {
     if (old == NULL)
         return;
-    rs->faults_on = old->faults_on;
+    atomic_fetch_add(&old->sw->refs, 1);
+    switch_put(rs->sw);
+    rs->sw = old->sw;
     for (size_t i = 0; i < rs->n; i++) {
         long j = ruleset_find(old, rs->rt[i].rule->name);
         if (j < 0)
             continue;
-        struct rule_rt *from = &old->rt[j];
-        rs->rt[i].enabled = atomic_load(&from->enabled);
-        pthread_mutex_lock(&from->lock);
-        rs->rt[i].seen = from->seen;
-        rs->rt[i].counted = from->counted;
-        rs->rt[i].faults = from->faults;
-        pthread_mutex_unlock(&from->lock);
+        struct rule_state *shared = old->rt[j].st;
+        atomic_fetch_add(&shared->refs, 1);
+        state_put(rs->rt[i].st);
+        rs->rt[i].st = shared;
     }
 }
 
@@ -358,13 +401,12 @@ static bool counting_triggers_pass(const struct rule_trigger *t, uint64_t n)
 }
 
 /* The counting part of rule_fires, under the rule's lock. */
-static bool rule_counts(struct ruleset *rs, struct rule_rt *rt, const struct engine_event *ev,
-                        uint64_t now_ms)
+static bool rule_counts(struct ruleset *rs, const struct rule *r, struct rule_state *st,
+                        const struct engine_event *ev, uint64_t now_ms)
 {
-    const struct rule *r = rt->rule;
     const struct rule_trigger *t = &r->trigger;
-    rt->seen++;
-    struct id_slot *id = id_table_get(&rt->ids, identity_hash(ev->identity));
+    st->seen++;
+    struct id_slot *id = id_table_get(&st->ids, identity_hash(ev->identity));
     uint64_t occurrence = id != NULL ? id->seen++ : 0;
     uint32_t cap = t->max_per_message ? t->max_per_message : 1;
     /* A message the rule may no longer fault does not count toward every,
@@ -373,7 +415,7 @@ static bool rule_counts(struct ruleset *rs, struct rule_rt *rt, const struct eng
      * messages depending on timing. */
     if (id != NULL && id->faults >= cap)
         return false;
-    uint64_t n = ++rt->counted;
+    uint64_t n = ++st->counted;
     if (t->has_between) {
         uint64_t since = now_ms > rs->start_ms ? now_ms - rs->start_ms : 0;
         if (since < t->between_start_ms || since >= t->between_end_ms)
@@ -384,11 +426,11 @@ static bool rule_counts(struct ruleset *rs, struct rule_rt *rt, const struct eng
     if (t->has_probability &&
         engine_coin(rs->seed, r->name, ev->identity, occurrence) >= t->probability)
         return false;
-    if (t->limit != 0 && rt->faults >= t->limit)
+    if (t->limit != 0 && st->faults >= t->limit)
         return false;
     if (id != NULL)
         id->faults++;
-    rt->faults++;
+    st->faults++;
     return true;
 }
 
@@ -400,9 +442,9 @@ static bool rule_fires(struct ruleset *rs, struct rule_rt *rt, const struct engi
     for (size_t i = 0; i < r->n_matchers; i++)
         if (!matcher_holds(ev, &r->matchers[i]))
             return false;
-    pthread_mutex_lock(&rt->lock);
-    bool fires = rule_counts(rs, rt, ev, now_ms);
-    pthread_mutex_unlock(&rt->lock);
+    pthread_mutex_lock(&rt->st->lock);
+    bool fires = rule_counts(rs, r, rt->st, ev, now_ms);
+    pthread_mutex_unlock(&rt->st->lock);
     return fires;
 }
 
@@ -419,11 +461,11 @@ size_t ruleset_decide(struct ruleset *rs, const char *listener, const struct eng
                       uint64_t now_ms, size_t *hits, size_t max_hits)
 {
     size_t n = 0;
-    if (!rs->faults_on)
+    if (!atomic_load_explicit(&rs->sw->faults_on, memory_order_relaxed))
         return 0;
     for (size_t i = 0; i < rs->n && n < max_hits; i++) {
         struct rule_rt *rt = &rs->rt[i];
-        if (!rt->enabled || rt->rule->event != ev->event ||
+        if (rt->rule->event != ev->event || !atomic_load(&rt->st->enabled) ||
             strcmp(rt->rule->listener, listener) != 0)
             continue;
         if (rule_fires(rs, rt, ev, now_ms))

@@ -20,7 +20,8 @@
  * `limit`.  Only a rule that passes them all counts as a fault.
  *
  * Pure C: no libevent, no OpenSSL.  Thread-safe: the event loops of every
- * thread decide against the same ruleset.  Matching reads only the rules;
+ * thread decide against the same ruleset (or, just after a reload, against
+ * rulesets that share their rules' state: ruleset_inherit).  Matching reads only the rules;
  * the counters and identity table of a rule change under that rule's own
  * lock, taken only once an event matched the rule, so traffic no rule
  * matches takes no lock and two rules never wait on each other.  With
@@ -98,8 +99,11 @@ struct engine_rule_stats ruleset_stats(const struct ruleset *rs, size_t i);
 void ruleset_set_faults_enabled(struct ruleset *rs, bool on);
 bool ruleset_faults_enabled(const struct ruleset *rs);
 
-/* Copy enabled flags and counters of same-named rules from `old` (used when
- * a reload keeps rules: counters continue instead of restarting). */
+/* Make the same-named rules of `rs` share their enabled flag, counters and
+ * per-message counts with those of `old`, and `rs` share its kill switch
+ * (a reload keeps rules: counters continue instead of restarting, and an
+ * event decided against `old` by a loop that has not switched yet counts
+ * for `rs` too).  Call before `rs` is shared with other threads. */
 void ruleset_inherit(struct ruleset *rs, const struct ruleset *old);
 
 /* Decide which rules of listener `listener` fault `ev` at `now_ms`

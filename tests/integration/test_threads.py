@@ -8,8 +8,10 @@
   connections on four threads fault exactly the commands the rule names;
 - PUT /rules reaches every thread: new connections on each thread get the
   new rules;
+- the same seed faults the same connections whatever thread runs first;
 - SIGTERM lets open sessions of every thread finish, exits once the last
-  one closed, and closes what is left after `shutdown-grace`;
+  one closed (and the acks twice delayed were sent), and closes what is
+  left after `shutdown-grace`;
 - `threads` is checked: 0, 65 and words are errors with a hint.
 """
 
@@ -133,6 +135,35 @@ class ThreadsTest(h.TestCase):
         self.assertEqual(by_name["tenth"]["faults"], 1)
         self.assertEqual(by_name["three"]["faults"], 3)
 
+    def faulted_connections(self, n=32):
+        """Open n connections at once, in order; which ones twice closed at
+        once (a 50% `close before` rule) as a list of booleans."""
+        conns = [h.connect(self.port) for _ in range(n)]
+        closed = []
+        for c in conns:
+            try:
+                c.sendall(b"x")
+                c.settimeout(5)
+                closed.append(c.recv(1) != b"x")
+            except OSError:
+                closed.append(True)
+            c.close()
+        return closed
+
+    def test_same_seed_faults_the_same_connections(self):
+        # Session ids (and so the identities `probability` hashes) are drawn
+        # in accept order, not in the order the loops happen to run.
+        rule = fk.rule_block("coin", "echo", "when connect", "probability 50%",
+                             "do close before")
+        runs = []
+        for _ in range(2):
+            t = self.start(threads=4, rules=[rule])
+            runs.append(self.faulted_connections())
+            t.stop()
+            self._twices.remove(t)
+        self.assertEqual(runs[0], runs[1], "the same seed faulted other connections")
+        self.assertTrue(0 < sum(runs[0]) < len(runs[0]), runs[0])
+
     def test_put_rules_reaches_every_thread(self):
         self.start(threads=3)
         for i in range(6):
@@ -185,6 +216,36 @@ class ThreadsTest(h.TestCase):
             h.wait_closed(c, 5)
             c.close()
         self.assertEqual(len(fk.closed_records(t, reason="shutdown")), 3)
+
+    def test_shutdown_sends_delayed_acks_of_every_thread(self):
+        # A delayed XACK is sent by twice's own Redis connection on the loop
+        # of the session that acked; that loop must not end before it is
+        # sent, even when its sessions are gone at SIGTERM.
+        tmp = h.make_tmpdir("twice-threads-streams-")
+        redis = h.start_redis(tmp)
+        self.addCleanup(redis.stop)
+        redis.command("XGROUP", "CREATE", "st", "g", "$", "MKSTREAM")
+        entry = redis.command("XADD", "st", "*", "task", "charge")
+        sport = h.free_port()
+        listener = ("listen jobs {\n  protocol resp\n  profile streams\n  bind 127.0.0.1:%d\n"
+                    "  upstream 127.0.0.1:%d\n}\n" % (sport, redis.port))
+        rules = [fk.rule_block("late", "jobs", "when ack", "do delay 1500ms")]
+        t = self.start(threads=2, rules=rules, extra=[listener], grace="10s")
+        first = fk.RespConn(sport)   # loop 0
+        worker = fk.RespConn(sport)  # loop 1
+        h.wait_until(lambda: self.api.json("/stats")["sessions_per_thread"] == [1, 1], 10,
+                     what="one session per thread")
+        got = worker.call("XREADGROUP", "GROUP", "g", "c", "COUNT", "1", "STREAMS", "st", ">")
+        self.assertEqual(got[0][1][0][0], entry)
+        self.assertEqual(worker.call("XACK", "st", "g", entry), b"1")
+        worker.close()
+        first.close()
+        t.signal(signal.SIGTERM)
+        self.assertEqual(t.proc.wait(timeout=15), 0)
+        t.exit_checked = True
+        pending = redis.command("XPENDING", "st", "g")
+        self.assertEqual(pending[0], b"0", "the delayed XACK was lost at shutdown: %r" % pending)
+        self.assertNotIn("shutdown drops commands", t.log_text())
 
     def test_threads_is_checked(self):
         blocks = [h.listen_block("echo", self.port, self.echo.port)]

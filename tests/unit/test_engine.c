@@ -317,6 +317,53 @@ static void test_enable_kill_switch_and_listener(void **state)
     ruleset_put(rs);
 }
 
+/* After a reload, a loop that has not switched yet decides against the old
+ * ruleset: what it counts must count for the new one (limit, nth), and a
+ * switch flipped on the new one must stop the old one too. */
+static void reloaded(const struct rule *r, struct ruleset **old, struct ruleset **next)
+{
+    *old = ruleset_new(r, 1, 0);
+    *next = ruleset_new(r, 1, 0);
+    ruleset_inherit(*next, *old);
+}
+
+static void test_inherit_shares_state(void **state)
+{
+    (void)state;
+    struct rule r = make_rule("once", RULE_EV_ACK);
+    r.trigger.limit = 1;
+    r.trigger.max_per_message = 1000;
+    struct ruleset *old, *next;
+    reloaded(&r, &old, &next);
+    struct engine_event ev = message("a");
+    assert_true(fires(old, &ev, 0)); /* a loop still on the old rules */
+    assert_int_equal(ruleset_stats(next, 0).faults, 1);
+    assert_int_equal(ruleset_stats(next, 0).seen, 1);
+    assert_false(fires(next, &ev, 0)); /* limit 1 is used up */
+    assert_int_equal(ruleset_stats(old, 0).seen, 2);
+
+    struct rule n = make_rule("tenth", RULE_EV_ACK);
+    n.trigger.nth = 3;
+    n.trigger.max_per_message = 1000;
+    struct ruleset *a, *b;
+    reloaded(&n, &a, &b);
+    assert_false(fires(a, &ev, 0));
+    assert_false(fires(b, &ev, 0));
+    assert_true(fires(a, &ev, 0)); /* the third, whichever ruleset saw it */
+    assert_false(fires(b, &ev, 0));
+
+    ruleset_set_faults_enabled(b, false);
+    assert_false(ruleset_faults_enabled(a));
+    ruleset_set_faults_enabled(b, true);
+    ruleset_set_enabled(b, 0, false);
+    assert_false(ruleset_enabled(a, 0));
+    ruleset_put(old); /* the shared state outlives the ruleset that made it */
+    assert_int_equal(ruleset_stats(next, 0).faults, 1);
+    ruleset_put(next);
+    ruleset_put(a);
+    ruleset_put(b);
+}
+
 static void test_glob(void **state)
 {
     (void)state;
@@ -342,6 +389,7 @@ int main(void)
         cmocka_unit_test(test_capped_events_do_not_count),
         cmocka_unit_test(test_matchers),
         cmocka_unit_test(test_enable_kill_switch_and_listener),
+        cmocka_unit_test(test_inherit_shares_state),
         cmocka_unit_test(test_glob),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
