@@ -151,6 +151,11 @@ struct rpx {
     uint32_t wanted;     /* events some rule of the listener looks at */
     struct entry *spare; /* freed entries kept for reuse */
     size_t n_spare;
+    /* Every ruleset a faulting rule came from: entries and transactions keep
+     * `const struct rule *` (close_after) until a reply's turn, and a reload
+     * (or two) may meanwhile drop the loop's reference to that ruleset. */
+    struct ruleset **pinned;
+    size_t n_pinned;
 };
 
 /* Replies shorter than this are copied into the client's output rather than
@@ -379,7 +384,20 @@ static size_t decide(struct rpx *rx, struct engine_event *ev, size_t *hits)
 
 static const struct rule *hit_rule(struct rpx *rx, size_t idx)
 {
-    return ruleset_rule(rx->s->loop->rules, idx);
+    struct ruleset *rs = rx->s->loop->rules;
+    if (rx->n_pinned == 0 || rx->pinned[rx->n_pinned - 1] != rs) {
+        struct ruleset **p = realloc(rx->pinned, (rx->n_pinned + 1) * sizeof(*p));
+        if (p == NULL) {
+            /* The rule is valid now; the session ends before any later use. */
+            session_set_error(rx->s, "out of memory");
+            session_abort(rx->s, SESSION_CLOSE_INTERNAL_ERROR, -1);
+        } else {
+            ruleset_get(rs);
+            p[rx->n_pinned++] = rs;
+            rx->pinned = p;
+        }
+    }
+    return ruleset_rule(rs, idx);
 }
 
 static void journal_job(struct rpx *rx, enum journal_kind kind, const struct job_event *j)
@@ -2374,6 +2392,9 @@ static void rpx_free(void *state)
     if (rx->timer != NULL)
         event_free(rx->timer);
     resp_aux_detach(rx->aux);
+    for (size_t i = 0; i < rx->n_pinned; i++)
+        ruleset_put(rx->pinned[i]);
+    free(rx->pinned);
     free(rx->slots);
     free(rx);
 }

@@ -50,6 +50,15 @@ class ThreadsTest(h.TestCase):
         self.api = fk.Admin(self.admin_port, fk.TOKEN)
         return t
 
+    def redis_listener(self, name, extra=""):
+        """A private Redis, and a `protocol resp` listen block NAME in front of
+        it: (redis, port of the listener, block text)."""
+        redis = h.start_redis(h.make_tmpdir("twice-threads-redis-"))
+        self.addCleanup(redis.stop)
+        port = h.free_port()
+        block = h.listen_block(name, port, redis.port, extra)
+        return redis, port, block.replace("protocol tcp", "protocol resp")
+
     def echo_conn(self, payload=b"hello\n"):
         c = h.connect(self.port)
         c.sendall(payload)
@@ -100,12 +109,7 @@ class ThreadsTest(h.TestCase):
         self.assertIsNone(t.proc.poll())
 
     def test_counting_rules_count_every_thread(self):
-        tmp = h.make_tmpdir("twice-threads-redis-")
-        redis = h.start_redis(tmp)
-        self.addCleanup(redis.stop)
-        rport = h.free_port()
-        listener = ("listen redis {\n  protocol resp\n  bind 127.0.0.1:%d\n"
-                    "  upstream 127.0.0.1:%d\n}\n" % (rport, redis.port))
+        redis, rport, listener = self.redis_listener("redis")
         rules = [fk.rule_block("tenth", "redis", "when command command=GET key=nth:*", "nth 10",
                                "do error LOADING"),
                  fk.rule_block("three", "redis", "when command command=GET key=lim:*", "every 2",
@@ -221,14 +225,9 @@ class ThreadsTest(h.TestCase):
         # A delayed XACK is sent by twice's own Redis connection on the loop
         # of the session that acked; that loop must not end before it is
         # sent, even when its sessions are gone at SIGTERM.
-        tmp = h.make_tmpdir("twice-threads-streams-")
-        redis = h.start_redis(tmp)
-        self.addCleanup(redis.stop)
+        redis, sport, listener = self.redis_listener("jobs", "profile streams")
         redis.command("XGROUP", "CREATE", "st", "g", "$", "MKSTREAM")
         entry = redis.command("XADD", "st", "*", "task", "charge")
-        sport = h.free_port()
-        listener = ("listen jobs {\n  protocol resp\n  profile streams\n  bind 127.0.0.1:%d\n"
-                    "  upstream 127.0.0.1:%d\n}\n" % (sport, redis.port))
         rules = [fk.rule_block("late", "jobs", "when ack", "do delay 1500ms")]
         t = self.start(threads=2, rules=rules, extra=[listener], grace="10s")
         first = fk.RespConn(sport)   # loop 0
@@ -246,6 +245,28 @@ class ThreadsTest(h.TestCase):
         pending = redis.command("XPENDING", "st", "g")
         self.assertEqual(pending[0], b"0", "the delayed XACK was lost at shutdown: %r" % pending)
         self.assertNotIn("shutdown drops commands", t.log_text())
+
+    def test_rule_outlives_the_rules_replaced_after_it_fired(self):
+        # A `close after` decided on a BLPOP cuts the connection when the
+        # reply comes back; two PUT /rules meanwhile drop every loop's
+        # reference to the rules it came from.  The session keeps them
+        # (the ASan run of this test reads freed memory otherwise).
+        _, rport, listener = self.redis_listener("redis")
+        t = self.start(threads=2, extra=[listener])
+        c = fk.RespConn(rport)
+        self.addCleanup(c.close)
+        self.assertEqual(c.call("PING"), b"PONG")
+        cut = fk.rule_block("cut", "redis", "when command command=BLPOP", "do close after")
+        self.assertEqual(self.api.put("/rules", cut.encode())[0], 200)
+        c.sock.sendall(fk.resp_cmd("BLPOP", "nothing-here", "1"))
+        time.sleep(0.2)
+        for _ in range(2):
+            self.assertEqual(self.api.put("/rules", b"")[0], 200)
+        self.assertIn(c.read_reply(), (None, []))  # the timeout's nil, then the cut
+        h.wait_closed(c.sock, 5)
+        rec = h.wait_until(lambda: fk.closed_records(t), 5, what="the session's close line")
+        self.assertIn("cut by rule 'cut' (close after)", rec[0].get("error", ""))
+        self.assertIsNone(t.proc.poll(), "twice died")
 
     def test_threads_is_checked(self):
         blocks = [h.listen_block("echo", self.port, self.echo.port)]
