@@ -233,10 +233,12 @@ def wait_closed_sids(t, sids, timeout=15):
 
 def sid_of(t, client, timeout=10):
     """The session id twice gave to the connection from client "ip:port"
-    (from its `session opened` debug line or its `session closed` line)."""
+    (from its `session opened` debug line or its `session closed` line).  The
+    newest such session: ephemeral ports are reused, and a run that opened
+    thousands of connections (redis-benchmark) has had this address before."""
     deadline = time.monotonic() + timeout
     while True:
-        for rec in t.log_records():
+        for rec in reversed(t.log_records()):
             if rec.get("client") == client and rec.get("msg") in ("session opened", "session closed"):
                 return int(rec["sid"])
         if time.monotonic() > deadline:
