@@ -1207,6 +1207,18 @@ static void on_reply(struct rpx *rx, const uint8_t *buf, const struct resp_msg *
          * small one copied into the output's last chain).  Not when a push
          * or pub/sub message that came first still waits in the entry. */
         evbuffer_remove_buffer(pend, rx->out[SIDE_CLIENT], m->len);
+        if (match.last && e->close_after == NULL) {
+            /* Answered and sent: off the queue at once, so that the next
+             * reply of the same read (a pipeline) is at the head and takes
+             * this path too, instead of waiting in its entry for
+             * flush_replies. */
+            rx->await = next_server(e);
+            rx->head = e->next;
+            if (rx->head == NULL)
+                rx->tail = NULL;
+            entry_recycle(rx, e);
+            return;
+        }
     } else if (e->kind == RK_PLAIN) {
         rx->held += m->len;
         evbuffer_remove_buffer(pend, e->bytes, m->len);
