@@ -322,6 +322,15 @@ void resp_pairing_init(struct resp_pairing *p, struct resp_cmd *slots, size_t ca
  */
 int resp_pairing_command(struct resp_pairing *p, const struct resp_msg *m, const uint8_t *buf,
                          uint64_t tag, struct resp_cmd *cmd) RESP_WARN_UNUSED;
+/* The same, for a caller that has already read the command's name: `name` is its first element
+ * upper-cased (ASCII) and cut to RESP_CMD_NAME_MAX - 1 bytes, as resp_pairing_command() would
+ * make it. */
+int resp_pairing_command_named(struct resp_pairing *p, const struct resp_msg *m, const uint8_t *buf,
+                               const char *name, uint64_t tag,
+                               struct resp_cmd *cmd) RESP_WARN_UNUSED;
+
+/* Whether the first-letter filter of the command table covers every name in it (for tests). */
+bool resp_cmd_table_letters_ok(void);
 
 /* What a reply answers. */
 struct resp_match {

@@ -23,6 +23,9 @@
 /* The pub/sub kinds a reply's first element can name beyond the confirmations. */
 #define RESP_SUB_MESSAGE 100
 
+/* The first letters of the names in resp_cmd_table (resp_cmd_table_letters_ok checks it). */
+#define RESP_CMD_TABLE_LETTERS "BDEHMPQRSUW"
+
 static const struct resp_cmd_info {
     const char *name;
     uint32_t flags;
@@ -52,6 +55,14 @@ static const struct resp_cmd_info {
     {"SSUBSCRIBE", RESP_CMD_SUBSCRIBE, RESP_SUB_SSUBSCRIBE},
     {"SUNSUBSCRIBE", RESP_CMD_SUBSCRIBE, RESP_SUB_SUNSUBSCRIBE},
 };
+
+bool resp_cmd_table_letters_ok(void)
+{
+    for (size_t i = 0; i < sizeof(resp_cmd_table) / sizeof(resp_cmd_table[0]); i++)
+        if (strchr(RESP_CMD_TABLE_LETTERS, resp_cmd_table[i].name[0]) == NULL)
+            return false;
+    return true;
+}
 
 /* The names a reply's first element carries for each pub/sub kind (Redis sends lower case). */
 static const struct {
@@ -120,9 +131,11 @@ static bool resp_xread_blocks(const struct resp_msg *m, const uint8_t *buf)
 /* Flags, pub/sub kind and HELLO version from the command's name and arguments. */
 static void resp_classify(const struct resp_msg *m, const uint8_t *buf, struct resp_cmd *c)
 {
-    /* Runs for every command: the first letter rules out most of the table
-     * before a strcmp. */
-    for (size_t i = 0; i < sizeof(resp_cmd_table) / sizeof(resp_cmd_table[0]); i++) {
+    /* Runs for every command: most commands (GET, SET, LPUSH...) start with a
+     * letter no name of the table starts with; the first letter rules out
+     * most of the rest before a strcmp. */
+    bool listed = c->name[0] != '\0' && strchr(RESP_CMD_TABLE_LETTERS, c->name[0]) != NULL;
+    for (size_t i = 0; listed && i < sizeof(resp_cmd_table) / sizeof(resp_cmd_table[0]); i++) {
         if (c->name[0] == resp_cmd_table[i].name[0] &&
             strcmp(c->name, resp_cmd_table[i].name) == 0) {
             c->flags = resp_cmd_table[i].flags;
@@ -202,6 +215,12 @@ static bool resp_runs_in_multi(const struct resp_cmd *c)
 int resp_pairing_command(struct resp_pairing *p, const struct resp_msg *m, const uint8_t *buf,
                          uint64_t tag, struct resp_cmd *cmd)
 {
+    return resp_pairing_command_named(p, m, buf, NULL, tag, cmd);
+}
+
+int resp_pairing_command_named(struct resp_pairing *p, const struct resp_msg *m, const uint8_t *buf,
+                               const char *name, uint64_t tag, struct resp_cmd *cmd)
+{
     p->tx_n = 0;
     if (m->nelem == 0) {
         p->skip_next = false; /* an empty command still ends a SKIP */
@@ -211,7 +230,12 @@ int resp_pairing_command(struct resp_pairing *p, const struct resp_msg *m, const
         return RESP_E_PAIRING_FULL;
     struct resp_cmd c;
     memset(&c, 0, sizeof(c));
-    resp_cmd_name(m, buf, c.name);
+    if (name != NULL) {
+        size_t n = strnlen(name, sizeof(c.name) - 1);
+        memcpy(c.name, name, n);
+    } else {
+        resp_cmd_name(m, buf, c.name);
+    }
     c.replies = 1;
     c.tag = tag;
     c.seq = p->seq++;

@@ -1287,13 +1287,13 @@ static void remember_setup(struct rpx *rx, const struct cmdview *cv)
     evbuffer_add(rx->setup[which], cv->buf, cv->len);
 }
 
-/* Forwards the command at the head of pend[CLIENT] (len bytes) and owes the
- * client its reply. */
-static struct entry *forward(struct rpx *rx, const struct resp_msg *m, const uint8_t *buf,
-                             size_t len)
+/* Forwards the command at the head of pend[CLIENT] (len bytes; cv its view,
+ * whose name the pairing takes) and owes the client its reply. */
+static struct entry *forward(struct rpx *rx, const struct cmdview *cv, const struct resp_msg *m,
+                             const uint8_t *buf, size_t len)
 {
     struct resp_cmd cmd;
-    int rc = resp_pairing_command(&rx->pairing, m, buf, 0, &cmd);
+    int rc = resp_pairing_command_named(&rx->pairing, m, buf, cv->name, 0, &cmd);
     evbuffer_remove_buffer(rx->pend[SIDE_CLIENT], rx->out[SIDE_UPSTREAM], len);
     if (rc != 1)
         return NULL; /* the server will not answer (CLIENT REPLY OFF, empty command) */
@@ -1883,7 +1883,7 @@ static enum cmd_result command(struct rpx *rx, const uint8_t *buf, const struct 
                     return CMD_STOP;
                 }
                 /* after: forwarded, then cut once its reply went out */
-                cut_at_turn(rx, r, forward(rx, m, buf, len));
+                cut_at_turn(rx, r, forward(rx, &cv, m, buf, len));
                 rx->decided = 0;
                 return CMD_STOP;
             default:
@@ -1928,7 +1928,7 @@ static enum cmd_result command(struct rpx *rx, const uint8_t *buf, const struct 
         }
         rx->tx.active = true;
         rx->tx.idx = 0;
-        forward(rx, m, evbuffer_pullup(rx->pend[SIDE_CLIENT], (ev_ssize_t)len), len);
+        forward(rx, &cv, m, evbuffer_pullup(rx->pend[SIDE_CLIENT], (ev_ssize_t)len), len);
         rx->decided = 0;
         return CMD_DONE;
     }
@@ -1947,7 +1947,7 @@ static enum cmd_result command(struct rpx *rx, const uint8_t *buf, const struct 
     }
     if (rx->tx.active && (is_cmd(&cv, "EXEC") || is_cmd(&cv, "DISCARD"))) {
         struct tx *t = &rx->tx;
-        struct entry *e = forward(rx, m, buf, len);
+        struct entry *e = forward(rx, &cv, m, buf, len);
         if (e != NULL && is_cmd(&cv, "EXEC")) {
             if (t->any) {
                 e->kind = RK_EXEC;
@@ -1991,7 +1991,7 @@ static enum cmd_result command(struct rpx *rx, const uint8_t *buf, const struct 
             swallow(rx, len);
             answer(rx, "+QUEUED\r\n", 9);
         } else {
-            forward(rx, m, buf, len);
+            forward(rx, &cv, m, buf, len);
         }
         rx->decided = 0;
         return CMD_DONE;
@@ -2002,7 +2002,7 @@ static enum cmd_result command(struct rpx *rx, const uint8_t *buf, const struct 
     if (ack_args(rx, &cv, &first)) {
         struct ack_plan p;
         if (plan_acks(rx, &cv, first, &p) != 0) {
-            forward(rx, m, buf, len);
+            forward(rx, &cv, m, buf, len);
             rx->decided = 0;
             return CMD_DONE;
         }
@@ -2038,10 +2038,10 @@ static enum cmd_result command(struct rpx *rx, const uint8_t *buf, const struct 
                     e->add = (int64_t)p.suppressed;
                 }
             } else {
-                e = forward(rx, m, buf, len);
+                e = forward(rx, &cv, m, buf, len);
             }
         } else {
-            e = forward(rx, m, buf, len);
+            e = forward(rx, &cv, m, buf, len);
         }
         const struct rule *close_after = p.close_after;
         ack_plan_free(&p);
@@ -2079,7 +2079,7 @@ static enum cmd_result command(struct rpx *rx, const uint8_t *buf, const struct 
             break;
         }
     }
-    struct entry *e = forward(rx, m, buf, len);
+    struct entry *e = forward(rx, &cv, m, buf, len);
     rx->decided = 0;
     if (pub != NULL && pub->action.kind == RULE_ACT_CLOSE) {
         cut_at_turn(rx, pub, e);

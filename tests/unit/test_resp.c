@@ -24,6 +24,7 @@
 
 #include <cmocka.h>
 
+#include <ctype.h>
 #include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -870,6 +871,57 @@ static int pair_reply(struct resp_pairing *p, const char *wire, struct resp_matc
     return resp_pairing_reply(p, &m, (const uint8_t *)wire, mt);
 }
 
+/* A caller that read the name itself (the RESP session layer) gets the same record as one that
+ * lets the pairing read it; and the command table's first-letter filter covers the table. */
+static void test_pairing_named(void **state)
+{
+    (void)state;
+    assert_true(resp_cmd_table_letters_ok());
+    static const char *const wires[] = {
+        "*1\r\n$5\r\nmulti\r\n",
+        "*1\r\n$4\r\nExec\r\n",
+        "*3\r\n$9\r\nsubscribe\r\n$1\r\na\r\n$1\r\nb\r\n",
+        "*2\r\n$3\r\nget\r\n$1\r\nk\r\n",
+        "*3\r\n$6\r\nclient\r\n$5\r\nreply\r\n$3\r\noff\r\n",
+        "*3\r\n$6\r\nCLIENT\r\n$5\r\nREPLY\r\n$2\r\non\r\n",
+        "*2\r\n$5\r\nhello\r\n$1\r\n3\r\n",
+        "*6\r\n$10\r\nxreadgroup\r\n$5\r\nBLOCK\r\n$1\r\n0\r\n$7\r\nSTREAMS\r\n$1\r\ns\r\n"
+        "$1\r\n>\r\n",
+        "*1\r\n$40\r\nabcdefghijklmnopqrstuvwxyzabcdefghijklmn\r\n",
+        "PING\r\n",
+    };
+    struct resp_cmd slots_a[8], slots_b[8];
+    struct resp_pairing pa, pb;
+    resp_pairing_init(&pa, slots_a, 8);
+    resp_pairing_init(&pb, slots_b, 8);
+    for (size_t i = 0; i < sizeof(wires) / sizeof(wires[0]); i++) {
+        struct resp_scanner sc;
+        struct resp_msg m;
+        resp_scanner_init(&sc, RESP_SIDE_CLIENT);
+        const uint8_t *w = (const uint8_t *)wires[i];
+        assert_int_equal(resp_scan(&sc, w, strlen(wires[i]), &m), 1);
+        char name[RESP_CMD_NAME_MAX] = "";
+        int n = resp_view_copy(w, m.len, &m.elem[0], (uint8_t *)name, sizeof(name) - 1);
+        for (int k = 0; k < n && k < (int)sizeof(name) - 1; k++)
+            name[k] = (char)toupper((unsigned char)name[k]);
+        struct resp_cmd a, b;
+        int ra = resp_pairing_command(&pa, &m, w, i, &a);
+        int rb = resp_pairing_command_named(&pb, &m, w, name, i, &b);
+        assert_int_equal(ra, rb);
+        assert_string_equal(a.name, b.name);
+        assert_int_equal(a.flags, b.flags);
+        assert_int_equal(a.replies, b.replies);
+        assert_int_equal(a.sub_kind, b.sub_kind);
+        assert_int_equal(a.hello_proto, b.hello_proto);
+        while (pa.count > 0 && pb.count > 0) { /* keep room: drop what was recorded */
+            pa.head = (pa.head + 1) % pa.cap;
+            pa.count--;
+            pb.head = (pb.head + 1) % pb.cap;
+            pb.count--;
+        }
+    }
+}
+
 static void test_pairing_rules(void **state)
 {
     (void)state;
@@ -1571,6 +1623,7 @@ int main(void)
         cmocka_unit_test(test_huge_bulk_resumes),
         cmocka_unit_test(test_pairing_golden),
         cmocka_unit_test(test_pairing_rules),
+        cmocka_unit_test(test_pairing_named),
         cmocka_unit_test(test_pairing_unsubscribe_all),
         cmocka_unit_test(test_malformed),
         cmocka_unit_test(test_valid_edges),
