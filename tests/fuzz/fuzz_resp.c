@@ -101,8 +101,41 @@ static uint64_t msg_digest(const struct resp_msg *m)
     return h;
 }
 
+/* The command's name as the RESP session layer reads it for
+ * resp_pairing_command_named(): the first element, cut to 31 bytes,
+ * upper-cased up to its first NUL. */
+static void session_name(const uint8_t *buf, const struct resp_msg *m, char *name)
+{
+    name[0] = '\0';
+    if (m->nelem < 1)
+        return;
+    int n = resp_view_copy(buf, m->len, &m->elem[0], (uint8_t *)name, RESP_CMD_NAME_MAX - 1);
+    if (n < 0)
+        n = 0;
+    name[n < (int)RESP_CMD_NAME_MAX - 1 ? n : (int)RESP_CMD_NAME_MAX - 1] = '\0';
+    for (char *p = name; *p != '\0'; p++)
+        if (*p >= 'a' && *p <= 'z')
+            *p = (char)(*p - 'a' + 'A');
+}
+
+/* Both entry points of the pairing see the same stream and must agree. */
+static void pair_both(struct resp_pairing *pair, struct resp_pairing *named,
+                      const struct resp_msg *m, const uint8_t *buf, uint64_t tag)
+{
+    struct resp_cmd c, d;
+    char name[RESP_CMD_NAME_MAX];
+    memset(&c, 0, sizeof(c));
+    memset(&d, 0, sizeof(d));
+    session_name(buf, m, name);
+    int rc = resp_pairing_command(pair, m, buf, tag, &c);
+    int rd = resp_pairing_command_named(named, m, buf, name, tag, &d);
+    check(rc == rd && strcmp(c.name, d.name) == 0 && c.flags == d.flags && c.replies == d.replies &&
+          c.sub_kind == d.sub_kind && c.hello_proto == d.hello_proto);
+}
+
 static void scan_stream(const struct resp_scanner *proto, const uint8_t *buf, size_t len,
-                        size_t split, struct run *r, struct resp_pairing *pair)
+                        size_t split, struct run *r, struct resp_pairing *pair,
+                        struct resp_pairing *named)
 {
     struct resp_scanner sc = *proto;
     size_t off = 0;
@@ -121,12 +154,15 @@ static void scan_stream(const struct resp_scanner *proto, const uint8_t *buf, si
         }
         check(m.len > 0 && m.len <= len - off);
         check_views(buf + off, &m);
-        struct resp_cmd c;
-        struct resp_match mt;
-        if (sc.side == RESP_SIDE_CLIENT)
-            (void)!resp_pairing_command(pair, &m, buf + off, off, &c);
-        else if (resp_pairing_reply(pair, &m, buf + off, &mt) == 1 && mt.ntx > 0)
-            check(resp_pairing_tx(pair, mt.ntx - 1) != NULL);
+        struct resp_match mt, mn;
+        if (sc.side == RESP_SIDE_CLIENT) {
+            pair_both(pair, named, &m, buf + off, off);
+        } else {
+            int rc = resp_pairing_reply(pair, &m, buf + off, &mt);
+            check(resp_pairing_reply(named, &m, buf + off, &mn) == rc);
+            if (rc == 1 && mt.ntx > 0)
+                check(resp_pairing_tx(pair, mt.ntx - 1) != NULL);
+        }
         r->digests[r->n] = msg_digest(&m);
         r->lens[r->n++] = m.len;
         off += m.len;
@@ -149,12 +185,13 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         proto.max_depth = mode >> 6;
         proto.max_inline = mode >> 2;
     }
-    struct resp_cmd slots[4];
-    struct resp_pairing pair;
+    struct resp_cmd slots[4], named_slots[4];
+    struct resp_pairing pair, named;
     resp_pairing_init(&pair, slots, 4);
+    resp_pairing_init(&named, named_slots, 4);
     struct run whole, split;
-    scan_stream(&proto, buf, len, 0, &whole, &pair);
-    scan_stream(&proto, buf, len, len > 0 ? (size_t)mode * 7919 % len : 0, &split, &pair);
+    scan_stream(&proto, buf, len, 0, &whole, &pair, &named);
+    scan_stream(&proto, buf, len, len > 0 ? (size_t)mode * 7919 % len : 0, &split, &pair, &named);
     check(whole.n == split.n && whole.rc == split.rc);
     for (size_t i = 0; i < whole.n; i++)
         check(whole.lens[i] == split.lens[i] && whole.digests[i] == split.digests[i]);
