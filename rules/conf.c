@@ -56,6 +56,12 @@ static void conf_global_shutdown_grace(struct conf_parser *p, const struct conf_
     conf_value_duration(p, &n->words[1], &p->conf->grace_ms);
 }
 
+/* `threads N` or `threads auto` (one event loop per core, the default). */
+static void conf_global_threads(struct conf_parser *p, const struct conf_node *n)
+{
+    conf_value_threads(p, &n->words[1], &p->conf->threads);
+}
+
 static const struct conf_global_directive conf_globals[] = {
     {{"log-level", 1, "error, warn, info or debug"}, false, conf_global_log_level},
     {{"connect-timeout", 1, "DURATION"}, false, conf_global_connect_timeout},

@@ -1,6 +1,6 @@
 /*
  * globals.c - the top-level settings of the rule engine and its control:
- * `seed`, `threads`, `journal`, `admin` and `admin-token`.
+ * `seed`, `journal`, `admin` and `admin-token`.
  *
  * The admin API can change every rule and switch faults off, so an address
  * reachable from the network needs a bearer token: that is an error, not a
@@ -41,29 +41,6 @@ void conf_global_seed(struct conf_parser *p, const struct conf_node *n)
     }
     p->conf->seed = v;
     p->conf->has_seed = true;
-}
-
-/* `threads N` or `threads auto` (one event loop per core, the default). */
-void conf_global_threads(struct conf_parser *p, const struct conf_node *n)
-{
-    const struct conf_word *w = &n->words[1];
-    char shown[CONF_SHOW_BYTES];
-    unsigned v = 0;
-    const char *s;
-
-    if (strcmp(w->text, "auto") == 0) {
-        p->conf->threads = 0;
-        return;
-    }
-    for (s = w->text; *s >= '0' && *s <= '9' && v <= CONF_MAX_THREADS; s++) {
-        v = v * 10 + (unsigned)(*s - '0');
-    }
-    if (s == w->text || *s != '\0' || v == 0 || v > CONF_MAX_THREADS) {
-        conf_diag_add(p->diags, CONF_ERROR, w->loc, "a number from 1 to 64, or auto (one per core)",
-                      "invalid threads '%s'", conf_show(w->text, shown));
-        return;
-    }
-    p->conf->threads = v;
 }
 
 void conf_global_journal(struct conf_parser *p, const struct conf_node *n)

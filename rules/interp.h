@@ -91,6 +91,8 @@ bool conf_value_duration(struct conf_parser *p, const struct conf_word *w, uint3
 bool rule_value_bytes(struct conf_parser *p, const struct conf_word *w, bool rate, uint64_t *out);
 /* N in 1..CONF_MAX_CONNECTIONS for `max-connections`. */
 bool conf_value_max_connections(struct conf_parser *p, const struct conf_word *w, uint32_t *n);
+/* `threads` (1 to CONF_MAX_THREADS, or `auto`: 0). */
+bool conf_value_threads(struct conf_parser *p, const struct conf_word *w, unsigned *n);
 /* The index in `names` of the word, or -1 after "unknown WHAT 'x'" with a
  * "did you mean" hint, else `expected` as the hint. */
 int conf_value_enum(struct conf_parser *p, const struct conf_word *w, const char *what,
@@ -121,7 +123,6 @@ extern const size_t conf_n_rule_keywords;
 
 /* The globals `seed`, `journal`, `admin` and `admin-token` (globals.c). */
 void conf_global_seed(struct conf_parser *p, const struct conf_node *n);
-void conf_global_threads(struct conf_parser *p, const struct conf_node *n);
 void conf_global_journal(struct conf_parser *p, const struct conf_node *n);
 void conf_global_admin(struct conf_parser *p, const struct conf_node *n);
 void conf_global_admin_token(struct conf_parser *p, const struct conf_node *n);

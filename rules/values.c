@@ -99,6 +99,26 @@ bool conf_value_max_connections(struct conf_parser *p, const struct conf_word *w
     return true;
 }
 
+bool conf_value_threads(struct conf_parser *p, const struct conf_word *w, unsigned *n)
+{
+    char shown[CONF_SHOW_BYTES];
+    uint64_t value;
+    const char *end;
+
+    if (strcmp(w->text, "auto") == 0) {
+        *n = 0;
+        return true;
+    }
+    if (!conf_parse_digits(w->text, CONF_MAX_THREADS, &value, &end) || *end != '\0' || value == 0 ||
+        value > CONF_MAX_THREADS) {
+        conf_diag_add(p->diags, CONF_ERROR, w->loc, "a number from 1 to 64, or auto (one per core)",
+                      "invalid threads '%s'", conf_show(w->text, shown));
+        return false;
+    }
+    *n = (unsigned)value;
+    return true;
+}
+
 int conf_value_enum(struct conf_parser *p, const struct conf_word *w, const char *what,
                     const char *const *names, size_t n, const char *expected)
 {
