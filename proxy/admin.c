@@ -203,8 +203,7 @@ static void switch_rule(struct proxy *px, struct evhttp_request *req, const char
 
 static void set_faults(struct proxy *px, struct evhttp_request *req, bool on)
 {
-    px->faults_off = !on;
-    if (px->rules != NULL)
+    if (px->rules != NULL) /* the switch is shared by the rules that follow (reload, PUT) */
         ruleset_set_faults_enabled(px->rules, on);
     log_msg(LOG_WARN, on ? "faults on" : "faults off", "source=admin");
     reply_text(req, 200, "{\"faults_enabled\":%s}\n", on ? "true" : "false");

@@ -271,8 +271,7 @@ static struct ruleset *ruleset_of(struct proxy *px, struct conf_ref *ref)
 
 void proxy_set_rules(struct proxy *px, struct ruleset *rs)
 {
-    ruleset_inherit(rs, px->rules);
-    ruleset_set_faults_enabled(rs, !px->faults_off);
+    ruleset_inherit(rs, px->rules); /* counters, switches and the kill switch */
     if (px->rules != NULL)
         ruleset_put(px->rules);
     px->rules = rs;

@@ -19,8 +19,9 @@
  * hands each new connection to the next loop in turn (loop.c); it talks to
  * the other loops only through their inboxes.  What the loops share:
  * configuration objects (immutable, atomic reference counts), the ruleset
- * (engine.h: per-rule locks), the journal (its own lock and thread), the
- * Redis id map (idmap.h: its lock) and the listener counters (atomic).
+ * (engine.h: per-rule locks), the journal (its own lock and thread) and
+ * the Redis id map (idmap.h: its lock).  Counters are kept per loop and
+ * summed by the admin API.
  */
 #ifndef TWICE_PROXY_H
 #define TWICE_PROXY_H
@@ -141,7 +142,6 @@ struct proxy {
     char *journal_path;      /* as opened at start */
     uint64_t start_ms;       /* monotonic, for `between` */
     uint64_t seed;           /* the configured seed, or one drawn at start */
-    bool faults_off;         /* kill switch, kept across rule changes */
     struct listener_stats *stats; /* created by the main thread only */
     struct evhttp *admin_http;
     struct evhttp *admin_retired[ADMIN_MAX_RETIRED]; /* freed after their last reply */
@@ -201,8 +201,9 @@ static inline uint64_t stat_get(const uint64_t *c)
 /* The counters of `st` summed over every loop. */
 struct listener_counts proxy_stats_total(const struct proxy *px, const struct listener_stats *st);
 
-/* Loops (loop.c).  loop_init builds loop `index` (index 0 on the main
- * thread's base `base`); loop_start runs a worker loop on its own thread. */
+/* Loops (loop.c).  loop_init builds loop `index` with its own base (loop
+ * 0's is the main thread's); loop_start runs a worker loop on its own
+ * thread. */
 int loop_init(struct loop *lp, struct proxy *px, unsigned index);
 int loop_start(struct loop *lp);
 /* Hand connection `fd` accepted by `l` to the next loop. */
