@@ -33,10 +33,7 @@
  * evthread_use_pthreads() is still called at start, for libevent's global
  * state (the random numbers of evdns).
  */
-#include <errno.h>
 #include <event2/dns.h>
-#include <event2/thread.h>
-#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/eventfd.h>

@@ -418,8 +418,6 @@ static void journal_job(struct rpx *rx, enum journal_kind kind, const struct job
     journal_record(jr, &r);
 }
 
-/* Decides a job event; returns the first rule with a message action (the
- * others only counted: one action per event, in file order). */
 /* Whether anything needs what a profile reads from a job's JSON: the journal
  * (every publish, delivery and ack is recorded with the job's identity) or a
  * rule on those events.  Without either, jobs are still counted as events
@@ -430,6 +428,8 @@ static bool jobs_needed(struct rpx *rx)
            wanted(rx, RULE_EV_DELIVER) || wanted(rx, RULE_EV_ACK) || wanted(rx, RULE_EV_NACK);
 }
 
+/* Decides a job event; returns the first rule with a message action (the
+ * others only counted: one action per event, in file order). */
 static const struct rule *decide_job(struct rpx *rx, struct job_event *j)
 {
     struct engine_event ev;
@@ -576,6 +576,16 @@ static void entry_recycle(struct rpx *rx, struct entry *e)
     rx->n_spare++;
 }
 
+/* The entry at the head of the reply queue is done and sent: off the queue. */
+static void pop_head(struct rpx *rx)
+{
+    struct entry *e = rx->head;
+    rx->head = e->next;
+    if (rx->head == NULL)
+        rx->tail = NULL;
+    entry_recycle(rx, e);
+}
+
 static void entry_clear_args(struct entry *e)
 {
     free(e->arg);
@@ -691,11 +701,8 @@ static void flush_replies(struct rpx *rx)
         }
         if (!e->done)
             break;
-        rx->head = e->next;
-        if (rx->head == NULL)
-            rx->tail = NULL;
         const struct rule *close_after = e->close_after;
-        entry_recycle(rx, e);
+        pop_head(rx);
         if (close_after != NULL) {
             cut(rx, close_after);
             return;
@@ -1213,10 +1220,7 @@ static void on_reply(struct rpx *rx, const uint8_t *buf, const struct resp_msg *
              * this path too, instead of waiting in its entry for
              * flush_replies. */
             rx->await = next_server(e);
-            rx->head = e->next;
-            if (rx->head == NULL)
-                rx->tail = NULL;
-            entry_recycle(rx, e);
+            pop_head(rx);
             return;
         }
     } else if (e->kind == RK_PLAIN) {
