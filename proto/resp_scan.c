@@ -628,6 +628,11 @@ static int resp_scan_inline(struct resp_scanner *sc, const uint8_t *buf, size_t 
  * machine. */
 static size_t resp_fast_len(const uint8_t *p, const uint8_t *end, uint64_t *out)
 {
+    /* One digit (an argument count, a short word's length) is the most common line. */
+    if (end - p >= 3 && p[1] == '\r' && p[2] == '\n' && p[0] >= '0' && p[0] <= '9') {
+        *out = (uint64_t)(p[0] - '0');
+        return 3;
+    }
     uint64_t v = 0;
     size_t i = 0;
     while (p + i < end && p[i] >= '0' && p[i] <= '9' && i < 18) {
@@ -640,12 +645,41 @@ static size_t resp_fast_len(const uint8_t *p, const uint8_t *end, uint64_t *out)
     return i + 2;
 }
 
+/* A multibulk of n (1 or more) bulk strings whose header took buf[0..pos), all here: fills *out
+ * as the state machine would (a view per element, up to RESP_MSG_VIEWS) and returns 1, or 0. */
+static int resp_fast_bulks(const struct resp_scanner *sc, const uint8_t *buf, size_t len,
+                           size_t pos, uint64_t n, struct resp_msg *out)
+{
+    const uint8_t *end = buf + len;
+    if (n == 0 || n > sc->max_elements || sc->max_depth < 1)
+        return 0;
+    for (uint64_t i = 0; i < n; i++) {
+        uint64_t blen;
+        size_t k;
+        if (pos >= len || buf[pos] != '$' || (k = resp_fast_len(buf + pos + 1, end, &blen)) == 0 ||
+            blen > sc->max_bulk || blen > len - (pos + 1 + k) || len - (pos + 1 + k) - blen < 2)
+            return 0;
+        size_t off = pos + 1 + k;
+        if (buf[off + blen] != '\r' || buf[off + blen + 1] != '\n')
+            return 0;
+        if (i < RESP_MSG_VIEWS)
+            out->elem[i] = (struct resp_view){.off = off, .len = (size_t)blen, .type = '$'};
+        pos = off + (size_t)blen + 2;
+    }
+    out->type = '*';
+    out->nelem = n;
+    out->value = (struct resp_view){.off = 0, .count = n, .type = '*'};
+    out->len = pos;
+    return 1;
+}
+
 /*
  * The common messages, whole in buf, scanned in one pass with no state: a client's multibulk of
- * one or more bulk strings, a server's bulk string or simple string.  Fills *out exactly as
- * resp_scan_values() would and returns 1; returns 0 for anything else (errors, nulls, other
- * types, a message not all here, limits approached), which the state machine then scans from
- * the start.  Runs once per message before the state machine, so it must be cheap to refuse.
+ * one or more bulk strings; a server's bulk string, null ($-1, *-1), simple string, error,
+ * integer, or array of bulk strings.  Fills *out exactly as resp_scan_values() would and returns
+ * 1; returns 0 for anything else (other types, nested arrays, a message not all here, limits
+ * approached), which the state machine then scans from the start.  Runs once per message before
+ * the state machine, so it must be cheap to refuse.  fuzz_resp compares the two view by view.
  */
 static int resp_scan_fast(const struct resp_scanner *sc, const uint8_t *buf, size_t len,
                           struct resp_msg *out)
@@ -657,30 +691,14 @@ static int resp_scan_fast(const struct resp_scanner *sc, const uint8_t *buf, siz
         return 0;
     memset(out, 0, offsetof(struct resp_msg, elem) + 3 * sizeof(out->elem[0]));
     if (sc->side == RESP_SIDE_CLIENT) {
-        if (buf[0] != '*' || sc->max_depth < 1 || (k = resp_fast_len(buf + 1, end, &n)) == 0 ||
-            n == 0 || n > sc->max_elements)
+        if (buf[0] != '*' || (k = resp_fast_len(buf + 1, end, &n)) == 0)
             return 0;
-        size_t pos = 1 + k;
-        for (uint64_t i = 0; i < n; i++) {
-            uint64_t blen;
-            if (pos >= len || buf[pos] != '$' ||
-                (k = resp_fast_len(buf + pos + 1, end, &blen)) == 0 || blen > sc->max_bulk ||
-                blen > len - (pos + 1 + k) || len - (pos + 1 + k) - blen < 2)
-                return 0;
-            size_t off = pos + 1 + k;
-            if (buf[off + blen] != '\r' || buf[off + blen + 1] != '\n')
-                return 0;
-            if (i < RESP_MSG_VIEWS)
-                out->elem[i] = (struct resp_view){.off = off, .len = (size_t)blen, .type = '$'};
-            pos = off + (size_t)blen + 2;
-        }
-        out->type = '*';
-        out->nelem = n;
-        out->value = (struct resp_view){.off = 0, .count = n, .type = '*'};
-        out->len = pos;
-        return 1;
+        return resp_fast_bulks(sc, buf, len, 1 + k, n, out);
     }
-    if (buf[0] == '$') {
+    switch (buf[0]) {
+    case '$':
+        if (buf[1] == '-')
+            goto null;
         if ((k = resp_fast_len(buf + 1, end, &n)) == 0 || n > sc->max_bulk || n > len - (1 + k) ||
             len - (1 + k) - n < 2)
             return 0;
@@ -691,19 +709,51 @@ static int resp_scan_fast(const struct resp_scanner *sc, const uint8_t *buf, siz
         out->value = (struct resp_view){.off = off, .len = (size_t)n, .type = '$'};
         out->len = off + (size_t)n + 2;
         return 1;
-    }
-    if (buf[0] == '+') {
-        size_t max = sc->max_line < len - 1 ? sc->max_line : len - 1;
-        const uint8_t *cr = memchr(buf + 1, '\r', max);
-        if (cr == NULL || cr + 1 >= end || cr[1] != '\n' ||
-            memchr(buf + 1, '\n', (size_t)(cr - buf) - 1) != NULL)
+    case '*':
+        if (buf[1] == '-')
+            goto null;
+        if ((k = resp_fast_len(buf + 1, end, &n)) == 0)
             return 0;
-        out->type = '+';
-        out->value = (struct resp_view){.off = 1, .len = (size_t)(cr - buf) - 1, .type = '+'};
-        out->len = (size_t)(cr - buf) + 2;
+        return resp_fast_bulks(sc, buf, len, 1 + k, n, out);
+    case '+':
+    case '-': {
+        /* Short lines ("+OK", "+QUEUED"): a loop beats two memchr calls. */
+        size_t max = sc->max_line < len - 1 ? sc->max_line : len - 1;
+        size_t i = 1;
+        while (i <= max && buf[i] != '\r' && buf[i] != '\n')
+            i++;
+        if (i > max || buf[i] != '\r' || i + 1 >= len || buf[i + 1] != '\n')
+            return 0;
+        out->type = buf[0];
+        out->value = (struct resp_view){.off = 1, .len = i - 1, .type = buf[0]};
+        out->len = i + 2;
         return 1;
     }
-    return 0;
+    case ':': {
+        size_t i = 1;
+        while (i < len && i <= RESP_INT_LINE_MAX && buf[i] != '\r')
+            i++;
+        int64_t v;
+        if (i + 1 >= len || buf[i] != '\r' || buf[i + 1] != '\n' ||
+            resp_parse_int(buf + 1, i - 1, &v) != RESP_OK)
+            return 0;
+        out->type = ':';
+        out->value = (struct resp_view){.off = 1, .len = i - 1, .type = ':'};
+        out->len = i + 2;
+        return 1;
+    }
+    default:
+        return 0;
+    }
+null:
+    /* "$-1" and "*-1": RESP2's nulls (the null "_" of RESP3 goes the long way). */
+    if (buf[2] != '1' || buf[3] != '\r' || len < 5 || buf[4] != '\n')
+        return 0;
+    out->type = buf[0];
+    out->null = true;
+    out->value = (struct resp_view){.off = 0, .null = true, .type = buf[0]};
+    out->len = 5;
+    return 1;
 }
 
 int resp_scan(struct resp_scanner *sc, const uint8_t *buf, size_t len, struct resp_msg *out)
