@@ -23,44 +23,110 @@
 /* The pub/sub kinds a reply's first element can name beyond the confirmations. */
 #define RESP_SUB_MESSAGE 100
 
-/* The first letters of the names in resp_cmd_table (resp_cmd_table_letters_ok checks it). */
-#define RESP_CMD_TABLE_LETTERS "BDEHMPQRSUW"
-
-static const struct resp_cmd_info {
+/* The commands that change how replies pair, by first letter: most commands (GET, SET, LPUSH...)
+ * are ruled out by a switch and their length, without a string compare. */
+struct resp_cmd_info {
     const char *name;
+    size_t len;
     uint32_t flags;
     uint8_t sub_kind;
-} resp_cmd_table[] = {
-    {"BLPOP", RESP_CMD_BLOCKING, 0},
-    {"BRPOP", RESP_CMD_BLOCKING, 0},
-    {"BLMOVE", RESP_CMD_BLOCKING, 0},
-    {"BRPOPLPUSH", RESP_CMD_BLOCKING, 0},
-    {"BLMPOP", RESP_CMD_BLOCKING, 0},
-    {"BZPOPMIN", RESP_CMD_BLOCKING, 0},
-    {"BZPOPMAX", RESP_CMD_BLOCKING, 0},
-    {"BZMPOP", RESP_CMD_BLOCKING, 0},
-    {"WAIT", RESP_CMD_BLOCKING, 0},
-    {"WAITAOF", RESP_CMD_BLOCKING, 0},
-    {"MULTI", RESP_CMD_MULTI, 0},
-    {"EXEC", RESP_CMD_EXEC, 0},
-    {"DISCARD", RESP_CMD_DISCARD, 0},
-    {"HELLO", RESP_CMD_HELLO, 0},
-    {"RESET", RESP_CMD_RESET, 0},
-    {"QUIT", RESP_CMD_QUIT, 0},
-    {"MONITOR", RESP_CMD_MONITOR, 0},
-    {"SUBSCRIBE", RESP_CMD_SUBSCRIBE, RESP_SUB_SUBSCRIBE},
-    {"UNSUBSCRIBE", RESP_CMD_SUBSCRIBE, RESP_SUB_UNSUBSCRIBE},
-    {"PSUBSCRIBE", RESP_CMD_SUBSCRIBE, RESP_SUB_PSUBSCRIBE},
-    {"PUNSUBSCRIBE", RESP_CMD_SUBSCRIBE, RESP_SUB_PUNSUBSCRIBE},
-    {"SSUBSCRIBE", RESP_CMD_SUBSCRIBE, RESP_SUB_SSUBSCRIBE},
-    {"SUNSUBSCRIBE", RESP_CMD_SUBSCRIBE, RESP_SUB_SUNSUBSCRIBE},
 };
 
-bool resp_cmd_table_letters_ok(void)
+#define RESP_CMD(s, f, k)                                                                          \
+    {                                                                                              \
+        s, sizeof(s) - 1, f, k                                                                     \
+    }
+
+static const struct resp_cmd_info resp_cmds_b[] = {
+    RESP_CMD("BLPOP", RESP_CMD_BLOCKING, 0),    RESP_CMD("BRPOP", RESP_CMD_BLOCKING, 0),
+    RESP_CMD("BLMOVE", RESP_CMD_BLOCKING, 0),   RESP_CMD("BRPOPLPUSH", RESP_CMD_BLOCKING, 0),
+    RESP_CMD("BLMPOP", RESP_CMD_BLOCKING, 0),   RESP_CMD("BZPOPMIN", RESP_CMD_BLOCKING, 0),
+    RESP_CMD("BZPOPMAX", RESP_CMD_BLOCKING, 0), RESP_CMD("BZMPOP", RESP_CMD_BLOCKING, 0),
+};
+static const struct resp_cmd_info resp_cmds_d[] = {RESP_CMD("DISCARD", RESP_CMD_DISCARD, 0)};
+static const struct resp_cmd_info resp_cmds_e[] = {RESP_CMD("EXEC", RESP_CMD_EXEC, 0)};
+static const struct resp_cmd_info resp_cmds_h[] = {RESP_CMD("HELLO", RESP_CMD_HELLO, 0)};
+static const struct resp_cmd_info resp_cmds_m[] = {
+    RESP_CMD("MULTI", RESP_CMD_MULTI, 0),
+    RESP_CMD("MONITOR", RESP_CMD_MONITOR, 0),
+};
+static const struct resp_cmd_info resp_cmds_p[] = {
+    RESP_CMD("PSUBSCRIBE", RESP_CMD_SUBSCRIBE, RESP_SUB_PSUBSCRIBE),
+    RESP_CMD("PUNSUBSCRIBE", RESP_CMD_SUBSCRIBE, RESP_SUB_PUNSUBSCRIBE),
+};
+static const struct resp_cmd_info resp_cmds_q[] = {RESP_CMD("QUIT", RESP_CMD_QUIT, 0)};
+static const struct resp_cmd_info resp_cmds_r[] = {RESP_CMD("RESET", RESP_CMD_RESET, 0)};
+static const struct resp_cmd_info resp_cmds_s[] = {
+    RESP_CMD("SUBSCRIBE", RESP_CMD_SUBSCRIBE, RESP_SUB_SUBSCRIBE),
+    RESP_CMD("SSUBSCRIBE", RESP_CMD_SUBSCRIBE, RESP_SUB_SSUBSCRIBE),
+    RESP_CMD("SUNSUBSCRIBE", RESP_CMD_SUBSCRIBE, RESP_SUB_SUNSUBSCRIBE),
+};
+static const struct resp_cmd_info resp_cmds_u[] = {
+    RESP_CMD("UNSUBSCRIBE", RESP_CMD_SUBSCRIBE, RESP_SUB_UNSUBSCRIBE),
+};
+static const struct resp_cmd_info resp_cmds_w[] = {
+    RESP_CMD("WAIT", RESP_CMD_BLOCKING, 0),
+    RESP_CMD("WAITAOF", RESP_CMD_BLOCKING, 0),
+};
+
+#define RESP_CMDS(a) (*n = sizeof(a) / sizeof(a[0]), a)
+
+/* The names of the table that start with `letter`: *n of them. */
+static const struct resp_cmd_info *resp_cmds_of(char letter, size_t *n)
 {
-    for (size_t i = 0; i < sizeof(resp_cmd_table) / sizeof(resp_cmd_table[0]); i++)
-        if (strchr(RESP_CMD_TABLE_LETTERS, resp_cmd_table[i].name[0]) == NULL)
-            return false;
+    switch (letter) {
+    case 'B':
+        return RESP_CMDS(resp_cmds_b);
+    case 'D':
+        return RESP_CMDS(resp_cmds_d);
+    case 'E':
+        return RESP_CMDS(resp_cmds_e);
+    case 'H':
+        return RESP_CMDS(resp_cmds_h);
+    case 'M':
+        return RESP_CMDS(resp_cmds_m);
+    case 'P':
+        return RESP_CMDS(resp_cmds_p);
+    case 'Q':
+        return RESP_CMDS(resp_cmds_q);
+    case 'R':
+        return RESP_CMDS(resp_cmds_r);
+    case 'S':
+        return RESP_CMDS(resp_cmds_s);
+    case 'U':
+        return RESP_CMDS(resp_cmds_u);
+    case 'W':
+        return RESP_CMDS(resp_cmds_w);
+    default:
+        *n = 0;
+        return NULL;
+    }
+}
+
+/* The table's entry for an upper-cased name, or NULL. */
+static const struct resp_cmd_info *resp_cmd_find(const char *name)
+{
+    size_t n;
+    const struct resp_cmd_info *t = resp_cmds_of(name[0], &n);
+    if (n == 0)
+        return NULL;
+    size_t len = strlen(name);
+    for (size_t i = 0; i < n; i++)
+        if (t[i].len == len && memcmp(t[i].name, name, len) == 0)
+            return &t[i];
+    return NULL;
+}
+
+bool resp_cmd_table_ok(void)
+{
+    for (char c = 'A'; c <= 'Z'; c++) {
+        size_t n;
+        const struct resp_cmd_info *t = resp_cmds_of(c, &n);
+        for (size_t i = 0; i < n; i++)
+            if (t[i].name[0] != c || strlen(t[i].name) != t[i].len ||
+                resp_cmd_find(t[i].name) != &t[i])
+                return false;
+    }
     return true;
 }
 
@@ -131,17 +197,10 @@ static bool resp_xread_blocks(const struct resp_msg *m, const uint8_t *buf)
 /* Flags, pub/sub kind and HELLO version from the command's name and arguments. */
 static void resp_classify(const struct resp_msg *m, const uint8_t *buf, struct resp_cmd *c)
 {
-    /* Runs for every command: most commands (GET, SET, LPUSH...) start with a
-     * letter no name of the table starts with; the first letter rules out
-     * most of the rest before a strcmp. */
-    bool listed = c->name[0] != '\0' && strchr(RESP_CMD_TABLE_LETTERS, c->name[0]) != NULL;
-    for (size_t i = 0; listed && i < sizeof(resp_cmd_table) / sizeof(resp_cmd_table[0]); i++) {
-        if (c->name[0] == resp_cmd_table[i].name[0] &&
-            strcmp(c->name, resp_cmd_table[i].name) == 0) {
-            c->flags = resp_cmd_table[i].flags;
-            c->sub_kind = resp_cmd_table[i].sub_kind;
-            break;
-        }
+    const struct resp_cmd_info *info = resp_cmd_find(c->name);
+    if (info != NULL) {
+        c->flags = info->flags;
+        c->sub_kind = info->sub_kind;
     }
     if (c->name[0] == 'X' && (strcmp(c->name, "XREAD") == 0 || strcmp(c->name, "XREADGROUP") == 0))
         c->flags |= resp_xread_blocks(m, buf) ? RESP_CMD_BLOCKING : 0;
@@ -165,7 +224,7 @@ static void resp_classify(const struct resp_msg *m, const uint8_t *buf, struct r
 /* CLIENT REPLY ON|OFF|SKIP: 'n', 'f', 's', or 0 for any other command. */
 static char resp_client_reply(const struct resp_msg *m, const uint8_t *buf, const char *name)
 {
-    if (strcmp(name, "CLIENT") != 0 || m->nelem != 3 ||
+    if (m->nelem != 3 || name[0] != 'C' || strcmp(name, "CLIENT") != 0 ||
         !resp_view_equals(buf, m->len, &m->elem[1], "REPLY"))
         return 0;
     if (resp_view_equals(buf, m->len, &m->elem[2], "ON"))
