@@ -123,6 +123,13 @@ struct tx {
     const struct rule *close_after;
 };
 
+/* The first chain of a pending buffer, as scan_one() last saw it: valid
+ * until bytes leave that buffer's head (run_move() forgets it). */
+struct rpx_window {
+    const uint8_t *p; /* NULL: not known */
+    size_t len;
+};
+
 struct rpx {
     struct session *s;
     enum profile prof;
@@ -130,6 +137,8 @@ struct rpx {
     struct resp_scanner sc[2];
     size_t need[2];           /* bytes pend[side] must hold before scanning again */
     struct evbuffer *pend[2]; /* read from side, not processed yet */
+    size_t run[2];            /* head of pend[side] passed on already, not yet moved */
+    struct rpx_window win[2]; /* pend[side]'s first chain while its head is unchanged */
     struct evbuffer *out[2];  /* batched toward side */
     struct resp_pairing pairing;
     struct resp_cmd *slots;
@@ -199,8 +208,31 @@ static char *dup_n(const void *p, size_t n)
     return s;
 }
 
+/*
+ * Runs.  A message that goes on unchanged (the common case: a command to
+ * Redis, its reply straight back) is not moved from pend[side] to the other
+ * side's out on its own: run[side] grows over it, and the run moves with one
+ * evbuffer call when something else needs that buffer (a reply twice holds
+ * or rewrites, a command it drops, its own bytes, a send).  A pipeline of 16
+ * commands costs one move instead of 16, and its messages are scanned in
+ * place in the chain the first one was found in (win[side]), without asking
+ * the buffer again.  The rule: code that takes bytes from the head of
+ * pend[side], rearranges it (a pullup), or adds to the other side's out,
+ * calls run_move(side) first, which also forgets the window.
+ */
+static void run_move(struct rpx *rx, enum session_side side)
+{
+    rx->win[side].p = NULL;
+    if (rx->run[side] == 0)
+        return;
+    enum session_side to = side == SIDE_CLIENT ? SIDE_UPSTREAM : SIDE_CLIENT;
+    evbuffer_remove_buffer(rx->pend[side], rx->out[to], rx->run[side]);
+    rx->run[side] = 0;
+}
+
 static void send_flush(struct rpx *rx, enum session_side to)
 {
+    run_move(rx, to == SIDE_CLIENT ? SIDE_UPSTREAM : SIDE_CLIENT);
     if (evbuffer_get_length(rx->out[to]) > 0 && alive(rx))
         session_send(rx->s, to, rx->out[to]);
 }
@@ -295,11 +327,95 @@ static bool is_agg(const struct resp_view *v)
 
 /* ---- a command, as the decisions need it ------------------------------- */
 
+/* The commands twice itself looks at (cmdview_init() names them once). */
+enum cmd_id {
+    CMD_OTHER,
+    CMD_AUTH,
+    CMD_BLMOVE,
+    CMD_BLPOP,
+    CMD_BRPOP,
+    CMD_DISCARD,
+    CMD_EXEC,
+    CMD_HDEL,
+    CMD_HELLO,
+    CMD_HGETALL,
+    CMD_HSET,
+    CMD_LMOVE,
+    CMD_LPOP,
+    CMD_LPUSH,
+    CMD_MULTI,
+    CMD_RPUSH,
+    CMD_SELECT,
+    CMD_XACK,
+    CMD_XADD,
+    CMD_XAUTOCLAIM,
+    CMD_XCLAIM,
+    CMD_XREADGROUP,
+    CMD_ZREM,
+};
+
+struct cmd_name {
+    const char *name;
+    size_t len;
+    enum cmd_id id;
+};
+
+#define CMD_NAME(s, id)                                                                            \
+    {                                                                                              \
+        s, sizeof(s) - 1, id                                                                       \
+    }
+
+static const struct cmd_name cmd_names_4[] = {
+    CMD_NAME("AUTH", CMD_AUTH), CMD_NAME("EXEC", CMD_EXEC), CMD_NAME("HDEL", CMD_HDEL),
+    CMD_NAME("HSET", CMD_HSET), CMD_NAME("LPOP", CMD_LPOP), CMD_NAME("XACK", CMD_XACK),
+    CMD_NAME("XADD", CMD_XADD), CMD_NAME("ZREM", CMD_ZREM)};
+static const struct cmd_name cmd_names_5[] = {
+    CMD_NAME("BLPOP", CMD_BLPOP), CMD_NAME("BRPOP", CMD_BRPOP), CMD_NAME("HELLO", CMD_HELLO),
+    CMD_NAME("LMOVE", CMD_LMOVE), CMD_NAME("LPUSH", CMD_LPUSH), CMD_NAME("MULTI", CMD_MULTI),
+    CMD_NAME("RPUSH", CMD_RPUSH)};
+static const struct cmd_name cmd_names_6[] = {
+    CMD_NAME("BLMOVE", CMD_BLMOVE), CMD_NAME("SELECT", CMD_SELECT), CMD_NAME("XCLAIM", CMD_XCLAIM)};
+static const struct cmd_name cmd_names_7[] = {CMD_NAME("DISCARD", CMD_DISCARD),
+                                              CMD_NAME("HGETALL", CMD_HGETALL)};
+static const struct cmd_name cmd_names_10[] = {CMD_NAME("XAUTOCLAIM", CMD_XAUTOCLAIM),
+                                               CMD_NAME("XREADGROUP", CMD_XREADGROUP)};
+
+static enum cmd_id cmd_find(const struct cmd_name *t, size_t count, const char *name, size_t n)
+{
+    for (size_t i = 0; i < count; i++)
+        if (t[i].len == n && t[i].name[0] == name[0] && memcmp(t[i].name, name, n) == 0)
+            return t[i].id;
+    return CMD_OTHER;
+}
+
+/* The id of an upper-cased command name n bytes long: a switch on the
+ * length, then a few compares, instead of a strcmp per question asked. */
+#define CMD_FIND(t) cmd_find(t, sizeof(t) / sizeof(t[0]), name, n)
+
+static enum cmd_id cmd_id_of(const char *name, size_t n)
+{
+    switch (n) {
+    case 4:
+        return CMD_FIND(cmd_names_4);
+    case 5:
+        return CMD_FIND(cmd_names_5);
+    case 6:
+        return CMD_FIND(cmd_names_6);
+    case 7:
+        return CMD_FIND(cmd_names_7);
+    case 10:
+        return CMD_FIND(cmd_names_10);
+    default:
+        return CMD_OTHER;
+    }
+}
+
 struct cmdview {
     const uint8_t *buf; /* the message */
     size_t len;
     const struct resp_msg *m;
     char name[RESP_CMD_NAME_MAX];
+    enum cmd_id id;
     char key[RPX_KEY_MAX];
     bool has_key;
 };
@@ -313,18 +429,22 @@ static void cmdview_init(struct cmdview *cv, const uint8_t *buf, const struct re
     cv->name[0] = '\0';
     cv->key[0] = '\0';
     cv->has_key = false;
+    cv->id = CMD_OTHER;
     if (m->nelem >= 1) {
-        view_str(buf, m->len, &m->elem[0], cv->name, sizeof(cv->name));
-        for (char *p = cv->name; *p != '\0'; p++)
+        bool whole = view_str(buf, m->len, &m->elem[0], cv->name, sizeof(cv->name));
+        char *p = cv->name;
+        for (; *p != '\0'; p++)
             *p = (char)toupper((unsigned char)*p);
+        if (whole) /* not a name cut short, or one with a NUL in it */
+            cv->id = cmd_id_of(cv->name, (size_t)(p - cv->name));
     }
     if (m->nelem >= 2)
         cv->has_key = view_str(buf, m->len, &m->elem[1], cv->key, sizeof(cv->key));
 }
 
-static bool is_cmd(const struct cmdview *cv, const char *name)
+static bool is_cmd(const struct cmdview *cv, enum cmd_id id)
 {
-    return strcmp(cv->name, name) == 0;
+    return cv->id == id;
 }
 
 /* Argument i (0 = the name) as a view; false past the end. */
@@ -624,6 +744,7 @@ static void send_own(struct rpx *rx, const char *cmd, size_t len)
     int rc = resp_pairing_command(&rx->pairing, &m, (const uint8_t *)cmd, 0, NULL);
     if (rc < 0)
         return;
+    run_move(rx, SIDE_CLIENT);
     evbuffer_add(rx->out[SIDE_UPSTREAM], cmd, len);
     if (rc == 1) {
         struct entry *e = entry_add(rx, true);
@@ -675,6 +796,7 @@ static void arm_timer(struct rpx *rx, uint64_t at)
 static void flush_replies(struct rpx *rx)
 {
     uint64_t now = 0;
+    run_move(rx, SIDE_UPSTREAM);
     while (rx->head != NULL && alive(rx)) {
         struct entry *e = rx->head;
         if (e->release_ms != 0) {
@@ -778,12 +900,12 @@ static bool is_pop(const struct rpx *rx, const struct cmdview *cv)
         return false;
     switch (rx->prof) {
     case PROF_SIDEKIQ:
-        return is_cmd(cv, "BRPOP") && starts_with(cv->key, "queue:");
+        return is_cmd(cv, CMD_BRPOP) && starts_with(cv->key, "queue:");
     case PROF_CELERY:
-        return is_cmd(cv, "BRPOP");
+        return is_cmd(cv, CMD_BRPOP);
     case PROF_RQ:
-        return (is_cmd(cv, "BLPOP") || is_cmd(cv, "LPOP") || is_cmd(cv, "BLMOVE") ||
-                is_cmd(cv, "LMOVE")) &&
+        return (is_cmd(cv, CMD_BLPOP) || is_cmd(cv, CMD_LPOP) || is_cmd(cv, CMD_BLMOVE) ||
+                is_cmd(cv, CMD_LMOVE)) &&
                starts_with(cv->key, "rq:queue:");
     default:
         return false;
@@ -1199,10 +1321,11 @@ static void on_reply(struct rpx *rx, const uint8_t *buf, const struct resp_msg *
         /* Out of band (push, pub/sub message, MONITOR), or a reply nobody
          * asked for: on to the client, behind what is due before it. */
         if (rx->head == NULL) {
-            evbuffer_remove_buffer(pend, rx->out[SIDE_CLIENT], m->len);
+            rx->run[SIDE_UPSTREAM] += m->len;
         } else {
             struct entry *last = rx->await != NULL ? rx->await : rx->tail;
             rx->held += m->len;
+            run_move(rx, SIDE_UPSTREAM);
             evbuffer_remove_buffer(pend, last->bytes, m->len);
         }
         return;
@@ -1213,7 +1336,7 @@ static void on_reply(struct rpx *rx, const uint8_t *buf, const struct resp_msg *
         /* The common case: the reply due next, straight to the client (a
          * small one copied into the output's last chain).  Not when a push
          * or pub/sub message that came first still waits in the entry. */
-        evbuffer_remove_buffer(pend, rx->out[SIDE_CLIENT], m->len);
+        rx->run[SIDE_UPSTREAM] += m->len;
         if (match.last && e->close_after == NULL) {
             /* Answered and sent: off the queue at once, so that the next
              * reply of the same read (a pipeline) is at the head and takes
@@ -1225,6 +1348,7 @@ static void on_reply(struct rpx *rx, const uint8_t *buf, const struct resp_msg *
         }
     } else if (e->kind == RK_PLAIN) {
         rx->held += m->len;
+        run_move(rx, SIDE_UPSTREAM);
         evbuffer_remove_buffer(pend, e->bytes, m->len);
     } else {
         struct evbuffer *reply = evbuffer_new();
@@ -1263,6 +1387,7 @@ static void on_reply(struct rpx *rx, const uint8_t *buf, const struct resp_msg *
         default:
             break;
         }
+        run_move(rx, SIDE_UPSTREAM);
         evbuffer_drain(pend, m->len);
         rx->held += evbuffer_get_length(reply);
         evbuffer_add_buffer(e->bytes, reply);
@@ -1279,10 +1404,10 @@ static void on_reply(struct rpx *rx, const uint8_t *buf, const struct resp_msg *
 /* Remembers the client's AUTH / HELLO / SELECT for twice's own connection. */
 static void remember_setup(struct rpx *rx, const struct cmdview *cv)
 {
-    int which = is_cmd(cv, "AUTH")     ? SETUP_AUTH
-                : is_cmd(cv, "HELLO")  ? SETUP_HELLO
-                : is_cmd(cv, "SELECT") ? SETUP_SELECT
-                                       : -1;
+    int which = is_cmd(cv, CMD_AUTH)     ? SETUP_AUTH
+                : is_cmd(cv, CMD_HELLO)  ? SETUP_HELLO
+                : is_cmd(cv, CMD_SELECT) ? SETUP_SELECT
+                                         : -1;
     if (which < 0 || rx->tx.active)
         return;
     if (rx->setup[which] == NULL && (rx->setup[which] = evbuffer_new()) == NULL)
@@ -1296,9 +1421,8 @@ static void remember_setup(struct rpx *rx, const struct cmdview *cv)
 static struct entry *forward(struct rpx *rx, const struct cmdview *cv, const struct resp_msg *m,
                              const uint8_t *buf, size_t len)
 {
-    struct resp_cmd cmd;
-    int rc = resp_pairing_command_named(&rx->pairing, m, buf, cv->name, 0, &cmd);
-    evbuffer_remove_buffer(rx->pend[SIDE_CLIENT], rx->out[SIDE_UPSTREAM], len);
+    int rc = resp_pairing_command_named(&rx->pairing, m, buf, cv->name, 0, NULL);
+    rx->run[SIDE_CLIENT] += len;
     if (rc != 1)
         return NULL; /* the server will not answer (CLIENT REPLY OFF, empty command) */
     return entry_add(rx, true);
@@ -1307,15 +1431,16 @@ static struct entry *forward(struct rpx *rx, const struct cmdview *cv, const str
 /* Keeps back the command at the head of pend[CLIENT]. */
 static void swallow(struct rpx *rx, size_t len)
 {
+    run_move(rx, SIDE_CLIENT);
     evbuffer_drain(rx->pend[SIDE_CLIENT], len);
 }
 
 /* Integer reply a kept-back command would have had. */
 static int64_t synth_count(const struct cmdview *cv)
 {
-    if (is_cmd(cv, "XACK"))
+    if (is_cmd(cv, CMD_XACK))
         return cv->m->nelem > 3 ? (int64_t)cv->m->nelem - 3 : 0;
-    if (is_cmd(cv, "ZREM") || is_cmd(cv, "HDEL"))
+    if (is_cmd(cv, CMD_ZREM) || is_cmd(cv, CMD_HDEL))
         return cv->m->nelem > 2 ? (int64_t)cv->m->nelem - 2 : 0;
     return 1;
 }
@@ -1328,15 +1453,15 @@ static bool ack_args(const struct rpx *rx, const struct cmdview *cv, size_t *fir
         return false;
     switch (rx->prof) {
     case PROF_CELERY:
-        if (is_cmd(cv, "ZREM") && ends_with(cv->key, "unacked_index"))
+        if (is_cmd(cv, CMD_ZREM) && ends_with(cv->key, "unacked_index"))
             return *first = 2, true;
         return false;
     case PROF_RQ:
-        if (is_cmd(cv, "ZREM") && starts_with(cv->key, "rq:wip:"))
+        if (is_cmd(cv, CMD_ZREM) && starts_with(cv->key, "rq:wip:"))
             return *first = 2, true;
         return false;
     case PROF_STREAMS:
-        if (is_cmd(cv, "XACK"))
+        if (is_cmd(cv, CMD_XACK))
             return *first = 3, true;
         return false;
     default:
@@ -1543,7 +1668,7 @@ static const struct rule *publish_decide(struct rpx *rx, const struct cmdview *c
 {
     if (!cv->has_key || cv->m->nelem < 3)
         return NULL;
-    bool lpush = is_cmd(cv, "LPUSH"), rpush = is_cmd(cv, "RPUSH");
+    bool lpush = is_cmd(cv, CMD_LPUSH), rpush = is_cmd(cv, CMD_RPUSH);
     struct job_event j = {.kind = RULE_EV_PUBLISH};
     j.key = cv->key;
     struct resp_view v;
@@ -1663,17 +1788,17 @@ static int tx_plan(struct rpx *rx, const uint8_t *buf, size_t len, size_t off,
         cmdview_init(&cv, buf + pos, &m);
         pos += m.len;
         resp_scanner_reset(&sc);
-        if (is_cmd(&cv, "EXEC") || is_cmd(&cv, "DISCARD")) {
-            complete = is_cmd(&cv, "EXEC");
+        if (is_cmd(&cv, CMD_EXEC) || is_cmd(&cv, CMD_DISCARD)) {
+            complete = is_cmd(&cv, CMD_EXEC);
             if (!complete)
                 return -1;
             break;
         }
         if (++k > RPX_TX_MAX)
             return -1;
-        if (is_cmd(&cv, "LPUSH") || is_cmd(&cv, "RPUSH"))
+        if (is_cmd(&cv, CMD_LPUSH) || is_cmd(&cv, CMD_RPUSH))
             has_push = true;
-        if (rx->prof == PROF_RQ && is_cmd(&cv, "HSET") && starts_with(cv.key, "rq:job:")) {
+        if (rx->prof == PROF_RQ && is_cmd(&cv, CMD_HSET) && starts_with(cv.key, "rq:job:")) {
             struct resp_view f, v;
             for (size_t i = 2; cmd_arg(&cv, i, &f) && cmd_arg(&cv, i + 1, &v); i += 2) {
                 if (!resp_view_equals(cv.buf, cv.len, &f, "description") || v.type != '$')
@@ -1708,7 +1833,7 @@ static int tx_plan(struct rpx *rx, const uint8_t *buf, size_t len, size_t off,
         cmdview_init(&cv, buf + pos, &m);
         pos += m.len;
         resp_scanner_reset(&sc);
-        if (is_cmd(&cv, "EXEC"))
+        if (is_cmd(&cv, CMD_EXEC))
             break;
         struct txcmd *c = tx_slot(t, i);
         if (c == NULL)
@@ -1728,7 +1853,7 @@ static int tx_plan(struct rpx *rx, const uint8_t *buf, size_t len, size_t off,
                 struct resp_view tv;
                 if (rx->prof == PROF_CELERY && n_tags < 8 && cmd_arg(&cv, 2, &tv))
                     view_str(cv.buf, cv.len, &tv, suppressed_tags[n_tags++], RPX_KEY_MAX);
-            } else if (p.suppressed > 0 && is_cmd(&cv, "XACK")) {
+            } else if (p.suppressed > 0 && is_cmd(&cv, CMD_XACK)) {
                 /* A partial XACK inside MULTI: twice keeps the whole command
                  * back and applies the other ids right after EXEC on its own
                  * connection. */
@@ -1770,7 +1895,7 @@ static int tx_plan(struct rpx *rx, const uint8_t *buf, size_t len, size_t off,
             continue;
         }
         /* Celery's HDEL unacked TAG follows the ZREM of the same tag. */
-        if (rx->prof == PROF_CELERY && is_cmd(&cv, "HDEL") && ends_with(cv.key, "unacked") &&
+        if (rx->prof == PROF_CELERY && is_cmd(&cv, CMD_HDEL) && ends_with(cv.key, "unacked") &&
             cv.m->nelem == 3) {
             struct resp_view tv;
             char tag[RPX_KEY_MAX];
@@ -1834,7 +1959,7 @@ static enum cmd_result command(struct rpx *rx, const uint8_t *buf, const struct 
     size_t len = m->len;
 
     if (m->nelem == 0) { /* an empty command: Redis ignores it */
-        evbuffer_remove_buffer(rx->pend[SIDE_CLIENT], rx->out[SIDE_UPSTREAM], len);
+        rx->run[SIDE_CLIENT] += len;
         return CMD_DONE;
     }
 
@@ -1900,7 +2025,8 @@ static enum cmd_result command(struct rpx *rx, const uint8_t *buf, const struct 
     remember_setup(rx, &cv);
 
     /* Transactions. */
-    if (is_cmd(&cv, "MULTI") && !rx->tx.active) {
+    if (is_cmd(&cv, CMD_MULTI) && !rx->tx.active) {
+        run_move(rx, SIDE_CLIENT); /* the plan reads from the MULTI on */
         if (rx->prof != PROF_NONE && rx->decided < DECIDED_ALL) {
             size_t avail = evbuffer_get_length(rx->pend[SIDE_CLIENT]);
             const uint8_t *all = evbuffer_pullup(rx->pend[SIDE_CLIENT], (ev_ssize_t)avail);
@@ -1936,7 +2062,7 @@ static enum cmd_result command(struct rpx *rx, const uint8_t *buf, const struct 
         rx->decided = 0;
         return CMD_DONE;
     }
-    if (rx->tx.active && rx->tx.aborted && is_cmd(&cv, "EXEC")) {
+    if (rx->tx.active && rx->tx.aborted && is_cmd(&cv, CMD_EXEC)) {
         /* Redis discards a transaction with a refused command: so does
          * twice, answering EXEC as Redis would. */
         static const char discard[] = "*1\r\n$7\r\nDISCARD\r\n";
@@ -1949,10 +2075,10 @@ static enum cmd_result command(struct rpx *rx, const uint8_t *buf, const struct 
         rx->decided = 0;
         return CMD_DONE;
     }
-    if (rx->tx.active && (is_cmd(&cv, "EXEC") || is_cmd(&cv, "DISCARD"))) {
+    if (rx->tx.active && (is_cmd(&cv, CMD_EXEC) || is_cmd(&cv, CMD_DISCARD))) {
         struct tx *t = &rx->tx;
         struct entry *e = forward(rx, &cv, m, buf, len);
-        if (e != NULL && is_cmd(&cv, "EXEC")) {
+        if (e != NULL && is_cmd(&cv, CMD_EXEC)) {
             if (t->any) {
                 e->kind = RK_EXEC;
                 e->tx = t->cmds;
@@ -2034,7 +2160,7 @@ static enum cmd_result command(struct rpx *rx, const uint8_t *buf, const struct 
             const uint8_t *kb = evbuffer_pullup(p.kept, (ev_ssize_t)klen);
             if (resp_scan(&ks, kb, klen, &km) == 1 &&
                 resp_pairing_command(&rx->pairing, &km, kb, 0, NULL) == 1) {
-                swallow(rx, len);
+                swallow(rx, len); /* moves the run first */
                 evbuffer_add_buffer(rx->out[SIDE_UPSTREAM], p.kept);
                 e = entry_add(rx, true);
                 if (e != NULL) {
@@ -2094,26 +2220,26 @@ static enum cmd_result command(struct rpx *rx, const uint8_t *buf, const struct 
     if (is_pop(rx, &cv)) {
         e->kind = RK_POP;
         e->arg = strdup(cv.key);
-    } else if (rx->prof == PROF_RQ && is_cmd(&cv, "HGETALL") && starts_with(cv.key, "rq:job:")) {
+    } else if (rx->prof == PROF_RQ && is_cmd(&cv, CMD_HGETALL) && starts_with(cv.key, "rq:job:")) {
         e->kind = RK_RQ_HASH;
         e->arg = strdup(cv.key + strlen("rq:job:"));
     } else if (rx->prof == PROF_STREAMS) {
-        if (is_cmd(&cv, "XREADGROUP")) {
+        if (is_cmd(&cv, CMD_XREADGROUP)) {
             e->kind = RK_XREAD;
             /* An id other than '>' re-reads the consumer's pending entries. */
             struct resp_view last;
             if (cmd_arg(&cv, m->nelem - 1, &last))
                 e->redelivered = !resp_view_equals(buf, len, &last, ">");
-        } else if (is_cmd(&cv, "XCLAIM") || is_cmd(&cv, "XAUTOCLAIM")) {
+        } else if (is_cmd(&cv, CMD_XCLAIM) || is_cmd(&cv, CMD_XAUTOCLAIM)) {
             bool justid = false;
             struct resp_view a;
             for (size_t i = 5; cmd_arg(&cv, i, &a); i++)
                 justid |= resp_view_equals(buf, len, &a, "JUSTID");
             if (!justid) {
-                e->kind = is_cmd(&cv, "XCLAIM") ? RK_XCLAIM : RK_XAUTOCLAIM;
+                e->kind = is_cmd(&cv, CMD_XCLAIM) ? RK_XCLAIM : RK_XAUTOCLAIM;
                 e->arg = strdup(cv.key);
             }
-        } else if (is_cmd(&cv, "XADD")) {
+        } else if (is_cmd(&cv, CMD_XADD)) {
             e->kind = RK_XADD;
             e->arg = strdup(cv.key);
             /* the task field: after the id, field/value pairs */
@@ -2181,10 +2307,29 @@ static int scan_error(struct rpx *rx, enum session_side side, int rc)
     return -1;
 }
 
-/* Scans one message at the head of pend[side].  1 with *m and *buf set, 0
- * when more bytes are needed, -1 after a protocol error (reported). */
+/* Scans the message after the run in pend[side].  1 with *m and *buf set,
+ * 0 when more bytes are needed, -1 after a protocol error (reported). */
 static int scan_one(struct rpx *rx, enum session_side side, struct resp_msg *m, const uint8_t **buf)
 {
+    struct rpx_window *w = &rx->win[side];
+    size_t run = rx->run[side];
+    if (w->p != NULL && w->len > run) {
+        /* The usual case in a pipeline: the next message is in the chain
+         * the run's messages were in, already looked at. */
+        int rc = resp_scan(&rx->sc[side], w->p + run, w->len - run, m);
+        if (rc == 1) {
+            *buf = w->p + run;
+            return 1;
+        }
+        if (rc < 0) {
+            run_move(rx, side);
+            return scan_error(rx, side, rc);
+        }
+    }
+    /* At the start of a read, or a message beyond the first chain: the run
+     * moves on and the message is scanned from the head (the scanner's
+     * progress is relative to the message's start, which has not changed). */
+    run_move(rx, side);
     struct evbuffer *pend = rx->pend[side];
     size_t n = evbuffer_get_length(pend);
     if (n == 0 || n < rx->need[side])
@@ -2211,7 +2356,11 @@ static int scan_one(struct rpx *rx, enum session_side side, struct resp_msg *m, 
             return 0;
         }
     }
-    rx->need[side] = 0; /* resp_scan left the scanner at the next message */
+    rx->need[side] = 0;  /* resp_scan left the scanner at the next message */
+    if (len == contig) { /* *buf is the first chain, as it is */
+        w->p = *buf;
+        w->len = contig;
+    }
     return 1;
 }
 
@@ -2225,11 +2374,14 @@ static void process_server(struct rpx *rx)
             break;
         on_reply(rx, buf, &m);
     }
+    run_move(rx, SIDE_UPSTREAM);
 }
 
 static void process_client(struct rpx *rx)
 {
     while (alive(rx)) {
+        if (rx->raw || rx->blackholed)
+            run_move(rx, SIDE_CLIENT);
         if (rx->raw) {
             evbuffer_add_buffer(rx->out[SIDE_UPSTREAM], rx->pend[SIDE_CLIENT]);
             break;
@@ -2267,6 +2419,7 @@ static void process_client(struct rpx *rx)
         if (r == CMD_STOP)
             break;
     }
+    run_move(rx, SIDE_CLIENT);
     /* Past the pipeline cap, or while holding, stop reading the client. */
     if (alive(rx)) {
         bool hold = evbuffer_get_length(rx->pend[SIDE_CLIENT]) > SESSION_INPUT_HIGH &&
@@ -2301,6 +2454,7 @@ static void rpx_process(void *state, enum session_side from, struct evbuffer *in
     struct rpx *rx = state;
     if (!alive(rx))
         return;
+    rx->win[from].p = NULL;
     evbuffer_add_buffer(rx->pend[from], in);
     if (from == SIDE_UPSTREAM) {
         process_server(rx);

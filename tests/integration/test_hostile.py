@@ -667,16 +667,17 @@ class HalfOpen(HostileCase):
         open_ = {k: v for k, v in results.items() if v[0] != "closed"}
         self.assertEqual(open_, {}, "connections twice did not close")
         self.assertEqual(len(results), len(plan))
-        reasons = {}
+        reasons, errors = {}, {}
         for name, (_, addr) in results.items():
             rec = hk.session_of(tw, addr)
             reasons[name] = rec["reason"]
+            errors[name] = rec.get("error")
         # The header trickled a byte a second is complete after 8 s; then the
         # client says nothing: twice's idle timeout (2 s) and RabbitMQ's own
         # handshake timeout (10 s from its accept) race to end it.
         racing = "amqp header, a byte a second"
         self.assertIn(reasons.pop(racing), ("idle_timeout", "upstream_closed", "upstream_error"))
-        wrong = {k: v for k, v in reasons.items() if v != "idle_timeout"}
+        wrong = {k: (v, errors[k]) for k, v in reasons.items() if v != "idle_timeout"}
         self.assertEqual(wrong, {}, "close reasons other than idle_timeout")
         # busy sessions were not cut: their clients never saw an error
         self.assert_bystanders_fine(*busy)
