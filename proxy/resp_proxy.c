@@ -420,7 +420,10 @@ struct cmdview {
     bool has_key;
 };
 
-static void cmdview_init(struct cmdview *cv, const uint8_t *buf, const struct resp_msg *m)
+/* The key (the second word) is copied only when asked for, or for a command
+ * twice looks at: the others (GET, SET, INCR...) never need it. */
+static void cmdview_init(struct cmdview *cv, const uint8_t *buf, const struct resp_msg *m,
+                         bool want_key)
 {
     /* Once per command: the two strings are set, not the whole struct cleared. */
     cv->buf = buf;
@@ -438,7 +441,7 @@ static void cmdview_init(struct cmdview *cv, const uint8_t *buf, const struct re
         if (whole) /* not a name cut short, or one with a NUL in it */
             cv->id = cmd_id_of(cv->name, (size_t)(p - cv->name));
     }
-    if (m->nelem >= 2)
+    if (m->nelem >= 2 && (want_key || cv->id != CMD_OTHER))
         cv->has_key = view_str(buf, m->len, &m->elem[1], cv->key, sizeof(cv->key));
 }
 
@@ -1785,7 +1788,7 @@ static int tx_plan(struct rpx *rx, const uint8_t *buf, size_t len, size_t off,
         if (rc == 0)
             return pos - off > RPX_TX_PEEK_MAX ? -1 : 0;
         struct cmdview cv;
-        cmdview_init(&cv, buf + pos, &m);
+        cmdview_init(&cv, buf + pos, &m, true);
         pos += m.len;
         resp_scanner_reset(&sc);
         if (is_cmd(&cv, CMD_EXEC) || is_cmd(&cv, CMD_DISCARD)) {
@@ -1830,7 +1833,7 @@ static int tx_plan(struct rpx *rx, const uint8_t *buf, size_t len, size_t off,
         if (resp_scan(&sc, buf + pos, len - pos, &m) != 1)
             return -1;
         struct cmdview cv;
-        cmdview_init(&cv, buf + pos, &m);
+        cmdview_init(&cv, buf + pos, &m, true);
         pos += m.len;
         resp_scanner_reset(&sc);
         if (is_cmd(&cv, CMD_EXEC))
@@ -1955,7 +1958,8 @@ enum cmd_result { CMD_DONE, CMD_WAIT, CMD_STOP };
 static enum cmd_result command(struct rpx *rx, const uint8_t *buf, const struct resp_msg *m)
 {
     struct cmdview cv;
-    cmdview_init(&cv, buf, m);
+    bool cmd_rules = rx->decided < DECIDED_COMMAND && wanted(rx, RULE_EV_COMMAND);
+    cmdview_init(&cv, buf, m, cmd_rules);
     size_t len = m->len;
 
     if (m->nelem == 0) { /* an empty command: Redis ignores it */
@@ -1964,7 +1968,7 @@ static enum cmd_result command(struct rpx *rx, const uint8_t *buf, const struct 
     }
 
     /* The command event. */
-    if (rx->decided < DECIDED_COMMAND && !wanted(rx, RULE_EV_COMMAND)) {
+    if (rx->decided < DECIDED_COMMAND && !cmd_rules) {
         stat_add(&rx->s->loop->events[RULE_EV_COMMAND], 1);
         rx->decided = DECIDED_COMMAND;
     }
