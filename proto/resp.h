@@ -329,6 +329,11 @@ int resp_pairing_command_named(struct resp_pairing *p, const struct resp_msg *m,
                                const char *name, uint64_t tag,
                                struct resp_cmd *cmd) RESP_WARN_UNUSED;
 
+/* The command's name as the pairing reads it: its first element upper-cased (ASCII), cut to
+ * RESP_CMD_NAME_MAX - 1 bytes, into name[RESP_CMD_NAME_MAX]; empty when it holds a NUL byte (Redis
+ * has no such command, and a prefix must not pass for MULTI or EXEC).  Returns its length. */
+size_t resp_cmd_name_copy(const uint8_t *buf, const struct resp_msg *m, char *name);
+
 /* Whether every name of the command table is found under its first letter (for tests). */
 bool resp_cmd_table_ok(void);
 

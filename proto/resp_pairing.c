@@ -163,18 +163,20 @@ static void resp_drop_front(struct resp_pairing *p, size_t n)
 
 /* ---- commands ------------------------------------------------------------------------------ */
 
-/* The upper-cased first word of m, cut to fit. */
-static void resp_cmd_name(const struct resp_msg *m, const uint8_t *buf, char *name)
+size_t resp_cmd_name_copy(const uint8_t *buf, const struct resp_msg *m, char *name)
 {
     uint8_t tmp[RESP_CMD_NAME_MAX];
-    int n = resp_view_copy(buf, m->len, &m->elem[0], tmp, sizeof(tmp) - 1);
+    int n = m->nelem >= 1 ? resp_view_copy(buf, m->len, &m->elem[0], tmp, sizeof(tmp) - 1) : 0;
     if (n < 0)
         n = 0;
     if ((size_t)n > sizeof(tmp) - 1)
         n = (int)sizeof(tmp) - 1;
+    if (memchr(tmp, '\0', (size_t)n) != NULL)
+        n = 0; /* no command of Redis: not a prefix that names one */
     for (int i = 0; i < n; i++)
         name[i] = (char)(tmp[i] >= 'a' && tmp[i] <= 'z' ? tmp[i] - 'a' + 'A' : tmp[i]);
     name[n] = '\0';
+    return (size_t)n;
 }
 
 /* XREAD / XREADGROUP block only with a BLOCK option, which comes before STREAMS. */
@@ -293,7 +295,7 @@ int resp_pairing_command_named(struct resp_pairing *p, const struct resp_msg *m,
         size_t n = strnlen(name, sizeof(c.name) - 1);
         memcpy(c.name, name, n);
     } else {
-        resp_cmd_name(m, buf, c.name);
+        resp_cmd_name_copy(buf, m, c.name);
     }
     c.replies = 1;
     c.tag = tag;

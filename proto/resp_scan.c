@@ -696,7 +696,7 @@ static int resp_scan_fast(const struct resp_scanner *sc, const uint8_t *buf, siz
         return resp_fast_bulks(sc, buf, len, 1 + k, n, out);
     }
     switch (buf[0]) {
-    case '$':
+    case '$': {
         if (buf[1] == '-')
             goto null;
         if ((k = resp_fast_len(buf + 1, end, &n)) == 0 || n > sc->max_bulk || n > len - (1 + k) ||
@@ -709,6 +709,7 @@ static int resp_scan_fast(const struct resp_scanner *sc, const uint8_t *buf, siz
         out->value = (struct resp_view){.off = off, .len = (size_t)n, .type = '$'};
         out->len = off + (size_t)n + 2;
         return 1;
+    }
     case '*':
         if (buf[1] == '-')
             goto null;

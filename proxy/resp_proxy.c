@@ -30,7 +30,6 @@
  * Bad input: a malformed command or reply closes the session with a logged
  * reason; every other session carries on.
  */
-#include <ctype.h>
 #include <event2/buffer.h>
 #include <event2/event.h>
 #include <stdarg.h>
@@ -434,12 +433,8 @@ static void cmdview_init(struct cmdview *cv, const uint8_t *buf, const struct re
     cv->has_key = false;
     cv->id = CMD_OTHER;
     if (m->nelem >= 1) {
-        bool whole = view_str(buf, m->len, &m->elem[0], cv->name, sizeof(cv->name));
-        char *p = cv->name;
-        for (; *p != '\0'; p++)
-            *p = (char)toupper((unsigned char)*p);
-        if (whole) /* not a name cut short, or one with a NUL in it */
-            cv->id = cmd_id_of(cv->name, (size_t)(p - cv->name));
+        size_t n = resp_cmd_name_copy(buf, m, cv->name);
+        cv->id = cmd_id_of(cv->name, n);
     }
     if (m->nelem >= 2 && (want_key || cv->id != CMD_OTHER))
         cv->has_key = view_str(buf, m->len, &m->elem[1], cv->key, sizeof(cv->key));
@@ -2349,6 +2344,7 @@ static int scan_one(struct rpx *rx, enum session_side side, struct resp_msg *m, 
         if (need <= n && len < n) {
             /* More is here, in other chains: look at all of it. */
             *buf = evbuffer_pullup(pend, (ev_ssize_t)n);
+            len = n;
             rc = resp_scan(&rx->sc[side], *buf, n, m);
             if (rc < 0)
                 return scan_error(rx, side, rc);
@@ -2360,11 +2356,9 @@ static int scan_one(struct rpx *rx, enum session_side side, struct resp_msg *m, 
             return 0;
         }
     }
-    rx->need[side] = 0;  /* resp_scan left the scanner at the next message */
-    if (len == contig) { /* *buf is the first chain, as it is */
-        w->p = *buf;
-        w->len = contig;
-    }
+    rx->need[side] = 0; /* resp_scan left the scanner at the next message */
+    w->p = *buf;        /* the first chain holds len bytes, pulled up or as it was */
+    w->len = len;
     return 1;
 }
 
@@ -2465,9 +2459,13 @@ static void rpx_process(void *state, enum session_side from, struct evbuffer *in
         if (!alive(rx))
             return;
         flush_replies(rx);
-        /* Replies drained the FIFO: the client may go on. */
-        if (alive(rx) && evbuffer_get_length(rx->pend[SIDE_CLIENT]) > 0)
+        /* Replies drained the FIFO: the client may go on, and what twice
+         * answers itself there goes out now, not at the next event. */
+        if (alive(rx) && evbuffer_get_length(rx->pend[SIDE_CLIENT]) > 0) {
             process_client(rx);
+            if (alive(rx))
+                flush_replies(rx);
+        }
     } else {
         process_client(rx);
         if (!alive(rx))

@@ -103,7 +103,7 @@ static uint64_t msg_digest(const struct resp_msg *m)
 
 /* The command's name as the RESP session layer reads it for
  * resp_pairing_command_named(): the first element, cut to 31 bytes,
- * upper-cased up to its first NUL. */
+ * upper-cased; empty when those bytes hold a NUL. */
 static void session_name(const uint8_t *buf, const struct resp_msg *m, char *name)
 {
     name[0] = '\0';
@@ -112,7 +112,11 @@ static void session_name(const uint8_t *buf, const struct resp_msg *m, char *nam
     int n = resp_view_copy(buf, m->len, &m->elem[0], (uint8_t *)name, RESP_CMD_NAME_MAX - 1);
     if (n < 0)
         n = 0;
-    name[n < (int)RESP_CMD_NAME_MAX - 1 ? n : (int)RESP_CMD_NAME_MAX - 1] = '\0';
+    if (n > (int)RESP_CMD_NAME_MAX - 1)
+        n = (int)RESP_CMD_NAME_MAX - 1;
+    if (memchr(name, '\0', (size_t)n) != NULL)
+        n = 0;
+    name[n] = '\0';
     for (char *p = name; *p != '\0'; p++)
         if (*p >= 'a' && *p <= 'z')
             *p = (char)(*p - 'a' + 'A');

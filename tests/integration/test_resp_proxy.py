@@ -948,6 +948,8 @@ FAULT_RULES = {
     "rocase": [("rocase", ["when command command=rpush key=queue:*", "do error READONLY"])],
     # an injected error while the client asked for no replies
     "roquiet": [("quiet", ["when command command=LPUSH key=queue:*", "do error READONLY"])],
+    # twice's own answer to a command read only once replies drained the pipeline
+    "rocap": [("ro_cap", ["when command command=LPUSH key=queue:*", "do error READONLY"])],
     "codes": [("loading", ["when command command=GET key=loading:*", "do error LOADING"]),
               ("oom", ["when command command=SET key=oom:*", "do error OOM"]),
               ("custom", ["when command command=HSET key=custom:*", "do error NOPE"])],
@@ -1065,6 +1067,21 @@ class CommandFaults(unittest.TestCase):
         self.assertEqual(self.redis.command("EXISTS", "queue:w"), b"0")
         self.check_fault("ro_all", "ro", "error", 3)
         self.assertIn(fk.sid_of(self.tw, addr), [int(x["sid"]) for x in fk.fault_records(self.tw, rule="ro_all")])
+
+    def test_error_answered_after_the_pipeline_cap(self):
+        """4,096 PINGs fill a session's reply pairing (its cap): the LPUSH
+        behind them is read only once replies drained some of it, in the
+        handling of Redis's bytes, and twice's own error for it keeps its
+        place.  (When the last reply of the drain empties the queue, that
+        error is at its head and is flushed there too; Redis answers 4,096
+        PINGs in several writes, so this test does not reach that case.)"""
+        with rk.Conn(self.ports["rocap"]) as c:
+            c.send(*([enc("PING")] * 4096), enc("LPUSH", "queue:cap", "v"))
+            got = c.read_n(4097)
+            self.assertEqual(got[:4096], [b"+PONG\r\n"] * 4096)
+            self.assertEqual(got[4096], b"-" + READONLY_MSG + b"\r\n")
+        self.assertEqual(self.redis.command("EXISTS", "queue:cap"), b"0")
+        self.check_fault("ro_cap", "rocap", "error", 1)
 
     def test_error_loading_oom_custom(self):
         self.redis.command("SET", "loading:1", "v")

@@ -920,6 +920,20 @@ static void test_pairing_named(void **state)
             pb.count--;
         }
     }
+    /* "MULTI\0x" is an unknown command to Redis: not MULTI to the pairing either. */
+    static const char nul_multi[] = "*1\r\n$7\r\nMULTI\0x\r\n";
+    struct resp_scanner sc;
+    struct resp_msg m;
+    resp_scanner_init(&sc, RESP_SIDE_CLIENT);
+    const uint8_t *w = (const uint8_t *)nul_multi;
+    assert_int_equal(resp_scan(&sc, w, sizeof(nul_multi) - 1, &m), 1);
+    char name[RESP_CMD_NAME_MAX];
+    assert_int_equal(resp_cmd_name_copy(w, &m, name), 0);
+    assert_string_equal(name, "");
+    struct resp_cmd c;
+    assert_int_equal(resp_pairing_command(&pa, &m, w, 99, &c), 1);
+    assert_int_equal(c.flags, 0);
+    assert_false(pa.in_multi);
 }
 
 static void test_pairing_rules(void **state)
