@@ -793,12 +793,13 @@ static int conn_open(struct conn *c, enum role role, unsigned index)
 /* The queue is ready: open the publishers and the consumers. */
 static void start_workers(void)
 {
-    g.nworkers = g.opt.publishers + g.opt.consumers;
-    g.workers = calloc(g.nworkers, sizeof(*g.workers));
+    unsigned n = g.opt.publishers + g.opt.consumers;
+    g.workers = calloc(n, sizeof(*g.workers));
     if (g.workers == NULL) {
-        finish("out of memory");
+        finish("out of memory"); /* with no workers to close */
         return;
     }
+    g.nworkers = n;
     for (unsigned i = 0; i < g.nworkers; i++) {
         enum role role = i < g.opt.publishers ? ROLE_PUBLISHER : ROLE_CONSUMER;
         if (conn_open(&g.workers[i], role, i) != 0) {
@@ -952,7 +953,8 @@ int main(int argc, char **argv)
     print_result();
 
     for (unsigned i = 0; i < g.nworkers; i++)
-        bufferevent_free(g.workers[i].bev);
+        if (g.workers[i].bev != NULL) /* a worker after one that could not connect */
+            bufferevent_free(g.workers[i].bev);
     if (g.control.bev != NULL)
         bufferevent_free(g.control.bev);
     event_free(g.tick);

@@ -464,12 +464,13 @@ static int conn_open(struct conn *c, enum role role, unsigned index)
 
 static void start_workers(void)
 {
-    g.nworkers = g.opt.producers + g.opt.consumers;
-    g.workers = calloc(g.nworkers, sizeof(*g.workers));
+    unsigned n = g.opt.producers + g.opt.consumers;
+    g.workers = calloc(n, sizeof(*g.workers));
     if (g.workers == NULL) {
-        finish("out of memory");
+        finish("out of memory"); /* with no workers to close */
         return;
     }
+    g.nworkers = n;
     for (unsigned i = 0; i < g.nworkers; i++) {
         enum role role = i < g.opt.producers ? ROLE_PRODUCER : ROLE_CONSUMER;
         if (conn_open(&g.workers[i], role, i) != 0) {
@@ -494,7 +495,8 @@ static void finish(const char *error)
     g.res.complete = error == NULL && g.res.sent > 0 && g.res.unique >= g.res.sent;
     for (unsigned i = 0; i < g.nworkers; i++) {
         conn_set_state(&g.workers[i], CS_CLOSED);
-        bufferevent_free(g.workers[i].bev); /* closes now: pending BRPOPs end */
+        if (g.workers[i].bev != NULL) /* closes now: pending BRPOPs end */
+            bufferevent_free(g.workers[i].bev);
         g.workers[i].bev = NULL;
     }
     struct timeval grace = {CLOSE_GRACE_MS / 1000, (CLOSE_GRACE_MS % 1000) * 1000};
