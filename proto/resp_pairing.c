@@ -150,14 +150,22 @@ void resp_pairing_init(struct resp_pairing *p, struct resp_cmd *slots, size_t ca
     p->proto = 2;
 }
 
+/* head + i for i <= count <= cap, back into [0, cap): a compare, where `%` was a division on
+ * every command and reply (cap is the caller's, not a constant). */
+static size_t resp_wrap(const struct resp_pairing *p, size_t i)
+{
+    size_t k = p->head + i;
+    return k >= p->cap ? k - p->cap : k;
+}
+
 static struct resp_cmd *resp_slot(const struct resp_pairing *p, size_t i)
 {
-    return &p->slots[(p->head + i) % p->cap];
+    return &p->slots[resp_wrap(p, i)];
 }
 
 static void resp_drop_front(struct resp_pairing *p, size_t n)
 {
-    p->head = (p->head + n) % p->cap;
+    p->head = resp_wrap(p, n);
     p->count -= n;
 }
 
