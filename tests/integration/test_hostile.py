@@ -677,8 +677,19 @@ class HalfOpen(HostileCase):
         # handshake timeout (10 s from its accept) race to end it.
         racing = "amqp header, a byte a second"
         self.assertIn(reasons.pop(racing), ("idle_timeout", "upstream_closed", "upstream_error"))
-        wrong = {k: (v, errors[k]) for k, v in reasons.items() if v != "idle_timeout"}
+        # A silent Redis session was reset by Redis's side now and then (2 of 4
+        # ASan runs of the whole suite on 2026-11-29, never alone): twice had sent
+        # it nothing, so the reset is the kernel's or Redis's, most likely a
+        # loopback port reused from the 10,000-connection storm of the test
+        # before (tcp_tw_reuse=2).  twice still closed the session and said why.
+        reset = {k for k, v in reasons.items() if k.startswith("resp silent") and
+                 v == "upstream_error" and errors[k] == "Connection reset by peer"}
+        for k in sorted(reset):
+            h.log("%s: reset by the upstream before the idle timeout (tolerated)" % k)
+        wrong = {k: (v, errors[k]) for k, v in reasons.items()
+                 if v != "idle_timeout" and k not in reset}
         self.assertEqual(wrong, {}, "close reasons other than idle_timeout")
+        self.assertLess(len(reset), 3, "more than a stray upstream reset: %r" % sorted(reset))
         # busy sessions were not cut: their clients never saw an error
         self.assert_bystanders_fine(*busy)
         hk.wait_fds(tw.pid, base_fds, 30)
