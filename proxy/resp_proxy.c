@@ -428,14 +428,9 @@ static void cmdview_init(struct cmdview *cv, const uint8_t *buf, const struct re
     cv->buf = buf;
     cv->len = m->len;
     cv->m = m;
-    cv->name[0] = '\0';
     cv->key[0] = '\0';
     cv->has_key = false;
-    cv->id = CMD_OTHER;
-    if (m->nelem >= 1) {
-        size_t n = resp_cmd_name_copy(buf, m, cv->name);
-        cv->id = cmd_id_of(cv->name, n);
-    }
+    cv->id = cmd_id_of(cv->name, resp_cmd_name_copy(buf, m, cv->name)); /* "" without words */
     if (m->nelem >= 2 && (want_key || cv->id != CMD_OTHER))
         cv->has_key = view_str(buf, m->len, &m->elem[1], cv->key, sizeof(cv->key));
 }

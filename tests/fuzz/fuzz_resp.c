@@ -101,27 +101,6 @@ static uint64_t msg_digest(const struct resp_msg *m)
     return h;
 }
 
-/* The command's name as the RESP session layer reads it for
- * resp_pairing_command_named(): the first element, cut to 31 bytes,
- * upper-cased; empty when those bytes hold a NUL. */
-static void session_name(const uint8_t *buf, const struct resp_msg *m, char *name)
-{
-    name[0] = '\0';
-    if (m->nelem < 1)
-        return;
-    int n = resp_view_copy(buf, m->len, &m->elem[0], (uint8_t *)name, RESP_CMD_NAME_MAX - 1);
-    if (n < 0)
-        n = 0;
-    if (n > (int)RESP_CMD_NAME_MAX - 1)
-        n = (int)RESP_CMD_NAME_MAX - 1;
-    if (memchr(name, '\0', (size_t)n) != NULL)
-        n = 0;
-    name[n] = '\0';
-    for (char *p = name; *p != '\0'; p++)
-        if (*p >= 'a' && *p <= 'z')
-            *p = (char)(*p - 'a' + 'A');
-}
-
 /* Both entry points of the pairing see the same stream and must agree. */
 static void pair_both(struct resp_pairing *pair, struct resp_pairing *named,
                       const struct resp_msg *m, const uint8_t *buf, uint64_t tag)
@@ -130,7 +109,7 @@ static void pair_both(struct resp_pairing *pair, struct resp_pairing *named,
     char name[RESP_CMD_NAME_MAX];
     memset(&c, 0, sizeof(c));
     memset(&d, 0, sizeof(d));
-    session_name(buf, m, name);
+    resp_cmd_name_copy(buf, m, name); /* as the RESP session layer reads it */
     int rc = resp_pairing_command(pair, m, buf, tag, &c);
     int rd = resp_pairing_command_named(named, m, buf, name, tag, &d);
     check(rc == rd && strcmp(c.name, d.name) == 0 && c.flags == d.flags && c.replies == d.replies &&
