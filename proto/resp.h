@@ -307,6 +307,7 @@ struct resp_pairing {
     /* The EXEC reply last matched: its queued commands, valid until the next call. */
     size_t tx_first, tx_n;
     bool tx_rejected;
+    bool general; /* tests: every command and reply takes the general path (no shortcut) */
 };
 
 /* Sets up an empty pairing for a new RESP2 connection, using slots[0..cap) as its FIFO. */

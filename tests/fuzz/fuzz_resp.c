@@ -15,6 +15,9 @@
  * the iterator, the view helpers and a pairing.  Invariants are checked with abort():
  * views stay inside their message, the iterator agrees with the scanner's views and walks exactly
  * nelem elements, a split input gives the same messages and the same error as a whole one.
+ * With a mode byte whose low two bits are 0, the input is also a conversation (commands from the
+ * first half, replies from the second, in turns the mode's bits give) fed to a reference pairing
+ * that takes no shortcut and to one that does: they must match every reply alike.
  */
 #include <stdint.h>
 #include <stdlib.h>
@@ -101,6 +104,24 @@ static uint64_t msg_digest(const struct resp_msg *m)
     return h;
 }
 
+/* The name as resp_cmd_name_copy() documents it, read the long way: the first element's
+ * decoded bytes, cut, empty when they hold a NUL, upper-cased. */
+static size_t ref_name(const uint8_t *buf, const struct resp_msg *m, char *name)
+{
+    uint8_t tmp[RESP_CMD_NAME_MAX];
+    int n = m->nelem >= 1 ? resp_view_copy(buf, m->len, &m->elem[0], tmp, sizeof(tmp) - 1) : 0;
+    if (n < 0)
+        n = 0;
+    if ((size_t)n > sizeof(tmp) - 1)
+        n = (int)sizeof(tmp) - 1;
+    if (memchr(tmp, '\0', (size_t)n) != NULL)
+        n = 0;
+    for (int i = 0; i < n; i++)
+        name[i] = (char)(tmp[i] >= 'a' && tmp[i] <= 'z' ? tmp[i] - 'a' + 'A' : tmp[i]);
+    name[n] = '\0';
+    return (size_t)n;
+}
+
 /* Both entry points of the pairing see the same stream and must agree. */
 static void pair_both(struct resp_pairing *pair, struct resp_pairing *named,
                       const struct resp_msg *m, const uint8_t *buf, uint64_t tag)
@@ -109,11 +130,29 @@ static void pair_both(struct resp_pairing *pair, struct resp_pairing *named,
     char name[RESP_CMD_NAME_MAX];
     memset(&c, 0, sizeof(c));
     memset(&d, 0, sizeof(d));
-    resp_cmd_name_copy(buf, m, name); /* as the RESP session layer reads it */
+    char ref[RESP_CMD_NAME_MAX];
+    size_t n = resp_cmd_name_copy(buf, m, name); /* as the RESP session layer reads it */
+    check(n == ref_name(buf, m, ref) && strcmp(name, ref) == 0);
     int rc = resp_pairing_command(pair, m, buf, tag, &c);
     int rd = resp_pairing_command_named(named, m, buf, name, tag, &d);
     check(rc == rd && strcmp(c.name, d.name) == 0 && c.flags == d.flags && c.replies == d.replies &&
-          c.sub_kind == d.sub_kind && c.hello_proto == d.hello_proto);
+          c.sub_kind == d.sub_kind && c.hello_proto == d.hello_proto && c.seq == d.seq &&
+          c.tag == d.tag && c.answered == d.answered);
+}
+
+/* Replies matched by the reference pairing and the one taking shortcuts must agree. */
+static void reply_both(struct resp_pairing *pair, struct resp_pairing *named,
+                       const struct resp_msg *m, const uint8_t *buf)
+{
+    struct resp_match mt, mn;
+    int rc = resp_pairing_reply(pair, m, buf, &mt);
+    check(resp_pairing_reply(named, m, buf, &mn) == rc);
+    check(rc != 1 || (mt.last == mn.last && mt.queued == mn.queued &&
+                      mt.exec_aborted == mn.exec_aborted && mt.ntx == mn.ntx &&
+                      mt.cmd.seq == mn.cmd.seq && strcmp(mt.cmd.name, mn.cmd.name) == 0));
+    check(resp_pairing_pending(pair) == resp_pairing_pending(named));
+    if (rc == 1 && mt.ntx > 0)
+        check(resp_pairing_tx(pair, mt.ntx - 1) != NULL);
 }
 
 static void scan_stream(const struct resp_scanner *proto, const uint8_t *buf, size_t len,
@@ -137,18 +176,48 @@ static void scan_stream(const struct resp_scanner *proto, const uint8_t *buf, si
         }
         check(m.len > 0 && m.len <= len - off);
         check_views(buf + off, &m);
-        struct resp_match mt, mn;
         if (sc.side == RESP_SIDE_CLIENT) {
             pair_both(pair, named, &m, buf + off, off);
         } else {
-            int rc = resp_pairing_reply(pair, &m, buf + off, &mt);
-            check(resp_pairing_reply(named, &m, buf + off, &mn) == rc);
-            if (rc == 1 && mt.ntx > 0)
-                check(resp_pairing_tx(pair, mt.ntx - 1) != NULL);
+            reply_both(pair, named, &m, buf + off);
         }
         r->digests[r->n] = msg_digest(&m);
         r->lens[r->n++] = m.len;
         off += m.len;
+    }
+}
+
+/* A conversation: commands from the first half of buf, replies from the second, taken in the
+ * turns the mode byte's bits give, through both pairings. */
+static void converse(const uint8_t *buf, size_t len, uint8_t mode)
+{
+    size_t half = len / 2, co = 0, so = half;
+    struct resp_scanner cs, ss;
+    resp_scanner_init(&cs, RESP_SIDE_CLIENT);
+    resp_scanner_init(&ss, RESP_SIDE_SERVER);
+    struct resp_cmd slots[4], named_slots[4];
+    struct resp_pairing pair, named;
+    resp_pairing_init(&pair, slots, 4);
+    pair.general = true;
+    resp_pairing_init(&named, named_slots, 4);
+    for (unsigned i = 0; i < 4 * MAX_MSGS && (co < half || so < len); i++) {
+        struct resp_msg m;
+        bool command = so >= len || (co < half && ((mode >> (i % 8)) & 1) != 0);
+        if (command) {
+            if (resp_scan(&cs, buf + co, half - co, &m) != 1) {
+                co = half;
+                continue;
+            }
+            pair_both(&pair, &named, &m, buf + co, co);
+            co += m.len;
+        } else {
+            if (resp_scan(&ss, buf + so, len - so, &m) != 1) {
+                so = len;
+                continue;
+            }
+            reply_both(&pair, &named, &m, buf + so);
+            so += m.len;
+        }
     }
 }
 
@@ -171,6 +240,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     struct resp_cmd slots[4], named_slots[4];
     struct resp_pairing pair, named;
     resp_pairing_init(&pair, slots, 4);
+    pair.general = true; /* the reference: no shortcut; named takes them */
     resp_pairing_init(&named, named_slots, 4);
     struct run whole, split;
     scan_stream(&proto, buf, len, 0, &whole, &pair, &named);
@@ -178,5 +248,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     check(whole.n == split.n && whole.rc == split.rc);
     for (size_t i = 0; i < whole.n; i++)
         check(whole.lens[i] == split.lens[i] && whole.digests[i] == split.digests[i]);
+    if ((mode & 3) == 0)
+        converse(buf, len, mode);
     return 0;
 }
