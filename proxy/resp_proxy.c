@@ -98,6 +98,7 @@ struct entry {
     bool redelivered;       /* RK_XREAD re-reading the pending list */
     bool hide;              /* the server's reply is for twice only (a DISCARD it sent) */
     uint8_t kind;           /* enum reply_kind */
+    uint32_t more;          /* RK_PLAIN: replies owed after the next one (forward_plain) */
     int64_t add;            /* RK_ADD_INT */
     const struct rule *close_after;
     char *arg;        /* RK_POP: the list; RK_RQ_HASH: job id; RK_XADD: stream */
@@ -1330,6 +1331,10 @@ static void on_reply(struct rpx *rx, const uint8_t *buf, const struct resp_msg *
          * small one copied into the output's last chain).  Not when a push
          * or pub/sub message that came first still waits in the entry. */
         rx->run[SIDE_UPSTREAM] += m->len;
+        if (match.last && e->more > 0) {
+            e->more--; /* the next reply is this entry's too, and takes this path */
+            return;
+        }
         if (match.last && e->close_after == NULL) {
             /* Answered and sent: off the queue at once, so that the next
              * reply of the same read (a pipeline) is at the head and takes
@@ -1386,7 +1391,9 @@ static void on_reply(struct rpx *rx, const uint8_t *buf, const struct resp_msg *
         evbuffer_add_buffer(e->bytes, reply);
         evbuffer_free(reply);
     }
-    if (match.last) {
+    if (match.last && e->more > 0) {
+        e->more--;
+    } else if (match.last) {
         e->done = true;
         rx->await = next_server(e);
     }
@@ -1419,6 +1426,29 @@ static struct entry *forward(struct rpx *rx, const struct cmdview *cv, const str
     if (rc != 1)
         return NULL; /* the server will not answer (CLIENT REPLY OFF, empty command) */
     return entry_add(rx, true);
+}
+
+/* Forwards a command twice does not look at (no id, no rule on it): like
+ * forward(), but its reply joins the last entry when that one is a plain
+ * reply still owed, so that a pipeline of GETs costs one entry, not one
+ * each.  The entry counts commands (`more`), not replies: a SUBSCRIBE's
+ * confirmations end it at the last one, as the pairing says.  Replies and
+ * what comes out of band between them go out in the order they came, as
+ * with an entry each. */
+static void forward_plain(struct rpx *rx, const struct cmdview *cv, const struct resp_msg *m,
+                          const uint8_t *buf, size_t len)
+{
+    int rc = resp_pairing_command_named(&rx->pairing, m, buf, cv->name, 0, NULL);
+    rx->run[SIDE_CLIENT] += len;
+    if (rc != 1)
+        return;
+    struct entry *t = rx->tail;
+    if (t != NULL && t->server && !t->done && t->kind == RK_PLAIN && !t->hide &&
+        t->close_after == NULL && t->release_ms == 0 && t->more < UINT32_MAX) {
+        t->more++;
+        return;
+    }
+    entry_add(rx, true);
 }
 
 /* Keeps back the command at the head of pend[CLIENT]. */
@@ -2180,6 +2210,12 @@ static enum cmd_result command(struct rpx *rx, const uint8_t *buf, const struct 
     const struct rule *pub = NULL;
     if (rx->decided < DECIDED_ALL && rx->prof != PROF_NONE && rx->prof != PROF_STREAMS)
         pub = publish_decide(rx, &cv, NULL);
+    if (pub == NULL && cv.id == CMD_OTHER) {
+        /* GET, SET, INCR...: no reply kind, no rule on it. */
+        forward_plain(rx, &cv, m, buf, len);
+        rx->decided = 0;
+        return CMD_DONE;
+    }
     if (pub != NULL) {
         switch (pub->action.kind) {
         case RULE_ACT_DROP:

@@ -957,7 +957,10 @@ FAULT_RULES = {
     "hang": [("hang", ["when command command=GET key=hang", "do drop"])],
     "closer": [("cbefore", ["when command command=SET key=boom", "do close before"]),
                ("cafter", ["when command command=SET key=boom-after", "do close after"])],
+    # a held reply with a pipeline behind it (profile celery)
+    "held": [("held", ["when deliver queue=celery", "do delay 600ms"])],
 }
+FAULT_PROFILES = {"held": "celery"}
 
 EV_COMMAND = 7  # enum rule_event (rules/rule.h)
 
@@ -969,7 +972,7 @@ class CommandFaults(unittest.TestCase):
         cls.redis = h.start_redis(cls.tmp)
         cls.journal = os.path.join(cls.tmp, "journal.pb")
         cls.ports = {name: h.free_port() for name in FAULT_RULES}
-        listeners = [rk.resp_listen_block(name, port, cls.redis.port)
+        listeners = [rk.resp_listen_block(name, port, cls.redis.port, profile=FAULT_PROFILES.get(name))
                      for name, port in sorted(cls.ports.items())]
         rules = [fk.rule_block(rn, ln, *lines) for ln, rl in FAULT_RULES.items() for rn, lines in rl]
         head = "seed 7\njournal %s\nlog-level debug\nconnect-timeout 2s\nshutdown-grace 2s\n" % cls.journal
@@ -1173,6 +1176,45 @@ class CommandFaults(unittest.TestCase):
         self.assertGreaterEqual(dt, 0.9, self.why("pipelined [GET a, PING] answered after %.3fs" % dt))
         self.assertEqual(self.redis.command("GET", "a"), b"vb")
         self.check_fault("slow", "slow", "delay", 1, addrs=[addr])
+
+    def test_pipeline_behind_a_held_reply(self):
+        """A delivery held back 600 ms, with GET, INCR, PING... pipelined
+        behind it in the same write: their replies come back from Redis at
+        once, but reach the client only after the held one, in order, byte
+        for byte (twice keeps a run of plain replies in one entry)."""
+        self.redis.command("LPUSH", "celery", kombu_message("held-1"))
+        self.redis.command("SET", "a", "va")
+        plain = [enc("GET", "a"), enc("INCR", "n"), enc("GET", "nope"), enc("PING"),
+                 enc("INCR", "n"), enc("SET", "b", "vb"), enc("GET", "b"), enc("STRLEN", "a")]
+        want = [b":1\r\n", b"$-1\r\n", b"+PONG\r\n", b":2\r\n", b"+OK\r\n",
+                b"$2\r\nvb\r\n", b":2\r\n"]
+        with rk.Conn(self.ports["held"]) as c:
+            t0 = time.monotonic()
+            c.send(enc("BRPOP", "celery", "1"), *plain)
+            first = c.read_raw()
+            dt = time.monotonic() - t0
+            rest = c.read_n(len(plain))
+            # the same connection goes on: a pipeline with nothing held
+            c.send(*[enc("INCR", "m") for _ in range(50)])
+            after = c.read_n(50)
+            # and the next delivery is seen, and held, as the first was: the
+            # run of plain replies before it ended where it should
+            self.redis.command("LPUSH", "celery", kombu_message("held-2"))
+            t1 = time.monotonic()
+            c.send(enc("BRPOP", "celery", "1"), enc("PING"))
+            second = c.read_raw()
+            dt2 = time.monotonic() - t1
+            pong = c.read_raw()
+        self.assertTrue(first.startswith(b"*2\r\n$6\r\ncelery\r\n"), self.why("BRPOP's reply: %r" % first[:80]))
+        self.assertGreaterEqual(dt, 0.5, self.why("the held delivery came after %.3fs" % dt))
+        self.assertEqual(rest, [b"$2\r\nva\r\n"] + want,
+                         self.why("replies behind the held one, out of order or changed:"))
+        self.assertEqual(after, [b":%d\r\n" % i for i in range(1, 51)])
+        self.assertTrue(second.startswith(b"*2\r\n$6\r\ncelery\r\n") and b"held-2" in second,
+                        self.why("the second BRPOP's reply: %r" % second[:80]))
+        self.assertGreaterEqual(dt2, 0.5, self.why("the second held delivery came after %.3fs" % dt2))
+        self.assertEqual(pong, b"+PONG\r\n")
+        self.assertEqual(self.redis.command("GET", "n"), b"2")
 
     # -- drop ---------------------------------------------------------------
 
