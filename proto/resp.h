@@ -9,10 +9,14 @@
  * evbuffer, and asks:
  *
  *     resp_scan()               one whole message at the start of buf  -> 1 / 0 need more / <0
+ *     resp_scan_command_len()   the length and name of a common command, without a full scan
+ *     resp_scan_reply_len()     the length of a common reply, the same way
  *     resp_args_next()          every element of a scanned command or top-level aggregate
  *     resp_view_copy()          an element's bytes (inline words unquoted as Redis does)
  *     resp_pairing_command()    a command was sent: remember what its reply will look like
+ *     resp_pairing_simple()     the same for a plain command known by its name alone
  *     resp_pairing_reply()      a reply arrived: which command it answers, or out-of-band
+ *     resp_pairing_reply_simple()  the same for the reply to a plain command
  *     resp_encode_*()           replies and commands into a caller buffer
  *
  * Ownership: every view (struct resp_view) is an offset and length into the message the scanner
@@ -200,6 +204,23 @@ void resp_scanner_reset(struct resp_scanner *sc);
 int resp_scan(struct resp_scanner *sc, const uint8_t *buf, size_t len,
               struct resp_msg *out) RESP_WARN_UNUSED;
 
+/*
+ * The length of the command at the start of buf[0..len) when it is the common kind, a multibulk
+ * of one or more bulk strings, whole in buf and within sc's limits; *name is then its first
+ * element's view.  Returns 0 for anything else (another form, not all here, a limit reached, sc in
+ * the middle of a message or failed), which resp_scan() then decides.  Whenever it returns n > 0,
+ * resp_scan() on the same bytes would return 1 with len n and elem[0] == *name; it changes
+ * nothing in sc.  For a caller that only needs to know where a command ends and what it is named.
+ */
+size_t resp_scan_command_len(const struct resp_scanner *sc, const uint8_t *buf, size_t len,
+                             struct resp_view *name);
+
+/* The same for a server's reply of the common kinds (a bulk string, a RESP2 null, a simple
+ * string, an error, an integer, an array of bulk strings): its length, *type its first byte,
+ * or 0 (then resp_scan() decides). */
+size_t resp_scan_reply_len(const struct resp_scanner *sc, const uint8_t *buf, size_t len,
+                           uint8_t *type);
+
 /* ---- elements ---------------------------------------------------------------------------- */
 
 /* An iterator over the elements of one scanned command or top-level aggregate. */
@@ -330,6 +351,15 @@ int resp_pairing_command_named(struct resp_pairing *p, const struct resp_msg *m,
                                const char *name, uint64_t tag,
                                struct resp_cmd *cmd) RESP_WARN_UNUSED;
 
+/* The same for a command known by its name alone (n bytes, upper-cased as above, no NUL), with
+ * at least one element: when it is plain (answered by exactly one reply, changing no state:
+ * not MULTI, CLIENT, SUBSCRIBE, a blocking command...) and the connection is in its plain
+ * state (no MULTI open, no CLIENT REPLY OFF / SKIP), records it and returns 1, as
+ * resp_pairing_command_named() would; RESP_E_PAIRING_FULL as there; 0, recording nothing, for
+ * any other command or state (then call resp_pairing_command_named()). */
+int resp_pairing_simple(struct resp_pairing *p, const char *name, size_t n, uint64_t tag,
+                        struct resp_cmd *cmd) RESP_WARN_UNUSED;
+
 /* The command's name as the pairing reads it: its first element upper-cased (ASCII), cut to
  * RESP_CMD_NAME_MAX - 1 bytes, into name[RESP_CMD_NAME_MAX]; empty when it holds a NUL byte (Redis
  * has no such command, and a prefix must not pass for MULTI or EXEC).  Returns its length. */
@@ -356,6 +386,13 @@ struct resp_match {
  */
 int resp_pairing_reply(struct resp_pairing *p, const struct resp_msg *m, const uint8_t *buf,
                        struct resp_match *match) RESP_WARN_UNUSED;
+
+/* The same for a reply known by its first byte alone (type; '>' a RESP3 push, '|' an
+ * attribute): when the command at the head is a plain one (one reply, no state, as
+ * resp_pairing_simple() records) and nothing can come out of band (no subscription, no MONITOR,
+ * not a push), removes that command and returns 1, as resp_pairing_reply() would with
+ * match.last; otherwise 0, changing nothing (then call resp_pairing_reply()). */
+int resp_pairing_reply_simple(struct resp_pairing *p, uint8_t type) RESP_WARN_UNUSED;
 
 /* After resp_pairing_reply() matched an EXEC array: the queued command its element i answers
  * (i < match->ntx), or NULL.  Valid until the next call on p. */

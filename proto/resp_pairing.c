@@ -324,6 +324,31 @@ int resp_pairing_command(struct resp_pairing *p, const struct resp_msg *m, const
     return resp_pairing_command_named(p, m, buf, NULL, tag, cmd);
 }
 
+int resp_pairing_simple(struct resp_pairing *p, const char *name, size_t n, uint64_t tag,
+                        struct resp_cmd *cmd)
+{
+    if (p->in_multi || p->reply_off || p->skip_next || p->general || n == 0 ||
+        n >= RESP_CMD_NAME_MAX || !resp_cmd_simple(name, n))
+        return 0;
+    if (p->count == p->cap)
+        return RESP_E_PAIRING_FULL;
+    /* Straight into its slot, as the general path would leave it (fuzz_resp compares them). */
+    p->tx_n = 0;
+    struct resp_cmd *s = resp_slot(p, p->count++);
+    memcpy(s->name, name, n);
+    s->name[n] = '\0';
+    s->flags = 0;
+    s->replies = 1;
+    s->answered = 0;
+    s->sub_kind = RESP_SUB_NONE;
+    s->hello_proto = 0;
+    s->seq = p->seq++;
+    s->tag = tag;
+    if (cmd != NULL)
+        *cmd = *s;
+    return 1;
+}
+
 int resp_pairing_command_named(struct resp_pairing *p, const struct resp_msg *m, const uint8_t *buf,
                                const char *name, uint64_t tag, struct resp_cmd *cmd)
 {
@@ -334,25 +359,10 @@ int resp_pairing_command_named(struct resp_pairing *p, const struct resp_msg *m,
     }
     if (p->count == p->cap)
         return RESP_E_PAIRING_FULL;
-    if (name != NULL && !p->in_multi && !p->reply_off && !p->skip_next && !p->general) {
-        /* The common command, named by the caller: straight into its slot, as the general path
-         * below would leave it (fuzz_resp compares the two entry points). */
-        size_t n = strnlen(name, RESP_CMD_NAME_MAX - 1);
-        if (resp_cmd_simple(name, n)) {
-            struct resp_cmd *s = resp_slot(p, p->count++);
-            memcpy(s->name, name, n);
-            s->name[n] = '\0';
-            s->flags = 0;
-            s->replies = 1;
-            s->answered = 0;
-            s->sub_kind = RESP_SUB_NONE;
-            s->hello_proto = 0;
-            s->seq = p->seq++;
-            s->tag = tag;
-            if (cmd != NULL)
-                *cmd = *s;
-            return 1;
-        }
+    if (name != NULL) {
+        int rc = resp_pairing_simple(p, name, strnlen(name, RESP_CMD_NAME_MAX - 1), tag, cmd);
+        if (rc != 0)
+            return rc;
     }
     struct resp_cmd c;
     memset(&c, 0, sizeof(c));
@@ -530,16 +540,32 @@ static int resp_answer(struct resp_pairing *p, struct resp_cmd *head, const stru
     return 1;
 }
 
+/* Whether a reply (a push or not) is the one the plain command at the head awaits: nothing comes
+ * out of band on the connection (no subscription, no MONITOR, not a RESP3 push). */
+static bool resp_plain_turn(const struct resp_pairing *p, const struct resp_cmd *head, bool push)
+{
+    return head != NULL && head->flags == 0 && !push && !p->monitor && !resp_subscribed(p) &&
+           !p->general;
+}
+
+int resp_pairing_reply_simple(struct resp_pairing *p, uint8_t type)
+{
+    struct resp_cmd *head = p->count > p->kept ? resp_slot(p, p->kept) : NULL;
+    if (type == '|' || !resp_plain_turn(p, head, type == '>'))
+        return 0;
+    p->tx_n = 0;
+    resp_remove_pending(p);
+    return 1;
+}
+
 int resp_pairing_reply(struct resp_pairing *p, const struct resp_msg *m, const uint8_t *buf,
                        struct resp_match *match)
 {
     memset(match, 0, sizeof(*match));
     p->tx_n = 0;
     struct resp_cmd *head = p->count > p->kept ? resp_slot(p, p->kept) : NULL;
-    if (head != NULL && head->flags == 0 && !m->push && !p->monitor && !resp_subscribed(p) &&
-        !p->general) {
-        /* The reply to a plain command on a connection with nothing out of band: what
-         * resp_answer() does for it, without reading the reply's first element. */
+    if (resp_plain_turn(p, head, m->push)) {
+        /* What resp_answer() does for it, without reading the reply's first element. */
         match->last = true;
         match->cmd = *head;
         resp_remove_pending(p);

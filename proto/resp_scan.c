@@ -645,10 +645,11 @@ static size_t resp_fast_len(const uint8_t *p, const uint8_t *end, uint64_t *out)
     return i + 2;
 }
 
-/* A multibulk of n (1 or more) bulk strings whose header took buf[0..pos), all here: fills *out
- * as the state machine would (a view per element, up to RESP_MSG_VIEWS) and returns 1, or 0. */
-static int resp_fast_bulks(const struct resp_scanner *sc, const uint8_t *buf, size_t len,
-                           size_t pos, uint64_t n, struct resp_msg *out)
+/* The elements of a multibulk of n (1 or more) bulk strings whose header took buf[0..pos), all
+ * here: the first `views` of them into view[] as the state machine would fill them.  Returns the
+ * message's length, or 0 for anything else. */
+static size_t resp_fast_bulks(const struct resp_scanner *sc, const uint8_t *buf, size_t len,
+                              size_t pos, uint64_t n, struct resp_view *view, size_t views)
 {
     const uint8_t *end = buf + len;
     if (n == 0 || n > sc->max_elements || sc->max_depth < 1)
@@ -662,14 +663,124 @@ static int resp_fast_bulks(const struct resp_scanner *sc, const uint8_t *buf, si
         size_t off = pos + 1 + k;
         if (buf[off + blen] != '\r' || buf[off + blen + 1] != '\n')
             return 0;
-        if (i < RESP_MSG_VIEWS)
-            out->elem[i] = (struct resp_view){.off = off, .len = (size_t)blen, .type = '$'};
+        if (i < views)
+            view[i] = (struct resp_view){.off = off, .len = (size_t)blen, .type = '$'};
         pos = off + (size_t)blen + 2;
     }
+    return pos;
+}
+
+/* A whole multibulk of bulk strings into *out, or 0. */
+static int resp_fast_array(const struct resp_scanner *sc, const uint8_t *buf, size_t len,
+                           size_t pos, uint64_t n, struct resp_msg *out)
+{
+    size_t total = resp_fast_bulks(sc, buf, len, pos, n, out->elem, RESP_MSG_VIEWS);
+    if (total == 0)
+        return 0;
     out->type = '*';
     out->nelem = n;
     out->value = (struct resp_view){.off = 0, .count = n, .type = '*'};
-    out->len = pos;
+    out->len = total;
+    return 1;
+}
+
+size_t resp_scan_command_len(const struct resp_scanner *sc, const uint8_t *buf, size_t len,
+                             struct resp_view *name)
+{
+    uint64_t n;
+    size_t k;
+    if (sc->started || sc->err < 0 || sc->side != RESP_SIDE_CLIENT || len < 4 || buf[0] != '*' ||
+        (k = resp_fast_len(buf + 1, buf + len, &n)) == 0)
+        return 0;
+    return resp_fast_bulks(sc, buf, len, 1 + k, n, name, 1);
+}
+
+/* What resp_fast_reply() found: the value's type, view and the message's length. */
+struct resp_fast {
+    uint8_t type;
+    bool null;
+    size_t off, vlen; /* the value (simple types) */
+    uint64_t count;   /* '*': elements */
+    size_t len;
+};
+
+/* A server's bulk string, null ($-1, *-1), simple string, error, integer or array of bulk
+ * strings, whole in buf: *f, and the first `views` elements of an array into view[]; 1, or 0
+ * for anything else. */
+static int resp_fast_reply(const struct resp_scanner *sc, const uint8_t *buf, size_t len,
+                           struct resp_fast *f, struct resp_view *view, size_t views)
+{
+    const uint8_t *end = buf + len;
+    uint64_t n;
+    size_t k;
+    if (len < 4)
+        return 0;
+    f->type = buf[0];
+    f->null = false;
+    f->count = 0;
+    switch (buf[0]) {
+    case '$': {
+        if (buf[1] == '-')
+            goto null;
+        if ((k = resp_fast_len(buf + 1, end, &n)) == 0 || n > sc->max_bulk || n > len - (1 + k) ||
+            len - (1 + k) - n < 2)
+            return 0;
+        size_t off = 1 + k;
+        if (buf[off + n] != '\r' || buf[off + n + 1] != '\n')
+            return 0;
+        f->off = off;
+        f->vlen = (size_t)n;
+        f->len = off + (size_t)n + 2;
+        return 1;
+    }
+    case '*':
+        if (buf[1] == '-')
+            goto null;
+        if ((k = resp_fast_len(buf + 1, end, &n)) == 0 ||
+            (f->len = resp_fast_bulks(sc, buf, len, 1 + k, n, view, views)) == 0)
+            return 0;
+        f->off = 0;
+        f->vlen = 0;
+        f->count = n;
+        return 1;
+    case '+':
+    case '-': {
+        /* Short lines ("+OK", "+QUEUED"): a loop beats two memchr calls. */
+        size_t max = sc->max_line < len - 1 ? sc->max_line : len - 1;
+        size_t i = 1;
+        while (i <= max && buf[i] != '\r' && buf[i] != '\n')
+            i++;
+        if (i > max || buf[i] != '\r' || i + 1 >= len || buf[i + 1] != '\n')
+            return 0;
+        f->off = 1;
+        f->vlen = i - 1;
+        f->len = i + 2;
+        return 1;
+    }
+    case ':': {
+        size_t i = 1;
+        while (i < len && i <= RESP_INT_LINE_MAX && buf[i] != '\r')
+            i++;
+        int64_t v;
+        if (i + 1 >= len || buf[i] != '\r' || buf[i + 1] != '\n' ||
+            resp_parse_int(buf + 1, i - 1, &v) != RESP_OK)
+            return 0;
+        f->off = 1;
+        f->vlen = i - 1;
+        f->len = i + 2;
+        return 1;
+    }
+    default:
+        return 0;
+    }
+null:
+    /* "$-1" and "*-1": RESP2's nulls (the null "_" of RESP3 goes the long way). */
+    if (buf[2] != '1' || buf[3] != '\r' || len < 5 || buf[4] != '\n')
+        return 0;
+    f->null = true;
+    f->off = 0;
+    f->vlen = 0;
+    f->len = 5;
     return 1;
 }
 
@@ -693,68 +804,29 @@ static int resp_scan_fast(const struct resp_scanner *sc, const uint8_t *buf, siz
     if (sc->side == RESP_SIDE_CLIENT) {
         if (buf[0] != '*' || (k = resp_fast_len(buf + 1, end, &n)) == 0)
             return 0;
-        return resp_fast_bulks(sc, buf, len, 1 + k, n, out);
+        return resp_fast_array(sc, buf, len, 1 + k, n, out);
     }
-    switch (buf[0]) {
-    case '$': {
-        if (buf[1] == '-')
-            goto null;
-        if ((k = resp_fast_len(buf + 1, end, &n)) == 0 || n > sc->max_bulk || n > len - (1 + k) ||
-            len - (1 + k) - n < 2)
-            return 0;
-        size_t off = 1 + k;
-        if (buf[off + n] != '\r' || buf[off + n + 1] != '\n')
-            return 0;
-        out->type = '$';
-        out->value = (struct resp_view){.off = off, .len = (size_t)n, .type = '$'};
-        out->len = off + (size_t)n + 2;
-        return 1;
-    }
-    case '*':
-        if (buf[1] == '-')
-            goto null;
-        if ((k = resp_fast_len(buf + 1, end, &n)) == 0)
-            return 0;
-        return resp_fast_bulks(sc, buf, len, 1 + k, n, out);
-    case '+':
-    case '-': {
-        /* Short lines ("+OK", "+QUEUED"): a loop beats two memchr calls. */
-        size_t max = sc->max_line < len - 1 ? sc->max_line : len - 1;
-        size_t i = 1;
-        while (i <= max && buf[i] != '\r' && buf[i] != '\n')
-            i++;
-        if (i > max || buf[i] != '\r' || i + 1 >= len || buf[i + 1] != '\n')
-            return 0;
-        out->type = buf[0];
-        out->value = (struct resp_view){.off = 1, .len = i - 1, .type = buf[0]};
-        out->len = i + 2;
-        return 1;
-    }
-    case ':': {
-        size_t i = 1;
-        while (i < len && i <= RESP_INT_LINE_MAX && buf[i] != '\r')
-            i++;
-        int64_t v;
-        if (i + 1 >= len || buf[i] != '\r' || buf[i + 1] != '\n' ||
-            resp_parse_int(buf + 1, i - 1, &v) != RESP_OK)
-            return 0;
-        out->type = ':';
-        out->value = (struct resp_view){.off = 1, .len = i - 1, .type = ':'};
-        out->len = i + 2;
-        return 1;
-    }
-    default:
+    struct resp_fast f;
+    if (resp_fast_reply(sc, buf, len, &f, out->elem, RESP_MSG_VIEWS) == 0)
         return 0;
-    }
-null:
-    /* "$-1" and "*-1": RESP2's nulls (the null "_" of RESP3 goes the long way). */
-    if (buf[2] != '1' || buf[3] != '\r' || len < 5 || buf[4] != '\n')
-        return 0;
-    out->type = buf[0];
-    out->null = true;
-    out->value = (struct resp_view){.off = 0, .null = true, .type = buf[0]};
-    out->len = 5;
+    out->type = f.type;
+    out->null = f.null;
+    out->nelem = f.count;
+    out->value = (struct resp_view){
+        .off = f.off, .len = f.vlen, .count = f.count, .type = f.type, .null = f.null};
+    out->len = f.len;
     return 1;
+}
+
+size_t resp_scan_reply_len(const struct resp_scanner *sc, const uint8_t *buf, size_t len,
+                           uint8_t *type)
+{
+    struct resp_fast f;
+    if (sc->started || sc->err < 0 || sc->side != RESP_SIDE_SERVER ||
+        resp_fast_reply(sc, buf, len, &f, NULL, 0) == 0)
+        return 0;
+    *type = f.type;
+    return f.len;
 }
 
 int resp_scan(struct resp_scanner *sc, const uint8_t *buf, size_t len, struct resp_msg *out)

@@ -527,6 +527,9 @@ static void test_golden_iterator(void **state)
 /* ---- incremental feeding ------------------------------------------------------------------- */
 
 /* A proxy-like driver: holds exactly the unconsumed bytes in a heap buffer of that size. */
+/* Messages resp_scan_command_len() / resp_scan_reply_len() measured in feeder_push(). */
+static size_t g_shortcuts;
+
 struct feeder {
     struct resp_scanner sc;
     const struct golden *g;
@@ -593,12 +596,29 @@ static void feeder_push(struct feeder *f, const uint8_t *p, size_t k)
     f->n += k;
     for (;;) {
         struct resp_msg m;
+        /* The shortcuts that only measure a message, asked first (they change nothing). */
+        struct resp_view name;
+        uint8_t type = 0;
+        size_t cl = resp_scan_command_len(&f->sc, f->held, f->n, &name);
+        size_t rl = resp_scan_reply_len(&f->sc, f->held, f->n, &type);
         int rc = resp_scan(&f->sc, f->held, f->n, &m);
         if (rc < 0)
             fail_msg("offset %zu: %s", f->consumed, resp_strerror(rc));
         if (rc == 0) {
             assert_true(m.len > f->n);
+            assert_int_equal(cl, 0); /* never a length for a message not all here */
+            assert_int_equal(rl, 0);
             return;
+        }
+        if (cl != 0) {
+            assert_int_equal(cl, m.len);
+            assert_view_equal(&name, &m.elem[0]);
+            g_shortcuts++;
+        }
+        if (rl != 0) {
+            assert_int_equal(rl, m.len);
+            assert_int_equal(type, m.type);
+            g_shortcuts++;
         }
         assert_true(f->count < f->g->n);
         assert_int_equal(f->consumed, f->g->msgs[f->count].off);
@@ -639,6 +659,7 @@ static void feed_in_chunks(const struct golden *g, size_t chunk)
 static void test_split_every_offset(void **state)
 {
     (void)state;
+    g_shortcuts = 0;
     for (int s = 0; s < G_COUNT; s++) {
         if (s == G_BIG_C || s == G_BIG_S)
             continue;
@@ -646,6 +667,7 @@ static void test_split_every_offset(void **state)
         feed_in_chunks(&g_streams[s], 1);
         feed_in_chunks(&g_streams[s], 7);
     }
+    assert_true(g_shortcuts > 1000); /* the shortcuts took part, and agreed every time */
 }
 
 /* The 100 KiB streams: every offset around each message and bulk boundary, plus pieces of 16
@@ -931,6 +953,52 @@ static void test_pairing_named(void **state)
     assert_int_equal(resp_pairing_command(&pa, &m, w, 99, &c), 1);
     assert_int_equal(c.flags, 0);
     assert_false(pa.in_multi);
+}
+
+/* The shortcuts by name and by first byte take plain commands and their replies only, and
+ * only while nothing else can happen on the connection. */
+static void test_pairing_simple(void **state)
+{
+    (void)state;
+    struct resp_cmd slots[8], c;
+    struct resp_pairing p;
+    resp_pairing_init(&p, slots, 8);
+    assert_int_equal(resp_pairing_simple(&p, "GET", 3, 1, &c), 1);
+    assert_string_equal(c.name, "GET");
+    assert_int_equal(c.flags, 0);
+    assert_int_equal(c.seq, 0);
+    assert_int_equal(resp_pairing_simple(&p, "WATCH", 5, 2, NULL), 1); /* outside MULTI */
+    static const char *const special[] = {"MULTI",      "EXEC",  "DISCARD", "CLIENT", "SUBSCRIBE",
+                                          "PSUBSCRIBE", "BRPOP", "BLMOVE",  "WAIT",   "XREAD",
+                                          "XREADGROUP", "HELLO", "MONITOR", "RESET",  "QUIT"};
+    for (size_t i = 0; i < sizeof(special) / sizeof(special[0]); i++)
+        assert_int_equal(resp_pairing_simple(&p, special[i], strlen(special[i]), 0, NULL), 0);
+    assert_int_equal(resp_pairing_pending(&p), 2);
+    /* replies: a push is out of band, the others answer GET then WATCH */
+    assert_int_equal(resp_pairing_reply_simple(&p, '>'), 0);
+    assert_int_equal(resp_pairing_reply_simple(&p, '$'), 1);
+    assert_int_equal(resp_pairing_reply_simple(&p, '+'), 1);
+    assert_int_equal(resp_pairing_reply_simple(&p, '+'), 0); /* nothing awaits it */
+    /* inside MULTI, and while CLIENT REPLY is off, not even GET */
+    p.in_multi = true;
+    assert_int_equal(resp_pairing_simple(&p, "GET", 3, 0, NULL), 0);
+    p.in_multi = false;
+    p.reply_off = true;
+    assert_int_equal(resp_pairing_simple(&p, "GET", 3, 0, NULL), 0);
+    p.reply_off = false;
+    /* subscribed or monitoring: a reply may be a message, the long way decides */
+    assert_int_equal(resp_pairing_simple(&p, "PING", 4, 0, NULL), 1);
+    p.channels = 1;
+    assert_int_equal(resp_pairing_reply_simple(&p, '*'), 0);
+    p.channels = 0;
+    p.monitor = true;
+    assert_int_equal(resp_pairing_reply_simple(&p, '+'), 0);
+    p.monitor = false;
+    assert_int_equal(resp_pairing_reply_simple(&p, '+'), 1);
+    /* a full FIFO */
+    for (int i = 0; i < 8; i++)
+        assert_int_equal(resp_pairing_simple(&p, "SET", 3, 0, NULL), 1);
+    assert_int_equal(resp_pairing_simple(&p, "SET", 3, 0, NULL), RESP_E_PAIRING_FULL);
 }
 
 static void test_pairing_rules(void **state)
@@ -1635,6 +1703,7 @@ int main(void)
         cmocka_unit_test(test_pairing_golden),
         cmocka_unit_test(test_pairing_rules),
         cmocka_unit_test(test_pairing_named),
+        cmocka_unit_test(test_pairing_simple),
         cmocka_unit_test(test_pairing_unsubscribe_all),
         cmocka_unit_test(test_malformed),
         cmocka_unit_test(test_valid_edges),
