@@ -1435,13 +1435,8 @@ static struct entry *forward(struct rpx *rx, const struct cmdview *cv, const str
  * confirmations end it at the last one, as the pairing says.  Replies and
  * what comes out of band between them go out in the order they came, as
  * with an entry each. */
-static void forward_plain(struct rpx *rx, const struct cmdview *cv, const struct resp_msg *m,
-                          const uint8_t *buf, size_t len)
+static void owe_plain(struct rpx *rx)
 {
-    int rc = resp_pairing_command_named(&rx->pairing, m, buf, cv->name, 0, NULL);
-    rx->run[SIDE_CLIENT] += len;
-    if (rc != 1)
-        return;
     struct entry *t = rx->tail;
     if (t != NULL && t->server && !t->done && t->kind == RK_PLAIN && !t->hide &&
         t->close_after == NULL && t->release_ms == 0 && t->more < UINT32_MAX) {
@@ -1449,6 +1444,54 @@ static void forward_plain(struct rpx *rx, const struct cmdview *cv, const struct
         return;
     }
     entry_add(rx, true);
+}
+
+static void forward_plain(struct rpx *rx, const struct cmdview *cv, const struct resp_msg *m,
+                          const uint8_t *buf, size_t len)
+{
+    int rc = resp_pairing_command_named(&rx->pairing, m, buf, cv->name, 0, NULL);
+    rx->run[SIDE_CLIENT] += len;
+    if (rc == 1)
+        owe_plain(rx);
+}
+
+/*
+ * The plain pipeline.  While no rule looks at commands and nothing is in
+ * progress (no transaction, no hold, no decision made ahead), a command that
+ * neither twice nor the pairing has a use for (GET, SET, INCR...) is only
+ * measured: resp_scan_command_len() finds its end and its name, the name is
+ * matched, and the command joins the run, as command() would end up doing
+ * for it after a full scan.  Anything else, or anything unusual about it (a
+ * long name, a NUL, a message that leaves the window), goes the general way.
+ * Returns whether it took the next command.
+ */
+static bool plain_command(struct rpx *rx)
+{
+    const struct rpx_window *w = &rx->win[SIDE_CLIENT];
+    size_t run = rx->run[SIDE_CLIENT];
+    if (w->p == NULL || w->len <= run || rx->decided != 0 || rx->tx.active ||
+        rx->need[SIDE_CLIENT] != 0 || wanted(rx, RULE_EV_COMMAND))
+        return false;
+    const uint8_t *p = w->p + run;
+    struct resp_view nv;
+    size_t len = resp_scan_command_len(&rx->sc[SIDE_CLIENT], p, w->len - run, &nv);
+    if (len == 0 || nv.len == 0 || nv.len >= RESP_CMD_NAME_MAX)
+        return false;
+    char name[RESP_CMD_NAME_MAX];
+    for (size_t i = 0; i < nv.len; i++) {
+        uint8_t c = p[nv.off + i];
+        if (c == '\0')
+            return false;
+        name[i] = (char)(c >= 'a' && c <= 'z' ? c - 'a' + 'A' : c);
+    }
+    name[nv.len] = '\0';
+    if (cmd_id_of(name, nv.len) != CMD_OTHER ||
+        resp_pairing_simple(&rx->pairing, name, nv.len, 0, NULL) != 1)
+        return false;
+    stat_add(&rx->s->loop->events[RULE_EV_COMMAND], 1);
+    rx->run[SIDE_CLIENT] += len;
+    owe_plain(rx);
+    return true;
 }
 
 /* Keeps back the command at the head of pend[CLIENT]. */
@@ -2393,9 +2436,41 @@ static int scan_one(struct rpx *rx, enum session_side side, struct resp_msg *m, 
     return 1;
 }
 
+/* The plain pipeline's other half: the reply due next, to a plain command
+ * whose entry is at the head with nothing held in it, is measured
+ * (resp_scan_reply_len) and joins the run, as on_reply() would after a full
+ * scan.  Returns whether it took the next reply. */
+static bool plain_reply(struct rpx *rx)
+{
+    const struct rpx_window *w = &rx->win[SIDE_UPSTREAM];
+    size_t run = rx->run[SIDE_UPSTREAM];
+    struct entry *e = rx->await;
+    if (w->p == NULL || w->len <= run || rx->need[SIDE_UPSTREAM] != 0 || e == NULL ||
+        e != rx->head || e->kind != RK_PLAIN || e->release_ms != 0 || e->hide ||
+        evbuffer_get_length(e->bytes) != 0)
+        return false;
+    uint8_t type;
+    size_t len = resp_scan_reply_len(&rx->sc[SIDE_UPSTREAM], w->p + run, w->len - run, &type);
+    if (len == 0 || resp_pairing_reply_simple(&rx->pairing, type) != 1)
+        return false;
+    rx->run[SIDE_UPSTREAM] += len;
+    if (e->more > 0) {
+        e->more--;
+    } else if (e->close_after == NULL) {
+        rx->await = next_server(e);
+        pop_head(rx);
+    } else {
+        e->done = true; /* flush_replies cuts once it went out */
+        rx->await = next_server(e);
+    }
+    return true;
+}
+
 static void process_server(struct rpx *rx)
 {
     while (alive(rx)) {
+        if (plain_reply(rx))
+            continue;
         struct resp_msg m;
         const uint8_t *buf;
         int rc = scan_one(rx, SIDE_UPSTREAM, &m, &buf);
@@ -2427,6 +2502,8 @@ static void process_client(struct rpx *rx)
         rx->hold_until = 0;
         if (rx->pairing.count >= rx->pairing.cap && !pairing_grow(rx))
             break; /* resumed when replies drain the FIFO */
+        if (plain_command(rx))
+            continue;
         struct resp_msg m;
         const uint8_t *buf;
         int rc = scan_one(rx, SIDE_CLIENT, &m, &buf);
