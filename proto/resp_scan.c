@@ -628,10 +628,16 @@ static int resp_scan_inline(struct resp_scanner *sc, const uint8_t *buf, size_t 
  * machine. */
 static size_t resp_fast_len(const uint8_t *p, const uint8_t *end, uint64_t *out)
 {
-    /* One digit (an argument count, a short word's length) is the most common line. */
+    /* One digit (an argument count, a short word's length) is the most common line, then two
+     * (a key's length). */
     if (end - p >= 3 && p[1] == '\r' && p[2] == '\n' && p[0] >= '0' && p[0] <= '9') {
         *out = (uint64_t)(p[0] - '0');
         return 3;
+    }
+    if (end - p >= 4 && p[2] == '\r' && p[3] == '\n' && p[0] >= '1' && p[0] <= '9' && p[1] >= '0' &&
+        p[1] <= '9') {
+        *out = (uint64_t)(p[0] - '0') * 10 + (uint64_t)(p[1] - '0');
+        return 4;
     }
     uint64_t v = 0;
     size_t i = 0;
