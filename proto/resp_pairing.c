@@ -136,15 +136,11 @@ static bool resp_cmd_simple(const char *name, size_t len)
     unsigned letter = (unsigned char)name[0] - 'A';
     if (letter >= 26 || ((SPECIAL >> letter) & 1u) == 0)
         return true;
-    switch (name[0]) {
-    case 'C':
-        return !(len == 6 && memcmp(name, "CLIENT", 6) == 0);
-    case 'X':
-        return !((len == 5 && memcmp(name, "XREAD", 5) == 0) ||
-                 (len == 10 && memcmp(name, "XREADGROUP", 10) == 0));
-    default:
-        return resp_cmd_find_n(name, len) == NULL;
-    }
+    if ((len == 6 && memcmp(name, "CLIENT", 6) == 0) ||
+        (len == 5 && memcmp(name, "XREAD", 5) == 0) ||
+        (len == 10 && memcmp(name, "XREADGROUP", 10) == 0))
+        return false;
+    return resp_cmd_find_n(name, len) == NULL;
 }
 
 static bool resp_cmd_simple(const char *name, size_t len);

@@ -1181,7 +1181,9 @@ class CommandFaults(unittest.TestCase):
         """A delivery held back 600 ms, with GET, INCR, PING... pipelined
         behind it in the same write: their replies come back from Redis at
         once, but reach the client only after the held one, in order, byte
-        for byte (twice keeps a run of plain replies in one entry)."""
+        for byte; then the next delivery is held as well.  (twice owes a run
+        of plain replies through one entry: a count that ends too late would
+        hand the next delivery's reply to that entry, unseen and unheld.)"""
         self.redis.command("LPUSH", "celery", kombu_message("held-1"))
         self.redis.command("SET", "a", "va")
         plain = [enc("GET", "a"), enc("INCR", "n"), enc("GET", "nope"), enc("PING"),

@@ -526,10 +526,10 @@ static void test_golden_iterator(void **state)
 
 /* ---- incremental feeding ------------------------------------------------------------------- */
 
-/* A proxy-like driver: holds exactly the unconsumed bytes in a heap buffer of that size. */
 /* Messages resp_scan_command_len() / resp_scan_reply_len() measured in feeder_push(). */
 static size_t g_shortcuts;
 
+/* A proxy-like driver: holds exactly the unconsumed bytes in a heap buffer of that size. */
 struct feeder {
     struct resp_scanner sc;
     const struct golden *g;
