@@ -143,8 +143,6 @@ static bool resp_cmd_simple(const char *name, size_t len)
     return resp_cmd_find_n(name, len) == NULL;
 }
 
-static bool resp_cmd_simple(const char *name, size_t len);
-
 bool resp_cmd_table_ok(void)
 {
     for (char c = 'A'; c <= 'Z'; c++) {
