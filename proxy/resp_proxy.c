@@ -1305,6 +1305,28 @@ static void on_xadd_reply(struct rpx *rx, struct entry *e, const uint8_t *buf,
     job_event_clear(&j);
 }
 
+/* A new entry for bytes that arrive while `at` (hidden: twice's own command)
+ * waits for its reply: just before it, or after it once it has its reply, so
+ * that the client gets them where they came and loses only what twice hides. */
+static struct entry *entry_beside(struct rpx *rx, struct entry *at)
+{
+    struct entry *tail = rx->tail;
+    struct entry *n = entry_add(rx, false);
+    if (n == NULL || (at == tail && at->done))
+        return n;
+    tail->next = NULL; /* off the end, and in front of `at` */
+    rx->tail = tail;
+    struct entry *prev = NULL;
+    for (struct entry *q = rx->head; q != at; q = q->next)
+        prev = q;
+    n->next = at;
+    if (prev != NULL)
+        prev->next = n;
+    else
+        rx->head = n;
+    return n;
+}
+
 /* One whole reply is at the start of pend[UPSTREAM] (buf, m->len bytes). */
 static void on_reply(struct rpx *rx, const uint8_t *buf, const struct resp_msg *m)
 {
@@ -1318,6 +1340,11 @@ static void on_reply(struct rpx *rx, const uint8_t *buf, const struct resp_msg *
             rx->run[SIDE_UPSTREAM] += m->len;
         } else {
             struct entry *last = rx->await != NULL ? rx->await : rx->tail;
+            if (last->hide && (last = entry_beside(rx, last)) == NULL) {
+                session_set_error(rx->s, "out of memory");
+                session_abort(rx->s, SESSION_CLOSE_INTERNAL_ERROR, -1);
+                return;
+            }
             rx->held += m->len;
             run_move(rx, SIDE_UPSTREAM);
             evbuffer_remove_buffer(pend, last->bytes, m->len);

@@ -1143,6 +1143,30 @@ class CommandFaults(unittest.TestCase):
                          self.why("a command of the aborted transaction was applied"))
         self.check_fault("ro_multi", "romulti", "error", 1, addrs=[addr])
 
+    def test_push_while_twice_discards(self):
+        """RESP3 with tracking: an invalidation push that Redis sends while
+        twice's own DISCARD (of a transaction it aborted) waits for its +OK
+        reaches the client, before EXECABORT; twice hides only its own reply.
+        A busy script on another connection holds Redis so that the push
+        (from that connection's SET) is written before the DISCARD's +OK."""
+        inv = b">2\r\n$10\r\ninvalidate\r\n*1\r\n$2\r\npk\r\n"
+        busy = ("local t0 = redis.call('TIME') local t = t0 "
+                "while (t[1] - t0[1]) * 1000000 + (t[2] - t0[2]) < 1000000 do t = redis.call('TIME') end "
+                "return 1")
+        with rk.Conn(self.ports["romulti"]) as c, rk.Conn(self.redis.port) as other:
+            c.cmd("HELLO", "3")
+            c.send(enc("CLIENT", "TRACKING", "ON"), enc("GET", "pk"))
+            self.assertEqual(c.read_n(2), [b"+OK\r\n", b"_\r\n"])
+            c.send(enc("MULTI"), enc("LPUSH", "queue:tx", "v"))
+            self.assertEqual(c.read_n(2)[0], b"+OK\r\n")
+            other.send(enc("EVAL", busy, "0"), enc("SET", "pk", "1"))
+            time.sleep(0.3)  # Redis runs the script (1 s); the DISCARD waits behind it
+            c.send(enc("EXEC"), enc("PING"))
+            got = c.read_n(3)
+            self.assertEqual(other.read_n(2), [b":1\r\n", b"+OK\r\n"])
+        self.assertEqual(got, [inv, b"-EXECABORT Transaction discarded because of previous errors.\r\n",
+                               b"+PONG\r\n"], self.why("replies after EXEC:"))
+
     def test_error_while_client_reply_off(self):
         """Redis stays silent under CLIENT REPLY OFF / SKIP, errors included:
         an injected error must stay silent too, or every later reply is
