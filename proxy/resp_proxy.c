@@ -1492,12 +1492,12 @@ static void forward_plain(struct rpx *rx, const struct cmdview *cv, const struct
  * long name, a NUL, a message that leaves the window), goes the general way.
  * Returns whether it took the next command.
  */
-static bool plain_command(struct rpx *rx)
+static bool plain_command(struct rpx *rx, bool cmd_rules)
 {
     const struct rpx_window *w = &rx->win[SIDE_CLIENT];
     size_t run = rx->run[SIDE_CLIENT];
     if (w->p == NULL || w->len <= run || rx->decided != 0 || rx->tx.active ||
-        rx->need[SIDE_CLIENT] != 0 || wanted(rx, RULE_EV_COMMAND))
+        rx->need[SIDE_CLIENT] != 0 || cmd_rules)
         return false;
     const uint8_t *p = w->p + run;
     struct resp_view nv;
@@ -2472,9 +2472,9 @@ static bool plain_reply(struct rpx *rx)
     const struct rpx_window *w = &rx->win[SIDE_UPSTREAM];
     size_t run = rx->run[SIDE_UPSTREAM];
     struct entry *e = rx->await;
+    /* held counts the bytes waiting in entries: 0, and e->bytes is empty. */
     if (w->p == NULL || w->len <= run || rx->need[SIDE_UPSTREAM] != 0 || e == NULL ||
-        e != rx->head || e->kind != RK_PLAIN || e->release_ms != 0 || e->hide ||
-        evbuffer_get_length(e->bytes) != 0)
+        e != rx->head || e->kind != RK_PLAIN || e->release_ms != 0 || e->hide || rx->held != 0)
         return false;
     uint8_t type;
     size_t len = resp_scan_reply_len(&rx->sc[SIDE_UPSTREAM], w->p + run, w->len - run, &type);
@@ -2510,6 +2510,8 @@ static void process_server(struct rpx *rx)
 
 static void process_client(struct rpx *rx)
 {
+    /* Rules change only between events (a reload's post to this loop). */
+    bool cmd_rules = wanted(rx, RULE_EV_COMMAND);
     while (alive(rx)) {
         if (rx->raw || rx->blackholed)
             run_move(rx, SIDE_CLIENT);
@@ -2529,7 +2531,7 @@ static void process_client(struct rpx *rx)
         rx->hold_until = 0;
         if (rx->pairing.count >= rx->pairing.cap && !pairing_grow(rx))
             break; /* resumed when replies drain the FIFO */
-        if (plain_command(rx))
+        if (plain_command(rx, cmd_rules))
             continue;
         struct resp_msg m;
         const uint8_t *buf;
