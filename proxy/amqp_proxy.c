@@ -23,6 +23,8 @@
 #include <event2/buffer.h>
 #include <event2/event.h>
 #include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -55,6 +57,10 @@ enum dir {
     DIR_DOWN = SIDE_UPSTREAM, /* broker -> client */
 };
 
+/* Bytes of a message's strings kept inside its msg_info: an exchange, a
+ * routing key, a consumer tag, a queue, a uuid and a task name fit. */
+#define MSG_INFO_POOL 256
+
 /* What a later event needs to know of a message. */
 struct msg_info {
     char *queue;
@@ -71,6 +77,10 @@ struct msg_info {
      * as a fault only if the timer fires before the ack. */
     const struct rule *expire_rule;
     struct ruleset *expire_rules;
+    /* The strings above live here when they fit (one allocation per
+     * message instead of one per string); longer ones are malloc'd. */
+    size_t pool_used;
+    char pool[MSG_INFO_POOL];
 };
 
 /* A content sequence (method, header, bodies) crossing in one direction. */
@@ -158,6 +168,44 @@ static char *dup_bytes(struct amqp_bytes b)
     return s;
 }
 
+static struct msg_info *info_new(struct achan *ch)
+{
+    struct msg_info *mi = malloc(sizeof(*mi));
+    if (mi != NULL) {
+        memset(mi, 0, offsetof(struct msg_info, pool)); /* the pool is written as used */
+        mi->ch = ch;
+    }
+    return mi;
+}
+
+/* A copy of b as a C string, in mi's pool when it fits. */
+static char *info_dup(struct msg_info *mi, struct amqp_bytes b)
+{
+    size_t need = (size_t)b.len + 1;
+    if (need > sizeof(mi->pool) - mi->pool_used)
+        return dup_bytes(b);
+    char *s = mi->pool + mi->pool_used;
+    mi->pool_used += need;
+    if (b.len > 0)
+        memcpy(s, b.p, b.len);
+    s[b.len] = '\0';
+    return s;
+}
+
+static char *info_dup_str(struct msg_info *mi, const char *str)
+{
+    return info_dup(mi,
+                    (struct amqp_bytes){.p = (const uint8_t *)str, .len = (uint32_t)strlen(str)});
+}
+
+/* Frees one of mi's strings unless it lives in the pool. */
+static void info_str_free(struct msg_info *mi, char *str)
+{
+    uintptr_t a = (uintptr_t)str, lo = (uintptr_t)mi->pool;
+    if (a < lo || a >= lo + sizeof(mi->pool))
+        free(str);
+}
+
 static void info_free(void *p)
 {
     struct msg_info *mi = p;
@@ -167,12 +215,10 @@ static void info_free(void *p)
         event_free(mi->timer);
     if (mi->expire_rules != NULL)
         ruleset_put(mi->expire_rules);
-    free(mi->queue);
-    free(mi->exchange);
-    free(mi->routing_key);
-    free(mi->consumer_tag);
-    free(mi->message_id);
-    free(mi->task);
+    char *strs[] = {mi->queue,        mi->exchange,   mi->routing_key,
+                    mi->consumer_tag, mi->message_id, mi->task};
+    for (size_t i = 0; i < sizeof(strs) / sizeof(strs[0]); i++)
+        info_str_free(mi, strs[i]);
     free(mi);
 }
 
@@ -861,19 +907,18 @@ static bool rules_need_body(struct amqp_px *ax, enum rule_event ev)
 
 static struct msg_info *info_from_delivery(struct achan *ch, const struct amqp_method *m)
 {
-    struct msg_info *mi = calloc(1, sizeof(*mi));
+    struct msg_info *mi = info_new(ch);
     if (mi == NULL)
         return NULL;
     const struct amqp_delivery *d = &m->delivery;
-    mi->ch = ch;
     mi->tag = d->delivery_tag;
     mi->redelivered = d->redelivered;
-    mi->exchange = dup_bytes(d->exchange);
-    mi->routing_key = dup_bytes(d->routing_key);
+    mi->exchange = info_dup(mi, d->exchange);
+    mi->routing_key = info_dup(mi, d->routing_key);
     if (m->id == AMQP_BASIC_DELIVER) {
-        mi->consumer_tag = dup_bytes(d->consumer_tag);
+        mi->consumer_tag = info_dup(mi, d->consumer_tag);
         struct consumer *c = consumer_find(ch, d->consumer_tag);
-        mi->queue = c != NULL ? strdup(c->queue) : NULL;
+        mi->queue = c != NULL ? info_dup_str(mi, c->queue) : NULL;
     } else {
         mi->queue = ch->get_queue;
         ch->get_queue = NULL;
@@ -883,15 +928,14 @@ static struct msg_info *info_from_delivery(struct achan *ch, const struct amqp_m
 
 static struct msg_info *info_from_publish(struct achan *ch, const struct amqp_method *m)
 {
-    struct msg_info *mi = calloc(1, sizeof(*mi));
+    struct msg_info *mi = info_new(ch);
     if (mi == NULL)
         return NULL;
-    mi->ch = ch;
-    mi->exchange = dup_bytes(m->publish.exchange);
-    mi->routing_key = dup_bytes(m->publish.routing_key);
+    mi->exchange = info_dup(mi, m->publish.exchange);
+    mi->routing_key = info_dup(mi, m->publish.routing_key);
     /* Through the default exchange the routing key is the queue (Celery). */
     if (m->publish.exchange.len == 0)
-        mi->queue = dup_bytes(m->publish.routing_key);
+        mi->queue = info_dup(mi, m->publish.routing_key);
     return mi;
 }
 
@@ -1103,13 +1147,13 @@ static void info_from_props(struct msg_info *mi, const struct amqp_props *p)
 {
     struct amqp_bytes v;
     if (p->message_id.len > 0)
-        mi->message_id = dup_bytes(p->message_id);
+        mi->message_id = info_dup(mi, p->message_id);
     else if (p->headers.len > 0 && amqp_table_find_string(p->headers, "id", &v) == 1)
-        mi->message_id = dup_bytes(v); /* Celery protocol 2 */
+        mi->message_id = info_dup(mi, v); /* Celery protocol 2 */
     else if (p->correlation_id.len > 0)
-        mi->message_id = dup_bytes(p->correlation_id);
+        mi->message_id = info_dup(mi, p->correlation_id);
     if (p->headers.len > 0 && amqp_table_find_string(p->headers, "task", &v) == 1)
-        mi->task = dup_bytes(v);
+        mi->task = info_dup(mi, v);
 }
 
 static void content_header(struct amqp_px *ax, struct achan *ch, int from,
@@ -1610,8 +1654,11 @@ static void amqp_process(void *state, enum session_side from, struct evbuffer *i
         size_t have = evbuffer_get_length(in);
         if (have < AMQP_FRAME_HEADER_SIZE)
             break;
-        uint8_t hdr[AMQP_FRAME_HEADER_SIZE];
-        evbuffer_copyout(in, hdr, sizeof(hdr));
+        /* A view, not a copy: the first chain holds it but for a frame
+         * header cut between two reads. */
+        const uint8_t *hdr = evbuffer_pullup(in, AMQP_FRAME_HEADER_SIZE);
+        if (hdr == NULL)
+            break;
         uint32_t size =
             (uint32_t)hdr[3] << 24 | (uint32_t)hdr[4] << 16 | (uint32_t)hdr[5] << 8 | hdr[6];
         if (size > amqp_frame_payload_max(limit)) {

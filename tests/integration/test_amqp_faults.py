@@ -405,6 +405,26 @@ class AmqpFaults(unittest.TestCase):
         recs = self.wait_faults("dup", 2)
         self.assertEqual(sorted(r.get("message_id") for r in recs), ids)
 
+    def test_duplicate_long_names(self):
+        """A 200-byte consumer tag and 240-byte message ids: more than twice
+        keeps inside a message's record (the rest is allocated apart).  The
+        duplicate happens as with short names and the fault names the whole
+        id."""
+        ids = [mid + "-" + "x" * 220 for mid in self.ids("dup-long", 2)]  # AMQP short strings: 255 at most
+        self.publish("dup", ids)
+        c = self.client(prefetch=10)
+        c.ctag = c.ch.basic_consume("dup", c._on, auto_ack=False, consumer_tag="t" * 200)
+        got = c.wait(4)
+        c.pump(0.3)
+        self.assertEqual(sorted(m.id for m in got), sorted(ids * 2))
+        self.assertEqual(sorted(m.redelivered for m in got), [False, False, True, True])
+        c.ch.basic_ack(max(m.tag for m in got), multiple=True)
+        c.pump(0.3)
+        self.assertTrue(c.ch.is_open)
+        self.drained("dup")
+        recs = self.wait_faults("dup", 2)
+        self.assertEqual(sorted(r.get("message_id") for r in recs), ids)
+
     # -- expire -----------------------------------------------------------
 
     def test_expire_visibility_timeout(self):
