@@ -83,6 +83,9 @@ struct msg_info {
     char pool[MSG_INFO_POOL];
 };
 
+/* Bytes of a content's first frames kept without an evbuffer chain. */
+#define AMQP_PX_STASH_SMALL 1024
+
 /* A content sequence (method, header, bodies) crossing in one direction. */
 struct content {
     bool active;
@@ -101,6 +104,12 @@ struct content {
     bool header_seen;
     uint8_t *headers_copy;     /* the headers table, when deciding after the body */
     struct amqp_bytes headers; /* valid only during the decision */
+    /* The first frames kept until the decision (a method and its header,
+     * usually), copied here rather than moved as chains of their own: a
+     * chain allocated and freed per message otherwise.  Bytes go to
+     * `stash` once they do not fit, after what is here (stash_take). */
+    size_t small_len;
+    uint8_t small[AMQP_PX_STASH_SMALL];
 };
 
 /* Frames held on a channel in one direction, released in order. */
@@ -255,16 +264,50 @@ static bool alive(const struct amqp_px *ax)
 
 /* ---- channels ---------------------------------------------------------- */
 
+/* The stash: the frames of a content kept until its decision, in order,
+ * the first of them in small[], the rest in the evbuffer. */
+static size_t stash_len(const struct content *c)
+{
+    return c->small_len + evbuffer_get_length(c->stash);
+}
+
+/* The frame at the head of `in` (len bytes) joins the stash. */
+static void stash_take(struct content *c, struct evbuffer *in, size_t len)
+{
+    if (evbuffer_get_length(c->stash) == 0 && len <= sizeof(c->small) - c->small_len) {
+        evbuffer_remove(in, c->small + c->small_len, len);
+        c->small_len += len;
+        return;
+    }
+    if (c->small_len > 0) { /* what came first stays first */
+        evbuffer_add(c->stash, c->small, c->small_len);
+        c->small_len = 0;
+    }
+    evbuffer_remove_buffer(in, c->stash, len);
+}
+
+/* All of the stash, in order, to dst (NULL: dropped). */
+static void stash_move(struct content *c, struct evbuffer *dst)
+{
+    if (dst != NULL && c->small_len > 0)
+        evbuffer_add(dst, c->small, c->small_len);
+    c->small_len = 0;
+    if (dst != NULL)
+        evbuffer_add_buffer(dst, c->stash);
+    else
+        evbuffer_drain(c->stash, evbuffer_get_length(c->stash));
+}
+
 static void content_clear(struct content *c)
 {
     if (c->stash != NULL)
-        evbuffer_drain(c->stash, evbuffer_get_length(c->stash));
+        stash_move(c, NULL);
     if (c->body != NULL)
         evbuffer_drain(c->body, evbuffer_get_length(c->body));
     info_free(c->info);
     free(c->headers_copy);
     struct evbuffer *stash = c->stash, *body = c->body;
-    memset(c, 0, sizeof(*c));
+    memset(c, 0, offsetof(struct content, small)); /* small[] is written as used */
     c->stash = stash;
     c->body = body;
 }
@@ -970,7 +1013,7 @@ static void content_begin(struct amqp_px *ax, struct achan *ch, int from,
         protocol_error(ax, "out of memory");
         return;
     }
-    evbuffer_remove_buffer(in, c->stash, len);
+    stash_take(c, in, len);
 }
 
 static void on_expire(evutil_socket_t fd, short what, void *arg)
@@ -1090,11 +1133,11 @@ static void content_release_stash(struct achan *ch, int from)
 {
     struct content *c = &ch->content[from];
     if (c->fate == FATE_DROP)
-        evbuffer_drain(c->stash, evbuffer_get_length(c->stash));
+        stash_move(c, NULL);
     else if (c->fate == FATE_HOLD)
-        evbuffer_add_buffer(c->entry->frames, c->stash);
+        stash_move(c, c->entry->frames);
     else
-        evbuffer_add_buffer(chan_out(ch, from), c->stash);
+        stash_move(c, chan_out(ch, from));
 }
 
 static void content_decide(struct amqp_px *ax, struct achan *ch, int from, struct amqp_bytes hdrs)
@@ -1164,7 +1207,7 @@ static void content_header(struct amqp_px *ax, struct achan *ch, int from,
         protocol_error(ax, "channel %u: a second content header", ch->id);
         return;
     }
-    if (!c->active || c->decided || evbuffer_get_length(c->stash) == 0) {
+    if (!c->active || c->decided || stash_len(c) == 0) {
         if (c->active && c->decided && c->method == AMQP_BASIC_RETURN) {
             struct amqp_props p;
             if (amqp_content_header_decode(f->payload, f->size, &p) == 0)
@@ -1200,7 +1243,7 @@ static void content_header(struct amqp_px *ax, struct achan *ch, int from,
         c->headers.p = c->headers_copy;
         c->headers.len = p.headers.len;
     }
-    evbuffer_remove_buffer(in, c->stash, len);
+    stash_take(c, in, len);
     enum rule_event ev = c->method == AMQP_BASIC_PUBLISH ? RULE_EV_PUBLISH : RULE_EV_DELIVER;
     c->needs_body =
         p.body_size > 0 && p.body_size <= AMQP_PX_BODY_MATCH_MAX && rules_need_body(ax, ev);
@@ -1212,14 +1255,14 @@ static void content_body(struct amqp_px *ax, struct achan *ch, int from, const s
                          struct evbuffer *in, size_t len)
 {
     struct content *c = &ch->content[from];
-    if (!c->active || c->body_left < f->size || evbuffer_get_length(c->stash) + c->decided == 0) {
+    if (!c->active || c->body_left < f->size || stash_len(c) + c->decided == 0) {
         protocol_error(ax, "channel %u: unexpected body frame", ch->id);
         return;
     }
     c->body_left -= f->size;
     if (!c->decided) {
         evbuffer_add(c->body, f->payload, f->size);
-        evbuffer_remove_buffer(in, c->stash, len);
+        stash_take(c, in, len);
         if (c->body_left == 0)
             content_decide(ax, ch, from, c->headers);
         return;

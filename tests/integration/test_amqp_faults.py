@@ -62,10 +62,12 @@ RULES = {
     "refuse": ["when deliver queue=err", "do error 406"],
     "hb-hold": ["when ack queue=hb", "do delay 5s"],
     "first3": ["when ack queue=first3", "first 3", "do redeliver"],
+    "bodydup": ["when deliver queue=bodyq body~refund", "do duplicate"],
 }
 
 QUEUES = ["payments", "dup", "exp", "slow", "slow-other", "slow-side", "crash", "noconf",
-          "confok", "nopub", "pubok", "latepub", "latepub-side", "err", "err-side", "hb", "prob", "first3"]
+          "confok", "nopub", "pubok", "latepub", "latepub-side", "err", "err-side", "hb", "prob", "first3",
+          "bodyq"]
 
 
 RABBIT = [None]   # one RabbitMQ node for the whole file
@@ -424,6 +426,36 @@ class AmqpFaults(unittest.TestCase):
         self.drained("dup")
         recs = self.wait_faults("dup", 2)
         self.assertEqual(sorted(r.get("message_id") for r in recs), ids)
+
+    def test_body_matcher_small_and_large(self):
+        """A rule on the body makes twice keep a delivery's frames until
+        the whole body is in: with a short body (the frames fit twice's small
+        stash) and with one of 200 KB in several frames (they do not).  Only
+        the bodies holding the word are duplicated, and every copy arrives
+        byte for byte."""
+        big = b"".join(b"%06d refund " % i for i in range(16000))  # ~200 KB
+        msgs = [("s-hit", b"please refund order 1"), ("s-miss", b"ship order 2"),
+                ("l-hit", big), ("l-miss", big.replace(b"refund", b"resend"))]
+        ids = dict(zip(self.ids("body", 4), msgs))
+        self.ach.queue_purge("bodyq")
+        for mid, (_, body) in ids.items():
+            self.ach.basic_publish("", "bodyq", body, pika.BasicProperties(message_id=mid))
+        c = self.client(prefetch=10)
+        c.consume("bodyq")
+        got = c.wait(6)
+        c.pump(0.5)
+        self.assertEqual(len(c.got), 6, c.got)
+        for mid, (kind, body) in ids.items():
+            copies = [m for m in got if m.id == mid]
+            want = [False, True] if kind.endswith("hit") else [False]
+            self.assertEqual([m.redelivered for m in copies], want, (kind, copies))
+            for m in copies:
+                self.assertEqual(m.body, body, "%s: the body changed on the way" % kind)
+        c.ch.basic_ack(max(m.tag for m in got), multiple=True)
+        c.pump(0.3)
+        self.drained("bodyq")
+        hits = sorted(mid for mid, (kind, _) in ids.items() if kind.endswith("hit"))
+        self.assertEqual(sorted(r.get("message_id") for r in self.wait_faults("bodydup", 2)), hits)
 
     # -- expire -----------------------------------------------------------
 
