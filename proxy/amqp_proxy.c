@@ -275,7 +275,14 @@ static size_t stash_len(const struct content *c)
 static void stash_take(struct content *c, struct evbuffer *in, size_t len)
 {
     if (evbuffer_get_length(c->stash) == 0 && len <= sizeof(c->small) - c->small_len) {
-        evbuffer_remove(in, c->small + c->small_len, len);
+        /* The frame was pulled up to be parsed: this is a view, not a copy. */
+        const uint8_t *p = evbuffer_pullup(in, (ev_ssize_t)len);
+        if (p != NULL) {
+            memcpy(c->small + c->small_len, p, len);
+            evbuffer_drain(in, len);
+        } else {
+            evbuffer_remove(in, c->small + c->small_len, len);
+        }
         c->small_len += len;
         return;
     }
@@ -292,18 +299,22 @@ static void stash_move(struct content *c, struct evbuffer *dst)
     if (dst != NULL && c->small_len > 0)
         evbuffer_add(dst, c->small, c->small_len);
     c->small_len = 0;
+    size_t n = evbuffer_get_length(c->stash);
+    if (n == 0)
+        return; /* the usual case: no evbuffer call that would change nothing */
     if (dst != NULL)
         evbuffer_add_buffer(dst, c->stash);
     else
-        evbuffer_drain(c->stash, evbuffer_get_length(c->stash));
+        evbuffer_drain(c->stash, n);
 }
 
 static void content_clear(struct content *c)
 {
     if (c->stash != NULL)
         stash_move(c, NULL);
-    if (c->body != NULL)
-        evbuffer_drain(c->body, evbuffer_get_length(c->body));
+    size_t n = c->body != NULL ? evbuffer_get_length(c->body) : 0;
+    if (n > 0)
+        evbuffer_drain(c->body, n);
     info_free(c->info);
     free(c->headers_copy);
     struct evbuffer *stash = c->stash, *body = c->body;
@@ -1651,10 +1662,16 @@ static bool body_fast_path(struct amqp_px *ax, int from, struct evbuffer *in, co
         ch->content[from].fate != FATE_FORWARD || ch->held[from] != NULL || ch->closed_for_client ||
         ch->swallow_broker_close_ok)
         return false;
-    struct evbuffer_ptr end;
     uint8_t octet = 0;
-    if (evbuffer_ptr_set(in, &end, len - 1, EVBUFFER_PTR_SET) != 0 ||
-        evbuffer_copyout_from(in, &end, &octet, 1) != 1 || octet != AMQP_FRAME_END)
+    if (evbuffer_get_contiguous_space(in) >= len) {
+        octet = evbuffer_pullup(in, (ev_ssize_t)len)[len - 1]; /* in one chain: no copy */
+    } else {
+        struct evbuffer_ptr end;
+        if (evbuffer_ptr_set(in, &end, len - 1, EVBUFFER_PTR_SET) != 0 ||
+            evbuffer_copyout_from(in, &end, &octet, 1) != 1)
+            return false;
+    }
+    if (octet != AMQP_FRAME_END)
         return false; /* the slow path reports it */
     uint64_t size = len - AMQP_FRAME_OVERHEAD;
     struct content *c = &ch->content[from];
