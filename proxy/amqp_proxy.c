@@ -871,7 +871,8 @@ static int apply_plan(struct achan *ch, int from, struct amqp_plan *plan,
                       struct evbuffer *in, size_t len)
 {
     size_t space = amqp_ledger_plan_space(plan), out = 0;
-    uint8_t *frames = malloc(space > 0 ? space : 1);
+    uint8_t room[AMQP_PX_FRAME_SPACE]; /* one ack's frames, without a malloc */
+    uint8_t *frames = space <= sizeof(room) ? room : malloc(space);
     int rc = frames != NULL ? commit(ch->ledger, ch->id, plan, frames, space, &out)
                             : AMQP_LEDGER_E_NOMEM;
     if (rc == 1) {
@@ -880,7 +881,8 @@ static int apply_plan(struct achan *ch, int from, struct amqp_plan *plan,
         evbuffer_drain(in, len);
         evbuffer_add(chan_out(ch, from), frames, out);
     }
-    free(frames);
+    if (frames != room)
+        free(frames);
     return rc;
 }
 
