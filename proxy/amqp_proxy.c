@@ -17,8 +17,11 @@
  * is half through, since AMQP forbids other frames inside one.
  *
  * Memory: every string of a message that an event needs later (queue, ids,
- * task) is copied into a struct msg_info owned by the ledger; everything
+ * task) is copied into a struct msg_info owned by the ledger (into the
+ * record itself when they fit: one allocation per message); everything
  * else is a view into a frame that lives until the frame is handed on.
+ * Frames waiting for a decision are copied into the connection's small
+ * stash of that direction (one content at a time) or kept as chains.
  */
 #include <event2/buffer.h>
 #include <event2/event.h>
@@ -83,7 +86,9 @@ struct msg_info {
     char pool[MSG_INFO_POOL];
 };
 
-/* Bytes of a content's first frames kept without an evbuffer chain. */
+/* Bytes of a content's first frames kept without an evbuffer chain; one
+ * such array per connection and direction, held by one content at a time
+ * (a connection rarely has two undecided contents in one direction). */
 #define AMQP_PX_STASH_SMALL 1024
 
 /* A content sequence (method, header, bodies) crossing in one direction. */
@@ -105,11 +110,12 @@ struct content {
     uint8_t *headers_copy;     /* the headers table, when deciding after the body */
     struct amqp_bytes headers; /* valid only during the decision */
     /* The first frames kept until the decision (a method and its header,
-     * usually), copied here rather than moved as chains of their own: a
-     * chain allocated and freed per message otherwise.  Bytes go to
-     * `stash` once they do not fit, after what is here (stash_take). */
+     * usually), copied into the connection's small stash of this direction
+     * while this content holds it, rather than moved as chains of their
+     * own (a chain allocated and freed per message otherwise).  Bytes go to
+     * `stash` once they do not fit, after what is there (stash_take). */
+    uint8_t *small; /* NULL: not holding it */
     size_t small_len;
-    uint8_t small[AMQP_PX_STASH_SMALL];
 };
 
 /* Frames held on a channel in one direction, released in order. */
@@ -155,6 +161,10 @@ struct amqp_px {
     struct achan **chans;
     size_t n_chans;
     struct evbuffer *xfer[2]; /* frames batched toward side [to] */
+    /* The small stash of each direction (by the side frames come from),
+     * and the content holding it, if any. */
+    struct content *small_owner[2];
+    uint8_t small[2][AMQP_PX_STASH_SMALL];
 };
 
 static void send_flush(struct amqp_px *ax, enum session_side to);
@@ -265,60 +275,85 @@ static bool alive(const struct amqp_px *ax)
 /* ---- channels ---------------------------------------------------------- */
 
 /* The stash: the frames of a content kept until its decision, in order,
- * the first of them in small[], the rest in the evbuffer. */
+ * the first of them in the connection's small stash while the content holds
+ * it, the rest in the content's evbuffer. */
 static size_t stash_len(const struct content *c)
 {
     return c->small_len + evbuffer_get_length(c->stash);
 }
 
-/* The frame at the head of `in` (len bytes) joins the stash. */
-static void stash_take(struct content *c, struct evbuffer *in, size_t len)
+/* The content gives the small stash back (empty: its bytes went on). */
+static void stash_release(struct amqp_px *ax, struct content *c)
 {
-    if (evbuffer_get_length(c->stash) == 0 && len <= sizeof(c->small) - c->small_len) {
+    for (int d = 0; d < 2; d++)
+        if (ax->small_owner[d] == c)
+            ax->small_owner[d] = NULL;
+    c->small = NULL;
+    c->small_len = 0;
+}
+
+/* The frame at the head of `in` (len bytes) joins the stash of content c
+ * (frames from side `from`).  -1 when out of memory. */
+static int stash_take(struct amqp_px *ax, struct content *c, int from, struct evbuffer *in,
+                      size_t len)
+{
+    size_t queued = c->small != NULL || ax->small_owner[from] == NULL
+                        ? evbuffer_get_length(c->stash)
+                        : 1; /* no small stash to be had */
+    if (c->small == NULL && queued == 0) {
+        ax->small_owner[from] = c;
+        c->small = ax->small[from];
+        c->small_len = 0;
+    }
+    if (c->small != NULL && queued == 0 && len <= AMQP_PX_STASH_SMALL - c->small_len) {
         /* The frame was pulled up to be parsed: this is a view, not a copy. */
         const uint8_t *p = evbuffer_pullup(in, (ev_ssize_t)len);
         if (p != NULL) {
             memcpy(c->small + c->small_len, p, len);
             evbuffer_drain(in, len);
-        } else {
-            evbuffer_remove(in, c->small + c->small_len, len);
+        } else if (evbuffer_remove(in, c->small + c->small_len, len) != (int)len) {
+            return -1;
         }
         c->small_len += len;
-        return;
+        return 0;
     }
-    if (c->small_len > 0) { /* what came first stays first */
-        evbuffer_add(c->stash, c->small, c->small_len);
-        c->small_len = 0;
-    }
-    evbuffer_remove_buffer(in, c->stash, len);
+    if (c->small_len > 0 && evbuffer_add(c->stash, c->small, c->small_len) != 0)
+        return -1; /* what came first stays first */
+    if (c->small != NULL)
+        stash_release(ax, c);
+    return evbuffer_remove_buffer(in, c->stash, len) == (int)len ? 0 : -1;
 }
 
-/* All of the stash, in order, to dst (NULL: dropped). */
-static void stash_move(struct content *c, struct evbuffer *dst)
+/* All of the stash, in order, to dst (NULL: dropped).  -1 when out of
+ * memory. */
+static int stash_move(struct amqp_px *ax, struct content *c, struct evbuffer *dst)
 {
-    if (dst != NULL && c->small_len > 0)
-        evbuffer_add(dst, c->small, c->small_len);
-    c->small_len = 0;
+    int rc = 0;
+    if (dst != NULL && c->small_len > 0 && evbuffer_add(dst, c->small, c->small_len) != 0)
+        rc = -1;
+    if (c->small != NULL)
+        stash_release(ax, c);
     size_t n = evbuffer_get_length(c->stash);
     if (n == 0)
-        return; /* the usual case: no evbuffer call that would change nothing */
-    if (dst != NULL)
-        evbuffer_add_buffer(dst, c->stash);
-    else
+        return rc; /* the usual case: no evbuffer call that would change nothing */
+    if (dst != NULL && evbuffer_add_buffer(dst, c->stash) != 0)
+        rc = -1;
+    else if (dst == NULL)
         evbuffer_drain(c->stash, n);
+    return rc;
 }
 
-static void content_clear(struct content *c)
+static void content_clear(struct amqp_px *ax, struct content *c)
 {
     if (c->stash != NULL)
-        stash_move(c, NULL);
+        stash_move(ax, c, NULL);
     size_t n = c->body != NULL ? evbuffer_get_length(c->body) : 0;
     if (n > 0)
         evbuffer_drain(c->body, n);
     info_free(c->info);
     free(c->headers_copy);
     struct evbuffer *stash = c->stash, *body = c->body;
-    memset(c, 0, offsetof(struct content, small)); /* small[] is written as used */
+    memset(c, 0, sizeof(*c));
     c->stash = stash;
     c->body = body;
 }
@@ -342,7 +377,7 @@ static void held_clear(struct achan *ch, int d)
 static void chan_forget(struct achan *ch)
 {
     amqp_ledger_reset(ch->ledger);
-    content_clear(&ch->content[SIDE_UPSTREAM]);
+    content_clear(ch->ax, &ch->content[SIDE_UPSTREAM]);
     held_clear(ch, SIDE_UPSTREAM);
     evbuffer_drain(ch->inject[SIDE_CLIENT], evbuffer_get_length(ch->inject[SIDE_CLIENT]));
     for (size_t i = 0; i < ch->n_consumers; i++) {
@@ -363,7 +398,7 @@ static void chan_forget(struct achan *ch)
 static void chan_reset(struct achan *ch)
 {
     chan_forget(ch);
-    content_clear(&ch->content[SIDE_CLIENT]);
+    content_clear(ch->ax, &ch->content[SIDE_CLIENT]);
     held_clear(ch, SIDE_CLIENT);
     evbuffer_drain(ch->inject[SIDE_UPSTREAM], evbuffer_get_length(ch->inject[SIDE_UPSTREAM]));
     /* swallow_* and closed_for_client follow the close handshakes, not the
@@ -1004,7 +1039,7 @@ static void content_begin(struct amqp_px *ax, struct achan *ch, int from,
                        amqp_method_name(m->class_id, m->method_id));
         return;
     }
-    content_clear(c);
+    content_clear(ax, c);
     c->active = true;
     c->method = m->id;
     if (m->id == AMQP_BASIC_RETURN) {
@@ -1022,11 +1057,8 @@ static void content_begin(struct amqp_px *ax, struct achan *ch, int from,
         c->ack_required =
             m->id == AMQP_BASIC_DELIVER ? con == NULL || !con->no_ack : !ch->get_no_ack;
     }
-    if (c->info == NULL) {
+    if (c->info == NULL || stash_take(ax, c, from, in, len) != 0)
         protocol_error(ax, "out of memory");
-        return;
-    }
-    stash_take(c, in, len);
 }
 
 static void on_expire(evutil_socket_t fd, short what, void *arg)
@@ -1132,7 +1164,7 @@ static void content_end(struct amqp_px *ax, struct achan *ch, int from)
     bool close_after = c->close_after;
     if (c->entry != NULL)
         c->entry->open = false;
-    content_clear(c);
+    content_clear(ax, c);
     chan_unblock(ch, (enum session_side)from);
     if (close_after) {
         session_set_error(ax->s, "cut after a message (close after)");
@@ -1145,12 +1177,11 @@ static void content_end(struct amqp_px *ax, struct achan *ch, int from)
 static void content_release_stash(struct achan *ch, int from)
 {
     struct content *c = &ch->content[from];
-    if (c->fate == FATE_DROP)
-        stash_move(c, NULL);
-    else if (c->fate == FATE_HOLD)
-        stash_move(c, c->entry->frames);
-    else
-        stash_move(c, chan_out(ch, from));
+    struct evbuffer *dst = c->fate == FATE_DROP   ? NULL
+                           : c->fate == FATE_HOLD ? c->entry->frames
+                                                  : chan_out(ch, from);
+    if (stash_move(ch->ax, c, dst) != 0)
+        protocol_error(ch->ax, "out of memory");
 }
 
 static void content_decide(struct amqp_px *ax, struct achan *ch, int from, struct amqp_bytes hdrs)
@@ -1256,7 +1287,10 @@ static void content_header(struct amqp_px *ax, struct achan *ch, int from,
         c->headers.p = c->headers_copy;
         c->headers.len = p.headers.len;
     }
-    stash_take(c, in, len);
+    if (stash_take(ax, c, from, in, len) != 0) {
+        protocol_error(ax, "out of memory");
+        return;
+    }
     enum rule_event ev = c->method == AMQP_BASIC_PUBLISH ? RULE_EV_PUBLISH : RULE_EV_DELIVER;
     c->needs_body =
         p.body_size > 0 && p.body_size <= AMQP_PX_BODY_MATCH_MAX && rules_need_body(ax, ev);
@@ -1275,7 +1309,10 @@ static void content_body(struct amqp_px *ax, struct achan *ch, int from, const s
     c->body_left -= f->size;
     if (!c->decided) {
         evbuffer_add(c->body, f->payload, f->size);
-        stash_take(c, in, len);
+        if (stash_take(ax, c, from, in, len) != 0) {
+            protocol_error(ax, "out of memory");
+            return;
+        }
         if (c->body_left == 0)
             content_decide(ax, ch, from, c->headers);
         return;
@@ -1719,8 +1756,10 @@ static void amqp_process(void *state, enum session_side from, struct evbuffer *i
         /* A view, not a copy: the first chain holds it but for a frame
          * header cut between two reads. */
         const uint8_t *hdr = evbuffer_pullup(in, AMQP_FRAME_HEADER_SIZE);
-        if (hdr == NULL)
+        if (hdr == NULL) {
+            protocol_error(ax, "out of memory");
             break;
+        }
         uint32_t size =
             (uint32_t)hdr[3] << 24 | (uint32_t)hdr[4] << 16 | (uint32_t)hdr[5] << 8 | hdr[6];
         if (size > amqp_frame_payload_max(limit)) {
