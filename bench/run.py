@@ -512,6 +512,8 @@ def print_table(summary, paced, meta):
           "medians of %d round(s)" % (meta["twice_version"], meta.get("twice_threads", 1),
                                       meta["haproxy_version"], meta["haproxy_threads"],
                                       meta["cpus"], meta["loadavg_before"][0], meta["rounds"]))
+    if meta.get("neighbours"):
+        print("warning: running beside the bench: %s" % ", ".join(meta["neighbours"]))
     print("latency (p50, p99) of amqp and jobs at a fixed rate every target sustains: %s" %
           ", ".join("%s %.0f/s" % (k, v) for k, v in paced.items()))
     print(head)
@@ -757,6 +759,28 @@ def version_of(argv):
         return "?"
 
 
+# Programs whose presence beside the bench skews its numbers (brokers, proxies, loads).
+NEIGHBOURS = ("beam.smp", "redis-server", "haproxy", "redis-benchmark", "amqp_load",
+              "redis_jobs", "twice", "valgrind", "memcheck-amd64-", "callgrind-amd64")
+
+
+def busy_neighbours():
+    """Brokers, proxies and loads already running (before the bench starts its own):
+    ["name pid", ...].  They share the cores with the run and move its numbers."""
+    found = []
+    for pid in os.listdir("/proc"):
+        if not pid.isdigit() or int(pid) == os.getpid():
+            continue
+        try:
+            with open("/proc/%s/comm" % pid) as f:
+                comm = f.read().strip()
+        except OSError:
+            continue
+        if comm in NEIGHBOURS or comm.startswith("twice"):
+            found.append("%s %s" % (comm, pid))
+    return sorted(found)
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--twice", required=True, help="the twice binary")
@@ -791,6 +815,10 @@ def main():
     top = min(MAX_IDLE, (nofile - 256) // 2)
     levels = sorted({min(x, top) for x in plan["levels"]})
 
+    neighbours = busy_neighbours()
+    if neighbours:
+        log("warning: already running beside the bench, its numbers will move: %s" %
+            ", ".join(neighbours))
     tmp = harness.make_tmpdir("twice-bench-")
     log("starting redis and rabbitmq")
     redis = start_redis(tmp, maxclients=top + 100)
@@ -804,6 +832,7 @@ def main():
     meta = {"date": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "quick": args.quick,
             "rounds": plan["rounds"], "plan": plan, "cpus": "%d CPUs" % os.cpu_count(),
             "loadavg_before": os.getloadavg(), "kernel": platform.release(),
+            "neighbours": neighbours,
             "twice": harness.TWICE_BIN,
             "twice_version": version_of([harness.TWICE_BIN, "--version"]),
             "haproxy_version": version_of(["haproxy", "-v"]).split(" - ")[0],
