@@ -1772,8 +1772,12 @@ static void amqp_process(void *state, enum session_side from, struct evbuffer *i
             break;
         if (body_fast_path(ax, from, in, hdr, len))
             continue;
+        /* Nothing changed `in` since hdr: when the first chain holds the
+         * whole frame, hdr is the frame. */
+        const uint8_t *frame =
+            evbuffer_get_contiguous_space(in) >= len ? hdr : evbuffer_pullup(in, (ev_ssize_t)len);
         struct amqp_frame f;
-        int rc = amqp_frame_parse(evbuffer_pullup(in, (ev_ssize_t)len), len, limit, &f);
+        int rc = amqp_frame_parse(frame, len, limit, &f);
         if (rc != 1) {
             protocol_error(ax, "%s sent a bad frame: %s", from == SIDE_CLIENT ? "client" : "broker",
                            amqp_strerror(rc));
