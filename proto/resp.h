@@ -365,6 +365,9 @@ int resp_pairing_simple(struct resp_pairing *p, const char *name, size_t n, uint
  * has no such command, and a prefix must not pass for MULTI or EXEC).  Returns its length. */
 size_t resp_cmd_name_copy(const uint8_t *buf, const struct resp_msg *m, char *name);
 
+/* The same from a name's bytes s[0..n) (a bulk string's payload, as it is on the wire). */
+size_t resp_cmd_name_bytes(const uint8_t *s, size_t n, char *name);
+
 /* Whether every name of the command table is found under its first letter (for tests). */
 bool resp_cmd_table_ok(void);
 

@@ -198,39 +198,33 @@ static void resp_drop_front(struct resp_pairing *p, size_t n)
 
 /* ---- commands ------------------------------------------------------------------------------ */
 
+size_t resp_cmd_name_bytes(const uint8_t *s, size_t n, char *name)
+{
+    /* Copied, upper-cased and checked for a NUL in one pass. */
+    if (n > RESP_CMD_NAME_MAX - 1)
+        n = RESP_CMD_NAME_MAX - 1;
+    for (size_t i = 0; i < n; i++) {
+        uint8_t c = s[i];
+        if (c == '\0') { /* no command of Redis: not a prefix that names one */
+            name[0] = '\0';
+            return 0;
+        }
+        name[i] = (char)(c >= 'a' && c <= 'z' ? c - 'a' + 'A' : c);
+    }
+    name[n] = '\0';
+    return n;
+}
+
 size_t resp_cmd_name_copy(const uint8_t *buf, const struct resp_msg *m, char *name)
 {
     const struct resp_view *w = &m->elem[0];
     if (m->nelem >= 1 && w->type == '$' && !w->null && w->off <= m->len &&
-        w->len <= m->len - w->off) {
-        /* A bulk string, as every client library sends it: its bytes are the name, copied,
-         * upper-cased and checked for a NUL in one pass. */
-        const uint8_t *s = buf + w->off;
-        size_t n = w->len < RESP_CMD_NAME_MAX - 1 ? w->len : RESP_CMD_NAME_MAX - 1;
-        for (size_t i = 0; i < n; i++) {
-            uint8_t c = s[i];
-            if (c == '\0') {
-                name[0] = '\0';
-                return 0;
-            }
-            name[i] = (char)(c >= 'a' && c <= 'z' ? c - 'a' + 'A' : c);
-        }
-        name[n] = '\0';
-        return n;
-    }
-    /* An inline command's word, which may be quoted. */
+        w->len <= m->len - w->off) /* a bulk string, as every client library sends it */
+        return resp_cmd_name_bytes(buf + w->off, w->len, name);
+    /* An inline command's word, which may be quoted: decoded first. */
     uint8_t tmp[RESP_CMD_NAME_MAX];
     int n = m->nelem >= 1 ? resp_view_copy(buf, m->len, &m->elem[0], tmp, sizeof(tmp) - 1) : 0;
-    if (n < 0)
-        n = 0;
-    if ((size_t)n > sizeof(tmp) - 1)
-        n = (int)sizeof(tmp) - 1;
-    if (memchr(tmp, '\0', (size_t)n) != NULL)
-        n = 0; /* no command of Redis: not a prefix that names one */
-    for (int i = 0; i < n; i++)
-        name[i] = (char)(tmp[i] >= 'a' && tmp[i] <= 'z' ? tmp[i] - 'a' + 'A' : tmp[i]);
-    name[n] = '\0';
-    return (size_t)n;
+    return resp_cmd_name_bytes(tmp, n < 0 ? 0 : (size_t)n, name);
 }
 
 /* XREAD / XREADGROUP block only with a BLOCK option, which comes before STREAMS. */

@@ -1505,14 +1505,8 @@ static bool plain_command(struct rpx *rx, bool cmd_rules)
     if (len == 0 || nv.len == 0 || nv.len >= RESP_CMD_NAME_MAX)
         return false;
     char name[RESP_CMD_NAME_MAX];
-    for (size_t i = 0; i < nv.len; i++) {
-        uint8_t c = p[nv.off + i];
-        if (c == '\0')
-            return false;
-        name[i] = (char)(c >= 'a' && c <= 'z' ? c - 'a' + 'A' : c);
-    }
-    name[nv.len] = '\0';
-    if (cmd_id_of(name, nv.len) != CMD_OTHER ||
+    if (resp_cmd_name_bytes(p + nv.off, nv.len, name) != nv.len || /* a NUL in it */
+        cmd_id_of(name, nv.len) != CMD_OTHER ||
         resp_pairing_simple(&rx->pairing, name, nv.len, 0, NULL) != 1)
         return false;
     stat_add(&rx->s->loop->events[RULE_EV_COMMAND], 1);
