@@ -676,29 +676,24 @@ static size_t resp_fast_bulks(const struct resp_scanner *sc, const uint8_t *buf,
     return pos;
 }
 
-/* A whole multibulk of bulk strings into *out, or 0. */
-static int resp_fast_array(const struct resp_scanner *sc, const uint8_t *buf, size_t len,
-                           size_t pos, uint64_t n, struct resp_msg *out)
+/* A client's multibulk of one or more bulk strings, all here: its length, *n its elements and the
+ * first `views` of them into view[]; 0 for anything else. */
+static size_t resp_fast_command(const struct resp_scanner *sc, const uint8_t *buf, size_t len,
+                                uint64_t *n, struct resp_view *view, size_t views)
 {
-    size_t total = resp_fast_bulks(sc, buf, len, pos, n, out->elem, RESP_MSG_VIEWS);
-    if (total == 0)
+    size_t k;
+    if (len < 4 || buf[0] != '*' || (k = resp_fast_len(buf + 1, buf + len, n)) == 0)
         return 0;
-    out->type = '*';
-    out->nelem = n;
-    out->value = (struct resp_view){.off = 0, .count = n, .type = '*'};
-    out->len = total;
-    return 1;
+    return resp_fast_bulks(sc, buf, len, 1 + k, *n, view, views);
 }
 
 size_t resp_scan_command_len(const struct resp_scanner *sc, const uint8_t *buf, size_t len,
                              struct resp_view *name)
 {
     uint64_t n;
-    size_t k;
-    if (sc->started || sc->err < 0 || sc->side != RESP_SIDE_CLIENT || len < 4 || buf[0] != '*' ||
-        (k = resp_fast_len(buf + 1, buf + len, &n)) == 0)
+    if (sc->started || sc->err < 0 || sc->side != RESP_SIDE_CLIENT)
         return 0;
-    return resp_fast_bulks(sc, buf, len, 1 + k, n, name, 1);
+    return resp_fast_command(sc, buf, len, &n, name, 1);
 }
 
 /* What resp_fast_reply() found: the value's type, view and the message's length. */
@@ -801,16 +796,19 @@ null:
 static int resp_scan_fast(const struct resp_scanner *sc, const uint8_t *buf, size_t len,
                           struct resp_msg *out)
 {
-    const uint8_t *end = buf + len;
-    uint64_t n;
-    size_t k;
     if (len < 4)
         return 0;
     memset(out, 0, offsetof(struct resp_msg, elem) + 3 * sizeof(out->elem[0]));
     if (sc->side == RESP_SIDE_CLIENT) {
-        if (buf[0] != '*' || (k = resp_fast_len(buf + 1, end, &n)) == 0)
+        uint64_t n;
+        size_t total = resp_fast_command(sc, buf, len, &n, out->elem, RESP_MSG_VIEWS);
+        if (total == 0)
             return 0;
-        return resp_fast_array(sc, buf, len, 1 + k, n, out);
+        out->type = '*';
+        out->nelem = n;
+        out->value = (struct resp_view){.off = 0, .count = n, .type = '*'};
+        out->len = total;
+        return 1;
     }
     struct resp_fast f;
     if (resp_fast_reply(sc, buf, len, &f, out->elem, RESP_MSG_VIEWS) == 0)
