@@ -1327,6 +1327,33 @@ static struct entry *entry_beside(struct rpx *rx, struct entry *at)
     return n;
 }
 
+/* Whether the reply awaited at e may go straight to the client (when nothing
+ * waits in e yet, which the caller checks): e is a plain entry at the head of
+ * the queue, not held back, not hidden. */
+static bool straight_out(const struct rpx *rx, const struct entry *e)
+{
+    return e == rx->head && e->kind == RK_PLAIN && e->release_ms == 0 && !e->hide;
+}
+
+/* Entry e got the last reply of one of its commands; `sent`: that reply went
+ * straight out (run) rather than into e. */
+static void entry_answered(struct rpx *rx, struct entry *e, bool sent)
+{
+    if (e->more > 0) {
+        e->more--; /* the next reply is this entry's too */
+        return;
+    }
+    rx->await = next_server(e);
+    if (sent && e->close_after == NULL) {
+        /* Answered and sent: off the queue at once, so that the next reply
+         * of the same read (a pipeline) is at the head and goes straight out
+         * too, instead of waiting in its entry for flush_replies. */
+        pop_head(rx);
+    } else {
+        e->done = true; /* flush_replies sends it, and cuts after it if asked */
+    }
+}
+
 /* One whole reply is at the start of pend[UPSTREAM] (buf, m->len bytes). */
 static void on_reply(struct rpx *rx, const uint8_t *buf, const struct resp_msg *m)
 {
@@ -1352,25 +1379,14 @@ static void on_reply(struct rpx *rx, const uint8_t *buf, const struct resp_msg *
         return;
     }
     struct entry *e = rx->await;
-    if (e->kind == RK_PLAIN && e == rx->head && e->release_ms == 0 && !e->hide &&
-        evbuffer_get_length(e->bytes) == 0) {
+    if (straight_out(rx, e) && evbuffer_get_length(e->bytes) == 0) {
         /* The common case: the reply due next, straight to the client (a
          * small one copied into the output's last chain).  Not when a push
          * or pub/sub message that came first still waits in the entry. */
         rx->run[SIDE_UPSTREAM] += m->len;
-        if (match.last && e->more > 0) {
-            e->more--; /* the next reply is this entry's too, and takes this path */
-            return;
-        }
-        if (match.last && e->close_after == NULL) {
-            /* Answered and sent: off the queue at once, so that the next
-             * reply of the same read (a pipeline) is at the head and takes
-             * this path too, instead of waiting in its entry for
-             * flush_replies. */
-            rx->await = next_server(e);
-            pop_head(rx);
-            return;
-        }
+        if (match.last)
+            entry_answered(rx, e, true);
+        return;
     } else if (e->kind == RK_PLAIN) {
         rx->held += m->len;
         run_move(rx, SIDE_UPSTREAM);
@@ -1418,12 +1434,8 @@ static void on_reply(struct rpx *rx, const uint8_t *buf, const struct resp_msg *
         evbuffer_add_buffer(e->bytes, reply);
         evbuffer_free(reply);
     }
-    if (match.last && e->more > 0) {
-        e->more--;
-    } else if (match.last) {
-        e->done = true;
-        rx->await = next_server(e);
-    }
+    if (match.last)
+        entry_answered(rx, e, false);
 }
 
 /* ---- commands ---------------------------------------------------------- */
@@ -2468,22 +2480,14 @@ static bool plain_reply(struct rpx *rx)
     struct entry *e = rx->await;
     /* held counts the bytes waiting in entries: 0, and e->bytes is empty. */
     if (w->p == NULL || w->len <= run || rx->need[SIDE_UPSTREAM] != 0 || e == NULL ||
-        e != rx->head || e->kind != RK_PLAIN || e->release_ms != 0 || e->hide || rx->held != 0)
+        !straight_out(rx, e) || rx->held != 0)
         return false;
     uint8_t type;
     size_t len = resp_scan_reply_len(&rx->sc[SIDE_UPSTREAM], w->p + run, w->len - run, &type);
     if (len == 0 || resp_pairing_reply_simple(&rx->pairing, type) != 1)
         return false;
     rx->run[SIDE_UPSTREAM] += len;
-    if (e->more > 0) {
-        e->more--;
-    } else if (e->close_after == NULL) {
-        rx->await = next_server(e);
-        pop_head(rx);
-    } else {
-        e->done = true; /* flush_replies cuts once it went out */
-        rx->await = next_server(e);
-    }
+    entry_answered(rx, e, true);
     return true;
 }
 
