@@ -293,19 +293,18 @@ static void stash_release(struct amqp_px *ax, struct content *c)
 }
 
 /* The frame at the head of `in` (len bytes) joins the stash of content c
- * (frames from side `from`).  -1 when out of memory. */
+ * (frames from side `from`).  While c holds the small stash, its evbuffer is
+ * empty: bytes go there only once the small stash was emptied into it and
+ * given back.  -1 when out of memory. */
 static int stash_take(struct amqp_px *ax, struct content *c, int from, struct evbuffer *in,
                       size_t len)
 {
-    size_t queued = c->small != NULL || ax->small_owner[from] == NULL
-                        ? evbuffer_get_length(c->stash)
-                        : 1; /* no small stash to be had */
-    if (c->small == NULL && queued == 0) {
+    if (c->small == NULL && ax->small_owner[from] == NULL && evbuffer_get_length(c->stash) == 0) {
         ax->small_owner[from] = c;
         c->small = ax->small[from];
         c->small_len = 0;
     }
-    if (c->small != NULL && queued == 0 && len <= AMQP_PX_STASH_SMALL - c->small_len) {
+    if (c->small != NULL && len <= AMQP_PX_STASH_SMALL - c->small_len) {
         /* The frame was pulled up to be parsed: this is a view, not a copy. */
         const uint8_t *p = evbuffer_pullup(in, (ev_ssize_t)len);
         if (p != NULL) {
