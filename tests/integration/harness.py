@@ -1187,7 +1187,15 @@ class Twice:
             return ""
 
     def log_lines(self):
-        return self.log_text().splitlines()
+        """Whole lines only: twice writes each line with one write(), but a
+        reader may see a write that crosses a page boundary half done (the
+        file's size grows page by page), so a last line without its newline
+        is left for the next read."""
+        text = self.log_text()
+        lines = text.splitlines()
+        if lines and not text.endswith("\n"):
+            lines.pop()
+        return lines
 
     def log_records(self, msg=None, **match):
         """Parsed logfmt records, optionally filtered by msg and key=value."""
