@@ -20,7 +20,9 @@
  * task) is copied into a struct msg_info owned by the ledger (into the
  * record itself when they fit: one allocation per message); everything
  * else is a view into a frame that lives until the frame is handed on.
- * Frames waiting for a decision are copied into the connection's small
+ * Frames that go on unchanged are moved once per read, as one run (see
+ * "Runs"); frames waiting for a decision stay where they were read while
+ * nothing comes between them, else are copied into the connection's small
  * stash of that direction (one content at a time) or kept as chains.
  */
 #include <event2/buffer.h>
@@ -161,6 +163,15 @@ struct amqp_px {
     struct achan **chans;
     size_t n_chans;
     struct evbuffer *xfer[2]; /* frames batched toward side [to] */
+    /* The read being processed (see "Runs" below): the buffer, the frames
+     * at its head already passed on but not moved yet (run), and after them
+     * the first frames of one undecided content kept in place (kept, of
+     * kept_by); the first chain while they are in it. */
+    struct evbuffer *in;
+    size_t run, kept;
+    struct content *kept_by;
+    const uint8_t *win; /* NULL: not known (in's head changed) */
+    size_t win_len;
     /* The small stash of each direction (by the side frames come from),
      * and the content holding it, if any. */
     struct content *small_owner[2];
@@ -274,12 +285,63 @@ static bool alive(const struct amqp_px *ax)
 
 /* ---- channels ---------------------------------------------------------- */
 
-/* The stash: the frames of a content kept until its decision, in order,
- * the first of them in the connection's small stash while the content holds
- * it, the rest in the content's evbuffer. */
-static size_t stash_len(const struct content *c)
+/*
+ * Runs.  A frame that goes on unchanged (most of them: a publish, its
+ * header and body once no rule wants it, a delivery, an ack) is not moved
+ * from the read buffer to xfer on its own: ax->run grows over it, and the
+ * run moves with one evbuffer call when something else needs the buffer's
+ * head or xfer.  Frames are parsed in place in the first chain (ax->win)
+ * at the run's end.  The first frames of a content (its method, its
+ * header) that wait for the decision stay in place too, after the run
+ * (ax->kept): when the decision is to pass the content on, the run grows
+ * over them, and they are copied nowhere.  The rule: code that takes bytes
+ * from the head of ax->in or adds to an xfer calls settle() first, which
+ * moves the run, stashes what is kept, and forgets the window; the frame
+ * being handled is then at the head of ax->in.  Views into the frame stay
+ * valid across settle() (the chain it is in keeps it), not past the
+ * frame's own move.
+ */
+static int stash_put(struct amqp_px *ax, struct content *c, int from, size_t len);
+
+static void settle(struct amqp_px *ax)
 {
-    return c->small_len + evbuffer_get_length(c->stash);
+    ax->win = NULL;
+    if (ax->run > 0) {
+        evbuffer_remove_buffer(ax->in, ax->xfer[other(ax->reading)], ax->run);
+        ax->run = 0;
+    }
+    if (ax->kept > 0) {
+        struct content *c = ax->kept_by;
+        size_t n = ax->kept;
+        ax->kept = 0;
+        ax->kept_by = NULL;
+        if (stash_put(ax, c, ax->reading, n) != 0)
+            protocol_error(ax, "out of memory");
+    }
+}
+
+/* The frame being handled (len bytes, read from ax->reading) goes on
+ * unchanged toward dst (NULL: dropped). */
+static void take(struct amqp_px *ax, struct evbuffer *dst, size_t len)
+{
+    if (dst == ax->xfer[other(ax->reading)] && ax->kept == 0 && ax->win != NULL) {
+        ax->run += len;
+        return;
+    }
+    settle(ax);
+    if (dst != NULL)
+        evbuffer_remove_buffer(ax->in, dst, len);
+    else
+        evbuffer_drain(ax->in, len);
+}
+
+/* The stash: the frames of a content kept until its decision, in order:
+ * in place in the read buffer (ax->kept) while nothing came between them,
+ * else the first of them in the connection's small stash while the content
+ * holds it, the rest in the content's evbuffer. */
+static size_t stash_len(const struct amqp_px *ax, const struct content *c)
+{
+    return c->small_len + evbuffer_get_length(c->stash) + (ax->kept_by == c ? ax->kept : 0);
 }
 
 /* The content gives the small stash back (empty: its bytes went on). */
@@ -292,20 +354,20 @@ static void stash_release(struct amqp_px *ax, struct content *c)
     c->small_len = 0;
 }
 
-/* The frame at the head of `in` (len bytes) joins the stash of content c
- * (frames from side `from`).  While c holds the small stash, its evbuffer is
- * empty: bytes go there only once the small stash was emptied into it and
- * given back.  -1 when out of memory. */
-static int stash_take(struct amqp_px *ax, struct content *c, int from, struct evbuffer *in,
-                      size_t len)
+/* The len bytes at the head of ax->in join the stash of content c (frames
+ * from side `from`).  While c holds the small stash, its evbuffer is empty:
+ * bytes go there only once the small stash was emptied into it and given
+ * back.  -1 when out of memory. */
+static int stash_put(struct amqp_px *ax, struct content *c, int from, size_t len)
 {
+    struct evbuffer *in = ax->in;
     if (c->small == NULL && ax->small_owner[from] == NULL && evbuffer_get_length(c->stash) == 0) {
         ax->small_owner[from] = c;
         c->small = ax->small[from];
         c->small_len = 0;
     }
     if (c->small != NULL && len <= AMQP_PX_STASH_SMALL - c->small_len) {
-        /* The frame was pulled up to be parsed: this is a view, not a copy. */
+        /* The bytes were parsed in the first chain: a view, not a copy. */
         const uint8_t *p = evbuffer_pullup(in, (ev_ssize_t)len);
         if (p != NULL) {
             memcpy(c->small + c->small_len, p, len);
@@ -323,22 +385,56 @@ static int stash_take(struct amqp_px *ax, struct content *c, int from, struct ev
     return evbuffer_remove_buffer(in, c->stash, len) == (int)len ? 0 : -1;
 }
 
+/* The frame being handled (len bytes) joins the stash of content c: kept
+ * in place when the stash is empty or already kept there (nothing came
+ * between: any other frame would have settled).  -1 when out of memory. */
+static int stash_take(struct amqp_px *ax, struct content *c, size_t len)
+{
+    if (ax->kept_by == c) {
+        ax->kept += len; /* the frame right after what is kept */
+        return 0;
+    }
+    if (ax->kept == 0 && ax->win != NULL && c->small_len == 0 &&
+        evbuffer_get_length(c->stash) == 0) {
+        ax->kept_by = c;
+        ax->kept = len;
+        return 0;
+    }
+    settle(ax);
+    return stash_put(ax, c, ax->reading, len);
+}
+
 /* All of the stash, in order, to dst (NULL: dropped).  -1 when out of
  * memory. */
 static int stash_move(struct amqp_px *ax, struct content *c, struct evbuffer *dst)
 {
+    if (ax->kept_by == c) {
+        if (dst == ax->xfer[other(ax->reading)]) {
+            ax->run += ax->kept; /* passed on in place: copied nowhere */
+            ax->kept = 0;
+            ax->kept_by = NULL;
+            return 0;
+        }
+        settle(ax);
+    }
     int rc = 0;
-    if (dst != NULL && c->small_len > 0 && evbuffer_add(dst, c->small, c->small_len) != 0)
-        rc = -1;
+    if (dst != NULL && c->small_len > 0) {
+        settle(ax);
+        if (evbuffer_add(dst, c->small, c->small_len) != 0)
+            rc = -1;
+    }
     if (c->small != NULL)
         stash_release(ax, c);
     size_t n = evbuffer_get_length(c->stash);
     if (n == 0)
         return rc; /* the usual case: no evbuffer call that would change nothing */
-    if (dst != NULL && evbuffer_add_buffer(dst, c->stash) != 0)
-        rc = -1;
-    else if (dst == NULL)
+    if (dst != NULL) {
+        settle(ax);
+        if (evbuffer_add_buffer(dst, c->stash) != 0)
+            rc = -1;
+    } else {
         evbuffer_drain(c->stash, n);
+    }
     return rc;
 }
 
@@ -477,11 +573,13 @@ static struct achan *chan_get(struct amqp_px *ax, uint16_t id, bool create)
 /* Frames bound for `to` go out in order through xfer[to]. */
 static void send_frames(struct amqp_px *ax, enum session_side to, struct evbuffer *frames)
 {
+    settle(ax);
     evbuffer_add_buffer(ax->xfer[to], frames);
 }
 
 static void send_flush(struct amqp_px *ax, enum session_side to)
 {
+    settle(ax);
     if (evbuffer_get_length(ax->xfer[to]) > 0)
         session_send(ax->s, to, ax->xfer[to]);
 }
@@ -502,6 +600,7 @@ static void chan_inject(struct achan *ch, enum session_side to, const uint8_t *f
         evbuffer_add(ch->inject[to], frames, len);
         return;
     }
+    settle(ch->ax);
     evbuffer_add(chan_out(ch, from), frames, len);
 }
 
@@ -510,8 +609,10 @@ static void chan_inject(struct achan *ch, enum session_side to, const uint8_t *f
 static void chan_unblock(struct achan *ch, enum session_side from)
 {
     enum session_side to = other(from);
-    if (!ch->content[from].active && evbuffer_get_length(ch->inject[to]) > 0)
+    if (!ch->content[from].active && evbuffer_get_length(ch->inject[to]) > 0) {
+        settle(ch->ax);
         evbuffer_add_buffer(chan_out(ch, from), ch->inject[to]);
+    }
 }
 
 /* ---- rules ------------------------------------------------------------- */
@@ -660,6 +761,7 @@ static uint16_t error_code(const struct rule *r)
 static void inject_error(struct amqp_px *ax, struct achan *ch, const struct rule *r,
                          uint16_t class_id, uint16_t method_id)
 {
+    settle(ax);
     uint16_t code = error_code(r);
     char text[200];
     snprintf(text, sizeof(text), "%s - injected by twice rule '%s'", reply_name(code), r->name);
@@ -850,8 +952,10 @@ static void release_all_held_acks(struct achan *ch)
         for (size_t i = 0; i < k; i++) {
             uint8_t frame[64];
             int len = amqp_ledger_release(ch->ledger, ch->id, tags[i], frame, sizeof(frame));
-            if (len > 0)
+            if (len > 0) {
+                settle(ch->ax);
                 evbuffer_add(chan_out(ch, SIDE_CLIENT), frame, (size_t)len);
+            }
         }
     }
 }
@@ -902,7 +1006,7 @@ static bool settle_verdict(struct amqp_px *ax, struct achan *ch, struct amqp_pla
 static int apply_plan(struct achan *ch, int from, struct amqp_plan *plan,
                       int (*commit)(struct amqp_ledger *, uint16_t, struct amqp_plan *, uint8_t *,
                                     size_t, size_t *),
-                      struct evbuffer *in, size_t len)
+                      size_t len)
 {
     size_t space = amqp_ledger_plan_space(plan), out = 0;
     uint8_t room[AMQP_PX_FRAME_SPACE]; /* one ack's frames, without a malloc */
@@ -910,9 +1014,9 @@ static int apply_plan(struct achan *ch, int from, struct amqp_plan *plan,
     int rc = frames != NULL ? commit(ch->ledger, ch->id, plan, frames, space, &out)
                             : AMQP_LEDGER_E_NOMEM;
     if (rc == 1) {
-        evbuffer_remove_buffer(in, chan_out(ch, from), len);
+        take(ch->ax, chan_out(ch, from), len);
     } else if (rc == 0) {
-        evbuffer_drain(in, len);
+        take(ch->ax, NULL, len);
         evbuffer_add(chan_out(ch, from), frames, out);
     }
     if (frames != room)
@@ -920,8 +1024,7 @@ static int apply_plan(struct achan *ch, int from, struct amqp_plan *plan,
     return rc;
 }
 
-static void on_settle(struct amqp_px *ax, struct achan *ch, const struct amqp_method *m,
-                      struct evbuffer *in, size_t len)
+static void on_settle(struct amqp_px *ax, struct achan *ch, const struct amqp_method *m, size_t len)
 {
     enum amqp_settle_kind kind = m->id == AMQP_BASIC_ACK    ? AMQP_SETTLE_ACK
                                  : m->id == AMQP_BASIC_NACK ? AMQP_SETTLE_NACK
@@ -948,7 +1051,7 @@ static void on_settle(struct amqp_px *ax, struct achan *ch, const struct amqp_me
         if (!settle_verdict(ax, ch, t, hits, n, &close_after, &error))
             return;
     }
-    int rc = apply_plan(ch, SIDE_CLIENT, &plan, amqp_ledger_settle_commit, in, len);
+    int rc = apply_plan(ch, SIDE_CLIENT, &plan, amqp_ledger_settle_commit, len);
     if (rc < 0) {
         protocol_error(ax, "cannot rewrite a settlement: %s", amqp_ledger_strerror(rc));
         return;
@@ -1030,7 +1133,7 @@ static struct msg_info *info_from_publish(struct achan *ch, const struct amqp_me
 }
 
 static void content_begin(struct amqp_px *ax, struct achan *ch, int from,
-                          const struct amqp_method *m, struct evbuffer *in, size_t len)
+                          const struct amqp_method *m, size_t len)
 {
     struct content *c = &ch->content[from];
     if (c->active) {
@@ -1044,7 +1147,7 @@ static void content_begin(struct amqp_px *ax, struct achan *ch, int from,
     if (m->id == AMQP_BASIC_RETURN) {
         c->decided = true;
         c->fate = FATE_FORWARD;
-        evbuffer_remove_buffer(in, chan_out(ch, from), len);
+        take(ax, chan_out(ch, from), len);
         return;
     }
     if (m->id == AMQP_BASIC_PUBLISH) {
@@ -1056,7 +1159,7 @@ static void content_begin(struct amqp_px *ax, struct achan *ch, int from,
         c->ack_required =
             m->id == AMQP_BASIC_DELIVER ? con == NULL || !con->no_ack : !ch->get_no_ack;
     }
-    if (c->info == NULL || stash_take(ax, c, from, in, len) != 0)
+    if (c->info == NULL || stash_take(ax, c, len) != 0)
         protocol_error(ax, "out of memory");
 }
 
@@ -1243,19 +1346,19 @@ static void info_from_props(struct msg_info *mi, const struct amqp_props *p)
 }
 
 static void content_header(struct amqp_px *ax, struct achan *ch, int from,
-                           const struct amqp_frame *f, struct evbuffer *in, size_t len)
+                           const struct amqp_frame *f, size_t len)
 {
     struct content *c = &ch->content[from];
     if (c->active && !c->decided && c->header_seen) {
         protocol_error(ax, "channel %u: a second content header", ch->id);
         return;
     }
-    if (!c->active || c->decided || stash_len(c) == 0) {
+    if (!c->active || c->decided || stash_len(ax, c) == 0) {
         if (c->active && c->decided && c->method == AMQP_BASIC_RETURN) {
             struct amqp_props p;
             if (amqp_content_header_decode(f->payload, f->size, &p) == 0)
                 c->body_left = p.body_size;
-            evbuffer_remove_buffer(in, chan_out(ch, from), len);
+            take(ax, chan_out(ch, from), len);
             if (c->body_left == 0)
                 content_end(ax, ch, from);
             return;
@@ -1278,37 +1381,41 @@ static void content_header(struct amqp_px *ax, struct achan *ch, int from,
     info_from_props(c->info, &p);
     c->header_seen = true;
     c->body_left = p.body_size;
-    /* The frame moves into the stash below, and views into it are only
-     * valid until then: decide on a copy of the headers table. */
+    enum rule_event ev = c->method == AMQP_BASIC_PUBLISH ? RULE_EV_PUBLISH : RULE_EV_DELIVER;
+    c->needs_body =
+        p.body_size > 0 && p.body_size <= AMQP_PX_BODY_MATCH_MAX && rules_need_body(ax, ev);
+    /* When the content's frames are kept in place (the method was), the
+     * header joins them and stays where it was parsed until the rules have
+     * read its headers (content_decide settles only after them).  Else the
+     * frame moves into the stash below, and the decision, now or after the
+     * body, reads a copy. */
+    bool in_place = ax->kept_by == c && !c->needs_body;
     c->headers.len = 0;
-    if (p.headers.len > 0 && (c->headers_copy = malloc(p.headers.len)) != NULL) {
+    if (!in_place && p.headers.len > 0 && (c->headers_copy = malloc(p.headers.len)) != NULL) {
         memcpy(c->headers_copy, p.headers.p, p.headers.len);
         c->headers.p = c->headers_copy;
         c->headers.len = p.headers.len;
     }
-    if (stash_take(ax, c, from, in, len) != 0) {
+    if (stash_take(ax, c, len) != 0) {
         protocol_error(ax, "out of memory");
         return;
     }
-    enum rule_event ev = c->method == AMQP_BASIC_PUBLISH ? RULE_EV_PUBLISH : RULE_EV_DELIVER;
-    c->needs_body =
-        p.body_size > 0 && p.body_size <= AMQP_PX_BODY_MATCH_MAX && rules_need_body(ax, ev);
     if (!c->needs_body)
-        content_decide(ax, ch, from, c->headers);
+        content_decide(ax, ch, from, in_place ? p.headers : c->headers);
 }
 
 static void content_body(struct amqp_px *ax, struct achan *ch, int from, const struct amqp_frame *f,
-                         struct evbuffer *in, size_t len)
+                         size_t len)
 {
     struct content *c = &ch->content[from];
-    if (!c->active || c->body_left < f->size || stash_len(c) + c->decided == 0) {
+    if (!c->active || c->body_left < f->size || stash_len(ax, c) + c->decided == 0) {
         protocol_error(ax, "channel %u: unexpected body frame", ch->id);
         return;
     }
     c->body_left -= f->size;
     if (!c->decided) {
         evbuffer_add(c->body, f->payload, f->size);
-        if (stash_take(ax, c, from, in, len) != 0) {
+        if (stash_take(ax, c, len) != 0) {
             protocol_error(ax, "out of memory");
             return;
         }
@@ -1317,22 +1424,20 @@ static void content_body(struct amqp_px *ax, struct achan *ch, int from, const s
         return;
     }
     if (c->fate == FATE_DROP)
-        evbuffer_drain(in, len);
+        take(ax, NULL, len);
     else if (c->fate == FATE_HOLD && c->entry != NULL)
-        evbuffer_remove_buffer(in, c->entry->frames, len);
+        take(ax, c->entry->frames, len);
     else
-        evbuffer_remove_buffer(in, chan_out(ch, from), len);
+        take(ax, chan_out(ch, from), len);
     if (c->body_left == 0)
         content_end(ax, ch, from);
 }
 
 /* ---- methods ----------------------------------------------------------- */
 
-static void forward(struct achan *ch, int from, struct amqp_px *ax, struct evbuffer *in, size_t len)
+static void forward(struct achan *ch, int from, struct amqp_px *ax, size_t len)
 {
-    struct evbuffer *out =
-        ch != NULL ? chan_out(ch, from) : ax->xfer[other((enum session_side)from)];
-    evbuffer_remove_buffer(in, out, len);
+    take(ax, ch != NULL ? chan_out(ch, from) : ax->xfer[other((enum session_side)from)], len);
 }
 
 /* Append a consumer (taking `tag` and `queue`) to `v`; false when out of
@@ -1423,7 +1528,7 @@ static void connection_method(struct amqp_px *ax, const struct amqp_method *m)
 }
 
 static void client_method(struct amqp_px *ax, struct achan *ch, const struct amqp_method *m,
-                          struct evbuffer *in, size_t len)
+                          size_t len)
 {
     switch (m->id) {
     case AMQP_CHANNEL_OPEN:
@@ -1457,7 +1562,7 @@ static void client_method(struct amqp_px *ax, struct achan *ch, const struct amq
     case AMQP_BASIC_ACK:
     case AMQP_BASIC_NACK:
     case AMQP_BASIC_REJECT:
-        on_settle(ax, ch, m, in, len);
+        on_settle(ax, ch, m, len);
         return;
     case AMQP_BASIC_RECOVER:
     case AMQP_BASIC_RECOVER_ASYNC:
@@ -1465,7 +1570,7 @@ static void client_method(struct amqp_px *ax, struct achan *ch, const struct amq
         amqp_ledger_recover(ch->ledger);
         break;
     case AMQP_BASIC_PUBLISH:
-        content_begin(ax, ch, SIDE_CLIENT, m, in, len);
+        content_begin(ax, ch, SIDE_CLIENT, m, len);
         return;
     case AMQP_CONFIRM_SELECT:
         /* The broker numbers publishes from here on, in channel order;
@@ -1475,12 +1580,12 @@ static void client_method(struct amqp_px *ax, struct achan *ch, const struct amq
     default:
         break;
     }
-    forward(ch, SIDE_CLIENT, ax, in, len);
+    forward(ch, SIDE_CLIENT, ax, len);
 }
 
 /* A broker basic.ack/nack in confirm mode: a publisher confirm. */
 static void on_confirm(struct amqp_px *ax, struct achan *ch, const struct amqp_method *m,
-                       struct evbuffer *in, size_t len)
+                       size_t len)
 {
     struct amqp_plan plan;
     if (amqp_ledger_confirm_begin(ch->ledger, m->id == AMQP_BASIC_NACK, m->ack.delivery_tag,
@@ -1507,7 +1612,7 @@ static void on_confirm(struct amqp_px *ax, struct achan *ch, const struct amqp_m
                 close_after = r;
         }
     }
-    int rc = apply_plan(ch, SIDE_UPSTREAM, &plan, amqp_ledger_confirm_commit, in, len);
+    int rc = apply_plan(ch, SIDE_UPSTREAM, &plan, amqp_ledger_confirm_commit, len);
     if (rc < 0)
         protocol_error(ax, "cannot rewrite a confirm: %s", amqp_ledger_strerror(rc));
     else if (close_after != NULL)
@@ -1515,7 +1620,7 @@ static void on_confirm(struct amqp_px *ax, struct achan *ch, const struct amqp_m
 }
 
 static void broker_method(struct amqp_px *ax, struct achan *ch, const struct amqp_method *m,
-                          struct evbuffer *in, size_t len)
+                          size_t len)
 {
     switch (m->id) {
     case AMQP_CHANNEL_CLOSE:
@@ -1543,19 +1648,19 @@ static void broker_method(struct amqp_px *ax, struct achan *ch, const struct amq
     case AMQP_BASIC_DELIVER:
     case AMQP_BASIC_GET_OK:
     case AMQP_BASIC_RETURN:
-        content_begin(ax, ch, SIDE_UPSTREAM, m, in, len);
+        content_begin(ax, ch, SIDE_UPSTREAM, m, len);
         return;
     case AMQP_BASIC_ACK:
     case AMQP_BASIC_NACK:
         if (amqp_ledger_in_confirm_mode(ch->ledger)) {
-            on_confirm(ax, ch, m, in, len);
+            on_confirm(ax, ch, m, len);
             return;
         }
         break;
     default:
         break;
     }
-    forward(ch, SIDE_UPSTREAM, ax, in, len);
+    forward(ch, SIDE_UPSTREAM, ax, len);
 }
 
 /* ---- frames ------------------------------------------------------------ */
@@ -1583,12 +1688,17 @@ static void replay_deferred(struct amqp_px *ax, struct achan *ch)
 }
 
 static bool closing_by_twice(struct amqp_px *ax, struct achan *ch, int from,
-                             const struct amqp_method *m, struct evbuffer *in, size_t len)
+                             const struct amqp_method *m, size_t len)
 {
     uint32_t id = m != NULL ? m->id : 0;
     uint8_t frame[32];
     if (m == NULL && ch->content[from].active)
         return false; /* the rest of the content twice refused: dropped there */
+    if (from == SIDE_CLIENT ? !ch->closed_for_client && evbuffer_get_length(ch->deferred) == 0
+                            : !ch->swallow_broker_close_ok)
+        return false; /* the usual case */
+    settle(ax);
+    struct evbuffer *in = ax->in;
     if (from == SIDE_CLIENT && evbuffer_get_length(ch->deferred) > 0) {
         evbuffer_remove_buffer(in, ch->deferred, len); /* behind the deferred open */
         return true;
@@ -1630,8 +1740,7 @@ static bool closing_by_twice(struct amqp_px *ax, struct achan *ch, int from,
     return false;
 }
 
-static void on_method(struct amqp_px *ax, int from, const struct amqp_frame *f, struct evbuffer *in,
-                      size_t len)
+static void on_method(struct amqp_px *ax, int from, const struct amqp_frame *f, size_t len)
 {
     struct amqp_method m;
     int rc = amqp_method_decode(f->payload, f->size, &m);
@@ -1648,7 +1757,7 @@ static void on_method(struct amqp_px *ax, int from, const struct amqp_frame *f, 
         if (from == SIDE_CLIENT &&
             (m.id == AMQP_CONNECTION_TUNE_OK || m.id == AMQP_CONNECTION_CLOSE))
             connection_method(ax, &m);
-        forward(NULL, from, ax, in, len);
+        forward(NULL, from, ax, len);
         return;
     }
     struct achan *ch = chan_get(ax, f->channel, true);
@@ -1656,23 +1765,22 @@ static void on_method(struct amqp_px *ax, int from, const struct amqp_frame *f, 
         protocol_error(ax, "cannot track channel %u", f->channel);
         return;
     }
-    if (closing_by_twice(ax, ch, from, &m, in, len))
+    if (closing_by_twice(ax, ch, from, &m, len))
         return;
     if (from == SIDE_CLIENT)
-        client_method(ax, ch, &m, in, len);
+        client_method(ax, ch, &m, len);
     else
-        broker_method(ax, ch, &m, in, len);
+        broker_method(ax, ch, &m, len);
 }
 
-static void on_frame(struct amqp_px *ax, int from, const struct amqp_frame *f, struct evbuffer *in,
-                     size_t len)
+static void on_frame(struct amqp_px *ax, int from, const struct amqp_frame *f, size_t len)
 {
     if (f->type == AMQP_FRAME_METHOD) {
-        on_method(ax, from, f, in, len);
+        on_method(ax, from, f, len);
         return;
     }
     if (f->type == AMQP_FRAME_HEARTBEAT || f->channel == 0) {
-        forward(NULL, from, ax, in, len);
+        forward(NULL, from, ax, len);
         return;
     }
     struct achan *ch = chan_get(ax, f->channel, true);
@@ -1680,17 +1788,18 @@ static void on_frame(struct amqp_px *ax, int from, const struct amqp_frame *f, s
         protocol_error(ax, "cannot track channel %u", f->channel);
         return;
     }
-    if (closing_by_twice(ax, ch, from, NULL, in, len))
+    if (closing_by_twice(ax, ch, from, NULL, len))
         return;
     if (f->type == AMQP_FRAME_HEADER)
-        content_header(ax, ch, from, f, in, len);
+        content_header(ax, ch, from, f, len);
     else
-        content_body(ax, ch, from, f, in, len);
+        content_body(ax, ch, from, f, len);
 }
 
-/* A body frame whose fate is known goes on by count: no pull-up, no copy. */
-static bool body_fast_path(struct amqp_px *ax, int from, struct evbuffer *in, const uint8_t *hdr,
-                           size_t len)
+/* A body frame whose fate is known goes on by count: joining the run when
+ * the first chain holds it (ax->win), else moved as chains from the head
+ * of ax->in (no pull-up, no copy). */
+static bool body_fast_path(struct amqp_px *ax, int from, const uint8_t *hdr, size_t len)
 {
     if (hdr[0] != AMQP_FRAME_BODY)
         return false;
@@ -1701,12 +1810,12 @@ static bool body_fast_path(struct amqp_px *ax, int from, struct evbuffer *in, co
         ch->swallow_broker_close_ok)
         return false;
     uint8_t octet = 0;
-    if (evbuffer_get_contiguous_space(in) >= len) {
-        octet = evbuffer_pullup(in, (ev_ssize_t)len)[len - 1]; /* in one chain: no copy */
+    if (ax->win != NULL) {
+        octet = hdr[len - 1];
     } else {
         struct evbuffer_ptr end;
-        if (evbuffer_ptr_set(in, &end, len - 1, EVBUFFER_PTR_SET) != 0 ||
-            evbuffer_copyout_from(in, &end, &octet, 1) != 1)
+        if (evbuffer_ptr_set(ax->in, &end, len - 1, EVBUFFER_PTR_SET) != 0 ||
+            evbuffer_copyout_from(ax->in, &end, &octet, 1) != 1)
             return false;
     }
     if (octet != AMQP_FRAME_END)
@@ -1716,7 +1825,7 @@ static bool body_fast_path(struct amqp_px *ax, int from, struct evbuffer *in, co
     if (size > c->body_left)
         return false;
     c->body_left -= size;
-    evbuffer_remove_buffer(in, ax->xfer[other((enum session_side)from)], len);
+    take(ax, ax->xfer[other((enum session_side)from)], len);
     if (c->body_left == 0)
         content_end(ax, ch, from);
     return true;
@@ -1741,23 +1850,39 @@ static bool protocol_header(struct amqp_px *ax, struct evbuffer *in)
 static void amqp_process(void *state, enum session_side from, struct evbuffer *in)
 {
     struct amqp_px *ax = state;
+    /* replay_deferred() processes a channel's deferred frames from inside
+     * a read (settled, so with no run or window of its own). */
+    struct evbuffer *outer_in = ax->in;
+    enum session_side outer_reading = ax->reading;
     ax->reading = from;
+    ax->in = in;
     if (from == SIDE_CLIENT && !ax->header_done && !protocol_header(ax, in)) {
         send_flush(ax, SIDE_UPSTREAM);
+        ax->in = outer_in;
+        ax->reading = outer_reading;
         return;
     }
     while (alive(ax)) {
         /* Recomputed per frame: a tune-ok earlier in this read changes it. */
         uint32_t limit = ax->frame_max + AMQP_FRAME_SIZE_FUDGE;
-        size_t have = evbuffer_get_length(in);
-        if (have < AMQP_FRAME_HEADER_SIZE)
-            break;
-        /* A view, not a copy: the first chain holds it but for a frame
-         * header cut between two reads. */
-        const uint8_t *hdr = evbuffer_pullup(in, AMQP_FRAME_HEADER_SIZE);
-        if (hdr == NULL) {
-            protocol_error(ax, "out of memory");
-            break;
+        size_t off = ax->run + ax->kept;
+        const uint8_t *hdr;
+        if (ax->win != NULL) {
+            if (ax->win_len - off < AMQP_FRAME_HEADER_SIZE) {
+                settle(ax); /* the next frame starts beyond the first chain */
+                continue;
+            }
+            hdr = ax->win + off;
+        } else {
+            if (evbuffer_get_length(in) < AMQP_FRAME_HEADER_SIZE)
+                break;
+            /* A view, not a copy: the first chain holds it but for a
+             * frame header cut between two reads. */
+            hdr = evbuffer_pullup(in, AMQP_FRAME_HEADER_SIZE);
+            if (hdr == NULL) {
+                protocol_error(ax, "out of memory");
+                break;
+            }
         }
         uint32_t size =
             (uint32_t)hdr[3] << 24 | (uint32_t)hdr[4] << 16 | (uint32_t)hdr[5] << 8 | hdr[6];
@@ -1767,29 +1892,51 @@ static void amqp_process(void *state, enum session_side from, struct evbuffer *i
             break;
         }
         size_t len = (size_t)size + AMQP_FRAME_OVERHEAD;
-        if (have < len)
-            break;
-        if (body_fast_path(ax, from, in, hdr, len))
+        if (ax->win != NULL && ax->win_len - off < len) {
+            settle(ax);
             continue;
-        /* Nothing changed `in` since hdr: when the first chain holds the
-         * whole frame, hdr is the frame. */
-        const uint8_t *frame =
-            evbuffer_get_contiguous_space(in) >= len ? hdr : evbuffer_pullup(in, (ev_ssize_t)len);
+        }
+        if (ax->win == NULL) {
+            if (evbuffer_get_length(in) < len)
+                break;
+            /* At the head, settled: a body frame over several chains moves
+             * as chains; any other frame is pulled up into the first. */
+            if (evbuffer_get_contiguous_space(in) < len) {
+                if (body_fast_path(ax, from, hdr, len))
+                    continue;
+                hdr = evbuffer_pullup(in, (ev_ssize_t)len);
+                if (hdr == NULL) {
+                    protocol_error(ax, "out of memory");
+                    break;
+                }
+            }
+            ax->win = hdr;
+            ax->win_len = evbuffer_get_contiguous_space(in);
+        }
+        if (body_fast_path(ax, from, hdr, len))
+            continue;
         struct amqp_frame f;
-        int rc = amqp_frame_parse(frame, len, limit, &f);
+        int rc = amqp_frame_parse(hdr, len, limit, &f);
         if (rc != 1) {
             protocol_error(ax, "%s sent a bad frame: %s", from == SIDE_CLIENT ? "client" : "broker",
                            amqp_strerror(rc));
             break;
         }
-        on_frame(ax, from, &f, in, len);
+        on_frame(ax, from, &f, len);
     }
-    if (!alive(ax))
-        return;
-    send_flush(ax, SIDE_UPSTREAM);
-    send_flush(ax, SIDE_CLIENT);
-    if (alive(ax))
-        held_limit(ax);
+    if (alive(ax)) {
+        settle(ax);
+        send_flush(ax, SIDE_UPSTREAM);
+        send_flush(ax, SIDE_CLIENT);
+        if (alive(ax))
+            held_limit(ax);
+    }
+    /* Cut: what was not sent is dropped with the session. */
+    ax->run = ax->kept = 0;
+    ax->kept_by = NULL;
+    ax->win = NULL;
+    ax->in = outer_in;
+    ax->reading = outer_reading;
 }
 
 /* ---- codec ops --------------------------------------------------------- */

@@ -63,11 +63,12 @@ RULES = {
     "hb-hold": ["when ack queue=hb", "do delay 5s"],
     "first3": ["when ack queue=first3", "first 3", "do redeliver"],
     "bodydup": ["when deliver queue=bodyq body~refund", "do duplicate"],
+    "hdrdrop": ["when publish queue=rawq header.shard=drop-me", "do drop"],
 }
 
 QUEUES = ["payments", "dup", "exp", "slow", "slow-other", "slow-side", "crash", "noconf",
           "confok", "nopub", "pubok", "latepub", "latepub-side", "err", "err-side", "hb", "prob", "first3",
-          "bodyq"]
+          "bodyq", "rawq"]
 
 
 RABBIT = [None]   # one RabbitMQ node for the whole file
@@ -497,6 +498,95 @@ class AmqpFaults(unittest.TestCase):
         self.drained("bodyq")
         hits = sorted(mid for i, mid in enumerate(ids) if i % 2 == 0)
         self.assertEqual(sorted(r.get("message_id") for r in self.wait_faults("bodydup", 4)), hits)
+
+    def test_raw_publishes_interleaved_and_split(self):
+        """A raw client publishes on two channels of one connection with the
+        content frames of the two interleaved (method, method, header,
+        header, then the bodies in turns: AMQP 0-9-1 lets frames of
+        different channels interleave), bodies of 0 to 6 KB in one to three
+        frames, and sends it all cut into pieces of 1 to 300 bytes.  Twice
+        passes a content's frames on in place when nothing comes between
+        them, and stashes them when another channel's frame does: every
+        message arrives byte for byte and in its channel's order, and the
+        ones whose `shard` header says so (a rule reading the header where
+        it was parsed) are dropped and journaled as faults."""
+        import hostilekit as hk
+        import random
+        import socket
+        import struct
+        rnd = random.Random(7)
+        self.ach.queue_purge("rawq")
+        raw = hk.AmqpRaw(self.port)
+        self.addCleanup(raw.close)
+        raw.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        raw.handshake()
+        raw.send(hk.channel_open(2))
+        self.assertEqual(raw.read_method()[:3], (2, 20, 11))
+
+        def content(ch, mid, body, shard):
+            table = hk.shortstr("shard") + b"S" + hk.longstr(shard) + \
+                hk.shortstr("task") + b"S" + hk.longstr("raw.job")
+            props = struct.pack("!I", len(table)) + table + hk.shortstr(mid)
+            frames = [hk.method(ch, 60, 40, struct.pack("!H", 0) + hk.shortstr("") +
+                                hk.shortstr("rawq") + b"\x00"),
+                      hk.frame(hk.FRAME_HEADER, ch,
+                               struct.pack("!HHQH", 60, 0, len(body), (1 << 13) | (1 << 7)) + props)]
+            cuts = sorted(rnd.sample(range(1, len(body)), min(2, len(body) - 1))) if len(body) > 2 else []
+            for a, b in zip([0] + cuts, cuts + [len(body)]):
+                if b > a:
+                    frames.append(hk.frame(hk.FRAME_BODY, ch, body[a:b]))
+            return frames
+
+        ids = self.ids("raw", 48)
+        sent = {1: [], 2: []}
+        dropped = []
+        stream = b""
+        for i in range(0, len(ids), 2):
+            pair = []
+            for k, ch in enumerate((1, 2)):
+                mid = ids[i + k]
+                body = (mid.encode() + b";") * ((i + k) % 7 * 40) if (i + k) % 11 else b""
+                shard = "drop-me" if (i + k) % 5 == 3 else "keep"
+                pair.append(content(ch, mid, body, shard))
+                if shard == "keep":
+                    sent[ch].append((mid, body))
+                else:
+                    dropped.append(mid)
+            a, b = pair
+            if i % 4 == 0:   # interleaved: method, method, header, header, bodies in turns
+                order = [a[0], b[0], a[1], b[1]]
+                for x, y in zip(a[2:] + [b""] * 3, b[2:] + [b""] * 3):
+                    order += [x, y]
+            else:            # one content after the other
+                order = a + b
+            stream += b"".join(order)
+        pos = 0
+        while pos < len(stream):
+            n = rnd.randint(1, 300) if pos > len(stream) // 3 else len(stream) // 3
+            raw.send(stream[pos:pos + n])
+            pos += n
+            time.sleep(0.001)
+        # basic.qos on each channel: its qos-ok comes after the broker took
+        # every publish before it on that channel.
+        for ch in (1, 2):
+            raw.send(hk.method(ch, 60, 10, struct.pack("!IHB", 0, 0, 0)))
+            self.assertEqual(raw.read_method()[:3], (ch, 60, 11))
+        got = []
+        while True:
+            m, props, body = self.ach.basic_get("rawq", auto_ack=True)
+            if m is None:
+                break
+            got.append((props.message_id, body))
+        want = sent[1] + sent[2]
+        self.assertEqual(len(got), len(want), "messages in rawq")
+        self.assertEqual(sorted(got), sorted(want), "a body or an id changed on the way")
+        for ch in (1, 2):
+            order = [g for g in got if g in sent[ch]]
+            self.assertEqual(order, sent[ch], "channel %d's publishes out of order" % ch)
+        recs = self.wait_faults("hdrdrop", len(dropped))
+        self.assertEqual(sorted(r.get("message_id") for r in recs), sorted(dropped))
+        h.log("raw interleaved publishes: %d kept, %d dropped by the header rule, %d bytes in %s"
+              % (len(got), len(dropped), len(stream), "pieces of 1-300 bytes after the first third"))
 
     # -- expire -----------------------------------------------------------
 
