@@ -85,8 +85,14 @@ struct msg_info {
     /* The strings above live here when they fit (one allocation per
      * message instead of one per string); longer ones are malloc'd. */
     size_t pool_used;
+    struct msg_info *next_spare; /* in the connection's spares */
     char pool[MSG_INFO_POOL];
 };
+
+/* Records a connection keeps for its next messages instead of freeing
+ * them: a read of acks frees as many as the read of deliveries before it
+ * took (glibc's per-thread cache keeps only 7 of this size). */
+#define AMQP_PX_SPARE_INFOS 16
 
 /* Bytes of a content's first frames kept without an evbuffer chain; one
  * such array per connection and direction, held by one content at a time
@@ -118,6 +124,7 @@ struct content {
      * `stash` once they do not fit, after what is there (stash_take). */
     uint8_t *small; /* NULL: not holding it */
     size_t small_len;
+    bool stash_used; /* bytes went into `stash` since it was last emptied */
 };
 
 /* Frames held on a channel in one direction, released in order. */
@@ -176,6 +183,9 @@ struct amqp_px {
      * and the content holding it, if any. */
     struct content *small_owner[2];
     uint8_t small[2][AMQP_PX_STASH_SMALL];
+    struct achan *last_chan; /* the one chan_get found last (never freed before ax) */
+    struct msg_info *spare;  /* records freed, for the next messages */
+    size_t n_spare;
 };
 
 static void send_flush(struct amqp_px *ax, enum session_side to);
@@ -200,7 +210,14 @@ static char *dup_bytes(struct amqp_bytes b)
 
 static struct msg_info *info_new(struct achan *ch)
 {
-    struct msg_info *mi = malloc(sizeof(*mi));
+    struct amqp_px *ax = ch->ax;
+    struct msg_info *mi = ax->spare;
+    if (mi != NULL) {
+        ax->spare = mi->next_spare;
+        ax->n_spare--;
+    } else {
+        mi = malloc(sizeof(*mi));
+    }
     if (mi != NULL) {
         memset(mi, 0, offsetof(struct msg_info, pool)); /* the pool is written as used */
         mi->ch = ch;
@@ -249,6 +266,13 @@ static void info_free(void *p)
                     mi->consumer_tag, mi->message_id, mi->task};
     for (size_t i = 0; i < sizeof(strs) / sizeof(strs[0]); i++)
         info_str_free(mi, strs[i]);
+    struct amqp_px *ax = mi->ch->ax;
+    if (ax->n_spare < AMQP_PX_SPARE_INFOS) {
+        mi->next_spare = ax->spare;
+        ax->spare = mi;
+        ax->n_spare++;
+        return;
+    }
     free(mi);
 }
 
@@ -335,13 +359,20 @@ static void take(struct amqp_px *ax, struct evbuffer *dst, size_t len)
         evbuffer_drain(ax->in, len);
 }
 
+/* Bytes in the content's evbuffer stash (asked of libevent only when some
+ * went there: most contents never use it). */
+static size_t stash_chain_len(const struct content *c)
+{
+    return c->stash_used ? evbuffer_get_length(c->stash) : 0;
+}
+
 /* The stash: the frames of a content kept until its decision, in order:
  * in place in the read buffer (ax->kept) while nothing came between them,
  * else the first of them in the connection's small stash while the content
  * holds it, the rest in the content's evbuffer. */
 static size_t stash_len(const struct amqp_px *ax, const struct content *c)
 {
-    return c->small_len + evbuffer_get_length(c->stash) + (ax->kept_by == c ? ax->kept : 0);
+    return c->small_len + stash_chain_len(c) + (ax->kept_by == c ? ax->kept : 0);
 }
 
 /* The content gives the small stash back (empty: its bytes went on). */
@@ -361,7 +392,7 @@ static void stash_release(struct amqp_px *ax, struct content *c)
 static int stash_put(struct amqp_px *ax, struct content *c, int from, size_t len)
 {
     struct evbuffer *in = ax->in;
-    if (c->small == NULL && ax->small_owner[from] == NULL && evbuffer_get_length(c->stash) == 0) {
+    if (c->small == NULL && ax->small_owner[from] == NULL && stash_chain_len(c) == 0) {
         ax->small_owner[from] = c;
         c->small = ax->small[from];
         c->small_len = 0;
@@ -378,6 +409,7 @@ static int stash_put(struct amqp_px *ax, struct content *c, int from, size_t len
         c->small_len += len;
         return 0;
     }
+    c->stash_used = true;
     if (c->small_len > 0 && evbuffer_add(c->stash, c->small, c->small_len) != 0)
         return -1; /* what came first stays first */
     if (c->small != NULL)
@@ -394,8 +426,7 @@ static int stash_take(struct amqp_px *ax, struct content *c, size_t len)
         ax->kept += len; /* the frame right after what is kept */
         return 0;
     }
-    if (ax->kept == 0 && ax->win != NULL && c->small_len == 0 &&
-        evbuffer_get_length(c->stash) == 0) {
+    if (ax->kept == 0 && ax->win != NULL && c->small_len == 0 && stash_chain_len(c) == 0) {
         ax->kept_by = c;
         ax->kept = len;
         return 0;
@@ -425,7 +456,8 @@ static int stash_move(struct amqp_px *ax, struct content *c, struct evbuffer *ds
     }
     if (c->small != NULL)
         stash_release(ax, c);
-    size_t n = evbuffer_get_length(c->stash);
+    size_t n = stash_chain_len(c);
+    c->stash_used = false; /* emptied below */
     if (n == 0)
         return rc; /* the usual case: no evbuffer call that would change nothing */
     if (dst != NULL) {
@@ -442,7 +474,8 @@ static void content_clear(struct amqp_px *ax, struct content *c)
 {
     if (c->stash != NULL)
         stash_move(ax, c, NULL);
-    size_t n = c->body != NULL ? evbuffer_get_length(c->body) : 0;
+    /* Body bytes are collected only for a body matcher. */
+    size_t n = c->needs_body && c->body != NULL ? evbuffer_get_length(c->body) : 0;
     if (n > 0)
         evbuffer_drain(c->body, n);
     info_free(c->info);
@@ -553,9 +586,11 @@ static struct achan *chan_new(struct amqp_px *ax, uint16_t id)
 /* The channel `id`, created when `create`; NULL if absent or out of memory. */
 static struct achan *chan_get(struct amqp_px *ax, uint16_t id, bool create)
 {
+    if (ax->last_chan != NULL && ax->last_chan->id == id)
+        return ax->last_chan;
     for (size_t i = 0; i < ax->n_chans; i++)
         if (ax->chans[i]->id == id)
-            return ax->chans[i];
+            return ax->last_chan = ax->chans[i];
     if (!create || ax->n_chans >= AMQP_PX_MAX_CHANNELS)
         return NULL;
     struct achan **v = realloc(ax->chans, (ax->n_chans + 1) * sizeof(*v));
@@ -1309,7 +1344,7 @@ static void content_decide(struct amqp_px *ax, struct achan *ch, int from, struc
     struct header_ctx hctx = {.table = hdrs};
     ev.header = header_lookup;
     ev.header_ctx = &hctx;
-    size_t blen = evbuffer_get_length(c->body);
+    size_t blen = c->needs_body ? evbuffer_get_length(c->body) : 0;
     if (blen > 0) {
         ev.body = evbuffer_pullup(c->body, -1);
         ev.body_len = blen;
@@ -1694,8 +1729,9 @@ static bool closing_by_twice(struct amqp_px *ax, struct achan *ch, int from,
     uint8_t frame[32];
     if (m == NULL && ch->content[from].active)
         return false; /* the rest of the content twice refused: dropped there */
-    if (from == SIDE_CLIENT ? !ch->closed_for_client && evbuffer_get_length(ch->deferred) == 0
-                            : !ch->swallow_broker_close_ok)
+    /* Frames are deferred only while the broker's close-ok is awaited, and
+     * replayed as it comes: without swallow_broker_close_ok, none are. */
+    if (!ch->swallow_broker_close_ok && !(from == SIDE_CLIENT && ch->closed_for_client))
         return false; /* the usual case */
     settle(ax);
     struct evbuffer *in = ax->in;
@@ -1980,6 +2016,11 @@ static void amqp_free(void *state)
     for (size_t i = 0; i < ax->n_chans; i++)
         chan_free(ax->chans[i]);
     free(ax->chans);
+    while (ax->spare != NULL) {
+        struct msg_info *mi = ax->spare;
+        ax->spare = mi->next_spare;
+        free(mi);
+    }
     evbuffer_free(ax->xfer[0]);
     evbuffer_free(ax->xfer[1]);
     free(ax);
