@@ -626,7 +626,7 @@ static int resp_scan_inline(struct resp_scanner *sc, const uint8_t *buf, size_t 
  * a strict subset of what resp_parse_int() accepts.  Returns the bytes of digits and CRLF, or
  * 0 when the line is anything else (or not all here): the caller leaves it to the state
  * machine. */
-static size_t resp_fast_len(const uint8_t *p, const uint8_t *end, uint64_t *out)
+static inline size_t resp_fast_len(const uint8_t *p, const uint8_t *end, uint64_t *out)
 {
     /* One digit (an argument count, a short word's length) is the most common line, then two
      * (a key's length). */
