@@ -85,6 +85,7 @@ struct msg_info {
     /* The strings above live here when they fit (one allocation per
      * message instead of one per string); longer ones are malloc'd. */
     size_t pool_used;
+    bool heap_strs;              /* a string above lives outside the pool */
     struct msg_info *next_spare; /* in the connection's spares */
     char pool[MSG_INFO_POOL];
 };
@@ -92,7 +93,7 @@ struct msg_info {
 /* Records a connection keeps for its next messages instead of freeing
  * them: a read of acks frees as many as the read of deliveries before it
  * took (glibc's per-thread cache keeps only 7 of this size). */
-#define AMQP_PX_SPARE_INFOS 16
+#define AMQP_PX_SPARE_INFOS 64
 
 /* Bytes of a content's first frames kept without an evbuffer chain; one
  * such array per connection and direction, held by one content at a time
@@ -229,8 +230,10 @@ static struct msg_info *info_new(struct achan *ch)
 static char *info_dup(struct msg_info *mi, struct amqp_bytes b)
 {
     size_t need = (size_t)b.len + 1;
-    if (need > sizeof(mi->pool) - mi->pool_used)
+    if (need > sizeof(mi->pool) - mi->pool_used) {
+        mi->heap_strs = true;
         return dup_bytes(b);
+    }
     char *s = mi->pool + mi->pool_used;
     mi->pool_used += need;
     if (b.len > 0)
@@ -262,10 +265,12 @@ static void info_free(void *p)
         event_free(mi->timer);
     if (mi->expire_rules != NULL)
         ruleset_put(mi->expire_rules);
-    char *strs[] = {mi->queue,        mi->exchange,   mi->routing_key,
-                    mi->consumer_tag, mi->message_id, mi->task};
-    for (size_t i = 0; i < sizeof(strs) / sizeof(strs[0]); i++)
-        info_str_free(mi, strs[i]);
+    if (mi->heap_strs) {
+        char *strs[] = {mi->queue,        mi->exchange,   mi->routing_key,
+                        mi->consumer_tag, mi->message_id, mi->task};
+        for (size_t i = 0; i < sizeof(strs) / sizeof(strs[0]); i++)
+            info_str_free(mi, strs[i]);
+    }
     struct amqp_px *ax = mi->ch->ax;
     if (ax->n_spare < AMQP_PX_SPARE_INFOS) {
         mi->next_spare = ax->spare;
@@ -1149,6 +1154,7 @@ static struct msg_info *info_from_delivery(struct achan *ch, const struct amqp_m
         mi->queue = c != NULL ? info_dup_str(mi, c->queue) : NULL;
     } else {
         mi->queue = ch->get_queue;
+        mi->heap_strs = true;
         ch->get_queue = NULL;
     }
     return mi;
@@ -1341,7 +1347,8 @@ static void content_decide(struct amqp_px *ax, struct achan *ch, int from, struc
     char idbuf[64];
     event_from_info(&ev, deliver ? RULE_EV_DELIVER : RULE_EV_PUBLISH, mi, ax->s, idbuf,
                     sizeof(idbuf));
-    struct header_ctx hctx = {.table = hdrs};
+    struct header_ctx hctx; /* buf is written only by a lookup: not zeroed per message */
+    hctx.table = hdrs;
     ev.header = header_lookup;
     ev.header_ctx = &hctx;
     size_t blen = c->needs_body ? evbuffer_get_length(c->body) : 0;
