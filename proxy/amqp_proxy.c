@@ -692,9 +692,9 @@ static void event_from_info(struct engine_event *ev, enum rule_event kind,
         ev->identity = ev->message_id;
     } else {
         /* No id: the cap counts per delivery, not per message. */
-        snprintf(idbuf, idlen, "anon:%llu:%u:%llu", (unsigned long long)s->id,
-                 mi && mi->ch ? mi->ch->id : 0, (unsigned long long)(mi ? mi->tag : 0));
-        ev->identity = idbuf;
+        ev->identity = codec_anon_id(
+            idbuf, idlen, "anon",
+            (const uint64_t[]){s->id, mi && mi->ch ? mi->ch->id : 0, mi ? mi->tag : 0}, 3);
     }
 }
 

@@ -51,3 +51,27 @@ void codec_log_protocol_error(struct session *s, const char *msg, const char *de
     log_end(&line);
     session_set_error(s, "%s: %s", s->codec->name, msg);
 }
+
+const char *codec_anon_id(char *buf, size_t cap, const char *prefix, const uint64_t *v, size_t n)
+{
+    if (cap == 0)
+        return buf;
+    size_t at = 0;
+    for (const char *c = prefix; *c != '\0' && at + 1 < cap; c++)
+        buf[at++] = *c;
+    for (size_t i = 0; i < n; i++) {
+        char digits[20];
+        size_t k = 0;
+        uint64_t x = v[i];
+        do {
+            digits[k++] = (char)('0' + x % 10);
+            x /= 10;
+        } while (x != 0);
+        if (at + 1 < cap)
+            buf[at++] = ':';
+        while (k > 0 && at + 1 < cap)
+            buf[at++] = digits[--k];
+    }
+    buf[at] = '\0';
+    return buf;
+}

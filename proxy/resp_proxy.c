@@ -558,9 +558,8 @@ static const struct rule *decide_job(struct rpx *rx, struct job_event *j)
     if (j->id != NULL) {
         ev.identity = j->id;
     } else {
-        snprintf(anon, sizeof(anon), "anon:%llu:%llu", (unsigned long long)rx->s->id,
-                 (unsigned long long)++rx->anon);
-        ev.identity = anon;
+        ev.identity =
+            codec_anon_id(anon, sizeof(anon), "anon", (const uint64_t[]){rx->s->id, ++rx->anon}, 2);
     }
     size_t hits[SESSION_MAX_RULE_HITS];
     size_t n = decide(rx, &ev, hits);
@@ -2075,9 +2074,8 @@ static enum cmd_result command(struct rpx *rx, const uint8_t *buf, const struct 
         ev.event = RULE_EV_COMMAND;
         ev.command = cv.name;
         ev.key = cv.has_key ? cv.key : NULL;
-        snprintf(anon, sizeof(anon), "cmd:%llu:%llu", (unsigned long long)rx->s->id,
-                 (unsigned long long)++rx->anon);
-        ev.identity = anon;
+        ev.identity =
+            codec_anon_id(anon, sizeof(anon), "cmd", (const uint64_t[]){rx->s->id, ++rx->anon}, 2);
         size_t hits[SESSION_MAX_RULE_HITS];
         size_t n = decide(rx, &ev, hits);
         for (size_t i = 0; i < n; i++) {
