@@ -59,10 +59,11 @@ TARGETS = ["direct", "haproxy", "twice-tcp", "twice-parse", "twice-faults"]
 PROXIES = TARGETS[1:]
 CLK_TCK = os.sysconf("SC_CLK_TCK")
 
-# Durations and counts of the full run and of --quick.  The full run takes about 6 minutes on
-# two cores, --quick about 1.5 (RabbitMQ's start alone takes 5-20 s).
+# Durations and counts of the full run and of --quick.  The full run takes about 9 minutes on
+# two cores, --quick about 1.5 (RabbitMQ's start alone takes 5-20 s).  Five rounds: a ratio's
+# median over five paired runs is not moved by one disturbed round.
 PLANS = {
-    "full": dict(rounds=3, max_s=3.0, paced_s=2.0, rb_p1=100000, rb_p16=400000, size_s=2.0,
+    "full": dict(rounds=5, max_s=3.0, paced_s=2.0, rb_p1=100000, rb_p16=400000, size_s=2.0,
                  active_s=1.5, sizes=[16, 256, 4096, 65536, 1048576],
                  levels=[1, 10, 100, 1000, 10000]),
     "quick": dict(rounds=1, max_s=1.0, paced_s=1.0, rb_p1=20000, rb_p16=100000, size_s=1.0,
@@ -408,45 +409,46 @@ LOAD_TITLES = {"amqp": "amqp 256B", "jobs": "redis jobs"}
 
 
 def side_by_side(bench, plan, servers, runs):
-    """R rounds; in each, every target takes its closed-loop runs (amqp, jobs, redis-benchmark),
-    then every target its paced runs.  The paced rate is fixed after round 1: PACED_FRACTION of
-    the slowest target's closed-loop throughput, so that no target is near saturation and the
-    latency measures the path, not a queue."""
+    """R rounds.  In each, one load after the other, every target takes its closed-loop run of
+    that load back to back with the others (the order rotated each round), so that the targets
+    of one comparison run within seconds of each other: this machine's speed drifts over
+    minutes, with its neighbours, by more than the differences measured.  Then, per load, every
+    target its paced run.  The paced rate is fixed after round 1: PACED_FRACTION of the slowest
+    target's closed-loop throughput, so that no target is near saturation and the latency
+    measures the path, not a queue."""
     paced = {}
     order = list(TARGETS)
+    closed = [("amqp", lambda port: bench.amqp(port, plan["max_s"]), "amqp"),
+              ("jobs", lambda port: bench.jobs(port, plan["max_s"]), "redis")]
+    for pipeline, n in ((1, plan["rb_p1"]), (16, plan["rb_p16"])):
+        for test in ("set", "get"):
+            closed.append(("%s -P%d" % (test.upper(), pipeline),
+                           lambda port, t=test, pl=pipeline, k=n: bench.redis_benchmark(
+                               port, t, pl, k), "redis"))
     for rnd in range(plan["rounds"]):
         log("round %d/%d" % (rnd + 1, plan["rounds"]))
         targets = order[rnd % len(order):] + order[:rnd % len(order)]
-        for target in targets:
-            s = servers.get(target)
-            if s is not None and not s.alive():
-                continue
-            pid = s.pid if s else None
-            ports = s.ports if s else servers["ports_direct"]
-            for load, fn, port in (("amqp", bench.amqp, ports["amqp"]),
-                                   ("jobs", bench.jobs, ports["redis"])):
-                with Probe(pid) as p:
-                    res = fn(port, plan["max_s"])
+
+        def each_target():
+            for target in targets:
+                s = servers.get(target)
+                if s is not None and not s.alive():
+                    continue
+                yield target, s, (s.ports if s else servers["ports_direct"])
+        for load, fn, proto in closed:
+            for target, s, ports in each_target():
+                with Probe(s.pid if s else None) as p:
+                    res = fn(ports[proto])
                 record(runs, rnd, load, target, "max", res, p, s)
-            for pipeline, n in ((1, plan["rb_p1"]), (16, plan["rb_p16"])):
-                for test in ("set", "get"):
-                    with Probe(pid) as p:
-                        res = bench.redis_benchmark(ports["redis"], test, pipeline, n)
-                    record(runs, rnd, "%s -P%d" % (test.upper(), pipeline), target, "max", res, p, s)
         for load in ("amqp", "jobs"):
             if load not in paced:
                 got = [r["throughput"] for r in runs if r["load"] == load and r["mode"] == "max"
                        and r["throughput"] and not r["error"]]
                 paced[load] = round(min(got) * PACED_FRACTION, -1) if got else 1000.0
-        for target in targets:
-            s = servers.get(target)
-            if s is not None and not s.alive():
-                continue
-            ports = s.ports if s else servers["ports_direct"]
-            for load, fn, port in (("amqp", bench.amqp, ports["amqp"]),
-                                   ("jobs", bench.jobs, ports["redis"])):
+        for load, fn, proto in (("amqp", bench.amqp, "amqp"), ("jobs", bench.jobs, "redis")):
+            for target, s, ports in each_target():
                 with Probe(s.pid if s else None) as p:
-                    res = fn(port, plan["paced_s"], rate=paced[load])
+                    res = fn(ports[proto], plan["paced_s"], rate=paced[load])
                 record(runs, rnd, load, target, "paced", res, p, s)
         log("  round %d done" % (rnd + 1))
     return paced
@@ -457,9 +459,28 @@ def median(xs):
     return statistics.median(xs) if xs else None
 
 
+def paired(runs, load, target, ref, value):
+    """Per round, value(run of target) / value(run of ref) for the same load and round: the
+    ratio of two runs seconds apart.  (median, lowest, highest) over the rounds, or Nones."""
+    ratios = []
+    for rnd in sorted({r["round"] for r in runs}):
+        def one(t):
+            got = [value(r) for r in runs if r["round"] == rnd and r["load"] == load
+                   and r["target"] == t and not r["error"] and r["complete"]]
+            got = [v for v in got if v]
+            return got[0] if got else None
+        mine, base = one(target), one(ref)
+        if mine and base:
+            ratios.append(mine / base)
+    if not ratios:
+        return None, None, None
+    return statistics.median(ratios), min(ratios), max(ratios)
+
+
 def summarize(runs):
     """Medians over rounds per (load, target): throughput and CPU from the closed-loop runs,
-    latency from the paced ones (redis-benchmark: its own)."""
+    latency from the paced ones (redis-benchmark: its own); and against HAProxy, the median of
+    the per-round ratios with their range."""
     out = []
     for load in LOADS:
         row = {}
@@ -495,6 +516,13 @@ def summarize(runs):
                 "cpu_s_per_100k"
             hc, mine = row["haproxy"][key], e[key]
             e["cpu_vs_haproxy"] = mine / hc if mine and hc else None
+            mode = "paced" if key == "cpu_s_per_100k_paced" else "max"
+            tp = paired(runs, load, target, "haproxy",
+                        lambda r: r["throughput"] if r["mode"] == "max" else None)
+            cpu = paired(runs, load, target, "haproxy",
+                         lambda r: r.get("cpu_s_per_100k") if r["mode"] == mode else None)
+            e["vs_haproxy_paired"], e["vs_haproxy_lo"], e["vs_haproxy_hi"] = tp
+            e["cpu_vs_haproxy_paired"], e["cpu_vs_haproxy_lo"], e["cpu_vs_haproxy_hi"] = cpu
             out.append(e)
     return out
 
@@ -504,9 +532,9 @@ def fmt(v, spec, dash="-"):
 
 
 def print_table(summary, paced, meta):
-    cols = "%-11s %-13s %9s %7s %8s %8s %8s %9s %9s %8s %8s %6s"
+    cols = "%-11s %-13s %9s %7s %14s %7s %7s %8s %8s %14s %7s %6s"
     head = cols % ("load", "target", "msgs/s", "/direct", "/haproxy", "p50 us", "p99 us",
-                   "cpu max", "cpu@rate", "/haproxy", "RSS MiB", "dup %")
+                   "cpu max", "cpu@rate", "cpu/haproxy", "RSS MiB", "dup %")
     print()
     print("%s (threads %d) vs %s (nbthread %d); %s, load average %.1f before the run; "
           "medians of %d round(s)" % (meta["twice_version"], meta.get("twice_threads", 1),
@@ -519,20 +547,30 @@ def print_table(summary, paced, meta):
     print(head)
     print("-" * len(head))
     last = None
+    def ratio(med, lo, hi):
+        if med is None:
+            return "-"
+        if lo is None or hi is None or lo == hi:
+            return "%.2f" % med
+        return "%.2f %.2f-%.2f" % (med, lo, hi)
     for e in summary:
         if last is not None and e["load"] != last:
             print()
         last = e["load"]
         print(cols % (
             LOAD_TITLES.get(e["load"], e["load"]), e["target"], fmt(e["throughput"], ".0f"),
-            fmt(e["vs_direct"], ".2f"), fmt(e["vs_haproxy"], ".2f"), fmt(e["p50_us"], ".0f"),
-            fmt(e["p99_us"], ".0f"), fmt(e["cpu_s_per_100k"], ".3f"),
-            fmt(e["cpu_s_per_100k_paced"], ".3f"), fmt(e["cpu_vs_haproxy"], ".2f"),
+            fmt(e["vs_direct"], ".2f"),
+            ratio(e["vs_haproxy_paired"], e["vs_haproxy_lo"], e["vs_haproxy_hi"]),
+            fmt(e["p50_us"], ".0f"), fmt(e["p99_us"], ".0f"), fmt(e["cpu_s_per_100k"], ".3f"),
+            fmt(e["cpu_s_per_100k_paced"], ".3f"),
+            ratio(e["cpu_vs_haproxy_paired"], e["cpu_vs_haproxy_lo"], e["cpu_vs_haproxy_hi"]),
             fmt(e["peak_rss_kib"] / 1024 if e["peak_rss_kib"] else None, ".1f"),
             fmt(e["dup_pct"], ".2f")))
-    print("cpu: proxy CPU seconds per 100k messages (utime+stime), closed loop and at the fixed "
-          "rate;\n/haproxy compares cpu@rate where there is one.  RSS: the proxy's VmRSS peak "
-          "during that load's runs\n(process-wide: it includes what earlier loads left).")
+    print("/haproxy and cpu/haproxy: the median over the rounds of the ratio to HAProxy's run of "
+          "the same round (seconds\napart), and its lowest-highest.  cpu: proxy CPU seconds per "
+          "100k messages (utime+stime), closed loop\nand at the fixed rate; cpu/haproxy compares "
+          "cpu@rate where there is one.  RSS: the proxy's VmRSS peak\nduring that load's runs "
+          "(process-wide: it includes what earlier loads left).")
     sys.stdout.flush()
 
 
