@@ -369,6 +369,15 @@ void *amqp_ledger_info(const struct amqp_ledger *l, uint64_t tag)
     return i == LEDGER_NONE ? NULL : l->tags.v[i].info;
 }
 
+bool amqp_ledger_twice_settleable(const struct amqp_ledger *l, uint64_t tag)
+{
+    size_t i = queue_find(&l->tags, tag);
+    if (i == LEDGER_NONE)
+        return false;
+    uint8_t state = l->tags.v[i].state;
+    return state == LS_OUTSTANDING || state == LS_DROPPED;
+}
+
 int amqp_ledger_twice_settle(struct amqp_ledger *l, uint16_t channel, uint64_t tag, bool requeue,
                              uint8_t *out, size_t cap)
 {

@@ -166,6 +166,11 @@ void *amqp_ledger_info(const struct amqp_ledger *l, uint64_t tag);
  * redelivery); the ledger then forgets it.  Returns 0, writing nothing, when
  * the tag is neither (the client settled it first, it is held, or unknown);
  * AMQP_LEDGER_E_BUFFER when `cap` is too small (nothing changed). */
+/* Whether amqp_ledger_twice_settle(tag) would settle it (the tag is outstanding,
+ * or its settlement was dropped).  Settling a dropped tag forgets it and frees
+ * its info: a caller that needs the info asks this first. */
+bool amqp_ledger_twice_settleable(const struct amqp_ledger *l, uint64_t tag);
+
 int amqp_ledger_twice_settle(struct amqp_ledger *l, uint16_t channel, uint64_t tag, bool requeue,
                              uint8_t *out, size_t cap) AMQP_LEDGER_WARN_UNUSED;
 

@@ -1215,19 +1215,24 @@ static void on_expire(evutil_socket_t fd, short what, void *arg)
         return;
     uint8_t frame[64];
     uint64_t tag = mi->tag;
+    /* Settled in time (or its ack is held): nothing expired. */
+    if (!amqp_ledger_twice_settleable(ch->ledger, tag))
+        return;
     /* Not settled within the visibility timeout: the broker hands the
-     * message to another consumer; the late ack will be swallowed. */
+     * message to another consumer; the late ack will be swallowed.  The
+     * fault is noted first: settling a delivery whose ack twice dropped
+     * forgets it and frees mi (and this timer). */
+    if (mi->expire_rule != NULL) {
+        struct engine_event ev;
+        char idbuf[96];
+        event_from_info(&ev, RULE_EV_DELIVER, mi, ax->s, idbuf, sizeof(idbuf));
+        fault_note(ax->s, mi->expire_rule, &ev);
+    }
+    log_msg(LOG_INFO, "expired", "sid=%llu listener=%s channel=%u delivery_tag=%llu rule=%s",
+            (unsigned long long)ax->s->id, ax->s->cfg->l->name, ch->id, (unsigned long long)tag,
+            mi->expire_rule != NULL ? mi->expire_rule->name : "-");
     int n = amqp_ledger_twice_settle(ch->ledger, ch->id, tag, true, frame, sizeof(frame));
     if (n > 0) {
-        if (mi->expire_rule != NULL) {
-            struct engine_event ev;
-            char idbuf[96];
-            event_from_info(&ev, RULE_EV_DELIVER, mi, ax->s, idbuf, sizeof(idbuf));
-            fault_note(ax->s, mi->expire_rule, &ev);
-        }
-        log_msg(LOG_INFO, "expired", "sid=%llu listener=%s channel=%u delivery_tag=%llu rule=%s",
-                (unsigned long long)ax->s->id, ax->s->cfg->l->name, ch->id, (unsigned long long)tag,
-                mi->expire_rule != NULL ? mi->expire_rule->name : "-");
         chan_inject(ch, SIDE_UPSTREAM, frame, (size_t)n);
         send_flush(ax, SIDE_UPSTREAM);
     }

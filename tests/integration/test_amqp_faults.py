@@ -49,6 +49,9 @@ import faultkit as fk  # noqa: E402
 import pika  # noqa: E402
 from pika.exceptions import AMQPConnectionError, ChannelClosedByBroker  # noqa: E402
 
+# A queue name long enough that a delivery's strings do not fit in the record's pool.
+LONGQ = "expdrop-" + "q" * 200
+
 # rule name -> (queue, rule lines)
 RULES = {
     "lost-ack": ["when ack queue=payments", "do redeliver"],
@@ -64,11 +67,13 @@ RULES = {
     "first3": ["when ack queue=first3", "first 3", "do redeliver"],
     "bodydup": ["when deliver queue=bodyq body~refund", "do duplicate"],
     "hdrdrop": ["when publish queue=rawq header.shard=drop-me", "do drop"],
+    "expdrop": ["when deliver queue=" + LONGQ, "do expire 1s"],
+    "expdrop-ack": ["when ack queue=" + LONGQ, "do drop"],
 }
 
 QUEUES = ["payments", "dup", "exp", "slow", "slow-other", "slow-side", "crash", "noconf",
           "confok", "nopub", "pubok", "latepub", "latepub-side", "err", "err-side", "hb", "prob", "first3",
-          "bodyq", "rawq"]
+          "bodyq", "rawq", LONGQ]
 
 
 RABBIT = [None]   # one RabbitMQ node for the whole file
@@ -622,6 +627,31 @@ class AmqpFaults(unittest.TestCase):
         self.assertEqual(self.queue_stats()["exp"], (0, 0))
         recs = self.wait_faults("vt", 2)
         self.assertEqual(sorted(r.get("message_id") for r in recs), ids)
+
+    def test_expire_after_a_dropped_ack(self):
+        """`expire` on a delivery whose ack a `drop` rule swallowed: the broker still
+        has the message unacknowledged, so when the visibility timeout passes twice
+        rejects it (requeue) and it comes back, redelivered; the expiry is a fault of
+        its rule.  Settling a delivery whose ack was dropped makes the ledger forget
+        it: the expiry must not read the message's record after that (with a long
+        queue name the record's strings live apart, and the ASan build caught the
+        read)."""
+        ids = self.ids("expdrop", 1)
+        self.publish(LONGQ, ids)
+        c = self.client(prefetch=10)
+        c.consume(LONGQ)
+        first = c.wait(1)[0]
+        c.ch.basic_ack(first.tag)  # dropped by twice
+        got = c.wait(2, timeout=10)
+        self.assertEqual([m.id for m in got], ids * 2)
+        self.assertTrue(got[1].redelivered, got)
+        self.assertGreaterEqual(got[1].at - first.at, 0.8, "back before the timeout")
+        c.ch.basic_ack(got[1].tag)  # max-per-message 1: this one goes through
+        c.pump(0.5)
+        self.drained(LONGQ)
+        self.assertEqual([r.get("message_id") for r in self.wait_faults("expdrop", 1)], ids)
+        self.assertEqual([r.get("message_id") for r in self.wait_faults("expdrop-ack", 1)], ids)
+        self.assertTrue(c.conn.is_open)
 
     def test_expire_acked_in_time_is_no_fault(self):
         # A visibility timeout that never ran out faulted nothing: no fault

@@ -588,6 +588,7 @@ static void step_twice_settle(struct dsim *s)
     uint64_t t = rng_chance(&s->rng, 60) ? pick_pending(s) : 1 + rng_below(&s->rng, s->next_tag);
     bool requeue = rng_chance(&s->rng, 70);
     uint8_t st = t < s->next_tag ? s->state[t] : M_NONE;
+    assert_int_equal(amqp_ledger_twice_settleable(s->l, t), st == M_OUT || st == M_DROPPED);
     if (rng_chance(&s->rng, 5))
         assert_int_equal(amqp_ledger_twice_settle(s->l, CHANNEL, t, requeue, s->out, 20),
                          st == M_OUT || st == M_DROPPED ? AMQP_LEDGER_E_BUFFER : 0);
