@@ -122,7 +122,7 @@ struct content {
      * usually), copied into the connection's small stash of this direction
      * while this content holds it, rather than moved as chains of their
      * own (a chain allocated and freed per message otherwise).  Bytes go to
-     * `stash` once they do not fit, after what is there (stash_take). */
+     * `stash` once they do not fit, after what is there (stash_put). */
     uint8_t *small; /* NULL: not holding it */
     size_t small_len;
     bool stash_used; /* bytes went into `stash` since it was last emptied */
@@ -326,9 +326,12 @@ static bool alive(const struct amqp_px *ax)
  * over them, and they are copied nowhere.  The rule: code that takes bytes
  * from the head of ax->in or adds to an xfer calls settle() first, which
  * moves the run, stashes what is kept, and forgets the window; the frame
- * being handled is then at the head of ax->in.  Views into the frame stay
- * valid across settle() (the chain it is in keeps it), not past the
- * frame's own move.
+ * being handled is then at the head of ax->in, unless it has joined what is
+ * kept.  Views into the frame stay valid across a settle() that moves only
+ * bytes before it (its chain keeps it), not past the frame's own move: once
+ * it has joined what is kept, a settle() copies it into the stash and
+ * drains it (content_header reads the header's table in place only before
+ * anything can settle, in content_decide's call of the rules).
  */
 static int stash_put(struct amqp_px *ax, struct content *c, int from, size_t len);
 
@@ -505,7 +508,6 @@ static void held_clear(struct achan *ch, int d)
         event_del(ch->held_timer[d]);
 }
 
-/* Forget everything about the channel's messages (closed or reopened). */
 /* Forget the channel's deliveries and consumers: the broker voided them. */
 static void chan_forget(struct achan *ch)
 {
@@ -829,7 +831,6 @@ static void inject_error(struct amqp_px *ax, struct achan *ch, const struct rule
     ch->closed_for_client = true;
 }
 
-/* `close before` / `close after` on an event. */
 /* `close before` / `close after` on an event read from side `from`: what
  * went through before the cut (earlier frames of the same read included)
  * still reaches the other side; the event's own frame only with `after`,
@@ -1712,10 +1713,6 @@ static void broker_method(struct amqp_px *ax, struct achan *ch, const struct amq
 
 /* ---- frames ------------------------------------------------------------ */
 
-/* After twice closed a channel on its own (error action), each side is
- * answered by twice until its half of the close handshake is over: the
- * client's frames on the channel are dropped until it reopens it, and the
- * broker's until its close-ok.  Returns true when the frame was consumed. */
 static void amqp_process(void *state, enum session_side from, struct evbuffer *in);
 
 /* The broker finished closing the channel twice closed: the client's
@@ -1734,6 +1731,10 @@ static void replay_deferred(struct amqp_px *ax, struct achan *ch)
     evbuffer_free(frames);
 }
 
+/* After twice closed a channel on its own (error action), each side is
+ * answered by twice until its half of the close handshake is over: the
+ * client's frames on the channel are dropped until it reopens it, and the
+ * broker's until its close-ok.  Returns true when the frame was consumed. */
 static bool closing_by_twice(struct amqp_px *ax, struct achan *ch, int from,
                              const struct amqp_method *m, size_t len)
 {
@@ -1899,7 +1900,8 @@ static void amqp_process(void *state, enum session_side from, struct evbuffer *i
 {
     struct amqp_px *ax = state;
     /* replay_deferred() processes a channel's deferred frames from inside
-     * a read (settled, so with no run or window of its own). */
+     * a read: the outer read has settled first (closing_by_twice), since
+     * this call ends by clearing run, kept and window. */
     struct evbuffer *outer_in = ax->in;
     enum session_side outer_reading = ax->reading;
     ax->reading = from;
