@@ -92,8 +92,12 @@ struct msg_info {
 
 /* Records a connection keeps for its next messages instead of freeing
  * them: a read of acks frees as many as the read of deliveries before it
- * took (glibc's per-thread cache keeps only 7 of this size). */
+ * took (glibc's per-thread cache keeps only 7 of this size).  At most
+ * AMQP_PX_SPARE_INFOS, and no more than AMQP_PX_SPARE_IDLE beyond the
+ * records in use: a connection whose messages are all settled keeps ~3 KiB
+ * of them, not ~24 KiB. */
 #define AMQP_PX_SPARE_INFOS 64
+#define AMQP_PX_SPARE_IDLE 8
 
 /* Bytes of a content's first frames kept without an evbuffer chain; one
  * such array per connection and direction, held by one content at a time
@@ -187,6 +191,7 @@ struct amqp_px {
     struct achan *last_chan; /* the one chan_get found last (never freed before ax) */
     struct msg_info *spare;  /* records freed, for the next messages */
     size_t n_spare;
+    size_t n_live; /* records in use (by contents, ledgers, timers) */
 };
 
 static void send_flush(struct amqp_px *ax, enum session_side to);
@@ -222,6 +227,7 @@ static struct msg_info *info_new(struct achan *ch)
     if (mi != NULL) {
         memset(mi, 0, offsetof(struct msg_info, pool)); /* the pool is written as used */
         mi->ch = ch;
+        ax->n_live++;
     }
     return mi;
 }
@@ -272,13 +278,21 @@ static void info_free(void *p)
             info_str_free(mi, strs[i]);
     }
     struct amqp_px *ax = mi->ch->ax;
-    if (ax->n_spare < AMQP_PX_SPARE_INFOS) {
+    ax->n_live--;
+    if (ax->n_spare < AMQP_PX_SPARE_INFOS && ax->n_spare < AMQP_PX_SPARE_IDLE + ax->n_live) {
         mi->next_spare = ax->spare;
         ax->spare = mi;
         ax->n_spare++;
-        return;
+    } else {
+        free(mi);
     }
-    free(mi);
+    /* Fewer in use now: fewer kept. */
+    while (ax->n_spare > AMQP_PX_SPARE_IDLE + ax->n_live) {
+        struct msg_info *x = ax->spare;
+        ax->spare = x->next_spare;
+        ax->n_spare--;
+        free(x);
+    }
 }
 
 static enum session_side other(enum session_side side)
