@@ -279,14 +279,14 @@ static void info_free(void *p)
     }
     struct amqp_px *ax = mi->ch->ax;
     ax->n_live--;
-    if (ax->n_spare < AMQP_PX_SPARE_INFOS && ax->n_spare < AMQP_PX_SPARE_IDLE + ax->n_live) {
+    if (ax->n_spare < AMQP_PX_SPARE_INFOS) {
         mi->next_spare = ax->spare;
         ax->spare = mi;
         ax->n_spare++;
     } else {
         free(mi);
     }
-    /* Fewer in use now: fewer kept. */
+    /* Fewer in use now: fewer kept (this one among them). */
     while (ax->n_spare > AMQP_PX_SPARE_IDLE + ax->n_live) {
         struct msg_info *x = ax->spare;
         ax->spare = x->next_spare;
@@ -461,34 +461,28 @@ static int stash_take(struct amqp_px *ax, struct content *c, size_t len)
  * memory. */
 static int stash_move(struct amqp_px *ax, struct content *c, struct evbuffer *dst)
 {
-    if (ax->kept_by == c) {
-        if (dst == ax->xfer[other(ax->reading)]) {
-            ax->run += ax->kept; /* passed on in place: copied nowhere */
-            ax->kept = 0;
-            ax->kept_by = NULL;
-            return 0;
-        }
-        settle(ax);
+    if (ax->kept_by == c && dst == ax->xfer[other(ax->reading)]) {
+        ax->run += ax->kept; /* passed on in place: copied nowhere */
+        ax->kept = 0;
+        ax->kept_by = NULL;
+        return 0;
     }
+    /* What is kept joins the stash; what came before goes out first. */
+    if (ax->kept_by == c || dst != NULL)
+        settle(ax);
     int rc = 0;
-    if (dst != NULL && c->small_len > 0) {
-        settle(ax);
-        if (evbuffer_add(dst, c->small, c->small_len) != 0)
-            rc = -1;
-    }
+    if (dst != NULL && c->small_len > 0 && evbuffer_add(dst, c->small, c->small_len) != 0)
+        rc = -1;
     if (c->small != NULL)
         stash_release(ax, c);
     size_t n = stash_chain_len(c);
     c->stash_used = false; /* emptied below */
     if (n == 0)
         return rc; /* the usual case: no evbuffer call that would change nothing */
-    if (dst != NULL) {
-        settle(ax);
-        if (evbuffer_add_buffer(dst, c->stash) != 0)
-            rc = -1;
-    } else {
+    if (dst == NULL)
         evbuffer_drain(c->stash, n);
-    }
+    else if (evbuffer_add_buffer(dst, c->stash) != 0)
+        rc = -1;
     return rc;
 }
 
@@ -1989,8 +1983,7 @@ static void amqp_process(void *state, enum session_side from, struct evbuffer *i
         on_frame(ax, from, &f, len);
     }
     if (alive(ax)) {
-        settle(ax);
-        send_flush(ax, SIDE_UPSTREAM);
+        send_flush(ax, SIDE_UPSTREAM); /* settles: the run and what is kept first */
         send_flush(ax, SIDE_CLIENT);
         if (alive(ax))
             held_limit(ax);
