@@ -1242,16 +1242,27 @@ class Twice:
                                      % (count, msg, match, len(recs), timeout, self.log_tail()))
             time.sleep(0.05)
 
-    def wait_sessions(self, clients, timeout=15):
+    def log_mark(self):
+        """The log's line count now, for wait_sessions(since=...)."""
+        return len(self.log_lines())
+
+    def wait_sessions(self, clients, timeout=15, since=0):
         """Wait for the "session closed" record of each client address
-        ("IP:PORT" strings); returns {client: record}."""
+        ("IP:PORT" strings); returns {client: record}.
+
+        A client's port can be handed out again once its session is over, so
+        an address may have an older session's record in the log: only lines
+        from index `since` (a log_mark() taken before the connections were
+        made) count."""
         want = set(clients)
         deadline = time.monotonic() + timeout
         while True:
             found = {}
-            for rec in self.log_records("session closed"):
-                if rec.get("client") in want:
-                    found[rec["client"]] = rec
+            for line in self.log_lines()[since:]:
+                rec = parse_logfmt(line)
+                if rec.get("msg") != "session closed" or rec.get("client") not in want:
+                    continue
+                found[rec["client"]] = rec
             if len(found) == len(want):
                 return found
             if time.monotonic() >= deadline:
