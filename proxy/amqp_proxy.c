@@ -353,8 +353,10 @@ static void settle(struct amqp_px *ax)
 {
     ax->win = NULL;
     if (ax->run > 0) {
-        evbuffer_remove_buffer(ax->in, ax->xfer[other(ax->reading)], ax->run);
+        size_t n = ax->run;
         ax->run = 0;
+        if (codec_move(ax->in, ax->xfer[other(ax->reading)], n) != 0)
+            protocol_error(ax, "out of memory");
     }
     if (ax->kept > 0) {
         struct content *c = ax->kept_by;
@@ -375,8 +377,10 @@ static void take(struct amqp_px *ax, struct evbuffer *dst, size_t len)
         return;
     }
     settle(ax);
-    if (dst != NULL)
-        evbuffer_remove_buffer(ax->in, dst, len);
+    if (dst == ax->xfer[other(ax->reading)])
+        (void)codec_move(ax->in, dst, len); /* goes out now: may share */
+    else if (dst != NULL)
+        evbuffer_remove_buffer(ax->in, dst, len); /* may wait: copied */
     else
         evbuffer_drain(ax->in, len);
 }

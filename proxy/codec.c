@@ -75,3 +75,82 @@ const char *codec_anon_id(char *buf, size_t cap, const char *prefix, const uint6
     buf[at] = '\0';
     return buf;
 }
+
+/* A shared head was written (or `out` freed): the split chain it lies in
+ * may go. */
+static void codec_unpin(const void *data, size_t len, void *pin)
+{
+    (void)data;
+    (void)len;
+    evbuffer_free(pin);
+}
+
+/* The n bytes at the head of `in` end inside its first chain, which begins
+ * at p: the head goes to `out` as a reference to p, and `pin` holds
+ * libevent's references to every chain of `in`, which keep the memory (and
+ * make the chains immutable: nothing is written where `out` reads) until
+ * codec_unpin frees it. */
+static int share_head(struct evbuffer *in, struct evbuffer *out, const void *p, size_t n)
+{
+    struct evbuffer *pin = evbuffer_new();
+    if (pin == NULL)
+        return -1;
+    /* libevent stops referencing chains when memory runs out without
+     * saying so: the lengths tell */
+    if (evbuffer_add_buffer_reference(pin, in) != 0 ||
+        evbuffer_get_length(pin) != evbuffer_get_length(in) ||
+        evbuffer_add_reference(out, p, n, codec_unpin, pin) != 0) {
+        evbuffer_free(pin);
+        return -1;
+    }
+    (void)evbuffer_drain(in, n); /* fails only on a frozen head: never an input's */
+    return 0;
+}
+
+int codec_move(struct evbuffer *in, struct evbuffer *out, size_t n)
+{
+    size_t len = evbuffer_get_length(in);
+    if (n > len)
+        return -1;
+    if (n == len) /* all of it: whole chains */
+        return evbuffer_add_buffer(out, in);
+    /* The usual case: the bytes end in the first chain. */
+    size_t first = evbuffer_get_contiguous_space(in);
+    if (n <= first) {
+        if (n == first || n <= CODEC_MOVE_COPY_MAX)
+            return evbuffer_remove_buffer(in, out, n) == (int)n ? 0 : -1;
+        const void *p = evbuffer_pullup(in, (ev_ssize_t)n); /* in place: n <= first */
+        if (p != NULL && share_head(in, out, p, n) == 0)
+            return 0;
+        return evbuffer_remove_buffer(in, out, n) == (int)n ? 0 : -1;
+    }
+    while (n > 0) {
+        /* The chains the n bytes lie in, up to 16 at a time: the whole
+         * ones move as chains; the last one may be split. */
+        struct evbuffer_iovec v[16];
+        int k = evbuffer_peek(in, (ev_ssize_t)n, NULL, v, 16);
+        if (k <= 0)
+            return -1;
+        size_t whole = 0;
+        int i = 0;
+        for (; i < k && i < 16 && v[i].iov_len <= n - whole; i++)
+            whole += v[i].iov_len;
+        if (i < k && i < 16 && n - whole > CODEC_MOVE_COPY_MAX) {
+            /* v[i] is split: the chains before it move, its head is
+             * shared (its memory stays where it is) */
+            if (whole > 0 && evbuffer_remove_buffer(in, out, whole) != (int)whole)
+                return -1;
+            n -= whole;
+            if (share_head(in, out, v[i].iov_base, n) == 0)
+                return 0;
+            whole = 0; /* out of memory: copied after all */
+        }
+        if (i == k || i < 16 || whole == 0)
+            return evbuffer_remove_buffer(in, out, n) == (int)n ? 0 : -1;
+        /* more than 16 chains: the first 16 move, then look again */
+        if (evbuffer_remove_buffer(in, out, whole) != (int)whole)
+            return -1;
+        n -= whole;
+    }
+    return 0;
+}

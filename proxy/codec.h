@@ -49,6 +49,19 @@ void codec_log_protocol_error(struct session *s, const char *msg, const char *de
  * instructions for it. */
 const char *codec_anon_id(char *buf, size_t cap, const char *prefix, const uint64_t *v, size_t n);
 
+/* Moves the first n bytes of `in` to the end of `out`, as
+ * evbuffer_remove_buffer, without copying the payload.  libevent moves
+ * whole chains and copies the part of the chain the n-th byte ends in; a
+ * codec moving the frames of a read up to a partial one left that chain's
+ * head (almost all of a read of large messages) copied.  Here a split
+ * chain's head goes to `out` as a reference, and the chain stays alive
+ * (libevent marks it immutable: later reads go to a new chain) until `out`
+ * has written that reference.  Heads of at most CODEC_MOVE_COPY_MAX bytes
+ * are copied: sharing costs three small allocations.  0, or -1 when `in`
+ * holds fewer than n bytes (nothing moved) or memory ran out. */
+#define CODEC_MOVE_COPY_MAX 4096
+int codec_move(struct evbuffer *in, struct evbuffer *out, size_t n);
+
 /* The codec of a listener's protocol, or NULL for plain byte relaying. */
 const struct codec_ops *codec_for(const struct conf_listener *l);
 

@@ -226,8 +226,9 @@ static void run_move(struct rpx *rx, enum session_side side)
     if (rx->run[side] == 0)
         return;
     enum session_side to = side == SIDE_CLIENT ? SIDE_UPSTREAM : SIDE_CLIENT;
-    evbuffer_remove_buffer(rx->pend[side], rx->out[to], rx->run[side]);
+    size_t n = rx->run[side];
     rx->run[side] = 0;
+    (void)codec_move(rx->pend[side], rx->out[to], n); /* as evbuffer_remove_buffer */
 }
 
 static void send_flush(struct rpx *rx, enum session_side to)
