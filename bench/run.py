@@ -59,15 +59,17 @@ TARGETS = ["direct", "haproxy", "twice-tcp", "twice-parse", "twice-faults"]
 PROXIES = TARGETS[1:]
 CLK_TCK = os.sysconf("SC_CLK_TCK")
 
-# Durations and counts of the full run and of --quick.  The full run takes about 9 minutes on
+# Durations and counts of the full run and of --quick.  The full run takes about 11 minutes on
 # two cores, --quick about 1.5 (RabbitMQ's start alone takes 5-20 s).  Five rounds: a ratio's
-# median over five paired runs is not moved by one disturbed round.
+# median over five paired runs is not moved by one disturbed round.  The size curve's points are
+# medians of size_rounds runs (one run per point moved 64 KiB's CPU by 50% between runs).
 PLANS = {
     "full": dict(rounds=5, max_s=3.0, paced_s=2.0, rb_p1=100000, rb_p16=400000, size_s=2.0,
-                 active_s=1.5, sizes=[16, 256, 4096, 65536, 1048576],
+                 size_rounds=3, active_s=1.5, sizes=[16, 256, 4096, 65536, 1048576],
                  levels=[1, 10, 100, 1000, 10000]),
     "quick": dict(rounds=1, max_s=1.0, paced_s=1.0, rb_p1=20000, rb_p16=100000, size_s=1.0,
-                  active_s=0.8, sizes=[16, 4096, 1048576], levels=[1, 100, 1000, 10000]),
+                  size_rounds=1, active_s=0.8, sizes=[16, 4096, 1048576],
+                  levels=[1, 100, 1000, 10000]),
 }
 
 AMQP_LOAD = ["--publishers", "2", "--consumers", "2", "--size", "256", "--prefetch", "100",
@@ -578,28 +580,45 @@ def print_table(summary, paced, meta):
 # Cost curves
 
 def size_curve(bench, plan, servers, direct_ports):
-    """Proxy CPU per AMQP message for each size, closed loop, at most ~8 MiB in flight."""
+    """Proxy CPU per AMQP message for each size, closed loop, at most ~8 MiB in flight: per size,
+    size_rounds runs of every target back to back (order rotated), the median of each."""
+    targets = ("direct", "haproxy", "twice-tcp", "twice-parse")
     out = []
     for size in plan["sizes"]:
         inflight = max(16, min(1000, (8 << 20) // size))
-        for target in ("direct", "haproxy", "twice-tcp", "twice-parse"):
-            s = servers.get(target)
-            if s is not None and not s.alive():
-                continue
-            port = s.ports["amqp"] if s else direct_ports["amqp"]
-            with Probe(s.pid if s else None) as p:
-                res = bench.amqp(port, plan["size_s"], size=size, inflight=inflight)
-            e = {"size": size, "target": target, "throughput": res.get("throughput"),
-                 "messages": messages_of(res), "error": res.get("error"),
-                 "complete": res.get("complete"), "proxy_cpu_s": p.cpu,
-                 "proxy_peak_rss_kib": p.peak_kib}
-            if p.cpu is not None and e["messages"]:
-                e["cpu_us_per_msg"] = p.cpu / e["messages"] * 1e6
-                e["cpu_s_per_100k"] = p.cpu / e["messages"] * 1e5
+        runs = {t: [] for t in targets}
+        for rnd in range(plan.get("size_rounds", 1)):
+            for target in targets[rnd % len(targets):] + targets[:rnd % len(targets)]:
+                s = servers.get(target)
+                if s is not None and not s.alive():
+                    continue
+                port = s.ports["amqp"] if s else direct_ports["amqp"]
+                with Probe(s.pid if s else None) as p:
+                    res = bench.amqp(port, plan["size_s"], size=size, inflight=inflight)
+                r = {"throughput": res.get("throughput"), "messages": messages_of(res),
+                     "error": res.get("error"), "complete": res.get("complete"),
+                     "proxy_cpu_s": p.cpu, "proxy_peak_rss_kib": p.peak_kib}
+                if p.cpu is not None and r["messages"]:
+                    r["cpu_us_per_msg"] = p.cpu / r["messages"] * 1e6
+                if r["error"] or not r["complete"]:
+                    log("  size %d %s: PROBLEM %s" % (size, target, r["error"] or "incomplete"))
+                runs[target].append(r)
+        for target in targets:
+            rs = runs[target]
+            good = [r for r in rs if r["throughput"] and not r["error"] and r["complete"]]
+            cpus = [r["cpu_us_per_msg"] for r in good if r.get("cpu_us_per_msg") is not None]
+            e = {"size": size, "target": target, "runs": rs,
+                 "throughput": median([r["throughput"] for r in good]),
+                 "error": next((r["error"] for r in rs if r["error"]), None),
+                 "complete": bool(rs) and all(r["complete"] for r in rs),
+                 "proxy_peak_rss_kib": max((r["proxy_peak_rss_kib"] or 0 for r in rs),
+                                           default=None)}
+            if cpus:
+                e["cpu_us_per_msg"] = median(cpus)
+                e["cpu_us_per_msg_range"] = [min(cpus), max(cpus)]
+                e["cpu_s_per_100k"] = e["cpu_us_per_msg"] / 10
             if e["throughput"]:
                 e["mib_per_s"] = e["throughput"] * size / (1 << 20)
-            if e["error"] or not e["complete"]:
-                log("  size %d %s: PROBLEM %s" % (size, target, e["error"] or "incomplete"))
             out.append(e)
         log("  size %7d done" % size)
     return out
@@ -756,18 +775,22 @@ def charts(outdir, summary, sizes, conns):
 
 
 def print_curves(sizes, conns):
-    print("\nproxy CPU per AMQP message vs size (closed loop; us per message, messages/s)")
+    n = max((len(e.get("runs", [])) for e in sizes), default=1)
+    print("\nproxy CPU per AMQP message vs size (closed loop; medians of %d run(s): us per "
+          "message (lowest-highest), messages/s)" % n)
     targets = ("direct", "haproxy", "twice-tcp", "twice-parse")
-    print("%9s " % "size" + " ".join("%22s" % t for t in targets))
+    print("%9s " % "size" + " ".join("%30s" % t for t in targets))
     for size in sorted({e["size"] for e in sizes}):
         cells = []
         for t in targets:
             e = next((x for x in sizes if x["size"] == size and x["target"] == t), None)
             if e is None or not e.get("throughput"):
-                cells.append("%22s" % "-")
-            else:
-                cells.append("%22s" % ("%s us  %.0f/s" % (fmt(e.get("cpu_us_per_msg"), ".1f"),
-                                                        e["throughput"])))
+                cells.append("%30s" % "-")
+                continue
+            rng = e.get("cpu_us_per_msg_range")
+            spread = " (%s-%s)" % (fmt(rng[0], ".1f"), fmt(rng[1], ".1f")) if rng and n > 1 else ""
+            cells.append("%30s" % ("%s%s us %.0f/s" % (fmt(e.get("cpu_us_per_msg"), ".1f"),
+                                                        spread, e["throughput"])))
         print("%9d " % size + " ".join(cells))
     print("\nidle connections: proxy RSS per client+upstream pair, CPU per job of a %d jobs/s "
           "load beside them" % ACTIVE_RATE)
