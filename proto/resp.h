@@ -221,6 +221,45 @@ size_t resp_scan_command_len(const struct resp_scanner *sc, const uint8_t *buf, 
 size_t resp_scan_reply_len(const struct resp_scanner *sc, const uint8_t *buf, size_t len,
                            uint8_t *type);
 
+/* The header line of a bulk string ('$') or an array ('*') at p[0..n) as the two functions
+ * above read it: the type byte, then 1 to 18 plain digits (no sign, no leading zero but "0"),
+ * then CRLF.  Returns the line's bytes with *count its number, or 0 for anything else or a line
+ * not all here (n >= RESP_LEN_HEADER_MAX holds any line this accepts). */
+size_t resp_len_header(const uint8_t *p, size_t n, uint8_t type, uint64_t *count);
+#define RESP_LEN_HEADER_MAX 21u
+
+/*
+ * A message too long to be handed to resp_scan() in one piece without copying it (it spans
+ * buffers), walked header by header: each header read through `peek` (at most
+ * RESP_LEN_HEADER_MAX bytes), each payload skipped by its length and its CRLF checked.  Only the
+ * kinds the two functions above take: on the client side a multibulk of bulk strings, on the
+ * server side a bulk string or an array of bulk strings.  The message starts at offset `at` of a
+ * source holding n > at bytes; peek(src, off, dst, cap) copies up to cap bytes from offset off
+ * (< n) and returns how many.  Returns RESP_WALK_WHOLE with w->len the message's length (then
+ * resp_scan() on the same bytes returns 1 with that length), RESP_WALK_WAIT with w->len a lower
+ * bound of it when more bytes are needed, RESP_WALK_NO for any other kind, limit or error (then
+ * resp_scan() decides).  w->name_len > 0 once a command's first element is all here, at
+ * w->name_off from the message's start.  Of sc only the side and the limits are read: a caller
+ * that lets the walker take a message resp_scan() had begun resets the scanner.
+ */
+enum { RESP_WALK_NO, RESP_WALK_WAIT, RESP_WALK_WHOLE };
+struct resp_walk {
+    size_t len;
+    uint8_t type;    /* the first byte */
+    uint64_t nelem;  /* an array's elements (a bulk string: 0, as in resp_msg) */
+    size_t name_off; /* a command's first element, once here */
+    size_t name_len;
+};
+typedef size_t (*resp_peek_fn)(void *src, size_t off, uint8_t *dst, size_t cap);
+int resp_walk(const struct resp_scanner *sc, resp_peek_fn peek, void *src, size_t at, size_t n,
+              struct resp_walk *w);
+/* resp_walk()'s reader for a message in one buffer (src: a struct resp_flat). */
+struct resp_flat {
+    const uint8_t *p;
+    size_t len;
+};
+size_t resp_flat_peek(void *src, size_t off, uint8_t *dst, size_t cap);
+
 /* ---- elements ---------------------------------------------------------------------------- */
 
 /* An iterator over the elements of one scanned command or top-level aggregate. */

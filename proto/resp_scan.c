@@ -651,6 +651,80 @@ static inline size_t resp_fast_len(const uint8_t *p, const uint8_t *end, uint64_
     return i + 2;
 }
 
+size_t resp_len_header(const uint8_t *p, size_t n, uint8_t type, uint64_t *count)
+{
+    if (n < 4 || p[0] != type)
+        return 0;
+    size_t k = resp_fast_len(p + 1, p + n, count);
+    return k == 0 ? 0 : 1 + k;
+}
+
+size_t resp_flat_peek(void *src, size_t off, uint8_t *dst, size_t cap)
+{
+    const struct resp_flat *f = src;
+    if (off >= f->len)
+        return 0;
+    size_t n = f->len - off < cap ? f->len - off : cap;
+    memcpy(dst, f->p + off, n);
+    return n;
+}
+
+/* A header line resp_len_header() refused: WAIT when it may only be cut short (no LF in it yet,
+ * shorter than any line it takes, at the end of what is here), else NO. */
+static int line_cut(const uint8_t *hdr, size_t got, size_t pos, size_t n)
+{
+    if (got < RESP_LEN_HEADER_MAX && pos + got == n && memchr(hdr, '\n', got) == NULL)
+        return RESP_WALK_WAIT;
+    return RESP_WALK_NO;
+}
+
+int resp_walk(const struct resp_scanner *sc, resp_peek_fn peek, void *src, size_t at, size_t n,
+              struct resp_walk *w)
+{
+    uint8_t hdr[RESP_LEN_HEADER_MAX];
+    uint64_t count = 1, blen;
+    size_t pos = at, k, got;
+    memset(w, 0, sizeof(*w));
+    if (n <= at || (got = peek(src, pos, hdr, sizeof(hdr))) == 0)
+        return RESP_WALK_NO;
+    w->type = hdr[0];
+    w->len = n + 1 - at; /* while a header is not all here */
+    bool client = sc->side == RESP_SIDE_CLIENT;
+    if (hdr[0] == '*') {
+        if ((k = resp_len_header(hdr, got, '*', &count)) == 0)
+            return line_cut(hdr, got, pos, n);
+        if (count == 0 || count > sc->max_elements || sc->max_depth < 1)
+            return RESP_WALK_NO;
+        pos += k;
+    } else if (client || hdr[0] != '$') {
+        return RESP_WALK_NO;
+    }
+    w->nelem = hdr[0] == '*' ? count : 0; /* as resp_msg counts: a scalar has none */
+    for (uint64_t i = 0; i < count; i++) {
+        got = pos < n ? peek(src, pos, hdr, sizeof(hdr)) : 0;
+        if ((k = resp_len_header(hdr, got, '$', &blen)) == 0) {
+            w->len = n + 1 - at;
+            return line_cut(hdr, got, pos, n);
+        }
+        if (blen > sc->max_bulk || blen > SIZE_MAX - 2 - (pos + k))
+            return RESP_WALK_NO;
+        size_t end = pos + k + (size_t)blen; /* where its CRLF is */
+        w->len = end + 2 - at;               /* at least, while more is to come */
+        if (client && i == 0 && end <= n) {
+            w->name_off = pos + k - at;
+            w->name_len = (size_t)blen;
+        }
+        if (end + 2 > n)
+            return RESP_WALK_WAIT;
+        uint8_t crlf[2];
+        if (peek(src, end, crlf, 2) != 2 || crlf[0] != '\r' || crlf[1] != '\n')
+            return RESP_WALK_NO;
+        pos = end + 2;
+    }
+    w->len = pos - at;
+    return RESP_WALK_WHOLE;
+}
+
 /* The elements of a multibulk of n (1 or more) bulk strings whose header took buf[0..pos), all
  * here: the first `views` of them into view[] as the state machine would fill them.  Returns the
  * message's length, or 0 for anything else. */

@@ -1527,6 +1527,79 @@ static bool plain_command(struct rpx *rx, bool cmd_rules)
     return true;
 }
 
+/*
+ * Long messages.  A command or reply longer than the chain it starts in (a
+ * SET of a 1 MiB value, its GET's reply) would be pulled up into one buffer
+ * for resp_scan(): the whole value copied.  When it is of the plain kinds
+ * the two functions above take (a command of bulk strings, a bulk string or
+ * an array of them as a reply), resp_walk() measures it header by header
+ * instead, through peek_at(), when scan_one() finds it does not end in the
+ * first chain; the run grows over it and its chains move on by reference.
+ * Anything else, or anything odd, is left to scan_one(), which pulls the
+ * message up as before and reports what is wrong with it.
+ */
+/* resp_walk()'s reader: up to cap bytes of an evbuffer from offset `at`. */
+static size_t peek_at(void *src, size_t at, uint8_t *dst, size_t cap)
+{
+    struct evbuffer *b = src;
+    struct evbuffer_ptr ptr;
+    if (evbuffer_ptr_set(b, &ptr, at, EVBUFFER_PTR_SET) != 0)
+        return 0;
+    ev_ssize_t got = evbuffer_copyout_from(b, &ptr, dst, cap);
+    return got > 0 ? (size_t)got : 0;
+}
+
+/* The command's name, once resp_walk() has seen it, if it is one twice has
+ * no use for (CMD_OTHER): its length, name[] as resp_cmd_name_bytes()
+ * makes it.  0 for any other. */
+static size_t big_name(struct evbuffer *b, size_t at, const struct resp_walk *w, char *name)
+{
+    uint8_t raw[RESP_CMD_NAME_MAX];
+    size_t n = w->name_len;
+    if (n == 0 || n >= RESP_CMD_NAME_MAX || peek_at(b, at + w->name_off, raw, n) != n ||
+        resp_cmd_name_bytes(raw, n, name) != n || cmd_id_of(name, n) != CMD_OTHER)
+        return 0;
+    return n;
+}
+
+/* scan_one() is about to pull the message at the head of pend[side] (the
+ * run moved) up across chains: the walker takes it instead when it is plain
+ * and the plain paths may take it.  1: taken (the run grew over it); 0:
+ * more bytes needed (rx->need set); -1: left to the scanner. */
+static int big_try(struct rpx *rx, enum session_side side)
+{
+    struct evbuffer *pend = rx->pend[side];
+    struct entry *e = rx->await;
+    if (side == SIDE_CLIENT ? rx->decided != 0 || rx->tx.active || wanted(rx, RULE_EV_COMMAND)
+                            : e == NULL || !straight_out(rx, e) || rx->held != 0)
+        return -1;
+    struct resp_walk w;
+    char name[RESP_CMD_NAME_MAX];
+    size_t name_len = 0, n = evbuffer_get_length(pend);
+    int r = resp_walk(&rx->sc[side], peek_at, pend, 0, n, &w);
+    if (r == RESP_WALK_NO ||
+        (side == SIDE_CLIENT && w.name_len > 0 && (name_len = big_name(pend, 0, &w, name)) == 0))
+        return -1;
+    if (r == RESP_WALK_WAIT) {
+        resp_scanner_reset(&rx->sc[side]); /* the walker measures it again then */
+        rx->need[side] = w.len;
+        return 0;
+    }
+    if (side == SIDE_CLIENT ? resp_pairing_simple(&rx->pairing, name, name_len, 0, NULL) != 1
+                            : resp_pairing_reply_simple(&rx->pairing, w.type) != 1)
+        return -1;
+    resp_scanner_reset(&rx->sc[side]);
+    rx->need[side] = 0;
+    rx->run[side] += w.len;
+    if (side == SIDE_CLIENT) {
+        stat_add(&rx->s->loop->events[RULE_EV_COMMAND], 1);
+        owe_plain(rx);
+    } else {
+        entry_answered(rx, e, true);
+    }
+    return 1;
+}
+
 /* Keeps back the command at the head of pend[CLIENT]. */
 static void swallow(struct rpx *rx, size_t len)
 {
@@ -2413,7 +2486,8 @@ static int scan_error(struct rpx *rx, enum session_side side, int rc)
 }
 
 /* Scans the message after the run in pend[side].  1 with *m and *buf set,
- * 0 when more bytes are needed, -1 after a protocol error (reported). */
+ * 0 when more bytes are needed, -1 after a protocol error (reported), 2
+ * when big_try() took a long plain message (look at the next one). */
 static int scan_one(struct rpx *rx, enum session_side side, struct resp_msg *m, const uint8_t **buf)
 {
     struct rpx_window *w = &rx->win[side];
@@ -2441,12 +2515,17 @@ static int scan_one(struct rpx *rx, enum session_side side, struct resp_msg *m, 
         return 0;
     size_t contig = evbuffer_get_contiguous_space(pend);
     size_t len = contig >= rx->need[side] && contig > 0 ? contig : n;
+    int big;
+    if (len > contig && (big = big_try(rx, side)) >= 0)
+        return big == 1 ? 2 : 0;
     *buf = evbuffer_pullup(pend, (ev_ssize_t)len);
     int rc = resp_scan(&rx->sc[side], *buf, len, m);
     if (rc < 0)
         return scan_error(rx, side, rc);
     if (rc == 0) {
         size_t need = m->len > len ? m->len : len + 1;
+        if (need <= n && len < n && (big = big_try(rx, side)) >= 0)
+            return big == 1 ? 2 : 0;
         if (need <= n && len < n) {
             /* More is here, in other chains: look at all of it. */
             *buf = evbuffer_pullup(pend, (ev_ssize_t)n);
@@ -2498,6 +2577,8 @@ static void process_server(struct rpx *rx)
         struct resp_msg m;
         const uint8_t *buf;
         int rc = scan_one(rx, SIDE_UPSTREAM, &m, &buf);
+        if (rc == 2)
+            continue;
         if (rc <= 0)
             break;
         on_reply(rx, buf, &m);
@@ -2533,6 +2614,8 @@ static void process_client(struct rpx *rx)
         struct resp_msg m;
         const uint8_t *buf;
         int rc = scan_one(rx, SIDE_CLIENT, &m, &buf);
+        if (rc == 2)
+            continue;
         if (rc < 0 && rx->raw)
             continue;
         if (rc <= 0)

@@ -14,7 +14,9 @@
  * and every message goes through
  * the iterator, the view helpers and a pairing.  Invariants are checked with abort():
  * views stay inside their message, the iterator agrees with the scanner's views and walks exactly
- * nelem elements, a split input gives the same messages and the same error as a whole one.
+ * nelem elements, a split input gives the same messages and the same error as a whole one, and
+ * resp_walk() over every message (and the prefix before a split) says "whole" only with the
+ * scan's length, and gives a lower bound of it while the message is cut short.
  * With a mode byte whose low two bits are 0, the input is also a conversation (commands from the
  * first half, replies from the second, in turns the mode's bits give) fed to a reference pairing
  * that takes no shortcut and to one that does: they must match every reply alike.
@@ -61,6 +63,28 @@ static void check_views(const uint8_t *p, const struct resp_msg *m)
         k++;
     }
     check(rc == 0 && k == m->nelem);
+}
+
+/* What resp_walk() says of the message at buf[off..) with `held` bytes of the stream here
+ * agrees with resp_scan()'s m (a whole message of the stream, or NULL when the scan needed more
+ * or failed): whole only with the scan's length (and a command's name where its first element
+ * is), a lower bound of it while waiting. */
+static void check_walk(const struct resp_scanner *proto, const uint8_t *buf, size_t off,
+                       size_t held, const struct resp_msg *m)
+{
+    struct resp_flat f = {buf, held};
+    struct resp_walk w;
+    if (held <= off)
+        return;
+    int r = resp_walk(proto, resp_flat_peek, &f, off, held, &w);
+    if (r == RESP_WALK_WHOLE) {
+        check(m != NULL && w.len == m->len && w.type == m->type && w.nelem == m->nelem &&
+              !m->push && !m->attribute);
+        check(proto->side == RESP_SIDE_SERVER ||
+              (w.name_off == m->elem[0].off && w.name_len == m->elem[0].len));
+    } else if (r == RESP_WALK_WAIT) {
+        check(w.len > held - off && (m == NULL || w.len <= m->len));
+    }
 }
 
 struct run {
@@ -178,8 +202,12 @@ static void scan_stream(const struct resp_scanner *proto, const uint8_t *buf, si
         if (rc != 1) {
             r->rc = rc;
             check(rc <= 0 && (rc < 0 || m.len > len - off));
+            check_walk(proto, buf, off, len, NULL);
             return;
         }
+        if (split > off)
+            check_walk(proto, buf, off, split, &m);
+        check_walk(proto, buf, off, len, &m);
         check(m.len > 0 && m.len <= len - off);
         check_views(buf + off, &m);
         /* The shortcuts that measure a message agree with the scan whenever they answer. */

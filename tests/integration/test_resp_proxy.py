@@ -858,6 +858,96 @@ class Transparency(unittest.TestCase):
                 self.assertEqual(hashlib.sha256(vals[6]).hexdigest(), digest)
                 self.assertEqual(vals[7:], [b"a", BIG, 3])
 
+    # -- long messages, cut anywhere ----------------------------------------
+
+    @staticmethod
+    def _enc_marked(*args):
+        """enc(*args) and the offsets inside it where a read had better not
+        end for a scanner that wants whole lines: inside each header, and
+        between the CR and the LF after each value."""
+        out, cuts = bytearray(b"*%d\r\n" % len(args)), [1, 2]
+        for a in args:
+            a = a if isinstance(a, bytes) else str(a).encode()
+            cuts += [len(out) + 1, len(out) + 2]
+            out += b"$%d\r\n" % len(a)
+            out += a
+            cuts.append(len(out) + 1)
+            out += b"\r\n"
+        return bytes(out), cuts
+
+    def test_long_values_cut_anywhere(self):
+        """Commands and replies longer than one read (values of 70 KB to
+        1 MiB that hold CRLF, `$` and `*` bytes), in a pipeline with small
+        ones, sent with every header, every command name and the CRLF after
+        every value split between two writes.  A plain one is walked header
+        by header (never pulled up into one buffer); every reply is Redis's
+        own, byte for byte."""
+        rnd = random.Random(5)
+
+        def value(n):
+            unit = b"\r\n$12\r\n*3\r\n" + rnd.randbytes(61)
+            return (unit * (n // len(unit) + 1))[:n]
+
+        v1, v2, v3 = value(1 << 20), value(70000), value(300000)
+        cmds = [("SET", "k1", v1), ("MSET", "k2", "small", "k3", v3), ("GET", "k1"),
+                ("RPUSH", "l", v2, "x"), ("LRANGE", "l", 0, -1), ("GET", "k3"), ("STRLEN", "k1"),
+                ("APPEND", "k2", v2), ("GETRANGE", "k2", 0, 9), ("GET", "k2"), ("DEL", "l")]
+        data, cuts = bytearray(), set()
+        for c in cmds:
+            b, marks = self._enc_marked(*c)
+            cuts.update(len(data) + m for m in marks)
+            data += b
+        cuts.update(rnd.sample(range(1, len(data)), 40))
+        cuts = sorted(x for x in cuts if 0 < x < len(data))
+
+        def run(port):
+            self.flush()
+            with rk.Conn(port, timeout=30) as c:
+                c.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+
+                def send():
+                    for a, b in zip([0] + cuts, cuts + [len(data)]):
+                        c.sock.sendall(data[a:b])
+                        time.sleep(0.002)
+                sender = fk.Bg(send)
+                sender.start()
+                got = c.read_n(len(cmds))
+                sender.join(30)
+                self.assertIsNone(sender.error)
+                return got
+
+        ref = run(self.redis.port)
+        self.assertEqual(ref[2], b"$%d\r\n%s\r\n" % (len(v1), v1))
+        for name, port in self.via():
+            with self.subTest(listener=name):
+                got = run(port)
+                for i, (g, r) in enumerate(zip(got, ref)):
+                    self.assertEqual(g, r, "reply %d (%s) via %s: %d bytes, %d directly%s" % (
+                        i, cmds[i][0], name, len(g), len(r), self.log_on_fail()))
+        h.log("long values: %d commands, %d bytes, in %d writes" % (len(cmds), len(data), len(cuts) + 1))
+
+    def test_long_value_with_a_bad_crlf(self):
+        """A long SET whose value is not followed by CRLF: twice reports a
+        protocol error (as for a short one) and passes the client's bytes on
+        unparsed; what the client gets is what Redis answers directly."""
+        bad = b"*3\r\n$3\r\nSET\r\n$3\r\nbad\r\n$200000\r\n" + b"v" * 200000 + b"XY"
+
+        def run(port):
+            self.flush()
+            with rk.Conn(port, timeout=10) as c:
+                c.send(bad, enc("GET", "bad"), enc("PING"))
+                got = c.read_n(3)
+            return got, self.redis.command("STRLEN", "bad")
+
+        ref = run(self.redis.port)
+        for name, port in self.via():
+            with self.subTest(listener=name):
+                mark = len(self.tw.log_lines())
+                self.assertEqual(run(port), ref)
+                recs = [r for r in (h.parse_logfmt(l) for l in self.tw.log_lines()[mark:])
+                        if r.get("msg") == "resp protocol error"]
+                self.assertEqual(len(recs), 1, self.log_on_fail())
+
 
 # ---------------------------------------------------------------------------
 # A. AUTH and SELECT (a Redis with requirepass)

@@ -1688,10 +1688,147 @@ static void test_mutations(void **state)
     assert_true(accepted > MUTATIONS / 10 && rejected > MUTATIONS / 10);
 }
 
+/* resp_len_header: the header lines the fast path reads, at every cut; anything else is 0, and
+ * what it takes resp_scan() takes with the same count. */
+static void test_len_header(void **state)
+{
+    (void)state;
+    static const struct {
+        const char *line;
+        uint8_t type;
+        size_t want; /* bytes, 0: refused */
+        uint64_t count;
+    } cases[] = {
+        {"$0\r\n", '$', 4, 0},
+        {"$7\r\n", '$', 4, 7},
+        {"$42\r\n", '$', 5, 42},
+        {"$1048576\r\n", '$', 10, 1048576},
+        {"*3\r\n", '*', 4, 3},
+        {"$999999999999999999\r\n", '$', 21, 999999999999999999ull},
+        {"$1234567890123456789\r\n", '$', 0, 0}, /* 19 digits */
+        {"$-1\r\n", '$', 0, 0},
+        {"$+1\r\n", '$', 0, 0},
+        {"$01\r\n", '$', 0, 0},
+        {"$1\n", '$', 0, 0},
+        {"$1\rx", '$', 0, 0},
+        {"$\r\n", '$', 0, 0},
+        {"*3\r\n", '$', 0, 0}, /* not the type asked for */
+        {"$3 \r\n", '$', 0, 0},
+    };
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        const uint8_t *p = (const uint8_t *)cases[i].line;
+        size_t n = strlen(cases[i].line);
+        assert_true(n <= RESP_LEN_HEADER_MAX + 2);
+        for (size_t cut = 0; cut <= n; cut++) {
+            uint64_t count = 12345;
+            size_t got = resp_len_header(p, cut, cases[i].type, &count);
+            if (cut < n || cases[i].want == 0) {
+                assert_int_equal(got, 0);
+                continue;
+            }
+            assert_int_equal(got, cases[i].want);
+            assert_int_equal(count, cases[i].count);
+        }
+    }
+    /* a bulk the walker measured is one resp_scan() takes whole with the same length */
+    const char *cmd = "*2\r\n$3\r\nGET\r\n$10\r\nabcdefghij\r\n";
+    struct resp_scanner sc;
+    resp_scanner_init(&sc, RESP_SIDE_CLIENT);
+    struct resp_msg m;
+    assert_int_equal(resp_scan(&sc, (const uint8_t *)cmd, strlen(cmd), &m), 1);
+    uint64_t c1, c2, c3;
+    size_t a = resp_len_header((const uint8_t *)cmd, 4, '*', &c1);
+    size_t b = resp_len_header((const uint8_t *)cmd + a, 4, '$', &c2);
+    size_t d = resp_len_header((const uint8_t *)cmd + a + b + c2 + 2, 5, '$', &c3);
+    assert_int_equal(a + b + c2 + 2 + d + c3 + 2, m.len);
+    assert_int_equal(c1, m.nelem);
+}
+
+/* A long message walked with every prefix of it held (and behind 3 bytes of something else):
+ * a lower bound that grows while it is cut short, then its length, as resp_scan() finds it. */
+static void walk_every_cut(enum resp_side side, const uint8_t *msg, size_t len, size_t name_off,
+                           size_t name_len)
+{
+    uint8_t *buf = malloc(len + 3);
+    assert_non_null(buf);
+    memcpy(buf, "xyz", 3);
+    memcpy(buf + 3, msg, len);
+    struct resp_scanner sc;
+    resp_scanner_init(&sc, side);
+    struct resp_msg m;
+    assert_int_equal(resp_scan(&sc, msg, len, &m), 1);
+    assert_int_equal(m.len, len);
+    size_t last = 0;
+    for (size_t held = 1; held <= len; held++) {
+        struct resp_flat f = {buf, held + 3};
+        struct resp_walk w;
+        int r = resp_walk(&sc, resp_flat_peek, &f, 3, held + 3, &w);
+        if (held < len) {
+            assert_int_equal(r, RESP_WALK_WAIT);
+            assert_true(w.len > held && w.len <= len && w.len >= last);
+            last = w.len;
+        } else {
+            assert_int_equal(r, RESP_WALK_WHOLE);
+            assert_int_equal(w.len, len);
+            assert_int_equal(w.type, m.type);
+            assert_int_equal(w.nelem, m.nelem);
+        }
+        if (side == RESP_SIDE_CLIENT && held >= name_off + name_len) {
+            assert_int_equal(w.name_off, name_off);
+            assert_int_equal(w.name_len, name_len);
+        }
+    }
+    free(buf);
+}
+
+static void test_walk_every_cut(void **state)
+{
+    (void)state;
+    enum { V = 5000 };
+    uint8_t *msg = malloc(V + 200);
+    assert_non_null(msg);
+    size_t n = (size_t)sprintf((char *)msg, "*3\r\n$3\r\nSET\r\n$3\r\nkey\r\n$%d\r\n", V);
+    for (size_t i = 0; i < V; i++)
+        msg[n + i] = "\r\n$*x"[i % 5]; /* a value full of what headers are made of */
+    n += V;
+    memcpy(msg + n, "\r\n", 2);
+    walk_every_cut(RESP_SIDE_CLIENT, msg, n + 2, 8, 3);
+    /* the same value as a reply, then in an array of two */
+    size_t h = (size_t)sprintf((char *)msg, "$%d\r\n", V);
+    for (size_t i = 0; i < V; i++)
+        msg[h + i] = "\r\n$*x"[i % 5];
+    memcpy(msg + h + V, "\r\n", 2);
+    walk_every_cut(RESP_SIDE_SERVER, msg, h + V + 2, 0, 0);
+    uint8_t *arr = malloc(V + 200);
+    assert_non_null(arr);
+    size_t a = (size_t)sprintf((char *)arr, "*2\r\n$1\r\nq\r\n");
+    memcpy(arr + a, msg, h + V + 2);
+    walk_every_cut(RESP_SIDE_SERVER, arr, a + h + V + 2, 0, 0);
+    /* what it leaves to the scanner */
+    static const char *const others[] = {
+        "$-1\r\n",      "*-1\r\n", "+OK\r\n",     ":1\r\n",
+        "*1\r\n:1\r\n", "*0\r\n",  "$3\r\nabcXY", "%1\r\n$1\r\na\r\n$1\r\nb\r\n"};
+    struct resp_scanner sc;
+    resp_scanner_init(&sc, RESP_SIDE_SERVER);
+    for (size_t i = 0; i < sizeof(others) / sizeof(others[0]); i++) {
+        struct resp_flat f = {(const uint8_t *)others[i], strlen(others[i])};
+        struct resp_walk w;
+        assert_int_equal(resp_walk(&sc, resp_flat_peek, &f, 0, f.len, &w), RESP_WALK_NO);
+    }
+    resp_scanner_init(&sc, RESP_SIDE_CLIENT);
+    struct resp_flat f = {(const uint8_t *)"PING\r\n", 6};
+    struct resp_walk w;
+    assert_int_equal(resp_walk(&sc, resp_flat_peek, &f, 0, f.len, &w), RESP_WALK_NO); /* inline */
+    free(arr);
+    free(msg);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_golden_sequences),
+        cmocka_unit_test(test_len_header),
+        cmocka_unit_test(test_walk_every_cut),
         cmocka_unit_test(test_golden_inline),
         cmocka_unit_test(test_golden_resp2_replies),
         cmocka_unit_test(test_golden_resp3_types),
