@@ -28,9 +28,11 @@ slowest target did in round 1) for latency, so that latency measures the path an
 queue.  For each run the proxy's CPU (utime + stime from /proc/PID/stat) and its RSS (VmRSS
 sampled every 50 ms) are read.
 
-Then two cost curves: proxy CPU per message against AMQP message size (16 B to 1 MiB), and
-against the number of open connections (1 to 10 000 idle Redis connections, each having sent
-one PING, plus a small job load), with RSS per idle connection pair, on fresh proxies.
+Then the cost curves: proxy CPU per message against the message size (16 B to 1 MiB) of AMQP
+messages and of Redis SET and GET values (redis-benchmark -d, no pipeline), each point the
+median of 3 runs; and against the number of open connections (1 to 10 000 idle Redis
+connections, each having sent one PING, plus a small job load), with RSS per idle connection
+pair, on fresh proxies.
 
 Prints a table (medians over the rounds, ratios against direct and HAProxy), writes
 DIR/results.json and PNG charts (gnuplot).  Standard library only; needs root for apt-get
@@ -59,7 +61,7 @@ TARGETS = ["direct", "haproxy", "twice-tcp", "twice-parse", "twice-faults"]
 PROXIES = TARGETS[1:]
 CLK_TCK = os.sysconf("SC_CLK_TCK")
 
-# Durations and counts of the full run and of --quick.  The full run takes about 11 minutes on
+# Durations and counts of the full run and of --quick.  The full run takes about 12 minutes on
 # two cores, --quick about 1.5 (RabbitMQ's start alone takes 5-20 s).  Five rounds: a ratio's
 # median over five paired runs is not moved by one disturbed round.  The size curve's points are
 # medians of size_rounds runs (one run per point moved 64 KiB's CPU by 50% between runs).
@@ -363,9 +365,9 @@ class Bench:
             argv += ["--rate", "%.0f" % rate]
         return run_json_tool(argv, duration + 45)
 
-    def redis_benchmark(self, port, test, pipeline, n):
+    def redis_benchmark(self, port, test, pipeline, n, value=None):
         argv = ["redis-benchmark", "-h", "127.0.0.1", "-p", str(port), "-t", test, "-n", str(n),
-                "-P", str(pipeline), "-c", str(RB_CLIENTS), "-d", str(RB_VALUE), "--csv"]
+                "-P", str(pipeline), "-c", str(RB_CLIENTS), "-d", str(value or RB_VALUE), "--csv"]
         try:
             r = subprocess.run(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                                timeout=120, preexec_fn=harness._child_setup)
@@ -579,9 +581,22 @@ def print_table(summary, paced, meta):
 # ---------------------------------------------------------------------------------------------
 # Cost curves
 
-def size_curve(bench, plan, servers, direct_ports):
-    """Proxy CPU per AMQP message for each size, closed loop, at most ~8 MiB in flight: per size,
-    size_rounds runs of every target back to back (order rotated), the median of each."""
+def sized_redis(bench, port, size):
+    """SET then GET of `size`-byte values (redis-benchmark, no pipeline): one result, the two
+    runs' requests and mean throughput."""
+    n = max(200, min(20000, (64 << 20) // size))
+    a = bench.redis_benchmark(port, "set", 1, n, value=size)
+    b = bench.redis_benchmark(port, "get", 1, n, value=size)
+    tp = [x["throughput"] for x in (a, b) if x.get("throughput")]
+    return {"sent": 2 * n, "throughput": sum(tp) / len(tp) if len(tp) == 2 else None,
+            "complete": bool(a.get("complete") and b.get("complete")),
+            "error": a.get("error") or b.get("error")}
+
+
+def size_curve(bench, plan, servers, direct_ports, proto="amqp"):
+    """Proxy CPU per message for each size, closed loop: AMQP (at most ~8 MiB in flight) or
+    Redis SET and GET (sized_redis).  Per size, size_rounds runs of every target back to back
+    (order rotated), the median of each."""
     targets = ("direct", "haproxy", "twice-tcp", "twice-parse")
     out = []
     for size in plan["sizes"]:
@@ -592,9 +607,12 @@ def size_curve(bench, plan, servers, direct_ports):
                 s = servers.get(target)
                 if s is not None and not s.alive():
                     continue
-                port = s.ports["amqp"] if s else direct_ports["amqp"]
+                port = (s.ports if s else direct_ports)[proto]
                 with Probe(s.pid if s else None) as p:
-                    res = bench.amqp(port, plan["size_s"], size=size, inflight=inflight)
+                    if proto == "amqp":
+                        res = bench.amqp(port, plan["size_s"], size=size, inflight=inflight)
+                    else:
+                        res = sized_redis(bench, port, size)
                 r = {"throughput": res.get("throughput"), "messages": messages_of(res),
                      "error": res.get("error"), "complete": res.get("complete"),
                      "proxy_cpu_s": p.cpu, "proxy_peak_rss_kib": p.peak_kib}
@@ -607,7 +625,7 @@ def size_curve(bench, plan, servers, direct_ports):
             rs = runs[target]
             good = [r for r in rs if r["throughput"] and not r["error"] and r["complete"]]
             cpus = [r["cpu_us_per_msg"] for r in good if r.get("cpu_us_per_msg") is not None]
-            e = {"size": size, "target": target, "runs": rs,
+            e = {"size": size, "target": target, "proto": proto, "runs": rs,
                  "throughput": median([r["throughput"] for r in good]),
                  "error": next((r["error"] for r in rs if r["error"]), None),
                  "complete": bool(rs) and all(r["complete"] for r in rs),
@@ -620,7 +638,7 @@ def size_curve(bench, plan, servers, direct_ports):
             if e["throughput"]:
                 e["mib_per_s"] = e["throughput"] * size / (1 << 20)
             out.append(e)
-        log("  size %7d done" % size)
+        log("  %s size %7d done" % (proto, size))
     return out
 
 
@@ -764,7 +782,12 @@ def charts(outdir, summary, sizes, conns):
 
     pngs.append(curve("cost_size", "Proxy CPU per AMQP message vs message size",
                       "message size (bytes)", "proxy CPU microseconds per message", "size",
-                      "cpu_us_per_msg", ["haproxy", "twice-tcp", "twice-parse"], sizes))
+                      "cpu_us_per_msg", ["haproxy", "twice-tcp", "twice-parse"],
+                      [e for e in sizes if e.get("proto", "amqp") == "amqp"]))
+    pngs.append(curve("cost_size_redis", "Proxy CPU per Redis SET or GET vs value size",
+                      "value size (bytes)", "proxy CPU microseconds per request", "size",
+                      "cpu_us_per_msg", ["haproxy", "twice-tcp", "twice-parse"],
+                      [e for e in sizes if e.get("proto") == "redis"]))
     pngs.append(curve("cost_conns_cpu", "Proxy CPU per job vs open connections (2000 jobs/s)",
                       "open connections", "proxy CPU microseconds per job", "connections",
                       "cpu_us_per_msg", ["haproxy", "twice-tcp", "twice-parse"], conns))
@@ -775,23 +798,29 @@ def charts(outdir, summary, sizes, conns):
 
 
 def print_curves(sizes, conns):
-    n = max((len(e.get("runs", [])) for e in sizes), default=1)
-    print("\nproxy CPU per AMQP message vs size (closed loop; medians of %d run(s): us per "
-          "message (lowest-highest), messages/s)" % n)
-    targets = ("direct", "haproxy", "twice-tcp", "twice-parse")
-    print("%9s " % "size" + " ".join("%30s" % t for t in targets))
-    for size in sorted({e["size"] for e in sizes}):
-        cells = []
-        for t in targets:
-            e = next((x for x in sizes if x["size"] == size and x["target"] == t), None)
-            if e is None or not e.get("throughput"):
-                cells.append("%30s" % "-")
-                continue
-            rng = e.get("cpu_us_per_msg_range")
-            spread = " (%s-%s)" % (fmt(rng[0], ".1f"), fmt(rng[1], ".1f")) if rng and n > 1 else ""
-            cells.append("%30s" % ("%s%s us %.0f/s" % (fmt(e.get("cpu_us_per_msg"), ".1f"),
-                                                        spread, e["throughput"])))
-        print("%9d " % size + " ".join(cells))
+    titles = {"amqp": "proxy CPU per AMQP message vs size (closed loop",
+              "redis": "proxy CPU per Redis SET or GET vs value size (redis-benchmark -P1, closed loop"}
+    for proto in ("amqp", "redis"):
+        entries = [e for e in sizes if e.get("proto", "amqp") == proto]
+        if not entries:
+            continue
+        n = max((len(e.get("runs", [])) for e in entries), default=1)
+        print("\n%s; medians of %d run(s): us per message (lowest-highest), messages/s)"
+              % (titles[proto], n))
+        targets = ("direct", "haproxy", "twice-tcp", "twice-parse")
+        print("%9s " % "size" + " ".join("%30s" % t for t in targets))
+        for size in sorted({e["size"] for e in entries}):
+            cells = []
+            for t in targets:
+                e = next((x for x in entries if x["size"] == size and x["target"] == t), None)
+                if e is None or not e.get("throughput"):
+                    cells.append("%30s" % "-")
+                    continue
+                rng = e.get("cpu_us_per_msg_range")
+                spread = " (%s-%s)" % (fmt(rng[0], ".1f"), fmt(rng[1], ".1f")) if rng and n > 1 else ""
+                cells.append("%30s" % ("%s%s us %.0f/s" % (fmt(e.get("cpu_us_per_msg"), ".1f"),
+                                                            spread, e["throughput"])))
+            print("%9d " % size + " ".join(cells))
     print("\nidle connections: proxy RSS per client+upstream pair, CPU per job of a %d jobs/s "
           "load beside them" % ACTIVE_RATE)
     targets = ("haproxy", "twice-tcp", "twice-parse")
@@ -912,6 +941,8 @@ def main():
     if not args.skip_curves:
         log("cost curve: message size")
         sizes = size_curve(bench, plan, servers, up)
+        log("cost curve: Redis value size")
+        sizes += size_curve(bench, plan, servers, up, proto="redis")
     problems = {name: log_problems(servers[name]) for name in PROXIES}
     exited = {name: servers[name].proc.returncode for name in PROXIES if not servers[name].alive()}
     hwm = {name: status_kib(servers[name].pid, "VmHWM") for name in PROXIES
