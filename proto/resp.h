@@ -233,16 +233,22 @@ size_t resp_len_header(const uint8_t *p, size_t n, uint8_t type, uint64_t *count
  * buffers), walked header by header: each header read through `peek` (at most
  * RESP_LEN_HEADER_MAX bytes), each payload skipped by its length and its CRLF checked.  Only the
  * kinds the two functions above take: on the client side a multibulk of bulk strings, on the
- * server side a bulk string or an array of bulk strings.  The message starts at offset `at` of a
- * source holding n > at bytes; peek(src, off, dst, cap) copies up to cap bytes from offset off
- * (< n) and returns how many.  Returns RESP_WALK_WHOLE with w->len the message's length (then
- * resp_scan() on the same bytes returns 1 with that length), RESP_WALK_WAIT with w->len a lower
- * bound of it when more bytes are needed, RESP_WALK_NO for any other kind, limit or error (then
- * resp_scan() decides).  w->name_len > 0 once a command's first element is all here, at
- * w->name_off from the message's start.  Of sc only the side and the limits are read: a caller
- * that lets the walker take a message resp_scan() had begun resets the scanner.
+ * server side a bulk string or an array of bulk strings, of at most RESP_WALK_ELEMENTS_MAX
+ * elements.  The message starts at offset `at` of a source holding n > at bytes; peek(src, off,
+ * dst, cap) copies up to cap bytes from offset off (< n) and returns how many.  Returns
+ * RESP_WALK_WHOLE with w->len the message's length (then resp_scan() on the same bytes returns 1
+ * with that length), RESP_WALK_WAIT with w->len a lower bound of it when more bytes are needed,
+ * RESP_WALK_NO for any other kind, limit or error (then resp_scan() decides).  w->name_len > 0 once
+ * a command's first element is all here, at w->name_off from the message's start.  Of sc only the
+ * side and the limits are read: a caller that lets the walker take a message resp_scan() had begun
+ * resets the scanner.
  */
 enum { RESP_WALK_NO, RESP_WALK_WAIT, RESP_WALK_WHOLE };
+/* The most elements resp_walk() takes.  A caller walks a message again from its start when more
+ * bytes arrive (each header read costs a walk through the source's buffers): messages of many
+ * elements are left to resp_scan(), which resumes where it stopped.  Long values come in
+ * commands and replies of few elements (SET, APPEND, PUBLISH, a GET's or an MGET's reply). */
+#define RESP_WALK_ELEMENTS_MAX 16u
 struct resp_walk {
     size_t len;
     uint8_t type;    /* the first byte */

@@ -669,11 +669,14 @@ size_t resp_flat_peek(void *src, size_t off, uint8_t *dst, size_t cap)
     return n;
 }
 
-/* A header line resp_len_header() refused: WAIT when it may only be cut short (no LF in it yet,
- * shorter than any line it takes, at the end of what is here), else NO. */
+/* A header line resp_len_header() refused: WAIT when it may only be cut short (no line end in
+ * it yet: no LF, a CR only as its last byte; shorter than any line it takes; at the end of what
+ * is here), else NO (then resp_scan() finds what is wrong as soon as it looks). */
 static int line_cut(const uint8_t *hdr, size_t got, size_t pos, size_t n)
 {
-    if (got < RESP_LEN_HEADER_MAX && pos + got == n && memchr(hdr, '\n', got) == NULL)
+    const uint8_t *cr = memchr(hdr, '\r', got);
+    if (got < RESP_LEN_HEADER_MAX && pos + got == n && memchr(hdr, '\n', got) == NULL &&
+        (cr == NULL || cr == hdr + got - 1))
         return RESP_WALK_WAIT;
     return RESP_WALK_NO;
 }
@@ -693,7 +696,8 @@ int resp_walk(const struct resp_scanner *sc, resp_peek_fn peek, void *src, size_
     if (hdr[0] == '*') {
         if ((k = resp_len_header(hdr, got, '*', &count)) == 0)
             return line_cut(hdr, got, pos, n);
-        if (count == 0 || count > sc->max_elements || sc->max_depth < 1)
+        if (count == 0 || count > sc->max_elements || count > RESP_WALK_ELEMENTS_MAX ||
+            sc->max_depth < 1)
             return RESP_WALK_NO;
         pos += k;
     } else if (client || hdr[0] != '$') {

@@ -114,10 +114,13 @@ int codec_move(struct evbuffer *in, struct evbuffer *out, size_t n)
         return -1;
     if (n == len) /* all of it: whole chains */
         return evbuffer_add_buffer(out, in);
+    /* What stays in `in` is pinned with a shared head: no more than the head
+     * (bytes a rule then drops stay allocated until the head is written). */
+    size_t rest = len - n;
     /* The usual case: the bytes end in the first chain. */
     size_t first = evbuffer_get_contiguous_space(in);
     if (n <= first) {
-        if (n == first || n <= CODEC_MOVE_COPY_MAX)
+        if (n == first || n <= CODEC_MOVE_COPY_MAX || n < rest)
             return evbuffer_remove_buffer(in, out, n) == (int)n ? 0 : -1;
         const void *p = evbuffer_pullup(in, (ev_ssize_t)n); /* in place: n <= first */
         if (p != NULL && share_head(in, out, p, n) == 0)
@@ -135,7 +138,7 @@ int codec_move(struct evbuffer *in, struct evbuffer *out, size_t n)
         int i = 0;
         for (; i < k && i < 16 && v[i].iov_len <= n - whole; i++)
             whole += v[i].iov_len;
-        if (i < k && i < 16 && n - whole > CODEC_MOVE_COPY_MAX) {
+        if (i < k && i < 16 && n - whole > CODEC_MOVE_COPY_MAX && n - whole >= rest) {
             /* v[i] is split: the chains before it move, its head is
              * shared (its memory stays where it is) */
             if (whole > 0 && evbuffer_remove_buffer(in, out, whole) != (int)whole)

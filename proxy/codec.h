@@ -57,8 +57,11 @@ const char *codec_anon_id(char *buf, size_t cap, const char *prefix, const uint6
  * chain's head goes to `out` as a reference, and the chain stays alive
  * (libevent marks it immutable: later reads go to a new chain) until `out`
  * has written that reference.  Heads of at most CODEC_MOVE_COPY_MAX bytes
- * are copied: sharing costs three small allocations.  0, or -1 when `in`
- * holds fewer than n bytes (nothing moved) or memory ran out. */
+ * are copied (sharing costs three small allocations), and heads shorter
+ * than what stays in `in` (which the pin keeps alive too, even once drained:
+ * shared memory stays within twice the bytes on their way out).  0, or -1
+ * when `in` holds fewer than n bytes (nothing moved) or memory ran out (part
+ * may have moved). */
 #define CODEC_MOVE_COPY_MAX 4096
 int codec_move(struct evbuffer *in, struct evbuffer *out, size_t n);
 

@@ -100,7 +100,8 @@ static void move_at(const uint8_t *data, const size_t *sizes, size_t k, size_t n
     assert_int_equal(evbuffer_add(out, "out:", 4), 0);
 
     /* where the chain the n-th byte ends in begins, and how much of it is
-     * moved: a head longer than CODEC_MOVE_COPY_MAX must not be copied */
+     * moved: a head longer than CODEC_MOVE_COPY_MAX, and no shorter than
+     * what stays behind, must not be copied */
     const uint8_t *split_base = NULL;
     size_t head = 0, before = 0;
     for (size_t i = 0; i < k && n > 0; i++) {
@@ -120,7 +121,7 @@ static void move_at(const uint8_t *data, const size_t *sizes, size_t k, size_t n
     assert_int_equal(evbuffer_get_length(out), 4 + n);
     assert_int_equal(evbuffer_get_length(in), total - n);
 
-    if (split_base != NULL && head > CODEC_MOVE_COPY_MAX) {
+    if (split_base != NULL && head > CODEC_MOVE_COPY_MAX && head >= total - n) {
         int m = evbuffer_peek(out, -1, NULL, NULL, 0);
         struct evbuffer_iovec *v = calloc((size_t)m, sizeof(*v));
         assert_non_null(v);
@@ -208,29 +209,31 @@ static void test_move_twice_from_one_chain(void **state)
     assert_non_null(data);
     for (size_t i = 0; i < N; i++)
         data[i] = (uint8_t)(i * 7);
-    uint8_t *want_a = malloc(13000);
+    /* 12,000 then 5,000 bytes shared (each no shorter than what stays), the
+     * last 3,000 moved with the chain */
+    uint8_t *want_a = malloc(15000);
     assert_non_null(want_a);
-    memcpy(want_a, data, 8000);
-    memcpy(want_a + 8000, data + 15000, 5000);
+    memcpy(want_a, data, 12000);
+    memcpy(want_a + 12000, data + 17000, 3000);
     for (int order = 0; order < 2; order++) {
         struct evbuffer *in = chained(data, (const size_t[]){N}, 1);
         struct evbuffer *a = evbuffer_new(), *b = evbuffer_new();
         assert_non_null(a);
         assert_non_null(b);
-        assert_int_equal(codec_move(in, a, 8000), 0);
-        assert_int_equal(codec_move(in, b, 7000), 0);
-        assert_int_equal(codec_move(in, a, 5000), 0);
+        assert_int_equal(codec_move(in, a, 12000), 0);
+        assert_int_equal(codec_move(in, b, 5000), 0);
+        assert_int_equal(codec_move(in, a, 3000), 0);
         assert_int_equal(evbuffer_get_length(in), 0);
         evbuffer_free(in);
-        assert_holds(a, want_a, 13000);
-        assert_holds(b, data + 8000, 7000);
+        assert_holds(a, want_a, 15000);
+        assert_holds(b, data + 12000, 5000);
         if (order == 0) {
             evbuffer_free(a);
-            assert_holds(b, data + 8000, 7000);
+            assert_holds(b, data + 12000, 5000);
             evbuffer_free(b);
         } else {
             evbuffer_free(b);
-            assert_holds(a, want_a, 13000);
+            assert_holds(a, want_a, 15000);
             evbuffer_free(a);
         }
     }

@@ -1819,6 +1819,21 @@ static void test_walk_every_cut(void **state)
     struct resp_flat f = {(const uint8_t *)"PING\r\n", 6};
     struct resp_walk w;
     assert_int_equal(resp_walk(&sc, resp_flat_peek, &f, 0, f.len, &w), RESP_WALK_NO); /* inline */
+    /* a header cut short waits; one already wrong does not (resp_scan() fails on it now) */
+    f = (struct resp_flat){(const uint8_t *)"*3\r\n$5\r", 7};
+    assert_int_equal(resp_walk(&sc, resp_flat_peek, &f, 0, f.len, &w), RESP_WALK_WAIT);
+    f = (struct resp_flat){(const uint8_t *)"*3\r\n$5\rX", 8};
+    assert_int_equal(resp_walk(&sc, resp_flat_peek, &f, 0, f.len, &w), RESP_WALK_NO);
+    /* RESP_WALK_ELEMENTS_MAX elements at most */
+    char many[512];
+    for (unsigned k = RESP_WALK_ELEMENTS_MAX; k <= RESP_WALK_ELEMENTS_MAX + 1; k++) {
+        int len = snprintf(many, sizeof(many), "*%u\r\n", k);
+        for (unsigned j = 0; j < k; j++)
+            len += snprintf(many + len, sizeof(many) - (size_t)len, "$1\r\n%c\r\n", 'a' + (int)j);
+        f = (struct resp_flat){(const uint8_t *)many, (size_t)len};
+        assert_int_equal(resp_walk(&sc, resp_flat_peek, &f, 0, f.len, &w),
+                         k <= RESP_WALK_ELEMENTS_MAX ? RESP_WALK_WHOLE : RESP_WALK_NO);
+    }
     free(arr);
     free(msg);
 }
