@@ -107,6 +107,19 @@ static int share_head(struct evbuffer *in, struct evbuffer *out, const void *p, 
     return 0;
 }
 
+/* A split chain's head of `head` bytes, `rest` bytes staying in `in`: shared
+ * rather than copied (see codec.h). */
+static bool worth_sharing(size_t head, size_t rest)
+{
+    return head > CODEC_MOVE_COPY_MAX && head >= rest;
+}
+
+/* evbuffer_remove_buffer's move: whole chains, the split one's part copied. */
+static int move_copying(struct evbuffer *in, struct evbuffer *out, size_t n)
+{
+    return evbuffer_remove_buffer(in, out, n) == (int)n ? 0 : -1;
+}
+
 int codec_move(struct evbuffer *in, struct evbuffer *out, size_t n)
 {
     size_t len = evbuffer_get_length(in);
@@ -120,12 +133,12 @@ int codec_move(struct evbuffer *in, struct evbuffer *out, size_t n)
     /* The usual case: the bytes end in the first chain. */
     size_t first = evbuffer_get_contiguous_space(in);
     if (n <= first) {
-        if (n == first || n <= CODEC_MOVE_COPY_MAX || n < rest)
-            return evbuffer_remove_buffer(in, out, n) == (int)n ? 0 : -1;
+        if (n == first || !worth_sharing(n, rest))
+            return move_copying(in, out, n);
         const void *p = evbuffer_pullup(in, (ev_ssize_t)n); /* in place: n <= first */
         if (p != NULL && share_head(in, out, p, n) == 0)
             return 0;
-        return evbuffer_remove_buffer(in, out, n) == (int)n ? 0 : -1;
+        return move_copying(in, out, n);
     }
     while (n > 0) {
         /* The chains the n bytes lie in, up to 16 at a time: the whole
@@ -138,10 +151,10 @@ int codec_move(struct evbuffer *in, struct evbuffer *out, size_t n)
         int i = 0;
         for (; i < k && i < 16 && v[i].iov_len <= n - whole; i++)
             whole += v[i].iov_len;
-        if (i < k && i < 16 && n - whole > CODEC_MOVE_COPY_MAX && n - whole >= rest) {
+        if (i < k && i < 16 && worth_sharing(n - whole, rest)) {
             /* v[i] is split: the chains before it move, its head is
              * shared (its memory stays where it is) */
-            if (whole > 0 && evbuffer_remove_buffer(in, out, whole) != (int)whole)
+            if (whole > 0 && move_copying(in, out, whole) != 0)
                 return -1;
             n -= whole;
             if (share_head(in, out, v[i].iov_base, n) == 0)
@@ -149,9 +162,9 @@ int codec_move(struct evbuffer *in, struct evbuffer *out, size_t n)
             whole = 0; /* out of memory: copied after all */
         }
         if (i == k || i < 16 || whole == 0)
-            return evbuffer_remove_buffer(in, out, n) == (int)n ? 0 : -1;
+            return move_copying(in, out, n);
         /* more than 16 chains: the first 16 move, then look again */
-        if (evbuffer_remove_buffer(in, out, whole) != (int)whole)
+        if (move_copying(in, out, whole) != 0)
             return -1;
         n -= whole;
     }

@@ -2524,10 +2524,11 @@ static int scan_one(struct rpx *rx, enum session_side side, struct resp_msg *m, 
         return scan_error(rx, side, rc);
     if (rc == 0) {
         size_t need = m->len > len ? m->len : len + 1;
-        if (need <= n && len < n && (big = big_try(rx, side)) >= 0)
-            return big == 1 ? 2 : 0;
         if (need <= n && len < n) {
-            /* More is here, in other chains: look at all of it. */
+            /* More is here, in other chains: the walker's, or look at all
+             * of it. */
+            if ((big = big_try(rx, side)) >= 0)
+                return big == 1 ? 2 : 0;
             *buf = evbuffer_pullup(pend, (ev_ssize_t)n);
             len = n;
             rc = resp_scan(&rx->sc[side], *buf, n, m);
