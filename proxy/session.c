@@ -21,11 +21,19 @@
  * Reads: a bufferevent asks FIONREAD before every read, reads at most 4096
  * bytes per readiness event (EVBUFFER_MAX_READ in libevent 2.1) and hands
  * them over one loop turn later (deferred callbacks).  A direct end reads
- * with its own event instead: one readv of up to its read limit into the
- * same input buffer, relayed at once.  Per relayed message that leaves a
- * readv and a writev, plus an epoll_wait shared by the turn, as HAProxy.
- * Backpressure and codec holds turn that event on and off (set_reading)
- * as they did the bufferevent's.
+ * with its own event instead: one readv of up to its read limit, relayed
+ * at once.  Per relayed message that leaves a readv and a writev, plus an
+ * epoll_wait shared by the turn, as HAProxy.  Backpressure and codec holds
+ * turn that event on and off (set_reading) as they did the bufferevent's.
+ *
+ * Buffers: a direct end reads into din and is written from dout, plain
+ * evbuffers of its own.  The bufferevent's carry callbacks (its watermarks,
+ * its write trigger) that libevent runs on every add, drain and read: about
+ * a tenth of a parsed Redis listener's instructions on a job load.  Whoever
+ * adds to dout (session_send, the shaper) lists the end for the flusher
+ * itself.  Only when the kernel takes less does the rest move to the
+ * bufferevent's output, which libevent writes; later bytes join it there, in
+ * order, until it is empty.
  */
 #include "proxy/session.h"
 
@@ -62,6 +70,7 @@ static void direct_start(struct session *s, enum session_side side);
 static void direct_stop(struct session_end *e);
 static void rd_free(struct session_end *e);
 static void rd_update(struct session_end *e);
+static void flush_queue(struct session_end *e);
 static void set_reading(struct session *s, enum session_side side, bool on);
 
 static const char *const state_names[] = {"resolving", "connecting", "relaying", "draining",
@@ -151,6 +160,25 @@ static void rd_free(struct session_end *e)
     e->rd_want = false;
 }
 
+/* What `e` reads into and is written from: its own buffers while direct,
+ * else its bufferevent's (which must exist). */
+static struct evbuffer *end_input(const struct session_end *e)
+{
+    return e->rd != NULL ? e->din : bufferevent_get_input(e->bev);
+}
+
+static struct evbuffer *end_output(const struct session_end *e)
+{
+    return e->rd != NULL ? e->dout : bufferevent_get_output(e->bev);
+}
+
+/* Bytes queued toward `e` and not written yet (its bufferevent must exist). */
+static size_t out_pending(const struct session_end *e)
+{
+    size_t n = evbuffer_get_length(bufferevent_get_output(e->bev));
+    return e->rd != NULL ? n + evbuffer_get_length(e->dout) : n;
+}
+
 static void free_end(struct session_end *e)
 {
     flush_unqueue(e);
@@ -230,6 +258,14 @@ void session_free(struct session *s)
         stat_sub(&s->stats->open, 1);
     if (s->codec != NULL)
         s->codec->free(s->codec_state);
+    for (int i = 0; i < 2; i++) {
+        /* Freed here, not with the end: a codec may still hold din in the
+         * callback that closed the session. */
+        if (s->end[i].din != NULL)
+            evbuffer_free(s->end[i].din);
+        if (s->end[i].dout != NULL)
+            evbuffer_free(s->end[i].dout);
+    }
     shaper_free(s->shaper[SIDE_CLIENT]);
     shaper_free(s->shaper[SIDE_UPSTREAM]);
     if (s->rules != NULL)
@@ -294,8 +330,7 @@ static void propagate_eof(struct session *s, enum session_side from)
     struct session_end *dst = &s->end[to];
     if (dst->bev == NULL)
         return;
-    struct evbuffer *out = bufferevent_get_output(dst->bev);
-    if (evbuffer_get_length(out) == 0) {
+    if (out_pending(dst) == 0) {
         shut_write(s, to);
         maybe_finish(s);
     } else {
@@ -323,18 +358,19 @@ int session_send(struct session *s, enum session_side to, struct evbuffer *buf)
         evbuffer_drain(buf, evbuffer_get_length(buf));
         return -1;
     }
-    struct evbuffer *out = bufferevent_get_output(dst->bev);
     struct shaper *sh = s->shaper[from];
     if (sh != NULL) {
         shaper_push(sh, buf); /* may close the session */
         if (s->state != SESSION_RELAYING)
             return -1;
-    } else if (evbuffer_add_buffer(out, buf) != 0) {
+    } else if (evbuffer_add_buffer(end_output(dst), buf) != 0) {
         session_set_error(s, "out of memory");
         session_close(s, SESSION_CLOSE_INTERNAL_ERROR);
         return -1;
+    } else if (dst->rd != NULL) {
+        flush_queue(dst);
     }
-    size_t pending = evbuffer_get_length(out) + (sh != NULL ? shaper_held(sh) : 0);
+    size_t pending = out_pending(dst) + (sh != NULL ? shaper_held(sh) : 0);
     if (pending >= SESSION_OUTPUT_HIGH && !src->paused && src->bev != NULL) {
         src->paused = true;
         set_reading(s, from, false);
@@ -374,7 +410,7 @@ static void count_bytes(struct session *s, enum session_side from, size_t n)
  * keeping up. */
 static void relay(struct session *s, enum session_side from)
 {
-    struct evbuffer *in = bufferevent_get_input(s->end[from].bev);
+    struct evbuffer *in = end_input(&s->end[from]);
     size_t n = evbuffer_get_length(in);
     if (n == 0)
         return;
@@ -418,8 +454,7 @@ static void rd_update(struct session_end *e)
 {
     if (e->rd == NULL)
         return;
-    bool arm = e->rd_want && e->bev != NULL &&
-               evbuffer_get_length(bufferevent_get_input(e->bev)) < read_limit(e);
+    bool arm = e->rd_want && e->bev != NULL && evbuffer_get_length(e->din) < read_limit(e);
     if (arm != (event_pending(e->rd, EV_READ, NULL) != 0))
         (void)(arm ? event_add(e->rd, NULL) : event_del(e->rd));
 }
@@ -447,7 +482,7 @@ static void on_direct_read(evutil_socket_t fd, short what, void *arg)
     struct session_end *e = arg;
     struct session *s = e->owner;
     struct bufferevent *bev = e->bev;
-    struct evbuffer *in = bufferevent_get_input(bev);
+    struct evbuffer *in = e->din;
     size_t len = evbuffer_get_length(in), limit = read_limit(e);
     if (len >= limit) {
         rd_update(e);
@@ -459,9 +494,6 @@ static void on_direct_read(evutil_socket_t fd, short what, void *arg)
     if (e->read_size == 0)
         e->read_size = DIRECT_READ_MIN;
     size_t want = limit - len < e->read_size ? limit - len : e->read_size;
-    /* The bufferevent freezes the end of its input: thawed for this read
-     * as bufferevent_readcb does. */
-    evbuffer_unfreeze(in, 0);
     struct evbuffer_iovec vec[2];
     int nvec = evbuffer_reserve_space(in, (ev_ssize_t)want, vec, 2);
     ssize_t n = -1;
@@ -483,7 +515,6 @@ static void on_direct_read(evutil_socket_t fd, short what, void *arg)
         }
         evbuffer_commit_space(in, vec, n > 0 ? nvec : 0);
     }
-    evbuffer_freeze(in, 0);
     if (n > 0 && (size_t)n == want && want == e->read_size && e->read_size < DIRECT_READ_MAX)
         e->read_size *= 2;
     else if (n > 0 && (size_t)n < e->read_size / 8 && e->read_size > DIRECT_READ_MIN)
@@ -515,11 +546,16 @@ static void flush_end(struct session_end *e)
         return;
     }
     if (evbuffer_get_length(out) > 0) {
-        /* A socket bufferevent freezes the front of its output between its
+        /* What libevent still has to write goes first, and ours after it.
+         * A socket bufferevent freezes the front of its output between its
          * own writes; thaw it for this one as bufferevent_writecb does. */
+        evbuffer_add_buffer(out, e->dout);
         evbuffer_unfreeze(out, 1);
         (void)evbuffer_write(out, bufferevent_getfd(bev));
         evbuffer_freeze(out, 1);
+    } else if (evbuffer_get_length(e->dout) > 0) {
+        (void)evbuffer_write(e->dout, bufferevent_getfd(bev));
+        evbuffer_add_buffer(out, e->dout); /* what the kernel did not take */
     }
     if (evbuffer_get_length(out) > 0) {
         /* The kernel took less (or failed): libevent writes the rest when
@@ -577,14 +613,6 @@ static void flush_queue(struct session_end *e)
     lp->flush_list = e;
 }
 
-/* Output was added toward a direct end: write it at the end of this turn. */
-static void on_output_changed(struct evbuffer *buf, const struct evbuffer_cb_info *info, void *arg)
-{
-    (void)buf;
-    if (info->n_added > 0)
-        flush_queue(arg);
-}
-
 /* Put a plain end that starts relaying into direct mode. */
 static void direct_start(struct session *s, enum session_side side)
 {
@@ -593,15 +621,19 @@ static void direct_start(struct session *s, enum session_side side)
     if (e->tls || e->bev == NULL || e->rd != NULL || s->loop->flusher == NULL)
         return;
     struct evbuffer *out = bufferevent_get_output(e->bev);
+    if (e->din == NULL)
+        e->din = evbuffer_new();
+    if (e->dout == NULL)
+        e->dout = evbuffer_new();
+    if (e->din == NULL || e->dout == NULL)
+        return; /* stays on the bufferevent's path (freed with the session) */
     e->rd = event_new(s->loop->base, bufferevent_getfd(e->bev), EV_READ | EV_PERSIST,
                       on_direct_read, e);
     if (e->rd == NULL)
-        return; /* stays on the bufferevent's path */
-    if (evbuffer_add_cb(out, on_output_changed, e) == NULL) {
-        event_free(e->rd);
-        e->rd = NULL;
         return;
-    }
+    /* What the bufferevent read before (a client's bytes while connecting)
+     * comes first. */
+    evbuffer_add_buffer(e->din, bufferevent_get_input(e->bev));
     e->rd_want = (bufferevent_get_enabled(e->bev) & EV_READ) != 0;
     bufferevent_disable(e->bev, EV_READ);
     rd_update(e);
@@ -618,9 +650,14 @@ static void direct_stop(struct session_end *e)
         return;
     flush_unqueue(e);
     bool reading = e->rd_want;
+    /* What waits to be written joins the bufferevent's output.  Unread
+     * input stays in din: nothing reads a draining end. */
+    evbuffer_add_buffer(bufferevent_get_output(e->bev), e->dout);
     rd_free(e);
-    if (reading)
+    if (reading) {
+        evbuffer_prepend_buffer(bufferevent_get_input(e->bev), e->din);
         bufferevent_enable(e->bev, EV_READ);
+    }
     bufferevent_enable(e->bev, EV_WRITE);
 }
 
@@ -640,14 +677,14 @@ static void on_write(struct bufferevent *bev, void *arg)
     enum session_side to = side_of(s, bev);
     enum session_side from = (enum session_side) !to;
     struct session_end *src = &s->end[from];
-    size_t pending = evbuffer_get_length(bufferevent_get_output(bev));
+    size_t pending = out_pending(&s->end[to]);
 
     if (s->state == SESSION_RELAYING && s->shaper[from] != NULL) {
         if (pending == 0)
             shaper_output_drained(s->shaper[from]); /* may release more */
         if (s->state != SESSION_RELAYING)
             return;
-        pending = evbuffer_get_length(bufferevent_get_output(bev)) + shaper_held(s->shaper[from]);
+        pending = out_pending(&s->end[to]) + shaper_held(s->shaper[from]);
     }
     if (s->state == SESSION_DRAINING) {
         if (pending == 0)
@@ -692,7 +729,7 @@ static void start_draining(struct session *s, enum session_side failed,
     s->reason = reason;
     free_end(&s->end[failed]);
     struct session_end *o = &s->end[other];
-    if (o->bev == NULL || evbuffer_get_length(bufferevent_get_output(o->bev)) == 0) {
+    if (o->bev == NULL || out_pending(o) == 0) {
         session_close(s, reason);
         return;
     }
@@ -1337,11 +1374,25 @@ void session_tick(struct session *s, const struct timeval *now)
         session_close(s, SESSION_CLOSE_IDLE_TIMEOUT);
 }
 
-struct bufferevent *session_peer_bev(struct session *s, int from)
+struct evbuffer *session_peer_output(struct session *s, int from)
 {
-    if (s->state != SESSION_RELAYING)
+    const struct session_end *e = &s->end[!from];
+    if (s->state != SESSION_RELAYING || e->bev == NULL)
         return NULL;
-    return s->end[!from].bev;
+    return end_output(e);
+}
+
+size_t session_peer_pending(const struct session *s, int from)
+{
+    const struct session_end *e = &s->end[!from];
+    return e->bev != NULL ? out_pending(e) : 0;
+}
+
+void session_peer_output_added(struct session *s, int from)
+{
+    struct session_end *e = &s->end[!from];
+    if (e->rd != NULL)
+        flush_queue(e);
 }
 
 void session_shaper_eof(struct session *s, int from)

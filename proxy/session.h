@@ -89,8 +89,10 @@ struct session_end {
     bool codec_hold; /* the codec holds too much of what this peer sent */
     /* Direct I/O (plain TCP while relaying; see session.c).  An end is direct
      * while it has rd, its own read event (the bufferevent's is off, and so
-     * is EV_WRITE until a write falls short). */
+     * is EV_WRITE until a write falls short), and reads into din and is
+     * written from dout: buffers of its own, which carry no callbacks. */
     struct event *rd;
+    struct evbuffer *din, *dout;
     bool rd_want;       /* reading is on (not paused, held or ended) */
     bool flush_queued;  /* in its loop's flush_list */
     size_t read_limit;  /* input bytes before reading stops (0: SESSION_INPUT_HIGH) */
@@ -187,8 +189,12 @@ void session_hold_reading(struct session *s, enum session_side side, bool hold);
  * whole frames of that size). */
 void session_set_read_limit(struct session *s, enum session_side side, size_t bytes);
 
-/* Hooks for the shaper (shaper.c) of the bytes read from side `from`. */
-struct bufferevent *session_peer_bev(struct session *s, int from);
+/* Hooks for the shaper (shaper.c) of the bytes read from side `from`: the
+ * buffer its bytes go out through (NULL when the session is not relaying),
+ * what waits there to be written, and the call that has them written. */
+struct evbuffer *session_peer_output(struct session *s, int from);
+size_t session_peer_pending(const struct session *s, int from);
+void session_peer_output_added(struct session *s, int from);
 void session_shaper_eof(struct session *s, int from);
 void session_shaper_limit(struct session *s, int from, const char *rule, uint64_t bytes);
 void session_want_output_drained(struct session *s, int from);

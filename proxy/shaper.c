@@ -222,10 +222,9 @@ static void maybe_pass_eof(struct shaper *sh, uint64_t now)
 /* Release what may leave now. */
 static void pump(struct shaper *sh)
 {
-    struct bufferevent *dst = session_peer_bev(sh->s, sh->from);
-    if (dst == NULL)
+    struct evbuffer *out = session_peer_output(sh->s, sh->from);
+    if (out == NULL)
         return;
-    struct evbuffer *out = bufferevent_get_output(dst);
     uint64_t now = now_ms();
     for (;;) {
         size_t n = due_bytes(sh, now);
@@ -235,7 +234,7 @@ static void pump(struct shaper *sh)
             break;
         }
         if (sh->fx.slice_bytes != 0) {
-            if (sh->slice_waiting || evbuffer_get_length(out) > 0) {
+            if (sh->slice_waiting || session_peer_pending(sh->s, sh->from) > 0) {
                 sh->slice_waiting = true;
                 session_want_output_drained(sh->s, sh->from);
                 return;
@@ -251,6 +250,7 @@ static void pump(struct shaper *sh)
         if (n == 0)
             return;
         evbuffer_remove_buffer(sh->held, out, n);
+        session_peer_output_added(sh->s, sh->from);
         queue_consume(sh, n);
         if (sh->fx.rate_bps != 0)
             sh->tokens -= (double)n;
