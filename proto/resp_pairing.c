@@ -119,22 +119,39 @@ static const struct resp_cmd_info *resp_cmd_find(const char *name)
     return resp_cmd_find_n(name, strlen(name));
 }
 
+/* By first letter, the lengths of the names that start with it in the table, with CLIENT, XREAD
+ * and XREADGROUP: bit L for a name L bytes long.  Most commands (GET, INCR, LPUSH...) start with
+ * another letter, and SET or SADD are ruled out by their length: one bit test each, no compare.
+ * resp_cmd_table_ok() checks it against the table. */
+#define RESP_LEN_BIT(l) (1u << (l))
+static const uint32_t resp_special_lens[26] = {
+    ['B' - 'A'] = RESP_LEN_BIT(5) | RESP_LEN_BIT(6) | RESP_LEN_BIT(8) | RESP_LEN_BIT(10),
+    ['C' - 'A'] = RESP_LEN_BIT(6),
+    ['D' - 'A'] = RESP_LEN_BIT(7),
+    ['E' - 'A'] = RESP_LEN_BIT(4),
+    ['H' - 'A'] = RESP_LEN_BIT(5),
+    ['M' - 'A'] = RESP_LEN_BIT(5) | RESP_LEN_BIT(7),
+    ['P' - 'A'] = RESP_LEN_BIT(10) | RESP_LEN_BIT(12),
+    ['Q' - 'A'] = RESP_LEN_BIT(4),
+    ['R' - 'A'] = RESP_LEN_BIT(5),
+    ['S' - 'A'] = RESP_LEN_BIT(9) | RESP_LEN_BIT(10) | RESP_LEN_BIT(12),
+    ['U' - 'A'] = RESP_LEN_BIT(11),
+    ['W' - 'A'] = RESP_LEN_BIT(4) | RESP_LEN_BIT(7),
+    ['X' - 'A'] = RESP_LEN_BIT(5) | RESP_LEN_BIT(10),
+};
+
+static bool resp_len_special(const char *name, size_t len)
+{
+    unsigned letter = (unsigned char)name[0] - 'A';
+    return letter < 26 && len < 32 && ((resp_special_lens[letter] >> len) & 1u) != 0;
+}
+
 /* Whether a command (upper-cased name, len bytes) sent outside MULTI is answered by exactly one
  * reply and changes nothing of the connection's state: not one of the table, not CLIENT (REPLY),
  * not XREAD / XREADGROUP (which may block).  GET, SET, LPUSH... */
 static bool resp_cmd_simple(const char *name, size_t len)
 {
-    /* The letters that start a name of the table, CLIENT or XREAD: most commands (GET, INCR,
-     * LPUSH...) are ruled out by one bit test. */
-    enum {
-        SPECIAL = (1u << ('B' - 'A')) | (1u << ('C' - 'A')) | (1u << ('D' - 'A')) |
-                  (1u << ('E' - 'A')) | (1u << ('H' - 'A')) | (1u << ('M' - 'A')) |
-                  (1u << ('P' - 'A')) | (1u << ('Q' - 'A')) | (1u << ('R' - 'A')) |
-                  (1u << ('S' - 'A')) | (1u << ('U' - 'A')) | (1u << ('W' - 'A')) |
-                  (1u << ('X' - 'A'))
-    };
-    unsigned letter = (unsigned char)name[0] - 'A';
-    if (letter >= 26 || ((SPECIAL >> letter) & 1u) == 0)
+    if (!resp_len_special(name, len))
         return true;
     if ((len == 6 && memcmp(name, "CLIENT", 6) == 0) ||
         (len == 5 && memcmp(name, "XREAD", 5) == 0) ||
@@ -150,7 +167,8 @@ bool resp_cmd_table_ok(void)
         const struct resp_cmd_info *t = resp_cmds_of(c, &n);
         for (size_t i = 0; i < n; i++)
             if (t[i].name[0] != c || strlen(t[i].name) != t[i].len ||
-                resp_cmd_find(t[i].name) != &t[i] || resp_cmd_simple(t[i].name, t[i].len))
+                resp_cmd_find(t[i].name) != &t[i] || !resp_len_special(t[i].name, t[i].len) ||
+                resp_cmd_simple(t[i].name, t[i].len))
                 return false;
     }
     return !resp_cmd_simple("CLIENT", 6) && !resp_cmd_simple("XREAD", 5) &&
