@@ -736,16 +736,19 @@ static size_t resp_fast_bulks(const struct resp_scanner *sc, const uint8_t *buf,
                               size_t pos, uint64_t n, struct resp_view *view, size_t views)
 {
     const uint8_t *end = buf + len;
+    const uint64_t max_bulk = sc->max_bulk; /* not reloaded after each store into view[] */
     if (n == 0 || n > sc->max_elements || sc->max_depth < 1)
         return 0;
+    /* pos <= len throughout: each element ends within buf. */
     for (uint64_t i = 0; i < n; i++) {
         uint64_t blen;
         size_t k;
-        if (pos >= len || buf[pos] != '$' || (k = resp_fast_len(buf + pos + 1, end, &blen)) == 0 ||
-            blen > sc->max_bulk || blen > len - (pos + 1 + k) || len - (pos + 1 + k) - blen < 2)
+        if (len - pos < 4 || buf[pos] != '$' || (k = resp_fast_len(buf + pos + 1, end, &blen)) == 0)
             return 0;
         size_t off = pos + 1 + k;
-        if (buf[off + blen] != '\r' || buf[off + blen + 1] != '\n')
+        /* blen has at most 18 digits: blen + 2 cannot wrap. */
+        if (blen > max_bulk || len - off < blen + 2 || buf[off + blen] != '\r' ||
+            buf[off + blen + 1] != '\n')
             return 0;
         if (i < views)
             view[i] = (struct resp_view){.off = off, .len = (size_t)blen, .type = '$'};
@@ -824,7 +827,14 @@ static int resp_fast_reply(const struct resp_scanner *sc, const uint8_t *buf, si
         return 1;
     case '+':
     case '-': {
-        /* Short lines ("+OK", "+QUEUED"): a loop beats two memchr calls. */
+        if (buf[1] == 'O' && buf[2] == 'K' && buf[3] == '\r' && len >= 5 && buf[4] == '\n' &&
+            buf[0] == '+' && sc->max_line >= 3) { /* SET's, and most writes' */
+            f->off = 1;
+            f->vlen = 2;
+            f->len = 5;
+            return 1;
+        }
+        /* Short lines ("+QUEUED", errors): a loop beats two memchr calls. */
         size_t max = sc->max_line < len - 1 ? sc->max_line : len - 1;
         size_t i = 1;
         while (i <= max && buf[i] != '\r' && buf[i] != '\n')
