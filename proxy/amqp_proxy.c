@@ -93,10 +93,12 @@ struct msg_info {
 /* Records a connection keeps for its next messages instead of freeing
  * them: a read of acks frees as many as the read of deliveries before it
  * took (glibc's per-thread cache keeps only 7 of this size).  At most
- * AMQP_PX_SPARE_INFOS, and no more than AMQP_PX_SPARE_IDLE beyond the
- * records in use: a connection whose messages are all settled keeps ~3 KiB
- * of them, not ~24 KiB. */
-#define AMQP_PX_SPARE_INFOS 64
+ * AMQP_PX_SPARE_INFOS.  Once a second (amqp_tick) they are cut to
+ * AMQP_PX_SPARE_IDLE beyond the records in use: a connection whose messages
+ * are all settled keeps ~3 KiB of them, not ~48 KiB.  Cut on every free
+ * instead, a consumer's deliveries, acked one by one down to none in use,
+ * left 8 spares for the next read of 100: most records were malloc'd. */
+#define AMQP_PX_SPARE_INFOS 128
 #define AMQP_PX_SPARE_IDLE 8
 
 /* Bytes of a content's first frames kept without an evbuffer chain; one
@@ -285,13 +287,6 @@ static void info_free(void *p)
         ax->n_spare++;
     } else {
         free(mi);
-    }
-    /* Fewer in use now: fewer kept (this one among them). */
-    while (ax->n_spare > AMQP_PX_SPARE_IDLE + ax->n_live) {
-        struct msg_info *x = ax->spare;
-        ax->spare = x->next_spare;
-        ax->n_spare--;
-        free(x);
     }
 }
 
@@ -2051,6 +2046,19 @@ static void amqp_free(void *state)
     free(ax);
 }
 
+/* The spare records beyond AMQP_PX_SPARE_IDLE more than those in use go
+ * back to malloc (see AMQP_PX_SPARE_INFOS). */
+static void amqp_tick(void *state)
+{
+    struct amqp_px *ax = state;
+    while (ax->n_spare > AMQP_PX_SPARE_IDLE + ax->n_live) {
+        struct msg_info *x = ax->spare;
+        ax->spare = x->next_spare;
+        ax->n_spare--;
+        free(x);
+    }
+}
+
 static bool amqp_closed_cleanly(void *state)
 {
     return ((struct amqp_px *)state)->close_ok_seen;
@@ -2063,4 +2071,5 @@ const struct codec_ops amqp_codec_ops = {
     .free = amqp_free,
     .process = amqp_process,
     .closed_cleanly = amqp_closed_cleanly,
+    .tick = amqp_tick,
 };

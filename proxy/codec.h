@@ -30,6 +30,9 @@ struct codec_ops {
     /* Whether the protocol's own close handshake has completed (a reset
      * after it is not an error).  May be NULL. */
     bool (*closed_cleanly)(void *state);
+    /* Once a second while the session relays (its housekeeping).  May be
+     * NULL. */
+    void (*tick)(void *state);
 };
 
 /* What every codec does with a protocol event: count it, ask the rules of

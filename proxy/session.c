@@ -1464,8 +1464,12 @@ void session_tick(struct session *s, const struct timeval *now)
         return;
     }
     uint32_t idle = s->cfg->l->idle_timeout_ms;
-    if (idle != 0 && s->state == SESSION_RELAYING && ms_between(&s->last_active, now) >= idle)
+    if (idle != 0 && s->state == SESSION_RELAYING && ms_between(&s->last_active, now) >= idle) {
         session_close(s, SESSION_CLOSE_IDLE_TIMEOUT);
+        return;
+    }
+    if (s->state == SESSION_RELAYING && s->codec != NULL && s->codec->tick != NULL)
+        s->codec->tick(s->codec_state);
 }
 
 struct evbuffer *session_peer_output(struct session *s, int from)
