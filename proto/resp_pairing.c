@@ -592,8 +592,13 @@ int resp_pairing_reply(struct resp_pairing *p, const struct resp_msg *m, const u
         resp_remove_pending(p);
         return 1;
     }
-    int kind = resp_sub_kind_of(m, buf);
-    bool awaited = head != NULL && (head->flags & RESP_CMD_SUBSCRIBE) && head->sub_kind == kind;
+    /* The reply's first element is read only where a pub/sub kind can matter: a BRPOP's reply
+     * (a list and a job) was compared with nine names for nothing. */
+    bool sub_head = head != NULL && (head->flags & RESP_CMD_SUBSCRIBE);
+    int kind = m->push || sub_head || (p->proto == 2 && resp_subscribed(p) && m->type == '*')
+                   ? resp_sub_kind_of(m, buf)
+                   : RESP_SUB_NONE;
+    bool awaited = sub_head && head->sub_kind == kind;
 
     if (m->push)
         return awaited ? resp_confirm(p, head, m, buf, match) : 0;
