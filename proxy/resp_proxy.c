@@ -547,6 +547,12 @@ static bool jobs_needed(struct rpx *rx)
  * others only counted: one action per event, in file order). */
 static const struct rule *decide_job(struct rpx *rx, struct job_event *j)
 {
+    if (!wanted(rx, j->kind)) {
+        /* No rule of this listener looks at the event: counted, as
+         * codec_decide() would, without naming an anonymous job first. */
+        stat_add(&rx->s->loop->events[j->kind], 1);
+        return NULL;
+    }
     struct engine_event ev;
     memset(&ev, 0, sizeof(ev));
     char anon[48];
