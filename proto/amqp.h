@@ -380,6 +380,9 @@ int amqp_method_decode(const uint8_t *payload, uint32_t size,
  * basic.deliver and basic.get-ok. */
 bool amqp_method_has_content(uint16_t class_id, uint16_t method_id);
 
+/* Whether the method table is sorted by id and every entry is found by its id (tests). */
+bool amqp_method_table_ok(void);
+
 /* "basic.deliver", "queue.declare", ... for every 0-9-1 method; "unknown" otherwise.  A static
  * string. */
 const char *amqp_method_name(uint16_t class_id, uint16_t method_id);

@@ -303,6 +303,8 @@ static const struct amqp_method_desc amqp_methods[] = {
 
 #undef M
 
+#define AMQP_METHODS (sizeof(amqp_methods) / sizeof(amqp_methods[0]))
+
 static int amqp_method_desc_cmp(const void *key, const void *elem)
 {
     uint32_t id = *(const uint32_t *)key;
@@ -310,12 +312,22 @@ static int amqp_method_desc_cmp(const void *key, const void *elem)
     return id < d->id ? -1 : id > d->id ? 1 : 0;
 }
 
-/* The table entry for (class, method), or NULL. */
+/* The table entry for (class, method), or NULL.  (glibc inlines bsearch and its comparator; a
+ * binary search written out cost more, as it does not stop at the match.) */
 static const struct amqp_method_desc *amqp_method_lookup(uint16_t class_id, uint16_t method_id)
 {
     uint32_t id = AMQP_MID(class_id, method_id);
-    return bsearch(&id, amqp_methods, sizeof(amqp_methods) / sizeof(amqp_methods[0]),
-                   sizeof(amqp_methods[0]), amqp_method_desc_cmp);
+    return bsearch(&id, amqp_methods, AMQP_METHODS, sizeof(amqp_methods[0]), amqp_method_desc_cmp);
+}
+
+bool amqp_method_table_ok(void)
+{
+    for (size_t i = 0; i < AMQP_METHODS; i++)
+        if ((i > 0 && amqp_methods[i - 1].id >= amqp_methods[i].id) ||
+            amqp_method_lookup((uint16_t)(amqp_methods[i].id >> 16),
+                               (uint16_t)amqp_methods[i].id) != &amqp_methods[i])
+            return false;
+    return true;
 }
 
 int amqp_method_decode(const uint8_t *payload, uint32_t size, struct amqp_method *m)

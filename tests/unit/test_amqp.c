@@ -914,6 +914,7 @@ static void test_method_names(void **state)
     assert_string_equal(amqp_method_name(0, 0), "unknown");
     assert_string_equal(amqp_method_name(60, 121), "unknown");
     assert_string_equal(amqp_method_name(0xFFFF, 0xFFFF), "unknown");
+    assert_true(amqp_method_table_ok()); /* sorted, each entry found by its id */
     int named = 0, content = 0;
     for (unsigned c = 0; c < 100; c++) {
         for (unsigned k = 0; k < 130; k++) {
