@@ -649,7 +649,8 @@ static void flush_end(struct session_end *e)
         evbuffer_freeze(out, 1);
     } else if (evbuffer_get_length(e->dout) > 0) {
         (void)evbuffer_write(e->dout, bufferevent_getfd(bev));
-        evbuffer_add_buffer(out, e->dout); /* what the kernel did not take */
+        if (evbuffer_get_length(e->dout) > 0)
+            evbuffer_add_buffer(out, e->dout); /* what the kernel did not take */
     }
     if (evbuffer_get_length(out) > 0) {
         /* The kernel took less (or failed): libevent writes the rest when
