@@ -732,23 +732,48 @@ int resp_walk(const struct resp_scanner *sc, resp_peek_fn peek, void *src, size_
 /* The elements of a multibulk of n (1 or more) bulk strings whose header took buf[0..pos), all
  * here: the first `views` of them into view[] as the state machine would fill them.  Returns the
  * message's length, or 0 for anything else. */
+/* The bytes at p as a number in memory order: "$N\r\n" is then one masked compare, and a CRLF
+ * one compare, where the bytes took a test each.  (memcpy of a constant folds to an immediate.) */
+static inline uint32_t resp_load4(const void *p)
+{
+    uint32_t v;
+    memcpy(&v, p, sizeof(v));
+    return v;
+}
+
+static inline uint16_t resp_load2(const void *p)
+{
+    uint16_t v;
+    memcpy(&v, p, sizeof(v));
+    return v;
+}
+
 static size_t resp_fast_bulks(const struct resp_scanner *sc, const uint8_t *buf, size_t len,
                               size_t pos, uint64_t n, struct resp_view *view, size_t views)
 {
     const uint8_t *end = buf + len;
     const uint64_t max_bulk = sc->max_bulk; /* not reloaded after each store into view[] */
+    const uint32_t one_digit_mask = resp_load4("\xff\x00\xff\xff");
+    const uint32_t one_digit = resp_load4("$\0\r\n");
+    const uint16_t crlf = resp_load2("\r\n");
     if (n == 0 || n > sc->max_elements || sc->max_depth < 1)
         return 0;
     /* pos <= len throughout: each element ends within buf. */
     for (uint64_t i = 0; i < n; i++) {
         uint64_t blen;
         size_t k;
-        if (len - pos < 4 || buf[pos] != '$' || (k = resp_fast_len(buf + pos + 1, end, &blen)) == 0)
+        if (len - pos < 4)
             return 0;
+        unsigned digit = (unsigned)buf[pos + 1] - '0';
+        if ((resp_load4(buf + pos) & one_digit_mask) == one_digit && digit <= 9) {
+            blen = digit; /* "$3\r\n": a command's name, a short value */
+            k = 3;
+        } else if (buf[pos] != '$' || (k = resp_fast_len(buf + pos + 1, end, &blen)) == 0) {
+            return 0;
+        }
         size_t off = pos + 1 + k;
         /* blen has at most 18 digits: blen + 2 cannot wrap. */
-        if (blen > max_bulk || len - off < blen + 2 || buf[off + blen] != '\r' ||
-            buf[off + blen + 1] != '\n')
+        if (blen > max_bulk || len - off < blen + 2 || resp_load2(buf + off + blen) != crlf)
             return 0;
         if (i < views)
             view[i] = (struct resp_view){.off = off, .len = (size_t)blen, .type = '$'};
