@@ -1508,29 +1508,36 @@ static void forward_plain(struct rpx *rx, const struct cmdview *cv, const struct
  * matched, and the command joins the run, as command() would end up doing
  * for it after a full scan.  Anything else, or anything unusual about it (a
  * long name, a NUL, a message that leaves the window), goes the general way.
- * Returns whether it took the next command.
+ * Returns whether it took the next command (and those after it).
  */
 static bool plain_command(struct rpx *rx, bool cmd_rules)
 {
     const struct rpx_window *w = &rx->win[SIDE_CLIENT];
-    size_t run = rx->run[SIDE_CLIENT];
-    if (w->p == NULL || w->len <= run || rx->decided != 0 || rx->tx.active ||
-        rx->need[SIDE_CLIENT] != 0 || cmd_rules)
+    if (w->p == NULL || rx->decided != 0 || rx->tx.active || rx->need[SIDE_CLIENT] != 0 ||
+        cmd_rules)
         return false;
-    const uint8_t *p = w->p + run;
-    struct resp_view nv;
-    size_t len = resp_scan_command_len(&rx->sc[SIDE_CLIENT], p, w->len - run, &nv);
-    if (len == 0 || nv.len == 0 || nv.len >= RESP_CMD_NAME_MAX)
-        return false;
-    char name[RESP_CMD_NAME_MAX];
-    if (resp_cmd_name_bytes(p + nv.off, nv.len, name) != nv.len || /* a NUL in it */
-        cmd_id_of(name, nv.len) != CMD_OTHER ||
-        resp_pairing_simple(&rx->pairing, name, nv.len, 0, NULL) != 1)
-        return false;
-    stat_add(&rx->s->loop->events[RULE_EV_COMMAND], 1);
-    rx->run[SIDE_CLIENT] += len;
-    owe_plain(rx);
-    return true;
+    /* The rest of a pipeline in one call: nothing above changes while it
+     * takes plain commands (the pairing's room is checked by the pairing). */
+    size_t taken = 0;
+    while (w->len > rx->run[SIDE_CLIENT]) {
+        const uint8_t *p = w->p + rx->run[SIDE_CLIENT];
+        struct resp_view nv;
+        size_t len =
+            resp_scan_command_len(&rx->sc[SIDE_CLIENT], p, w->len - rx->run[SIDE_CLIENT], &nv);
+        if (len == 0 || nv.len == 0 || nv.len >= RESP_CMD_NAME_MAX)
+            break;
+        char name[RESP_CMD_NAME_MAX];
+        if (resp_cmd_name_bytes(p + nv.off, nv.len, name) != nv.len || /* a NUL in it */
+            cmd_id_of(name, nv.len) != CMD_OTHER ||
+            resp_pairing_simple(&rx->pairing, name, nv.len, 0, NULL) != 1)
+            break;
+        rx->run[SIDE_CLIENT] += len;
+        owe_plain(rx);
+        taken++;
+    }
+    if (taken > 0)
+        stat_add(&rx->s->loop->events[RULE_EV_COMMAND], taken);
+    return taken > 0;
 }
 
 /*
@@ -2557,23 +2564,29 @@ static int scan_one(struct rpx *rx, enum session_side side, struct resp_msg *m, 
 /* The plain pipeline's other half: the reply due next, to a plain command
  * whose entry is at the head with nothing held in it, is measured
  * (resp_scan_reply_len) and joins the run, as on_reply() would after a full
- * scan.  Returns whether it took the next reply. */
+ * scan.  Returns whether it took the next reply (and those after it). */
 static bool plain_reply(struct rpx *rx)
 {
     const struct rpx_window *w = &rx->win[SIDE_UPSTREAM];
-    size_t run = rx->run[SIDE_UPSTREAM];
-    struct entry *e = rx->await;
     /* held counts the bytes waiting in entries: 0, and e->bytes is empty. */
-    if (w->p == NULL || w->len <= run || rx->need[SIDE_UPSTREAM] != 0 || e == NULL ||
-        !straight_out(rx, e) || rx->held != 0)
+    if (w->p == NULL || rx->need[SIDE_UPSTREAM] != 0 || rx->held != 0)
         return false;
-    uint8_t type;
-    size_t len = resp_scan_reply_len(&rx->sc[SIDE_UPSTREAM], w->p + run, w->len - run, &type);
-    if (len == 0 || resp_pairing_reply_simple(&rx->pairing, type) != 1)
-        return false;
-    rx->run[SIDE_UPSTREAM] += len;
-    entry_answered(rx, e, true);
-    return true;
+    /* The rest of a pipeline's replies in one call. */
+    bool took = false;
+    while (w->len > rx->run[SIDE_UPSTREAM]) {
+        struct entry *e = rx->await;
+        if (e == NULL || !straight_out(rx, e))
+            break;
+        uint8_t type;
+        size_t run = rx->run[SIDE_UPSTREAM];
+        size_t len = resp_scan_reply_len(&rx->sc[SIDE_UPSTREAM], w->p + run, w->len - run, &type);
+        if (len == 0 || resp_pairing_reply_simple(&rx->pairing, type) != 1)
+            break;
+        rx->run[SIDE_UPSTREAM] += len;
+        entry_answered(rx, e, true);
+        took = true;
+    }
+    return took;
 }
 
 static void process_server(struct rpx *rx)
