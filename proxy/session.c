@@ -158,6 +158,7 @@ static void rd_free(struct session_end *e)
         e->rd = NULL;
     }
     e->rd_want = false;
+    e->rd_armed = false;
 }
 
 /* What `e` reads into and is written from: its own buffers while direct,
@@ -543,8 +544,8 @@ static void rd_update(struct session_end *e)
     if (e->rd == NULL)
         return;
     bool arm = e->rd_want && e->bev != NULL && evbuffer_get_length(e->din) < read_limit(e);
-    if (arm != (event_pending(e->rd, EV_READ, NULL) != 0))
-        (void)(arm ? event_add(e->rd, NULL) : event_del(e->rd));
+    if (arm != e->rd_armed && (arm ? event_add(e->rd, NULL) : event_del(e->rd)) == 0)
+        e->rd_armed = arm;
 }
 
 /* Reading from side `side` on or off. */
@@ -645,10 +646,10 @@ static void flush_end(struct session_end *e)
          * own writes; thaw it for this one as bufferevent_writecb does. */
         evbuffer_add_buffer(out, e->dout);
         evbuffer_unfreeze(out, 1);
-        (void)evbuffer_write(out, bufferevent_getfd(bev));
+        (void)evbuffer_write(out, e->fd);
         evbuffer_freeze(out, 1);
     } else if (evbuffer_get_length(e->dout) > 0) {
-        (void)evbuffer_write(e->dout, bufferevent_getfd(bev));
+        (void)evbuffer_write(e->dout, e->fd);
         if (evbuffer_get_length(e->dout) > 0)
             evbuffer_add_buffer(out, e->dout); /* what the kernel did not take */
     }
@@ -722,10 +723,11 @@ static void direct_start(struct session *s, enum session_side side)
         e->dout = evbuffer_new();
     if (e->din == NULL || e->dout == NULL)
         return; /* stays on the bufferevent's path (freed with the session) */
-    e->rd = event_new(s->loop->base, bufferevent_getfd(e->bev), EV_READ | EV_PERSIST,
-                      on_direct_read, e);
+    e->fd = bufferevent_getfd(e->bev);
+    e->rd = event_new(s->loop->base, e->fd, EV_READ | EV_PERSIST, on_direct_read, e);
     if (e->rd == NULL)
         return;
+    e->rd_armed = false;
     /* What the bufferevent read before (a client's bytes while connecting)
      * comes first. */
     evbuffer_add_buffer(e->din, bufferevent_get_input(e->bev));

@@ -93,6 +93,8 @@ struct session_end {
      * written from dout: buffers of its own, which carry no callbacks. */
     struct event *rd;
     struct evbuffer *din, *dout;
+    evutil_socket_t fd; /* the bufferevent's, while direct (asking takes its lock) */
+    bool rd_armed;      /* rd is added: asking libevent takes the base's lock */
     bool rd_want;       /* reading is on (not paused, held or ended) */
     bool flush_queued;  /* in its loop's flush_list */
     size_t read_limit;  /* input bytes before reading stops (0: SESSION_INPUT_HIGH) */
