@@ -2684,13 +2684,8 @@ static void on_timer(evutil_socket_t fd, short what, void *arg)
     flush_replies(rx);
 }
 
-static void rpx_process(void *state, enum session_side from, struct evbuffer *in)
+static void process_read(struct rpx *rx, enum session_side from)
 {
-    struct rpx *rx = state;
-    if (!alive(rx))
-        return;
-    rx->win[from].p = NULL;
-    evbuffer_add_buffer(rx->pend[from], in);
     if (from == SIDE_UPSTREAM) {
         process_server(rx);
         if (!alive(rx))
@@ -2711,6 +2706,30 @@ static void rpx_process(void *state, enum session_side from, struct evbuffer *in
     }
     if (alive(rx))
         send_flush(rx, SIDE_UPSTREAM);
+}
+
+static void rpx_process(void *state, enum session_side from, struct evbuffer *in)
+{
+    struct rpx *rx = state;
+    if (!alive(rx))
+        return;
+    rx->win[from].p = NULL;
+    /* Nothing waits from before (the usual case): the read is processed
+     * where it is, and only what is left of it (a message cut short, a
+     * command held) moves to pend afterwards.  An evbuffer_add_buffer per
+     * read saved. */
+    struct evbuffer *own = rx->pend[from];
+    bool borrowed = evbuffer_get_length(own) == 0;
+    if (borrowed)
+        rx->pend[from] = in;
+    else
+        evbuffer_add_buffer(own, in);
+    process_read(rx, from);
+    if (borrowed) {
+        rx->pend[from] = own; /* before anything else can run: a timer, the free */
+        if (evbuffer_get_length(in) > 0)
+            evbuffer_add_buffer(own, in);
+    }
 }
 
 /* ---- codec ops --------------------------------------------------------- */
