@@ -714,6 +714,33 @@ static size_t decide(struct amqp_px *ax, struct engine_event *ev, size_t *hits)
     return codec_decide(ax->s, ev, hits);
 }
 
+/* Asks the rules about an event of a message (its content's header table and
+ * body when given): the event is built only when some rule of the listener
+ * looks at events of that kind, else only counted. */
+static size_t decide_msg(struct amqp_px *ax, enum rule_event kind, const struct msg_info *mi,
+                         const struct amqp_bytes *hdrs, struct evbuffer *body, size_t *hits)
+{
+    if (!codec_wants(ax->s, kind)) {
+        codec_count(ax->s, kind);
+        return 0;
+    }
+    struct engine_event ev;
+    char idbuf[64];
+    event_from_info(&ev, kind, mi, ax->s, idbuf, sizeof(idbuf));
+    struct header_ctx hctx; /* buf is written only by a lookup: not zeroed per message */
+    if (hdrs != NULL) {
+        hctx.table = *hdrs;
+        ev.header = header_lookup;
+        ev.header_ctx = &hctx;
+    }
+    size_t blen = body != NULL ? evbuffer_get_length(body) : 0;
+    if (blen > 0) {
+        ev.body = evbuffer_pullup(body, -1);
+        ev.body_len = blen;
+    }
+    return decide(ax, &ev, hits);
+}
+
 static const struct rule *hit_rule(struct amqp_px *ax, size_t idx)
 {
     return ruleset_rule(ax->s->loop->rules, idx);
@@ -1090,12 +1117,9 @@ static void on_settle(struct amqp_px *ax, struct achan *ch, const struct amqp_me
         struct msg_info *mi = t->info;
         journal_event(ax, kind == AMQP_SETTLE_ACK ? JOURNAL_KIND_ACK : JOURNAL_KIND_NACK, mi,
                       t->tag);
-        struct engine_event ev;
-        char idbuf[64];
-        event_from_info(&ev, kind == AMQP_SETTLE_ACK ? RULE_EV_ACK : RULE_EV_NACK, mi, ax->s, idbuf,
-                        sizeof(idbuf));
         size_t hits[SESSION_MAX_RULE_HITS];
-        size_t n = decide(ax, &ev, hits);
+        size_t n = decide_msg(ax, kind == AMQP_SETTLE_ACK ? RULE_EV_ACK : RULE_EV_NACK, mi, NULL,
+                              NULL, hits);
         if (!settle_verdict(ax, ch, t, hits, n, &close_after, &error))
             return;
     }
@@ -1356,21 +1380,9 @@ static void content_decide(struct amqp_px *ax, struct achan *ch, int from, struc
         }
     }
     journal_event(ax, deliver ? JOURNAL_KIND_DELIVER : JOURNAL_KIND_PUBLISH, mi, c->tag);
-    struct engine_event ev;
-    char idbuf[64];
-    event_from_info(&ev, deliver ? RULE_EV_DELIVER : RULE_EV_PUBLISH, mi, ax->s, idbuf,
-                    sizeof(idbuf));
-    struct header_ctx hctx; /* buf is written only by a lookup: not zeroed per message */
-    hctx.table = hdrs;
-    ev.header = header_lookup;
-    ev.header_ctx = &hctx;
-    size_t blen = c->needs_body ? evbuffer_get_length(c->body) : 0;
-    if (blen > 0) {
-        ev.body = evbuffer_pullup(c->body, -1);
-        ev.body_len = blen;
-    }
     size_t hits[SESSION_MAX_RULE_HITS];
-    size_t n = decide(ax, &ev, hits);
+    size_t n = decide_msg(ax, deliver ? RULE_EV_DELIVER : RULE_EV_PUBLISH, mi, &hdrs,
+                          c->needs_body ? c->body : NULL, hits);
     if (!content_actions(ax, ch, c, deliver && c->ack_required ? mi : NULL, hits, n))
         return;
     if (!deliver) {
@@ -1652,11 +1664,8 @@ static void on_confirm(struct amqp_px *ax, struct achan *ch, const struct amqp_m
     for (size_t i = 0; i < plan.n; i++) {
         struct msg_info *mi = plan.tags[i].info;
         journal_event(ax, JOURNAL_KIND_CONFIRM, mi, plan.tags[i].tag);
-        struct engine_event ev;
-        char idbuf[64];
-        event_from_info(&ev, RULE_EV_CONFIRM, mi, ax->s, idbuf, sizeof(idbuf));
         size_t hits[SESSION_MAX_RULE_HITS];
-        size_t n = decide(ax, &ev, hits);
+        size_t n = decide_msg(ax, RULE_EV_CONFIRM, mi, NULL, NULL, hits);
         for (size_t k = 0; k < n; k++) {
             const struct rule *r = hit_rule(ax, hits[k]);
             if (r->action.kind == RULE_ACT_DROP)

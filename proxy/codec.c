@@ -21,6 +21,23 @@ const struct codec_ops *codec_for(const struct conf_listener *l)
     }
 }
 
+bool codec_wants(struct session *s, enum rule_event ev)
+{
+    const struct ruleset *rs = s->loop->rules;
+    if (rs == NULL)
+        return false;
+    if (s->rules_gen != s->loop->rules_gen) {
+        s->rules_gen = s->loop->rules_gen;
+        s->wanted = ruleset_events(rs, s->cfg->l->name);
+    }
+    return (s->wanted & (1u << (unsigned)ev)) != 0;
+}
+
+void codec_count(struct session *s, enum rule_event ev)
+{
+    stat_add(&s->loop->events[ev], 1); /* as codec_decide() counts it */
+}
+
 size_t codec_decide(struct session *s, const struct engine_event *ev, size_t *hits)
 {
     struct loop *lp = s->loop;

@@ -42,6 +42,13 @@ struct codec_ops {
  * here: a message settled in time was not faulted. */
 size_t codec_decide(struct session *s, const struct engine_event *ev, size_t *hits);
 
+/* Whether some rule of the session's listener looks at events of kind ev
+ * (the rules may have been swapped by a reload since the last call).  When
+ * none does, a codec counts the event (codec_count) instead of building it
+ * for codec_decide(), which would find no rule. */
+bool codec_wants(struct session *s, enum rule_event ev);
+void codec_count(struct session *s, enum rule_event ev);
+
 /* Logs that a peer broke the codec's protocol ("amqp protocol error") with
  * `msg` and an optional `detail`, and records msg as the session's error. */
 void codec_log_protocol_error(struct session *s, const char *msg, const char *detail);

@@ -156,8 +156,6 @@ struct rpx {
     struct evbuffer *setup[3]; /* the client's last AUTH, HELLO, SELECT */
     struct resp_aux *aux;
     uint64_t anon;
-    uint64_t rules_gen;  /* the loop's rules_gen `wanted` was computed for (0: never) */
-    uint32_t wanted;     /* events some rule of the listener looks at */
     struct entry *spare; /* freed entries kept for reuse */
     size_t n_spare;
     /* Every ruleset a faulting rule came from: entries and transactions keep
@@ -482,14 +480,7 @@ static void job_event_clear(struct job_event *j)
  * ruleset may have been swapped by a reload since the last call). */
 static bool wanted(struct rpx *rx, enum rule_event ev)
 {
-    const struct ruleset *rs = rx->s->loop->rules;
-    if (rs == NULL)
-        return false;
-    if (rx->rules_gen != rx->s->loop->rules_gen) {
-        rx->rules_gen = rx->s->loop->rules_gen;
-        rx->wanted = ruleset_events(rs, rx->s->cfg->l->name);
-    }
-    return (rx->wanted & (1u << (unsigned)ev)) != 0;
+    return codec_wants(rx->s, ev);
 }
 
 static size_t decide(struct rpx *rx, struct engine_event *ev, size_t *hits)
@@ -548,9 +539,9 @@ static bool jobs_needed(struct rpx *rx)
 static const struct rule *decide_job(struct rpx *rx, struct job_event *j)
 {
     if (!wanted(rx, j->kind)) {
-        /* No rule of this listener looks at the event: counted, as
-         * codec_decide() would, without naming an anonymous job first. */
-        stat_add(&rx->s->loop->events[j->kind], 1);
+        /* No rule of this listener looks at the event: counted, without
+         * naming an anonymous job first. */
+        codec_count(rx->s, j->kind);
         return NULL;
     }
     struct engine_event ev;

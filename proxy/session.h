@@ -131,6 +131,8 @@ struct session {
     struct session_end end[2];     /* indexed by enum session_side */
     const struct codec_ops *codec; /* NULL: bytes are relayed as they are */
     void *codec_state;
+    uint64_t rules_gen;       /* the loop's rules_gen `wanted` was computed for (0: never) */
+    uint32_t wanted;          /* events some rule of the listener looks at (codec_wants) */
     struct shaper *shaper[2]; /* stream faults, by the side bytes come from */
     struct ruleset *rules;    /* held while shapers name its rules */
     struct session_faults faults;

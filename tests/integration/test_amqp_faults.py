@@ -39,6 +39,7 @@ rules; separate short twice runs for the seeded probability trigger.
 import json
 import os
 import random
+import signal
 import socket
 import struct
 import sys
@@ -962,6 +963,57 @@ class AmqpFaults(unittest.TestCase):
         c.close()
         self.assertEqual(self.queue_stats()["hb"], (0, 0), "the held ack reached the broker")
         self.assertEqual(len(self.wait_faults("hb-hold", 1)), 1)
+
+
+class AmqpRulesReload(unittest.TestCase):
+    """A live connection follows a reload: rules that look at publishes, delivers
+    and acks, added while the connection is open, apply to its next messages (a
+    codec asks the rules only for events some rule looks at, and must ask again
+    after a reload)."""
+
+    def test_rules_added_by_reload_apply_to_an_open_connection(self):
+        tmp = h.make_tmpdir("twice-it-amqpr-")
+        port = h.free_port()
+        listen = [amqp_listen("rabbit", port, RABBIT[0].port)]
+        # A rule on another event from the start: the codec has asked which
+        # events the rules look at before the reload.
+        other = fk.rule_block("other", "rabbit", "when deliver queue=reload-none", "do duplicate")
+        tw = h.start_twice(fk.conf_text(listen, [other], seed=1), tmp)
+        self.addCleanup(tw.kill)
+        admin = pika.BlockingConnection(params(RABBIT[0].port))
+        self.addCleanup(admin.close)
+        ach = admin.channel()
+        for q in ("reload-pub", "reload-ack"):
+            ach.queue_declare(q)
+            ach.queue_purge(q)
+        c = Client(port)
+        self.addCleanup(c.close)
+        c.ch.basic_publish("", "reload-pub", b"before", pika.BasicProperties(message_id="rp-0"))
+        c.ch.basic_publish("", "reload-ack", b"job", pika.BasicProperties(message_id="ra-0"))
+        c.pump(0.5)
+        self.assertEqual(ach.queue_declare("reload-pub", passive=True).method.message_count, 1)
+
+        nlines = len(tw.log_lines())
+        rules = [other, fk.rule_block("nopub", "rabbit", "when publish queue=reload-pub", "do drop"),
+                 fk.rule_block("lostack", "rabbit", "when ack queue=reload-ack", "do redeliver")]
+        tw.write_config(fk.conf_text(listen, rules, seed=1))
+        tw.signal(signal.SIGHUP)
+        tw.wait_for_log(r"msg=reloaded", start=nlines)
+
+        c.ch.basic_publish("", "reload-pub", b"after", pika.BasicProperties(message_id="rp-1"))
+        c.pump(0.5)
+        self.assertEqual(ach.queue_declare("reload-pub", passive=True).method.message_count, 1,
+                         "the publish after the reload was dropped on the same connection")
+        c.consume("reload-ack")
+        first = c.wait(1)[0]
+        self.assertEqual((first.id, first.redelivered), ("ra-0", False))
+        c.ch.basic_ack(first.tag)
+        got = c.wait(2)
+        self.assertEqual((got[1].id, got[1].redelivered), ("ra-0", True),
+                         "the ack after the reload was lost: the message came back")
+        self.assertTrue(c.conn.is_open)
+        c.ch.basic_ack(got[1].tag)
+        c.pump(0.3)
 
 
 class AmqpDeterminism(unittest.TestCase):
