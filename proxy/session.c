@@ -748,7 +748,8 @@ static void direct_stop(struct session_end *e)
     flush_unqueue(e);
     bool reading = e->rd_want;
     /* What waits to be written joins the bufferevent's output.  Unread
-     * input stays in din: nothing reads a draining end. */
+     * input stays in din unless the end is to go on reading (no caller
+     * does: a draining end reads nothing). */
     evbuffer_add_buffer(bufferevent_get_output(e->bev), e->dout);
     rd_free(e);
     if (reading) {
@@ -1460,6 +1461,10 @@ void session_tick(struct session *s, const struct timeval *now)
         }
         return;
     }
+    /* Every second, busy or idle (one with reads since the last tick
+     * returns just below): a busy codec is the one with the most to trim. */
+    if (s->state == SESSION_RELAYING && s->codec != NULL && s->codec->tick != NULL)
+        s->codec->tick(s->codec_state);
     /* on_read marks activity by zeroing last_active; the clock is read here,
      * once per second, instead of on every read. */
     if (s->last_active.tv_sec == 0) {
@@ -1467,12 +1472,8 @@ void session_tick(struct session *s, const struct timeval *now)
         return;
     }
     uint32_t idle = s->cfg->l->idle_timeout_ms;
-    if (idle != 0 && s->state == SESSION_RELAYING && ms_between(&s->last_active, now) >= idle) {
+    if (idle != 0 && s->state == SESSION_RELAYING && ms_between(&s->last_active, now) >= idle)
         session_close(s, SESSION_CLOSE_IDLE_TIMEOUT);
-        return;
-    }
-    if (s->state == SESSION_RELAYING && s->codec != NULL && s->codec->tick != NULL)
-        s->codec->tick(s->codec_state);
 }
 
 struct evbuffer *session_peer_output(struct session *s, int from)
