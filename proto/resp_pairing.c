@@ -595,9 +595,8 @@ int resp_pairing_reply(struct resp_pairing *p, const struct resp_msg *m, const u
     /* The reply's first element is read only where a pub/sub kind can matter: a BRPOP's reply
      * (a list and a job) was compared with nine names for nothing. */
     bool sub_head = head != NULL && (head->flags & RESP_CMD_SUBSCRIBE);
-    int kind = m->push || sub_head || (p->proto == 2 && resp_subscribed(p) && m->type == '*')
-                   ? resp_sub_kind_of(m, buf)
-                   : RESP_SUB_NONE;
+    bool sub_array = p->proto == 2 && resp_subscribed(p) && m->type == '*'; /* a message? */
+    int kind = m->push || sub_head || sub_array ? resp_sub_kind_of(m, buf) : RESP_SUB_NONE;
     bool awaited = sub_head && head->sub_kind == kind;
 
     if (m->push)
@@ -605,7 +604,7 @@ int resp_pairing_reply(struct resp_pairing *p, const struct resp_msg *m, const u
     if (p->monitor && m->type == '+' && m->value.len > 0 && buf[m->value.off] >= '0' &&
         buf[m->value.off] <= '9')
         return 0;
-    if (p->proto == 2 && resp_subscribed(p) && m->type == '*' && kind != RESP_SUB_NONE && !awaited)
+    if (sub_array && kind != RESP_SUB_NONE && !awaited)
         return 0;
     if (head == NULL)
         return RESP_E_UNEXPECTED_REPLY;

@@ -1596,7 +1596,7 @@ static int big_try(struct rpx *rx, enum session_side side)
     rx->need[side] = 0;
     rx->run[side] += w.len;
     if (side == SIDE_CLIENT) {
-        stat_add(&rx->s->loop->events[RULE_EV_COMMAND], 1);
+        codec_count(rx->s, RULE_EV_COMMAND);
         owe_plain(rx);
     } else {
         entry_answered(rx, e, true);
@@ -2142,7 +2142,7 @@ static enum cmd_result command(struct rpx *rx, const uint8_t *buf, const struct 
 
     /* The command event. */
     if (rx->decided < DECIDED_COMMAND && !cmd_rules) {
-        stat_add(&rx->s->loop->events[RULE_EV_COMMAND], 1);
+        codec_count(rx->s, RULE_EV_COMMAND);
         rx->decided = DECIDED_COMMAND;
     }
     if (rx->decided < DECIDED_COMMAND) {

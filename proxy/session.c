@@ -173,6 +173,14 @@ static struct evbuffer *end_output(const struct session_end *e)
     return e->rd != NULL ? e->dout : bufferevent_get_output(e->bev);
 }
 
+/* Bytes were added to end_output(e): a direct end is written at the end of
+ * the turn (a bufferevent writes its own). */
+static void output_added(struct session_end *e)
+{
+    if (e->rd != NULL)
+        flush_queue(e);
+}
+
 /* Bytes queued toward `e` and not written yet (its bufferevent must exist). */
 static size_t out_pending(const struct session_end *e)
 {
@@ -368,8 +376,8 @@ int session_send(struct session *s, enum session_side to, struct evbuffer *buf)
         session_set_error(s, "out of memory");
         session_close(s, SESSION_CLOSE_INTERNAL_ERROR);
         return -1;
-    } else if (dst->rd != NULL) {
-        flush_queue(dst);
+    } else {
+        output_added(dst);
     }
     size_t pending = out_pending(dst) + (sh != NULL ? shaper_held(sh) : 0);
     if (pending >= SESSION_OUTPUT_HIGH && !src->paused && src->bev != NULL) {
@@ -1492,9 +1500,7 @@ size_t session_peer_pending(const struct session *s, int from)
 
 void session_peer_output_added(struct session *s, int from)
 {
-    struct session_end *e = &s->end[!from];
-    if (e->rd != NULL)
-        flush_queue(e);
+    output_added(&s->end[!from]);
 }
 
 void session_shaper_eof(struct session *s, int from)
