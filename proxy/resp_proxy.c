@@ -973,25 +973,58 @@ static bool job_from_value(struct rpx *rx, const char *list, const uint8_t *v, s
 /* ---- deliveries ------------------------------------------------------- */
 
 /* A pop's reply: [list, value] (BRPOP, BLPOP) or the value (LMOVE, LPOP). */
+/* The list and the value a pop's reply carries: [list, value] (BRPOP, BLPOP)
+ * or the value of the pop's own list (LMOVE, LPOP); false for a null reply or
+ * anything else (no job). */
+static bool pop_reply_job(const struct entry *e, const uint8_t *buf, const struct resp_msg *m,
+                          char *list, struct resp_view *val, bool *pair)
+{
+    *pair = false;
+    if (m->null)
+        return false;
+    if (m->type == '*' && m->nelem == 2 && m->elem[0].type == '$' && m->elem[1].type == '$') {
+        if (!view_str(buf, m->len, &m->elem[0], list, RPX_KEY_MAX))
+            return false;
+        *val = m->elem[1];
+        *pair = true;
+        return true;
+    }
+    if (m->type == '$' && e->arg != NULL) {
+        snprintf(list, RPX_KEY_MAX, "%s", e->arg);
+        *val = m->value;
+        return true;
+    }
+    return false;
+}
+
+/* A pop's reply nothing reads a job from (no journal, no rule on job events;
+ * Sidekiq's and Celery's profiles, which then decode nothing): its delivery is
+ * counted and it goes on as a plain reply does, without the copy the general
+ * way makes of it.  False when it cannot: RQ's profile, or the reply waits
+ * behind others. */
+static bool pop_reply_counted(struct rpx *rx, struct entry *e, const uint8_t *buf,
+                              const struct resp_msg *m)
+{
+    if ((rx->prof != PROF_SIDEKIQ && rx->prof != PROF_CELERY) || jobs_needed(rx) || e != rx->head ||
+        e->release_ms != 0 || e->hide || evbuffer_get_length(e->bytes) > 0)
+        return false;
+    char list[RPX_KEY_MAX];
+    struct resp_view val;
+    bool pair;
+    if (pop_reply_job(e, buf, m, list, &val, &pair))
+        codec_count(rx->s, RULE_EV_DELIVER); /* as decide_job() counts it */
+    rx->run[SIDE_UPSTREAM] += m->len;
+    return true;
+}
+
 static void on_pop_reply(struct rpx *rx, struct entry *e, const uint8_t *buf,
                          const struct resp_msg *m, struct evbuffer *reply)
 {
     char list[RPX_KEY_MAX];
     struct resp_view val;
-    bool pair = false;
-    if (m->null)
+    bool pair;
+    if (!pop_reply_job(e, buf, m, list, &val, &pair))
         return;
-    if (m->type == '*' && m->nelem == 2 && m->elem[0].type == '$' && m->elem[1].type == '$') {
-        if (!view_str(buf, m->len, &m->elem[0], list, sizeof(list)))
-            return;
-        val = m->elem[1];
-        pair = true;
-    } else if (m->type == '$' && e->arg != NULL) {
-        snprintf(list, sizeof(list), "%s", e->arg);
-        val = m->value;
-    } else {
-        return;
-    }
     struct job_event j = {.kind = RULE_EV_DELIVER};
     if (!job_from_value(rx, list, buf + val.off, val.len, &j))
         return;
@@ -1388,6 +1421,10 @@ static void on_reply(struct rpx *rx, const uint8_t *buf, const struct resp_msg *
         rx->held += m->len;
         run_move(rx, SIDE_UPSTREAM);
         evbuffer_remove_buffer(pend, e->bytes, m->len);
+    } else if (e->kind == RK_POP && pop_reply_counted(rx, e, buf, m)) {
+        if (match.last)
+            entry_answered(rx, e, true);
+        return;
     } else {
         struct evbuffer *reply = evbuffer_new();
         if (reply == NULL) {
@@ -1854,14 +1891,18 @@ static const struct rule *publish_decide(struct rpx *rx, const struct cmdview *c
         if (!lpush || (rx->prof == PROF_SIDEKIQ && !starts_with(cv->key, "queue:")) ||
             rx->tx.active)
             return NULL;
+        if (!jobs_needed(rx)) {
+            /* Nothing reads the jobs: each is counted, as decide_job() would. */
+            for (size_t i = 2; i < cv->m->nelem; i++)
+                codec_count(rx->s, RULE_EV_PUBLISH);
+            return NULL;
+        }
         const struct rule *first = NULL;
-        bool decode = jobs_needed(rx);
         for (size_t i = 2; cmd_arg(cv, i, &v); i++) {
             struct resp_job job;
             memset(&job, 0, sizeof(job));
-            int rc = !decode                    ? 0
-                     : rx->prof == PROF_SIDEKIQ ? resp_job_sidekiq(cv->buf + v.off, v.len, &job)
-                                                : resp_job_celery(cv->buf + v.off, v.len, &job);
+            int rc = rx->prof == PROF_SIDEKIQ ? resp_job_sidekiq(cv->buf + v.off, v.len, &job)
+                                              : resp_job_celery(cv->buf + v.off, v.len, &job);
             if (rc != 0)
                 continue;
             j.id = job.id;

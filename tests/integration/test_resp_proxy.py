@@ -1020,6 +1020,18 @@ class ProfileWithoutJournal(h.TestCase):
         ev = api.json("/stats")["events"]
         self.assertEqual(ev.get("publish"), 2, ev)
         self.assertEqual(ev.get("deliver"), 1, ev)
+        with rk.Conn(port) as c:
+            # A pop that times out delivers nothing; a pipelined pop's reply goes out in its
+            # place, between the replies around it, and counts once.
+            self.assertEqual(c.cmd("BRPOP", "queue:empty", "0.1"), rk.NULL_ARRAY)
+            c.send(enc("LPUSH", "queue:other", "x"), enc("BRPOP", "queue:other", "1"),
+                   enc("GET", "nokey"))
+            self.assertEqual(c.read_n(3), [b":1\r\n",
+                                           b"*2\r\n$11\r\nqueue:other\r\n$1\r\nx\r\n",
+                                           b"$-1\r\n"])
+        ev = api.json("/stats")["events"]
+        self.assertEqual(ev.get("publish"), 3, ev)
+        self.assertEqual(ev.get("deliver"), 2, ev)
 
 
 # ---------------------------------------------------------------------------
