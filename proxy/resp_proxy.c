@@ -229,6 +229,25 @@ static void run_move(struct rpx *rx, enum session_side side)
     (void)codec_move(rx->pend[side], rx->out[to], n); /* as evbuffer_remove_buffer */
 }
 
+/* The window over the first chain of pend[side] when none is open and no
+ * message is begun (nothing in the run, nothing needed): what scan_one()
+ * leaves after a message, so that the plain pipeline takes a read's first
+ * message too, not only those after it.  False when pend is empty. */
+static bool win_open(struct rpx *rx, enum session_side side)
+{
+    struct rpx_window *w = &rx->win[side];
+    if (w->p != NULL)
+        return true;
+    if (rx->run[side] != 0 || rx->need[side] != 0)
+        return false;
+    size_t contig = evbuffer_get_contiguous_space(rx->pend[side]);
+    if (contig == 0)
+        return false;
+    w->p = evbuffer_pullup(rx->pend[side], (ev_ssize_t)contig); /* no copy: one chain */
+    w->len = w->p != NULL ? contig : 0;
+    return w->p != NULL;
+}
+
 static void send_flush(struct rpx *rx, enum session_side to)
 {
     run_move(rx, to == SIDE_CLIENT ? SIDE_UPSTREAM : SIDE_CLIENT);
@@ -1541,8 +1560,8 @@ static void forward_plain(struct rpx *rx, const struct cmdview *cv, const struct
 static bool plain_command(struct rpx *rx, bool cmd_rules)
 {
     const struct rpx_window *w = &rx->win[SIDE_CLIENT];
-    if (w->p == NULL || rx->decided != 0 || rx->tx.active || rx->need[SIDE_CLIENT] != 0 ||
-        cmd_rules)
+    if (rx->decided != 0 || rx->tx.active || rx->need[SIDE_CLIENT] != 0 || cmd_rules ||
+        !win_open(rx, SIDE_CLIENT))
         return false;
     /* The rest of a pipeline in one call: nothing above changes while it
      * takes plain commands (the pairing's room is checked by the pairing). */
@@ -2601,7 +2620,7 @@ static bool plain_reply(struct rpx *rx)
 {
     const struct rpx_window *w = &rx->win[SIDE_UPSTREAM];
     /* held counts the bytes waiting in entries: 0, and e->bytes is empty. */
-    if (w->p == NULL || rx->need[SIDE_UPSTREAM] != 0 || rx->held != 0)
+    if (rx->need[SIDE_UPSTREAM] != 0 || rx->held != 0 || !win_open(rx, SIDE_UPSTREAM))
         return false;
     /* The rest of a pipeline's replies in one call. */
     bool took = false;
