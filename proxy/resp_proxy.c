@@ -250,7 +250,18 @@ static bool win_open(struct rpx *rx, enum session_side side)
 
 static void send_flush(struct rpx *rx, enum session_side to)
 {
-    run_move(rx, to == SIDE_CLIENT ? SIDE_UPSTREAM : SIDE_CLIENT);
+    enum session_side from = to == SIDE_CLIENT ? SIDE_UPSTREAM : SIDE_CLIENT;
+    size_t run = rx->run[from];
+    if (run > 0 && alive(rx) && evbuffer_get_length(rx->out[to]) == 0 &&
+        evbuffer_get_length(rx->pend[from]) == run) {
+        /* The usual end of a read: all of it goes on as it came, and nothing
+         * waits before it.  Handed on from pend, not moved through out. */
+        rx->win[from].p = NULL;
+        rx->run[from] = 0;
+        session_send(rx->s, to, rx->pend[from]);
+        return;
+    }
+    run_move(rx, from);
     if (evbuffer_get_length(rx->out[to]) > 0 && alive(rx))
         session_send(rx->s, to, rx->out[to]);
 }
@@ -806,7 +817,8 @@ static void arm_timer(struct rpx *rx, uint64_t at)
 static void flush_replies(struct rpx *rx)
 {
     uint64_t now = 0;
-    run_move(rx, SIDE_UPSTREAM);
+    if (rx->head != NULL)
+        run_move(rx, SIDE_UPSTREAM); /* before what the entries add to out */
     while (rx->head != NULL && alive(rx)) {
         struct entry *e = rx->head;
         if (e->release_ms != 0) {
@@ -2569,12 +2581,15 @@ static int scan_one(struct rpx *rx, enum session_side side, struct resp_msg *m, 
             return scan_error(rx, side, rc);
         }
     }
+    struct evbuffer *pend = rx->pend[side];
+    size_t n = evbuffer_get_length(pend);
+    if (run > 0 && n == run)
+        return 0; /* all of it is in the run: it stays there for send_flush() */
     /* At the start of a read, or a message beyond the first chain: the run
      * moves on and the message is scanned from the head (the scanner's
      * progress is relative to the message's start, which has not changed). */
     run_move(rx, side);
-    struct evbuffer *pend = rx->pend[side];
-    size_t n = evbuffer_get_length(pend);
+    n -= run;
     if (n == 0 || n < rx->need[side])
         return 0;
     size_t contig = evbuffer_get_contiguous_space(pend);
@@ -2654,7 +2669,7 @@ static void process_server(struct rpx *rx)
             break;
         on_reply(rx, buf, &m);
     }
-    run_move(rx, SIDE_UPSTREAM);
+    /* The run goes on in flush_replies(), which always follows. */
 }
 
 static void process_client(struct rpx *rx)
@@ -2705,11 +2720,14 @@ static void process_client(struct rpx *rx)
         if (r == CMD_STOP)
             break;
     }
-    run_move(rx, SIDE_CLIENT);
+    /* The run goes on at send_flush(UPSTREAM), which always follows: from
+     * pend itself when it is all of it. */
+    if (rx->run[SIDE_CLIENT] == 0)
+        rx->win[SIDE_CLIENT].p = NULL;
     /* Past the pipeline cap, or while holding, stop reading the client. */
     if (alive(rx)) {
-        bool hold = evbuffer_get_length(rx->pend[SIDE_CLIENT]) > SESSION_INPUT_HIGH &&
-                    rx->need[SIDE_CLIENT] <= evbuffer_get_length(rx->pend[SIDE_CLIENT]);
+        size_t waiting = evbuffer_get_length(rx->pend[SIDE_CLIENT]) - rx->run[SIDE_CLIENT];
+        bool hold = waiting > SESSION_INPUT_HIGH && rx->need[SIDE_CLIENT] <= waiting;
         session_hold_reading(rx->s, SIDE_CLIENT, hold);
     }
 }
