@@ -39,6 +39,7 @@
 #include <sys/eventfd.h>
 #include <unistd.h>
 
+#include "proxy/evmem.h"
 #include "proxy/log.h"
 #include "proxy/proxy.h"
 #include "proxy/resp_aux.h"
@@ -253,6 +254,7 @@ static void *loop_main(void *arg)
     if (event_base_dispatch(lp->base) < 0)
         log_msg(LOG_ERROR, "event loop failed", "loop=%u", lp->index);
     session_read_pool_drain(); /* its sessions' chains are freed by the main thread */
+    evmem_drain();
     atomic_fetch_sub(&lp->px->loops_running, 1);
     wake(&lp->px->loops[0]);
     return NULL;
@@ -418,6 +420,7 @@ void loop_free_all(struct proxy *px)
     px->loops = NULL;
     px->n_loops = 0;
     session_read_pool_drain();
+    evmem_drain();
 }
 
 unsigned proxy_sessions(const struct proxy *px)

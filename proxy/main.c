@@ -13,6 +13,7 @@
 #include <string.h>
 #include <sys/resource.h>
 
+#include "proxy/evmem.h"
 #include "proxy/fault.h"
 #include "proxy/log.h"
 #include "proxy/proxy.h"
@@ -112,6 +113,9 @@ static int cmd_run(const char *path)
      * the heap and let 8 MiB of free heap stay before it is given back. */
     mallopt(M_MMAP_THRESHOLD, 1024 * 1024);
     mallopt(M_TRIM_THRESHOLD, 8 * 1024 * 1024);
+    /* Before any libevent call that allocates: its chains then come from
+     * a per-thread cache (evmem.h). */
+    evmem_install();
     /* Before any event base: libevent's global state (evdns's random
      * numbers) is then locked; each base is still lock-free (loop.c). */
     if (evthread_use_pthreads() != 0) {
