@@ -16,8 +16,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* Under AddressSanitizer a cached block is poisoned but for its link: a use of a chain after
- * libevent freed it is still reported, as it would be without the cache. */
+/* Under AddressSanitizer a cached block is poisoned (its link is in the header): a use of a
+ * chain after libevent freed it is still reported while the block waits in the cache. */
 #if defined(__SANITIZE_ADDRESS__)
 #include <sanitizer/asan_interface.h>
 #define EVMEM_POISON(p, n) ASAN_POISON_MEMORY_REGION((p), (n))
@@ -27,20 +27,27 @@
 #define EVMEM_UNPOISON(p, n) ((void)(p), (void)(n))
 #endif
 
-/* The header before each block: its class (or EVMEM_NONE) in the first byte, the size asked
- * for in the second word.  16 bytes keep malloc's alignment. */
-#define EVMEM_HDR 16u
+/* The header before each block: its class (or EVMEM_NONE), whether it is in a cache, and
+ * the size asked for (a block outside the classes) or the next cached block of its class.
+ * 16 bytes keep malloc's alignment. */
 #define EVMEM_NONE 0xffu
 #define EVMEM_MIN_SHIFT 10u /* 1 KiB */
 #define EVMEM_CLASSES 5u    /* 1, 2, 4, 8, 16 KiB */
 #define EVMEM_CLASS_BUDGET (256u * 1024u)
 
-struct evmem_free_block {
-    struct evmem_free_block *next;
+struct evmem_hdr {
+    uint8_t cls;
+    uint8_t cached;
+    union {
+        size_t size;
+        struct evmem_hdr *next;
+    } u;
 };
 
+_Static_assert(sizeof(struct evmem_hdr) == 16, "the header keeps malloc's 16-byte alignment");
+
 static _Thread_local struct {
-    struct evmem_free_block *free[EVMEM_CLASSES];
+    struct evmem_hdr *free[EVMEM_CLASSES];
     unsigned n[EVMEM_CLASSES];
     bool closed; /* the thread is done: blocks go back to malloc */
 } cache;
@@ -61,79 +68,79 @@ static unsigned class_of(size_t size)
     return c;
 }
 
-static uint8_t *header_of(void *p)
+static struct evmem_hdr *header_of(void *p)
 {
-    return (uint8_t *)p - EVMEM_HDR;
-}
-
-static void header_set(uint8_t *raw, unsigned c, size_t size)
-{
-    raw[0] = (uint8_t)c;
-    memcpy(raw + sizeof(size_t), &size, sizeof(size));
+    return (struct evmem_hdr *)p - 1;
 }
 
 /* The bytes the block behind p holds. */
 static size_t usable(void *p)
 {
-    const uint8_t *raw = header_of(p);
-    if (raw[0] != EVMEM_NONE)
-        return class_size(raw[0]);
-    size_t size;
-    memcpy(&size, raw + sizeof(size_t), sizeof(size));
-    return size;
+    const struct evmem_hdr *h = header_of(p);
+    return h->cls != EVMEM_NONE ? class_size(h->cls) : h->u.size;
 }
 
 void *evmem_malloc(size_t size)
 {
     unsigned c = class_of(size);
     if (c != EVMEM_NONE && cache.free[c] != NULL) {
-        struct evmem_free_block *b = cache.free[c];
-        cache.free[c] = b->next;
+        struct evmem_hdr *h = cache.free[c];
+        cache.free[c] = h->u.next;
         cache.n[c]--;
-        EVMEM_UNPOISON(b, class_size(c));
-        return b;
+        h->cached = 0;
+        EVMEM_UNPOISON(h + 1, class_size(c));
+        return h + 1;
     }
-    if (size > SIZE_MAX - EVMEM_HDR)
+    if (size > SIZE_MAX - sizeof(struct evmem_hdr))
         return NULL;
-    uint8_t *raw = malloc(size + EVMEM_HDR);
-    if (raw == NULL)
+    struct evmem_hdr *h = malloc(sizeof(*h) + size);
+    if (h == NULL)
         return NULL;
-    header_set(raw, c, size);
-    return raw + EVMEM_HDR;
+    h->cls = (uint8_t)c;
+    h->cached = 0;
+    h->u.size = size;
+    return h + 1;
 }
 
 void evmem_free(void *p)
 {
     if (p == NULL)
         return;
-    uint8_t *raw = header_of(p);
-    unsigned c = raw[0];
+    struct evmem_hdr *h = header_of(p);
+    unsigned c = h->cls;
+    if (h->cached)
+        abort(); /* freed twice: reusing it would hand one block out twice */
     if (c != EVMEM_NONE && !cache.closed &&
         (size_t)(cache.n[c] + 1) * class_size(c) <= EVMEM_CLASS_BUDGET) {
-        struct evmem_free_block *b = p;
-        b->next = cache.free[c];
-        cache.free[c] = b;
+        h->cached = 1;
+        h->u.next = cache.free[c];
+        cache.free[c] = h;
         cache.n[c]++;
-        EVMEM_POISON((uint8_t *)p + sizeof(*b), class_size(c) - sizeof(*b));
+        EVMEM_POISON(p, class_size(c));
         return;
     }
-    free(raw);
+    free(h);
 }
 
 void *evmem_realloc(void *p, size_t size)
 {
     if (p == NULL)
         return evmem_malloc(size);
-    unsigned c = header_of(p)[0];
+    if (size == 0) {
+        evmem_free(p);
+        return NULL;
+    }
+    struct evmem_hdr *h = header_of(p);
+    unsigned c = h->cls;
     if (c == EVMEM_NONE && class_of(size) == EVMEM_NONE) {
         /* Arrays libevent grows (its fd map, change lists): malloc's own realloc. */
-        if (size > SIZE_MAX - EVMEM_HDR)
+        if (size > SIZE_MAX - sizeof(*h))
             return NULL;
-        uint8_t *raw = realloc(header_of(p), size + EVMEM_HDR);
-        if (raw == NULL)
+        struct evmem_hdr *n = realloc(h, sizeof(*n) + size);
+        if (n == NULL)
             return NULL;
-        header_set(raw, EVMEM_NONE, size);
-        return raw + EVMEM_HDR;
+        n->u.size = size;
+        return n + 1;
     }
     if (c != EVMEM_NONE && size <= class_size(c))
         return p; /* it fits where it is */
@@ -152,10 +159,10 @@ void evmem_drain(void)
     cache.closed = true;
     for (unsigned c = 0; c < EVMEM_CLASSES; c++) {
         while (cache.free[c] != NULL) {
-            struct evmem_free_block *b = cache.free[c];
-            cache.free[c] = b->next;
-            EVMEM_UNPOISON(b, class_size(c));
-            free(header_of(b));
+            struct evmem_hdr *h = cache.free[c];
+            cache.free[c] = h->u.next;
+            EVMEM_UNPOISON(h + 1, class_size(c));
+            free(h);
         }
         cache.n[c] = 0;
     }

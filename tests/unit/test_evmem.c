@@ -17,6 +17,10 @@
 
 #include "proxy/evmem.h"
 
+#if defined(__SANITIZE_ADDRESS__)
+#include <sanitizer/asan_interface.h>
+#endif
+
 static void fill(uint8_t *p, size_t n, uint8_t seed)
 {
     for (size_t i = 0; i < n; i++)
@@ -39,6 +43,11 @@ static void test_chain_block_reused(void **state)
     fill(a, 1024, 1);
     evmem_free(a);
     assert_int_equal(evmem_cached(), before + 1);
+#if defined(__SANITIZE_ADDRESS__)
+    /* Waiting in the cache, all of it is out of bounds: a use after libevent's free is caught. */
+    assert_true(__asan_address_is_poisoned(a));
+    assert_true(__asan_address_is_poisoned((uint8_t *)a + 1023));
+#endif
     void *b = evmem_malloc(1024);
     assert_ptr_equal(b, a);
     assert_int_equal(evmem_cached(), before);
@@ -86,6 +95,9 @@ static void test_realloc_keeps_contents(void **state)
     p = evmem_realloc(p, 10);
     check_fill(p, 10, 6);
     evmem_free(p);
+    /* As realloc: a size of 0 frees, from a class or not. */
+    assert_null(evmem_realloc(evmem_malloc(1024), 0));
+    assert_null(evmem_realloc(evmem_malloc(77), 0));
 }
 
 /* Past 256 KiB of free blocks of one size, frees go to malloc. */
