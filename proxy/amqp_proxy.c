@@ -487,14 +487,17 @@ static int stash_move(struct amqp_px *ax, struct content *c, struct evbuffer *ds
 
 static void content_clear(struct amqp_px *ax, struct content *c)
 {
-    if (c->stash != NULL)
+    /* Each test spares a call on a content already cleared (content_begin after content_end). */
+    if (c->small != NULL || c->stash_used || ax->kept_by == c)
         stash_move(ax, c, NULL);
     /* Body bytes are collected only for a body matcher. */
     size_t n = c->needs_body && c->body != NULL ? evbuffer_get_length(c->body) : 0;
     if (n > 0)
         evbuffer_drain(c->body, n);
-    info_free(c->info);
-    free(c->headers_copy);
+    if (c->info != NULL)
+        info_free(c->info);
+    if (c->headers_copy != NULL)
+        free(c->headers_copy);
     struct evbuffer *stash = c->stash, *body = c->body;
     memset(c, 0, sizeof(*c));
     c->stash = stash;
@@ -1170,7 +1173,9 @@ static bool rules_need_body(struct amqp_px *ax, enum rule_event ev)
     return false;
 }
 
-static struct msg_info *info_from_delivery(struct achan *ch, const struct amqp_method *m)
+/* con: the consumer of a basic.deliver (consumer_find), NULL if unknown. */
+static struct msg_info *info_from_delivery(struct achan *ch, const struct amqp_method *m,
+                                           const struct consumer *con)
 {
     struct msg_info *mi = info_new(ch);
     if (mi == NULL)
@@ -1182,8 +1187,7 @@ static struct msg_info *info_from_delivery(struct achan *ch, const struct amqp_m
     mi->routing_key = info_dup(mi, d->routing_key);
     if (m->id == AMQP_BASIC_DELIVER) {
         mi->consumer_tag = info_dup(mi, d->consumer_tag);
-        struct consumer *c = consumer_find(ch, d->consumer_tag);
-        mi->queue = c != NULL ? info_dup_str(mi, c->queue) : NULL;
+        mi->queue = con != NULL ? info_dup_str(mi, con->queue) : NULL;
     } else {
         mi->queue = ch->get_queue;
         mi->heap_strs = true;
@@ -1224,11 +1228,21 @@ static void content_begin(struct amqp_px *ax, struct achan *ch, int from,
         return;
     }
     if (m->id == AMQP_BASIC_PUBLISH) {
+        /* A publish's identity serves its own event (the journal, a rule on publishes) and,
+         * on a channel in confirm mode, its confirm's.  Without them it is not kept: a rule a
+         * reload adds before this message's header arrives sees it without one. */
+        if (ax->s->px->journal == NULL && !codec_wants(ax->s, RULE_EV_PUBLISH) &&
+            !amqp_ledger_in_confirm_mode(ch->ledger)) {
+            if (stash_take(ax, c, len) != 0)
+                protocol_error(ax, "out of memory");
+            return;
+        }
         c->info = info_from_publish(ch, m);
     } else {
-        c->info = info_from_delivery(ch, m);
+        struct consumer *con =
+            m->id == AMQP_BASIC_DELIVER ? consumer_find(ch, m->delivery.consumer_tag) : NULL;
+        c->info = info_from_delivery(ch, m, con);
         c->tag = m->delivery.delivery_tag;
-        struct consumer *con = consumer_find(ch, m->delivery.consumer_tag);
         c->ack_required =
             m->id == AMQP_BASIC_DELIVER ? con == NULL || !con->no_ack : !ch->get_no_ack;
     }
@@ -1445,7 +1459,8 @@ static void content_header(struct amqp_px *ax, struct achan *ch, int from,
                        ch->id, (unsigned long long)p.body_size, (unsigned long long)max_message);
         return;
     }
-    info_from_props(c->info, &p);
+    if (c->info != NULL)
+        info_from_props(c->info, &p);
     c->header_seen = true;
     c->body_left = p.body_size;
     enum rule_event ev = c->method == AMQP_BASIC_PUBLISH ? RULE_EV_PUBLISH : RULE_EV_DELIVER;
@@ -1805,6 +1820,16 @@ static bool closing_by_twice(struct amqp_px *ax, struct achan *ch, int from,
     return false;
 }
 
+/* closing_by_twice() when the channel is closing at all: its usual answer, no, without a call
+ * per frame. */
+static inline bool closing(struct amqp_px *ax, struct achan *ch, int from,
+                           const struct amqp_method *m, size_t len)
+{
+    if (!ch->swallow_broker_close_ok && !(from == SIDE_CLIENT && ch->closed_for_client))
+        return false;
+    return closing_by_twice(ax, ch, from, m, len);
+}
+
 static void on_method(struct amqp_px *ax, int from, const struct amqp_frame *f, size_t len)
 {
     struct amqp_method m;
@@ -1830,7 +1855,7 @@ static void on_method(struct amqp_px *ax, int from, const struct amqp_frame *f, 
         protocol_error(ax, "cannot track channel %u", f->channel);
         return;
     }
-    if (closing_by_twice(ax, ch, from, &m, len))
+    if (closing(ax, ch, from, &m, len))
         return;
     if (from == SIDE_CLIENT)
         client_method(ax, ch, &m, len);
@@ -1853,7 +1878,7 @@ static void on_frame(struct amqp_px *ax, int from, const struct amqp_frame *f, s
         protocol_error(ax, "cannot track channel %u", f->channel);
         return;
     }
-    if (closing_by_twice(ax, ch, from, NULL, len))
+    if (closing(ax, ch, from, NULL, len))
         return;
     if (f->type == AMQP_FRAME_HEADER)
         content_header(ax, ch, from, f, len);

@@ -1016,6 +1016,49 @@ class AmqpRulesReload(unittest.TestCase):
         c.pump(0.3)
 
 
+class AmqpWithoutRules(unittest.TestCase):
+    """A parsed listener with neither a rule nor a journal reads no message's identity, yet
+    passes every message on intact (properties, headers, a body over several frames, on
+    channels with and without publisher confirms) and counts its publish, delivery and ack
+    in /stats, as a user checks that twice sees the traffic."""
+
+    def test_messages_pass_and_are_counted(self):
+        tmp = h.make_tmpdir("twice-it-amqpn-")
+        port, admin_port = h.free_port(), h.free_port()
+        tw = h.start_twice(fk.conf_text([amqp_listen("rabbit", port, RABBIT[0].port)],
+                                        admin_port=admin_port, token=fk.TOKEN), tmp)
+        self.addCleanup(tw.kill)
+        api = fk.Admin(admin_port, fk.TOKEN)
+        h.wait_until(lambda: h.port_open(admin_port), 10, what="admin API")
+        direct = pika.BlockingConnection(params(RABBIT[0].port))
+        self.addCleanup(direct.close)
+        dch = direct.channel()
+        dch.queue_declare("norules")
+        dch.queue_purge("norules")
+
+        big = bytes(range(256)) * 1200  # 300 KiB: body frames of frame_max (128 KiB)
+        c = Client(port)
+        self.addCleanup(c.close)
+        c.ch.basic_publish("", "norules", b"one", pika.BasicProperties(
+            message_id="n-1", headers={"task": "tasks.one", "id": "n-1"}))
+        c.ch.basic_publish("", "norules", big, pika.BasicProperties(message_id="n-2"))
+        confirmed, _, errors = confirm_run(port, ["norules", "norules"], 1.0)
+        self.assertEqual(errors, [])
+        self.assertEqual(confirmed, {1: "ack", 2: "ack"})
+        c.consume("norules")
+        got = c.wait(4)
+        self.assertEqual([m.id for m in got], ["n-1", "n-2", "norules-1", "norules-2"])
+        self.assertEqual(got[0].body, b"one")
+        self.assertEqual(got[1].body, big)
+        self.assertEqual([m.body for m in got[2:]], [b"confirm-0", b"confirm-1"])
+        for m in got:
+            c.ch.basic_ack(m.tag)
+        self.assertEqual(c.roundtrip("norules"), 0)
+        self.assertTrue(c.conn.is_open)
+        ev = api.json("/stats")["events"]
+        self.assertEqual((ev.get("publish"), ev.get("deliver"), ev.get("ack")), (4, 4, 4), ev)
+
+
 class AmqpDeterminism(unittest.TestCase):
     """probability 30% with a seed: the same message ids are faulted run
     after run; another seed faults others."""
