@@ -487,6 +487,17 @@ int amqp_ledger_settle_begin(struct amqp_ledger *l, enum amqp_settle_kind kind, 
     return AMQP_LEDGER_OK;
 }
 
+bool amqp_ledger_ack_one(struct amqp_ledger *l, uint64_t tag)
+{
+    size_t i = queue_find(&l->tags, tag);
+    if (i == LEDGER_NONE || l->tags.v[i].state != LS_OUTSTANDING)
+        return false;
+    l->plan_use = PLAN_NONE;
+    tag_set_state(l, i, LS_DEAD);
+    queue_tidy(&l->tags);
+    return true;
+}
+
 static struct ledger_action settle_action(const struct amqp_plan *plan, enum amqp_verdict v)
 {
     struct ledger_action a = {false, AMQP_SETTLE_ACK, false};

@@ -185,6 +185,14 @@ int amqp_ledger_settle_begin(struct amqp_ledger *l, enum amqp_settle_kind kind, 
                              bool multiple, bool requeue,
                              struct amqp_plan *plan) AMQP_LEDGER_WARN_UNUSED;
 
+/* The usual settlement, without a plan: the client's basic.ack of one tag (not multiple) that
+ * is outstanding, when every verdict would be AMQP_V_PASS (no rule looks at acks).  Returns
+ * true when it settled the tag, as settle_begin and a commit passing it would (its info freed;
+ * the client's frame goes on unchanged); false, changing nothing, for any other tag (unknown,
+ * settled by twice, held, dropped): take the plan's way then.  Like settle_begin, it ends any
+ * open plan. */
+bool amqp_ledger_ack_one(struct amqp_ledger *l, uint64_t tag);
+
 /* Bytes that are always enough for commit's output for this plan. */
 size_t amqp_ledger_plan_space(const struct amqp_plan *plan);
 

@@ -1107,6 +1107,14 @@ static void on_settle(struct amqp_px *ax, struct achan *ch, const struct amqp_me
     enum amqp_settle_kind kind = m->id == AMQP_BASIC_ACK    ? AMQP_SETTLE_ACK
                                  : m->id == AMQP_BASIC_NACK ? AMQP_SETTLE_NACK
                                                             : AMQP_SETTLE_REJECT;
+    /* The usual ack, one outstanding tag that neither the journal nor a rule looks at: settled
+     * in the ledger at once and passed on as it came, as a plan whose verdict is to pass. */
+    if (kind == AMQP_SETTLE_ACK && !m->ack.multiple && ax->s->px->journal == NULL &&
+        !codec_wants(ax->s, RULE_EV_ACK) && amqp_ledger_ack_one(ch->ledger, m->ack.delivery_tag)) {
+        codec_count(ax->s, RULE_EV_ACK);
+        take(ax, chan_out(ch, SIDE_CLIENT), len);
+        return;
+    }
     struct amqp_plan plan;
     if (amqp_ledger_settle_begin(ch->ledger, kind, m->ack.delivery_tag, m->ack.multiple,
                                  m->ack.requeue, &plan) != 0) {

@@ -374,6 +374,19 @@ static void op_client_settle(struct fz *s)
     enum amqp_settle_kind kind = (enum amqp_settle_kind)(b % 3);
     uint64_t tag = pick_tag(s);
     struct amqp_plan p;
+    if (kind == AMQP_SETTLE_ACK && !(b & 4) && (b & 16)) {
+        /* The plan-less ack (no rule on acks): exactly an outstanding tag, its frame as is. */
+        bool live = tag > 0 && tag < s->next_tag;
+        bool out = live && s->unacked[tag] && s->pending[tag] && !s->held[tag] && !s->dropped[tag];
+        CHECK(amqp_ledger_ack_one(s->l, tag) == out);
+        if (out) {
+            struct fz_frame f = {AMQP_SETTLE_ACK, tag, false, false};
+            CHECK(broker_feed(s, &f, 1, false));
+            CHECK(s->settled[tag] == code_of(AMQP_SETTLE_ACK, false));
+            s->pending[tag] = 0;
+            return;
+        }
+    }
     CHECK(amqp_ledger_settle_begin(s->l, kind, tag, b & 4, b & 8, &p) == AMQP_LEDGER_OK);
     CHECK(p.kind == kind && p.tag == tag);
     CHECK(p.multiple == ((b & 4) && kind != AMQP_SETTLE_REJECT));
