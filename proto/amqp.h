@@ -153,7 +153,13 @@ struct amqp_frame {
  * frame_max of 0 (no limit) or above AMQP_FRAME_MAX_LIMIT means AMQP_FRAME_MAX_LIMIT, and a
  * frame_max below 8 allows only empty payloads.
  */
-uint32_t amqp_frame_payload_max(uint32_t frame_max);
+static inline uint32_t amqp_frame_payload_max(uint32_t frame_max)
+{
+    /* Inline: asked once per frame. */
+    if (frame_max == 0 || frame_max > AMQP_FRAME_MAX_LIMIT)
+        frame_max = AMQP_FRAME_MAX_LIMIT;
+    return frame_max < AMQP_FRAME_OVERHEAD ? 0 : frame_max - AMQP_FRAME_OVERHEAD;
+}
 
 /*
  * Frames the bytes at the start of buf[0..len), which the caller has positioned after the

@@ -51,15 +51,6 @@ int amqp_protocol_header_check(const uint8_t *buf, size_t len)
     return n == AMQP_PROTOCOL_HEADER_SIZE ? 1 : 0;
 }
 
-uint32_t amqp_frame_payload_max(uint32_t frame_max)
-{
-    if (frame_max == 0 || frame_max > AMQP_FRAME_MAX_LIMIT)
-        frame_max = AMQP_FRAME_MAX_LIMIT;
-    if (frame_max < AMQP_FRAME_OVERHEAD)
-        return 0;
-    return frame_max - AMQP_FRAME_OVERHEAD;
-}
-
 static bool amqp_frame_type_known(uint8_t type)
 {
     return type == AMQP_FRAME_METHOD || type == AMQP_FRAME_HEADER || type == AMQP_FRAME_BODY ||

@@ -600,11 +600,19 @@ static struct achan *chan_new(struct amqp_px *ax, uint16_t id)
     return ch;
 }
 
-/* The channel `id`, created when `create`; NULL if absent or out of memory. */
-static struct achan *chan_get(struct amqp_px *ax, uint16_t id, bool create)
+static struct achan *chan_find(struct amqp_px *ax, uint16_t id, bool create);
+
+/* The channel `id`, created when `create`; NULL if absent or out of memory.  The last one
+ * asked for without a call: a frame's channel is usually its neighbour's. */
+static inline struct achan *chan_get(struct amqp_px *ax, uint16_t id, bool create)
 {
     if (ax->last_chan != NULL && ax->last_chan->id == id)
         return ax->last_chan;
+    return chan_find(ax, id, create);
+}
+
+static struct achan *chan_find(struct amqp_px *ax, uint16_t id, bool create)
+{
     for (size_t i = 0; i < ax->n_chans; i++)
         if (ax->chans[i]->id == id)
             return ax->last_chan = ax->chans[i];
@@ -1226,7 +1234,7 @@ static void content_begin(struct amqp_px *ax, struct achan *ch, int from,
                        amqp_method_name(m->class_id, m->method_id));
         return;
     }
-    content_clear(ax, c);
+    /* Not active: cleared (content_end, chan_reset), and nothing writes it till now. */
     c->active = true;
     c->method = m->id;
     if (m->id == AMQP_BASIC_RETURN) {
@@ -1897,10 +1905,16 @@ static void on_frame(struct amqp_px *ax, int from, const struct amqp_frame *f, s
 /* A body frame whose fate is known goes on by count: joining the run when
  * the first chain holds it (ax->win), else moved as chains from the head
  * of ax->in (no pull-up, no copy). */
-static bool body_fast_path(struct amqp_px *ax, int from, const uint8_t *hdr, size_t len)
+static bool body_pass_on(struct amqp_px *ax, int from, const uint8_t *hdr, size_t len);
+
+/* Only a body frame is asked about: the test inline, without a call per frame. */
+static inline bool body_fast_path(struct amqp_px *ax, int from, const uint8_t *hdr, size_t len)
 {
-    if (hdr[0] != AMQP_FRAME_BODY)
-        return false;
+    return hdr[0] == AMQP_FRAME_BODY && body_pass_on(ax, from, hdr, len);
+}
+
+static bool body_pass_on(struct amqp_px *ax, int from, const uint8_t *hdr, size_t len)
+{
     uint16_t id = (uint16_t)(hdr[1] << 8 | hdr[2]);
     struct achan *ch = chan_get(ax, id, false);
     if (ch == NULL || !ch->content[from].active || !ch->content[from].decided ||
