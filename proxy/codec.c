@@ -21,21 +21,13 @@ const struct codec_ops *codec_for(const struct conf_listener *l)
     }
 }
 
-bool codec_wants(struct session *s, enum rule_event ev)
+/* The events the listener's rules look at, after a reload swapped them (codec_wants). */
+uint32_t codec_wanted_now(struct session *s)
 {
     const struct ruleset *rs = s->loop->rules;
-    if (rs == NULL)
-        return false;
-    if (s->rules_gen != s->loop->rules_gen) {
-        s->rules_gen = s->loop->rules_gen;
-        s->wanted = ruleset_events(rs, s->cfg->l->name);
-    }
-    return (s->wanted & (1u << (unsigned)ev)) != 0;
-}
-
-void codec_count(struct session *s, enum rule_event ev)
-{
-    stat_add(&s->loop->events[ev], 1); /* as codec_decide() counts it */
+    s->rules_gen = s->loop->rules_gen;
+    s->wanted = rs != NULL ? ruleset_events(rs, s->cfg->l->name) : 0;
+    return s->wanted;
 }
 
 size_t codec_decide(struct session *s, const struct engine_event *ev, size_t *hits)

@@ -46,8 +46,19 @@ size_t codec_decide(struct session *s, const struct engine_event *ev, size_t *hi
  * (the rules may have been swapped by a reload since the last call).  When
  * none does, a codec counts the event (codec_count) instead of building it
  * for codec_decide(), which would find no rule. */
-bool codec_wants(struct session *s, enum rule_event ev);
-void codec_count(struct session *s, enum rule_event ev);
+uint32_t codec_wanted_now(struct session *s);
+
+/* Inline: asked several times per message. */
+static inline bool codec_wants(struct session *s, enum rule_event ev)
+{
+    uint32_t w = s->rules_gen == s->loop->rules_gen ? s->wanted : codec_wanted_now(s);
+    return (w & (1u << (unsigned)ev)) != 0;
+}
+
+static inline void codec_count(struct session *s, enum rule_event ev)
+{
+    stat_add(&s->loop->events[ev], 1); /* as codec_decide() counts it */
+}
 
 /* Logs that a peer broke the codec's protocol ("amqp protocol error") with
  * `msg` and an optional `detail`, and records msg as the session's error. */
