@@ -1003,7 +1003,6 @@ static bool job_from_value(struct rpx *rx, const char *list, const uint8_t *v, s
 
 /* ---- deliveries ------------------------------------------------------- */
 
-/* A pop's reply: [list, value] (BRPOP, BLPOP) or the value (LMOVE, LPOP). */
 /* The list and the value a pop's reply carries: [list, value] (BRPOP, BLPOP)
  * or the value of the pop's own list (LMOVE, LPOP); false for a null reply or
  * anything else (no job). */
