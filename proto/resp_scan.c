@@ -729,9 +729,6 @@ int resp_walk(const struct resp_scanner *sc, resp_peek_fn peek, void *src, size_
     return RESP_WALK_WHOLE;
 }
 
-/* The elements of a multibulk of n (1 or more) bulk strings whose header took buf[0..pos), all
- * here: the first `views` of them into view[] as the state machine would fill them.  Returns the
- * message's length, or 0 for anything else. */
 /* The bytes at p as a number in memory order: "$N\r\n" is then one masked compare, and a CRLF
  * one compare, where the bytes took a test each.  (memcpy of a constant folds to an immediate.) */
 static inline uint32_t resp_load4(const void *p)
@@ -748,6 +745,9 @@ static inline uint16_t resp_load2(const void *p)
     return v;
 }
 
+/* The elements of a multibulk of n (1 or more) bulk strings whose header took buf[0..pos), all
+ * here: the first `views` of them into view[] as the state machine would fill them.  Returns the
+ * message's length, or 0 for anything else. */
 static size_t resp_fast_bulks(const struct resp_scanner *sc, const uint8_t *buf, size_t len,
                               size_t pos, uint64_t n, struct resp_view *view, size_t views)
 {

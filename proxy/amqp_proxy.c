@@ -487,7 +487,8 @@ static int stash_move(struct amqp_px *ax, struct content *c, struct evbuffer *ds
 
 static void content_clear(struct amqp_px *ax, struct content *c)
 {
-    /* Each test spares a call on a content already cleared (content_begin after content_end). */
+    /* Each test spares a call that would change nothing: at a content's end its frames have
+     * usually gone on and its info to the ledger. */
     if (c->small != NULL || c->stash_used || ax->kept_by == c)
         stash_move(ax, c, NULL);
     /* Body bytes are collected only for a body matcher. */
@@ -1789,10 +1790,6 @@ static bool closing_by_twice(struct amqp_px *ax, struct achan *ch, int from,
     uint8_t frame[32];
     if (m == NULL && ch->content[from].active)
         return false; /* the rest of the content twice refused: dropped there */
-    /* Frames are deferred only while the broker's close-ok is awaited, and
-     * replayed as it comes: without swallow_broker_close_ok, none are. */
-    if (!ch->swallow_broker_close_ok && !(from == SIDE_CLIENT && ch->closed_for_client))
-        return false; /* the usual case */
     settle(ax);
     struct evbuffer *in = ax->in;
     if (from == SIDE_CLIENT && evbuffer_get_length(ch->deferred) > 0) {
@@ -1837,12 +1834,13 @@ static bool closing_by_twice(struct amqp_px *ax, struct achan *ch, int from,
 }
 
 /* closing_by_twice() when the channel is closing at all: its usual answer, no, without a call
- * per frame. */
+ * per frame.  Frames are deferred only while the broker's close-ok is awaited, and replayed as
+ * it comes: without swallow_broker_close_ok, none are. */
 static inline bool closing(struct amqp_px *ax, struct achan *ch, int from,
                            const struct amqp_method *m, size_t len)
 {
     if (!ch->swallow_broker_close_ok && !(from == SIDE_CLIENT && ch->closed_for_client))
-        return false;
+        return false; /* the usual case */
     return closing_by_twice(ax, ch, from, m, len);
 }
 

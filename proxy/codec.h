@@ -42,13 +42,14 @@ struct codec_ops {
  * here: a message settled in time was not faulted. */
 size_t codec_decide(struct session *s, const struct engine_event *ev, size_t *hits);
 
+/* The events the listener's rules look at, recomputed after a reload swapped them. */
+uint32_t codec_wanted_now(struct session *s);
+
 /* Whether some rule of the session's listener looks at events of kind ev
  * (the rules may have been swapped by a reload since the last call).  When
  * none does, a codec counts the event (codec_count) instead of building it
- * for codec_decide(), which would find no rule. */
-uint32_t codec_wanted_now(struct session *s);
-
-/* Inline: asked several times per message. */
+ * for codec_decide(), which would find no rule.  Inline: asked several times
+ * per message. */
 static inline bool codec_wants(struct session *s, enum rule_event ev)
 {
     uint32_t w = s->rules_gen == s->loop->rules_gen ? s->wanted : codec_wanted_now(s);

@@ -506,13 +506,6 @@ static void job_event_clear(struct job_event *j)
     memset(j, 0, sizeof(*j));
 }
 
-/* Whether some rule of the listener looks at events of kind ev (the
- * ruleset may have been swapped by a reload since the last call). */
-static bool wanted(struct rpx *rx, enum rule_event ev)
-{
-    return codec_wants(rx->s, ev);
-}
-
 static size_t decide(struct rpx *rx, struct engine_event *ev, size_t *hits)
 {
     return codec_decide(rx->s, ev, hits);
@@ -560,15 +553,16 @@ static void journal_job(struct rpx *rx, enum journal_kind kind, const struct job
  * (/stats) but not decoded: jansson was a third of a profiled listener's CPU. */
 static bool jobs_needed(struct rpx *rx)
 {
-    return rx->s->px->journal != NULL || wanted(rx, RULE_EV_PUBLISH) ||
-           wanted(rx, RULE_EV_DELIVER) || wanted(rx, RULE_EV_ACK) || wanted(rx, RULE_EV_NACK);
+    return rx->s->px->journal != NULL || codec_wants(rx->s, RULE_EV_PUBLISH) ||
+           codec_wants(rx->s, RULE_EV_DELIVER) || codec_wants(rx->s, RULE_EV_ACK) ||
+           codec_wants(rx->s, RULE_EV_NACK);
 }
 
 /* Decides a job event; returns the first rule with a message action (the
  * others only counted: one action per event, in file order). */
 static const struct rule *decide_job(struct rpx *rx, struct job_event *j)
 {
-    if (!wanted(rx, j->kind)) {
+    if (!codec_wants(rx->s, j->kind)) {
         /* No rule of this listener looks at the event: counted, without
          * naming an anonymous job first. */
         codec_count(rx->s, j->kind);
@@ -1641,8 +1635,9 @@ static int big_try(struct rpx *rx, enum session_side side)
 {
     struct evbuffer *pend = rx->pend[side];
     struct entry *e = rx->await;
-    if (side == SIDE_CLIENT ? rx->decided != 0 || rx->tx.active || wanted(rx, RULE_EV_COMMAND)
-                            : e == NULL || !straight_out(rx, e) || rx->held != 0)
+    if (side == SIDE_CLIENT
+            ? rx->decided != 0 || rx->tx.active || codec_wants(rx->s, RULE_EV_COMMAND)
+            : e == NULL || !straight_out(rx, e) || rx->held != 0)
         return -1;
     struct resp_walk w;
     char name[RESP_CMD_NAME_MAX];
@@ -2202,7 +2197,7 @@ enum cmd_result { CMD_DONE, CMD_WAIT, CMD_STOP };
 static enum cmd_result command(struct rpx *rx, const uint8_t *buf, const struct resp_msg *m)
 {
     struct cmdview cv;
-    bool cmd_rules = rx->decided < DECIDED_COMMAND && wanted(rx, RULE_EV_COMMAND);
+    bool cmd_rules = rx->decided < DECIDED_COMMAND && codec_wants(rx->s, RULE_EV_COMMAND);
     cmdview_init(&cv, buf, m, cmd_rules);
     size_t len = m->len;
 
@@ -2674,7 +2669,7 @@ static void process_server(struct rpx *rx)
 static void process_client(struct rpx *rx)
 {
     /* Rules change only between events (a reload's post to this loop). */
-    bool cmd_rules = wanted(rx, RULE_EV_COMMAND);
+    bool cmd_rules = codec_wants(rx->s, RULE_EV_COMMAND);
     while (alive(rx)) {
         if (rx->raw || rx->blackholed)
             run_move(rx, SIDE_CLIENT);
