@@ -253,8 +253,7 @@ static void *loop_main(void *arg)
     struct loop *lp = arg;
     if (event_base_dispatch(lp->base) < 0)
         log_msg(LOG_ERROR, "event loop failed", "loop=%u", lp->index);
-    session_read_pool_drain(); /* its sessions' chains are freed by the main thread */
-    evmem_drain();
+    evmem_drain(); /* its sessions' chains are freed by the main thread */
     atomic_fetch_sub(&lp->px->loops_running, 1);
     wake(&lp->px->loops[0]);
     return NULL;
@@ -419,7 +418,6 @@ void loop_free_all(struct proxy *px)
     free(px->loops);
     px->loops = NULL;
     px->n_loops = 0;
-    session_read_pool_drain();
     evmem_drain();
 }
 

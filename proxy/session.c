@@ -55,6 +55,7 @@
 #include <unistd.h>
 
 #include "proxy/codec.h"
+#include "proxy/evmem.h"
 #include "proxy/fault.h"
 #include "proxy/journal.h"
 #include "proxy/log.h"
@@ -458,85 +459,44 @@ static void on_read(struct bufferevent *bev, void *arg)
  * fresh evbuffer chain cost a malloc and a free of 16 KiB each, past glibc's
  * per-thread cache: about a tenth of a parsed listener's instructions on a
  * job load.  While an end's reads stay small, a read into an empty input
- * goes into a block of its thread's pool instead, handed to the input by
- * reference (evbuffer_add_reference); libevent calls read_block_put() when
- * the last chain that uses it is freed (written, dropped, or released by a
- * reference that shared it), and the block goes back to the pool.  No byte
- * is copied.  A block's chain is immutable: nothing is ever appended into
- * its spare room, so reads of large traffic (which fill a read) keep the
- * chains libevent allocates, whose room the next read fills.  The pool is
- * the thread's (a session's chains are freed on its loop's thread, or on the
- * main thread at shutdown): no lock.
+ * goes into a 16 KiB block of the thread's evmem cache instead, handed to
+ * the input by reference (evbuffer_add_reference); libevent calls
+ * read_block_put() when the last chain that uses it is freed (written,
+ * dropped, or released by a reference that shared it), and the block goes
+ * back to the cache.  No byte is copied.  A block's chain is immutable:
+ * nothing is ever appended into its spare room, so reads of large traffic
+ * (which fill a read) keep the chains libevent allocates, whose room the
+ * next read fills.
  */
-#define READ_POOL_MAX 64 /* blocks kept per thread: 1 MiB */
-
-struct read_block {
-    struct read_block *next;
-    uint8_t data[DIRECT_READ_MIN];
-};
-
-static _Thread_local struct {
-    struct read_block *free;
-    unsigned n;
-    bool closed; /* the thread is done: blocks go back to malloc */
-} read_pool;
-
-static struct read_block *read_block_get(void)
-{
-    struct read_block *b = read_pool.free;
-    if (b == NULL)
-        return malloc(sizeof(*b));
-    read_pool.free = b->next;
-    read_pool.n--;
-    return b;
-}
 
 /* libevent's cleanup of a block's chain (evbuffer_ref_cleanup_cb). */
 static void read_block_put(const void *data, size_t len, void *arg)
 {
     (void)data;
     (void)len;
-    struct read_block *b = arg;
-    if (read_pool.closed || read_pool.n >= READ_POOL_MAX) {
-        free(b);
-        return;
-    }
-    b->next = read_pool.free;
-    read_pool.free = b;
-    read_pool.n++;
-}
-
-void session_read_pool_drain(void)
-{
-    read_pool.closed = true;
-    while (read_pool.free != NULL) {
-        struct read_block *b = read_pool.free;
-        read_pool.free = b->next;
-        free(b);
-    }
-    read_pool.n = 0;
+    evmem_free(arg);
 }
 
 /* One read of up to `want` (at most DIRECT_READ_MIN) bytes into a block,
  * added to `in`: what read() returns, errno kept. */
 static ssize_t read_pooled(evutil_socket_t fd, struct evbuffer *in, size_t want)
 {
-    struct read_block *b = read_block_get();
+    uint8_t *b = evmem_malloc(DIRECT_READ_MIN);
     if (b == NULL) {
         errno = ENOMEM;
         return -1;
     }
-    ssize_t n = read(fd, b->data, want);
+    ssize_t n = read(fd, b, want);
     int err = errno;
-    if (n > 0 && evbuffer_add_reference(in, b->data, (size_t)n, read_block_put, b) == 0)
+    if (n > 0 && evbuffer_add_reference(in, b, (size_t)n, read_block_put, b) == 0)
         return n;
     /* Not added: the bytes, if any, are copied (out of memory for the
      * chain's header), else the read failed or ended. */
-    if (n > 0 && evbuffer_add(in, b->data, (size_t)n) != 0) {
+    if (n > 0 && evbuffer_add(in, b, (size_t)n) != 0) {
         n = -1;
         err = ENOMEM;
     }
-    read_block_put(NULL, 0, b);
+    evmem_free(b);
     errno = err;
     return n;
 }
@@ -594,7 +554,7 @@ static void on_direct_read(evutil_socket_t fd, short what, void *arg)
     struct evbuffer_iovec vec[2];
     ssize_t n = -1;
     int err = ENOMEM;
-    /* Small reads into an empty input: a block of the pool (see above). */
+    /* Small reads into an empty input: a read block (see above). */
     int nvec = len == 0 && e->read_size == DIRECT_READ_MIN
                    ? 0
                    : evbuffer_reserve_space(in, (ev_ssize_t)want, vec, 2);

@@ -168,10 +168,6 @@ void session_tick(struct session *s, const struct timeval *now);
 /* Write the output queued on direct ends this turn (the loop's flusher). */
 void session_flush_all(struct loop *lp);
 
-/* Free the calling thread's pool of read blocks, once its loop has ended:
- * blocks released later on that thread go straight back to malloc. */
-void session_read_pool_drain(void);
-
 /* Free a CLOSED session; only its loop's reaper calls this. */
 void session_free(struct session *s);
 
