@@ -34,6 +34,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <string.h>
 
 #define RESP_WARN_UNUSED __attribute__((warn_unused_result))
 
@@ -412,6 +413,35 @@ size_t resp_cmd_name_copy(const uint8_t *buf, const struct resp_msg *m, char *na
 
 /* The same from a name's bytes s[0..n) (a bulk string's payload, as it is on the wire). */
 size_t resp_cmd_name_bytes(const uint8_t *s, size_t n, char *name);
+
+/* x[0..n) == y[0..n) for w <= n <= 2w, by two loads of w bytes from each (w: 4 or 8, a constant
+ * once inlined, so that each memcpy compiles to one load). */
+static inline bool resp_eq_ends(const uint8_t *x, const uint8_t *y, size_t n, size_t w)
+{
+    uint64_t x0 = 0, x1 = 0, y0 = 0, y1 = 0;
+    memcpy(&x0, x, w);
+    memcpy(&x1, x + n - w, w);
+    memcpy(&y0, y, w);
+    memcpy(&y1, y + n - w, w);
+    return ((x0 ^ y0) | (x1 ^ y1)) == 0;
+}
+
+/* Whether a[0..n) and b[0..n) are equal (a command's name): below 16 bytes without a call to
+ * memcmp. */
+static inline bool resp_small_eq(const void *a, const void *b, size_t n)
+{
+    const uint8_t *x = a, *y = b;
+    if (n >= 16)
+        return memcmp(x, y, n) == 0;
+    if (n >= 8)
+        return resp_eq_ends(x, y, n, 8);
+    if (n >= 4)
+        return resp_eq_ends(x, y, n, 4);
+    for (size_t i = 0; i < n; i++)
+        if (x[i] != y[i])
+            return false;
+    return true;
+}
 
 /* Whether every name of the command table is found under its first letter (for tests). */
 bool resp_cmd_table_ok(void);

@@ -216,6 +216,25 @@ static void resp_drop_front(struct resp_pairing *p, size_t n)
 
 /* ---- commands ------------------------------------------------------------------------------ */
 
+/* name[0..n) and a NUL into dst, for n < RESP_CMD_NAME_MAX: below 16 bytes, overlapping
+ * fixed-size copies, where a memcpy of n bytes was a call per plain command. */
+static void resp_name_set(char *dst, const char *name, size_t n)
+{
+    if (n >= 16) {
+        memcpy(dst, name, n);
+    } else if (n >= 8) {
+        memcpy(dst, name, 8);
+        memcpy(dst + n - 8, name + n - 8, 8);
+    } else if (n >= 4) {
+        memcpy(dst, name, 4);
+        memcpy(dst + n - 4, name + n - 4, 4);
+    } else {
+        for (size_t i = 0; i < n; i++)
+            dst[i] = name[i];
+    }
+    dst[n] = '\0';
+}
+
 size_t resp_cmd_name_bytes(const uint8_t *s, size_t n, char *name)
 {
     /* Copied, upper-cased and checked for a NUL in one pass. */
@@ -356,8 +375,7 @@ int resp_pairing_simple(struct resp_pairing *p, const char *name, size_t n, uint
     /* Straight into its slot, as the general path would leave it (fuzz_resp compares them). */
     p->tx_n = 0;
     struct resp_cmd *s = resp_slot(p, p->count++);
-    memcpy(s->name, name, n);
-    s->name[n] = '\0';
+    resp_name_set(s->name, name, n);
     s->flags = 0;
     s->replies = 1;
     s->answered = 0;
@@ -483,11 +501,19 @@ static int resp_confirm(struct resp_pairing *p, struct resp_cmd *head, const str
     return 1;
 }
 
-/* Removes the oldest command awaiting a reply, which sits after the kept queued commands. */
-static void resp_remove_pending(struct resp_pairing *p)
+/* The kept queued commands move up one slot, over the oldest command awaiting a reply. */
+static void resp_shift_kept(struct resp_pairing *p)
 {
     for (size_t i = p->kept; i > 0; i--)
         *resp_slot(p, i) = *resp_slot(p, i - 1);
+}
+
+/* Removes the oldest command awaiting a reply, which sits after the kept queued commands (none,
+ * outside MULTI: the front slot then simply goes). */
+static inline void resp_remove_pending(struct resp_pairing *p)
+{
+    if (p->kept > 0)
+        resp_shift_kept(p);
     resp_drop_front(p, 1);
 }
 

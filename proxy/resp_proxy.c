@@ -158,6 +158,15 @@ struct rpx {
     uint64_t anon;
     struct entry *spare; /* freed entries kept for reuse */
     size_t n_spare;
+    /* The name of the last command plain_command() took, as the client sent
+     * it (raw) and upper-cased (name): a pipeline mostly repeats one command,
+     * which is then known plain without being upper-cased and looked up
+     * again (which commands are plain never changes).  len 0: none yet. */
+    struct {
+        uint8_t raw[RESP_CMD_NAME_MAX];
+        char name[RESP_CMD_NAME_MAX];
+        size_t len;
+    } last_plain;
     /* Every ruleset a faulting rule came from: entries and transactions keep
      * `const struct rule *` (close_after) until a reply's turn, and a reload
      * (or two) may meanwhile drop the loop's reference to that ruleset. */
@@ -1578,11 +1587,20 @@ static bool plain_command(struct rpx *rx, bool cmd_rules)
             resp_scan_command_len(&rx->sc[SIDE_CLIENT], p, w->len - rx->run[SIDE_CLIENT], &nv);
         if (len == 0 || nv.len == 0 || nv.len >= RESP_CMD_NAME_MAX)
             break;
-        char name[RESP_CMD_NAME_MAX];
-        if (resp_cmd_name_bytes(p + nv.off, nv.len, name) != nv.len || /* a NUL in it */
-            cmd_id_of(name, nv.len) != CMD_OTHER ||
-            resp_pairing_simple(&rx->pairing, name, nv.len, 0, NULL) != 1)
+        const uint8_t *raw = p + nv.off;
+        char own[RESP_CMD_NAME_MAX];
+        bool again = nv.len == rx->last_plain.len && resp_small_eq(raw, rx->last_plain.raw, nv.len);
+        if (!again && (resp_cmd_name_bytes(raw, nv.len, own) != nv.len || /* a NUL in it */
+                       cmd_id_of(own, nv.len) != CMD_OTHER))
             break;
+        const char *name = again ? rx->last_plain.name : own;
+        if (resp_pairing_simple(&rx->pairing, name, nv.len, 0, NULL) != 1)
+            break;
+        if (!again) {
+            memcpy(rx->last_plain.raw, raw, nv.len);
+            memcpy(rx->last_plain.name, own, nv.len + 1);
+            rx->last_plain.len = nv.len;
+        }
         rx->run[SIDE_CLIENT] += len;
         owe_plain(rx);
         taken++;

@@ -1001,6 +1001,43 @@ static void test_pairing_simple(void **state)
     assert_int_equal(resp_pairing_simple(&p, "SET", 3, 0, NULL), RESP_E_PAIRING_FULL);
 }
 
+/* resp_small_eq() and the names resp_pairing_simple() records, at every length a name can have
+ * (their fixed-size loads and copies overlap differently below 4, 8 and 16 bytes), with one byte
+ * changed at every place. */
+static void test_small_names(void **state)
+{
+    (void)state;
+    uint8_t a[RESP_CMD_NAME_MAX + 8], b[RESP_CMD_NAME_MAX + 8];
+    for (size_t i = 0; i < sizeof(a); i++)
+        a[i] = (uint8_t)('A' + i % 26);
+    for (size_t off = 0; off < 4; off++) { /* unaligned too */
+        for (size_t n = 0; n < RESP_CMD_NAME_MAX; n++) {
+            memcpy(b, a, sizeof(b));
+            assert_true(resp_small_eq(a + off, b + off, n));
+            for (size_t at = 0; at < n; at++) {
+                b[off + at] ^= 0x20;
+                assert_false(resp_small_eq(a + off, b + off, n));
+                b[off + at] ^= 0x20;
+            }
+            b[off + n] ^= 0x20; /* past the end: not looked at */
+            assert_true(resp_small_eq(a + off, b + off, n));
+        }
+    }
+    struct resp_cmd slots[2], c;
+    struct resp_pairing p;
+    resp_pairing_init(&p, slots, 2);
+    for (size_t n = 1; n < RESP_CMD_NAME_MAX; n++) {
+        char name[RESP_CMD_NAME_MAX];
+        for (size_t i = 0; i < n; i++)
+            name[i] = (char)('Z' - i % 3); /* no command of the table: plain */
+        name[n] = '\0';
+        memset(&slots, 0x55, sizeof(slots));
+        assert_int_equal(resp_pairing_simple(&p, name, n, 0, &c), 1);
+        assert_string_equal(c.name, name);
+        assert_int_equal(resp_pairing_reply_simple(&p, '+'), 1);
+    }
+}
+
 static void test_pairing_rules(void **state)
 {
     (void)state;
@@ -1856,6 +1893,7 @@ int main(void)
         cmocka_unit_test(test_pairing_rules),
         cmocka_unit_test(test_pairing_named),
         cmocka_unit_test(test_pairing_simple),
+        cmocka_unit_test(test_small_names),
         cmocka_unit_test(test_pairing_unsubscribe_all),
         cmocka_unit_test(test_malformed),
         cmocka_unit_test(test_valid_edges),
