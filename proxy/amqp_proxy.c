@@ -156,6 +156,7 @@ struct achan {
     struct held *held[2], *held_tail[2];
     struct event *held_timer[2];
     struct evbuffer *inject[2]; /* frames twice sends toward side [to] */
+    bool injected[2];           /* inject[to] holds frames: asked per content end */
     struct evbuffer *deferred;  /* client frames waiting for the broker's close-ok */
     struct consumer *consumers;
     size_t n_consumers;
@@ -526,6 +527,7 @@ static void chan_forget(struct achan *ch)
     content_clear(ch->ax, &ch->content[SIDE_UPSTREAM]);
     held_clear(ch, SIDE_UPSTREAM);
     evbuffer_drain(ch->inject[SIDE_CLIENT], evbuffer_get_length(ch->inject[SIDE_CLIENT]));
+    ch->injected[SIDE_CLIENT] = false;
     for (size_t i = 0; i < ch->n_consumers; i++) {
         free(ch->consumers[i].tag);
         free(ch->consumers[i].queue);
@@ -547,6 +549,7 @@ static void chan_reset(struct achan *ch)
     content_clear(ch->ax, &ch->content[SIDE_CLIENT]);
     held_clear(ch, SIDE_CLIENT);
     evbuffer_drain(ch->inject[SIDE_UPSTREAM], evbuffer_get_length(ch->inject[SIDE_UPSTREAM]));
+    ch->injected[SIDE_UPSTREAM] = false;
     /* swallow_* and closed_for_client follow the close handshakes, not the
      * channel's content: they are cleared where those end. */
 }
@@ -659,6 +662,7 @@ static void chan_inject(struct achan *ch, enum session_side to, const uint8_t *f
     enum session_side from = other(to);
     if (ch->content[from].active) {
         evbuffer_add(ch->inject[to], frames, len);
+        ch->injected[to] = true;
         return;
     }
     settle(ch->ax);
@@ -670,7 +674,8 @@ static void chan_inject(struct achan *ch, enum session_side to, const uint8_t *f
 static void chan_unblock(struct achan *ch, enum session_side from)
 {
     enum session_side to = other(from);
-    if (!ch->content[from].active && evbuffer_get_length(ch->inject[to]) > 0) {
+    if (ch->injected[to] && !ch->content[from].active) {
+        ch->injected[to] = false;
         settle(ch->ax);
         evbuffer_add_buffer(chan_out(ch, from), ch->inject[to]);
     }
