@@ -500,10 +500,8 @@ static void content_clear(struct amqp_px *ax, struct content *c)
         info_free(c->info);
     if (c->headers_copy != NULL)
         free(c->headers_copy);
-    struct evbuffer *stash = c->stash, *body = c->body;
-    memset(c, 0, sizeof(*c));
-    c->stash = stash;
-    c->body = body;
+    /* A compound literal: stores the compiler sees the size of, where memset was a call. */
+    *c = (struct content){.stash = c->stash, .body = c->body};
 }
 
 static void held_clear(struct achan *ch, int d)
@@ -675,9 +673,9 @@ static void chan_unblock(struct achan *ch, enum session_side from)
 {
     enum session_side to = other(from);
     if (ch->injected[to] && !ch->content[from].active) {
-        ch->injected[to] = false;
         settle(ch->ax);
-        evbuffer_add_buffer(chan_out(ch, from), ch->inject[to]);
+        /* Cleared once they moved: else asked again at the next content's end. */
+        ch->injected[to] = evbuffer_add_buffer(chan_out(ch, from), ch->inject[to]) != 0;
     }
 }
 
