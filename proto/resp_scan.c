@@ -811,6 +811,20 @@ struct resp_fast {
     size_t len;
 };
 
+/* A bulk string at buf (buf[0] is '$', buf[1] not '-', len >= 4), all here: the message's
+ * length, and where its value starts in *off; 0 for anything else. */
+static inline size_t resp_fast_bulk(const struct resp_scanner *sc, const uint8_t *buf, size_t len,
+                                    size_t *off)
+{
+    uint64_t n;
+    size_t k = resp_fast_len(buf + 1, buf + len, &n);
+    if (k == 0 || n > sc->max_bulk || n > len - (1 + k) || len - (1 + k) - n < 2 ||
+        resp_load2(buf + 1 + k + n) != resp_load2("\r\n"))
+        return 0;
+    *off = 1 + k;
+    return 1 + k + (size_t)n + 2;
+}
+
 /* A server's bulk string, null ($-1, *-1), simple string, error, integer or array of bulk
  * strings, whole in buf: *f, and the first `views` elements of an array into view[]; 1, or 0
  * for anything else. */
@@ -829,15 +843,12 @@ static int resp_fast_reply(const struct resp_scanner *sc, const uint8_t *buf, si
     case '$': {
         if (buf[1] == '-')
             goto null;
-        if ((k = resp_fast_len(buf + 1, end, &n)) == 0 || n > sc->max_bulk || n > len - (1 + k) ||
-            len - (1 + k) - n < 2)
-            return 0;
-        size_t off = 1 + k;
-        if (buf[off + n] != '\r' || buf[off + n + 1] != '\n')
+        size_t off, total = resp_fast_bulk(sc, buf, len, &off);
+        if (total == 0)
             return 0;
         f->off = off;
-        f->vlen = (size_t)n;
-        f->len = off + (size_t)n + 2;
+        f->vlen = total - off - 2;
+        f->len = total;
         return 1;
     }
     case '*':
@@ -944,19 +955,13 @@ size_t resp_scan_reply_len(const struct resp_scanner *sc, const uint8_t *buf, si
     if (len >= 5 && buf[0] == '$') {
         /* A bulk string or its null (a GET's reply), measured as resp_fast_reply() does,
          * without its struct: the most common reply of a pipeline. */
-        if (buf[1] == '-') {
-            if (buf[2] != '1' || resp_load2(buf + 3) != resp_load2("\r\n"))
-                return 0;
-            *type = '$';
-            return 5;
-        }
-        uint64_t n;
-        size_t k = resp_fast_len(buf + 1, buf + len, &n);
-        if (k == 0 || n > sc->max_bulk || n > len - (1 + k) || len - (1 + k) - n < 2 ||
-            resp_load2(buf + 1 + k + n) != resp_load2("\r\n"))
-            return 0;
+        size_t off, total;
+        if (buf[1] == '-')
+            total = buf[2] == '1' && resp_load2(buf + 3) == resp_load2("\r\n") ? 5 : 0;
+        else
+            total = resp_fast_bulk(sc, buf, len, &off);
         *type = '$';
-        return 1 + k + (size_t)n + 2;
+        return total;
     }
     if (resp_fast_reply(sc, buf, len, &f, NULL, 0) == 0)
         return 0;

@@ -1031,7 +1031,7 @@ static void test_small_names(void **state)
         for (size_t i = 0; i < n; i++)
             name[i] = (char)('Z' - i % 3); /* no command of the table: plain */
         name[n] = '\0';
-        memset(&slots, 0x55, sizeof(slots));
+        memset(slots, 0x55, sizeof(slots));
         assert_int_equal(resp_pairing_simple(&p, name, n, 0, &c), 1);
         assert_string_equal(c.name, name);
         assert_int_equal(resp_pairing_reply_simple(&p, '+'), 1);
