@@ -963,6 +963,10 @@ size_t resp_scan_reply_len(const struct resp_scanner *sc, const uint8_t *buf, si
         *type = '$';
         return total;
     }
+    if (len >= 5 && resp_load4(buf) == resp_load4("+OK\r") && buf[4] == '\n' && sc->max_line >= 3) {
+        *type = '+'; /* SET's, and most writes': as resp_fast_reply() takes it */
+        return 5;
+    }
     if (resp_fast_reply(sc, buf, len, &f, NULL, 0) == 0)
         return 0;
     *type = f.type;
