@@ -635,6 +635,12 @@ class AmqpFaults(unittest.TestCase):
             pos += n
         raw.send(hk.method(1, 60, 10, struct.pack("!IHB", 0, 0, 0)))   # basic.qos: after the publishes
         self.assertEqual(raw.read_method()[:3], (1, 60, 11))
+        # qos-ok says the channel routed every publish before it, not that the
+        # queue has counted them: the queue process answers a `stat` ahead of
+        # the deliveries still in its mailbox (rabbit_amqqueue_process's
+        # prioritise_call gives it priority 7), and 130 KB bodies take a while.
+        # A dropped message that leaked would be delivered below and fail there.
+        h.wait_until(lambda: self.count("rawq") >= len(sent), 10, what="the publishes in rawq")
         self.assertEqual(self.count("rawq"), len(sent), "messages in rawq")
 
         c = self.client(prefetch=0)
