@@ -608,6 +608,7 @@ static void flush_end(struct session_end *e)
             bufferevent_enable(bev, EV_WRITE);
         return;
     }
+    bool left; /* bytes wait in the bufferevent's output */
     if (evbuffer_get_length(out) > 0) {
         /* What libevent still has to write goes first, and ours after it.
          * A socket bufferevent freezes the front of its output between its
@@ -616,12 +617,17 @@ static void flush_end(struct session_end *e)
         evbuffer_unfreeze(out, 1);
         (void)evbuffer_write(out, e->fd);
         evbuffer_freeze(out, 1);
-    } else if (evbuffer_get_length(e->dout) > 0) {
-        (void)evbuffer_write(e->dout, e->fd);
-        if (evbuffer_get_length(e->dout) > 0)
+        left = evbuffer_get_length(out) > 0;
+    } else {
+        /* The usual case: the kernel takes all of dout, and nothing is left
+         * anywhere (no length asked again). */
+        size_t n = evbuffer_get_length(e->dout);
+        int w = n > 0 ? evbuffer_write(e->dout, e->fd) : 0;
+        left = n > 0 && (w < 0 || (size_t)w != n);
+        if (left)
             evbuffer_add_buffer(out, e->dout); /* what the kernel did not take */
     }
-    if (evbuffer_get_length(out) > 0) {
+    if (left) {
         /* The kernel took less (or failed): libevent writes the rest when
          * the socket is writable and reports an error as usual. */
         bufferevent_enable(bev, EV_WRITE);
@@ -629,9 +635,7 @@ static void flush_end(struct session_end *e)
     }
     if (bufferevent_get_enabled(bev) & EV_WRITE)
         bufferevent_disable(bev, EV_WRITE);
-    bufferevent_data_cb write_cb = NULL;
-    bufferevent_getcb(bev, NULL, &write_cb, NULL, NULL);
-    if (write_cb != NULL)
+    if (e->write_cb)
         on_write(bev, s); /* what the bufferevent would call once drained */
 }
 
@@ -734,6 +738,7 @@ static void want_drain(struct session *s, enum session_side side, size_t low)
 {
     struct bufferevent *bev = s->end[side].bev;
     bufferevent_setcb(bev, on_read, on_write, on_event, s);
+    s->end[side].write_cb = true;
     bufferevent_setwatermark(bev, EV_WRITE, low, 0);
 }
 
@@ -782,6 +787,7 @@ static void on_write(struct bufferevent *bev, void *arg)
     if (!src->paused && (s->shaper[from] == NULL ||
                          (shaper_held(s->shaper[from]) == 0 && !shaper_waiting(s->shaper[from])))) {
         bufferevent_setcb(bev, on_read, NULL, on_event, s);
+        s->end[to].write_cb = false;
     }
 }
 
@@ -934,9 +940,11 @@ static void set_nodelay(evutil_socket_t fd)
     setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
 }
 
-static void setup_bev(struct session *s, struct bufferevent *bev)
+static void setup_bev(struct session *s, enum session_side side)
 {
+    struct bufferevent *bev = s->end[side].bev;
     bufferevent_setcb(bev, on_read, NULL, on_event, s);
+    s->end[side].write_cb = false;
     bufferevent_setwatermark(bev, EV_READ, 0, SESSION_INPUT_HIGH);
 }
 
@@ -1041,7 +1049,7 @@ static void connect_upstream(struct session *s, const struct sockaddr *sa, sockl
         return;
     }
     s->end[SIDE_UPSTREAM].bev = bev;
-    setup_bev(s, bev);
+    setup_bev(s, SIDE_UPSTREAM);
     if (bufferevent_socket_connect(bev, sa, (int)salen) != 0) {
         session_set_error(s, "%s", evutil_socket_error_to_string(EVUTIL_SOCKET_ERROR()));
         fail_upstream(s, SESSION_CLOSE_UPSTREAM_CONNECT_FAILED, "upstream connect failed");
@@ -1395,7 +1403,7 @@ void session_accept(struct loop *lp, struct listener *l, struct lconf *cfg, evut
         return;
     }
     s->end[SIDE_CLIENT].bev = bev;
-    setup_bev(s, bev);
+    setup_bev(s, SIDE_CLIENT);
     bufferevent_enable(bev, EV_READ | EV_WRITE);
     if (apply_connection_faults(s, sa) != 0)
         return;

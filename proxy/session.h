@@ -97,6 +97,7 @@ struct session_end {
     bool rd_armed;      /* rd is added: asking libevent takes the base's lock */
     bool rd_want;       /* reading is on (not paused, held or ended) */
     bool flush_queued;  /* in its loop's flush_list */
+    bool write_cb;      /* bev's write callback is on (want_drain), until on_write takes it off */
     size_t read_limit;  /* input bytes before reading stops (0: SESSION_INPUT_HIGH) */
     uint32_t read_size; /* what the next direct read asks for (adapts to the traffic) */
     struct session *owner;
