@@ -811,6 +811,20 @@ struct resp_fast {
     size_t len;
 };
 
+/* "+OK\r\n" at buf, whole: SET's reply, and most writes'. */
+static inline bool resp_fast_ok(const struct resp_scanner *sc, const uint8_t *buf, size_t len)
+{
+    return len >= 5 && resp_load4(buf) == resp_load4("+OK\r") && buf[4] == '\n' &&
+           sc->max_line >= 3;
+}
+
+/* "$-1\r\n" or "*-1\r\n" at buf (buf[1] is '-'), whole: RESP2's nulls (the null "_" of RESP3
+ * goes the long way). */
+static inline bool resp_fast_null(const uint8_t *buf, size_t len)
+{
+    return len >= 5 && buf[2] == '1' && resp_load2(buf + 3) == resp_load2("\r\n");
+}
+
 /* A bulk string at buf (buf[0] is '$', buf[1] not '-', len >= 4), all here: the message's
  * length, and where its value starts in *off; 0 for anything else. */
 static inline size_t resp_fast_bulk(const struct resp_scanner *sc, const uint8_t *buf, size_t len,
@@ -863,8 +877,7 @@ static int resp_fast_reply(const struct resp_scanner *sc, const uint8_t *buf, si
         return 1;
     case '+':
     case '-': {
-        if (buf[1] == 'O' && buf[2] == 'K' && buf[3] == '\r' && len >= 5 && buf[4] == '\n' &&
-            buf[0] == '+' && sc->max_line >= 3) { /* SET's, and most writes' */
+        if (resp_fast_ok(sc, buf, len)) {
             f->off = 1;
             f->vlen = 2;
             f->len = 5;
@@ -899,8 +912,7 @@ static int resp_fast_reply(const struct resp_scanner *sc, const uint8_t *buf, si
         return 0;
     }
 null:
-    /* "$-1" and "*-1": RESP2's nulls (the null "_" of RESP3 goes the long way). */
-    if (buf[2] != '1' || buf[3] != '\r' || len < 5 || buf[4] != '\n')
+    if (!resp_fast_null(buf, len))
         return 0;
     f->null = true;
     f->off = 0;
@@ -957,14 +969,14 @@ size_t resp_scan_reply_len(const struct resp_scanner *sc, const uint8_t *buf, si
          * without its struct: the most common reply of a pipeline. */
         size_t off, total;
         if (buf[1] == '-')
-            total = buf[2] == '1' && resp_load2(buf + 3) == resp_load2("\r\n") ? 5 : 0;
+            total = resp_fast_null(buf, len) ? 5 : 0;
         else
             total = resp_fast_bulk(sc, buf, len, &off);
         *type = '$';
         return total;
     }
-    if (len >= 5 && resp_load4(buf) == resp_load4("+OK\r") && buf[4] == '\n' && sc->max_line >= 3) {
-        *type = '+'; /* SET's, and most writes': as resp_fast_reply() takes it */
+    if (resp_fast_ok(sc, buf, len)) {
+        *type = '+';
         return 5;
     }
     if (resp_fast_reply(sc, buf, len, &f, NULL, 0) == 0)
