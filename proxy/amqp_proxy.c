@@ -142,9 +142,12 @@ struct held {
     struct held *next;
 };
 
+/* tag and queue: NUL-terminated copies of shortstrs, kept with their lengths so that a delivery
+ * compares its consumer tag, and copies the queue's name, without a strlen. */
 struct consumer {
     char *tag;
     char *queue;
+    uint8_t tag_len, queue_len;
     bool no_ack;
 };
 
@@ -249,12 +252,6 @@ static char *info_dup(struct msg_info *mi, struct amqp_bytes b)
         memcpy(s, b.p, b.len);
     s[b.len] = '\0';
     return s;
-}
-
-static char *info_dup_str(struct msg_info *mi, const char *str)
-{
-    return info_dup(mi,
-                    (struct amqp_bytes){.p = (const uint8_t *)str, .len = (uint32_t)strlen(str)});
 }
 
 /* Frees one of mi's strings unless it lives in the pool. */
@@ -1171,10 +1168,15 @@ static struct evbuffer *chan_out(struct achan *ch, int from)
     return h != NULL ? h->frames : ch->ax->xfer[other((enum session_side)from)];
 }
 
+static bool consumer_is(const struct consumer *c, struct amqp_bytes tag)
+{
+    return tag.len == c->tag_len && (tag.len == 0 || memcmp(tag.p, c->tag, tag.len) == 0);
+}
+
 static struct consumer *consumer_find(struct achan *ch, struct amqp_bytes tag)
 {
     for (size_t i = 0; i < ch->n_consumers; i++)
-        if (amqp_bytes_eq(tag, ch->consumers[i].tag))
+        if (consumer_is(&ch->consumers[i], tag))
             return &ch->consumers[i];
     return NULL;
 }
@@ -1207,7 +1209,9 @@ static struct msg_info *info_from_delivery(struct achan *ch, const struct amqp_m
     mi->routing_key = info_dup(mi, d->routing_key);
     if (m->id == AMQP_BASIC_DELIVER) {
         mi->consumer_tag = info_dup(mi, d->consumer_tag);
-        mi->queue = con != NULL ? info_dup_str(mi, con->queue) : NULL;
+        mi->queue = con != NULL ? info_dup(mi, (struct amqp_bytes){.p = (const uint8_t *)con->queue,
+                                                                   .len = con->queue_len})
+                                : NULL;
     } else {
         mi->queue = ch->get_queue;
         mi->heap_strs = true;
@@ -1542,12 +1546,13 @@ static void forward(struct achan *ch, int from, struct amqp_px *ax, size_t len)
     take(ax, ch != NULL ? chan_out(ch, from) : ax->xfer[other((enum session_side)from)], len);
 }
 
-/* Append a consumer (taking `tag` and `queue`) to `v`; false when out of
- * memory (both are freed then). */
-static bool consumer_push(struct consumer **v, size_t *n, char *tag, char *queue, bool no_ack)
+/* Append a consumer to `v`, taking `tag` and `queue` (dup_bytes() copies of shortstrs of those
+ * lengths); false when out of memory (both are freed then). */
+static bool consumer_push(struct consumer **v, size_t *n, char *tag, uint8_t tag_len, char *queue,
+                          uint8_t queue_len, bool no_ack)
 {
     struct consumer *w = realloc(*v, (*n + 1) * sizeof(*w));
-    if (w == NULL || tag == NULL) {
+    if (w == NULL || tag == NULL || queue == NULL) {
         if (w != NULL)
             *v = w;
         free(tag);
@@ -1555,7 +1560,8 @@ static bool consumer_push(struct consumer **v, size_t *n, char *tag, char *queue
         return false;
     }
     *v = w;
-    w[*n] = (struct consumer){.tag = tag, .queue = queue, .no_ack = no_ack};
+    w[*n] = (struct consumer){
+        .tag = tag, .queue = queue, .tag_len = tag_len, .queue_len = queue_len, .no_ack = no_ack};
     (*n)++;
     return true;
 }
@@ -1572,11 +1578,15 @@ static void consumer_remove(struct consumer *v, size_t *n, size_t i)
  * queue) no consume-ok follows, so the consumer exists at once. */
 static void remember_consume(struct achan *ch, const struct amqp_method *m)
 {
-    char *tag = dup_bytes(m->consume.consumer_tag), *queue = dup_bytes(m->consume.queue);
+    struct amqp_bytes t = m->consume.consumer_tag, q = m->consume.queue;
+    char *tag = dup_bytes(t), *queue = dup_bytes(q);
+    /* Shortstrs: the decoder read each one's length from one octet. */
     if (m->consume.nowait)
-        consumer_push(&ch->consumers, &ch->n_consumers, tag, queue, m->consume.no_ack);
+        consumer_push(&ch->consumers, &ch->n_consumers, tag, (uint8_t)t.len, queue, (uint8_t)q.len,
+                      m->consume.no_ack);
     else
-        consumer_push(&ch->pending, &ch->n_pending, tag, queue, m->consume.no_ack);
+        consumer_push(&ch->pending, &ch->n_pending, tag, (uint8_t)t.len, queue, (uint8_t)q.len,
+                      m->consume.no_ack);
 }
 
 /* consume-ok names the consumer: the pending consume with that tag, else
@@ -1584,24 +1594,26 @@ static void remember_consume(struct achan *ch, const struct amqp_method *m)
 static void add_consumer(struct achan *ch, struct amqp_bytes tag)
 {
     size_t i = 0;
-    while (i < ch->n_pending && !amqp_bytes_eq(tag, ch->pending[i].tag))
+    while (i < ch->n_pending && !consumer_is(&ch->pending[i], tag))
         i++;
     if (i == ch->n_pending)
-        for (i = 0; i < ch->n_pending && ch->pending[i].tag[0] != '\0'; i++)
+        for (i = 0; i < ch->n_pending && ch->pending[i].tag_len != 0; i++)
             ;
     if (i == ch->n_pending)
         return; /* not a consume twice saw: nothing to learn */
     char *queue = ch->pending[i].queue;
+    uint8_t queue_len = ch->pending[i].queue_len;
     bool no_ack = ch->pending[i].no_ack;
     ch->pending[i].queue = NULL;
     consumer_remove(ch->pending, &ch->n_pending, i);
-    consumer_push(&ch->consumers, &ch->n_consumers, dup_bytes(tag), queue, no_ack);
+    consumer_push(&ch->consumers, &ch->n_consumers, dup_bytes(tag), (uint8_t)tag.len, queue,
+                  queue_len, no_ack);
 }
 
 static void drop_consumer(struct achan *ch, struct amqp_bytes tag)
 {
     for (size_t i = 0; i < ch->n_consumers; i++) {
-        if (amqp_bytes_eq(tag, ch->consumers[i].tag)) {
+        if (consumer_is(&ch->consumers[i], tag)) {
             consumer_remove(ch->consumers, &ch->n_consumers, i);
             return;
         }
