@@ -1187,6 +1187,9 @@ static void test_malformed(void **state)
         {RESP_SIDE_SERVER, "*99999999999999999999999", RESP_E_INTEGER}, /* no CRLF needed */
         {RESP_SIDE_SERVER, ":9223372036854775808\r\n", RESP_E_INTEGER},
         {RESP_SIDE_SERVER, ":-9223372036854775809\r\n", RESP_E_INTEGER},
+        {RESP_SIDE_SERVER, ":99999999999999999999\r\n", RESP_E_INTEGER}, /* past UINT64_MAX */
+        {RESP_SIDE_SERVER, ":12345678901234567x\r\n",
+         RESP_E_INTEGER}, /* 18 bytes, not all digits */
         {RESP_SIDE_SERVER, ":1.5\r\n", RESP_E_INTEGER},
         {RESP_SIDE_SERVER, "+OK\n", RESP_E_LINE_END},
         {RESP_SIDE_SERVER, "+OK\rX", RESP_E_LINE_END},
@@ -1235,6 +1238,9 @@ static void test_valid_edges(void **state)
         {RESP_SIDE_SERVER, ":-9223372036854775808\r\n", 1},
         {RESP_SIDE_SERVER, ":9223372036854775807\r\n", 1},
         {RESP_SIDE_SERVER, ":0\r\n", 1},
+        {RESP_SIDE_SERVER, ":999999999999999999\r\n", 1},  /* 18 digits: the unchecked loop */
+        {RESP_SIDE_SERVER, ":1000000000000000000\r\n", 1}, /* 19: the checked one */
+        {RESP_SIDE_SERVER, ":-999999999999999999\r\n", 1},
         {RESP_SIDE_SERVER, ",-inf\r\n", 1},
         {RESP_SIDE_SERVER, ",nan\r\n", 1},
         {RESP_SIDE_SERVER, ",1.5e-3\r\n", 1},
