@@ -1,12 +1,15 @@
 /*
  * resp_job.c - job identities in Sidekiq, Celery (kombu) and RQ payloads; see resp_job.h.
  *
- * A payload goes through resp_job_load(): the length guard, a byte scan that bounds the nesting
- * depth, then json_loadb() for a top-level object.  The readers then pick the fields they want
- * out of the tree as borrowed references and copy them into the struct resp_job in one place,
- * resp_job_fill(), so that a failure anywhere leaves nothing allocated.
+ * The readers take the few values they want with json_pick() (proto/json_pick.h), which checks
+ * the document as jansson would and notes where the values are, without building it; only the
+ * strings that make the struct resp_job are copied out.  The kombu rewrite (redelivered) needs
+ * the whole tree and keeps jansson: resp_job_load() (the length guard, a byte scan that bounds
+ * the nesting depth, json_loadb() for a top-level object).
  */
 #include "proto/resp_job.h"
+
+#include "proto/json_pick.h"
 
 #include <jansson.h>
 #include <stdint.h>
@@ -65,44 +68,26 @@ static json_t *resp_job_load(const void *json, size_t len, size_t flags)
     return root;
 }
 
-/* The value of obj's key when it is a string without an embedded NUL, else NULL.  Borrowed:
- * valid while obj is.  obj may be NULL or not an object. */
-static const char *resp_job_str(const json_t *obj, const char *key)
+/* A picked string (json_pick_strdup()): NULL when absent, not a string or holding a NUL, and
+ * for nonempty also when empty; *oom set when the copy could not be made. */
+static char *resp_job_take(const void *json, const struct json_pick_value *v, bool nonempty,
+                           bool *oom)
 {
-    const json_t *v = json_object_get(obj, key);
-    if (!json_is_string(v))
+    if (v->type != JSON_PICK_STRING || v->nul || (nonempty && v->len == 0))
         return NULL;
-    const char *s = json_string_value(v);
-    return strlen(s) == json_string_length(v) ? s : NULL;
+    char *s = json_pick_strdup(json, v);
+    if (s == NULL)
+        *oom = true;
+    return s;
 }
 
-/* As resp_job_str(), but an empty string counts as absent too. */
-static const char *resp_job_str_nonempty(const json_t *obj, const char *key)
+/* The length guard and the pick (json_pick()) every reader starts with. */
+static int resp_job_pick(const void *json, size_t len, const struct json_pick_path *paths, size_t n,
+                         struct json_pick_value *out)
 {
-    const char *s = resp_job_str(obj, key);
-    return s != NULL && s[0] != '\0' ? s : NULL;
-}
-
-/* *dst = a malloc'd copy of src, or NULL for a NULL src.  Returns false when malloc fails. */
-static bool resp_job_dup(char **dst, const char *src)
-{
-    *dst = src == NULL ? NULL : strdup(src);
-    return src == NULL || *dst != NULL;
-}
-
-/* Fills *j with copies of the borrowed strings.  Returns 0, or -1 with *j zeroed when an
- * allocation fails. */
-static int resp_job_fill(struct resp_job *j, const char *id, const char *task, const char *queue,
-                         const char *tag, bool redelivered)
-{
-    memset(j, 0, sizeof(*j));
-    if (!resp_job_dup(&j->id, id) || !resp_job_dup(&j->task, task) ||
-        !resp_job_dup(&j->queue, queue) || !resp_job_dup(&j->tag, tag)) {
-        resp_job_clear(j);
+    if (json == NULL || len == 0 || len > RESP_JOB_MAX_JSON)
         return -1;
-    }
-    j->redelivered = redelivered;
-    return 0;
+    return json_pick(json, len, RESP_JOB_MAX_DEPTH, paths, n, out);
 }
 
 void resp_job_clear(struct resp_job *j)
@@ -118,41 +103,58 @@ void resp_job_clear(struct resp_job *j)
 
 /* ---- Sidekiq ----------------------------------------------------------------------------- */
 
-/* The job class a Sidekiq job runs: cls, or for an ActiveJob wrapper the wrapped class: its
- * "wrapped" string, as Sidekiq's JobRecord#display_class reads it, else the job_class of the
- * serialized job in args[0] (the same name, for jobs pushed without "wrapped"). */
-static const char *resp_job_sidekiq_task(const json_t *root, const char *cls)
+enum { SK_JID, SK_CLASS, SK_QUEUE, SK_RETRY_COUNT, SK_WRAPPED, SK_AJ_CLASS, SK_PATHS };
+
+static const struct json_pick_path resp_job_sidekiq_paths[SK_PATHS] = {
+    [SK_JID] = {1, {"jid"}},
+    [SK_CLASS] = {1, {"class"}},
+    [SK_QUEUE] = {1, {"queue"}},
+    /* Sidekiq's JobRetry sets retry_count (0 at the first failure) when it re-files a job. */
+    [SK_RETRY_COUNT] = {1, {"retry_count"}},
+    [SK_WRAPPED] = {1, {"wrapped"}},
+    /* The job_class of the serialized ActiveJob in the first argument. */
+    [SK_AJ_CLASS] = {3, {"args", NULL, "job_class"}},
+};
+
+/* Whether cls is one of ActiveJob's wrappers, whose task is the wrapped class: its "wrapped"
+ * string, as Sidekiq's JobRecord#display_class reads it, else args[0].job_class (the same name,
+ * for jobs pushed without "wrapped"). */
+static bool resp_job_aj_wrapper(const char *cls)
 {
-    bool wrapper = false;
     for (size_t i = 0; i < sizeof(resp_job_aj_wrappers) / sizeof(resp_job_aj_wrappers[0]); i++)
-        wrapper = wrapper || strcmp(cls, resp_job_aj_wrappers[i]) == 0;
-    if (!wrapper)
-        return cls;
-    const char *wrapped = resp_job_str_nonempty(root, "wrapped");
-    if (wrapped == NULL)
-        wrapped =
-            resp_job_str_nonempty(json_array_get(json_object_get(root, "args"), 0), "job_class");
-    return wrapped != NULL ? wrapped : cls;
+        if (strcmp(cls, resp_job_aj_wrappers[i]) == 0)
+            return true;
+    return false;
 }
 
 int resp_job_sidekiq(const void *json, size_t len, struct resp_job *j)
 {
-    /* Ruby writes Bignum arguments as bare integers that jansson's json_int_t cannot hold;
-     * reading every number as a real keeps such jobs readable (no number is used here). */
-    json_t *root = resp_job_load(json, len, JSON_DECODE_INT_AS_REAL);
-    int rc = -1;
+    /* Numbers are not read: Ruby's Bignum arguments, bare integers past 64 bits, are fine. */
+    struct json_pick_value v[SK_PATHS];
+    bool oom = false;
 
     memset(j, 0, sizeof(*j));
-    const char *jid = resp_job_str_nonempty(root, "jid");
-    const char *cls = resp_job_str_nonempty(root, "class");
-    if (jid != NULL && cls != NULL) {
-        /* Sidekiq's JobRetry sets retry_count (0 at the first failure) when it re-files a job. */
-        bool retried = json_object_get(root, "retry_count") != NULL;
-        rc = resp_job_fill(j, jid, resp_job_sidekiq_task(root, cls), resp_job_str(root, "queue"),
-                           NULL, retried);
+    if (resp_job_pick(json, len, resp_job_sidekiq_paths, SK_PATHS, v) != 0 ||
+        v[SK_JID].type != JSON_PICK_STRING || v[SK_CLASS].type != JSON_PICK_STRING)
+        return -1;
+    j->id = resp_job_take(json, &v[SK_JID], true, &oom);
+    j->task = resp_job_take(json, &v[SK_CLASS], true, &oom);
+    if (j->id != NULL && j->task != NULL && resp_job_aj_wrapper(j->task)) {
+        char *wrapped = resp_job_take(json, &v[SK_WRAPPED], true, &oom);
+        if (wrapped == NULL)
+            wrapped = resp_job_take(json, &v[SK_AJ_CLASS], true, &oom);
+        if (wrapped != NULL) {
+            free(j->task);
+            j->task = wrapped;
+        }
     }
-    json_decref(root);
-    return rc;
+    j->queue = resp_job_take(json, &v[SK_QUEUE], false, &oom);
+    j->redelivered = v[SK_RETRY_COUNT].type != JSON_PICK_ABSENT;
+    if (oom || j->id == NULL || j->task == NULL) {
+        resp_job_clear(j);
+        return -1;
+    }
+    return 0;
 }
 
 /* ---- Celery (kombu) ---------------------------------------------------------------------- */
@@ -172,29 +174,71 @@ static bool resp_job_is_kombu(const json_t *root)
     return info == NULL || json_is_object(info);
 }
 
+enum {
+    CE_HEADERS,
+    CE_PROPS,
+    CE_ID,
+    CE_TASK,
+    CE_H_REDELIVERED,
+    CE_CORRELATION_ID,
+    CE_TAG,
+    CE_INFO,
+    CE_ROUTING_KEY,
+    CE_I_REDELIVERED,
+    CE_PATHS
+};
+
+static const struct json_pick_path resp_job_celery_paths[CE_PATHS] = {
+    [CE_HEADERS] = {1, {"headers"}},
+    [CE_PROPS] = {1, {"properties"}},
+    [CE_ID] = {2, {"headers", "id"}},
+    [CE_TASK] = {2, {"headers", "task"}},
+    [CE_H_REDELIVERED] = {2, {"headers", "redelivered"}},
+    [CE_CORRELATION_ID] = {2, {"properties", "correlation_id"}},
+    [CE_TAG] = {2, {"properties", "delivery_tag"}},
+    [CE_INFO] = {2, {"properties", "delivery_info"}},
+    [CE_ROUTING_KEY] = {3, {"properties", "delivery_info", "routing_key"}},
+    [CE_I_REDELIVERED] = {3, {"properties", "delivery_info", "redelivered"}},
+};
+
+/* resp_job_is_kombu() on picked values. */
+static bool resp_job_picked_kombu(const struct json_pick_value *v)
+{
+    uint8_t h = v[CE_HEADERS].type, p = v[CE_PROPS].type, i = v[CE_INFO].type;
+    if (h == JSON_PICK_ABSENT && p == JSON_PICK_ABSENT)
+        return false;
+    return (h == JSON_PICK_ABSENT || h == JSON_PICK_OBJECT) &&
+           (p == JSON_PICK_ABSENT || p == JSON_PICK_OBJECT) &&
+           (i == JSON_PICK_ABSENT || i == JSON_PICK_OBJECT);
+}
+
 int resp_job_celery(const void *json, size_t len, struct resp_job *j)
 {
     /* As for Sidekiq: numbers are not read, so a huge one must not hide the job. */
-    json_t *root = resp_job_load(json, len, JSON_DECODE_INT_AS_REAL);
-    int rc = -1;
+    struct json_pick_value v[CE_PATHS];
+    bool oom = false;
 
     memset(j, 0, sizeof(*j));
-    if (root != NULL && resp_job_is_kombu(root)) {
-        const json_t *headers = json_object_get(root, "headers");
-        const json_t *props = json_object_get(root, "properties");
-        const json_t *info = json_object_get(props, "delivery_info");
-        const char *id = resp_job_str_nonempty(headers, "id");
-        if (id == NULL)
-            id = resp_job_str_nonempty(props, "correlation_id");
-        bool redelivered = json_is_true(json_object_get(headers, "redelivered")) ||
-                           json_is_true(json_object_get(info, "redelivered"));
-        if (id != NULL)
-            rc = resp_job_fill(j, id, resp_job_str(headers, "task"),
-                               resp_job_str(info, "routing_key"),
-                               resp_job_str(props, "delivery_tag"), redelivered);
+    if (resp_job_pick(json, len, resp_job_celery_paths, CE_PATHS, v) != 0 ||
+        !resp_job_picked_kombu(v))
+        return -1;
+    j->id = resp_job_take(json, &v[CE_ID], true, &oom);
+    if (j->id == NULL && !oom)
+        j->id = resp_job_take(json, &v[CE_CORRELATION_ID], true, &oom);
+    if (j->id == NULL) {
+        resp_job_clear(j);
+        return -1;
     }
-    json_decref(root);
-    return rc;
+    j->task = resp_job_take(json, &v[CE_TASK], false, &oom);
+    j->queue = resp_job_take(json, &v[CE_ROUTING_KEY], false, &oom);
+    j->tag = resp_job_take(json, &v[CE_TAG], false, &oom);
+    j->redelivered =
+        v[CE_H_REDELIVERED].type == JSON_PICK_TRUE || v[CE_I_REDELIVERED].type == JSON_PICK_TRUE;
+    if (oom) {
+        resp_job_clear(j);
+        return -1;
+    }
+    return 0;
 }
 
 /* obj[key], created as an empty object when absent.  Borrowed; NULL when allocation fails.
@@ -249,11 +293,17 @@ int resp_job_celery_redelivered(const void *json, size_t len, char **out, size_t
 {
     /* Integers stay integers here (delivery_mode 2 must not come back as 2.0), so one that does
      * not fit in json_int_t fails the parse rather than being rewritten. */
+    struct json_pick_value v[CE_PATHS];
+    *out = NULL;
+    *outlen = 0;
+    /* What resp_job_celery() refuses is not rewritten either (json_pick() is stricter than
+     * jansson in one place: a NUL byte after a number or a literal). */
+    if (resp_job_pick(json, len, resp_job_celery_paths, CE_PATHS, v) != 0 ||
+        !resp_job_picked_kombu(v))
+        return -1;
     json_t *root = resp_job_load(json, len, 0);
     int rc = -1;
 
-    *out = NULL;
-    *outlen = 0;
     if (root != NULL && resp_job_is_kombu(root) && resp_job_mark_redelivered(root) == 0)
         rc = resp_job_dump(root, out, outlen);
     json_decref(root);

@@ -5,14 +5,15 @@
  * The RESP codec (resp.h) finds the bytes of an LPUSH argument or a BRPOP reply element; these
  * functions say which job they carry, so that a rule can name a job by id, task or queue, and
  * build the message Celery's visibility-timeout restore would push back.  Pure C over byte
- * spans, JSON read with jansson: no sockets, no libevent, no logging.
+ * spans, JSON read with json_pick.h (rewritten with jansson): no sockets, no libevent, no
+ * logging.
  *
  * Every function takes arbitrary bytes (not NUL-terminated, invalid UTF-8, truncated, huge,
  * deeply nested, fields of the wrong type) and answers 0 or -1; nothing is leaked on either.
- * A payload longer than RESP_JOB_MAX_JSON, or nested deeper than RESP_JOB_MAX_DEPTH, is refused
- * before jansson parses it.  Only a JSON object is a job; invalid UTF-8 or a lone surrogate
- * anywhere in it makes it unreadable as a whole (jansson rejects the document), whereas an
- * embedded "\u0000" only disqualifies the string it is in.
+ * A payload longer than RESP_JOB_MAX_JSON, or nested deeper than RESP_JOB_MAX_DEPTH, is refused.
+ * Only a JSON object is a job; invalid UTF-8 or a lone surrogate anywhere in it makes it
+ * unreadable as a whole (as jansson rejects the document), whereas an embedded "\u0000" only
+ * disqualifies the string it is in.
  *
  * Ownership: the strings in struct resp_job and the buffers returned through char ** are
  * malloc'd and belong to the caller; resp_job_clear() frees a struct resp_job.

@@ -13,11 +13,17 @@
  * a job that is read has a non-empty id and NUL-free strings, a failed read leaves nothing
  * behind, the RQ task is the bytes before the first '(', and the redelivered message is a
  * kombu message again, carries the same job marked redelivered, and is a fixed point.
+ *
+ * The Sidekiq and Celery readers take their fields with json_pick() (proto/json_pick.h), which
+ * replaced jansson there: every input is also read by the jansson readers they replaced (below,
+ * oracle_*), and both must answer the same job or refuse it alike.
  */
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+
+#include <jansson.h>
 
 #include "proto/resp_job.h"
 
@@ -53,11 +59,118 @@ static void check_job(int rc, const struct resp_job *j)
     CHECK(j->id != NULL && j->id[0] != '\0');
 }
 
+/* ---- the jansson readers json_pick() replaced: the oracle ---- */
+
+static json_t *oracle_load(const void *json, size_t len)
+{
+    if (len == 0 || len > RESP_JOB_MAX_JSON)
+        return NULL;
+    /* resp_job.c's depth scan: brackets outside strings, RESP_JOB_MAX_DEPTH at most. */
+    const uint8_t *p = json;
+    size_t depth = 0;
+    bool in_string = false;
+    for (size_t i = 0; i < len; i++) {
+        if (in_string) {
+            if (p[i] == '\\')
+                i++;
+            else if (p[i] == '"')
+                in_string = false;
+        } else if (p[i] == '"') {
+            in_string = true;
+        } else if (p[i] == '[' || p[i] == '{') {
+            if (++depth > RESP_JOB_MAX_DEPTH)
+                return NULL;
+        } else if ((p[i] == ']' || p[i] == '}') && depth > 0) {
+            depth--;
+        }
+    }
+    json_error_t err;
+    json_t *root = json_loadb(json, len, JSON_DECODE_INT_AS_REAL | JSON_ALLOW_NUL, &err);
+    if (root != NULL && !json_is_object(root)) {
+        json_decref(root);
+        return NULL;
+    }
+    return root;
+}
+
+static const char *oracle_str(const json_t *obj, const char *key, bool nonempty)
+{
+    const json_t *v = json_object_get(obj, key);
+    if (!json_is_string(v))
+        return NULL;
+    const char *s = json_string_value(v);
+    if (strlen(s) != json_string_length(v) || (nonempty && s[0] == '\0'))
+        return NULL;
+    return s;
+}
+
+/* jansson's one known leniency: a NUL byte right after a number or a literal (true, false,
+ * null) is lost by its stream's unget, and the document reads as if it were not there.
+ * json_pick() refuses it. */
+static bool nul_quirk(const uint8_t *p, size_t len, int rc, int orc)
+{
+    return rc == -1 && orc == 0 && memchr(p, 0, len) != NULL;
+}
+
+static bool same_job(int rc, const struct resp_job *j, int orc, const char *id, const char *task,
+                     const char *queue, const char *tag, bool redelivered)
+{
+    if (rc != orc)
+        return false;
+    return rc != 0 || (same_str(j->id, id) && same_str(j->task, task) &&
+                       same_str(j->queue, queue) && same_str(j->tag, tag) &&
+                       j->redelivered == redelivered);
+}
+
+static void oracle_sidekiq(const uint8_t *p, size_t len, int rc, const struct resp_job *j)
+{
+    json_t *root = oracle_load(p, len);
+    const char *jid = oracle_str(root, "jid", true), *cls = oracle_str(root, "class", true);
+    const char *task = cls;
+    if (cls != NULL && (strcmp(cls, "ActiveJob::QueueAdapters::SidekiqAdapter::JobWrapper") == 0 ||
+                        strcmp(cls, "Sidekiq::ActiveJob::Wrapper") == 0)) {
+        const char *w = oracle_str(root, "wrapped", true);
+        if (w == NULL)
+            w = oracle_str(json_array_get(json_object_get(root, "args"), 0), "job_class", true);
+        if (w != NULL)
+            task = w;
+    }
+    int orc = jid != NULL && cls != NULL ? 0 : -1;
+    CHECK(nul_quirk(p, len, rc, orc) ||
+          same_job(rc, j, orc, jid, task, oracle_str(root, "queue", false), NULL,
+                   json_object_get(root, "retry_count") != NULL));
+    json_decref(root);
+}
+
+static void oracle_celery(const uint8_t *p, size_t len, int rc, const struct resp_job *j)
+{
+    json_t *root = oracle_load(p, len);
+    const json_t *h = json_object_get(root, "headers"), *pr = json_object_get(root, "properties");
+    const json_t *info = json_object_get(pr, "delivery_info");
+    bool kombu = root != NULL && (h != NULL || pr != NULL) && (h == NULL || json_is_object(h)) &&
+                 (pr == NULL || json_is_object(pr)) && (info == NULL || json_is_object(info));
+    const char *id = NULL;
+    if (kombu) {
+        id = oracle_str(h, "id", true);
+        if (id == NULL)
+            id = oracle_str(pr, "correlation_id", true);
+    }
+    bool redelivered = json_is_true(json_object_get(h, "redelivered")) ||
+                       json_is_true(json_object_get(info, "redelivered"));
+    int orc = id != NULL ? 0 : -1;
+    CHECK(nul_quirk(p, len, rc, orc) ||
+          same_job(rc, j, orc, id, oracle_str(h, "task", false),
+                   oracle_str(info, "routing_key", false), oracle_str(pr, "delivery_tag", false),
+                   redelivered));
+    json_decref(root);
+}
+
 static void fuzz_sidekiq(const uint8_t *p, size_t len)
 {
     struct resp_job j;
     int rc = resp_job_sidekiq(p, len, &j);
     check_job(rc, &j);
+    oracle_sidekiq(p, len, rc, &j);
     CHECK(rc < 0 || (j.task != NULL && j.task[0] != '\0' && j.tag == NULL));
     resp_job_clear(&j);
     resp_job_clear(&j);
@@ -98,6 +211,7 @@ static void fuzz_celery(const uint8_t *p, size_t len)
     struct resp_job j;
     int rc = resp_job_celery(p, len, &j);
     check_job(rc, &j);
+    oracle_celery(p, len, rc, &j);
     fuzz_celery_redelivered(p, len, rc, &j);
     resp_job_clear(&j);
 }

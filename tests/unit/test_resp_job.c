@@ -31,6 +31,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "proto/json_pick.h"
 #include "proto/resp_job.h"
 
 #define MUTATIONS 20000
@@ -872,6 +873,165 @@ static void test_mutations(void **state)
     assert_true(rq_ok > MUTATIONS / 10 && rq_ok < MUTATIONS);
 }
 
+/* ---- json_pick() itself ---- */
+
+enum { P_A, P_B, P_AB, P_LIST0, P_LIST0X, N_P };
+
+static const struct json_pick_path pick_paths[N_P] = {
+    [P_A] = {1, {"a"}},
+    [P_B] = {1, {"b"}},
+    [P_AB] = {2, {"a", "b"}},
+    [P_LIST0] = {2, {"list", NULL}},
+    [P_LIST0X] = {3, {"list", NULL, "x"}},
+};
+
+/* json_pick() of the NUL-terminated doc (a heap copy of its length), and *v. */
+static int pick(const char *doc, struct json_pick_value *v)
+{
+    size_t len = strlen(doc);
+    uint8_t *b = dup_exact(doc, len);
+    int rc = json_pick(b, len, JSON_PICK_MAX_DEPTH, pick_paths, N_P, v);
+    free(b);
+    return rc;
+}
+
+/* The string at path k of doc, decoded ("" marks a string holding NUL: json_pick_strdup() gives
+ * NULL then), checked against want (NULL: no string there). */
+static void assert_picked(const char *doc, int k, const char *want)
+{
+    struct json_pick_value v[N_P];
+    assert_int_equal(pick(doc, v), 0);
+    if (want == NULL) {
+        assert_int_not_equal(v[k].type, JSON_PICK_STRING);
+        return;
+    }
+    assert_int_equal(v[k].type, JSON_PICK_STRING);
+    char *s = json_pick_strdup(doc, &v[k]);
+    if (v[k].nul) {
+        assert_null(s);
+        assert_string_equal(want, "");
+        return;
+    }
+    assert_non_null(s);
+    assert_string_equal(s, want);
+    free(s);
+}
+
+static void test_json_pick_paths(void **state)
+{
+    (void)state;
+    struct json_pick_value v[N_P];
+    assert_picked("{\"a\": \"x\", \"b\": \"y\"}", P_A, "x");
+    assert_picked("{\"a\": {\"b\": \"deep\"}}", P_AB, "deep");
+    assert_picked("{\"a\": {\"b\": \"deep\"}}", P_B, NULL); /* b under a is not top-level b */
+    assert_picked("{\"list\": [\"first\", \"second\"]}", P_LIST0, "first");
+    assert_picked("{\"list\": [{\"x\": \"one\"}, {\"x\": \"two\"}]}", P_LIST0X, "one");
+    assert_picked("{\"list\": [[], {\"x\": \"two\"}]}", P_LIST0X, NULL); /* only element 0 */
+    assert_picked("{\"list\": {\"x\": \"obj\"}}", P_LIST0X, NULL);       /* not an array */
+    /* Escapes, in keys and values. */
+    assert_picked("{\"\\u0061\": \"k\"}", P_A, "k");
+    assert_picked("{\"a\": \"\\\"q\\\" \\\\ \\/ \\t\\u00e9\\ud83d\\ude00\"}", P_A,
+                  "\"q\" \\ / \t\xc3\xa9\xf0\x9f\x98\x80");
+    assert_picked("{\"a\": \"x\\u0000y\"}", P_A, ""); /* holds a NUL */
+    /* The last of duplicate keys, its whole value: a later "a" forgets what the first held. */
+    assert_picked("{\"a\": \"one\", \"a\": \"two\"}", P_A, "two");
+    assert_picked("{\"a\": {\"b\": \"old\"}, \"a\": {\"c\": 1}}", P_AB, NULL);
+    assert_picked("{\"a\": {\"b\": \"old\"}, \"a\": 7}", P_AB, NULL);
+    assert_int_equal(pick("{\"a\": {\"b\": 1}, \"b\": [true, null]}", v), 0);
+    assert_int_equal(v[P_A].type, JSON_PICK_OBJECT);
+    assert_int_equal(v[P_AB].type, JSON_PICK_NUMBER);
+    assert_int_equal(v[P_B].type, JSON_PICK_ARRAY);
+    assert_int_equal(pick("{\"a\": true, \"b\": false}", v), 0);
+    assert_int_equal(v[P_A].type, JSON_PICK_TRUE);
+    assert_int_equal(v[P_B].type, JSON_PICK_FALSE);
+    assert_int_equal(pick(" {} ", v), 0);
+    assert_int_equal(v[P_A].type, JSON_PICK_ABSENT);
+}
+
+/* What jansson refuses, json_pick() refuses; and what it reads, json_pick() reads. */
+static void test_json_pick_grammar(void **state)
+{
+    (void)state;
+    struct json_pick_value v[N_P];
+    static const char *const ok[] = {
+        "{\"n\": -0}",
+        "{\"n\": 1.5e-3}",
+        "{\"n\": 1E+2}",
+        "{\"n\": 1e-400}",
+        "{\"n\": 123456789012345678901234567890}",
+        "{\"n\": 1e308}",
+        "{\"s\": \"\x7f \xf4\x8f\xbf\xbf\"}",
+        "\t\r\n{\"a\":[]}\n",
+    };
+    static const char *const bad[] = {
+        "",
+        "[]",
+        "\"s\"",
+        "{",
+        "{\"a\"}",
+        "{\"a\":}",
+        "{\"a\":1,}",
+        "{\"a\":[1,]}",
+        "{} {}",
+        "{}x",
+        "{\"n\": 01}",
+        "{\"n\": 1.}",
+        "{\"n\": .5}",
+        "{\"n\": -}",
+        "{\"n\": 1e}",
+        "{\"n\": +1}",
+        "{\"n\": 1e400}",
+        "{\"n\": -1e309}",
+        "{\"t\": tru}",
+        "{\"t\": truex}",
+        "{\"t\": True}",
+        "{\"t\": nul}",
+        "{\"s\": \"a\x01\"}",
+        "{\"s\": \"\\x\"}",
+        "{\"s\": \"\\u12\"}",
+        "{\"s\": \"\\ud800\"}",
+        "{\"s\": \"\\udc00\"}",
+        "{\"s\": \"\\ud800\\u0041\"}",
+        "{\"s\": \"\xc0\xaf\"}",
+        "{\"s\": \"\xed\xa0\x80\"}",
+        "{\"s\": \"\xf4\x90\x80\x80\"}",
+        "{\"s\": \"\x80\"}",
+        "{\"s\": \"\xe2\x82\"}",
+        "{\"k\\u0000\": 1}",
+        "{'a': 1}",
+        "{\"a\" 1}",
+        "{\"a\": 1 \"b\": 2}",
+        "\xef\xbb\xbf{}",
+    };
+    for (size_t i = 0; i < sizeof(ok) / sizeof(ok[0]); i++)
+        if (pick(ok[i], v) != 0)
+            fail_msg("refused: %s", ok[i]);
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++)
+        if (pick(bad[i], v) != -1)
+            fail_msg("read: %s", bad[i]);
+    /* A NUL byte that jansson's stream would lose (json_pick.h). */
+    assert_int_equal(json_pick("{\"a\": 1\0}", 9, JSON_PICK_MAX_DEPTH, pick_paths, N_P, v), -1);
+}
+
+static void test_json_pick_depth(void **state)
+{
+    (void)state;
+    struct json_pick_value v[N_P];
+    char doc[2 * 130 + 16];
+    for (size_t depth = 127; depth <= 129; depth++) {
+        /* {"a":[[...[]...]]}: the object and depth - 1 arrays. */
+        size_t n = 0;
+        n += (size_t)sprintf(doc, "{\"a\":");
+        for (size_t i = 1; i < depth; i++)
+            doc[n++] = '[';
+        for (size_t i = 1; i < depth; i++)
+            doc[n++] = ']';
+        doc[n++] = '}';
+        doc[n] = '\0';
+        assert_int_equal(json_pick(doc, n, 128, pick_paths, N_P, v), depth <= 128 ? 0 : -1);
+    }
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -894,6 +1054,9 @@ int main(void)
         cmocka_unit_test(test_rq_task),
         cmocka_unit_test(test_clear),
         cmocka_unit_test(test_mutations),
+        cmocka_unit_test(test_json_pick_paths),
+        cmocka_unit_test(test_json_pick_grammar),
+        cmocka_unit_test(test_json_pick_depth),
     };
     return cmocka_run_group_tests(tests, setup_golden, teardown_golden);
 }

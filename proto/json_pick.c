@@ -1,0 +1,479 @@
+/*
+ * json_pick.c - a few values out of a JSON document in one pass; see json_pick.h.
+ *
+ * One loop over the bytes with an explicit stack of open containers.  Each open container
+ * carries the set of asked paths that run through it (a bit per path); a member's key, or an
+ * array's first element, narrows that set for the value that follows, and a value at the end
+ * of a path is noted there.  A value that starts where a path runs through forgets what was
+ * noted under it: with a key given twice, the last value counts, as in jansson's objects.
+ *
+ * What is accepted follows jansson's load.c and utf.c (2.14, Debian 12) rule by rule, so that
+ * the job readers see the same documents as before: the token grammar of lex_scan(), strict
+ * UTF-8 of utf8_check_first() / utf8_check_full(), surrogate pairs of lex_scan_string(), "NUL
+ * byte in object key", and JSON_DECODE_INT_AS_REAL's "real number overflow" (strtod() ERANGE
+ * with HUGE_VAL).
+ */
+#include "proto/json_pick.h"
+
+#include <errno.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* Bytes a string can hold as they are: printable ASCII but '"' and '\\' (a control byte ends
+ * the fast run to be refused, a byte from 0x80 to be checked as UTF-8). */
+#define JP_P(c) ((c) >= 0x20 && (c) < 0x80 && (c) != '"' && (c) != '\\')
+#define JP_R4(b) JP_P(b), JP_P((b) + 1), JP_P((b) + 2), JP_P((b) + 3)
+#define JP_R16(b) JP_R4(b), JP_R4((b) + 4), JP_R4((b) + 8), JP_R4((b) + 12)
+#define JP_R64(b) JP_R16(b), JP_R16((b) + 16), JP_R16((b) + 32), JP_R16((b) + 48)
+static const bool jp_plain[256] = {JP_R64(0), JP_R64(64), JP_R64(128), JP_R64(192)};
+
+static inline bool jp_digit(uint8_t c)
+{
+    return c >= '0' && c <= '9';
+}
+
+static inline bool jp_alpha(uint8_t c)
+{
+    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z');
+}
+
+static inline size_t jp_ws(const uint8_t *p, size_t len, size_t i)
+{
+    while (i < len && p[i] <= ' ' && (p[i] == ' ' || p[i] == '\t' || p[i] == '\n' || p[i] == '\r'))
+        i++;
+    return i;
+}
+
+/* Whether any of the 8 bytes of x is one a string cannot hold as it is (jp_plain): below 0x20,
+ * '"', '\\' or from 0x80.  Each test is exact about whether some byte matches (the classic
+ * "has a zero byte" arithmetic), which is all that is asked. */
+static inline bool jp_special8(uint64_t x)
+{
+    const uint64_t ones = 0x0101010101010101u, highs = 0x8080808080808080u;
+    uint64_t quote = x ^ (ones * '"'), slash = x ^ (ones * '\\');
+    uint64_t low = (x - ones * 0x20) & ~x;
+    uint64_t zq = (quote - ones) & ~quote, zs = (slash - ones) & ~slash;
+    return ((low | zq | zs) & highs) != 0 || (x & highs) != 0;
+}
+
+static int jp_hex(uint8_t c)
+{
+    if (c >= '0' && c <= '9')
+        return c - '0';
+    if (c >= 'a' && c <= 'f')
+        return c - 'a' + 10;
+    if (c >= 'A' && c <= 'F')
+        return c - 'A' + 10;
+    return -1;
+}
+
+/* The code unit of the four hex digits at p[i..i+4), or -1. */
+static int32_t jp_hex4(const uint8_t *p, size_t len, size_t i)
+{
+    if (len - i < 4)
+        return -1;
+    int32_t v = 0;
+    for (size_t k = 0; k < 4; k++) {
+        int h = jp_hex(p[i + k]);
+        if (h < 0)
+            return -1;
+        v = v << 4 | h;
+    }
+    return v;
+}
+
+/* The length of the UTF-8 sequence of 2 to 4 bytes at s[0..r), or 0 when it is not one
+ * (jansson's utf8_check_first() and utf8_check_full()). */
+static size_t jp_utf8(const uint8_t *s, size_t r)
+{
+    uint8_t u = s[0];
+    size_t n;
+    uint32_t v;
+    if (u >= 0xc2 && u <= 0xdf) {
+        n = 2;
+        v = u & 0x1f;
+    } else if (u >= 0xe0 && u <= 0xef) {
+        n = 3;
+        v = u & 0x0f;
+    } else if (u >= 0xf0 && u <= 0xf4) {
+        n = 4;
+        v = u & 0x07;
+    } else {
+        return 0; /* a continuation byte, an overlong lead (0xc0, 0xc1), or past 0xf4 */
+    }
+    if (n > r)
+        return 0;
+    for (size_t k = 1; k < n; k++) {
+        if ((s[k] & 0xc0) != 0x80)
+            return 0;
+        v = v << 6 | (s[k] & 0x3f);
+    }
+    if (v > 0x10ffff || (v >= 0xd800 && v <= 0xdfff) || (n == 3 && v < 0x800) ||
+        (n == 4 && v < 0x10000))
+        return 0;
+    return n;
+}
+
+/* The string whose opening quote is at p[*pos - 1]: *pos past its closing quote, *escaped and
+ * *nul as in struct json_pick_value.  Returns 0, or -1 when it is not a valid string. */
+static int jp_string(const uint8_t *p, size_t len, size_t *pos, bool *escaped, bool *nul)
+{
+    size_t i = *pos;
+    for (;;) {
+        /* Eight bytes at a time through a run of plain ones, then one at a time. */
+        while (len - i >= 8) {
+            uint64_t x;
+            memcpy(&x, p + i, 8);
+            if (jp_special8(x))
+                break;
+            i += 8;
+        }
+        while (i < len && jp_plain[p[i]])
+            i++;
+        if (i >= len)
+            return -1;
+        uint8_t c = p[i];
+        if (c == '"') {
+            *pos = i + 1;
+            return 0;
+        }
+        if (c == '\\') {
+            *escaped = true;
+            if (len - i < 2)
+                return -1;
+            uint8_t e = p[i + 1];
+            if (e == 'u') {
+                int32_t u = jp_hex4(p, len, i + 2);
+                if (u < 0)
+                    return -1;
+                i += 6;
+                if (u >= 0xd800 && u <= 0xdbff) {
+                    /* A high surrogate must be followed by an escaped low one. */
+                    int32_t lo = len - i >= 2 && p[i] == '\\' && p[i + 1] == 'u'
+                                     ? jp_hex4(p, len, i + 2)
+                                     : -1;
+                    if (lo < 0xdc00 || lo > 0xdfff)
+                        return -1;
+                    i += 6;
+                } else if (u >= 0xdc00 && u <= 0xdfff) {
+                    return -1;
+                } else if (u == 0) {
+                    *nul = true;
+                }
+                continue;
+            }
+            if (e != '"' && e != '\\' && e != '/' && e != 'b' && e != 'f' && e != 'n' && e != 'r' &&
+                e != 't')
+                return -1;
+            i += 2;
+            continue;
+        }
+        if (c < 0x20)
+            return -1; /* a control character */
+        size_t k = jp_utf8(p + i, len - i);
+        if (k == 0)
+            return -1;
+        i += k;
+    }
+}
+
+/* Whether the number p[0..n) (grammatical) overflows a double: jansson refuses it. */
+static bool jp_overflows(const uint8_t *p, size_t n)
+{
+    char small[128];
+    char *s = n < sizeof(small) ? small : malloc(n + 1);
+    if (s == NULL)
+        return true; /* cannot tell: refused, as a failed allocation fails jansson's load */
+    memcpy(s, p, n);
+    s[n] = '\0';
+    errno = 0;
+    double v = strtod(s, NULL);
+    bool over = (v == HUGE_VAL || v == -HUGE_VAL) && errno == ERANGE;
+    if (s != small)
+        free(s);
+    return over;
+}
+
+/* The number at p[*pos]: *pos past it.  Returns 0, or -1 when it is not a valid number. */
+static int jp_number(const uint8_t *p, size_t len, size_t *pos)
+{
+    size_t start = *pos, i = start;
+    if (p[i] == '-')
+        i++;
+    if (i >= len)
+        return -1;
+    size_t int_start = i;
+    if (p[i] == '0') {
+        i++;
+        if (i < len && jp_digit(p[i]))
+            return -1; /* a leading zero */
+    } else if (jp_digit(p[i])) {
+        while (i < len && jp_digit(p[i]))
+            i++;
+    } else {
+        return -1;
+    }
+    size_t int_digits = i - int_start;
+    bool exponent = false;
+    if (i < len && p[i] == '.') {
+        i++;
+        if (i >= len || !jp_digit(p[i]))
+            return -1;
+        while (i < len && jp_digit(p[i]))
+            i++;
+    }
+    if (i < len && (p[i] == 'e' || p[i] == 'E')) {
+        i++;
+        if (i < len && (p[i] == '+' || p[i] == '-'))
+            i++;
+        if (i >= len || !jp_digit(p[i]))
+            return -1;
+        while (i < len && jp_digit(p[i]))
+            i++;
+        exponent = true;
+    }
+    /* Below 10^300 without an exponent, no double overflows: strtod() only for the rest. */
+    if ((exponent || int_digits > 300) && jp_overflows(p + start, i - start))
+        return -1;
+    *pos = i;
+    return 0;
+}
+
+/* Decodes the string bytes s[0..n) (checked by jp_string()) into d; returns the length. */
+static size_t jp_decode(const uint8_t *s, size_t n, char *d)
+{
+    size_t o = 0;
+    for (size_t i = 0; i < n;) {
+        if (s[i] != '\\') {
+            d[o++] = (char)s[i++];
+            continue;
+        }
+        uint8_t e = s[i + 1];
+        i += 2;
+        if (e != 'u') {
+            static const char from[] = "\"\\/bfnrt", to[] = "\"\\/\b\f\n\r\t";
+            d[o++] = to[strchr(from, e) - from];
+            continue;
+        }
+        uint32_t u = (uint32_t)jp_hex4(s, n, i);
+        i += 4;
+        if (u >= 0xd800 && u <= 0xdbff) {
+            u = 0x10000 + ((u - 0xd800) << 10) + ((uint32_t)jp_hex4(s, n, i + 2) - 0xdc00);
+            i += 6;
+        }
+        if (u < 0x80) {
+            d[o++] = (char)u;
+        } else if (u < 0x800) {
+            d[o++] = (char)(0xc0 | u >> 6);
+            d[o++] = (char)(0x80 | (u & 0x3f));
+        } else if (u < 0x10000) {
+            d[o++] = (char)(0xe0 | u >> 12);
+            d[o++] = (char)(0x80 | (u >> 6 & 0x3f));
+            d[o++] = (char)(0x80 | (u & 0x3f));
+        } else {
+            d[o++] = (char)(0xf0 | u >> 18);
+            d[o++] = (char)(0x80 | (u >> 12 & 0x3f));
+            d[o++] = (char)(0x80 | (u >> 6 & 0x3f));
+            d[o++] = (char)(0x80 | (u & 0x3f));
+        }
+    }
+    return o;
+}
+
+/* Whether the key p[off..off+n) (escaped as told) is want[0..wn). */
+static bool jp_key_is(const uint8_t *p, size_t off, size_t n, bool escaped, const char *want,
+                      size_t wn)
+{
+    if (!escaped)
+        return n == wn && p[off] == (uint8_t)want[0] && memcmp(p + off, want, n) == 0;
+    /* Each escape stands for at least one byte in at most six (twelve for four): a key written
+     * in more than 6 * JSON_PICK_MAX_KEY bytes is longer than any asked. */
+    char d[6 * JSON_PICK_MAX_KEY];
+    if (n > sizeof(d))
+        return false;
+    size_t dn = jp_decode(p + off, n, d);
+    return dn == wn && memcmp(d, want, wn) == 0;
+}
+
+struct jp_level {
+    uint32_t paths; /* the asked paths that run through this container */
+    bool object;
+    bool first; /* an array before its first element */
+};
+
+/* A value of `type` starts at depth d where the paths `on` run: noted at the paths ending
+ * here, forgotten at the paths going deeper. */
+static void jp_note(const struct json_pick_path *paths, struct json_pick_value *out, uint32_t on,
+                    size_t d, const struct json_pick_value *v)
+{
+    while (on != 0) {
+        unsigned k = (unsigned)__builtin_ctz(on);
+        on &= on - 1;
+        out[k] = paths[k].n == d ? *v : (struct json_pick_value){0};
+    }
+}
+
+int json_pick(const void *json, size_t len, size_t max_depth, const struct json_pick_path *paths,
+              size_t n, struct json_pick_value *out)
+{
+    const uint8_t *p = json;
+    struct jp_level st[JSON_PICK_MAX_DEPTH];
+    if (p == NULL || n > JSON_PICK_MAX_PATHS || max_depth > JSON_PICK_MAX_DEPTH)
+        return -1;
+    uint8_t klen[JSON_PICK_MAX_PATHS][JSON_PICK_MAX_KEYS]; /* each key's length, measured once */
+    for (size_t k = 0; k < n; k++) {
+        out[k] = (struct json_pick_value){0};
+        if (paths[k].n == 0 || paths[k].n > JSON_PICK_MAX_KEYS)
+            return -1; /* not a path this reader can ask for */
+        for (size_t d = 0; d < paths[k].n; d++) {
+            const char *key = paths[k].keys[d];
+            size_t kl = key != NULL ? strlen(key) : 0;
+            if (key != NULL && (kl == 0 || kl > JSON_PICK_MAX_KEY))
+                return -1;
+            klen[k][d] = (uint8_t)kl;
+        }
+    }
+    size_t i = jp_ws(p, len, 0);
+    if (i >= len || p[i] != '{')
+        return -1; /* jansson reads arrays too, but a job is an object */
+    size_t d = 0;  /* containers open around the value being read */
+    uint32_t on = n == 32 ? UINT32_MAX : (UINT32_C(1) << n) - 1; /* paths through that value */
+
+    for (;;) {
+        /* A value at depth d. */
+        i = jp_ws(p, len, i);
+        if (i >= len)
+            return -1;
+        struct json_pick_value v = {0};
+        uint8_t c = p[i];
+        if (c == '{' || c == '[') {
+            v.type = c == '{' ? JSON_PICK_OBJECT : JSON_PICK_ARRAY;
+            if (on != 0)
+                jp_note(paths, out, on, d, &v);
+            if (d == max_depth)
+                return -1;
+            uint32_t deeper = 0;
+            for (uint32_t m = on; m != 0; m &= m - 1) {
+                unsigned k = (unsigned)__builtin_ctz(m);
+                if (paths[k].n > d)
+                    deeper |= UINT32_C(1) << k;
+            }
+            st[d++] = (struct jp_level){.paths = deeper, .object = c == '{', .first = c == '['};
+            i = jp_ws(p, len, i + 1);
+            if (i < len && p[i] == (c == '{' ? '}' : ']')) {
+                i++;
+                d--;
+            } else if (c == '{') {
+                goto member;
+            } else {
+                goto element;
+            }
+        } else {
+            if (c == '"') {
+                size_t at = ++i;
+                if (jp_string(p, len, &i, &v.escaped, &v.nul) != 0)
+                    return -1;
+                v.type = JSON_PICK_STRING;
+                v.off = at;
+                v.len = i - 1 - at;
+            } else if (c == '-' || jp_digit(c)) {
+                if (jp_number(p, len, &i) != 0)
+                    return -1;
+                v.type = JSON_PICK_NUMBER;
+            } else {
+                /* jansson reads a run of letters and wants it whole. */
+                size_t e = i;
+                while (e < len && jp_alpha(p[e]))
+                    e++;
+                if (e - i == 4 && memcmp(p + i, "true", 4) == 0)
+                    v.type = JSON_PICK_TRUE;
+                else if (e - i == 5 && memcmp(p + i, "false", 5) == 0)
+                    v.type = JSON_PICK_FALSE;
+                else if (e - i == 4 && memcmp(p + i, "null", 4) == 0)
+                    v.type = JSON_PICK_NULL;
+                else
+                    return -1;
+                i = e;
+            }
+            if (on != 0)
+                jp_note(paths, out, on, d, &v);
+        }
+
+        /* After a value: the container around it goes on, or closes. */
+        for (;;) {
+            if (d == 0)
+                return jp_ws(p, len, i) == len ? 0 : -1;
+            struct jp_level *l = &st[d - 1];
+            i = jp_ws(p, len, i);
+            if (i >= len)
+                return -1;
+            if (p[i] == ',') {
+                i++;
+                if (l->object)
+                    goto member;
+                goto element;
+            }
+            if (p[i] != (l->object ? '}' : ']'))
+                return -1;
+            i++;
+            d--;
+        }
+
+    member : {
+        /* A key of the object st[d - 1], then its value. */
+        i = jp_ws(p, len, i);
+        if (i >= len || p[i] != '"')
+            return -1;
+        size_t at = ++i;
+        bool escaped = false, nul = false;
+        if (jp_string(p, len, &i, &escaped, &nul) != 0 || nul)
+            return -1; /* jansson: "NUL byte in object key not supported" */
+        size_t keylen = i - 1 - at;
+        i = jp_ws(p, len, i);
+        if (i >= len || p[i] != ':')
+            return -1;
+        i++;
+        on = 0;
+        for (uint32_t m = st[d - 1].paths; m != 0; m &= m - 1) {
+            unsigned k = (unsigned)__builtin_ctz(m);
+            const char *key = paths[k].keys[d - 1];
+            if (key != NULL && jp_key_is(p, at, keylen, escaped, key, klen[k][d - 1]))
+                on |= UINT32_C(1) << k;
+        }
+        continue;
+    }
+    element : {
+        /* An element of the array st[d - 1]: only the first can be on a path. */
+        struct jp_level *l = &st[d - 1];
+        on = 0;
+        if (l->first) {
+            for (uint32_t m = l->paths; m != 0; m &= m - 1) {
+                unsigned k = (unsigned)__builtin_ctz(m);
+                if (paths[k].keys[d - 1] == NULL)
+                    on |= UINT32_C(1) << k;
+            }
+            l->first = false;
+        }
+        continue;
+    }
+    }
+}
+
+char *json_pick_strdup(const void *json, const struct json_pick_value *v)
+{
+    if (v->type != JSON_PICK_STRING || v->nul)
+        return NULL;
+    char *s = malloc(v->len + 1);
+    if (s == NULL)
+        return NULL;
+    const uint8_t *p = (const uint8_t *)json + v->off;
+    size_t n = v->len;
+    if (v->escaped) {
+        n = jp_decode(p, v->len, s);
+    } else if (n > 0) {
+        memcpy(s, p, n);
+    }
+    s[n] = '\0';
+    return s;
+}
