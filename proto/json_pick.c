@@ -45,16 +45,17 @@ static inline size_t jp_ws(const uint8_t *p, size_t len, size_t i)
     return i;
 }
 
-/* Whether any of the 8 bytes of x is one a string cannot hold as it is (jp_plain): below 0x20,
- * '"', '\\' or from 0x80.  Each test is exact about whether some byte matches (the classic
- * "has a zero byte" arithmetic), which is all that is asked. */
-static inline bool jp_special8(uint64_t x)
+/* A bit in the top of each of the 8 bytes of x (loaded little-endian) that a string cannot hold
+ * as it is (jp_plain): below 0x20, '"', '\\', or from 0x80.  The "has a zero byte" arithmetic
+ * can also mark bytes above a match, through its borrow, but never one below the first: the
+ * lowest bit set is exactly the first such byte. */
+static inline uint64_t jp_special8(uint64_t x)
 {
     const uint64_t ones = 0x0101010101010101u, highs = 0x8080808080808080u;
     uint64_t quote = x ^ (ones * '"'), slash = x ^ (ones * '\\');
     uint64_t low = (x - ones * 0x20) & ~x;
     uint64_t zq = (quote - ones) & ~quote, zs = (slash - ones) & ~slash;
-    return ((low | zq | zs) & highs) != 0 || (x & highs) != 0;
+    return (low | zq | zs | x) & highs;
 }
 
 static int jp_hex(uint8_t c)
@@ -121,18 +122,26 @@ static int jp_string(const uint8_t *p, size_t len, size_t *pos, bool *escaped, b
 {
     size_t i = *pos;
     for (;;) {
-        /* Eight bytes at a time through a run of plain ones, then one at a time. */
+#if __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
+        /* Eight bytes at a time to the first that is not plain. */
         while (len - i >= 8) {
             uint64_t x;
             memcpy(&x, p + i, 8);
-            if (jp_special8(x))
-                break;
+            uint64_t m = jp_special8(x);
+            if (m != 0) {
+                i += (size_t)__builtin_ctzll(m) / 8;
+                goto found;
+            }
             i += 8;
         }
+#endif
         while (i < len && jp_plain[p[i]])
             i++;
         if (i >= len)
             return -1;
+#if __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
+    found:;
+#endif
         uint8_t c = p[i];
         if (c == '"') {
             *pos = i + 1;
@@ -322,6 +331,7 @@ int json_pick(const void *json, size_t len, size_t max_depth, const struct json_
     if (p == NULL || n > JSON_PICK_MAX_PATHS || max_depth > JSON_PICK_MAX_DEPTH)
         return -1;
     uint8_t klen[JSON_PICK_MAX_PATHS][JSON_PICK_MAX_KEYS]; /* each key's length, measured once */
+    uint64_t lens[JSON_PICK_MAX_KEYS] = {0}; /* bit L: some path has a key of L bytes there */
     for (size_t k = 0; k < n; k++) {
         out[k] = (struct json_pick_value){0};
         if (paths[k].n == 0 || paths[k].n > JSON_PICK_MAX_KEYS)
@@ -332,6 +342,7 @@ int json_pick(const void *json, size_t len, size_t max_depth, const struct json_
             if (key != NULL && (kl == 0 || kl > JSON_PICK_MAX_KEY))
                 return -1;
             klen[k][d] = (uint8_t)kl;
+            lens[d] |= UINT64_C(1) << kl;
         }
     }
     size_t i = jp_ws(p, len, 0);
@@ -435,7 +446,13 @@ int json_pick(const void *json, size_t len, size_t max_depth, const struct json_
             return -1;
         i++;
         on = 0;
-        for (uint32_t m = st[d - 1].paths; m != 0; m &= m - 1) {
+        uint32_t cand = st[d - 1].paths;
+        /* A key written without escapes is as long as it reads: no path key of that length, no
+         * comparison.  (A path runs through st[d - 1] only when d - 1 < JSON_PICK_MAX_KEYS.) */
+        if (cand != 0 && !escaped &&
+            (keylen > JSON_PICK_MAX_KEY || ((lens[d - 1] >> keylen) & 1) == 0))
+            cand = 0;
+        for (uint32_t m = cand; m != 0; m &= m - 1) {
             unsigned k = (unsigned)__builtin_ctz(m);
             const char *key = paths[k].keys[d - 1];
             if (key != NULL && jp_key_is(p, at, keylen, escaped, key, klen[k][d - 1]))

@@ -946,6 +946,9 @@ static void test_json_pick_paths(void **state)
     assert_int_equal(v[P_B].type, JSON_PICK_FALSE);
     assert_int_equal(pick(" {} ", v), 0);
     assert_int_equal(v[P_A].type, JSON_PICK_ABSENT);
+    /* Objects deeper than any path: their keys are read and compared with nothing. */
+    assert_int_equal(pick("{\"a\":{\"b\":{\"c\":{\"d\":{\"a\":{\"b\":\"x\"}}}}}}", v), 0);
+    assert_int_equal(v[P_AB].type, JSON_PICK_OBJECT);
 }
 
 /* What jansson refuses, json_pick() refuses; and what it reads, json_pick() reads. */
