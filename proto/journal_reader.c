@@ -128,6 +128,88 @@ int journal_encode_entry(const Twice__Journal__Entry *e, uint8_t *out, size_t ca
     return 0;
 }
 
+/* ---- a record's entry, encoded without protobuf-c's reflection ---------------------------- */
+
+/* Record's fields by number (journal.proto), each with its wire type: 'v' a varint, 's' a
+ * string.  protobuf-c writes a proto3 message's fields in this order and leaves out those at
+ * their default (0, false, NULL or ""): so does record_fields(). */
+struct record_field {
+    uint8_t number;
+    char wire;
+    uint64_t v;
+    const char *s;
+    size_t len;
+};
+
+/* r's fields that are not at their default, in field order, into f[]; returns how many. */
+static size_t record_fields(const Twice__Journal__Record *r, struct record_field f[19])
+{
+    const struct record_field all[] = {
+        {1, 'v', (uint64_t)(int64_t)r->kind, NULL, 0},
+        {2, 'v', r->time_unix_us, NULL, 0},
+        {3, 'v', r->session, NULL, 0},
+        {4, 's', 0, r->listener, 0},
+        {5, 's', 0, r->queue, 0},
+        {6, 's', 0, r->task, 0},
+        {7, 's', 0, r->message_id, 0},
+        {8, 'v', r->delivery_tag, NULL, 0},
+        {9, 'v', r->redelivered ? 1u : 0u, NULL, 0},
+        {10, 's', 0, r->rule, 0},
+        {11, 'v', r->action, NULL, 0},
+        {12, 's', 0, r->action_name, 0},
+        {13, 'v', r->event, NULL, 0},
+        {14, 's', 0, r->client, 0},
+        {15, 'v', r->close_reason, NULL, 0},
+        {16, 's', 0, r->close_reason_name, 0},
+        {17, 'v', r->bytes_up, NULL, 0},
+        {18, 'v', r->bytes_down, NULL, 0},
+        {19, 's', 0, r->detail, 0},
+    };
+    size_t n = 0;
+    for (size_t i = 0; i < sizeof(all) / sizeof(all[0]); i++) {
+        struct record_field x = all[i];
+        if (x.wire == 'v' ? x.v == 0 : x.s == NULL || x.s[0] == '\0')
+            continue;
+        if (x.wire == 's')
+            x.len = strlen(x.s);
+        f[n++] = x;
+    }
+    return n;
+}
+
+int journal_encode_record_entry(const Twice__Journal__Record *r, uint8_t *out, size_t cap,
+                                size_t *written)
+{
+    struct record_field f[19];
+    size_t n = record_fields(r, f);
+    size_t rec = 0; /* the Record message's bytes */
+    for (size_t i = 0; i < n; i++)
+        rec += varint_size((uint64_t)f[i].number << 3) +
+               (f[i].wire == 'v' ? varint_size(f[i].v) : varint_size(f[i].len) + f[i].len);
+    size_t body = 1 + varint_size(rec) + rec; /* Entry: field 2, length-delimited */
+    if (body > JOURNAL_RECORD_MAX)
+        return JOURNAL_ERR_TOO_LARGE;
+    if (cap < varint_size(body) + body) {
+        *written = varint_size(body) + body;
+        return JOURNAL_ERR_SPACE;
+    }
+    size_t o = journal_put_varint(out, body);
+    out[o++] = 2 << 3 | 2;
+    o += journal_put_varint(out + o, rec);
+    for (size_t i = 0; i < n; i++) {
+        o += journal_put_varint(out + o, (uint64_t)f[i].number << 3 | (f[i].wire == 'v' ? 0 : 2));
+        if (f[i].wire == 'v') {
+            o += journal_put_varint(out + o, f[i].v);
+        } else {
+            o += journal_put_varint(out + o, f[i].len);
+            memcpy(out + o, f[i].s, f[i].len);
+            o += f[i].len;
+        }
+    }
+    *written = o;
+    return 0;
+}
+
 size_t journal_utf8_char_len(const unsigned char *p)
 {
     unsigned char c = p[0];

@@ -223,16 +223,21 @@ static void drop_locked(struct journal *j)
 /* Records up to this size are encoded on the caller's stack. */
 #define JOURNAL_STACK_RECORD 2048u
 
-/* Appends entry to the queued buffer, or drops it.  The event loops of every
- * thread call this: the entry is encoded before the lock is taken, so the
- * critical section is a copy of a few hundred bytes. */
-static void enqueue(struct journal *j, const Twice__Journal__Entry *entry)
+/* Appends record pr, as an entry, to the queued buffer, or drops it.  The event
+ * loops of every thread call this: the entry is encoded before the lock is
+ * taken, so the critical section is a copy of a few hundred bytes. */
+static void enqueue(struct journal *j, const Twice__Journal__Record *pr)
 {
-    size_t size = journal_entry_encoded_size(entry);
     uint8_t stack[JOURNAL_STACK_RECORD];
-    uint8_t *enc = size <= sizeof(stack) ? stack : malloc(size);
+    uint8_t *enc = stack;
     size_t n = 0;
-    bool encoded = enc != NULL && journal_encode_entry(entry, enc, size, &n) == 0;
+    int rc = journal_encode_record_entry(pr, stack, sizeof(stack), &n);
+    if (rc == JOURNAL_ERR_SPACE) {
+        size_t need = n;
+        enc = malloc(need);
+        rc = enc != NULL ? journal_encode_record_entry(pr, enc, need, &n) : JOURNAL_ERR_NOMEM;
+    }
+    bool encoded = rc == 0;
     pthread_mutex_lock(&j->mu);
     if (j->failed || !encoded || !buf_reserve(&j->queued, n)) {
         drop_locked(j);
@@ -258,11 +263,7 @@ void journal_record(struct journal *j, const struct journal_record *r)
     char *owned[JOURNAL_STRING_FIELDS] = {0};
     if (record_strings(&pr, r, owned)) {
         record_numbers(&pr, r);
-        Twice__Journal__Entry entry;
-        twice__journal__entry__init(&entry);
-        entry.body_case = TWICE__JOURNAL__ENTRY__BODY_RECORD;
-        entry.record = &pr;
-        enqueue(j, &entry);
+        enqueue(j, &pr);
     } else {
         atomic_fetch_add(&j->dropped, 1);
     }

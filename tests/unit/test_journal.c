@@ -368,6 +368,78 @@ static void assert_open_fails(const char *path, const char *needle)
         fail_msg("error '%s' does not mention '%s'", err, needle);
 }
 
+/* journal_encode_record_entry() writes, for any record, the bytes protobuf-c writes for its
+ * entry: every field alone at a few values (0 left out, one- and many-byte varints, a field
+ * number past 15 and its two-byte tag, empty and long strings), then random records. */
+static void assert_record_encodes_as_protobuf_c(const Twice__Journal__Record *r)
+{
+    Twice__Journal__Entry e = TWICE__JOURNAL__ENTRY__INIT;
+    e.body_case = TWICE__JOURNAL__ENTRY__BODY_RECORD;
+    e.record = (Twice__Journal__Record *)r;
+    static uint8_t want[4096], got[4096];
+    size_t wn = 0, gn = 0;
+    assert_int_equal(journal_encode_entry(&e, want, sizeof(want), &wn), 0);
+    assert_int_equal(journal_encode_record_entry(r, got, sizeof(got), &gn), 0);
+    assert_int_equal(gn, wn);
+    assert_memory_equal(got, want, wn);
+    /* Too little room: nothing written, the room needed told. */
+    size_t need = 0;
+    assert_int_equal(journal_encode_record_entry(r, got, wn - 1, &need), JOURNAL_ERR_SPACE);
+    assert_int_equal(need, wn);
+}
+
+static void test_record_encoding_matches_protobuf_c(void **state)
+{
+    (void)state;
+    static const uint64_t nums[] = {
+        0, 1, 127, 128, 300, 16383, 16384, UINT32_MAX, UINT64_C(1) << 35, UINT64_MAX};
+    char long_s[700];
+    memset(long_s, 'x', sizeof(long_s) - 1);
+    long_s[sizeof(long_s) - 1] = '\0';
+    const char *strs[] = {NULL, "", "a", "queue:default", "\xc3\xa9t\xc3\xa9", long_s};
+    Twice__Journal__Record r = TWICE__JOURNAL__RECORD__INIT;
+    assert_record_encodes_as_protobuf_c(&r); /* every field at its default */
+    for (size_t i = 0; i < sizeof(nums) / sizeof(nums[0]); i++) {
+        uint64_t v = nums[i];
+        Twice__Journal__Record x = TWICE__JOURNAL__RECORD__INIT;
+        x.kind = (Twice__Journal__Record__Kind)(v % 10);
+        x.time_unix_us = v;
+        assert_record_encodes_as_protobuf_c(&x);
+        x = (Twice__Journal__Record)TWICE__JOURNAL__RECORD__INIT;
+        x.session = x.delivery_tag = x.bytes_up = x.bytes_down = v;
+        x.action = x.event = x.close_reason = (uint32_t)v;
+        x.redelivered = v != 0;
+        assert_record_encodes_as_protobuf_c(&x);
+    }
+    for (size_t i = 0; i < sizeof(strs) / sizeof(strs[0]); i++) {
+        Twice__Journal__Record x = TWICE__JOURNAL__RECORD__INIT;
+        char *s = (char *)strs[i];
+        x.listener = x.queue = x.task = x.message_id = x.rule = s;
+        assert_record_encodes_as_protobuf_c(&x);
+        x = (Twice__Journal__Record)TWICE__JOURNAL__RECORD__INIT;
+        x.action_name = x.client = x.close_reason_name = x.detail = s; /* 16 and 19: 2-byte tags */
+        assert_record_encodes_as_protobuf_c(&x);
+    }
+    srand(7);
+    for (int k = 0; k < 2000; k++) {
+        Twice__Journal__Record x = TWICE__JOURNAL__RECORD__INIT;
+        uint64_t *u64[] = {&x.time_unix_us, &x.session, &x.delivery_tag, &x.bytes_up,
+                           &x.bytes_down};
+        uint32_t *u32[] = {&x.action, &x.event, &x.close_reason};
+        char **str[] = {&x.listener,    &x.queue,  &x.task,   &x.message_id,       &x.rule,
+                        &x.action_name, &x.client, &x.detail, &x.close_reason_name};
+        x.kind = (Twice__Journal__Record__Kind)(rand() % 10);
+        x.redelivered = rand() % 2;
+        for (size_t i = 0; i < 5; i++)
+            *u64[i] = rand() % 3 == 0 ? 0 : nums[(size_t)rand() % 10] >> (rand() % 64);
+        for (size_t i = 0; i < 3; i++)
+            *u32[i] = rand() % 3 == 0 ? 0 : (uint32_t)(nums[(size_t)rand() % 10] >> (rand() % 32));
+        for (size_t i = 0; i < 9; i++)
+            *str[i] = (char *)strs[(size_t)rand() % 5]; /* long_s only above: 4 KiB of room */
+        assert_record_encodes_as_protobuf_c(&x);
+    }
+}
+
 static void test_bad_headers(void **state)
 {
     struct fixture *f = *state;
@@ -714,6 +786,7 @@ int main(void)
         cmocka_unit_test(test_decode_at_every_split),
         cmocka_unit_test(test_varint_prefix),
         cmocka_unit_test(test_garbage_never_crashes),
+        cmocka_unit_test(test_record_encoding_matches_protobuf_c),
         cmocka_unit_test_setup_teardown(test_mutated_journal_never_crashes, setup, teardown),
         cmocka_unit_test_setup_teardown(test_stuck_disk_drops_not_blocks, setup, teardown),
     };
