@@ -17,11 +17,16 @@
 
 #include <errno.h>
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 /* Bytes a string can hold as they are: printable ASCII but '"' and '\\' (a control byte ends
  * the fast run to be refused, a byte from 0x80 to be checked as UTF-8). */
+/* The bit masks: a path per bit of a uint32_t, a key length per bit of a uint64_t. */
+_Static_assert(JSON_PICK_MAX_PATHS <= 32, "paths are bits of a uint32_t");
+_Static_assert(JSON_PICK_MAX_KEY < 64, "key lengths are bits of a uint64_t");
+
 #define JP_P(c) ((c) >= 0x20 && (c) < 0x80 && (c) != '"' && (c) != '\\')
 #define JP_R4(b) JP_P(b), JP_P((b) + 1), JP_P((b) + 2), JP_P((b) + 3)
 #define JP_R16(b) JP_R4(b), JP_R4((b) + 4), JP_R4((b) + 8), JP_R4((b) + 12)
@@ -122,7 +127,7 @@ static int jp_string(const uint8_t *p, size_t len, size_t *pos, bool *escaped, b
 {
     size_t i = *pos;
     for (;;) {
-#if __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
+#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
         /* Eight bytes at a time to the first that is not plain. */
         while (len - i >= 8) {
             uint64_t x;
@@ -139,7 +144,7 @@ static int jp_string(const uint8_t *p, size_t len, size_t *pos, bool *escaped, b
             i++;
         if (i >= len)
             return -1;
-#if __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
+#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
     found:;
 #endif
         uint8_t c = p[i];
@@ -187,18 +192,47 @@ static int jp_string(const uint8_t *p, size_t len, size_t *pos, bool *escaped, b
     }
 }
 
-/* Whether the number p[0..n) (grammatical) overflows a double: jansson refuses it. */
+/* Whether the number p[0..n) (grammatical) overflows a double: jansson refuses it ("real number
+ * overflow": strtod() gives HUGE_VAL with ERANGE).  strtod() reads the decimal point of the
+ * process's locale, which jansson first writes in place of '.'; here the point is taken out
+ * instead: the digits before and after it, and the exponent less the digits after it, say the
+ * same number in a form every locale reads alike. */
 static bool jp_overflows(const uint8_t *p, size_t n)
 {
-    char small[128];
-    char *s = n < sizeof(small) ? small : malloc(n + 1);
+    char small[160];
+    size_t cap = n + 32; /* the digits, a sign, 'e' and an exponent of up to 20 characters */
+    char *s = cap <= sizeof(small) ? small : malloc(cap);
     if (s == NULL)
         return true; /* cannot tell: refused, as a failed allocation fails jansson's load */
-    memcpy(s, p, n);
-    s[n] = '\0';
+    size_t i = 0, o = 0;
+    int64_t frac = 0, exp = 0;
+    if (p[i] == '-')
+        s[o++] = (char)p[i++];
+    while (i < n && jp_digit(p[i]))
+        s[o++] = (char)p[i++];
+    if (i < n && p[i] == '.') {
+        for (i++; i < n && jp_digit(p[i]); i++, frac++)
+            s[o++] = (char)p[i];
+    }
+    if (i < n && (p[i] == 'e' || p[i] == 'E')) {
+        i++;
+        bool neg = p[i] == '-';
+        if (p[i] == '-' || p[i] == '+')
+            i++;
+        /* Past 10^12 the answer no longer changes: a double's exponent is at most 308, and a
+         * number has fewer digits than that (RESP_JOB_MAX_JSON). */
+        for (; i < n; i++)
+            if (exp < INT64_C(1000000000000))
+                exp = exp * 10 + (p[i] - '0');
+        if (neg)
+            exp = -exp;
+    }
+    snprintf(s + o, cap - o, "e%lld", (long long)(exp - frac));
+    int saved = errno;
     errno = 0;
     double v = strtod(s, NULL);
     bool over = (v == HUGE_VAL || v == -HUGE_VAL) && errno == ERANGE;
+    errno = saved;
     if (s != small)
         free(s);
     return over;

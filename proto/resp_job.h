@@ -5,8 +5,8 @@
  * The RESP codec (resp.h) finds the bytes of an LPUSH argument or a BRPOP reply element; these
  * functions say which job they carry, so that a rule can name a job by id, task or queue, and
  * build the message Celery's visibility-timeout restore would push back.  Pure C over byte
- * spans, JSON read with json_pick.h (rewritten with jansson): no sockets, no libevent, no
- * logging.
+ * spans, JSON read with json_pick.h (and the kombu rewrite made with jansson): no sockets, no
+ * libevent, no logging.
  *
  * Every function takes arbitrary bytes (not NUL-terminated, invalid UTF-8, truncated, huge,
  * deeply nested, fields of the wrong type) and answers 0 or -1; nothing is leaked on either.
@@ -31,9 +31,10 @@
 /* Longest JSON payload read; longer ones are refused without a byte being read.  Sidekiq and
  * kombu put no limit of their own, but a job this size is not a job a proxy should parse. */
 #define RESP_JOB_MAX_JSON (16u * 1024u * 1024u)
-/* Arrays and objects open at once, the top-level object being 1.  Checked by a scan before
- * parsing, so that jansson's recursion (its own limit is 2048) stays shallow.  A Sidekiq
- * ActiveJob wrapper uses 4 levels before the application's arguments. */
+/* Arrays and objects open at once, the top-level object being 1: json_pick()'s max_depth for
+ * the readers, and for the kombu rewrite also a scan before jansson parses, so that its
+ * recursion (its own limit is 2048) stays shallow.  A Sidekiq ActiveJob wrapper uses 4 levels
+ * before the application's arguments. */
 #define RESP_JOB_MAX_DEPTH 128u
 /* Longest RQ job description read by resp_job_rq_task(). */
 #define RESP_JOB_MAX_DESCRIPTION 4096u

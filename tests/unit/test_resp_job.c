@@ -1012,6 +1012,25 @@ static void test_json_pick_grammar(void **state)
     for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++)
         if (pick(bad[i], v) != -1)
             fail_msg("read: %s", bad[i]);
+    /* Around a double's largest value, written with and without a point and an exponent
+     * (json_pick takes the point out before strtod(): the locale's point does not matter). */
+    static const char *const near_max[] = {
+        "{\"n\": 1.7976931348623157e308}",     "{\"n\": 17976931348623157e292}",
+        "{\"n\": 0.00017976931348623157e312}", "{\"n\": 1e-99999999999999999999}",
+        "{\"n\": 0e99999999999999999999}",     "{\"n\": 1.7976931348623159e308}",
+        "{\"n\": 0.17976931348623159e309}",    "{\"n\": -1.8e308}",
+    };
+    for (size_t i = 0; i < sizeof(near_max) / sizeof(near_max[0]); i++)
+        if (pick(near_max[i], v) != (i < 5 ? 0 : -1))
+            fail_msg("%s: %s", i < 5 ? "refused" : "read", near_max[i]);
+    char digits[16 + 310];
+    for (size_t zeros = 308; zeros <= 309; zeros++) {
+        /* 10^308 is a double; 10^309 is not. */
+        int n = sprintf(digits, "{\"n\": 1");
+        memset(digits + n, '0', zeros);
+        strcpy(digits + n + zeros, "}");
+        assert_int_equal(pick(digits, v), zeros == 308 ? 0 : -1);
+    }
     /* A NUL byte that jansson's stream would lose (json_pick.h). */
     assert_int_equal(json_pick("{\"a\": 1\0}", 9, JSON_PICK_MAX_DEPTH, pick_paths, N_P, v), -1);
 }
