@@ -141,39 +141,44 @@ struct record_field {
     size_t len;
 };
 
-/* r's fields that are not at their default, in field order, into f[]; returns how many. */
+/* r's fields that are not at their default, in field order, into f[]; returns how many.  Only
+ * those are written to f[]: a record has 19 fields, most of them left at 0 or empty. */
 static size_t record_fields(const Twice__Journal__Record *r, struct record_field f[19])
 {
-    const struct record_field all[] = {
-        {1, 'v', (uint64_t)(int64_t)r->kind, NULL, 0},
-        {2, 'v', r->time_unix_us, NULL, 0},
-        {3, 'v', r->session, NULL, 0},
-        {4, 's', 0, r->listener, 0},
-        {5, 's', 0, r->queue, 0},
-        {6, 's', 0, r->task, 0},
-        {7, 's', 0, r->message_id, 0},
-        {8, 'v', r->delivery_tag, NULL, 0},
-        {9, 'v', r->redelivered ? 1u : 0u, NULL, 0},
-        {10, 's', 0, r->rule, 0},
-        {11, 'v', r->action, NULL, 0},
-        {12, 's', 0, r->action_name, 0},
-        {13, 'v', r->event, NULL, 0},
-        {14, 's', 0, r->client, 0},
-        {15, 'v', r->close_reason, NULL, 0},
-        {16, 's', 0, r->close_reason_name, 0},
-        {17, 'v', r->bytes_up, NULL, 0},
-        {18, 'v', r->bytes_down, NULL, 0},
-        {19, 's', 0, r->detail, 0},
-    };
     size_t n = 0;
-    for (size_t i = 0; i < sizeof(all) / sizeof(all[0]); i++) {
-        struct record_field x = all[i];
-        if (x.wire == 'v' ? x.v == 0 : x.s == NULL || x.s[0] == '\0')
-            continue;
-        if (x.wire == 's')
-            x.len = strlen(x.s);
-        f[n++] = x;
-    }
+#define RECORD_V(num, val)                                                                         \
+    do {                                                                                           \
+        uint64_t v_ = (val);                                                                       \
+        if (v_ != 0)                                                                               \
+            f[n++] = (struct record_field){(num), 'v', v_, NULL, 0};                               \
+    } while (0)
+#define RECORD_S(num, str)                                                                         \
+    do {                                                                                           \
+        const char *s_ = (str);                                                                    \
+        if (s_ != NULL && s_[0] != '\0')                                                           \
+            f[n++] = (struct record_field){(num), 's', 0, s_, strlen(s_)};                         \
+    } while (0)
+    RECORD_V(1, (uint64_t)(int64_t)r->kind);
+    RECORD_V(2, r->time_unix_us);
+    RECORD_V(3, r->session);
+    RECORD_S(4, r->listener);
+    RECORD_S(5, r->queue);
+    RECORD_S(6, r->task);
+    RECORD_S(7, r->message_id);
+    RECORD_V(8, r->delivery_tag);
+    RECORD_V(9, r->redelivered ? 1u : 0u);
+    RECORD_S(10, r->rule);
+    RECORD_V(11, r->action);
+    RECORD_S(12, r->action_name);
+    RECORD_V(13, r->event);
+    RECORD_S(14, r->client);
+    RECORD_V(15, r->close_reason);
+    RECORD_S(16, r->close_reason_name);
+    RECORD_V(17, r->bytes_up);
+    RECORD_V(18, r->bytes_down);
+    RECORD_S(19, r->detail);
+#undef RECORD_V
+#undef RECORD_S
     return n;
 }
 
