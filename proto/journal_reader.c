@@ -8,6 +8,8 @@
  */
 #include "proto/journal_reader.h"
 
+#include "proto/utf8.h"
+
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -217,26 +219,8 @@ int journal_encode_record_entry(const Twice__Journal__Record *r, uint8_t *out, s
 
 size_t journal_utf8_char_len(const unsigned char *p)
 {
-    unsigned char c = p[0];
-    if (c < 0x80)
-        return 1;
-    size_t n;
-    unsigned char lo = 0x80, hi = 0xbf;
-    if (c >= 0xc2 && c <= 0xdf)
-        n = 2;
-    else if (c >= 0xe0 && c <= 0xef)
-        n = 3, lo = c == 0xe0 ? 0xa0 : 0x80, hi = c == 0xed ? 0x9f : 0xbf;
-    else if (c >= 0xf0 && c <= 0xf4)
-        n = 4, lo = c == 0xf0 ? 0x90 : 0x80, hi = c == 0xf4 ? 0x8f : 0xbf;
-    else
-        return 0;
-    if (p[1] < lo || p[1] > hi)
-        return 0;
-    for (size_t i = 2; i < n; i++) {
-        if (p[i] < 0x80 || p[i] > 0xbf)
-            return 0;
-    }
-    return n;
+    return utf8_char_len(p,
+                         4); /* NUL-terminated: the NUL ends a sequence as any non-continuation */
 }
 
 /* Records the sticky error with the file offset where it was found. */

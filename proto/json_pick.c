@@ -9,11 +9,13 @@
  *
  * What is accepted follows jansson's load.c and utf.c (2.14, Debian 12) rule by rule, so that
  * the job readers see the same documents as before: the token grammar of lex_scan(), strict
- * UTF-8 of utf8_check_first() / utf8_check_full(), surrogate pairs of lex_scan_string(), "NUL
- * byte in object key", and JSON_DECODE_INT_AS_REAL's "real number overflow" (strtod() ERANGE
- * with HUGE_VAL).
+ * UTF-8 of utf8_check_first() / utf8_check_full() (proto/utf8.h, the journal's check, is the
+ * same), surrogate pairs of lex_scan_string(), "NUL byte in object key", and
+ * JSON_DECODE_INT_AS_REAL's "real number overflow" (strtod() ERANGE with HUGE_VAL).
  */
 #include "proto/json_pick.h"
+
+#include "proto/utf8.h"
 
 #include <errno.h>
 #include <math.h>
@@ -21,12 +23,12 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* Bytes a string can hold as they are: printable ASCII but '"' and '\\' (a control byte ends
- * the fast run to be refused, a byte from 0x80 to be checked as UTF-8). */
 /* The bit masks: a path per bit of a uint32_t, a key length per bit of a uint64_t. */
 _Static_assert(JSON_PICK_MAX_PATHS <= 32, "paths are bits of a uint32_t");
 _Static_assert(JSON_PICK_MAX_KEY < 64, "key lengths are bits of a uint64_t");
 
+/* Bytes a string can hold as they are: printable ASCII but '"' and '\\' (a control byte ends
+ * the fast run to be refused, a byte from 0x80 to be checked as UTF-8). */
 #define JP_P(c) ((c) >= 0x20 && (c) < 0x80 && (c) != '"' && (c) != '\\')
 #define JP_R4(b) JP_P(b), JP_P((b) + 1), JP_P((b) + 2), JP_P((b) + 3)
 #define JP_R16(b) JP_R4(b), JP_R4((b) + 4), JP_R4((b) + 8), JP_R4((b) + 12)
@@ -87,38 +89,6 @@ static int32_t jp_hex4(const uint8_t *p, size_t len, size_t i)
         v = v << 4 | h;
     }
     return v;
-}
-
-/* The length of the UTF-8 sequence of 2 to 4 bytes at s[0..r), or 0 when it is not one
- * (jansson's utf8_check_first() and utf8_check_full()). */
-static size_t jp_utf8(const uint8_t *s, size_t r)
-{
-    uint8_t u = s[0];
-    size_t n;
-    uint32_t v;
-    if (u >= 0xc2 && u <= 0xdf) {
-        n = 2;
-        v = u & 0x1f;
-    } else if (u >= 0xe0 && u <= 0xef) {
-        n = 3;
-        v = u & 0x0f;
-    } else if (u >= 0xf0 && u <= 0xf4) {
-        n = 4;
-        v = u & 0x07;
-    } else {
-        return 0; /* a continuation byte, an overlong lead (0xc0, 0xc1), or past 0xf4 */
-    }
-    if (n > r)
-        return 0;
-    for (size_t k = 1; k < n; k++) {
-        if ((s[k] & 0xc0) != 0x80)
-            return 0;
-        v = v << 6 | (s[k] & 0x3f);
-    }
-    if (v > 0x10ffff || (v >= 0xd800 && v <= 0xdfff) || (n == 3 && v < 0x800) ||
-        (n == 4 && v < 0x10000))
-        return 0;
-    return n;
 }
 
 /* The string whose opening quote is at p[*pos - 1]: *pos past its closing quote, *escaped and
@@ -184,8 +154,8 @@ static int jp_string(const uint8_t *p, size_t len, size_t *pos, bool *escaped, b
             continue;
         }
         if (c < 0x20)
-            return -1; /* a control character */
-        size_t k = jp_utf8(p + i, len - i);
+            return -1;                            /* a control character */
+        size_t k = utf8_char_len(p + i, len - i); /* c >= 0x80 here: 2 to 4, or 0 */
         if (k == 0)
             return -1;
         i += k;
