@@ -4,8 +4,7 @@
  * The readers take the few values they want with json_pick() (proto/json_pick.h), which checks
  * the document as jansson would and notes where the values are, without building it; only the
  * strings that make the struct resp_job are copied out.  The kombu rewrite (redelivered) needs
- * the whole tree and keeps jansson: resp_job_load() (the length guard, a byte scan that bounds
- * the nesting depth, json_loadb() for a top-level object).
+ * the whole tree: json_pick() checks the message first, then jansson builds it.
  */
 #include "proto/resp_job.h"
 
@@ -21,52 +20,6 @@ static const char *const resp_job_aj_wrappers[] = {
     "ActiveJob::QueueAdapters::SidekiqAdapter::JobWrapper",
     "Sidekiq::ActiveJob::Wrapper",
 };
-
-/* The deepest nesting of arrays and objects in p[0..len), brackets inside strings not counted,
- * or false as soon as it exceeds RESP_JOB_MAX_DEPTH.  For valid JSON the count is exact; for
- * any other bytes it is at least the depth jansson reaches before it finds the error. */
-static bool resp_job_depth_ok(const uint8_t *p, size_t len)
-{
-    size_t depth = 0;
-    bool in_string = false;
-
-    for (size_t i = 0; i < len; i++) {
-        uint8_t c = p[i];
-        if (in_string) {
-            if (c == '\\')
-                i++; /* the escaped byte cannot end the string */
-            else if (c == '"')
-                in_string = false;
-        } else if (c == '"') {
-            in_string = true;
-        } else if (c == '[' || c == '{') {
-            if (++depth > RESP_JOB_MAX_DEPTH)
-                return false;
-        } else if ((c == ']' || c == '}') && depth > 0) {
-            depth--;
-        }
-    }
-    return true;
-}
-
-/* Parses json[0..len) as one JSON object (whitespace around it allowed).  Returns a new
- * reference, or NULL for anything else.  JSON_ALLOW_NUL: a "\u0000" in some string disqualifies
- * that string only (resp_job_str()), not the whole document. */
-static json_t *resp_job_load(const void *json, size_t len, size_t flags)
-{
-    json_error_t err;
-
-    if (json == NULL || len == 0 || len > RESP_JOB_MAX_JSON)
-        return NULL;
-    if (!resp_job_depth_ok(json, len))
-        return NULL;
-    json_t *root = json_loadb(json, len, flags | JSON_ALLOW_NUL, &err);
-    if (root != NULL && !json_is_object(root)) {
-        json_decref(root);
-        return NULL;
-    }
-    return root;
-}
 
 /* A picked string (json_pick_strdup()): NULL when absent, not a string or holding a NUL, and
  * for nonempty also when empty; *oom set when the copy could not be made. */
@@ -159,21 +112,6 @@ int resp_job_sidekiq(const void *json, size_t len, struct resp_job *j)
 
 /* ---- Celery (kombu) ---------------------------------------------------------------------- */
 
-/* True when root is a kombu message: a "headers" or a "properties" object, and neither they
- * nor properties.delivery_info of another type. */
-static bool resp_job_is_kombu(const json_t *root)
-{
-    const json_t *headers = json_object_get(root, "headers");
-    const json_t *props = json_object_get(root, "properties");
-
-    if (headers == NULL && props == NULL)
-        return false;
-    if ((headers != NULL && !json_is_object(headers)) || (props != NULL && !json_is_object(props)))
-        return false;
-    const json_t *info = json_object_get(props, "delivery_info");
-    return info == NULL || json_is_object(info);
-}
-
 enum {
     CE_HEADERS,
     CE_PROPS,
@@ -201,7 +139,8 @@ static const struct json_pick_path resp_job_celery_paths[CE_PATHS] = {
     [CE_I_REDELIVERED] = {3, {"properties", "delivery_info", "redelivered"}},
 };
 
-/* resp_job_is_kombu() on picked values. */
+/* A kombu message: a "headers" or a "properties" object, and neither they nor
+ * properties.delivery_info of another type. */
 static bool resp_job_picked_kombu(const struct json_pick_value *v)
 {
     uint8_t h = v[CE_HEADERS].type, p = v[CE_PROPS].type, i = v[CE_INFO].type;
@@ -242,7 +181,7 @@ int resp_job_celery(const void *json, size_t len, struct resp_job *j)
 }
 
 /* obj[key], created as an empty object when absent.  Borrowed; NULL when allocation fails.
- * The caller has checked that a present value is an object (resp_job_is_kombu()). */
+ * The caller has checked that a present value is an object (resp_job_picked_kombu()). */
 static json_t *resp_job_object_at(json_t *obj, const char *key)
 {
     json_t *v = json_object_get(obj, key);
@@ -301,10 +240,14 @@ int resp_job_celery_redelivered(const void *json, size_t len, char **out, size_t
     if (resp_job_pick(json, len, resp_job_celery_paths, CE_PATHS, v) != 0 ||
         !resp_job_picked_kombu(v))
         return -1;
-    json_t *root = resp_job_load(json, len, 0);
+    /* json_pick() has checked the length, the depth (jansson's recursion stays shallow), that
+     * the top level is an object and that it is a kombu message; jansson reads what json_pick()
+     * reads (fuzz_resp_job), so the tree has that shape. */
+    json_error_t err;
+    json_t *root = json_loadb(json, len, JSON_ALLOW_NUL, &err);
     int rc = -1;
 
-    if (root != NULL && resp_job_is_kombu(root) && resp_job_mark_redelivered(root) == 0)
+    if (root != NULL && resp_job_mark_redelivered(root) == 0)
         rc = resp_job_dump(root, out, outlen);
     json_decref(root);
     return rc;

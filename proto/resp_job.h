@@ -31,10 +31,10 @@
 /* Longest JSON payload read; longer ones are refused without a byte being read.  Sidekiq and
  * kombu put no limit of their own, but a job this size is not a job a proxy should parse. */
 #define RESP_JOB_MAX_JSON (16u * 1024u * 1024u)
-/* Arrays and objects open at once, the top-level object being 1: json_pick()'s max_depth for
- * the readers, and for the kombu rewrite also a scan before jansson parses, so that its
- * recursion (its own limit is 2048) stays shallow.  A Sidekiq ActiveJob wrapper uses 4 levels
- * before the application's arguments. */
+/* Arrays and objects open at once, the top-level object being 1: json_pick()'s max_depth,
+ * checked for the kombu rewrite too before jansson parses, so that jansson's recursion (its own
+ * limit is 2048) stays shallow.  A Sidekiq ActiveJob wrapper uses 4 levels before the
+ * application's arguments. */
 #define RESP_JOB_MAX_DEPTH 128u
 /* Longest RQ job description read by resp_job_rq_task(). */
 #define RESP_JOB_MAX_DESCRIPTION 4096u
