@@ -100,19 +100,14 @@ static int resp_parse_int(const uint8_t *p, size_t n, int64_t *out)
     if (i == n || p[i] < '1' || p[i] > '9')
         return RESP_E_INTEGER;
     uint64_t v = 0;
-    if (n - i <= 18) {
-        /* Below 10^18: no overflow to watch for (an integer reply, a length, a count). */
-        for (; i < n; i++) {
-            if (!resp_is_digit(p[i]))
-                return RESP_E_INTEGER;
-            v = v * 10 + (uint64_t)(p[i] - '0');
-        }
-    }
+    /* Up to 18 digits no overflow is possible (an integer reply, a length, a count): the
+     * division is for longer ones only. */
+    bool may_overflow = n - i > 18;
     for (; i < n; i++) {
         if (!resp_is_digit(p[i]))
             return RESP_E_INTEGER;
         uint64_t d = (uint64_t)(p[i] - '0');
-        if (v > (UINT64_MAX - d) / 10)
+        if (may_overflow && v > (UINT64_MAX - d) / 10)
             return RESP_E_INTEGER;
         v = v * 10 + d;
     }
