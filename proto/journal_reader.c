@@ -132,15 +132,13 @@ int journal_encode_entry(const Twice__Journal__Entry *e, uint8_t *out, size_t ca
 
 /* ---- a record's entry, encoded without protobuf-c's reflection ---------------------------- */
 
-/* Record's fields by number (journal.proto), each with its wire type: 'v' a varint, 's' a
- * string.  protobuf-c writes a proto3 message's fields in this order and leaves out those at
- * their default (0, false, NULL or ""): so does record_fields(). */
+/* One of Record's fields (journal.proto) to write: a varint v, or a string s of v bytes.
+ * protobuf-c writes a proto3 message's fields in field order and leaves out those at their
+ * default (0, false, NULL or ""): so does record_fields(). */
 struct record_field {
     uint8_t number;
-    char wire;
-    uint64_t v;
-    const char *s;
-    size_t len;
+    uint64_t v;    /* the value, or the string's length */
+    const char *s; /* NULL: a varint */
 };
 
 /* r's fields that are not at their default, in field order, into f[]; returns how many.  Only
@@ -152,13 +150,13 @@ static size_t record_fields(const Twice__Journal__Record *r, struct record_field
     do {                                                                                           \
         uint64_t v_ = (val);                                                                       \
         if (v_ != 0)                                                                               \
-            f[n++] = (struct record_field){(num), 'v', v_, NULL, 0};                               \
+            f[n++] = (struct record_field){(num), v_, NULL};                                       \
     } while (0)
 #define RECORD_S(num, str)                                                                         \
     do {                                                                                           \
         const char *s_ = (str);                                                                    \
         if (s_ != NULL && s_[0] != '\0')                                                           \
-            f[n++] = (struct record_field){(num), 's', 0, s_, strlen(s_)};                         \
+            f[n++] = (struct record_field){(num), strlen(s_), s_};                                 \
     } while (0)
     RECORD_V(1, (uint64_t)(int64_t)r->kind);
     RECORD_V(2, r->time_unix_us);
@@ -191,8 +189,8 @@ int journal_encode_record_entry(const Twice__Journal__Record *r, uint8_t *out, s
     size_t n = record_fields(r, f);
     size_t rec = 0; /* the Record message's bytes */
     for (size_t i = 0; i < n; i++)
-        rec += varint_size((uint64_t)f[i].number << 3) +
-               (f[i].wire == 'v' ? varint_size(f[i].v) : varint_size(f[i].len) + f[i].len);
+        rec += varint_size((uint64_t)f[i].number << 3) + varint_size(f[i].v) +
+               (f[i].s != NULL ? f[i].v : 0);
     size_t body = 1 + varint_size(rec) + rec; /* Entry: field 2, length-delimited */
     if (body > JOURNAL_RECORD_MAX)
         return JOURNAL_ERR_TOO_LARGE;
@@ -204,13 +202,12 @@ int journal_encode_record_entry(const Twice__Journal__Record *r, uint8_t *out, s
     out[o++] = 2 << 3 | 2;
     o += journal_put_varint(out + o, rec);
     for (size_t i = 0; i < n; i++) {
-        o += journal_put_varint(out + o, (uint64_t)f[i].number << 3 | (f[i].wire == 'v' ? 0 : 2));
-        if (f[i].wire == 'v') {
-            o += journal_put_varint(out + o, f[i].v);
-        } else {
-            o += journal_put_varint(out + o, f[i].len);
-            memcpy(out + o, f[i].s, f[i].len);
-            o += f[i].len;
+        /* Wire type 0 (a varint) or 2 (length-delimited), then the varint either way. */
+        o += journal_put_varint(out + o, (uint64_t)f[i].number << 3 | (f[i].s != NULL ? 2 : 0));
+        o += journal_put_varint(out + o, f[i].v);
+        if (f[i].s != NULL) {
+            memcpy(out + o, f[i].s, f[i].v);
+            o += f[i].v;
         }
     }
     *written = o;
