@@ -589,6 +589,7 @@ static const struct rule *decide_job(struct rpx *rx, struct job_event *j)
     if (j->id != NULL) {
         ev.identity = j->id;
     } else {
+        ev.anonymous = true;
         ev.identity =
             codec_anon_id(anon, sizeof(anon), "anon", (const uint64_t[]){rx->s->id, ++rx->anon}, 2);
     }

@@ -415,6 +415,11 @@ static bool rule_counts(struct ruleset *rs, const struct rule *r, struct rule_st
      * messages depending on timing. */
     if (id != NULL && id->faults >= cap)
         return false;
+    /* A message without an id has a new identity on each delivery: its copies
+     * (redelivered by the broker, maybe because of this very rule) would be
+     * faulted again and again, a redelivery storm that never completes. */
+    if (ev->anonymous && ev->redelivered)
+        return false;
     uint64_t n = ++st->counted;
     if (t->has_between) {
         uint64_t since = now_ms > rs->start_ms ? now_ms - rs->start_ms : 0;

@@ -65,6 +65,10 @@ struct engine_event {
     /* Identity for determinism and the per-message cap: the message id when
      * there is one, else something stable such as "session:42". */
     const char *identity;
+    /* identity names one delivery, not the message (it has no id): the
+     * broker's redelivered flag is then all that tells a copy, so a
+     * redelivered one is past every rule's max-per-message. */
+    bool anonymous;
 };
 
 struct engine_rule_stats {

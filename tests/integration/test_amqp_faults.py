@@ -74,11 +74,13 @@ RULES = {
     "hdrdrop": ["when publish queue=rawq header.shard=drop-me", "do drop"],
     "expdrop": ["when deliver queue=" + LONGQ, "do expire 1s"],
     "expdrop-ack": ["when ack queue=" + LONGQ, "do drop"],
+    "noid-ack": ["when ack queue=noid", "do redeliver"],
+    "noid-dup": ["when deliver queue=noid-dup", "do duplicate"],
 }
 
 QUEUES = ["payments", "dup", "exp", "slow", "slow-other", "slow-side", "crash", "noconf",
           "confok", "nopub", "pubok", "latepub", "latepub-side", "err", "err-side", "hb", "prob", "first3",
-          "bodyq", "rawq", LONGQ]
+          "bodyq", "rawq", LONGQ, "noid", "noid-dup"]
 
 
 RABBIT = [None]   # one RabbitMQ node for the whole file
@@ -444,6 +446,36 @@ class AmqpFaults(unittest.TestCase):
         self.drained("dup")
         recs = self.wait_faults("dup", 2)
         self.assertEqual(sorted(r.get("message_id") for r in recs), ids)
+
+    def test_messages_without_an_id_are_faulted_once(self):
+        """A message with no message-id, no `id` header and no correlation-id
+        (pika's default) is known to the rules by its delivery alone, a new
+        identity per delivery.  Its copy comes back with redelivered=1 and
+        must complete: without the cap, an unconditional rule redelivered or
+        duplicated it thousands of times a second, for ever."""
+        for queue, rule in (("noid", "noid-ack"), ("noid-dup", "noid-dup")):
+            self.ach.queue_purge(queue)
+            for i in range(2):
+                self.ach.basic_publish("", queue, b"no id %d" % i, pika.BasicProperties())
+            c = self.client(prefetch=10)
+            c.consume(queue)
+            acked = 0
+            last = time.monotonic()
+            while time.monotonic() - last < 1.5 and len(c.got) < 50:
+                c.conn.process_data_events(time_limit=0.05)
+                while acked < len(c.got):
+                    c.ch.basic_ack(c.got[acked].tag)
+                    acked += 1
+                    last = time.monotonic()
+            self.assertEqual(len(c.got), 4, "%s: each message once, then its copy once: %r"
+                             % (queue, c.got))
+            for body in (b"no id 0", b"no id 1"):
+                self.assertEqual(sorted(m.redelivered for m in c.got if m.body == body),
+                                 [False, True], c.got)
+            self.assertEqual(c.roundtrip(queue), 0)
+            self.assertTrue(c.ch.is_open)
+            self.drained(queue)
+            self.assertEqual(len(self.wait_faults(rule, 2)), 2)
 
     def test_duplicate_long_names(self):
         """A 200-byte consumer tag and 234-byte message ids: more than twice

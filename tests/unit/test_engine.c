@@ -230,6 +230,40 @@ static void test_capped_events_do_not_count(void **state)
     ruleset_put(rs);
 }
 
+/* A message without an id gets a new identity per delivery: its redelivered
+ * copies would each look new, and an unconditional redeliver would loop for
+ * ever.  A redelivered anonymous delivery is past the cap, even at 3, and does
+ * not count toward `every`. */
+static void test_anonymous_redelivery_is_capped(void **state)
+{
+    (void)state;
+    struct rule r = make_rule("loop", RULE_EV_ACK);
+    r.trigger.max_per_message = 3;
+    r.trigger.every = 1;
+    struct ruleset *rs = ruleset_new(&r, 1, 0);
+    unsigned n = 0;
+    for (unsigned i = 0; i < 10; i++) {
+        char id[32];
+        snprintf(id, sizeof(id), "anon:1:1:%u", i + 1);
+        struct engine_event ev = message(NULL);
+        ev.identity = id;
+        ev.anonymous = true;
+        ev.redelivered = i > 0; /* the broker marks every copy */
+        n += fires(rs, &ev, 0);
+    }
+    assert_int_equal(n, 1);
+    /* A first delivery of another message without an id is faulted. */
+    struct engine_event fresh = message(NULL);
+    fresh.identity = "anon:1:1:99";
+    fresh.anonymous = true;
+    assert_true(fires(rs, &fresh, 0));
+    /* With an id, a redelivered copy is still judged by the cap alone. */
+    struct engine_event named = message("m1");
+    named.redelivered = true;
+    assert_true(fires(rs, &named, 0));
+    ruleset_put(rs);
+}
+
 static const char *headers(const void *ctx, const char *name)
 {
     (void)ctx;
@@ -387,6 +421,7 @@ int main(void)
         cmocka_unit_test(test_between_window),
         cmocka_unit_test(test_per_message_cap),
         cmocka_unit_test(test_capped_events_do_not_count),
+        cmocka_unit_test(test_anonymous_redelivery_is_capped),
         cmocka_unit_test(test_matchers),
         cmocka_unit_test(test_enable_kill_switch_and_listener),
         cmocka_unit_test(test_inherit_shares_state),
