@@ -36,6 +36,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
+#include <time.h>
 
 #include "proto/resp.h"
 #include "proto/resp_job.h"
@@ -156,6 +158,8 @@ struct rpx {
     struct evbuffer *setup[3]; /* the client's last AUTH, HELLO, SELECT */
     struct resp_aux *aux;
     uint64_t anon;
+    /* The id a dropped XADD is answered with (publish_decide). */
+    char xadd_answer[96];
     struct entry *spare; /* freed entries kept for reuse */
     size_t n_spare;
     /* The name of the last command plain_command() took, as the client sent
@@ -1918,6 +1922,95 @@ static void ack_plan_side_effects(struct rpx *rx, struct ack_plan *p)
     }
 }
 
+/* Whether argument v is `word`, in any case (options of XADD). */
+static bool arg_is(const struct cmdview *cv, const struct resp_view *v, const char *word)
+{
+    size_t n = strlen(word);
+    return v->len == n && v->off <= cv->len && n <= cv->len - v->off &&
+           strncasecmp((const char *)cv->buf + v->off, word, n) == 0;
+}
+
+/* XADD key [NOMKSTREAM] [MAXLEN|MINID [=|~] threshold [LIMIT count]] id field value ...:
+ * the index of the id argument, 0 when there is none. */
+static size_t xadd_id_arg(const struct cmdview *cv)
+{
+    struct resp_view a;
+    size_t i = 2;
+    while (cmd_arg(cv, i, &a)) {
+        if (arg_is(cv, &a, "NOMKSTREAM")) {
+            i++;
+        } else if (arg_is(cv, &a, "MAXLEN") || arg_is(cv, &a, "MINID")) {
+            i++;
+            if (cmd_arg(cv, i, &a) && (arg_is(cv, &a, "=") || arg_is(cv, &a, "~")))
+                i++;
+            i++; /* the threshold */
+            if (cmd_arg(cv, i, &a) && arg_is(cv, &a, "LIMIT"))
+                i += 2;
+        } else {
+            return i;
+        }
+    }
+    return 0;
+}
+
+/* An XADD, decided before Redis sees it: its task (the `task` field) and its
+ * stream are known, its id only when the client chose it (else Redis picks
+ * it, and the reply's id is journaled, see on_xadd_reply).  A publish that a
+ * rule keeps from Redis (drop, close before) is journaled here, and a drop
+ * is answered with the id the client gave or one made as Redis makes them
+ * (milliseconds-sequence), in rx->xadd_answer. */
+static const struct rule *stream_publish_decide(struct rpx *rx, const struct cmdview *cv)
+{
+    if (!is_cmd(cv, CMD_XADD) || rx->tx.active)
+        return NULL;
+    if (!codec_wants(rx->s, RULE_EV_PUBLISH)) {
+        codec_count(rx->s, RULE_EV_PUBLISH);
+        return NULL;
+    }
+    size_t at = xadd_id_arg(cv);
+    struct resp_view v, f;
+    char id[sizeof(rx->xadd_answer) - 32], task[256];
+    if (at == 0 || !cmd_arg(cv, at, &v) || !view_str(cv->buf, cv->len, &v, id, sizeof(id)))
+        return NULL;
+    bool chosen = strcmp(id, "*") != 0;
+    task[0] = '\0';
+    for (size_t i = at + 1; cmd_arg(cv, i, &f) && cmd_arg(cv, i + 1, &v); i += 2) {
+        if (resp_view_equals(cv->buf, cv->len, &f, "task")) {
+            if (!view_str(cv->buf, cv->len, &v, task, sizeof(task)))
+                task[0] = '\0';
+            break;
+        }
+    }
+    struct job_event j = {.kind = RULE_EV_PUBLISH};
+    j.key = cv->key;
+    j.id = chosen ? strdup(id) : NULL;
+    j.queue = strdup(cv->key);
+    j.task = task[0] != '\0' ? strdup(task) : NULL;
+    const struct rule *r = decide_job(rx, &j);
+    bool kept_back =
+        r != NULL &&
+        (r->action.kind == RULE_ACT_DROP ||
+         (r->action.kind == RULE_ACT_CLOSE && r->action.close_when == RULE_CLOSE_BEFORE));
+    if (kept_back && r->action.kind == RULE_ACT_DROP) {
+        if (chosen) {
+            snprintf(rx->xadd_answer, sizeof(rx->xadd_answer), "%s", id);
+        } else {
+            struct timespec ts;
+            clock_gettime(CLOCK_REALTIME, &ts);
+            snprintf(rx->xadd_answer, sizeof(rx->xadd_answer), "%llu-%llu",
+                     (unsigned long long)ts.tv_sec * 1000ULL +
+                         (unsigned long long)ts.tv_nsec / 1000000ULL,
+                     (unsigned long long)rx->anon++);
+        }
+        if (j.id == NULL)
+            j.id = strdup(rx->xadd_answer);
+    }
+    if (kept_back)
+        journal_job(rx, JOURNAL_KIND_PUBLISH, &j);
+    job_event_clear(&j);
+    return r;
+}
+
 /* Publishes: Sidekiq's and Celery's LPUSH of job JSON, RQ's push of a job
  * id, XADD.  Returns the deciding rule, or NULL. */
 static const struct rule *publish_decide(struct rpx *rx, const struct cmdview *cv,
@@ -1987,7 +2080,7 @@ static const struct rule *publish_decide(struct rpx *rx, const struct cmdview *c
         return r;
     }
     case PROF_STREAMS:
-        return NULL; /* XADD: decided with its reply's id, see command() */
+        return stream_publish_decide(rx, cv);
     default:
         return NULL;
     }
@@ -2445,7 +2538,7 @@ static enum cmd_result command(struct rpx *rx, const uint8_t *buf, const struct 
     }
 
     const struct rule *pub = NULL;
-    if (rx->decided < DECIDED_ALL && rx->prof != PROF_NONE && rx->prof != PROF_STREAMS)
+    if (rx->decided < DECIDED_ALL && rx->prof != PROF_NONE)
         pub = publish_decide(rx, &cv, NULL);
     if (pub == NULL && cv.id == CMD_OTHER) {
         /* GET, SET, INCR...: no reply kind, no rule on it. */
@@ -2457,8 +2550,14 @@ static enum cmd_result command(struct rpx *rx, const uint8_t *buf, const struct 
         switch (pub->action.kind) {
         case RULE_ACT_DROP:
             swallow(rx, len);
-            if (owe_reply(rx))
+            if (owe_reply(rx) && rx->prof == PROF_STREAMS) {
+                char reply[sizeof(rx->xadd_answer) + 32];
+                int n = snprintf(reply, sizeof(reply), "$%zu\r\n%s\r\n", strlen(rx->xadd_answer),
+                                 rx->xadd_answer);
+                answer(rx, reply, (size_t)n);
+            } else if (owe_reply(rx)) {
                 answer(rx, ":1\r\n", 4);
+            }
             rx->decided = 0;
             return CMD_DONE;
         case RULE_ACT_DELAY:

@@ -1034,6 +1034,47 @@ class ProfileWithoutJournal(h.TestCase):
         self.assertEqual(ev.get("deliver"), 2, ev)
 
 
+class PublishFaults(h.TestCase):
+    """Rules on publishes: the push a rule drops never reaches Redis and the client is
+    answered as Redis would have; a delayed one reaches it late.  Streams' XADD is decided
+    before Redis sees it (its `task` field, the id the client chose), where it once was
+    only journaled from its reply and its rules never fired."""
+
+    def test_publish_drop_and_delay(self):
+        rd = h.start_redis(self.tmp)
+        self.addCleanup(rd.stop)
+        sk, st = h.free_port(), h.free_port()
+        rules = [fk.rule_block("skdrop", "sk", "when publish task=Drop*", "do drop"),
+                 fk.rule_block("stdrop", "st", "when publish task=dropme", "do drop"),
+                 fk.rule_block("stlate", "st", "when publish task=late", "do delay 1s")]
+        tw = self.twice(fk.conf_text([rk.resp_listen_block("sk", sk, rd.port, profile="sidekiq"),
+                                      rk.resp_listen_block("st", st, rd.port, profile="streams")],
+                                     rules, log_level="info"))
+        job = lambda cls, jid: json.dumps({"class": cls, "jid": jid, "queue": "default",
+                                           "args": [1], "retry": True})
+        with rk.Conn(sk) as c:
+            self.assertEqual(c.cmd("LPUSH", "queue:default", job("DropMe", "a" * 24)), 1)
+            self.assertEqual(c.cmd("LPUSH", "queue:default", job("Keep", "b" * 24)), 1)
+        with rk.Conn(rd.port) as direct:
+            self.assertEqual(direct.cmd("LRANGE", "queue:default", "0", "-1"),
+                             [job("Keep", "b" * 24).encode()])
+        with rk.Conn(st) as c:
+            made = c.cmd("XADD", "jobs", "*", "task", "dropme", "n", "1")
+            self.assertRegex(made, rb"^[0-9]+-[0-9]+$")
+            self.assertEqual(c.cmd("XADD", "jobs", "MAXLEN", "~", "100", "7-1", "task", "dropme"),
+                             b"7-1")
+            kept = c.cmd("XADD", "jobs", "*", "task", "keep")
+            t0 = time.monotonic()
+            late = c.cmd("XADD", "jobs", "NOMKSTREAM", "*", "n", "2", "task", "late")
+            took = time.monotonic() - t0
+        self.assertGreaterEqual(took, 0.9, "the delayed XADD was answered after %.2fs" % took)
+        with rk.Conn(rd.port) as direct:
+            self.assertEqual([e[0] for e in direct.cmd("XRANGE", "jobs", "-", "+")], [kept, late])
+        self.assertEqual(len(fk.fault_records(tw, rule="skdrop")), 1)
+        self.assertEqual(len(fk.fault_records(tw, rule="stdrop")), 2)
+        self.assertEqual(len(fk.fault_records(tw, rule="stlate")), 1)
+
+
 # ---------------------------------------------------------------------------
 # B. The `command` event
 
