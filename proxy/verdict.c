@@ -16,6 +16,7 @@
 #include "proxy/json_out.h"
 #include "proxy/report.h"
 #include "proxy/strmap.h"
+#include "rules/rule.h"
 
 /* verdict_msg.task before any record named one. */
 #define VERDICT_NO_TASK UINT32_MAX
@@ -27,6 +28,7 @@
 struct verdict_msg {
     uint32_t task;                      /* index into verdict.task_names, or VERDICT_NO_TASK */
     uint32_t delivers, faults, effects; /* saturating counts */
+    uint32_t withheld;                  /* deliveries a fault kept from the worker */
     bool in_journal;
 };
 
@@ -113,6 +115,20 @@ static struct verdict_msg *msg_get(struct verdict *v, const char *id)
     return *slot;
 }
 
+/* A fault on a delivery that the worker then never got: the journal has the
+ * DELIVER record (written before the rules decide), but the handler did not
+ * run for it.  drop (the message or job removed from the reply), error (the
+ * channel closed instead), close before (the connection cut before it). */
+static bool fault_withholds_delivery(const Twice__Journal__Record *r)
+{
+    if (r->event != RULE_EV_DELIVER)
+        return false;
+    if (r->action == RULE_ACT_DROP || r->action == RULE_ACT_ERROR)
+        return true;
+    return r->action == RULE_ACT_CLOSE && r->detail != NULL &&
+           strcmp(r->detail, "close before") == 0;
+}
+
 int verdict_add_record(struct verdict *v, const Twice__Journal__Record *r)
 {
     if (r->message_id == NULL || r->message_id[0] == '\0')
@@ -127,10 +143,13 @@ int verdict_add_record(struct verdict *v, const Twice__Journal__Record *r)
             return -1;
         m->task = idx;
     }
-    if (r->kind == TWICE__JOURNAL__RECORD__KIND__DELIVER)
+    if (r->kind == TWICE__JOURNAL__RECORD__KIND__DELIVER) {
         sat_inc(&m->delivers);
-    else if (r->kind == TWICE__JOURNAL__RECORD__KIND__FAULT)
+    } else if (r->kind == TWICE__JOURNAL__RECORD__KIND__FAULT) {
         sat_inc(&m->faults);
+        if (fault_withholds_delivery(r))
+            sat_inc(&m->withheld);
+    }
     return 0;
 }
 
@@ -164,14 +183,19 @@ static void examples_add(struct verdict_examples *ex, const char *id)
 /* Adds one message to its row. */
 static void tally(struct verdict_task *t, const char *id, const struct verdict_msg *m)
 {
+    /* Deliveries the handler got: a dropped one (whose copy may come later)
+     * does not test idempotency. */
+    uint32_t reached = m->delivers > m->withheld ? m->delivers - m->withheld : 0;
     t->messages++;
     t->faulted += m->faults > 0;
-    t->delivered_more_than_once += m->delivers >= 2;
-    t->no_effect += m->delivers >= 1 && m->effects == 0;
+    t->delivered_more_than_once += reached >= 2;
+    /* Work lost: delivered (or withheld), or faulted before its delivery (a
+     * dropped publish), and no effect. */
+    t->no_effect += m->effects == 0 && (m->delivers >= 1 || m->faults > 0);
     if (m->effects >= 2) {
         t->more_than_one_effect++;
         examples_add(&t->examples, id);
-        if (m->delivers <= 1) {
+        if (reached <= 1) {
             t->doubled_single_delivery++;
             examples_add(&t->single_examples, id);
         }
@@ -202,9 +226,11 @@ static void finish_rows(struct verdict_result *res, size_t rows)
         struct verdict_task *t = &res->tasks[i];
         if (t->messages == 0)
             continue;
+        /* Only a message that reached the handler twice tests it: faults
+         * that only dropped or delayed work prove nothing either way. */
         if (t->more_than_one_effect > 0)
             t->verdict = VERDICT_NOT_IDEMPOTENT;
-        else if (t->faulted > 0)
+        else if (t->delivered_more_than_once > 0)
             t->verdict = VERDICT_IDEMPOTENT;
         else
             t->verdict = VERDICT_UNTESTED;
@@ -434,14 +460,16 @@ static void print_legend(FILE *out)
 {
     fputs("\nMESSAGES        distinct message ids of the task seen in the journal\n"
           "FAULTED         messages twice injected at least one fault into\n"
-          "DELIVERED>1     messages the broker delivered more than once\n"
+          "DELIVERED>1     messages that reached the handler more than once (a delivery "
+          "twice dropped does not count)\n"
           "EFFECTS>1       messages with more than one line in the effects list\n"
-          "NO EFFECT       delivered, but no line in the effects list: work lost, or missing "
-          "from the list\n"
+          "NO EFFECT       delivered or faulted, but no line in the effects list: work lost "
+          "(a drop), or missing from the list\n"
           "NOT IDEMPOTENT  some message produced more than one side effect (EXAMPLES: up to 5)\n"
-          "IDEMPOTENT      faults reached the task and no message produced two side effects\n"
-          "UNTESTED        no fault reached the task, so nothing is proven: run longer or "
-          "widen the rules\n",
+          "IDEMPOTENT      some message reached the handler twice and none produced two side "
+          "effects\n"
+          "UNTESTED        no message reached the handler twice (faults that only drop or "
+          "delay prove nothing): run longer or widen the rules\n",
           out);
 }
 

@@ -49,10 +49,11 @@ struct verdict_task {
     bool unknown;                      /* the VERDICT_UNKNOWN_TASK row */
     uint64_t messages;                 /* ids seen in the journal */
     uint64_t faulted;                  /* ids with at least one FAULT record */
-    uint64_t delivered_more_than_once; /* ids with two or more DELIVER records */
+    uint64_t delivered_more_than_once; /* ids the handler got twice or more: DELIVER
+                                        * records less those a fault withheld */
     uint64_t more_than_one_effect;     /* ids with two or more effect lines */
-    uint64_t no_effect;                /* ids delivered at least once, no effect line */
-    uint64_t doubled_single_delivery;  /* ids with 2+ effects but at most one DELIVER */
+    uint64_t no_effect;                /* ids delivered or faulted, no effect line */
+    uint64_t doubled_single_delivery;  /* ids with 2+ effects but at most one delivery */
     enum verdict_kind verdict;
     struct verdict_examples examples;        /* ids with 2+ effects */
     struct verdict_examples single_examples; /* ids counted in doubled_single_delivery */

@@ -20,6 +20,7 @@
 #include "proxy/journal.h"
 #include "proxy/report.h"
 #include "proxy/verdict.h"
+#include "rules/rule.h"
 
 #define T0_US 1764406800000000ull
 
@@ -199,7 +200,8 @@ static void test_unknown_task_and_unknown_effects(void **state)
     assert_int_equal(res.tasks[1].messages, 1);
     assert_int_equal(res.tasks[1].faulted, 1);
     assert_int_equal(res.tasks[1].no_effect, 1);
-    assert_int_equal(res.tasks[1].verdict, VERDICT_IDEMPOTENT);
+    /* Faulted, but never delivered twice: nothing proven. */
+    assert_int_equal(res.tasks[1].verdict, VERDICT_UNTESTED);
     assert_int_equal(res.tasks[0].verdict, VERDICT_UNTESTED);
     assert_int_equal(res.unknown_effect_ids, 2);
     assert_int_equal(res.unknown_effect_lines, 4);
@@ -207,7 +209,87 @@ static void test_unknown_task_and_unknown_effects(void **state)
     assert_string_equal(res.unknown_examples.ids[0], "ghost-1");
     assert_string_equal(res.unknown_examples.ids[1], "ghost-2");
     assert_int_equal(res.effect_lines, 5);
+    assert_int_equal(res.overall, VERDICT_UNTESTED);
+    verdict_result_free(&res);
+    verdict_free(v);
+}
+
+static void add_fault(struct verdict *v, const char *id, const char *task, enum rule_event ev,
+                      enum rule_action_kind action, const char *detail)
+{
+    Twice__Journal__Record r = TWICE__JOURNAL__RECORD__INIT;
+    r.kind = FAULT;
+    r.message_id = (char *)id;
+    r.task = (char *)task;
+    r.event = ev;
+    r.action = action;
+    r.detail = (char *)detail;
+    assert_int_equal(verdict_add_record(v, &r), 0);
+}
+
+/* Faults that only drop or delay work do not test a handler: a dropped
+ * delivery (journaled, then withheld from the worker) is not a second
+ * delivery, and a task whose messages never reached the handler twice is
+ * UNTESTED, not IDEMPOTENT, even if a non-idempotent handler.  Lost work
+ * (a dropped delivery or publish) counts in NO EFFECT. */
+static void test_withheld_deliveries_prove_nothing(void **state)
+{
+    (void)state;
+    struct verdict *v = verdict_new();
+    /* drop on deliver, then the copy (streams' XAUTOCLAIM) runs once. */
+    add(v, DELIVER, "d1", "drop_only");
+    add_fault(v, "d1", "drop_only", RULE_EV_DELIVER, RULE_ACT_DROP, "drop");
+    add(v, DELIVER, "d1", "drop_only");
+    effect(v, "d1", 1);
+    /* delay on deliver: delivered once, late. */
+    add(v, DELIVER, "d2", "drop_only");
+    add_fault(v, "d2", "drop_only", RULE_EV_DELIVER, RULE_ACT_DELAY, "delay 2000ms");
+    effect(v, "d2", 1);
+    /* error and close before on deliver: the worker got nothing. */
+    add(v, DELIVER, "d3", "drop_only");
+    add_fault(v, "d3", "drop_only", RULE_EV_DELIVER, RULE_ACT_ERROR, "error 406");
+    add(v, DELIVER, "d3", "drop_only");
+    add_fault(v, "d3", "drop_only", RULE_EV_DELIVER, RULE_ACT_CLOSE, "close before");
+    add(v, DELIVER, "d3", "drop_only");
+    effect(v, "d3", 1);
+    /* a dropped publish: never delivered, work lost. */
+    add(v, PUBLISH, "p1", "pub");
+    add_fault(v, "p1", "pub", RULE_EV_PUBLISH, RULE_ACT_DROP, "drop");
+    /* close after on deliver: the worker got it, and its copy. */
+    add(v, DELIVER, "c1", "twice");
+    add_fault(v, "c1", "twice", RULE_EV_DELIVER, RULE_ACT_CLOSE, "close after");
+    add(v, DELIVER, "c1", "twice");
+    effect(v, "c1", 1);
+
+    struct verdict_result res;
+    assert_int_equal(verdict_compute(v, &res), 0);
+    const struct verdict_task *t = row(&res, "drop_only");
+    assert_int_equal(t->messages, 3);
+    assert_int_equal(t->faulted, 3);
+    assert_int_equal(t->delivered_more_than_once, 0);
+    assert_int_equal(t->no_effect, 0);
+    assert_int_equal(t->verdict, VERDICT_UNTESTED);
+    t = row(&res, "pub");
+    assert_int_equal(t->no_effect, 1);
+    assert_int_equal(t->verdict, VERDICT_UNTESTED);
+    t = row(&res, "twice");
+    assert_int_equal(t->delivered_more_than_once, 1);
+    assert_int_equal(t->verdict, VERDICT_IDEMPOTENT);
     assert_int_equal(res.overall, VERDICT_IDEMPOTENT);
+    verdict_result_free(&res);
+    verdict_free(v);
+
+    /* Two effects after one delivery that reached the handler (the other
+     * dropped): flagged as doubled without a second delivery. */
+    v = verdict_new();
+    add(v, DELIVER, "x", "t");
+    add_fault(v, "x", "t", RULE_EV_DELIVER, RULE_ACT_DROP, "drop");
+    add(v, DELIVER, "x", "t");
+    effect(v, "x", 2);
+    assert_int_equal(verdict_compute(v, &res), 0);
+    t = row(&res, "t");
+    assert_int_equal(t->verdict, VERDICT_NOT_IDEMPOTENT);
+    assert_int_equal(t->doubled_single_delivery, 1);
     verdict_result_free(&res);
     verdict_free(v);
 }
@@ -615,6 +697,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_counts_and_verdicts),
         cmocka_unit_test(test_examples_are_five_smallest_sorted),
+        cmocka_unit_test(test_withheld_deliveries_prove_nothing),
         cmocka_unit_test(test_unknown_task_and_unknown_effects),
         cmocka_unit_test(test_many_messages),
         cmocka_unit_test_setup_teardown(test_verdict_command_human, setup, teardown),
