@@ -11,6 +11,8 @@
 #include "rules/rule_parse.h"
 
 #include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
 
 /* Room for "'connect' events" and the like. */
 #define RULE_PHRASE_BYTES 64
@@ -140,6 +142,39 @@ static void rule_caps_action(struct conf_parser *p, const struct rule *r,
                   why != NULL ? ": " : "", why != NULL ? why : "");
 }
 
+/* AMQP 0-9-1's error reply codes (its spec's constants, less 200
+ * reply-success): what `do error CODE` may close a channel or connection
+ * with.  A code outside them used to pass and be replaced by 406 at run time,
+ * while the log and journal named the code written. */
+static bool amqp_error_code(const char *code)
+{
+    static const unsigned codes[] = {311, 312, 313, 320, 402, 403, 404, 405, 406,
+                                     501, 502, 503, 504, 505, 506, 530, 540, 541};
+    const char *c = code[0] == '-' ? code + 1 : code;
+    if (strlen(c) != 3 || strspn(c, "0123456789") != 3)
+        return false;
+    unsigned v = (unsigned)atoi(c);
+    for (size_t i = 0; i < sizeof(codes) / sizeof(codes[0]); i++)
+        if (codes[i] == v)
+            return true;
+    return false;
+}
+
+static void rule_caps_error_code(struct conf_parser *p, const struct rule *r,
+                                 const struct conf_listener *l)
+{
+    char name[CONF_SHOW_BYTES], code[CONF_SHOW_BYTES];
+    if (r->action.kind != RULE_ACT_ERROR || l->protocol != CONF_PROTO_AMQP ||
+        r->action.error_code == NULL || amqp_error_code(r->action.error_code))
+        return;
+    conf_diag_add(p->diags, CONF_ERROR, r->action.loc,
+                  "e.g. 406 (precondition-failed), 404 (not-found), 403 (access-refused), "
+                  "320 (connection-forced), 541 (internal-error)",
+                  "'%s' is not an AMQP 0-9-1 error code for listener '%s' (protocol amqp): one "
+                  "of 311-313, 320, 402-406, 501-506, 530, 540, 541",
+                  conf_show(r->action.error_code, code), conf_show(l->name, name));
+}
+
 void rule_check_caps(struct conf_parser *p, const struct rule_state *rs,
                      const struct conf_listener *l)
 {
@@ -156,5 +191,6 @@ void rule_check_caps(struct conf_parser *p, const struct rule_state *rs,
     if (rs->action_known &&
         (rs->r->event != RULE_EV_STREAM || rule_action_is_stream(rs->r->action.kind))) {
         rule_caps_action(p, rs->r, l, caps);
+        rule_caps_error_code(p, rs->r, l);
     }
 }

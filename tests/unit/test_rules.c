@@ -502,9 +502,9 @@ static const char *const message_rules =
        "rule n on mq { when nack redelivered=true; do drop }\n"
        "rule p on mq { when publish exchange=ex routing_key=rk.* consumer_tag=c; do error 406 }\n"
        "rule cf on mq { when confirm redelivered!=false; do expire 30s }\n"
-       "rule cmd on mq { when command command=BRPOP key~queue: key=queue:*; do error -READONLY }\n"
+       "rule cmd on mq { when command command=BRPOP key~queue: key=queue:*; do error -320 }\n"
        "rule slow on mq { when ack; do delay 45s }\n"
-       "rule empty on mq { when ack queue=\"\"; do error LOADING }\n"
+       "rule empty on mq { when ack queue=\"\"; do error 404 }\n"
        "rule glue on mq { when ack queue=a\"b c\"d; do close after }\n"
        "rule conn on mq { when connect; do close before }\n";
 
@@ -594,7 +594,7 @@ static void test_message_rules_more(void **state)
     assert_matcher(&r->matchers[0], RULE_F_COMMAND, RULE_OP_EQ, "BRPOP", false);
     assert_matcher(&r->matchers[1], RULE_F_KEY, RULE_OP_CONTAINS, "queue:", false);
     assert_matcher(&r->matchers[2], RULE_F_KEY, RULE_OP_EQ, "queue:*", true);
-    assert_string_equal(r->action.error_code, "-READONLY");
+    assert_string_equal(r->action.error_code, "-320"); /* kept as written */
 
     r = find_rule(c, "slow");
     assert_int_equal(r->n_matchers, 0);
@@ -603,7 +603,7 @@ static void test_message_rules_more(void **state)
 
     r = find_rule(c, "empty");
     assert_matcher(&r->matchers[0], RULE_F_QUEUE, RULE_OP_EQ, "", false);
-    assert_string_equal(r->action.error_code, "LOADING");
+    assert_string_equal(r->action.error_code, "404");
 
     /* a quoted piece glued inside a value: shell-like concatenation */
     r = find_rule(c, "glue");
@@ -796,6 +796,28 @@ static void test_do_errors(void **state)
            EH(3, 18, "'do error' needs an error code", "usage: do error CODE, e.g. do error 406"));
     EXPECT(MQ_RULE("when ack; do error \"not found\""), -1,
            EH(3, 24, "invalid error code 'not found'", "e.g. 406, 320, READONLY, LOADING or OOM"));
+    /* An AMQP listener takes AMQP 0-9-1's error codes only: others were
+     * replaced by 406 at run time while the log named them. */
+    EXPECT(MQ_RULE("when ack; do error abc"), -1,
+           EH(3, 18,
+              "'abc' is not an AMQP 0-9-1 error code for listener 'mq' (protocol amqp): "
+              "one of 311-313, 320, 402-406, 501-506, 530, 540, 541",
+              "e.g. 406 (precondition-failed), 404 (not-found), 403 (access-refused), "
+              "320 (connection-forced), 541 (internal-error)"));
+    EXPECT(MQ_RULE("when deliver; do error 999"), -1,
+           EH(3, 22,
+              "'999' is not an AMQP 0-9-1 error code for listener 'mq' (protocol amqp): "
+              "one of 311-313, 320, 402-406, 501-506, 530, 540, 541",
+              "e.g. 406 (precondition-failed), 404 (not-found), 403 (access-refused), "
+              "320 (connection-forced), 541 (internal-error)"));
+    EXPECT(MQ_RULE("when ack; do error 200"), -1,
+           EH(3, 18,
+              "'200' is not an AMQP 0-9-1 error code for listener 'mq' (protocol amqp): "
+              "one of 311-313, 320, 402-406, 501-506, 530, 540, 541",
+              "e.g. 406 (precondition-failed), 404 (not-found), 403 (access-refused), "
+              "320 (connection-forced), 541 (internal-error)"));
+    EXPECT_CLEAN(MQ_RULE("when ack; do error -541"));
+    EXPECT_CLEAN(MQ_RULE("when ack; do error 311"));
     EXPECT(MQ_RULE("when ack; do error ABCDEFGHIJKLMNOPQRSTUVWXYZ0123456"), -1,
            EH(3, 24, "invalid error code 'ABCDEFGHIJKLMNOPQRSTUVWXYZ0123456'",
               "e.g. 406, 320, READONLY, LOADING or OOM"));
