@@ -495,7 +495,11 @@ static int resp_agg_header(struct resp_scanner *sc, struct resp_view *v, const u
     if (resp_parse_int(line, n, &count) < 0)
         return RESP_E_INTEGER;
     v->off = start;
-    if (count == -1 && v->type == '*') {
+    /* A client's negative count at the top is an empty command to Redis, as
+     * *-1 (processMultibulkBuffer(): ll <= 0 reads nothing): the rest of the
+     * pipeline goes on being parsed.  A server's count below -1 is an error. */
+    bool client_top = sc->side == RESP_SIDE_CLIENT && sc->depth == 0;
+    if (v->type == '*' && (count == -1 || (count < 0 && client_top))) {
         v->null = true;
         resp_record(sc, v, start);
         return resp_value_done(sc);

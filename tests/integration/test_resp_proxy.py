@@ -1255,6 +1255,17 @@ class CommandFaults(unittest.TestCase):
         self.check_fault("oom", "codes", "error", 2)
         self.check_fault("custom", "codes", "error", 1)
 
+    def test_negative_count_is_an_empty_command(self):
+        """Redis reads a multibulk count below -1 as it reads *-1 and *0: an empty command,
+        no reply, the connection goes on.  twice took it for a protocol error and passed the
+        rest of the session on unparsed: no rule applied to it any more."""
+        with rk.Conn(self.ports["codes"]) as c:
+            c.send(b"*-5\r\n", enc("SET", "oom:3", "v"), b"*-2\r\n*0\r\n", enc("GET", "other"))
+            got = c.read_n(2)
+        self.assertEqual(got, [b"-" + OOM_MSG + b"\r\n", b"$-1\r\n"], self.why("replies %r" % got))
+        self.assertEqual(self.redis.command("EXISTS", "oom:3"), b"0")
+        self.check_fault("oom", "codes", "error", 1)
+
     def test_rule_command_name_case_insensitive(self):
         # the rule says `command=rpush`; clients send RPUSH, rpush, RpUsH
         with rk.Conn(self.ports["rocase"]) as c:

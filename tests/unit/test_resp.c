@@ -1210,7 +1210,6 @@ static void test_malformed(void **state)
         {RESP_SIDE_CLIENT, "*1\r\n:1\r\n", RESP_E_COMMAND},
         {RESP_SIDE_CLIENT, "*1\r\n*1\r\n", RESP_E_COMMAND},
         {RESP_SIDE_CLIENT, "*1\r\n$-1\r\n", RESP_E_LENGTH},
-        {RESP_SIDE_CLIENT, "*-2\r\n", RESP_E_LENGTH},
         {RESP_SIDE_CLIENT, "*1\r\n$3\r\nGETx\r\n", RESP_E_BULK_END},
         {RESP_SIDE_CLIENT, "SET \"a b\r\n", RESP_E_INLINE_QUOTES},
         {RESP_SIDE_CLIENT, "SET 'a\r\n", RESP_E_INLINE_QUOTES},
@@ -1255,6 +1254,9 @@ static void test_valid_edges(void **state)
         {RESP_SIDE_SERVER, "*2\r\n|1\r\n+a\r\n+b\r\n:1\r\n:2\r\n", 1},
         {RESP_SIDE_CLIENT, "*0\r\n", 1},
         {RESP_SIDE_CLIENT, "*-1\r\n", 1},
+        /* Redis reads any count <= 0 as an empty command (processMultibulkBuffer). */
+        {RESP_SIDE_CLIENT, "*-2\r\n", 1},
+        {RESP_SIDE_CLIENT, "*-9223372036854775808\r\n", 1},
         {RESP_SIDE_CLIENT, "*1\r\n$0\r\n\r\n", 1},
         {RESP_SIDE_CLIENT, "+PING\r\n", 1}, /* Redis: anything but '*' is an inline command */
         {RESP_SIDE_CLIENT, "SET k \"\\x41\\n\" x\n", 1},
