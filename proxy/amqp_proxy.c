@@ -176,7 +176,7 @@ struct amqp_px {
     bool header_done;
     bool stopped;
     enum session_side reading; /* the side whose bytes are being processed */
-    bool close_ok_seen;        /* connection.close-ok went through */
+    int closed_by;             /* the side whose connection.close was answered (close-ok), or -1 */
     uint32_t frame_max;        /* as negotiated; before tune-ok the minimum */
     struct achan **chans;
     size_t n_chans;
@@ -1873,8 +1873,8 @@ static void on_method(struct amqp_px *ax, int from, const struct amqp_frame *f, 
     if (f->channel == 0) {
         /* Only connection methods concern twice here; anything else on
          * channel 0 is the broker's to refuse (503/504). */
-        if (m.id == AMQP_CONNECTION_CLOSE_OK)
-            ax->close_ok_seen = true;
+        if (m.id == AMQP_CONNECTION_CLOSE_OK && ax->closed_by < 0)
+            ax->closed_by = (int)other((enum session_side)from);
         if (from == SIDE_CLIENT &&
             (m.id == AMQP_CONNECTION_TUNE_OK || m.id == AMQP_CONNECTION_CLOSE))
             connection_method(ax, &m);
@@ -2075,6 +2075,7 @@ static void *amqp_open(struct session *s)
         return NULL;
     ax->s = s;
     ax->frame_max = AMQP_FRAME_MIN_SIZE;
+    ax->closed_by = -1;
     ax->xfer[0] = evbuffer_new();
     ax->xfer[1] = evbuffer_new();
     if (ax->xfer[0] == NULL || ax->xfer[1] == NULL) {
@@ -2130,9 +2131,9 @@ static void amqp_tick(void *state)
     }
 }
 
-static bool amqp_closed_cleanly(void *state)
+static int amqp_closed_by(void *state)
 {
-    return ((struct amqp_px *)state)->close_ok_seen;
+    return ((struct amqp_px *)state)->closed_by;
 }
 
 const struct codec_ops amqp_codec_ops = {
@@ -2141,6 +2142,6 @@ const struct codec_ops amqp_codec_ops = {
     .stop = amqp_stop,
     .free = amqp_free,
     .process = amqp_process,
-    .closed_cleanly = amqp_closed_cleanly,
+    .closed_by = amqp_closed_by,
     .tick = amqp_tick,
 };

@@ -27,9 +27,10 @@ struct codec_ops {
     /* Consume what can be processed from `in`, bytes read from side `from`;
      * leave an incomplete frame in `in`.  May close the session. */
     void (*process)(void *state, enum session_side from, struct evbuffer *in);
-    /* Whether the protocol's own close handshake has completed (a reset
-     * after it is not an error).  May be NULL. */
-    bool (*closed_cleanly)(void *state);
+    /* Once the protocol's own close handshake has completed (a reset after
+     * it is not an error), the side that asked to close (a SIDE_*: the close
+     * reason names it); -1 before.  May be NULL. */
+    int (*closed_by)(void *state);
     /* Once a second while the session relays (its housekeeping).  May be
      * NULL. */
     void (*tick)(void *state);

@@ -3014,5 +3014,5 @@ const struct codec_ops resp_codec_ops = {
     .stop = rpx_stop,
     .free = rpx_free,
     .process = rpx_process,
-    .closed_cleanly = NULL,
+    .closed_by = NULL,
 };

@@ -320,13 +320,24 @@ static void shut_write(struct session *s, enum session_side side)
         shutdown(fd, SHUT_WR);
 }
 
-/* Closes the session once both directions have ended. */
+/* The side whose close the protocol's handshake completed, or -1. */
+static int codec_closed_by(const struct session *s)
+{
+    return s->codec != NULL && s->codec->closed_by != NULL ? s->codec->closed_by(s->codec_state)
+                                                           : -1;
+}
+
+/* Closes the session once both directions have ended: by who asked first, in
+ * the protocol (an AMQP client's connection.close, after which RabbitMQ
+ * closes its socket first) or else in TCP. */
 static bool maybe_finish(struct session *s)
 {
     struct session_end *c = &s->end[SIDE_CLIENT], *u = &s->end[SIDE_UPSTREAM];
     if (c->eof && u->eof && c->shut && u->shut) {
-        session_close(s, s->first_eof == SIDE_CLIENT ? SESSION_CLOSE_CLIENT_CLOSED
-                                                     : SESSION_CLOSE_UPSTREAM_CLOSED);
+        int by = codec_closed_by(s);
+        enum session_side first = by >= 0 ? (enum session_side)by : s->first_eof;
+        session_close(s, first == SIDE_CLIENT ? SESSION_CLOSE_CLIENT_CLOSED
+                                              : SESSION_CLOSE_UPSTREAM_CLOSED);
         return true;
     }
     return false;
@@ -902,13 +913,20 @@ static void on_upstream_event(struct session *s, short what)
     }
     if (what & BEV_EVENT_ERROR) {
         /* A broker that resets the socket after a completed protocol close
-         * (RabbitMQ does, after connection.close-ok) ended normally. */
-        bool clean = s->codec != NULL && s->codec->closed_cleanly != NULL &&
-                     s->codec->closed_cleanly(s->codec_state);
-        if (!clean)
+         * (RabbitMQ does, after connection.close-ok) ended normally, closed by
+         * whoever asked.  So did one that resets it after the client's FIN
+         * (RabbitMQ answers a half-close so): the client left first, as a
+         * killed worker does. */
+        int by = codec_closed_by(s);
+        bool client_left = s->end[SIDE_CLIENT].eof;
+        enum session_close_reason why = SESSION_CLOSE_UPSTREAM_ERROR;
+        if (by >= 0)
+            why = by == SIDE_CLIENT ? SESSION_CLOSE_CLIENT_CLOSED : SESSION_CLOSE_UPSTREAM_CLOSED;
+        else if (client_left)
+            why = SESSION_CLOSE_CLIENT_CLOSED;
+        if (why == SESSION_CLOSE_UPSTREAM_ERROR)
             describe_socket_error(s, e);
-        start_draining(s, SIDE_UPSTREAM,
-                       clean ? SESSION_CLOSE_UPSTREAM_CLOSED : SESSION_CLOSE_UPSTREAM_ERROR);
+        start_draining(s, SIDE_UPSTREAM, why);
         return;
     }
     if (what & BEV_EVENT_EOF)

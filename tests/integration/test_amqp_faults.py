@@ -477,6 +477,46 @@ class AmqpFaults(unittest.TestCase):
             self.drained(queue)
             self.assertEqual(len(self.wait_faults(rule, 2)), 2)
 
+    def test_close_reasons_name_who_left(self):
+        """A client that ends its connection (connection.close, or a plain FIN as a killed
+        worker's) is named in the close reason.  RabbitMQ closes its socket first after
+        close-ok, and resets it after a half-close: both were logged as the broker's doing
+        (upstream_closed, upstream_error "Connection reset by peer")."""
+        clean = hk.AmqpRaw(self.port)
+        self.addCleanup(clean.close)
+        clean.handshake()
+        clean.send(hk.method(0, 10, 50, struct.pack("!H", 200) + hk.shortstr("bye") +
+                             struct.pack("!HH", 0, 0)))
+        self.assertEqual(clean.read_method()[1:3], (10, 51), "connection.close-ok")
+        clean.close()
+        fin = hk.AmqpRaw(self.port)
+        self.addCleanup(fin.close)
+        fin.handshake()
+        fin.sock.shutdown(socket.SHUT_WR)
+        h.wait_closed(fin.sock, 20)
+        fin.close()
+        recs = self.tw.wait_sessions([clean.addr, fin.addr], timeout=20)
+        for addr in (clean.addr, fin.addr):
+            self.assertEqual(recs[addr]["reason"], "client_closed", recs[addr])
+            self.assertNotIn("error", recs[addr], recs[addr])
+        # The broker's own close (a channel-level 406 is not one): RabbitMQ refusing the
+        # connection for a wrong vhost closes it from its side.
+        bad = hk.AmqpRaw(self.port)
+        self.addCleanup(bad.close)
+        bad.send(hk.AMQP_HEADER)
+        bad.read_method()
+        bad.send(hk.start_ok())
+        _, _, _, args = bad.read_method()
+        chmax, fmax, _ = struct.unpack("!HIH", args[:8])
+        bad.send(hk.tune_ok(chmax, fmax, 0) + hk.connection_open("no-such-vhost"))
+        ch, cid, mid, _ = bad.read_method()
+        self.assertEqual((cid, mid), (10, 50), "the broker closes the connection")
+        bad.send(hk.method(0, 10, 51, b""))
+        h.wait_closed(bad.sock, 20)
+        bad.close()
+        rec = self.tw.wait_sessions([bad.addr], timeout=20)[bad.addr]
+        self.assertEqual(rec["reason"], "upstream_closed", rec)
+
     def test_duplicate_long_names(self):
         """A 200-byte consumer tag and 234-byte message ids: more than twice
         keeps inside a message's record (the id is then allocated apart).
