@@ -2088,6 +2088,9 @@ static const struct rule *publish_decide(struct rpx *rx, const struct cmdview *c
 
 /* ---- transactions ------------------------------------------------------ */
 
+/* Tags of the kept-back ZREMs of one transaction an HDEL is compared with. */
+#define RPX_TX_TAGS 16
+
 static void tx_reset(struct tx *t)
 {
     for (size_t i = 0; i < t->n; i++)
@@ -2177,7 +2180,7 @@ static int tx_plan(struct rpx *rx, const uint8_t *buf, size_t len, size_t off,
     struct tx *t = &rx->tx;
     resp_scanner_reset(&sc);
     pos = off;
-    char suppressed_tags[8][RPX_KEY_MAX];
+    char suppressed_tags[RPX_TX_TAGS][RPX_KEY_MAX];
     size_t n_tags = 0;
     for (size_t i = 0;; i++) {
         struct resp_msg m;
@@ -2205,7 +2208,8 @@ static int tx_plan(struct rpx *rx, const uint8_t *buf, size_t len, size_t off,
             if (p.suppressed > 0 && p.suppressed == p.n) {
                 c->suppress = true;
                 struct resp_view tv;
-                if (rx->prof == PROF_CELERY && n_tags < 8 && cmd_arg(&cv, 2, &tv))
+                for (size_t a = 2;
+                     rx->prof == PROF_CELERY && n_tags < RPX_TX_TAGS && cmd_arg(&cv, a, &tv); a++)
                     view_str(cv.buf, cv.len, &tv, suppressed_tags[n_tags++], RPX_KEY_MAX);
             } else if (p.suppressed > 0 && is_cmd(&cv, CMD_XACK)) {
                 /* A partial XACK inside MULTI: twice keeps the whole command
@@ -2248,25 +2252,32 @@ static int tx_plan(struct rpx *rx, const uint8_t *buf, size_t len, size_t off,
             ack_plan_free(&p);
             continue;
         }
-        /* Celery's HDEL unacked TAG follows the ZREM of the same tag. */
+        /* Celery's HDEL unacked TAG... follows the ZREM of the same tags, and
+         * is kept back with it: when every tag it names was (a ZREM naming
+         * several is kept back only so), else the job's payload would be
+         * gone while its index entry stays, and the restore would lose it. */
         if (rx->prof == PROF_CELERY && is_cmd(&cv, CMD_HDEL) && ends_with(cv.key, "unacked") &&
-            cv.m->nelem == 3) {
+            cv.m->nelem >= 3 && n_tags > 0) {
+            bool all = true;
             struct resp_view tv;
             char tag[RPX_KEY_MAX];
-            if (cmd_arg(&cv, 2, &tv) && view_str(cv.buf, cv.len, &tv, tag, sizeof(tag))) {
-                for (size_t q = 0; q < n_tags; q++) {
-                    if (strcmp(tag, suppressed_tags[q]) != 0)
-                        continue;
-                    c->suppress = true;
-                    t->any = true;
-                    c->synth = evbuffer_new();
-                    if (c->synth != NULL)
-                        evbuffer_add(c->synth, ":1\r\n", 4);
-                    /* A delayed ack applies the HDEL later too. */
-                    if (t->later != NULL) {
-                        evbuffer_add(t->later, cv.buf, cv.len);
-                        t->later_n++;
-                    }
+            for (size_t a = 2; all && a < cv.m->nelem; a++) {
+                all = cmd_arg(&cv, a, &tv) && view_str(cv.buf, cv.len, &tv, tag, sizeof(tag));
+                bool found = false;
+                for (size_t q = 0; all && !found && q < n_tags; q++)
+                    found = strcmp(tag, suppressed_tags[q]) == 0;
+                all = all && found;
+            }
+            if (all) {
+                c->suppress = true;
+                t->any = true;
+                c->synth = evbuffer_new();
+                if (c->synth != NULL)
+                    evbuffer_add_printf(c->synth, ":%lld\r\n", (long long)synth_count(&cv));
+                /* A delayed ack applies the HDEL later too. */
+                if (t->later != NULL) {
+                    evbuffer_add(t->later, cv.buf, cv.len);
+                    t->later_n++;
                 }
             }
             continue;

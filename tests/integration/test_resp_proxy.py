@@ -1102,8 +1102,10 @@ FAULT_RULES = {
                ("cafter", ["when command command=SET key=boom-after", "do close after"])],
     # a held reply with a pipeline behind it (profile celery)
     "held": [("held", ["when deliver queue=celery", "do delay 600ms"])],
+    # every Celery ack kept back (kombu's MULTI / ZREM unacked_index / HDEL unacked / EXEC)
+    "celack": [("lostack", ["when ack", "do redeliver"])],
 }
-FAULT_PROFILES = {"held": "celery"}
+FAULT_PROFILES = {"held": "celery", "celack": "celery"}
 
 EV_COMMAND = 7  # enum rule_event (rules/rule.h)
 
@@ -1265,6 +1267,24 @@ class CommandFaults(unittest.TestCase):
         self.assertEqual(got, [b"-" + OOM_MSG + b"\r\n", b"$-1\r\n"], self.why("replies %r" % got))
         self.assertEqual(self.redis.command("EXISTS", "oom:3"), b"0")
         self.check_fault("oom", "codes", "error", 1)
+
+    def test_celery_ack_of_several_tags_kept_back_whole(self):
+        """An ack transaction naming several tags, all kept back: the HDEL of the payloads
+        goes with the ZREM of their index entries.  Only an HDEL of one tag was kept back, so
+        the payloads were deleted while the index kept the tags: kombu's restore then found
+        nothing to restore, and the jobs were lost instead of redelivered."""
+        direct = self.redis.command
+        direct("ZADD", "unacked_index", "1", "t6", "1", "t7")
+        direct("HSET", "unacked", "t6", "job6", "t7", "job7")
+        with rk.Conn(self.ports["celack"]) as c:
+            c.send(enc("MULTI"), enc("ZREM", "unacked_index", "t6", "t7"),
+                   enc("HDEL", "unacked", "t6", "t7"), enc("EXEC"))
+            got = c.read_n(4)
+        self.assertEqual(got, [b"+OK\r\n", b"+QUEUED\r\n", b"+QUEUED\r\n",
+                               b"*2\r\n:2\r\n:2\r\n"], self.why("replies %r" % got))
+        self.assertEqual(direct("ZCARD", "unacked_index"), b"2", "the index entries stay")
+        self.assertEqual(direct("HLEN", "unacked"), b"2", "the payloads stay with them")
+        self.assertEqual(len(fk.fault_records(self.tw, rule="lostack")), 2)
 
     def test_rule_command_name_case_insensitive(self):
         # the rule says `command=rpush`; clients send RPUSH, rpush, RpUsH
