@@ -466,13 +466,17 @@ static void print_timeline_text(FILE *out, const struct report *rep)
 static int print_text(FILE *out, const struct report *rep)
 {
     print_header_text(out, rep);
+    if (rep->message != NULL) {
+        /* --message asks for one message's story: the journal's header
+         * (which run), then its timeline, not the whole report before it. */
+        print_timeline_text(out, rep);
+        return 0;
+    }
     if (print_faults_text(out, rep) != 0)
         return -1;
     print_deliveries_text(out, rep);
     if (print_connections_text(out, rep) != 0)
         return -1;
-    if (rep->message != NULL)
-        print_timeline_text(out, rep);
     return 0;
 }
 

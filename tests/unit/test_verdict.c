@@ -603,8 +603,8 @@ static void test_report_human(void **state)
 {
     struct fixture *f = *state;
     write_journal(f->journal, mixed_journal, sizeof(mixed_journal) / sizeof(mixed_journal[0]));
-    const char *argv[] = {"report", f->journal, "--message", "m1"};
-    assert_int_equal(run(f, report_run, 4, argv), 0);
+    const char *whole[] = {"report", f->journal};
+    assert_int_equal(run(f, report_run, 2, whole), 0);
     assert_contains(f->out, "seed      42\n");
     assert_contains(f->out, "config    t.twice sha256:abababab");
     assert_contains(f->out, "started   1970-01-01T00:00:01.000Z\n");
@@ -617,7 +617,14 @@ static void test_report_human(void **state)
     assert_contains(f->out, "           2  e1\n           2  m1\n           1  m2\n");
     assert_contains(f->out, "connections 1, closed 1, bytes up 10, bytes down 20\n");
     assert_contains(f->out, "by close reason: client_closed=1\n");
-    /* The timeline: every record of m1, in order, offsets from the first. */
+    assert_null(strstr(f->out, "Timeline"));
+    /* --message: the header, then every record of m1, in order, offsets from the first, and
+     * not the whole report. */
+    const char *argv[] = {"report", f->journal, "--message", "m1"};
+    assert_int_equal(run(f, report_run, 4, argv), 0);
+    assert_contains(f->out, "seed      42\n");
+    assert_null(strstr(f->out, "slow-ack"));
+    assert_null(strstr(f->out, "by close reason"));
     assert_contains(f->out, "Timeline of message m1 (4 records)\n");
     assert_contains(f->out, "      +0.000s  2025-11-29T09:00:00.000Z  deliver  session=1");
     assert_contains(f->out, "      +0.010s  2025-11-29T09:00:00.010Z  fault    session=1 "
@@ -684,8 +691,10 @@ static void test_report_empty_journal(void **state)
     const char *argv[] = {"report", f->journal, "--message", "nope"};
     assert_int_equal(run(f, report_run, 4, argv), 0);
     assert_contains(f->out, "records   0\n");
-    assert_contains(f->out, "(no faults injected)");
     assert_contains(f->out, "(no record has this message id)");
+    const char *whole[] = {"report", f->journal};
+    assert_int_equal(run(f, report_run, 2, whole), 0);
+    assert_contains(f->out, "(no faults injected)");
     const char *json[] = {"report", f->journal, "--json"};
     assert_int_equal(run(f, report_run, 3, json), 0);
     assert_contains(f->out, "\"faults\": [],");
