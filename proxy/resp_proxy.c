@@ -2397,8 +2397,15 @@ static enum cmd_result command(struct rpx *rx, const uint8_t *buf, const struct 
             const uint8_t *all = evbuffer_pullup(rx->pend[SIDE_CLIENT], (ev_ssize_t)avail);
             const struct rule *close_before = NULL, *delay_rule = NULL;
             int rc = tx_plan(rx, all, avail, len, &close_before, &delay_rule);
-            if (rc == 0 && !rx->tx_waited && avail > len) {
-                /* The rest of the transaction is on its way. */
+            /* The rest of the transaction is on its way when some of it
+             * came; and a MULTI alone, on a listener whose rules judge what
+             * a transaction carries (acks; RQ's enqueue), waits for the rest
+             * too (a client written to wait for MULTI's +OK gets it after
+             * RPX_TX_WAIT_MS): forwarded at once, its ack could not be
+             * faulted any more. */
+            bool judged = codec_wants(rx->s, RULE_EV_ACK) ||
+                          (rx->prof == PROF_RQ && codec_wants(rx->s, RULE_EV_PUBLISH));
+            if (rc == 0 && !rx->tx_waited && (avail > len || judged)) {
                 tx_reset(&rx->tx);
                 if (rx->tx_wait_until == 0)
                     rx->tx_wait_until = now_ms() + RPX_TX_WAIT_MS;
