@@ -30,20 +30,30 @@ uint32_t codec_wanted_now(struct session *s)
     return s->wanted;
 }
 
-size_t codec_decide(struct session *s, const struct engine_event *ev, size_t *hits)
+static size_t decide_up_to(struct session *s, const struct engine_event *ev, size_t *hits,
+                           size_t max)
 {
     struct loop *lp = s->loop;
     stat_add(&lp->events[ev->event], 1);
     if (lp->rules == NULL)
         return 0;
-    size_t n =
-        ruleset_decide(lp->rules, s->cfg->l->name, ev, proxy_now_ms(), hits, SESSION_MAX_RULE_HITS);
+    size_t n = ruleset_decide(lp->rules, s->cfg->l->name, ev, proxy_now_ms(), hits, max);
     for (size_t i = 0; i < n; i++) {
         const struct rule *r = ruleset_rule(lp->rules, hits[i]);
         if (r->action.kind != RULE_ACT_EXPIRE)
             fault_note(s, r, ev);
     }
     return n;
+}
+
+size_t codec_decide(struct session *s, const struct engine_event *ev, size_t *hits)
+{
+    return decide_up_to(s, ev, hits, SESSION_MAX_RULE_HITS);
+}
+
+size_t codec_decide_first(struct session *s, const struct engine_event *ev, size_t *hit)
+{
+    return decide_up_to(s, ev, hit, 1);
 }
 
 void codec_log_protocol_error(struct session *s, const char *msg, const char *detail)

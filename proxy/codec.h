@@ -43,6 +43,11 @@ struct codec_ops {
  * here: a message settled in time was not faulted. */
 size_t codec_decide(struct session *s, const struct engine_event *ev, size_t *hits);
 
+/* codec_decide() for a codec that applies one action per event: the first
+ * rule (in file order) that fires decides, and the rules after it do not see
+ * the event, so nothing counts or journals a fault that was not made. */
+size_t codec_decide_first(struct session *s, const struct engine_event *ev, size_t *hit);
+
 /* The events the listener's rules look at, recomputed after a reload swapped them. */
 uint32_t codec_wanted_now(struct session *s);
 

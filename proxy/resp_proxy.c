@@ -103,9 +103,10 @@ struct entry {
     uint32_t more;          /* RK_PLAIN: replies owed after the next one (forward_plain) */
     int64_t add;            /* RK_ADD_INT */
     const struct rule *close_after;
-    char *arg;        /* RK_POP: the list; RK_RQ_HASH: job id; RK_XADD: stream */
-    char *arg2;       /* RK_XADD: task */
-    struct txcmd *tx; /* RK_EXEC */
+    bool close_protocol; /* the session ends once this went out (protocol_error) */
+    char *arg;           /* RK_POP: the list; RK_RQ_HASH: job id; RK_XADD: stream */
+    char *arg2;          /* RK_XADD: task */
+    struct txcmd *tx;    /* RK_EXEC */
     size_t ntx;
 };
 
@@ -519,9 +520,11 @@ static void job_event_clear(struct job_event *j)
     memset(j, 0, sizeof(*j));
 }
 
+/* One action per event (a reply cannot be both dropped and duplicated): the
+ * first rule that fires, in file order. */
 static size_t decide(struct rpx *rx, struct engine_event *ev, size_t *hits)
 {
-    return codec_decide(rx->s, ev, hits);
+    return codec_decide_first(rx->s, ev, hits);
 }
 
 static const struct rule *hit_rule(struct rpx *rx, size_t idx)
@@ -854,9 +857,15 @@ static void flush_replies(struct rpx *rx)
         if (!e->done)
             break;
         const struct rule *close_after = e->close_after;
+        bool close_protocol = e->close_protocol;
         pop_head(rx);
         if (close_after != NULL) {
             cut(rx, close_after);
+            return;
+        }
+        if (close_protocol) {
+            send_flush(rx, SIDE_CLIENT);
+            session_abort(rx->s, SESSION_CLOSE_PROTOCOL_ERROR, SIDE_CLIENT);
             return;
         }
     }
@@ -2667,9 +2676,42 @@ static bool pairing_grow(struct rpx *rx)
  * first bad one: Redis answers the commands before them, then its own
  * "-ERR Protocol error" and closes, exactly as without twice.  A server
  * that breaks RESP ends the session with a logged reason. */
+/* A client's bulk string over max-message-size: what came before it went to
+ * Redis, and its replies still reach the client, followed by Redis's own
+ * answer to a bulk over proto-max-bulk-len; then the session ends.  Nothing
+ * more is read from the client meanwhile. */
+static void client_over_limit(struct rpx *rx, uint64_t max_message)
+{
+    char msg[128];
+    snprintf(msg, sizeof(msg), "client sent a bulk string over max-message-size %llu",
+             (unsigned long long)max_message);
+    codec_log_protocol_error(rx->s, msg, NULL);
+    run_move(rx, SIDE_CLIENT);
+    rx->blackholed = true;
+    evbuffer_drain(rx->pend[SIDE_CLIENT], evbuffer_get_length(rx->pend[SIDE_CLIENT]));
+    session_hold_reading(rx->s, SIDE_CLIENT, true);
+    struct entry *e = entry_add(rx, false);
+    if (e == NULL) {
+        send_flush(rx, SIDE_UPSTREAM);
+        session_abort(rx->s, SESSION_CLOSE_PROTOCOL_ERROR, SIDE_UPSTREAM);
+        return;
+    }
+    static const char refusal[] = "-ERR Protocol error: invalid bulk length\r\n";
+    evbuffer_add(e->bytes, refusal, sizeof(refusal) - 1);
+    rx->held += sizeof(refusal) - 1;
+    e->close_protocol = true;
+    send_flush(rx, SIDE_UPSTREAM);
+    flush_replies(rx);
+}
+
 static int scan_error(struct rpx *rx, enum session_side side, int rc)
 {
     uint64_t max_message = rx->s->cfg->l->max_message;
+    if (rc == RESP_E_BULK_TOO_LONG && max_message != 0 && max_message < RESP_MAX_BULK &&
+        side == SIDE_CLIENT) {
+        client_over_limit(rx, max_message);
+        return -1;
+    }
     if (rc == RESP_E_BULK_TOO_LONG && max_message != 0 && max_message < RESP_MAX_BULK) {
         protocol_error(rx, side, "%s sent a bulk string over max-message-size %llu",
                        side == SIDE_CLIENT ? "client" : "server", (unsigned long long)max_message);

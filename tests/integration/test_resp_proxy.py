@@ -1075,6 +1075,59 @@ class PublishFaults(h.TestCase):
         self.assertEqual(len(fk.fault_records(tw, rule="stlate")), 1)
 
 
+class OneActionPerEvent(h.TestCase):
+    """On a resp listener the first rule that fires (in file order) acts on an event and the
+    rules after it do not see it.  They used to be counted and journaled as faults too, though
+    only the first acted: the journal named a drop that never happened, and the verdict
+    miscounted deliveries."""
+
+    def test_first_rule_acts_alone(self):
+        rd = h.start_redis(self.tmp)
+        self.addCleanup(rd.stop)
+        port = h.free_port()
+        rules = [fk.rule_block("first", "sk", "when publish task=Both", "do drop"),
+                 fk.rule_block("second", "sk", "when publish task=Both", "do delay 2s")]
+        tw = self.twice(fk.conf_text([rk.resp_listen_block("sk", port, rd.port, profile="sidekiq")],
+                                     rules, log_level="info"))
+        job = json.dumps({"class": "Both", "jid": "c" * 24, "queue": "default", "args": []})
+        with rk.Conn(port) as c:
+            t0 = time.monotonic()
+            self.assertEqual(c.cmd("LPUSH", "queue:default", job), 1)
+            self.assertLess(time.monotonic() - t0, 1.5, "the second rule's delay applied too")
+        h.wait_until(lambda: fk.fault_records(tw, rule="first"), 5, what="the first rule's fault")
+        time.sleep(0.3)
+        self.assertEqual(len(fk.fault_records(tw, rule="first")), 1)
+        self.assertEqual(fk.fault_records(tw, rule="second"), [],
+                         "a rule that did not act was logged as a fault")
+
+
+class MaxMessageSize(h.TestCase):
+    """A command with a bulk over max-message-size ends the session as Redis ends one over
+    proto-max-bulk-len: the commands before it are applied and their replies reach the
+    client, then Redis's refusal, then the close.  The replies used to be lost (the session
+    closed at once, the client saw only EOF though its SET was applied)."""
+
+    def test_replies_before_the_oversized_command_arrive(self):
+        rd = h.start_redis(self.tmp)
+        self.addCleanup(rd.stop)
+        port = h.free_port()
+        tw = self.twice(fk.conf_text([rk.resp_listen_block("r", port, rd.port,
+                                                           extra="max-message-size 1KiB")],
+                                     log_level="info"))
+        with rk.Conn(port) as c:
+            c.send(enc("SET", "a", "1"), enc("GET", "a"), enc("SET", "big", "x" * 2000),
+                   enc("PING"))
+            got = c.read_n(3)
+            self.assertEqual(got, [b"+OK\r\n", b"$1\r\n1\r\n",
+                                   b"-ERR Protocol error: invalid bulk length\r\n"])
+            h.wait_closed(c.sock, 10)
+            addr = c.addr
+        rec = tw.wait_sessions([addr], timeout=10)[addr]
+        self.assertEqual(rec["reason"], "protocol_error", rec)
+        with rk.Conn(rd.port) as direct:
+            self.assertEqual(direct.cmd("EXISTS", "a", "big"), 1)
+
+
 # ---------------------------------------------------------------------------
 # B. The `command` event
 
