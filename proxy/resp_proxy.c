@@ -1939,8 +1939,9 @@ static bool arg_is(const struct cmdview *cv, const struct resp_view *v, const ch
            strncasecmp((const char *)cv->buf + v->off, word, n) == 0;
 }
 
-/* XADD key [NOMKSTREAM] [MAXLEN|MINID [=|~] threshold [LIMIT count]] id field value ...:
- * the index of the id argument, 0 when there is none. */
+/* XADD key [NOMKSTREAM] [MAXLEN|MINID [=|~] threshold] [LIMIT count] id field value ...
+ * (options in any order, as Redis parses them): the index of the id argument,
+ * 0 when there is none. */
 static size_t xadd_id_arg(const struct cmdview *cv)
 {
     struct resp_view a;
@@ -1953,8 +1954,8 @@ static size_t xadd_id_arg(const struct cmdview *cv)
             if (cmd_arg(cv, i, &a) && (arg_is(cv, &a, "=") || arg_is(cv, &a, "~")))
                 i++;
             i++; /* the threshold */
-            if (cmd_arg(cv, i, &a) && arg_is(cv, &a, "LIMIT"))
-                i += 2;
+        } else if (arg_is(cv, &a, "LIMIT")) {
+            i += 2; /* Redis takes the options in any order */
         } else {
             return i;
         }
@@ -2002,7 +2003,16 @@ static const struct rule *stream_publish_decide(struct rpx *rx, const struct cmd
          (r->action.kind == RULE_ACT_CLOSE && r->action.close_when == RULE_CLOSE_BEFORE));
     if (kept_back && r->action.kind == RULE_ACT_DROP) {
         if (chosen) {
-            snprintf(rx->xadd_answer, sizeof(rx->xadd_answer), "%s", id);
+            /* As Redis completes it: "5" is 5-0, and "5-*" gets sequence 0 in
+             * a stream that has nothing at 5. */
+            size_t n = strlen(id);
+            const char *dash = strchr(id, '-');
+            if (dash == NULL)
+                snprintf(rx->xadd_answer, sizeof(rx->xadd_answer), "%s-0", id);
+            else if (strcmp(dash, "-*") == 0)
+                snprintf(rx->xadd_answer, sizeof(rx->xadd_answer), "%.*s-0", (int)(n - 2), id);
+            else
+                snprintf(rx->xadd_answer, sizeof(rx->xadd_answer), "%s", id);
         } else {
             struct timespec ts;
             clock_gettime(CLOCK_REALTIME, &ts);
@@ -2139,6 +2149,9 @@ static int tx_plan(struct rpx *rx, const uint8_t *buf, size_t len, size_t off,
 {
     struct resp_scanner sc;
     resp_scanner_init(&sc, RESP_SIDE_CLIENT);
+    /* The session's limits: a transaction with a bulk over max-message-size
+     * is not planned (Redis never runs it: the session ends at that bulk). */
+    sc.max_bulk = rx->sc[SIDE_CLIENT].max_bulk;
     /* First pass: find EXEC, RQ's descriptions, pushes in the transaction. */
     size_t pos = off, k = 0;
     bool has_push = false, complete = false;
@@ -2333,7 +2346,11 @@ static enum cmd_result command(struct rpx *rx, const uint8_t *buf, const struct 
     cmdview_init(&cv, buf, m, cmd_rules);
     size_t len = m->len;
 
-    if (m->nelem == 0) { /* an empty command: Redis ignores it */
+    if (m->nelem == 0) {
+        /* An empty command: Redis answers nothing, but its resetClient()
+         * still ends a CLIENT REPLY SKIP, as the pairing does. */
+        int none = resp_pairing_command(&rx->pairing, m, buf, 0, NULL); /* 0: no reply due */
+        (void)none;
         rx->run[SIDE_CLIENT] += len;
         return CMD_DONE;
     }
@@ -2577,12 +2594,14 @@ static enum cmd_result command(struct rpx *rx, const uint8_t *buf, const struct 
         switch (pub->action.kind) {
         case RULE_ACT_DROP:
             swallow(rx, len);
-            if (owe_reply(rx) && rx->prof == PROF_STREAMS) {
+            /* Asked once: under CLIENT REPLY SKIP it sends Redis a PING. */
+            bool owe = owe_reply(rx);
+            if (owe && rx->prof == PROF_STREAMS) {
                 char reply[sizeof(rx->xadd_answer) + 32];
                 int n = snprintf(reply, sizeof(reply), "$%zu\r\n%s\r\n", strlen(rx->xadd_answer),
                                  rx->xadd_answer);
                 answer(rx, reply, (size_t)n);
-            } else if (owe_reply(rx)) {
+            } else if (owe) {
                 answer(rx, ":1\r\n", 4);
             }
             rx->decided = 0;
@@ -2678,8 +2697,8 @@ static bool pairing_grow(struct rpx *rx)
  * that breaks RESP ends the session with a logged reason. */
 /* A client's bulk string over max-message-size: what came before it went to
  * Redis, and its replies still reach the client, followed by Redis's own
- * answer to a bulk over proto-max-bulk-len; then the session ends.  Nothing
- * more is read from the client meanwhile. */
+ * answer to a bulk over proto-max-bulk-len; then the session ends.  What the
+ * client sends meanwhile is discarded (blackholed). */
 static void client_over_limit(struct rpx *rx, uint64_t max_message)
 {
     char msg[128];
@@ -2689,7 +2708,6 @@ static void client_over_limit(struct rpx *rx, uint64_t max_message)
     run_move(rx, SIDE_CLIENT);
     rx->blackholed = true;
     evbuffer_drain(rx->pend[SIDE_CLIENT], evbuffer_get_length(rx->pend[SIDE_CLIENT]));
-    session_hold_reading(rx->s, SIDE_CLIENT, true);
     struct entry *e = entry_add(rx, false);
     if (e == NULL) {
         send_flush(rx, SIDE_UPSTREAM);

@@ -1055,6 +1055,13 @@ class PublishFaults(h.TestCase):
         with rk.Conn(sk) as c:
             self.assertEqual(c.cmd("LPUSH", "queue:default", job("DropMe", "a" * 24)), 1)
             self.assertEqual(c.cmd("LPUSH", "queue:default", job("Keep", "b" * 24)), 1)
+        # Under CLIENT REPLY SKIP the dropped push is answered by no one: the next reply is
+        # PING's (twice asked whether a reply was owed twice, and the second time sent one).
+        with rk.Conn(sk) as c:
+            c.send(enc("CLIENT", "REPLY", "SKIP"), enc("LPUSH", "queue:default", job("DropMe", "d" * 24)),
+                   enc("PING"))
+            self.assertEqual(c.read_n(1), [b"+PONG\r\n"])
+            self.assertTrue(c.nothing_within(0.3))
         with rk.Conn(rd.port) as direct:
             self.assertEqual(direct.cmd("LRANGE", "queue:default", "0", "-1"),
                              [job("Keep", "b" * 24).encode()])
@@ -1063,6 +1070,10 @@ class PublishFaults(h.TestCase):
             self.assertRegex(made, rb"^[0-9]+-[0-9]+$")
             self.assertEqual(c.cmd("XADD", "jobs", "MAXLEN", "~", "100", "7-1", "task", "dropme"),
                              b"7-1")
+            # Options in any order; an id completed as Redis completes it.
+            self.assertEqual(c.cmd("XADD", "jobs", "LIMIT", "10", "MINID", "=", "0", "8",
+                                   "task", "dropme"), b"8-0")
+            self.assertEqual(c.cmd("XADD", "jobs", "9-*", "task", "dropme"), b"9-0")
             kept = c.cmd("XADD", "jobs", "*", "task", "keep")
             t0 = time.monotonic()
             late = c.cmd("XADD", "jobs", "NOMKSTREAM", "*", "n", "2", "task", "late")
@@ -1070,8 +1081,8 @@ class PublishFaults(h.TestCase):
         self.assertGreaterEqual(took, 0.9, "the delayed XADD was answered after %.2fs" % took)
         with rk.Conn(rd.port) as direct:
             self.assertEqual([e[0] for e in direct.cmd("XRANGE", "jobs", "-", "+")], [kept, late])
-        self.assertEqual(len(fk.fault_records(tw, rule="skdrop")), 1)
-        self.assertEqual(len(fk.fault_records(tw, rule="stdrop")), 2)
+        self.assertEqual(len(fk.fault_records(tw, rule="skdrop")), 2)
+        self.assertEqual(len(fk.fault_records(tw, rule="stdrop")), 4)
         self.assertEqual(len(fk.fault_records(tw, rule="stlate")), 1)
 
 
@@ -1318,7 +1329,11 @@ class CommandFaults(unittest.TestCase):
         with rk.Conn(self.ports["codes"]) as c:
             c.send(b"*-5\r\n", enc("SET", "oom:3", "v"), b"*-2\r\n*0\r\n", enc("GET", "other"))
             got = c.read_n(2)
-        self.assertEqual(got, [b"-" + OOM_MSG + b"\r\n", b"$-1\r\n"], self.why("replies %r" % got))
+            # An empty command ends a CLIENT REPLY SKIP (Redis's resetClient): GET is answered.
+            c.send(enc("CLIENT", "REPLY", "SKIP"), b"*-3\r\n", enc("GET", "other"), enc("PING"))
+            got += c.read_n(2)
+        self.assertEqual(got, [b"-" + OOM_MSG + b"\r\n", b"$-1\r\n", b"$-1\r\n", b"+PONG\r\n"],
+                         self.why("replies %r" % got))
         self.assertEqual(self.redis.command("EXISTS", "oom:3"), b"0")
         h.wait_until(lambda: len(fk.fault_records(self.tw, rule="oom")) == before + 1, 5,
                      what="one more fault line of rule oom")
