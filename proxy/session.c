@@ -914,11 +914,13 @@ static void on_upstream_event(struct session *s, short what)
     if (what & BEV_EVENT_ERROR) {
         /* A broker that resets the socket after a completed protocol close
          * (RabbitMQ does, after connection.close-ok) ended normally, closed by
-         * whoever asked.  So did one that resets it after the client's FIN
-         * (RabbitMQ answers a half-close so): the client left first, as a
-         * killed worker does. */
+         * whoever asked.  On a listener whose protocol has such a close, so
+         * did one that resets it after the client's FIN (RabbitMQ answers a
+         * half-close so): the client left first, as a killed worker does.
+         * Elsewhere a reset stays the upstream's error, with its text. */
         int by = codec_closed_by(s);
-        bool client_left = s->end[SIDE_CLIENT].eof;
+        bool client_left =
+            s->end[SIDE_CLIENT].eof && s->codec != NULL && s->codec->closed_by != NULL;
         enum session_close_reason why = SESSION_CLOSE_UPSTREAM_ERROR;
         if (by >= 0)
             why = by == SIDE_CLIENT ? SESSION_CLOSE_CLIENT_CLOSED : SESSION_CLOSE_UPSTREAM_CLOSED;

@@ -29,6 +29,7 @@ struct verdict_msg {
     uint32_t task;                      /* index into verdict.task_names, or VERDICT_NO_TASK */
     uint32_t delivers, faults, effects; /* saturating counts */
     uint32_t withheld;                  /* deliveries a fault kept from the worker */
+    uint32_t open;                      /* DELIVER records no fault withheld yet */
     bool in_journal;
 };
 
@@ -145,10 +146,16 @@ int verdict_add_record(struct verdict *v, const Twice__Journal__Record *r)
     }
     if (r->kind == TWICE__JOURNAL__RECORD__KIND__DELIVER) {
         sat_inc(&m->delivers);
+        sat_inc(&m->open);
     } else if (r->kind == TWICE__JOURNAL__RECORD__KIND__FAULT) {
         sat_inc(&m->faults);
-        if (fault_withholds_delivery(r))
+        /* One delivery is withheld once: on an amqp listener a `close
+         * before` or an `error` ends the actions, yet the rules after it that
+         * fired are journaled too (a drop among them). */
+        if (fault_withholds_delivery(r) && m->open > 0) {
+            m->open--;
             sat_inc(&m->withheld);
+        }
     }
     return 0;
 }

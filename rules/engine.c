@@ -406,6 +406,12 @@ static bool rule_counts(struct ruleset *rs, const struct rule *r, struct rule_st
 {
     const struct rule_trigger *t = &r->trigger;
     st->seen++;
+    /* A message without an id has a new identity on each delivery: its copies
+     * (redelivered by the broker, maybe because of this very rule) would be
+     * faulted again and again, a redelivery storm that never completes.  Such
+     * a copy is past the cap, and takes no slot in the identity table. */
+    if (ev->anonymous && ev->redelivered)
+        return false;
     struct id_slot *id = id_table_get(&st->ids, identity_hash(ev->identity));
     uint64_t occurrence = id != NULL ? id->seen++ : 0;
     uint32_t cap = t->max_per_message ? t->max_per_message : 1;
@@ -414,11 +420,6 @@ static bool rule_counts(struct ruleset *rs, const struct rule *r, struct rule_st
      * creates would use them up, and `first 3` could fault fewer than three
      * messages depending on timing. */
     if (id != NULL && id->faults >= cap)
-        return false;
-    /* A message without an id has a new identity on each delivery: its copies
-     * (redelivered by the broker, maybe because of this very rule) would be
-     * faulted again and again, a redelivery storm that never completes. */
-    if (ev->anonymous && ev->redelivered)
         return false;
     uint64_t n = ++st->counted;
     if (t->has_between) {

@@ -250,6 +250,7 @@ static void test_withheld_deliveries_prove_nothing(void **state)
     add_fault(v, "d3", "drop_only", RULE_EV_DELIVER, RULE_ACT_ERROR, "error 406");
     add(v, DELIVER, "d3", "drop_only");
     add_fault(v, "d3", "drop_only", RULE_EV_DELIVER, RULE_ACT_CLOSE, "close before");
+    add_fault(v, "d3", "drop_only", RULE_EV_DELIVER, RULE_ACT_DROP, "drop"); /* same delivery */
     add(v, DELIVER, "d3", "drop_only");
     effect(v, "d3", 1);
     /* a dropped publish: never delivered, work lost. */
@@ -286,10 +287,22 @@ static void test_withheld_deliveries_prove_nothing(void **state)
     add_fault(v, "x", "t", RULE_EV_DELIVER, RULE_ACT_DROP, "drop");
     add(v, DELIVER, "x", "t");
     effect(v, "x", 2);
+    /* Two withholding faults journaled on one delivery (amqp: a close before
+     * ends the actions, a drop after it fired too): one delivery withheld,
+     * and the two others reached the handler. */
+    add(v, DELIVER, "y", "u");
+    add_fault(v, "y", "u", RULE_EV_DELIVER, RULE_ACT_CLOSE, "close before");
+    add_fault(v, "y", "u", RULE_EV_DELIVER, RULE_ACT_DROP, "drop");
+    add(v, DELIVER, "y", "u");
+    add(v, DELIVER, "y", "u");
+    effect(v, "y", 2);
     assert_int_equal(verdict_compute(v, &res), 0);
     t = row(&res, "t");
     assert_int_equal(t->verdict, VERDICT_NOT_IDEMPOTENT);
     assert_int_equal(t->doubled_single_delivery, 1);
+    t = row(&res, "u");
+    assert_int_equal(t->delivered_more_than_once, 1);
+    assert_int_equal(t->doubled_single_delivery, 0);
     verdict_result_free(&res);
     verdict_free(v);
 }
