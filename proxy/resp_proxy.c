@@ -2304,8 +2304,13 @@ static int tx_plan(struct rpx *rx, const uint8_t *buf, size_t len, size_t off,
             }
             continue;
         }
-        if (rx->prof == PROF_RQ) {
-            const struct rule *r = publish_decide(rx, &cv, rq_task[0] != '\0' ? rq_task : NULL);
+        bool xadd = rx->prof == PROF_STREAMS && is_cmd(&cv, CMD_XADD);
+        if (rx->prof == PROF_RQ || xadd) {
+            /* RQ's push of the enqueue transaction; an XADD batched in a
+             * transaction (redis-py's pipeline() makes one by default). */
+            const struct rule *r =
+                xadd ? stream_publish_decide(rx, &cv)
+                     : publish_decide(rx, &cv, rq_task[0] != '\0' ? rq_task : NULL);
             if (r == NULL)
                 continue;
             switch (r->action.kind) {
@@ -2313,7 +2318,10 @@ static int tx_plan(struct rpx *rx, const uint8_t *buf, size_t len, size_t off,
                 c->suppress = true;
                 t->any = true;
                 c->synth = evbuffer_new();
-                if (c->synth != NULL)
+                if (c->synth != NULL && xadd)
+                    evbuffer_add_printf(c->synth, "$%zu\r\n%s\r\n", strlen(rx->xadd_answer),
+                                        rx->xadd_answer);
+                else if (c->synth != NULL)
                     evbuffer_add(c->synth, ":1\r\n", 4);
                 break;
             case RULE_ACT_DELAY:
@@ -2430,7 +2438,8 @@ static enum cmd_result command(struct rpx *rx, const uint8_t *buf, const struct 
              * RPX_TX_WAIT_MS): forwarded at once, its ack could not be
              * faulted any more. */
             bool judged = codec_wants(rx->s, RULE_EV_ACK) ||
-                          (rx->prof == PROF_RQ && codec_wants(rx->s, RULE_EV_PUBLISH));
+                          ((rx->prof == PROF_RQ || rx->prof == PROF_STREAMS) &&
+                           codec_wants(rx->s, RULE_EV_PUBLISH));
             if (rc == 0 && !rx->tx_waited && (avail > len || judged)) {
                 tx_reset(&rx->tx);
                 if (rx->tx_wait_until == 0)

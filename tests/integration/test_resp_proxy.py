@@ -1078,11 +1078,19 @@ class PublishFaults(h.TestCase):
             t0 = time.monotonic()
             late = c.cmd("XADD", "jobs", "NOMKSTREAM", "*", "n", "2", "task", "late")
             took = time.monotonic() - t0
+            # Batched in a transaction, as redis-py's pipeline() sends them.
+            c.send(enc("MULTI"), enc("XADD", "jobs", "*", "task", "dropme"),
+                   enc("XADD", "jobs", "*", "task", "keep"), enc("EXEC"))
+            got = c.read_n_values(4)
         self.assertGreaterEqual(took, 0.9, "the delayed XADD was answered after %.2fs" % took)
+        self.assertEqual([v[0] for v in got[:3]], [b"OK", b"QUEUED", b"QUEUED"], got)
+        made_in_tx, batched = got[3][0]
+        self.assertRegex(made_in_tx, rb"^[0-9]+-[0-9]+$")
         with rk.Conn(rd.port) as direct:
-            self.assertEqual([e[0] for e in direct.cmd("XRANGE", "jobs", "-", "+")], [kept, late])
+            self.assertEqual([e[0] for e in direct.cmd("XRANGE", "jobs", "-", "+")],
+                             [kept, late, batched])
         self.assertEqual(len(fk.fault_records(tw, rule="skdrop")), 2)
-        self.assertEqual(len(fk.fault_records(tw, rule="stdrop")), 4)
+        self.assertEqual(len(fk.fault_records(tw, rule="stdrop")), 5)
         self.assertEqual(len(fk.fault_records(tw, rule="stlate")), 1)
 
 
