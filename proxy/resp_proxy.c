@@ -1776,7 +1776,13 @@ static void ack_decide(struct rpx *rx, const struct cmdview *cv, const char *id,
     uint64_t gen = in != NULL ? in->gen : 0;
     idmap_unlock();
     journal_job(rx, JOURNAL_KIND_ACK, &j);
-    const struct rule *r = decide_job(rx, &j);
+    /* A swallowed ack is only counted: a rule that fired on it would be
+     * journaled as a fault it never made. */
+    const struct rule *r = NULL;
+    if (swallow_dup)
+        codec_count(rx->s, RULE_EV_ACK);
+    else
+        r = decide_job(rx, &j);
     job_event_clear(&j);
     if (swallow_dup) {
         f->suppress = true;

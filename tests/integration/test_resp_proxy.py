@@ -1120,6 +1120,32 @@ class OneActionPerEvent(h.TestCase):
                          "a rule that did not act was logged as a fault")
 
 
+class SwallowedAck(h.TestCase):
+    """A streams `duplicate` leaves the entry pending by swallowing its XACK: that ack is
+    not applied, so no rule on acks acts on it, and none may be journaled as faulting it."""
+
+    def test_swallowed_xack_is_not_faulted(self):
+        rd = h.start_redis(self.tmp)
+        self.addCleanup(rd.stop)
+        port = h.free_port()
+        rules = [fk.rule_block("dup", "st", "when deliver", "first 1", "do duplicate"),
+                 fk.rule_block("slowack", "st", "when ack", "do delay 10ms")]
+        tw = self.twice(fk.conf_text([rk.resp_listen_block("st", port, rd.port, profile="streams")],
+                                     rules, log_level="info"))
+        with rk.Conn(port) as c:
+            self.assertEqual(c.cmd("XGROUP", "CREATE", "jobs", "g", "$", "MKSTREAM"), b"OK")
+            eid = c.cmd("XADD", "jobs", "*", "task", "t")
+            got = c.cmd("XREADGROUP", "GROUP", "g", "w", "COUNT", "1", "STREAMS", "jobs", ">")
+            self.assertEqual(got[0][1][0][0], eid)
+            self.assertEqual(c.cmd("XACK", "jobs", "g", eid), 1)  # swallowed: stays pending
+            time.sleep(0.3)
+        with rk.Conn(rd.port) as direct:
+            self.assertEqual(direct.cmd("XPENDING", "jobs", "g")[0], 1)
+        self.assertEqual(len(fk.fault_records(tw, rule="dup")), 1)
+        self.assertEqual(fk.fault_records(tw, rule="slowack"), [],
+                         "the swallowed ack was journaled as faulted")
+
+
 class MaxMessageSize(h.TestCase):
     """A command with a bulk over max-message-size ends the session as Redis ends one over
     proto-max-bulk-len: the commands before it are applied and their replies reach the
