@@ -31,14 +31,14 @@ uint32_t codec_wanted_now(struct session *s)
 }
 
 static size_t decide_up_to(struct session *s, const struct engine_event *ev, size_t *hits,
-                           size_t max)
+                           size_t max, bool note)
 {
     struct loop *lp = s->loop;
     stat_add(&lp->events[ev->event], 1);
     if (lp->rules == NULL)
         return 0;
     size_t n = ruleset_decide(lp->rules, s->cfg->l->name, ev, proxy_now_ms(), hits, max);
-    for (size_t i = 0; i < n; i++) {
+    for (size_t i = 0; note && i < n; i++) {
         const struct rule *r = ruleset_rule(lp->rules, hits[i]);
         if (r->action.kind != RULE_ACT_EXPIRE)
             fault_note(s, r, ev);
@@ -48,12 +48,17 @@ static size_t decide_up_to(struct session *s, const struct engine_event *ev, siz
 
 size_t codec_decide(struct session *s, const struct engine_event *ev, size_t *hits)
 {
-    return decide_up_to(s, ev, hits, SESSION_MAX_RULE_HITS);
+    return decide_up_to(s, ev, hits, SESSION_MAX_RULE_HITS, true);
 }
 
 size_t codec_decide_first(struct session *s, const struct engine_event *ev, size_t *hit)
 {
-    return decide_up_to(s, ev, hit, 1);
+    return decide_up_to(s, ev, hit, 1, true);
+}
+
+size_t codec_decide_first_unnoted(struct session *s, const struct engine_event *ev, size_t *hit)
+{
+    return decide_up_to(s, ev, hit, 1, false);
 }
 
 void codec_log_protocol_error(struct session *s, const char *msg, const char *detail)

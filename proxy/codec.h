@@ -48,6 +48,11 @@ size_t codec_decide(struct session *s, const struct engine_event *ev, size_t *hi
  * the event, so nothing counts or journals a fault that was not made. */
 size_t codec_decide_first(struct session *s, const struct engine_event *ev, size_t *hit);
 
+/* codec_decide_first() without the fault's note: for a codec that learns
+ * the message's id only from the decision (a dropped XADD's id is made by
+ * twice), and notes the fault itself (fault_note) once it knows it. */
+size_t codec_decide_first_unnoted(struct session *s, const struct engine_event *ev, size_t *hit);
+
 /* The events the listener's rules look at, recomputed after a reload swapped them. */
 uint32_t codec_wanted_now(struct session *s);
 

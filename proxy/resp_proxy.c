@@ -42,6 +42,7 @@
 #include "proto/resp.h"
 #include "proto/resp_job.h"
 #include "proxy/codec.h"
+#include "proxy/fault.h"
 #include "proxy/idmap.h"
 #include "proxy/journal.h"
 #include "proxy/log.h"
@@ -576,6 +577,27 @@ static bool jobs_needed(struct rpx *rx)
 
 /* Decides a job event; returns the first rule with a message action (the
  * others only counted: one action per event, in file order). */
+/* The rules' view of a job event; anon (48 bytes) holds the identity of a
+ * job without an id. */
+static void job_engine_event(struct rpx *rx, const struct job_event *j, struct engine_event *ev,
+                             char *anon)
+{
+    memset(ev, 0, sizeof(*ev));
+    ev->event = j->kind;
+    ev->queue = j->queue;
+    ev->message_id = j->id;
+    ev->task = j->task;
+    ev->key = j->key;
+    ev->redelivered = j->redelivered;
+    if (j->id != NULL) {
+        ev->identity = j->id;
+    } else {
+        ev->anonymous = true;
+        ev->identity =
+            codec_anon_id(anon, 48, "anon", (const uint64_t[]){rx->s->id, ++rx->anon}, 2);
+    }
+}
+
 static const struct rule *decide_job(struct rpx *rx, struct job_event *j)
 {
     if (!codec_wants(rx->s, j->kind)) {
@@ -585,21 +607,8 @@ static const struct rule *decide_job(struct rpx *rx, struct job_event *j)
         return NULL;
     }
     struct engine_event ev;
-    memset(&ev, 0, sizeof(ev));
     char anon[48];
-    ev.event = j->kind;
-    ev.queue = j->queue;
-    ev.message_id = j->id;
-    ev.task = j->task;
-    ev.key = j->key;
-    ev.redelivered = j->redelivered;
-    if (j->id != NULL) {
-        ev.identity = j->id;
-    } else {
-        ev.anonymous = true;
-        ev.identity =
-            codec_anon_id(anon, sizeof(anon), "anon", (const uint64_t[]){rx->s->id, ++rx->anon}, 2);
-    }
+    job_engine_event(rx, j, &ev, anon);
     size_t hits[SESSION_MAX_RULE_HITS];
     size_t n = decide(rx, &ev, hits);
     for (size_t i = 0; i < n; i++) {
@@ -2002,7 +2011,15 @@ static const struct rule *stream_publish_decide(struct rpx *rx, const struct cmd
     j.id = chosen ? strdup(id) : NULL;
     j.queue = strdup(cv->key);
     j.task = task[0] != '\0' ? strdup(task) : NULL;
-    const struct rule *r = decide_job(rx, &j);
+    /* Redis picks the id of an XADD with '*': the rules decide without one,
+     * and the fault is noted once it is known whether twice made one (a
+     * drop), so that the fault and the publish records share it. */
+    struct engine_event ev;
+    char anon[48];
+    job_engine_event(rx, &j, &ev, anon);
+    size_t hit = 0;
+    const struct rule *r =
+        codec_decide_first_unnoted(rx->s, &ev, &hit) == 1 ? hit_rule(rx, hit) : NULL;
     bool kept_back =
         r != NULL &&
         (r->action.kind == RULE_ACT_DROP ||
@@ -2029,6 +2046,10 @@ static const struct rule *stream_publish_decide(struct rpx *rx, const struct cmd
         }
         if (j.id == NULL)
             j.id = strdup(rx->xadd_answer);
+    }
+    if (r != NULL) {
+        ev.message_id = j.id;
+        fault_note(rx->s, r, &ev);
     }
     if (kept_back)
         journal_job(rx, JOURNAL_KIND_PUBLISH, &j);

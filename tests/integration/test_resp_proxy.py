@@ -1047,9 +1047,10 @@ class PublishFaults(h.TestCase):
         rules = [fk.rule_block("skdrop", "sk", "when publish task=Drop*", "do drop"),
                  fk.rule_block("stdrop", "st", "when publish task=dropme", "do drop"),
                  fk.rule_block("stlate", "st", "when publish task=late", "do delay 1s")]
+        journal = os.path.join(self.tmp, "publish.pb")
         tw = self.twice(fk.conf_text([rk.resp_listen_block("sk", sk, rd.port, profile="sidekiq"),
                                       rk.resp_listen_block("st", st, rd.port, profile="streams")],
-                                     rules, log_level="info"))
+                                     rules, log_level="info", journal=journal))
         job = lambda cls, jid: json.dumps({"class": cls, "jid": jid, "queue": "default",
                                            "args": [1], "retry": True})
         with rk.Conn(sk) as c:
@@ -1092,6 +1093,14 @@ class PublishFaults(h.TestCase):
         self.assertEqual(len(fk.fault_records(tw, rule="skdrop")), 2)
         self.assertEqual(len(fk.fault_records(tw, rule="stdrop")), 5)
         self.assertEqual(len(fk.fault_records(tw, rule="stlate")), 1)
+        # The id twice made for a dropped XADD is on its fault record and its publish record
+        # alike: the verdict's NO EFFECT counts it as a lost enqueue.
+        tw.stop()
+        _, recs, _ = fk.decode_journal(journal)
+        named = [(fk.KIND_NAMES.get(r.get("kind")), r.get("rule")) for r in recs
+                 if r.get("message_id") == made.decode()]
+        self.assertEqual(sorted(named, key=str), sorted([("publish", None), ("fault", "stdrop")],
+                                                        key=str), named)
 
 
 class OneActionPerEvent(h.TestCase):
