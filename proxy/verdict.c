@@ -28,8 +28,7 @@
 struct verdict_msg {
     uint32_t task;                      /* index into verdict.task_names, or VERDICT_NO_TASK */
     uint32_t delivers, faults, effects; /* saturating counts */
-    uint32_t withheld;                  /* deliveries a fault kept from the worker */
-    uint32_t open;                      /* DELIVER records no fault withheld yet */
+    uint32_t reached; /* deliveries the handler got: DELIVERs less those a fault withheld */
     bool in_journal;
 };
 
@@ -146,16 +145,14 @@ int verdict_add_record(struct verdict *v, const Twice__Journal__Record *r)
     }
     if (r->kind == TWICE__JOURNAL__RECORD__KIND__DELIVER) {
         sat_inc(&m->delivers);
-        sat_inc(&m->open);
+        sat_inc(&m->reached);
     } else if (r->kind == TWICE__JOURNAL__RECORD__KIND__FAULT) {
         sat_inc(&m->faults);
-        /* One delivery is withheld once: on an amqp listener a `close
-         * before` or an `error` ends the actions, yet the rules after it that
-         * fired are journaled too (a drop among them). */
-        if (fault_withholds_delivery(r) && m->open > 0) {
-            m->open--;
-            sat_inc(&m->withheld);
-        }
+        /* A delivery is withheld once (never below none): on an amqp
+         * listener a `close before` or an `error` ends the actions, yet the
+         * rules after it that fired are journaled too (a drop among them). */
+        if (fault_withholds_delivery(r) && m->reached > 0)
+            m->reached--;
     }
     return 0;
 }
@@ -190,19 +187,17 @@ static void examples_add(struct verdict_examples *ex, const char *id)
 /* Adds one message to its row. */
 static void tally(struct verdict_task *t, const char *id, const struct verdict_msg *m)
 {
-    /* Deliveries the handler got: a dropped one (whose copy may come later)
-     * does not test idempotency. */
-    uint32_t reached = m->delivers > m->withheld ? m->delivers - m->withheld : 0;
     t->messages++;
     t->faulted += m->faults > 0;
-    t->delivered_more_than_once += reached >= 2;
+    /* A dropped delivery (whose copy may come later) does not test idempotency. */
+    t->delivered_more_than_once += m->reached >= 2;
     /* Work lost: delivered (or withheld), or faulted before its delivery (a
      * dropped publish), and no effect. */
     t->no_effect += m->effects == 0 && (m->delivers >= 1 || m->faults > 0);
     if (m->effects >= 2) {
         t->more_than_one_effect++;
         examples_add(&t->examples, id);
-        if (reached <= 1) {
+        if (m->reached <= 1) {
             t->doubled_single_delivery++;
             examples_add(&t->single_examples, id);
         }
