@@ -393,6 +393,11 @@ bool amqp_method_table_ok(void);
  * string. */
 const char *amqp_method_name(uint16_t class_id, uint16_t method_id);
 
+/* The name of an AMQP 0-9-1 error reply code (the spec's constants 311 to 541, as RabbitMQ
+ * writes them: "PRECONDITION_FAILED" for 406), or NULL for any other number (200, reply-success,
+ * is not an error).  A static string. */
+const char *amqp_reply_error_name(uint16_t code);
+
 /* ---- content header and field tables --------------------------------------------------------- */
 
 /* Property flags (class basic), MSB first. */

@@ -388,3 +388,47 @@ const char *amqp_method_name(uint16_t class_id, uint16_t method_id)
     const struct amqp_method_desc *d = amqp_method_lookup(class_id, method_id);
     return d == NULL ? "unknown" : d->name;
 }
+
+const char *amqp_reply_error_name(uint16_t code)
+{
+    switch (code) {
+    case 311:
+        return "CONTENT_TOO_LARGE";
+    case 312:
+        return "NO_ROUTE";
+    case 313:
+        return "NO_CONSUMERS";
+    case 320:
+        return "CONNECTION_FORCED";
+    case 402:
+        return "INVALID_PATH";
+    case 403:
+        return "ACCESS_REFUSED";
+    case 404:
+        return "NOT_FOUND";
+    case 405:
+        return "RESOURCE_LOCKED";
+    case 406:
+        return "PRECONDITION_FAILED";
+    case 501:
+        return "FRAME_ERROR";
+    case 502:
+        return "SYNTAX_ERROR";
+    case 503:
+        return "COMMAND_INVALID";
+    case 504:
+        return "CHANNEL_ERROR";
+    case 505:
+        return "UNEXPECTED_FRAME";
+    case 506:
+        return "RESOURCE_ERROR";
+    case 530:
+        return "NOT_ALLOWED";
+    case 540:
+        return "NOT_IMPLEMENTED";
+    case 541:
+        return "INTERNAL_ERROR";
+    default:
+        return NULL;
+    }
+}

@@ -786,46 +786,8 @@ static void journal_event(struct amqp_px *ax, enum journal_kind kind, const stru
 
 static const char *reply_name(uint16_t code)
 {
-    switch (code) {
-    case 311:
-        return "CONTENT_TOO_LARGE";
-    case 312:
-        return "NO_ROUTE";
-    case 313:
-        return "NO_CONSUMERS";
-    case 320:
-        return "CONNECTION_FORCED";
-    case 402:
-        return "INVALID_PATH";
-    case 403:
-        return "ACCESS_REFUSED";
-    case 404:
-        return "NOT_FOUND";
-    case 405:
-        return "RESOURCE_LOCKED";
-    case 406:
-        return "PRECONDITION_FAILED";
-    case 501:
-        return "FRAME_ERROR";
-    case 502:
-        return "SYNTAX_ERROR";
-    case 503:
-        return "COMMAND_INVALID";
-    case 504:
-        return "CHANNEL_ERROR";
-    case 505:
-        return "UNEXPECTED_FRAME";
-    case 506:
-        return "RESOURCE_ERROR";
-    case 530:
-        return "NOT_ALLOWED";
-    case 540:
-        return "NOT_IMPLEMENTED";
-    case 541:
-        return "INTERNAL_ERROR";
-    default:
-        return "ERROR";
-    }
+    const char *name = amqp_reply_error_name(code);
+    return name != NULL ? name : "ERROR";
 }
 
 /* Channel-level codes close the channel; the rest close the connection

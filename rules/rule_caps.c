@@ -6,6 +6,7 @@
  * matched on, the actions it can take on each, and why it cannot take the
  * others.  No protocol is named here, so a new codec needs no change.
  */
+#include "proto/amqp.h"
 #include "rules/caps.h"
 #include "rules/diag.h"
 #include "rules/rule_parse.h"
@@ -142,22 +143,15 @@ static void rule_caps_action(struct conf_parser *p, const struct rule *r,
                   why != NULL ? ": " : "", why != NULL ? why : "");
 }
 
-/* AMQP 0-9-1's error reply codes (its spec's constants, less 200
- * reply-success): what `do error CODE` may close a channel or connection
- * with.  A code outside them used to pass and be replaced by 406 at run time,
- * while the log and journal named the code written. */
+/* Whether `do error CODE` names one of AMQP 0-9-1's error reply codes
+ * (amqp_reply_error_name()), what a channel or connection may be closed with.
+ * A code outside them used to pass and be replaced by 406 at run time, while
+ * the log and journal named the code written. */
 static bool amqp_error_code(const char *code)
 {
-    static const unsigned codes[] = {311, 312, 313, 320, 402, 403, 404, 405, 406,
-                                     501, 502, 503, 504, 505, 506, 530, 540, 541};
     const char *c = code[0] == '-' ? code + 1 : code;
-    if (strlen(c) != 3 || strspn(c, "0123456789") != 3)
-        return false;
-    unsigned v = (unsigned)atoi(c);
-    for (size_t i = 0; i < sizeof(codes) / sizeof(codes[0]); i++)
-        if (codes[i] == v)
-            return true;
-    return false;
+    return strlen(c) == 3 && strspn(c, "0123456789") == 3 &&
+           amqp_reply_error_name((uint16_t)atoi(c)) != NULL;
 }
 
 static void rule_caps_error_code(struct conf_parser *p, const struct rule *r,
