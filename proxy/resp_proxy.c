@@ -575,8 +575,6 @@ static bool jobs_needed(struct rpx *rx)
            codec_wants(rx->s, RULE_EV_NACK);
 }
 
-/* Decides a job event; returns the first rule with a message action (the
- * others only counted: one action per event, in file order). */
 /* The rules' view of a job event; anon (48 bytes) holds the identity of a
  * job without an id. */
 static void job_engine_event(struct rpx *rx, const struct job_event *j, struct engine_event *ev,
@@ -598,6 +596,8 @@ static void job_engine_event(struct rpx *rx, const struct job_event *j, struct e
     }
 }
 
+/* Decides a job event; returns the rule that acts on it (one action per
+ * event: the first rule that fires, in file order). */
 static const struct rule *decide_job(struct rpx *rx, struct job_event *j)
 {
     if (!codec_wants(rx->s, j->kind)) {
@@ -2057,6 +2057,17 @@ static const struct rule *stream_publish_decide(struct rpx *rx, const struct cmd
     return r;
 }
 
+/* What a publish a rule dropped is answered with, into out (room for
+ * sizeof(rx->xadd_answer) + 32 bytes); returns its length: a list push's
+ * length 1, or an XADD's id (stream_publish_decide()). */
+static size_t drop_reply(const struct rpx *rx, char *out, size_t cap)
+{
+    int n = rx->prof == PROF_STREAMS
+                ? snprintf(out, cap, "$%zu\r\n%s\r\n", strlen(rx->xadd_answer), rx->xadd_answer)
+                : snprintf(out, cap, ":1\r\n");
+    return n > 0 && (size_t)n < cap ? (size_t)n : 0;
+}
+
 /* Publishes: Sidekiq's and Celery's LPUSH of job JSON, RQ's push of a job
  * id, XADD.  Returns the deciding rule, or NULL. */
 static const struct rule *publish_decide(struct rpx *rx, const struct cmdview *cv,
@@ -2345,11 +2356,10 @@ static int tx_plan(struct rpx *rx, const uint8_t *buf, size_t len, size_t off,
                 c->suppress = true;
                 t->any = true;
                 c->synth = evbuffer_new();
-                if (c->synth != NULL && xadd)
-                    evbuffer_add_printf(c->synth, "$%zu\r\n%s\r\n", strlen(rx->xadd_answer),
-                                        rx->xadd_answer);
-                else if (c->synth != NULL)
-                    evbuffer_add(c->synth, ":1\r\n", 4);
+                if (c->synth != NULL) {
+                    char reply[sizeof(rx->xadd_answer) + 32];
+                    evbuffer_add(c->synth, reply, drop_reply(rx, reply, sizeof(reply)));
+                }
                 break;
             case RULE_ACT_DELAY:
                 if (*delay_rule == NULL)
@@ -2631,14 +2641,9 @@ static enum cmd_result command(struct rpx *rx, const uint8_t *buf, const struct 
         case RULE_ACT_DROP:
             swallow(rx, len);
             /* Asked once: under CLIENT REPLY SKIP it sends Redis a PING. */
-            bool owe = owe_reply(rx);
-            if (owe && rx->prof == PROF_STREAMS) {
+            if (owe_reply(rx)) {
                 char reply[sizeof(rx->xadd_answer) + 32];
-                int n = snprintf(reply, sizeof(reply), "$%zu\r\n%s\r\n", strlen(rx->xadd_answer),
-                                 rx->xadd_answer);
-                answer(rx, reply, (size_t)n);
-            } else if (owe) {
-                answer(rx, ":1\r\n", 4);
+                answer(rx, reply, drop_reply(rx, reply, sizeof(reply)));
             }
             rx->decided = 0;
             return CMD_DONE;
@@ -2727,10 +2732,6 @@ static bool pairing_grow(struct rpx *rx)
     return true;
 }
 
-/* A peer broke RESP.  A client's bytes go on to Redis as they are, from the
- * first bad one: Redis answers the commands before them, then its own
- * "-ERR Protocol error" and closes, exactly as without twice.  A server
- * that breaks RESP ends the session with a logged reason. */
 /* A client's bulk string over max-message-size: what came before it went to
  * Redis, and its replies still reach the client, followed by Redis's own
  * answer to a bulk over proto-max-bulk-len; then the session ends.  What the
@@ -2758,17 +2759,19 @@ static void client_over_limit(struct rpx *rx, uint64_t max_message)
     flush_replies(rx);
 }
 
+/* A peer broke RESP.  A client's bytes go on to Redis as they are, from the
+ * first bad one: Redis answers the commands before them, then its own
+ * "-ERR Protocol error" and closes, exactly as without twice.  A server
+ * that breaks RESP ends the session with a logged reason. */
 static int scan_error(struct rpx *rx, enum session_side side, int rc)
 {
     uint64_t max_message = rx->s->cfg->l->max_message;
-    if (rc == RESP_E_BULK_TOO_LONG && max_message != 0 && max_message < RESP_MAX_BULK &&
-        side == SIDE_CLIENT) {
-        client_over_limit(rx, max_message);
-        return -1;
-    }
     if (rc == RESP_E_BULK_TOO_LONG && max_message != 0 && max_message < RESP_MAX_BULK) {
-        protocol_error(rx, side, "%s sent a bulk string over max-message-size %llu",
-                       side == SIDE_CLIENT ? "client" : "server", (unsigned long long)max_message);
+        if (side == SIDE_CLIENT)
+            client_over_limit(rx, max_message);
+        else
+            protocol_error(rx, side, "server sent a bulk string over max-message-size %llu",
+                           (unsigned long long)max_message);
         return -1;
     }
     if (side == SIDE_UPSTREAM) {
