@@ -709,16 +709,10 @@ static void event_from_info(struct engine_event *ev, enum rule_event kind,
         ev->task = mi->task;
         ev->redelivered = mi->redelivered;
     }
-    if (ev->message_id != NULL) {
-        ev->identity = ev->message_id;
-    } else {
-        /* No id: the cap counts per delivery, not per message (and a
-         * redelivered delivery is not faulted again, see engine.h). */
-        ev->anonymous = true;
-        ev->identity = codec_anon_id(
-            idbuf, idlen, "anon",
-            (const uint64_t[]){s->id, mi && mi->ch ? mi->ch->id : 0, mi ? mi->tag : 0}, 3);
-    }
+    /* No id: the delivery is the identity (session, channel, tag). */
+    codec_event_identity(ev, idbuf, idlen,
+                         (const uint64_t[]){s->id, mi && mi->ch ? mi->ch->id : 0, mi ? mi->tag : 0},
+                         3);
 }
 
 /* Ask the rules about `ev`; returns the number of rules that fired. */

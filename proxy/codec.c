@@ -194,3 +194,14 @@ int codec_move(struct evbuffer *in, struct evbuffer *out, size_t n)
     }
     return 0;
 }
+
+void codec_event_identity(struct engine_event *ev, char *buf, size_t cap, const uint64_t *v,
+                          size_t n)
+{
+    if (ev->message_id != NULL) {
+        ev->identity = ev->message_id;
+        return;
+    }
+    ev->anonymous = true;
+    ev->identity = codec_anon_id(buf, cap, "anon", v, n);
+}

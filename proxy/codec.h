@@ -82,6 +82,13 @@ void codec_log_protocol_error(struct session *s, const char *msg, const char *de
  * instructions for it. */
 const char *codec_anon_id(char *buf, size_t cap, const char *prefix, const uint64_t *v, size_t n);
 
+/* ev's identity for the rules: its message_id, or for a message without one
+ * the delivery's, "anon:" and v[0..n) written into buf (codec_anon_id()),
+ * with ev->anonymous set (the engine's cap then cannot count its copies:
+ * see engine.h). */
+void codec_event_identity(struct engine_event *ev, char *buf, size_t cap, const uint64_t *v,
+                          size_t n);
+
 /* Moves the first n bytes of `in` to the end of `out`, as
  * evbuffer_remove_buffer, without copying the payload.  libevent moves
  * whole chains and copies the part of the chain the n-th byte ends in; a

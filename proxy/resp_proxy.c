@@ -587,13 +587,9 @@ static void job_engine_event(struct rpx *rx, const struct job_event *j, struct e
     ev->task = j->task;
     ev->key = j->key;
     ev->redelivered = j->redelivered;
-    if (j->id != NULL) {
-        ev->identity = j->id;
-    } else {
-        ev->anonymous = true;
-        ev->identity =
-            codec_anon_id(anon, 48, "anon", (const uint64_t[]){rx->s->id, ++rx->anon}, 2);
-    }
+    /* No id: each event is its own identity (session, a counter). */
+    uint64_t seq = j->id == NULL ? ++rx->anon : 0;
+    codec_event_identity(ev, anon, 48, (const uint64_t[]){rx->s->id, seq}, 2);
 }
 
 /* Decides a job event; returns the rule that acts on it (one action per
