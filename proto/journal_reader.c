@@ -216,8 +216,9 @@ int journal_encode_record_entry(const Twice__Journal__Record *r, uint8_t *out, s
 
 size_t journal_utf8_char_len(const unsigned char *p)
 {
-    return utf8_char_len(p,
-                         4); /* NUL-terminated: the NUL ends a sequence as any non-continuation */
+    /* p is NUL-terminated: a NUL ends a sequence as any non-continuation byte does, so
+     * reading up to 4 bytes never passes it. */
+    return utf8_char_len(p, 4);
 }
 
 /* Records the sticky error with the file offset where it was found. */
