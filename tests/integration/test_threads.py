@@ -46,7 +46,9 @@ class ThreadsTest(h.TestCase):
         blocks = [h.listen_block("echo", self.port, self.echo.port)] + list(extra)
         t = self.twice(conf(blocks, rules, threads=threads, admin_port=self.admin_port,
                             grace=grace))
-        t.wait_for_log(r"msg=\"admin listening\"")
+        # "started" is the last line of the start-up, after every listener
+        # and the admin API: waiting for it waits for them all.
+        t.wait_for_log(r"msg=started ")
         self.api = fk.Admin(self.admin_port, fk.TOKEN)
         return t
 
