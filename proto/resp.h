@@ -326,6 +326,8 @@ enum resp_cmd_flag {
     RESP_CMD_MONITOR = 1u << 9,   /* after +OK, the server streams +<timestamp> lines */
     RESP_CMD_REJECTED = 1u << 10, /* queued, but answered by an error: EXEC will not run it */
     RESP_CMD_NO_REPLY = 1u << 11, /* CLIENT REPLY OFF/SKIP in force: the server stays silent */
+    RESP_CMD_RUN = 1u << 12,      /* with QUEUED: a run of queued commands counted in one slot
+                                     (replies of them, answered so far, rejected by an error) */
 };
 
 /* The kinds of pub/sub confirmations, as their first element names them. */
@@ -346,6 +348,7 @@ struct resp_cmd {
     uint32_t replies;             /* subscribe family: confirmations expected (0 = as many as
                                      subscriptions of that kind, at least 1); others 1 */
     uint32_t answered;            /* subscribe family: confirmations seen so far */
+    uint32_t rejected;            /* a run: its commands answered by an error */
     uint8_t sub_kind;             /* enum resp_sub_kind */
     uint8_t hello_proto;          /* HELLO <v>: v (2 or 3), else 0 */
     uint64_t seq;                 /* 0, 1, 2 ...: the commands passed to resp_pairing_command() */
@@ -357,7 +360,15 @@ struct resp_cmd {
  * to them: MULTI/EXEC, CLIENT REPLY, subscriptions, the protocol version.  Storage is the
  * caller's: slots[0..cap).  Client-side state (MULTI open, CLIENT REPLY) advances as commands
  * are passed in; server-side state (subscriptions, protocol, MONITOR) as replies are.
+ *
+ * A transaction never fills the FIFO.  Its queued commands stay in it until EXEC is answered,
+ * so a transaction longer than the FIFO would wait for ever for room that only its own EXEC
+ * frees (Redis queues a MULTI of any length).  Once a queued command would leave fewer than
+ * RESP_PAIRING_ROOM slots free, it and every queued command after it are counted in one slot,
+ * a run (RESP_CMD_RUN), so the EXEC always finds a slot.  A caller that can grow the FIFO does
+ * so before that point, and keeps each command in a slot of its own.
  */
+#define RESP_PAIRING_ROOM 2u
 struct resp_pairing {
     struct resp_cmd *slots;
     size_t cap;
@@ -373,8 +384,8 @@ struct resp_pairing {
     uint64_t channels, patterns, shard_channels; /* from the confirmations' counts */
     /* The EXEC reply last matched: its queued commands, valid until the next call. */
     size_t tx_first, tx_n;
-    bool tx_rejected;
-    bool general; /* tests: every command and reply takes the general path (no shortcut) */
+    bool tx_rejected; /* or a run among them: resp_pairing_tx() walks the slots */
+    bool general;     /* tests: every command and reply takes the general path (no shortcut) */
 };
 
 /* Sets up an empty pairing for a new RESP2 connection, using slots[0..cap) as its FIFO. */

@@ -358,6 +358,28 @@ static bool resp_runs_in_multi(const struct resp_cmd *c)
            strcmp(c->name, "WATCH") == 0;
 }
 
+/* A queued command that joins a run (see struct resp_pairing): the run at the tail, or a new
+ * one in the FIFO's last slots.  False when it takes a slot of its own. */
+static bool resp_run_join(struct resp_pairing *p, const struct resp_cmd *c)
+{
+    struct resp_cmd *tail = p->count > 0 ? resp_slot(p, p->count - 1) : NULL;
+    if (tail != NULL && (tail->flags & RESP_CMD_RUN) && tail->replies < UINT32_MAX) {
+        if (p->kept == p->count)
+            p->kept--; /* every command of it was answered so far: it awaits one more */
+        tail->replies++;
+        return true;
+    }
+    if (p->count + RESP_PAIRING_ROOM < p->cap)
+        return false;
+    struct resp_cmd *run = resp_slot(p, p->count++);
+    *run = *c;
+    run->flags |= RESP_CMD_RUN;
+    run->replies = 1;
+    run->answered = 0;
+    run->rejected = 0;
+    return true;
+}
+
 int resp_pairing_command(struct resp_pairing *p, const struct resp_msg *m, const uint8_t *buf,
                          uint64_t tag, struct resp_cmd *cmd)
 {
@@ -379,6 +401,7 @@ int resp_pairing_simple(struct resp_pairing *p, const char *name, size_t n, uint
     s->flags = 0;
     s->replies = 1;
     s->answered = 0;
+    s->rejected = 0;
     s->sub_kind = RESP_SUB_NONE;
     s->hello_proto = 0;
     s->seq = p->seq++;
@@ -433,6 +456,8 @@ int resp_pairing_command_named(struct resp_pairing *p, const struct resp_msg *m,
         *cmd = c;
     if (!answered)
         return 0;
+    if ((c.flags & RESP_CMD_QUEUED) && resp_run_join(p, &c))
+        return 1;
     *resp_slot(p, p->count++) = c;
     return 1;
 }
@@ -517,18 +542,31 @@ static inline void resp_remove_pending(struct resp_pairing *p)
     resp_drop_front(p, 1);
 }
 
+/* The elements of an EXEC array that kept slot s answers: a run's commands but those refused,
+ * else 1, or 0 for a refused command. */
+static size_t resp_tx_elements(const struct resp_cmd *s)
+{
+    if (s->flags & RESP_CMD_RUN)
+        return s->replies - s->rejected;
+    return (s->flags & RESP_CMD_REJECTED) ? 0 : 1;
+}
+
 /* EXEC, DISCARD or RESET answered: the kept queued commands go, with the command itself. */
 static void resp_end_tx(struct resp_pairing *p, const struct resp_msg *m, bool exec,
                         struct resp_match *match)
 {
-    size_t rejected = 0;
-    for (size_t i = 0; i < p->kept; i++)
-        rejected += (resp_slot(p, i)->flags & RESP_CMD_REJECTED) != 0;
+    size_t elements = 0;
+    bool walk = false;
+    for (size_t i = 0; i < p->kept; i++) {
+        const struct resp_cmd *s = resp_slot(p, i);
+        elements += resp_tx_elements(s);
+        walk |= (s->flags & (RESP_CMD_REJECTED | RESP_CMD_RUN)) != 0;
+    }
     if (exec && m->type == '*' && !m->null) {
         p->tx_first = p->head;
         p->tx_n = p->kept;
-        p->tx_rejected = rejected > 0;
-        match->ntx = p->kept - rejected;
+        p->tx_rejected = walk;
+        match->ntx = elements;
     } else if (exec) {
         match->exec_aborted = true;
     }
@@ -548,6 +586,18 @@ static int resp_answer_queued(struct resp_pairing *p, struct resp_cmd *head,
 {
     bool queued = m->type == '+' && resp_view_equals(buf, m->len, &m->value, "QUEUED");
     match->queued = true;
+    if (head->flags & RESP_CMD_RUN) {
+        /* One of the run's commands; the run is kept once all of them are answered.  (Should
+         * MULTI have been refused, their ordinary replies go by the same count.) */
+        head->answered++;
+        head->rejected += resp_is_error(m);
+        match->cmd = *head;
+        if (resp_is_error(m))
+            match->cmd.flags |= RESP_CMD_REJECTED; /* this reply refused its command */
+        if (head->answered >= head->replies)
+            p->kept++;
+        return 1;
+    }
     if (!queued && !resp_is_error(m)) {
         /* MULTI was refused after all: an ordinary reply. */
         match->cmd = *head;
@@ -641,14 +691,14 @@ int resp_pairing_reply(struct resp_pairing *p, const struct resp_msg *m, const u
 
 const struct resp_cmd *resp_pairing_tx(const struct resp_pairing *p, size_t i)
 {
-    if (i >= p->tx_n)
-        return NULL;
     if (!p->tx_rejected)
-        return &p->slots[(p->tx_first + i) % p->cap];
+        return i < p->tx_n ? &p->slots[(p->tx_first + i) % p->cap] : NULL;
     for (size_t k = 0; k < p->tx_n; k++) {
         const struct resp_cmd *c = &p->slots[(p->tx_first + k) % p->cap];
-        if ((c->flags & RESP_CMD_REJECTED) == 0 && i-- == 0)
+        size_t n = resp_tx_elements(c);
+        if (i < n)
             return c;
+        i -= n;
     }
     return NULL;
 }

@@ -52,7 +52,8 @@
 
 /* Commands awaiting replies: the pairing FIFO starts this small and grows to
  * RPX_PIPELINE_MAX; past it, twice stops reading the client until replies
- * come back. */
+ * come back (a transaction's queued commands, which only its EXEC answers in
+ * full, are then counted in one slot by the pairing, never waited for). */
 #define RPX_PIPELINE_MIN 16u
 #define RPX_PIPELINE_MAX 4096u
 /* Reply bytes one session may hold back (delay) before twice stops reading
@@ -2918,7 +2919,12 @@ static void process_client(struct rpx *rx)
             break;
         }
         rx->hold_until = 0;
-        if (rx->pairing.count >= rx->pairing.cap && !pairing_grow(rx))
+        /* Grown before the pairing would count a transaction's commands
+         * in a run (proto/resp.h: RESP_PAIRING_ROOM), so that up to the
+         * maximum each has a slot of its own. */
+        if (rx->pairing.count + RESP_PAIRING_ROOM >= rx->pairing.cap)
+            (void)pairing_grow(rx);
+        if (rx->pairing.count >= rx->pairing.cap)
             break; /* resumed when replies drain the FIFO */
         if (plain_command(rx, cmd_rules))
             continue;

@@ -1038,6 +1038,89 @@ static void test_small_names(void **state)
     }
 }
 
+/* A transaction longer than the FIFO (Redis queues a MULTI of any length): its queued commands
+ * past the FIFO's room are counted in one slot, so EXEC always finds one and the client never
+ * waits for room only EXEC would free.  100,000 commands through 8 slots, sent all at once and
+ * each after its +QUEUED; a command refused inside the run; with `watch`, a WATCH refused after
+ * it (it runs at once and takes the last slot: EXEC then waits for its reply, which comes); the
+ * EXEC array's elements traced back to the commands they answer. */
+static void tx_long(bool at_once, bool watch)
+{
+    enum { N = 100000, CAP = 8 };
+    struct resp_cmd slots[CAP], c;
+    struct resp_pairing p;
+    struct resp_match mt;
+    resp_pairing_init(&p, slots, CAP);
+    assert_int_equal(pair_cmd(&p, "MULTI\r\n", &c), 1);
+    if (!at_once)
+        assert_int_equal(pair_reply(&p, "+OK\r\n", &mt), 1);
+    size_t answered = 0;
+    for (size_t i = 0; i < N; i++) {
+        assert_int_equal(pair_cmd(&p, i == 0 ? "SET first 1\r\n" : "INCR k\r\n", &c), 1);
+        assert_true(c.flags & RESP_CMD_QUEUED);
+        assert_true(p.count + RESP_PAIRING_ROOM <= p.cap + 1); /* room for EXEC is left */
+        if (!at_once) {
+            assert_int_equal(pair_reply(&p, "+QUEUED\r\n", &mt), 1);
+            assert_true(mt.queued);
+            answered++;
+        }
+    }
+    assert_int_equal(pair_cmd(&p, "INCR late\r\n", &c), 1); /* refused below */
+    if (watch) {
+        assert_int_equal(pair_cmd(&p, "WATCH k\r\n", &c), 1);
+        assert_false(c.flags & RESP_CMD_QUEUED);
+    } else {
+        assert_int_equal(pair_cmd(&p, "EXEC\r\n", &c), 1);
+        assert_true(c.flags & RESP_CMD_EXEC);
+    }
+    if (at_once)
+        assert_int_equal(pair_reply(&p, "+OK\r\n", &mt), 1);
+    for (; answered < N; answered++) {
+        assert_int_equal(pair_reply(&p, "+QUEUED\r\n", &mt), 1);
+        assert_true(mt.queued);
+        assert_string_equal(mt.cmd.name, answered == 0 ? "SET" : "INCR");
+    }
+    assert_int_equal(pair_reply(&p, "-ERR wrong number of arguments\r\n", &mt), 1);
+    assert_true(mt.queued);
+    assert_true(mt.cmd.flags & RESP_CMD_REJECTED);
+    if (watch) {
+        assert_int_equal(pair_reply(&p, "-ERR WATCH inside MULTI is not allowed\r\n", &mt), 1);
+        assert_string_equal(mt.cmd.name, "WATCH");
+        assert_false(mt.queued);
+        assert_int_equal(pair_cmd(&p, "EXEC\r\n", &c), 1);
+    }
+    assert_int_equal(resp_pairing_pending(&p), 1); /* EXEC */
+    /* The EXEC array as an old Redis would send it, without the refused command. */
+    char *exec = malloc((size_t)N * 4 + 32);
+    assert_non_null(exec);
+    size_t n = (size_t)sprintf(exec, "*%d\r\n+OK\r\n", N);
+    for (size_t i = 1; i < N; i++) {
+        memcpy(exec + n, ":1\r\n", 4);
+        n += 4;
+    }
+    exec[n] = '\0';
+    assert_int_equal(pair_reply(&p, exec, &mt), 1);
+    free(exec);
+    assert_true(mt.cmd.flags & RESP_CMD_EXEC);
+    assert_int_equal(mt.ntx, N);
+    assert_string_equal(resp_pairing_tx(&p, 0)->name, "SET");
+    assert_string_equal(resp_pairing_tx(&p, N - 1)->name, "INCR");
+    assert_null(resp_pairing_tx(&p, N));
+    assert_int_equal(p.count, 0);
+    assert_false(p.in_multi);
+    /* The FIFO is whole again: a plain pipeline fills all of it. */
+    for (int i = 0; i < CAP; i++)
+        assert_int_equal(resp_pairing_simple(&p, "GET", 3, 0, NULL), 1);
+    assert_int_equal(resp_pairing_simple(&p, "GET", 3, 0, NULL), RESP_E_PAIRING_FULL);
+}
+
+static void test_pairing_tx_longer_than_fifo(void **state)
+{
+    (void)state;
+    for (int i = 0; i < 4; i++)
+        tx_long(i & 1, i & 2);
+}
+
 static void test_pairing_rules(void **state)
 {
     (void)state;
@@ -1899,6 +1982,7 @@ int main(void)
         cmocka_unit_test(test_huge_bulk_resumes),
         cmocka_unit_test(test_pairing_golden),
         cmocka_unit_test(test_pairing_rules),
+        cmocka_unit_test(test_pairing_tx_longer_than_fifo),
         cmocka_unit_test(test_pairing_named),
         cmocka_unit_test(test_pairing_simple),
         cmocka_unit_test(test_small_names),
