@@ -328,6 +328,9 @@ enum resp_cmd_flag {
     RESP_CMD_NO_REPLY = 1u << 11, /* CLIENT REPLY OFF/SKIP in force: the server stays silent */
     RESP_CMD_RUN = 1u << 12,      /* with QUEUED: a run of queued commands counted in one slot
                                      (replies of them, answered so far, rejected by an error) */
+    RESP_CMD_SYNC = 1u << 13,     /* SYNC, PSYNC: answered by a replication stream (an RDB
+                                     transfer, then the commands the server propagates), not
+                                     by replies: the connection leaves request and reply */
 };
 
 /* The kinds of pub/sub confirmations, as their first element names them. */
@@ -453,6 +456,11 @@ static inline bool resp_small_eq(const void *a, const void *b, size_t n)
             return false;
     return true;
 }
+
+/* The flags the command table gives a command by its name alone (upper-cased, n bytes):
+ * RESP_CMD_MULTI, RESP_CMD_SYNC..., or 0 for a command that changes nothing of the pairing
+ * (GET, SET...).  Flags that depend on the arguments (XREAD BLOCK) are not included. */
+uint32_t resp_cmd_name_flags(const char *name, size_t n);
 
 /* Whether every name of the command table is found under its first letter (for tests). */
 bool resp_cmd_table_ok(void);

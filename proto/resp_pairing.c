@@ -51,12 +51,14 @@ static const struct resp_cmd_info resp_cmds_m[] = {
     RESP_CMD("MONITOR", RESP_CMD_MONITOR, 0),
 };
 static const struct resp_cmd_info resp_cmds_p[] = {
+    RESP_CMD("PSYNC", RESP_CMD_SYNC, 0),
     RESP_CMD("PSUBSCRIBE", RESP_CMD_SUBSCRIBE, RESP_SUB_PSUBSCRIBE),
     RESP_CMD("PUNSUBSCRIBE", RESP_CMD_SUBSCRIBE, RESP_SUB_PUNSUBSCRIBE),
 };
 static const struct resp_cmd_info resp_cmds_q[] = {RESP_CMD("QUIT", RESP_CMD_QUIT, 0)};
 static const struct resp_cmd_info resp_cmds_r[] = {RESP_CMD("RESET", RESP_CMD_RESET, 0)};
 static const struct resp_cmd_info resp_cmds_s[] = {
+    RESP_CMD("SYNC", RESP_CMD_SYNC, 0),
     RESP_CMD("SUBSCRIBE", RESP_CMD_SUBSCRIBE, RESP_SUB_SUBSCRIBE),
     RESP_CMD("SSUBSCRIBE", RESP_CMD_SUBSCRIBE, RESP_SUB_SSUBSCRIBE),
     RESP_CMD("SUNSUBSCRIBE", RESP_CMD_SUBSCRIBE, RESP_SUB_SUNSUBSCRIBE),
@@ -131,10 +133,10 @@ static const uint32_t resp_special_lens[26] = {
     ['E' - 'A'] = RESP_LEN_BIT(4),
     ['H' - 'A'] = RESP_LEN_BIT(5),
     ['M' - 'A'] = RESP_LEN_BIT(5) | RESP_LEN_BIT(7),
-    ['P' - 'A'] = RESP_LEN_BIT(10) | RESP_LEN_BIT(12),
+    ['P' - 'A'] = RESP_LEN_BIT(5) | RESP_LEN_BIT(10) | RESP_LEN_BIT(12),
     ['Q' - 'A'] = RESP_LEN_BIT(4),
     ['R' - 'A'] = RESP_LEN_BIT(5),
-    ['S' - 'A'] = RESP_LEN_BIT(9) | RESP_LEN_BIT(10) | RESP_LEN_BIT(12),
+    ['S' - 'A'] = RESP_LEN_BIT(4) | RESP_LEN_BIT(9) | RESP_LEN_BIT(10) | RESP_LEN_BIT(12),
     ['U' - 'A'] = RESP_LEN_BIT(11),
     ['W' - 'A'] = RESP_LEN_BIT(4) | RESP_LEN_BIT(7),
     ['X' - 'A'] = RESP_LEN_BIT(5) | RESP_LEN_BIT(10),
@@ -158,6 +160,14 @@ static bool resp_cmd_simple(const char *name, size_t len)
         (len == 10 && memcmp(name, "XREADGROUP", 10) == 0))
         return false;
     return resp_cmd_find_n(name, len) == NULL;
+}
+
+uint32_t resp_cmd_name_flags(const char *name, size_t n)
+{
+    if (n == 0 || !resp_len_special(name, n))
+        return 0;
+    const struct resp_cmd_info *info = resp_cmd_find_n(name, n);
+    return info != NULL ? info->flags : 0;
 }
 
 bool resp_cmd_table_ok(void)

@@ -83,6 +83,7 @@ enum reply_kind {
     RK_RQ_HASH,    /* HGETALL rq:job:ID: the task */
     RK_EXEC,       /* a transaction with commands twice answered */
     RK_ADD_INT,    /* an XACK with ids kept back: add them to the count */
+    RK_STREAM,     /* SYNC / PSYNC: the server's bytes from here on, as they come */
 };
 
 /* One queued command of a transaction, as twice answers it in EXEC. */
@@ -154,7 +155,8 @@ struct rpx {
     uint64_t hold_until;       /* the client's commands wait until then (delay) */
     uint8_t decided;           /* decisions already made for the next client command */
     bool blackholed;           /* the client's further commands are discarded (drop, cut) */
-    bool raw;                  /* the client broke RESP: the rest goes to Redis as it is */
+    bool raw;                  /* the client's bytes go to Redis as they are: it broke RESP,
+                                  or it began a replication stream (replication_start) */
     bool tx_waited;            /* the tx wait ran out: plan without the rest */
     uint64_t tx_wait_until;
     struct tx tx;
@@ -2140,6 +2142,63 @@ static const struct rule *publish_decide(struct rpx *rx, const struct cmdview *c
     }
 }
 
+/* ---- replication ------------------------------------------------------- */
+
+enum cmd_result { CMD_DONE, CMD_WAIT, CMD_STOP };
+
+/*
+ * SYNC or PSYNC outside a transaction: the connection becomes a replication
+ * stream, which is not RESP's request and reply.  The server answers with an
+ * RDB transfer (newlines as keep-alives while it prepares it, then $<len>
+ * and that many raw bytes with no CRLF after them, or $EOF:<40-byte mark>,
+ * the bytes, and the mark again), and then sends the commands it propagates,
+ * which answer nothing and ask REPLCONF GETACK; the replica's REPLCONF ACKs
+ * go the other way unanswered.  So twice stops parsing the session there:
+ * the client's bytes from this command on go to Redis as they are, and the
+ * server's go to the client as they are once the replies owed before it are
+ * out (relay_stream).  The same when the server refuses SYNC: the session
+ * stays a byte relay.  Rules no longer see its commands; stream rules still
+ * act on its bytes, below this layer.
+ */
+static enum cmd_result replication_start(struct rpx *rx, const struct cmdview *cv, size_t len)
+{
+    rx->run[SIDE_CLIENT] += len;
+    struct entry *e = entry_add(rx, true);
+    if (e == NULL) {
+        session_set_error(rx->s, "out of memory");
+        session_abort(rx->s, SESSION_CLOSE_INTERNAL_ERROR, -1);
+        return CMD_STOP;
+    }
+    e->kind = RK_STREAM;
+    rx->raw = true;
+    struct log_line line;
+    log_begin(&line, LOG_INFO, "replication stream");
+    log_u64(&line, "sid", rx->s->id);
+    log_str(&line, "listener", rx->s->cfg->l->name);
+    log_str(&line, "command", cv->name);
+    log_str(&line, "detail", "relayed unparsed from here on, both ways");
+    log_end(&line);
+    return CMD_DONE;
+}
+
+/* The server's bytes once its replies reached the stream's entry e: all of
+ * them, straight out when nothing waits before them, else into e (which
+ * never completes) to go out behind what does. */
+static void relay_stream(struct rpx *rx, struct entry *e)
+{
+    struct evbuffer *pend = rx->pend[SIDE_UPSTREAM];
+    size_t n = evbuffer_get_length(pend) - rx->run[SIDE_UPSTREAM];
+    if (n == 0)
+        return;
+    if (e == rx->head && e->release_ms == 0 && evbuffer_get_length(e->bytes) == 0) {
+        rx->run[SIDE_UPSTREAM] += n;
+        return;
+    }
+    run_move(rx, SIDE_UPSTREAM);
+    rx->held += n;
+    evbuffer_add_buffer(e->bytes, pend);
+}
+
 /* ---- transactions ------------------------------------------------------ */
 
 /* Tags of the kept-back ZREMs of one transaction an HDEL is compared with. */
@@ -2379,8 +2438,6 @@ static int tx_plan(struct rpx *rx, const uint8_t *buf, size_t len, size_t off,
 
 /* ---- one command ------------------------------------------------------- */
 
-enum cmd_result { CMD_DONE, CMD_WAIT, CMD_STOP };
-
 static enum cmd_result command(struct rpx *rx, const uint8_t *buf, const struct resp_msg *m)
 {
     struct cmdview cv;
@@ -2456,6 +2513,9 @@ static enum cmd_result command(struct rpx *rx, const uint8_t *buf, const struct 
     }
 
     remember_setup(rx, &cv);
+
+    if (!rx->tx.active && (resp_cmd_name_flags(cv.name, strlen(cv.name)) & RESP_CMD_SYNC))
+        return replication_start(rx, &cv, len);
 
     /* Transactions. */
     if (is_cmd(&cv, CMD_MULTI) && !rx->tx.active) {
@@ -2884,6 +2944,10 @@ static bool plain_reply(struct rpx *rx)
 static void process_server(struct rpx *rx)
 {
     while (alive(rx)) {
+        if (rx->await != NULL && rx->await->kind == RK_STREAM) {
+            relay_stream(rx, rx->await);
+            break;
+        }
         if (plain_reply(rx))
             continue;
         struct resp_msg m;

@@ -898,6 +898,13 @@ static void test_pairing_named(void **state)
 {
     (void)state;
     assert_true(resp_cmd_table_ok());
+    /* SYNC and PSYNC turn a connection into a replication stream. */
+    assert_int_equal(resp_cmd_name_flags("SYNC", 4), RESP_CMD_SYNC);
+    assert_int_equal(resp_cmd_name_flags("PSYNC", 5), RESP_CMD_SYNC);
+    assert_int_equal(resp_cmd_name_flags("MULTI", 5), RESP_CMD_MULTI);
+    assert_int_equal(resp_cmd_name_flags("SET", 3), 0);
+    assert_int_equal(resp_cmd_name_flags("SYNCX", 5), 0);
+    assert_int_equal(resp_pairing_simple(&(struct resp_pairing){.cap = 0}, "SYNC", 4, 0, NULL), 0);
     static const char *const wires[] = {
         "*1\r\n$5\r\nmulti\r\n",
         "*1\r\n$4\r\nExec\r\n",
