@@ -368,12 +368,28 @@ static bool resp_runs_in_multi(const struct resp_cmd *c)
            strcmp(c->name, "WATCH") == 0;
 }
 
+/* The run at the FIFO's tail that a queued command can join, or NULL. */
+static struct resp_cmd *resp_run_tail(const struct resp_pairing *p)
+{
+    struct resp_cmd *tail = p->count > 0 ? resp_slot(p, p->count - 1) : NULL;
+    return tail != NULL && (tail->flags & RESP_CMD_RUN) && tail->replies < UINT32_MAX ? tail : NULL;
+}
+
+/* Whether a queued command has room: a slot of its own, a run to join, or a slot for a new run
+ * that still leaves one free.  Without (the last free slot was taken by a command that runs at
+ * once, such as a refused WATCH, or by commands before MULTI), it waits for that command's reply,
+ * which frees one; its own queued commands never fill the FIFO. */
+static bool resp_run_room(const struct resp_pairing *p)
+{
+    return p->count + 1 < p->cap || resp_run_tail(p) != NULL;
+}
+
 /* A queued command that joins a run (see struct resp_pairing): the run at the tail, or a new
  * one in the FIFO's last slots.  False when it takes a slot of its own. */
 static bool resp_run_join(struct resp_pairing *p, const struct resp_cmd *c)
 {
-    struct resp_cmd *tail = p->count > 0 ? resp_slot(p, p->count - 1) : NULL;
-    if (tail != NULL && (tail->flags & RESP_CMD_RUN) && tail->replies < UINT32_MAX) {
+    struct resp_cmd *tail = resp_run_tail(p);
+    if (tail != NULL) {
         if (p->kept == p->count)
             p->kept--; /* every command of it was answered so far: it awaits one more */
         tail->replies++;
@@ -446,11 +462,14 @@ int resp_pairing_command_named(struct resp_pairing *p, const struct resp_msg *m,
     }
     c.replies = 1;
     c.tag = tag;
-    c.seq = p->seq++;
     resp_classify(m, buf, &c);
+    bool queued = p->in_multi && !resp_runs_in_multi(&c);
+    if (queued && !(p->reply_off || p->skip_next) && !resp_run_room(p))
+        return RESP_E_PAIRING_FULL; /* the command ahead, not queued, frees a slot when answered */
+    c.seq = p->seq++;
     bool skip = p->skip_next, answered;
     p->skip_next = false;
-    if (p->in_multi && !resp_runs_in_multi(&c)) {
+    if (queued) {
         /* Queued: nothing but the +QUEUED happens until EXEC. */
         c.flags = RESP_CMD_QUEUED;
         c.sub_kind = RESP_SUB_NONE;

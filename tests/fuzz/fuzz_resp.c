@@ -162,6 +162,9 @@ static void pair_both(struct resp_pairing *pair, struct resp_pairing *named,
     check(rc == rd && strcmp(c.name, d.name) == 0 && c.flags == d.flags && c.replies == d.replies &&
           c.sub_kind == d.sub_kind && c.hello_proto == d.hello_proto && c.seq == d.seq &&
           c.tag == d.tag && c.answered == d.answered);
+    /* A queued command always leaves a slot for the EXEC that ends its transaction. */
+    check(pair->count <= pair->cap && pair->kept <= pair->count);
+    check(rc != 1 || (c.flags & RESP_CMD_QUEUED) == 0 || pair->count < pair->cap);
 }
 
 /* Replies matched by the reference pairing and the one taking shortcuts must agree. */
@@ -182,7 +185,7 @@ static void reply_both(struct resp_pairing *pair, struct resp_pairing *named,
     }
     check(resp_pairing_pending(pair) == resp_pairing_pending(named));
     if (rc == 1 && mt.ntx > 0)
-        check(resp_pairing_tx(pair, mt.ntx - 1) != NULL);
+        check(resp_pairing_tx(pair, mt.ntx - 1) != NULL && resp_pairing_tx(pair, mt.ntx) == NULL);
 }
 
 static void scan_stream(const struct resp_scanner *proto, const uint8_t *buf, size_t len,

@@ -1126,6 +1126,30 @@ static void test_pairing_tx_longer_than_fifo(void **state)
     (void)state;
     for (int i = 0; i < 4; i++)
         tx_long(i & 1, i & 2);
+    /* MULTI took the FIFO's last free slot but one: a queued command waits for a reply to a
+     * command ahead of it (it would leave no slot for EXEC), then joins a run. */
+    struct resp_cmd slots[4], c;
+    struct resp_pairing p;
+    struct resp_match mt;
+    resp_pairing_init(&p, slots, 4);
+    assert_int_equal(pair_cmd(&p, "GET a\r\n", &c), 1);
+    assert_int_equal(pair_cmd(&p, "GET b\r\n", &c), 1);
+    assert_int_equal(pair_cmd(&p, "MULTI\r\n", &c), 1);
+    uint64_t seq = p.seq;
+    assert_int_equal(pair_cmd(&p, "INCR k\r\n", &c), RESP_E_PAIRING_FULL);
+    assert_int_equal(p.seq, seq); /* nothing recorded */
+    assert_int_equal(pair_reply(&p, "$-1\r\n", &mt), 1);
+    assert_int_equal(pair_cmd(&p, "INCR k\r\n", &c), 1);
+    assert_int_equal(pair_cmd(&p, "INCR k\r\n", &c), 1);
+    assert_int_equal(p.count, 3);
+    assert_int_equal(pair_cmd(&p, "EXEC\r\n", &c), 1);
+    assert_int_equal(pair_reply(&p, "$-1\r\n", &mt), 1);
+    assert_int_equal(pair_reply(&p, "+OK\r\n", &mt), 1);
+    assert_int_equal(pair_reply(&p, "+QUEUED\r\n", &mt), 1);
+    assert_int_equal(pair_reply(&p, "+QUEUED\r\n", &mt), 1);
+    assert_int_equal(pair_reply(&p, "*2\r\n:1\r\n:2\r\n", &mt), 1);
+    assert_int_equal(mt.ntx, 2);
+    assert_int_equal(p.count, 0);
 }
 
 static void test_pairing_rules(void **state)
