@@ -375,7 +375,7 @@ bool amqp_ledger_twice_settleable(const struct amqp_ledger *l, uint64_t tag)
     if (i == LEDGER_NONE)
         return false;
     uint8_t state = l->tags.v[i].state;
-    return state == LS_OUTSTANDING || state == LS_DROPPED;
+    return state == LS_OUTSTANDING || state == LS_DROPPED || state == LS_HELD;
 }
 
 int amqp_ledger_twice_settle(struct amqp_ledger *l, uint16_t channel, uint64_t tag, bool requeue,
@@ -386,14 +386,15 @@ int amqp_ledger_twice_settle(struct amqp_ledger *l, uint16_t channel, uint64_t t
     if (i == LEDGER_NONE)
         return 0;
     uint8_t state = l->tags.v[i].state;
-    if (state != LS_OUTSTANDING && state != LS_DROPPED)
+    if (state != LS_OUTSTANDING && state != LS_DROPPED && state != LS_HELD)
         return 0;
     if (cap < AMQP_LEDGER_FRAME_LEN)
         return AMQP_LEDGER_E_BUFFER;
     struct ledger_sink s = {out, cap, 0};
     sink_frame(&s, channel, AMQP_SETTLE_REJECT, tag, false, requeue);
-    /* A dropped tag is settled at the client already: nothing left to swallow. */
-    tag_set_state(l, i, state == LS_DROPPED ? LS_DEAD : LS_TWICE_SETTLED);
+    /* A dropped or held tag is settled at the client already: nothing left to swallow (a held
+     * settlement is discarded: it would reach the broker after the message went back). */
+    tag_set_state(l, i, state == LS_OUTSTANDING ? LS_TWICE_SETTLED : LS_DEAD);
     queue_tidy(&l->tags);
     return (int)s.len;
 }

@@ -162,13 +162,15 @@ void *amqp_ledger_info(const struct amqp_ledger *l, uint64_t tag);
  * delivery): writes a basic.reject(tag, requeue) frame for the broker into
  * `out` and returns its length (AMQP_LEDGER_FRAME_LEN).  For an outstanding
  * tag the client's later settlement is swallowed.  A tag whose settlement
- * twice dropped can be settled this way too (a lost ack followed by a
- * redelivery); the ledger then forgets it.  Returns 0, writing nothing, when
- * the tag is neither (the client settled it first, it is held, or unknown);
+ * twice dropped or holds can be settled this way too (a lost or late ack
+ * past a visibility timeout: the broker hands the message out again); the
+ * ledger then forgets it, and a held settlement is discarded (a later
+ * amqp_ledger_release of it writes nothing).  Returns 0, writing nothing,
+ * when the tag is none of these (the client settled it first, or unknown);
  * AMQP_LEDGER_E_BUFFER when `cap` is too small (nothing changed). */
 /* Whether amqp_ledger_twice_settle(tag) would settle it (the tag is outstanding,
- * or its settlement was dropped).  Settling a dropped tag forgets it and frees
- * its info: a caller that needs the info asks this first. */
+ * or its settlement was dropped or is held).  Settling a dropped or held tag
+ * forgets it and frees its info: a caller that needs the info asks this first. */
 bool amqp_ledger_twice_settleable(const struct amqp_ledger *l, uint64_t tag);
 
 int amqp_ledger_twice_settle(struct amqp_ledger *l, uint16_t channel, uint64_t tag, bool requeue,

@@ -76,7 +76,8 @@ struct msg_info {
     char *task;
     bool redelivered;
     uint64_t tag;
-    struct event *timer; /* expire (deliveries) or hold release (settlements) */
+    struct event *timer;        /* hold release (a held settlement) */
+    struct event *expire_timer; /* expire: the delivery's visibility timeout */
     struct achan *ch;
     /* An armed `expire`: its rule (kept alive by a ruleset reference), noted
      * as a fault only if the timer fires before the ack. */
@@ -269,6 +270,8 @@ static void info_free(void *p)
         return;
     if (mi->timer != NULL)
         event_free(mi->timer);
+    if (mi->expire_timer != NULL)
+        event_free(mi->expire_timer);
     if (mi->expire_rules != NULL)
         ruleset_put(mi->expire_rules);
     if (mi->heap_strs) {
@@ -976,14 +979,16 @@ static void on_hold_release(evutil_socket_t fd, short what, void *arg)
     }
 }
 
-static bool arm_timer(struct amqp_px *ax, struct msg_info *mi, uint32_t ms,
+/* Arms one of mi's timers (*slot: its hold release or its expiry, which run
+ * apart: an ack held past the visibility timeout is both). */
+static bool arm_timer(struct amqp_px *ax, struct msg_info *mi, struct event **slot, uint32_t ms,
                       void (*cb)(evutil_socket_t, short, void *))
 {
-    if (mi->timer != NULL)
-        event_free(mi->timer);
-    mi->timer = evtimer_new(ax->s->loop->base, cb, mi);
+    if (*slot != NULL)
+        event_free(*slot);
+    *slot = evtimer_new(ax->s->loop->base, cb, mi);
     struct timeval tv = {.tv_sec = ms / 1000, .tv_usec = (ms % 1000) * 1000};
-    return mi->timer != NULL && evtimer_add(mi->timer, &tv) == 0;
+    return *slot != NULL && evtimer_add(*slot, &tv) == 0;
 }
 
 /* Flush every settlement twice holds on `ch` (before the client closes the
@@ -1022,7 +1027,8 @@ static bool settle_verdict(struct amqp_px *ax, struct achan *ch, struct amqp_pla
             break;
         case RULE_ACT_DELAY:
             t->verdict = AMQP_V_HOLD;
-            if (!arm_timer(ax, t->info, r->action.duration_ms, on_hold_release))
+            if (!arm_timer(ax, t->info, &((struct msg_info *)t->info)->timer, r->action.duration_ms,
+                           on_hold_release))
                 t->verdict = AMQP_V_PASS;
             break;
         case RULE_ACT_CLOSE:
@@ -1243,13 +1249,14 @@ static void on_expire(evutil_socket_t fd, short what, void *arg)
         return;
     uint8_t frame[64];
     uint64_t tag = mi->tag;
-    /* Settled in time (or its ack is held): nothing expired. */
+    /* Settled at the broker in time: nothing expired. */
     if (!amqp_ledger_twice_settleable(ch->ledger, tag))
         return;
-    /* Not settled within the visibility timeout: the broker hands the
-     * message to another consumer; the late ack will be swallowed.  The
-     * fault is noted first: settling a delivery whose ack twice dropped
-     * forgets it and frees mi (and this timer). */
+    /* Not settled at the broker within the visibility timeout (the client
+     * has not acked, or twice holds or dropped its ack): the broker hands
+     * the message to another consumer; a late ack is swallowed, a held one
+     * discarded.  The fault is noted first: settling a delivery whose ack
+     * twice dropped or holds forgets it and frees mi (and this timer). */
     if (mi->expire_rule != NULL) {
         struct engine_event ev;
         char idbuf[96];
@@ -1315,7 +1322,8 @@ static bool content_actions(struct amqp_px *ax, struct achan *ch, struct content
             break;
         case RULE_ACT_EXPIRE:
             if (c->ack_required && mi != NULL &&
-                arm_timer(ax, mi, r->action.duration_ms, on_expire) && mi->expire_rules == NULL) {
+                arm_timer(ax, mi, &mi->expire_timer, r->action.duration_ms, on_expire) &&
+                mi->expire_rules == NULL) {
                 mi->expire_rule = r;
                 mi->expire_rules = ax->s->loop->rules;
                 ruleset_get(mi->expire_rules);

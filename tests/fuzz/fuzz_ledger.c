@@ -421,7 +421,7 @@ static void op_twice_settle(struct fz *s)
     uint8_t b = next_byte(s);
     uint64_t t = pick_tag(s);
     bool live = t > 0 && t < s->next_tag;
-    bool settleable = live && s->unacked[t] && (s->pending[t] || s->dropped[t]);
+    bool settleable = live && s->unacked[t] && (s->pending[t] || s->dropped[t] || s->held[t]);
     size_t cap = (b & 2) ? b % AMQP_LEDGER_FRAME_LEN : FZ_OUT_CAP;
     int rc = amqp_ledger_twice_settle(s->l, FZ_CHANNEL, t, b & 1, s->out, cap);
     if (!settleable) {
@@ -438,6 +438,7 @@ static void op_twice_settle(struct fz *s)
     CHECK(f.kind == AMQP_SETTLE_REJECT && f.tag == t && f.requeue == (b & 1));
     CHECK(broker_feed(s, &f, 1, false));
     s->dropped[t] = 0;
+    s->held[t] = 0; /* a held settlement is discarded: its release writes nothing */
 }
 
 static void op_release(struct fz *s)
