@@ -83,6 +83,10 @@ struct msg_info {
      * as a fault only if the timer fires before the ack. */
     const struct rule *expire_rule;
     struct ruleset *expire_rules;
+    /* The rule that holds or dropped the message's ack: the fault a visibility timeout that
+     * runs out meanwhile is noted as (kept alive the same way). */
+    const struct rule *ack_rule;
+    struct ruleset *ack_rules;
     /* The strings above live here when they fit (one allocation per
      * message instead of one per string); longer ones are malloc'd. */
     size_t pool_used;
@@ -274,6 +278,8 @@ static void info_free(void *p)
         event_free(mi->expire_timer);
     if (mi->expire_rules != NULL)
         ruleset_put(mi->expire_rules);
+    if (mi->ack_rules != NULL)
+        ruleset_put(mi->ack_rules);
     if (mi->heap_strs) {
         char *strs[] = {mi->queue,        mi->exchange,   mi->routing_key,
                         mi->consumer_tag, mi->message_id, mi->task};
@@ -807,6 +813,25 @@ static uint16_t error_code(const struct rule *r)
  * `r`'s code and a RabbitMQ-like text.  Twice closes the broker's side of
  * the channel too, so the broker requeues its unacked deliveries as it
  * would after its own channel error, and swallows both close-oks. */
+/* Closes channel ch as the broker would, with `code` and `text` to the client: the broker's
+ * side of it is closed by twice (which requeues every delivery unacked on it), the broker's
+ * close-ok swallowed, and the ledger reset (held acks are discarded). */
+static void close_channel(struct achan *ch, uint16_t code, const char *text, uint16_t class_id,
+                          uint16_t method_id)
+{
+    uint8_t frame[AMQP_ENCODE_MAX];
+    int n = amqp_encode_channel_close(frame, sizeof(frame), ch->id, code, amqp_cstr(text), class_id,
+                                      method_id);
+    if (n > 0)
+        chan_inject(ch, SIDE_CLIENT, frame, (size_t)n);
+    n = amqp_encode_channel_close(frame, sizeof(frame), ch->id, 200, amqp_cstr("twice"), 0, 0);
+    if (n > 0)
+        chan_inject(ch, SIDE_UPSTREAM, frame, (size_t)n);
+    amqp_ledger_reset(ch->ledger);
+    ch->swallow_broker_close_ok = true;
+    ch->closed_for_client = true;
+}
+
 static void inject_error(struct amqp_px *ax, struct achan *ch, const struct rule *r,
                          uint16_t class_id, uint16_t method_id)
 {
@@ -826,16 +851,7 @@ static void inject_error(struct amqp_px *ax, struct achan *ch, const struct rule
         session_abort(ax->s, SESSION_CLOSE_FAULT, SIDE_CLIENT);
         return;
     }
-    int n = amqp_encode_channel_close(frame, sizeof(frame), ch->id, code, amqp_cstr(text), class_id,
-                                      method_id);
-    if (n > 0)
-        chan_inject(ch, SIDE_CLIENT, frame, (size_t)n);
-    n = amqp_encode_channel_close(frame, sizeof(frame), ch->id, 200, amqp_cstr("twice"), 0, 0);
-    if (n > 0)
-        chan_inject(ch, SIDE_UPSTREAM, frame, (size_t)n);
-    amqp_ledger_reset(ch->ledger);
-    ch->swallow_broker_close_ok = true;
-    ch->closed_for_client = true;
+    close_channel(ch, code, text, class_id, method_id);
 }
 
 /* `close before` / `close after` on an event read from side `from`: what
@@ -1010,6 +1026,16 @@ static void release_all_held_acks(struct achan *ch)
     }
 }
 
+/* Remembers the rule that holds or dropped mi's ack (the first). */
+static void note_ack_rule(struct amqp_px *ax, struct msg_info *mi, const struct rule *r)
+{
+    if (mi == NULL || mi->ack_rules != NULL)
+        return;
+    mi->ack_rule = r;
+    mi->ack_rules = ax->s->loop->rules;
+    ruleset_get(mi->ack_rules);
+}
+
 /* Apply the rules that fired on one settled tag.  Returns false when the
  * session was cut (`close before`). */
 static bool settle_verdict(struct amqp_px *ax, struct achan *ch, struct amqp_plan_tag *t,
@@ -1024,12 +1050,15 @@ static bool settle_verdict(struct amqp_px *ax, struct achan *ch, struct amqp_pla
             break;
         case RULE_ACT_DROP:
             t->verdict = AMQP_V_DROP;
+            note_ack_rule(ax, t->info, r);
             break;
         case RULE_ACT_DELAY:
             t->verdict = AMQP_V_HOLD;
             if (!arm_timer(ax, t->info, &((struct msg_info *)t->info)->timer, r->action.duration_ms,
                            on_hold_release))
                 t->verdict = AMQP_V_PASS;
+            else
+                note_ack_rule(ax, t->info, r);
             break;
         case RULE_ACT_CLOSE:
             if (r->action.close_when == RULE_CLOSE_BEFORE) {
@@ -1257,15 +1286,37 @@ static void on_expire(evutil_socket_t fd, short what, void *arg)
      * the message to another consumer; a late ack is swallowed, a held one
      * discarded.  The fault is noted first: settling a delivery whose ack
      * twice dropped or holds forgets it and frees mi (and this timer). */
-    if (mi->expire_rule != NULL) {
+    const struct rule *r = mi->expire_rule != NULL ? mi->expire_rule : mi->ack_rule;
+    if (r != NULL) {
         struct engine_event ev;
         char idbuf[96];
         event_from_info(&ev, RULE_EV_DELIVER, mi, ax->s, idbuf, sizeof(idbuf));
-        fault_note(ax->s, mi->expire_rule, &ev);
+        fault_note(ax->s, r, &ev);
     }
-    log_msg(LOG_INFO, "expired", "sid=%llu listener=%s channel=%u delivery_tag=%llu rule=%s",
-            (unsigned long long)ax->s->id, ax->s->cfg->l->name, ch->id, (unsigned long long)tag,
-            mi->expire_rule != NULL ? mi->expire_rule->name : "-");
+    const struct conf_listener *l = ax->s->cfg->l;
+    bool whole_channel = mi->expire_rule == NULL && l->consumer_timeout;
+    log_msg(LOG_INFO, "expired",
+            "sid=%llu listener=%s channel=%u delivery_tag=%llu rule=%s timeout=%s",
+            (unsigned long long)ax->s->id, l->name, ch->id, (unsigned long long)tag,
+            r != NULL ? r->name : "-",
+            mi->expire_rule != NULL ? "expire"
+            : whole_channel         ? "consumer-timeout"
+                                    : "visibility-timeout");
+    if (whole_channel) {
+        /* RabbitMQ's consumer_timeout: the channel closes under the consumer, every delivery
+         * unacked on it goes back to its queue (rabbit_channel's evaluate_consumer_timeout). */
+        char text[256];
+        snprintf(text, sizeof(text),
+                 "PRECONDITION_FAILED - delivery acknowledgement on channel %u timed out. "
+                 "Timeout value used: %u ms. This timeout value can be configured, see "
+                 "consumers doc guide to learn more",
+                 ch->id, l->visibility_ms);
+        settle(ax);
+        close_channel(ch, 406, text, 0, 0);
+        send_flush(ax, SIDE_UPSTREAM);
+        send_flush(ax, SIDE_CLIENT);
+        return;
+    }
     int n = amqp_ledger_twice_settle(ch->ledger, ch->id, tag, true, frame, sizeof(frame));
     if (n > 0) {
         chan_inject(ch, SIDE_UPSTREAM, frame, (size_t)n);
@@ -1368,6 +1419,18 @@ static void content_release_stash(struct achan *ch, int from)
         protocol_error(ch->ax, "out of memory");
 }
 
+/* The listener's visibility timeout (or consumer timeout) on a delivery that needs an ack and
+ * is forwarded, unless an `expire` rule armed its own. */
+static void arm_visibility(struct amqp_px *ax, struct achan *ch, const struct content *c,
+                           struct msg_info *mi)
+{
+    uint32_t ms = ax->s->cfg->l->visibility_ms;
+    if (ms == 0 || c->method == AMQP_BASIC_PUBLISH || !c->ack_required || c->fate == FATE_DROP ||
+        amqp_ledger_info(ch->ledger, c->tag) != mi || mi->expire_timer != NULL)
+        return;
+    (void)arm_timer(ax, mi, &mi->expire_timer, ms, on_expire);
+}
+
 static void content_decide(struct amqp_px *ax, struct achan *ch, int from, struct amqp_bytes hdrs)
 {
     struct content *c = &ch->content[from];
@@ -1389,6 +1452,7 @@ static void content_decide(struct amqp_px *ax, struct achan *ch, int from, struc
                           c->needs_body ? c->body : NULL, hits);
     if (!content_actions(ax, ch, c, deliver && c->ack_required ? mi : NULL, hits, n))
         return;
+    arm_visibility(ax, ch, c, mi);
     if (!deliver) {
         uint64_t seq;
         c->info = NULL;

@@ -63,6 +63,9 @@ static void print_listener(const struct conf_listener *l)
         printf(", idle-timeout %ums", l->idle_timeout_ms);
     if (l->max_connections)
         printf(", max-connections %u", l->max_connections);
+    if (l->visibility_ms)
+        printf(", %s %ums", l->consumer_timeout ? "consumer-timeout" : "visibility-timeout",
+               l->visibility_ms);
     printf("\n");
 }
 

@@ -102,6 +102,9 @@ struct conf_listener {
     uint32_t max_connections;    /* 0: unlimited */
     uint64_t max_message;        /* `max-message-size`: 0: the protocol's own limit */
     uint64_t max_held;           /* `max-held`: 0: CONF_DEFAULT_MAX_HELD */
+    uint32_t visibility_ms;      /* amqp: `visibility-timeout` or `consumer-timeout`; 0: none */
+    bool consumer_timeout;       /* the timeout is RabbitMQ's consumer_timeout: the channel
+                                    closes with 406, every unacked delivery on it requeued */
     struct conf_tls_server tls;
     struct conf_tls_client upstream_tls;
     struct conf_listener *next; /* file order */

@@ -29,22 +29,18 @@ enum conf_listen_slot {
     CONF_L_MAX_CONNECTIONS,
     CONF_L_MAX_MESSAGE_SIZE,
     CONF_L_MAX_HELD,
+    CONF_L_VISIBILITY_TIMEOUT,
+    CONF_L_CONSUMER_TIMEOUT,
     CONF_L_TLS,
     CONF_L_UPSTREAM_TLS,
     CONF_L_COUNT,
 };
 
 const char *const conf_listen_keywords[CONF_L_COUNT] = {
-    "protocol",
-    "profile",
-    "bind",
-    "upstream",
-    "connect-timeout",
-    "idle-timeout",
-    "max-connections",
-    "max-message-size",
-    "max-held",
-    "tls",
+    "protocol",           "profile",          "bind",
+    "upstream",           "connect-timeout",  "idle-timeout",
+    "max-connections",    "max-message-size", "max-held",
+    "visibility-timeout", "consumer-timeout", "tls",
     "upstream-tls",
 };
 const size_t conf_n_listen_keywords = CONF_L_COUNT;
@@ -54,6 +50,7 @@ struct conf_listen_state {
     struct conf_loc first[CONF_L_COUNT]; /* line 0: not written */
     bool protocol_ok;                    /* l->protocol was set from the file */
     struct conf_loc profile_loc;         /* of a valid `profile`, line 0 if none */
+    struct conf_loc timeout_loc;         /* of a valid visibility or consumer timeout */
 };
 
 struct conf_listen_directive {
@@ -116,6 +113,40 @@ static void conf_listen_max_held(struct conf_parser *p, struct conf_listen_state
     rule_value_bytes(p, &n->words[1], false, &ls->l->max_held);
 }
 
+/* `visibility-timeout D` and `consumer-timeout D` (amqp): a delivery whose ack has not reached
+ * the broker D after it was delivered comes back, as from SQS (that message alone) or from
+ * RabbitMQ's consumer_timeout (the channel closes with 406). */
+static void conf_listen_timeout(struct conf_parser *p, struct conf_listen_state *ls,
+                                const struct conf_node *n, bool consumer)
+{
+    uint32_t ms = 0;
+    if (!conf_value_duration(p, &n->words[1], &ms)) /* refuses 0 */
+        return;
+    if (ls->timeout_loc.line != 0) {
+        conf_diag_add(p->diags, CONF_ERROR, n->words[0].loc,
+                      "a delivery comes back one way: keep one of them",
+                      "'visibility-timeout' and 'consumer-timeout' exclude each other (the "
+                      "other is at %u:%u)",
+                      ls->timeout_loc.line, ls->timeout_loc.col);
+        return;
+    }
+    ls->timeout_loc = n->words[0].loc;
+    ls->l->visibility_ms = ms;
+    ls->l->consumer_timeout = consumer;
+}
+
+static void conf_listen_visibility(struct conf_parser *p, struct conf_listen_state *ls,
+                                   const struct conf_node *n)
+{
+    conf_listen_timeout(p, ls, n, false);
+}
+
+static void conf_listen_consumer_timeout(struct conf_parser *p, struct conf_listen_state *ls,
+                                         const struct conf_node *n)
+{
+    conf_listen_timeout(p, ls, n, true);
+}
+
 static void conf_listen_connect_timeout(struct conf_parser *p, struct conf_listen_state *ls,
                                         const struct conf_node *n)
 {
@@ -158,6 +189,8 @@ static const struct conf_listen_directive conf_listen_table[CONF_L_COUNT] = {
     {{"max-connections", 1, "N"}, conf_listen_max_connections},
     {{"max-message-size", 1, "SIZE"}, conf_listen_max_message},
     {{"max-held", 1, "SIZE"}, conf_listen_max_held},
+    {{"visibility-timeout", 1, "DURATION"}, conf_listen_visibility},
+    {{"consumer-timeout", 1, "DURATION"}, conf_listen_consumer_timeout},
     {{"tls", -1, "cert FILE key FILE"}, conf_listen_tls},
     {{"upstream-tls", -1, "[verify | no-verify] [ca FILE] [sni NAME] [cert FILE key FILE]"},
      conf_listen_upstream_tls},
@@ -206,6 +239,13 @@ static void conf_listen_check_block(struct conf_parser *p, const struct conf_lis
     if (ls->profile_loc.line != 0 && ls->protocol_ok && ls->l->protocol != CONF_PROTO_RESP) {
         conf_diag_add(p->diags, CONF_ERROR, ls->profile_loc, NULL,
                       "'profile' applies only to protocol resp");
+    }
+    if (ls->timeout_loc.line != 0 && ls->protocol_ok && ls->l->protocol != CONF_PROTO_AMQP) {
+        conf_diag_add(p->diags, CONF_ERROR, ls->timeout_loc,
+                      "a Redis transport has its own (kombu's visibility_timeout, a stream's "
+                      "XAUTOCLAIM min-idle-time): `expire D` rules act on it",
+                      "'%s' applies only to protocol amqp",
+                      ls->l->consumer_timeout ? "consumer-timeout" : "visibility-timeout");
     }
 }
 

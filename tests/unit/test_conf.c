@@ -784,6 +784,42 @@ static void test_upstream_name_length(void **state)
     EXPECT(text, -1, E(4, 14, msg));
 }
 
+/* `visibility-timeout D` and `consumer-timeout D`: amqp only, above 0, one of the two. */
+static void test_visibility_timeouts(void **state)
+{
+    struct conf_diags d;
+    struct conf *c;
+
+    (void)state;
+#define AMQP_HEAD L_HEAD "    protocol amqp\n" L_BIND L_UP
+    c = parse_ok(AMQP_HEAD "    visibility-timeout 3s\n" L_END, &d);
+    assert_int_equal(c->listeners->visibility_ms, 3000);
+    assert_false(c->listeners->consumer_timeout);
+    conf_free(c);
+    conf_diags_free(&d);
+    c = parse_ok(AMQP_HEAD "    consumer-timeout 1500ms\n" L_END, &d);
+    assert_int_equal(c->listeners->visibility_ms, 1500);
+    assert_true(c->listeners->consumer_timeout);
+    conf_free(c);
+    conf_diags_free(&d);
+    c = parse_ok(AMQP_HEAD L_END, &d);
+    assert_int_equal(c->listeners->visibility_ms, 0);
+    conf_free(c);
+    conf_diags_free(&d);
+    EXPECT(AMQP_HEAD "    visibility-timeout 0s\n" L_END, -1,
+           E(5, 24, "duration '0s' must be greater than 0"));
+    EXPECT(AMQP_HEAD "    visibility-timeout 3s\n    consumer-timeout 5s\n" L_END, -1,
+           EH(6, 5,
+              "'visibility-timeout' and 'consumer-timeout' exclude each other (the other is at "
+              "5:5)",
+              "a delivery comes back one way: keep one of them"));
+    EXPECT(IN_LISTEN("visibility-timeout 3s"), -1,
+           EH(5, 5, "'visibility-timeout' applies only to protocol amqp",
+              "a Redis transport has its own (kombu's visibility_timeout, a stream's XAUTOCLAIM "
+              "min-idle-time): `expire D` rules act on it"));
+#undef AMQP_HEAD
+}
+
 /* ---- limits and privileges ---- */
 
 static void test_limits_and_user(void **state)
@@ -1410,6 +1446,7 @@ int main(void)
         cmocka_unit_test(test_enum_values),
         cmocka_unit_test(test_threads),
         cmocka_unit_test(test_profile_needs_resp),
+        cmocka_unit_test(test_visibility_timeouts),
         cmocka_unit_test(test_argument_counts),
         cmocka_unit_test(test_block_shape),
         cmocka_unit_test(test_duplicates),

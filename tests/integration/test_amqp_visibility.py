@@ -1,0 +1,193 @@
+#!/usr/bin/python3
+"""A visibility timeout on RabbitMQ, through `protocol amqp` listeners, with
+pika against a real node:
+
+- `visibility-timeout 3s` and `delay 5s` on every other ack: the held acks'
+  messages come back redelivered (to whichever consumer asks), no earlier
+  than the timeout; the held acks never reach RabbitMQ (no 406, every
+  channel stays open); every message is acked in the end and nothing stays
+  unacked at the broker; the requeues are journaled as faults of the rule
+  that held the ack;
+- a worker slower than the timeout: its message goes to another consumer,
+  and the slow worker's late ack is swallowed;
+- `consumer-timeout 2s`: RabbitMQ's own consumer timeout, realised as the
+  broker does it: the channel closes with 406 and RabbitMQ's text, every
+  delivery unacked on it comes back, another channel of the same connection
+  and another connection carry on.
+"""
+
+import os
+import sys
+import time
+import unittest
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import harness as h  # noqa: E402
+import respkit as rk  # noqa: E402
+
+import pika  # noqa: E402
+from pika.exceptions import ChannelClosedByBroker  # noqa: E402
+
+WAIT = 60  # seconds a wait may take on a loaded, sanitized run
+
+
+def amqp_block(name, port, upstream, extra):
+    return h.listen_block(name, port, upstream, extra).replace("protocol tcp", "protocol amqp")
+
+
+def conn(port):
+    return pika.BlockingConnection(pika.ConnectionParameters(
+        host="127.0.0.1", port=port, connection_attempts=1, socket_timeout=15,
+        stack_timeout=30, heartbeat=0))
+
+
+def get_one(ch, queue, timeout=WAIT):
+    """The next message of queue by basic.get (ack required): (method,
+    properties, body), waiting for it."""
+    deadline = time.monotonic() + timeout
+    while True:
+        m, props, body = ch.basic_get(queue, auto_ack=False)
+        if m is not None:
+            return m, props, body
+        if time.monotonic() > deadline:
+            raise AssertionError("no message on %s within %ss" % (queue, timeout))
+        ch.connection.process_data_events(time_limit=0.05)
+
+
+class VisibilityTest(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        cls.tmp = h.make_tmpdir("twice-it-vt-")
+        cls.rabbit = h.start_rabbitmq(cls.tmp)
+        cls.ports = {n: h.free_port() for n in ("vt", "ct")}
+        cls.journal = os.path.join(cls.tmp, "journal.pb")
+        rules = """rule slow-ack on vt {
+  when ack queue=vt-held
+  every 2
+  do delay 5s
+}
+"""
+        cls.tw = h.start_twice(
+            "journal %s\n" % cls.journal +
+            h.config(amqp_block("vt", cls.ports["vt"], cls.rabbit.port, "visibility-timeout 3s"),
+                     amqp_block("ct", cls.ports["ct"], cls.rabbit.port, "consumer-timeout 2s"),
+                     log_level="info") + rules, cls.tmp)
+        c = conn(cls.rabbit.port)
+        ch = c.channel()
+        for q in ("vt-held", "vt-slow", "ct-q", "ct-other"):
+            ch.queue_declare(q, durable=False)
+        c.close()
+
+    @classmethod
+    def tearDownClass(cls):
+        try:
+            cls.tw.stop()
+        finally:
+            cls.rabbit.stop()
+
+    def publish(self, queue, ids):
+        c = conn(self.rabbit.port)
+        ch = c.channel()
+        for i in ids:
+            ch.basic_publish("", queue, i.encode(), pika.BasicProperties(message_id=i))
+        c.close()
+
+    def ready(self, queue):
+        c = conn(self.rabbit.port)
+        n = c.channel().queue_declare(queue, passive=True).method.message_count
+        c.close()
+        return n
+
+    def test_acks_held_past_the_timeout_come_back(self):
+        ids = ["held-%d" % i for i in range(6)]
+        self.publish("vt-held", ids)
+        a, b = conn(self.ports["vt"]), conn(self.ports["vt"])
+        cha, chb = a.channel(), b.channel()
+        first = {}
+        for _ in ids:  # A takes every message and acks it at once
+            m, props, _ = get_one(cha, "vt-held")
+            self.assertFalse(m.redelivered)
+            first[props.message_id] = time.monotonic()
+            cha.basic_ack(m.delivery_tag)
+        # every other ack is held for 5 s, past the 3 s timeout: those
+        # messages come back, to B
+        again = {}
+        while len(again) < len(ids) // 2:
+            m, props, _ = get_one(chb, "vt-held")
+            self.assertTrue(m.redelivered, props.message_id)
+            self.assertNotIn(props.message_id, again)
+            again[props.message_id] = time.monotonic()
+            chb.basic_ack(m.delivery_tag)
+        for mid, at in again.items():
+            self.assertGreaterEqual(at - first[mid], 2.8, "%s back too early" % mid)
+        # each held message: the hold, and its requeue, are faults of the rule
+        faults = rk.wait_journal_faults(self.journal, "slow-ack", 2 * len(again), timeout=WAIT)
+        self.assertEqual(sorted(r.get("message_id") for r in faults), sorted(list(again) * 2))
+        # the held acks never reach RabbitMQ: no 406 once they are due
+        h.wait_until(lambda: self.tw.log_text().count("timeout=visibility-timeout") >= len(again),
+                     WAIT, what="the requeues logged")
+        a.process_data_events(time_limit=max(0.5, max(first.values()) + 5.5 - time.monotonic()))
+        self.assertTrue(cha.is_open and chb.is_open)
+        self.assertIsNone(cha.basic_get("vt-held")[0])
+        a.close()
+        b.close()
+        self.assertEqual(self.ready("vt-held"), 0)  # nothing was left unacked
+
+    def test_slow_worker_loses_its_message(self):
+        self.publish("vt-slow", ["slow-1"])
+        a, b = conn(self.ports["vt"]), conn(self.ports["vt"])
+        cha, chb = a.channel(), b.channel()
+        m, _, _ = get_one(cha, "vt-slow")
+        t0 = time.monotonic()
+        m2, props, _ = get_one(chb, "vt-slow")  # A never acked within 3 s
+        self.assertGreaterEqual(time.monotonic() - t0, 2.8)
+        self.assertTrue(m2.redelivered)
+        self.assertEqual(props.message_id, "slow-1")
+        cha.basic_ack(m.delivery_tag)  # late: swallowed
+        chb.basic_ack(m2.delivery_tag)
+        self.assertIsNone(cha.basic_get("vt-slow")[0])  # a round trip: A's channel is open
+        self.assertTrue(cha.is_open and chb.is_open)
+        a.close()
+        b.close()
+        self.assertEqual(self.ready("vt-slow"), 0)
+
+    def test_consumer_timeout_closes_the_channel(self):
+        self.publish("ct-q", ["ct-1", "ct-2", "ct-3"])
+        self.publish("ct-other", ["other-1"])
+        a, b = conn(self.ports["ct"]), conn(self.ports["ct"])
+        cha, side = a.channel(), a.channel()
+        got = [get_one(cha, "ct-q") for _ in range(3)]
+        cha.basic_ack(got[0][0].delivery_tag)
+        # the other channel acks within the timeout, again and again
+        m, _, _ = get_one(side, "ct-other")
+        side.basic_ack(m.delivery_tag)
+        closed = []
+        cha._impl.add_on_close_callback(lambda _ch, reason: closed.append(reason))
+        h.wait_until(lambda: a.process_data_events(time_limit=0.05) or closed, WAIT,
+                     what="the consumer timeout's channel.close")
+        self.assertIsInstance(closed[0], ChannelClosedByBroker)
+        self.assertEqual(closed[0].reply_code, 406)
+        self.assertEqual(closed[0].reply_text,
+                         "PRECONDITION_FAILED - delivery acknowledgement on channel %d timed out. "
+                         "Timeout value used: 2000 ms. This timeout value can be configured, see "
+                         "consumers doc guide to learn more" % cha.channel_number)
+        # both unacked deliveries come back, to another connection
+        chb = b.channel()
+        back = [get_one(chb, "ct-q") for _ in range(2)]
+        self.assertEqual(sorted(p.message_id for _, p, _ in back), ["ct-2", "ct-3"])
+        self.assertTrue(all(m.redelivered for m, _, _ in back))
+        for m, _, _ in back:
+            chb.basic_ack(m.delivery_tag)
+        # ... whose channel is not closed by them while it acks in time
+        self.publish("ct-other", ["other-2"])
+        m, props, _ = get_one(side, "ct-other")
+        self.assertEqual(props.message_id, "other-2")
+        side.basic_ack(m.delivery_tag)
+        self.assertTrue(side.is_open and a.is_open)
+        a.close()
+        b.close()
+        self.assertEqual(self.ready("ct-q"), 0)
+
+
+if __name__ == "__main__":
+    unittest.main(verbosity=2)
