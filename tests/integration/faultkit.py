@@ -217,7 +217,7 @@ def closed_records(t, **match):
     return t.log_records("session closed", **match)
 
 
-def wait_closed_sids(t, sids, timeout=15):
+def wait_closed_sids(t, sids, timeout=60):
     """Wait for the `session closed` line of every sid in sids; {sid: record}."""
     want = set(int(s) for s in sids)
     deadline = time.monotonic() + timeout
@@ -231,7 +231,7 @@ def wait_closed_sids(t, sids, timeout=15):
         time.sleep(0.05)
 
 
-def sid_of(t, client, timeout=10):
+def sid_of(t, client, timeout=60):
     """The session id twice gave to the connection from client "ip:port"
     (from its `session opened` debug line or its `session closed` line).  The
     newest such session: ephemeral ports are reused, and a run that opened
@@ -254,7 +254,7 @@ class Admin:
         self.port = port
         self.token = token
 
-    def request(self, method, path, body=None, token="default", headers=None, timeout=15):
+    def request(self, method, path, body=None, token="default", headers=None, timeout=60):
         """(status, headers dict lower-cased, body text)."""
         tok = self.token if token == "default" else token
         hdrs = dict(headers or {})
@@ -294,7 +294,7 @@ class Admin:
         return None
 
 
-def wait_admin(port, timeout=15):
+def wait_admin(port, timeout=60):
     h.wait_until(lambda: h.port_open(port), timeout, what="admin port %d" % port)
 
 

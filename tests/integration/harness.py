@@ -257,6 +257,18 @@ def wait_until(pred, timeout, interval=0.05, what="condition"):
         time.sleep(interval)
 
 
+def eventually(pred, timeout, interval=0.05):
+    """Like wait_until, but returns pred()'s last value instead of raising at
+    the timeout: a wait for an event that the test then asserts itself, with
+    its own message."""
+    deadline = time.monotonic() + timeout
+    while True:
+        v = pred()
+        if v or time.monotonic() >= deadline:
+            return v
+        time.sleep(interval)
+
+
 def port_open(port, host="127.0.0.1", timeout=0.5):
     try:
         with socket.create_connection((host, port), timeout=timeout):
@@ -1208,7 +1220,11 @@ class Twice:
                 out.append(rec)
         return out
 
-    def wait_for_log(self, regex, timeout=15, start=0, count=1):
+    # The waits below return as soon as what they wait for is there: their
+    # default timeouts are generous because the suite also runs on an
+    # ASan+UBSan and a ThreadSanitizer build of twice, on a busy 2-core
+    # machine, where twice is several times slower.
+    def wait_for_log(self, regex, timeout=60, start=0, count=1):
         """Wait until `count` lines (from line index `start` on) match regex;
         returns the matching lines.  Raises AssertionError with the log tail."""
         rx = re.compile(regex)
@@ -1231,7 +1247,7 @@ class Twice:
                     regex, count, len(hits), timeout, self.log_tail()))
             time.sleep(0.05)
 
-    def wait_for_records(self, msg, timeout=15, count=1, **match):
+    def wait_for_records(self, msg, timeout=60, count=1, **match):
         deadline = time.monotonic() + timeout
         while True:
             recs = self.log_records(msg, **match)
@@ -1246,7 +1262,7 @@ class Twice:
         """The log's line count now, for wait_sessions(since=...)."""
         return len(self.log_lines())
 
-    def wait_sessions(self, clients, timeout=15, since=0):
+    def wait_sessions(self, clients, timeout=60, since=0):
         """Wait for the "session closed" record of each client address
         ("IP:PORT" strings); returns {client: record}.
 
@@ -1335,7 +1351,7 @@ def listener_names(conf_text):
     return re.findall(r"^\s*listen\s+([A-Za-z0-9_.\-]+)\s*\{", conf_text, re.M)
 
 
-def start_twice(config_text, tmp, wait=True, timeout=20, args=None, nofile=None):
+def start_twice(config_text, tmp, wait=True, timeout=60, args=None, nofile=None):
     """Write config_text to a file in tmp and run `twice run -c FILE`.
 
     With wait=True, returns once every listener in the file has logged

@@ -414,9 +414,10 @@ def journal_faults(path, rule=None):
     return [r for r in recs if r.get("kind") == 8 and (rule is None or r.get("rule") == rule)]
 
 
-def wait_journal_faults(path, rule, n, timeout=5, sessions=None):
-    """Wait (the journal is flushed at least every second) for n FAULT records
-    of rule (of those sessions, if given)."""
+def wait_journal_faults(path, rule, n, timeout=30, sessions=None):
+    """Wait (the journal is flushed at least every second, later on a loaded
+    machine or a sanitized build) for n FAULT records of rule (of those
+    sessions, if given); returns what is there by then."""
     deadline = time.monotonic() + timeout
     while True:
         got = [r for r in journal_faults(path, rule) if sessions is None or r.get("session") in sessions]

@@ -186,7 +186,7 @@ class AmqpTcpTest(unittest.TestCase):
             lines = self.tw.log_lines()[mark:]
             rs = [h.parse_logfmt(l) for l in lines if 'msg="session closed"' in l]
             return [r for r in rs if r.get("listener") == "amqp" and int(r.get("bytes_up", "0")) > 0]
-        h.wait_until(recs, 15, what="session closed line for the AMQP connection")
+        h.wait_until(recs, 60, what="session closed line for the AMQP connection")
         rec = recs()[0]
         payload = sum(SIZES)
         # up: 5 bodies + 3 for basic.get + 50 confirmed + 2 committed (>= 51 * 128 KiB + 4 MiB...)

@@ -141,10 +141,20 @@ class CeleryAmqp(unittest.TestCase):
             sys.stderr.write("\n----- twice log -----\n%s\n-----\n" % "\n".join(
                 self.tw.log_lines()[self.mark:][-120:]))
 
+    def queue_state(self):
+        """(ready, unacked) of the `celery` queue from rabbitmqctl, or None."""
+        r = self.rabbit.ctl("list_queues", "-q", "--no-table-headers", "name", "messages_ready",
+                            "messages_unacknowledged")
+        for line in r.stdout.decode(errors="replace").splitlines():
+            parts = line.split()
+            if len(parts) == 3 and parts[0] == "celery" and parts[1].isdigit() and parts[2].isdigit():
+                return int(parts[1]), int(parts[2])
+        return None
+
     def run_tasks(self, name, port, expect_lines):
         """Start a worker on `port`, send N_TASKS tasks through `port`, wait
-        for `expect_lines` executions (and a quiet period); returns
-        (sent task ids, [(task_id, order_id)] lines)."""
+        for `expect_lines` executions (and until the broker has settled every
+        message); returns (sent task ids, [(task_id, order_id)] lines)."""
         out = os.path.join(self.tmp, "charges-%s.txt" % name)
         open(out, "w").close()
         w = Worker(self.tmp, name, port, out)
@@ -172,7 +182,10 @@ class CeleryAmqp(unittest.TestCase):
             if n >= N_TASKS and time.monotonic() - changed > 10:
                 break
             time.sleep(0.2)
-        time.sleep(3)   # anything more would show up now
+        # Anything more would come from a message the broker still has ready
+        # or unacknowledged (a task is acked after it ran: acks_late); once it
+        # has neither, every message is settled and no execution can follow.
+        h.eventually(lambda: self.queue_state() == (0, 0), 60, interval=0.5)
         got = lines()
         w.stop()
         self.assertNotIn("Unrecoverable error", w.log_text())

@@ -79,7 +79,7 @@ class JournalRun(unittest.TestCase):
         for i in range(3):
             s = h.connect(cls.ports["refuse"])
             if i < 2:
-                h.wait_closed(s, 5)
+                h.wait_closed(s, 30)
             else:
                 s.sendall(payload)
                 assert h.recv_exact(s, len(payload)) == payload
@@ -94,7 +94,9 @@ class JournalRun(unittest.TestCase):
     def _wait_journal_complete(cls):
         """Decode the journal of the running proxy until it holds every
         connect/close/fault record; returns (seconds after the last close, records)."""
-        deadline = time.monotonic() + 5
+        # A generous deadline: how soon the journal is complete is
+        # test_flushed_while_running's assertion, not this wait's.
+        deadline = time.monotonic() + 60
         while True:
             try:
                 header, recs, _ = fk.decode_journal(cls.journal)
@@ -104,7 +106,7 @@ class JournalRun(unittest.TestCase):
             if header is not None and kinds[1] == cls.n_conn and kinds[2] == cls.n_conn:
                 return time.monotonic() - cls.closed_at, len(recs)
             if time.monotonic() > deadline:
-                raise AssertionError("journal of the running proxy incomplete after 5s: %r" % kinds)
+                raise AssertionError("journal of the running proxy incomplete after 60s: %r" % kinds)
             time.sleep(0.1)
 
     def run_twice(self, *args):

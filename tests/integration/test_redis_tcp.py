@@ -119,7 +119,7 @@ class RedisTcpTest(unittest.TestCase):
             recs = [h.parse_logfmt(l) for l in lines if 'msg="session closed"' in l]
             return [r for r in recs if r.get("listener") == "redis" and int(r.get("bytes_up", "0")) > 0]
         try:
-            h.wait_until(data_sessions, 15, what="session closed line of the redis-cli run")
+            h.wait_until(data_sessions, 60, what="session closed line of the redis-cli run")
         except TimeoutError as e:
             self.fail_with_log(str(e))
         recs = data_sessions()
@@ -182,7 +182,7 @@ class RedisTcpTest(unittest.TestCase):
             recs = [h.parse_logfmt(l) for l in lines if 'msg="session closed"' in l]
             return [r for r in recs if r.get("listener") == "redis"]
         h.wait_until(lambda: len([r for r in sessions() if int(r["bytes_up"]) > 0]) >= 20 * len(BENCH_TITLES),
-                     30, what="session closed lines of the benchmark connections")
+                     60, what="session closed lines of the benchmark connections")
         recs = [r for r in sessions() if int(r["bytes_up"]) > 0]
         self.assertTrue(all(int(r["bytes_down"]) > 0 for r in recs),
                         "a session sent commands but got no replies: %r" %

@@ -77,7 +77,7 @@ class ThreadsTest(h.TestCase):
         t.signal(signal.SIGHUP)
         t.wait_for_log(r"msg=reloaded")
         conns = [h.connect(hport) for _ in range(8)]
-        h.wait_until(lambda: self.api.json("/stats")["sessions_open"] == 8, 10,
+        h.wait_until(lambda: self.api.json("/stats")["sessions_open"] == 8, 60,
                      what="eight sessions")
         st = self.api.json("/stats")
         self.assertEqual(st["threads"], 4)
@@ -101,7 +101,7 @@ class ThreadsTest(h.TestCase):
             self.assertEqual(h.exchange_problems(res), [], "connection %d" % i)
         for c in conns:
             c.close()
-        h.wait_until(lambda: self.api.json("/stats")["sessions_open"] == 0, 10,
+        h.wait_until(lambda: self.api.json("/stats")["sessions_open"] == 0, 60,
                      what="every session to end")
         st = self.api.json("/stats")
         self.assertEqual(st["sessions_per_thread"], [0, 0, 0, 0])
@@ -119,7 +119,7 @@ class ThreadsTest(h.TestCase):
         self.start(threads=4, rules=rules, extra=[listener])
         conns = [fk.RespConn(rport) for _ in range(8)]
         self.addCleanup(lambda: [c.close() for c in conns])
-        h.wait_until(lambda: self.api.json("/stats")["sessions_open"] == 8, 10,
+        h.wait_until(lambda: self.api.json("/stats")["sessions_open"] == 8, 60,
                      what="eight sessions")
         self.assertEqual(self.api.json("/stats")["sessions_per_thread"], [2, 2, 2, 2])
         errors = {"nth": [], "lim": []}
@@ -149,7 +149,8 @@ class ThreadsTest(h.TestCase):
         for c in conns:
             try:
                 c.sendall(b"x")
-                c.settimeout(5)
+                # long: a timeout would count a slow echo as a closed connection
+                c.settimeout(60)
                 closed.append(c.recv(1) != b"x")
             except OSError:
                 closed.append(True)
@@ -195,19 +196,29 @@ class ThreadsTest(h.TestCase):
         self.assertEqual(self.api.json("/stats")["sessions_per_thread"], [1, 1, 1])
         t.signal(signal.SIGTERM)
         t.wait_for_log(r"msg=\"shutting down\"")
+        # The listeners are closed, and the loops told to stop, right after
+        # that line is written: wait for the closed port rather than assume it.
+        h.eventually(lambda: not h.port_open(self.port), 60)
+        self.assertFalse(h.port_open(self.port), "still accepting after SIGTERM")
+        # A twice that wrongly ended with sessions open would do so as soon
+        # as its loops saw the stop: 0.5 s is a lower bound for that.
         time.sleep(0.5)
         self.assertIsNone(t.proc.poll(), "twice exited with sessions open")
-        self.assertFalse(h.port_open(self.port), "still accepting after SIGTERM")
         # Sessions on every thread still relay while twice waits for them.
         for i, c in enumerate(conns):
             c.sendall(b"still %d\n" % i)
             self.assertEqual(h.recv_exact(c, 8), b"still %d\n" % i)
         for c in conns[:2]:
             c.close()
+        # Once those two sessions are freed (sessions_open counts them until
+        # then), their loops have looked whether they are done: a twice that
+        # wrongly ended now would be exiting.  0.5 s more is a lower bound for
+        # the exit itself.
+        h.eventually(lambda: self.api.json("/stats")["sessions_open"] == 1, 60)
         time.sleep(0.5)
         self.assertIsNone(t.proc.poll(), "twice exited while a session was open")
         conns[2].close()
-        self.assertEqual(t.proc.wait(timeout=10), 0)
+        self.assertEqual(t.proc.wait(timeout=60), 0)
         t.exit_checked = True
 
     def test_grace_closes_sessions_of_every_thread(self):
@@ -219,7 +230,7 @@ class ThreadsTest(h.TestCase):
         t.exit_checked = True
         self.assertLess(time.monotonic() - t0, 10)
         for c in conns:
-            h.wait_closed(c, 5)
+            h.wait_closed(c, 30)
             c.close()
         self.assertEqual(len(fk.closed_records(t, reason="shutdown")), 3)
 
@@ -234,7 +245,7 @@ class ThreadsTest(h.TestCase):
         t = self.start(threads=2, rules=rules, extra=[listener], grace="10s")
         first = fk.RespConn(sport)   # loop 0
         worker = fk.RespConn(sport)  # loop 1
-        h.wait_until(lambda: self.api.json("/stats")["sessions_per_thread"] == [1, 1], 10,
+        h.wait_until(lambda: self.api.json("/stats")["sessions_per_thread"] == [1, 1], 60,
                      what="one session per thread")
         got = worker.call("XREADGROUP", "GROUP", "g", "c", "COUNT", "1", "STREAMS", "st", ">")
         self.assertEqual(got[0][1][0][0], entry)
@@ -242,7 +253,7 @@ class ThreadsTest(h.TestCase):
         worker.close()
         first.close()
         t.signal(signal.SIGTERM)
-        self.assertEqual(t.proc.wait(timeout=15), 0)
+        self.assertEqual(t.proc.wait(timeout=60), 0)
         t.exit_checked = True
         pending = redis.command("XPENDING", "st", "g")
         self.assertEqual(pending[0], b"0", "the delayed XACK was lost at shutdown: %r" % pending)
@@ -261,12 +272,14 @@ class ThreadsTest(h.TestCase):
         cut = fk.rule_block("cut", "redis", "when command command=BLPOP", "do close after")
         self.assertEqual(self.api.put("/rules", cut.encode())[0], 200)
         c.sock.sendall(fk.resp_cmd("BLPOP", "nothing-here", "1"))
-        time.sleep(0.2)
+        # The rule has fired on the BLPOP (its fault line is written when it
+        # is decided) before the rules it came from are replaced.
+        t.wait_for_records("fault", rule="cut")
         for _ in range(2):
             self.assertEqual(self.api.put("/rules", b"")[0], 200)
         self.assertIn(c.read_reply(), (None, []))  # the timeout's nil, then the cut
-        h.wait_closed(c.sock, 5)
-        rec = h.wait_until(lambda: fk.closed_records(t), 5, what="the session's close line")
+        h.wait_closed(c.sock, 30)
+        rec = h.wait_until(lambda: fk.closed_records(t), 60, what="the session's close line")
         self.assertIn("cut by rule 'cut' (close after)", rec[0].get("error", ""))
         self.assertIsNone(t.proc.poll(), "twice died")
 
