@@ -75,12 +75,14 @@ RULES = {
     "expdrop": ["when deliver queue=" + LONGQ, "do expire 1s"],
     "expdrop-ack": ["when ack queue=" + LONGQ, "do drop"],
     "noid-ack": ["when ack queue=noid", "do redeliver"],
+    "expheld": ["when deliver queue=expheld", "do expire 2s"],
+    "expheld-ack": ["when ack queue=expheld", "do delay 6s"],
     "noid-dup": ["when deliver queue=noid-dup", "do duplicate"],
 }
 
 QUEUES = ["payments", "dup", "exp", "slow", "slow-other", "slow-side", "crash", "noconf",
           "confok", "nopub", "pubok", "latepub", "latepub-side", "err", "err-side", "hb", "prob", "first3",
-          "bodyq", "rawq", LONGQ, "noid", "noid-dup"]
+          "bodyq", "rawq", LONGQ, "noid", "noid-dup", "expheld"]
 
 
 RABBIT = [None]   # one RabbitMQ node for the whole file
@@ -892,6 +894,42 @@ class AmqpFaults(unittest.TestCase):
         self.assertEqual([r.get("message_id") for r in self.wait_faults("expdrop", 1)], ids)
         self.assertEqual([r.get("message_id") for r in self.wait_faults("expdrop-ack", 1)], ids)
         self.assertTrue(c.conn.is_open)
+
+    def test_expire_with_the_ack_held_past_it(self):
+        """`expire 2s` on deliveries and `delay 6s` on their acks: the ack
+        the worker sent at once is held by twice past the visibility
+        timeout, so at 2 s the broker hands the message out again
+        (redelivered), and the held ack, which would come too late, never
+        reaches RabbitMQ (no 406: the channel stays open).  Before, the hold
+        replaced the expiry's timer and the message never came back."""
+        ids = self.ids("expheld", 2)
+        self.publish("expheld", ids)
+        c = self.client(prefetch=10)
+        c.consume("expheld")
+        first = c.wait(2)
+        for m in first:
+            c.ch.basic_ack(m.tag)  # held by twice for 6 s
+        acked = time.monotonic()
+        got = c.wait(4, timeout=20)
+        again = got[2:]
+        self.assertEqual(sorted(m.id for m in again), sorted(ids))
+        self.assertTrue(all(m.redelivered for m in again), again)
+        waited = again[0].at - first[0].at
+        self.assertGreaterEqual(waited, 1.8, "back %.2fs after the first delivery" % waited)
+        for m in again:
+            c.ch.basic_ack(m.tag)  # max-per-message 1: these go through
+        self.drained("expheld")
+        self.assertEqual(sorted(r.get("message_id") for r in self.wait_faults("expheld", 2)),
+                         sorted(ids))
+        # the held acks' release time passes: nothing reaches the broker, no 406
+        self.assertEqual(sorted(r.get("message_id") for r in self.wait_faults("expheld-ack", 2)),
+                         sorted(ids))
+        # Not an event to wait for (the hold's timer went with the message):
+        # the time the held acks were due, passed, is the lower bound.
+        c.pump(max(0.5, acked + 6.5 - time.monotonic()))
+        self.assertTrue(c.conn.is_open and c.ch.is_open)
+        self.assertEqual(c.roundtrip("expheld"), 0)
+        self.assertEqual(self.queue_stats()["expheld"], (0, 0))
 
     def test_expire_acked_in_time_is_no_fault(self):
         # A visibility timeout that never ran out faulted nothing: no fault
