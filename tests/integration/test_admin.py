@@ -30,11 +30,12 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import harness as h  # noqa: E402
 import faultkit as fk  # noqa: E402
 
-LAT = 0.4          # seconds of the `lat` rule
-SLOW_MIN = 0.37    # a connection with the rule takes at least this
-FAST_MAX = 0.25    # a connection without it takes less (loose: shared machine)
+LAT = 1.0          # seconds of the `lat` rule
+SLOW_MIN = 0.97    # a connection with the rule takes at least this
+FAST_MAX = 0.6     # a connection without it takes less: loose, for a loaded sanitized run
+                   # (the rule's latency is 1 s so that the two stay well apart)
 
-LAT_RULE = fk.rule_block("lat", "echo", "stream downstream", "do latency 400ms")
+LAT_RULE = fk.rule_block("lat", "echo", "stream downstream", "do latency 1000ms")
 
 
 class AdminTest(h.TestCase):
@@ -113,7 +114,7 @@ class AdminTest(h.TestCase):
         t.stop()
 
     def test_rule_disabled_in_file(self):
-        rule = fk.rule_block("lat", "echo", "stream downstream", "disabled", "do latency 400ms")
+        rule = fk.rule_block("lat", "echo", "stream downstream", "disabled", "do latency 1000ms")
         t = self.start(rules=(rule,))
         self.assertFalse(self.api.rule("lat")["enabled"])
         self.assert_fast(what="rule written `disabled`")
@@ -186,7 +187,7 @@ class AdminTest(h.TestCase):
         self.assert_fast(what="faults off")
         # the switch stays off across PUT /rules and a reload
         self.ok(self.api.put("/rules", fk.rule_block("lat", "echo", "stream downstream",
-                                                     "do latency 400ms")))
+                                                     "do latency 1000ms")))
         self.assertFalse(self.api.json("/rules")["faults_enabled"])
         self.assert_fast(what="faults off, after PUT /rules")
         self.ok(self.api.post("/reload"))
@@ -318,7 +319,7 @@ class AdminTest(h.TestCase):
         extra = (h.listen_block("other", other_port, self.echo.port),)
         t = self.start(extra_listeners=extra)
         self.assert_fast(other_port, "other before reload")
-        added = fk.rule_block("lat_other", "other", "stream downstream", "do latency 400ms")
+        added = fk.rule_block("lat_other", "other", "stream downstream", "do latency 1000ms")
         t.write_config(self.conf + added)
         self.assertEqual(json.loads(self.ok(self.api.post("/reload"))), {"reloaded": True})
         self.assert_slow(other_port, "rule added by POST /reload")
@@ -403,7 +404,7 @@ class AdminTest(h.TestCase):
         base = self.conf
         variant = (base + h.listen_block("extra", extra_port, self.echo.port)
                    + fk.rule_block("lat_extra", "extra", "do latency 10ms"))
-        variant = variant.replace("do latency 400ms", "do latency 400ms jitter 10ms")
+        variant = variant.replace("do latency 1000ms", "do latency 1000ms jitter 10ms")
 
         sock = h.connect(bulk_port, timeout=60)
         self.addCleanup(sock.close)
