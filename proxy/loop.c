@@ -234,6 +234,7 @@ int loop_init(struct loop *lp, struct proxy *px, unsigned index)
         return -1;
     struct timeval second = {.tv_sec = 1, .tv_usec = 0};
     lp->reaper = event_new(lp->base, -1, 0, on_reap, lp);
+    lp->flush_tail = &lp->flush_list;
     lp->flusher = event_new(lp->base, -1, 0, on_flush, lp);
     lp->janitor = event_new(lp->base, -1, EV_PERSIST, on_janitor, lp);
     lp->wake_fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);

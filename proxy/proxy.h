@@ -104,17 +104,19 @@ struct loop {
     struct session *sessions; /* every session of this loop not yet freed */
     struct session *reap;     /* closed sessions to free after dispatch */
     struct event *reaper;
-    struct event *flusher;          /* writes the ends in flush_list */
-    struct session_end *flush_list; /* ends with output to write this turn */
-    bool flushing;                  /* session_flush_all is running */
-    struct event *janitor;          /* 1 s: idle and drain timeouts */
-    struct ruleset *rules;          /* this loop's reference to the current rules */
-    uint64_t rules_gen;             /* changes with `rules` (1 for the first) */
-    struct resp_aux *aux;           /* twice's own Redis connections on this loop */
-    bool stopping;                  /* shutdown: end once its sessions are gone */
-    atomic_bool stop_flag;          /* raised by the main thread: shutdown */
-    atomic_bool close_flag;         /* raised by the main thread: close everything now */
-    atomic_uint n_sessions;         /* written by this loop only */
+    struct event *flusher;           /* writes the ends in flush_list */
+    struct session_end *flush_list;  /* ends with output to write this turn, in the order
+                                        their output was queued */
+    struct session_end **flush_tail; /* the last end's flush_next (&flush_list: none) */
+    bool flushing;                   /* session_flush_all is running */
+    struct event *janitor;           /* 1 s: idle and drain timeouts */
+    struct ruleset *rules;           /* this loop's reference to the current rules */
+    uint64_t rules_gen;              /* changes with `rules` (1 for the first) */
+    struct resp_aux *aux;            /* twice's own Redis connections on this loop */
+    bool stopping;                   /* shutdown: end once its sessions are gone */
+    atomic_bool stop_flag;           /* raised by the main thread: shutdown */
+    atomic_bool close_flag;          /* raised by the main thread: close everything now */
+    atomic_uint n_sessions;          /* written by this loop only */
     _Alignas(64) uint64_t events[RULE_EV_COUNT]; /* protocol events seen (stat_add) */
     /* Messages from other threads: a mutex-protected queue and an eventfd. */
     _Alignas(64) pthread_mutex_t lock;

@@ -144,6 +144,9 @@ static void flush_unqueue(struct session_end *e)
 {
     if (!e->flush_queued)
         return;
+    struct loop *lp = e->owner->loop;
+    if (lp->flush_tail == &e->flush_next)
+        lp->flush_tail = e->flush_pprev;
     *e->flush_pprev = e->flush_next;
     if (e->flush_next != NULL)
         e->flush_next->flush_pprev = e->flush_pprev;
@@ -658,6 +661,7 @@ void session_flush_all(struct loop *lp)
 {
     struct session_end *pass = lp->flush_list;
     lp->flush_list = NULL;
+    lp->flush_tail = &lp->flush_list;
     if (pass != NULL)
         pass->flush_pprev = &pass;
     lp->flushing = true;
@@ -684,12 +688,15 @@ static void flush_queue(struct session_end *e)
         else
             event_active(lp->flusher, EV_WRITE, 0);
     }
+    /* At the tail: ends are written in the order their output was queued, which is the
+     * order their peers' bytes were read.  Redis serves connections in the order their
+     * commands arrive: a client's BRPOPLPUSH read before another's LPUSH must reach it first
+     * (pushed at the head, the last end listed was written first). */
     e->flush_queued = true;
-    e->flush_next = lp->flush_list;
-    e->flush_pprev = &lp->flush_list;
-    if (lp->flush_list != NULL)
-        lp->flush_list->flush_pprev = &e->flush_next;
-    lp->flush_list = e;
+    e->flush_next = NULL;
+    e->flush_pprev = lp->flush_tail;
+    *lp->flush_tail = e;
+    lp->flush_tail = &e->flush_next;
 }
 
 /* Put a plain end that starts relaying into direct mode. */

@@ -611,6 +611,34 @@ class ModesTest(h.TestCase):
             self.assertEqual(results, [b"", b""], cmd)
 
 
+class OrderTest(h.TestCase):
+    """Commands of several connections read in one loop turn reach Redis in
+    the order they were read, as they would directly (Redis serves them in
+    that order): Redis's own suite, "BRPOPLPUSH with multiple blocked
+    clients", blocks for ever otherwise.  rd1's BRPOPLPUSH must fail
+    (WRONGTYPE) before rd2's takes the element r's LPUSH brings; twice wrote
+    the ends it had read last first, and rd1 then blocked on an empty list.
+    One event loop (`threads 1`): connections on different loops are not
+    ordered with each other."""
+
+    def test_commands_of_several_connections_keep_their_order(self):
+        redis = start_redis(self.tmp)
+        self.addCleanup(redis.stop)
+        port = h.free_port()
+        self.twice("threads 1\n" + h.config(rk.resp_listen_block("one", port, redis.port),
+                                            log_level="info"))
+        with rk.Conn(port) as r:
+            for i in range(100):
+                with rk.Conn(port, timeout=WAIT) as rd1, rk.Conn(port, timeout=WAIT) as rd2:
+                    self.assertEqual(r.cmd("DEL", "blist", "target1", "target2") >= 0, True)
+                    self.assertEqual(r.cmd("SET", "target1", "nolist"), b"OK")
+                    rd1.send(rk.enc("BRPOPLPUSH", "blist", "target1", "0"))
+                    rd2.send(rk.enc("BRPOPLPUSH", "blist", "target2", "0"))
+                    self.assertEqual(r.cmd("LPUSH", "blist", "foo"), 1)
+                    self.assertEqual(rd1.read().code, b"WRONGTYPE", "round %d" % i)
+                    self.assertEqual(rd2.read(), b"foo", "round %d" % i)
+
+
 class ClusterTest(h.TestCase):
     """Two cluster nodes, slots split between them: -MOVED and -ASK reach the
     client through twice exactly as Redis wrote them (twice does not rewrite
