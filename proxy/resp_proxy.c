@@ -2816,6 +2816,26 @@ static void client_over_limit(struct rpx *rx, uint64_t max_message)
     flush_replies(rx);
 }
 
+/* A reply Redis itself wrote that twice's scanner does not follow: nested
+ * deeper than RESP_MAX_DEPTH (a Lua script returning a table that holds
+ * itself nests thousands of levels before Redis gives up), or a RESP3 value
+ * with bytes the type does not allow (a script's big number with spaces in
+ * it).  Not garbage: Redis's own clients read it.  The session becomes a byte
+ * relay from that reply on, both ways, as after SYNC (relay_stream): the
+ * client gets what Redis sent, and rules see no more of the session. */
+static void server_raw(struct rpx *rx, int rc)
+{
+    struct log_line line;
+    log_begin(&line, LOG_WARN, "resp reply not followed");
+    log_u64(&line, "sid", rx->s->id);
+    log_str(&line, "listener", rx->s->cfg->l->name);
+    log_str(&line, "error", resp_strerror(rc));
+    log_str(&line, "detail", "relayed unparsed from here on, both ways");
+    log_end(&line);
+    rx->await->kind = RK_STREAM;
+    rx->raw = true;
+}
+
 /* A peer broke RESP.  A client's bytes go on to Redis as they are, from the
  * first bad one: Redis answers the commands before them, then its own
  * "-ERR Protocol error" and closes, exactly as without twice.  A server
@@ -2832,6 +2852,10 @@ static int scan_error(struct rpx *rx, enum session_side side, int rc)
         return -1;
     }
     if (side == SIDE_UPSTREAM) {
+        if ((rc == RESP_E_TOO_DEEP || rc == RESP_E_VALUE) && rx->await != NULL) {
+            server_raw(rx, rc);
+            return -1;
+        }
         protocol_error(rx, SIDE_UPSTREAM, "server sent %s", resp_strerror(rc));
         return -1;
     }
@@ -2953,8 +2977,8 @@ static void process_server(struct rpx *rx)
         struct resp_msg m;
         const uint8_t *buf;
         int rc = scan_one(rx, SIDE_UPSTREAM, &m, &buf);
-        if (rc == 2)
-            continue;
+        if (rc == 2 || (rc < 0 && alive(rx) && rx->await != NULL && rx->await->kind == RK_STREAM))
+            continue; /* server_raw(): relayed from here */
         if (rc <= 0)
             break;
         on_reply(rx, buf, &m);

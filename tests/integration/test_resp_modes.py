@@ -573,6 +573,43 @@ class ModesTest(h.TestCase):
         out = self.same(script)
         self.assertTrue(out[1].startswith(b"|1\r\n"), out[1])
 
+    def test_replies_twice_cannot_follow_are_relayed(self):
+        """Replies Redis writes that twice's scanner does not follow: a Lua
+        table that holds itself (thousands of nested arrays, then Redis's
+        stack-limit error) and a script's RESP3 big number with spaces in it.
+        Through twice the client gets Redis's bytes, as directly, and the
+        session goes on as a byte relay (logged once)."""
+        def until(sock, pat, buf=b""):
+            while pat not in buf:
+                data = sock.recv(65536)
+                if not data:
+                    raise EOFError("closed after %r" % buf[-80:])
+                buf += data
+            return buf
+
+        def script(port):
+            out = []
+            with rk.Conn(port, timeout=WAIT) as c:
+                c.send(rk.enc("EVAL", "local a={}; local b={a}; a[1]=b; return a", "0"),
+                       rk.enc("PING"))
+                out.append(until(c.sock, b"+PONG\r\n"))
+            with rk.Conn(port, timeout=WAIT) as c:
+                c.send(rk.enc("HELLO", "3"))
+                until(c.sock, b"modules")
+                c.send(rk.enc("EVAL", "return {big_number='123\\r\\n123'}", "0"), rk.enc("PING"))
+                out.append(until(c.sock, b"+PONG\r\n"))
+            return out
+        mark = self.tw.log_mark()
+        deep, big = self.same(script)
+        self.assertTrue(deep.endswith(b"*1\r\n-ERR reached lua stack limit\r\n+PONG\r\n"), deep[-80:])
+        self.assertGreater(deep.count(b"*1\r\n"), 1000)
+        self.assertEqual(big, b"(123  123\r\n+PONG\r\n")
+        self.tw.wait_for_log(r'msg="resp reply not followed" .*error="aggregates nested deeper',
+                             start=mark)
+        self.tw.wait_for_log(r'msg="resp reply not followed" .*error="malformed boolean',
+                             start=mark)
+        self.assertNotIn("protocol_error", "\n".join(self.tw.log_lines()[mark:]))
+
     def test_client_kill_of_the_proxied_connection(self):
         """Killed by another client, and by itself: the client sees what it
         sees directly (a :1 and EOF for itself, EOF when killed)."""
