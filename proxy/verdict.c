@@ -25,14 +25,30 @@
 /* Room for error messages. */
 #define VERDICT_ERR_MAX 512
 
+/* What a message's last DELIVER record was to the copy delays, until a fault may withhold it. */
+enum verdict_last { LAST_NONE, LAST_FIRST, LAST_COPY };
+
 struct verdict_msg {
     uint32_t task;                      /* index into verdict.task_names, or VERDICT_NO_TASK */
     uint32_t delivers, faults, effects; /* saturating counts */
     uint32_t reached; /* deliveries the handler got: DELIVERs less those a fault withheld */
     bool in_journal;
+    bool has_first;    /* first_us is the first delivery that reached the handler */
+    uint8_t last;      /* enum verdict_last */
+    uint64_t first_us; /* time of that delivery */
+    size_t last_copy;  /* LAST_COPY: its index in verdict.copies */
+};
+
+/* A later delivery of a message: how long after its first. */
+struct verdict_copy {
+    const struct verdict_msg *m;
+    uint64_t delay_us;
+    bool withheld; /* a fault withheld it after all */
 };
 
 struct verdict {
+    struct verdict_copy *copies; /* in journal order */
+    size_t n_copies, cap_copies;
     struct strmap msgs;      /* message id -> struct verdict_msg * (owned) */
     struct strmap tasks;     /* task name -> index + 1, as a pointer */
     const char **task_names; /* owned array; names borrowed from `tasks` */
@@ -69,6 +85,7 @@ void verdict_free(struct verdict *v)
         return;
     strmap_free(&v->msgs, free);
     strmap_free(&v->tasks, NULL);
+    free(v->copies);
     free(v->task_names);
     free(v);
 }
@@ -129,6 +146,39 @@ static bool fault_withholds_delivery(const Twice__Journal__Record *r)
            strcmp(r->detail, "close before") == 0;
 }
 
+/* A DELIVER of m at time t: its first, or a copy of it (its delay recorded). */
+static int copy_note(struct verdict *v, struct verdict_msg *m, uint64_t t)
+{
+    if (!m->has_first) {
+        m->has_first = true;
+        m->first_us = t;
+        m->last = LAST_FIRST;
+        return 0;
+    }
+    if (v->n_copies == v->cap_copies) {
+        size_t cap = v->cap_copies != 0 ? v->cap_copies * 2 : 64;
+        struct verdict_copy *c = realloc(v->copies, cap * sizeof(*c));
+        if (c == NULL)
+            return -1;
+        v->copies = c;
+        v->cap_copies = cap;
+    }
+    v->copies[v->n_copies] = (struct verdict_copy){m, t > m->first_us ? t - m->first_us : 0, false};
+    m->last_copy = v->n_copies++;
+    m->last = LAST_COPY;
+    return 0;
+}
+
+/* A fault withheld m's last delivery: it is no first, and no copy. */
+static void copy_withheld(struct verdict *v, struct verdict_msg *m)
+{
+    if (m->last == LAST_FIRST)
+        m->has_first = false;
+    else if (m->last == LAST_COPY)
+        v->copies[m->last_copy].withheld = true;
+    m->last = LAST_NONE;
+}
+
 int verdict_add_record(struct verdict *v, const Twice__Journal__Record *r)
 {
     if (r->message_id == NULL || r->message_id[0] == '\0')
@@ -146,13 +196,17 @@ int verdict_add_record(struct verdict *v, const Twice__Journal__Record *r)
     if (r->kind == TWICE__JOURNAL__RECORD__KIND__DELIVER) {
         sat_inc(&m->delivers);
         sat_inc(&m->reached);
+        if (copy_note(v, m, r->time_unix_us) != 0)
+            return -1;
     } else if (r->kind == TWICE__JOURNAL__RECORD__KIND__FAULT) {
         sat_inc(&m->faults);
         /* A delivery is withheld once (never below none): on an amqp
          * listener a `close before` or an `error` ends the actions, yet the
          * rules after it that fired are journaled too (a drop among them). */
-        if (fault_withholds_delivery(r) && m->reached > 0)
+        if (fault_withholds_delivery(r) && m->reached > 0) {
             m->reached--;
+            copy_withheld(v, m);
+        }
     }
     return 0;
 }
@@ -244,6 +298,61 @@ static void finish_rows(struct verdict_result *res, size_t rows)
     qsort(res->tasks, n, sizeof(*res->tasks), task_cmp);
 }
 
+static int u64_cmp(const void *a, const void *b)
+{
+    uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+    return x < y ? -1 : x > y;
+}
+
+/* Each row's copy delays: count, min, median, max.  -1 when out of memory. */
+static int copy_windows(const struct verdict *v, struct verdict_result *out)
+{
+    size_t rows = v->n_tasks + 1;
+    size_t *count = calloc(rows + 1, sizeof(*count));
+    uint64_t *delays = malloc((v->n_copies > 0 ? v->n_copies : 1) * sizeof(*delays));
+    if (count == NULL || delays == NULL) {
+        free(count);
+        free(delays);
+        return -1;
+    }
+    /* Counting sort by row, then a sort within each row. */
+    for (size_t i = 0; i < v->n_copies; i++) {
+        const struct verdict_copy *c = &v->copies[i];
+        if (!c->withheld)
+            count[(c->m->task == VERDICT_NO_TASK ? v->n_tasks : c->m->task) + 1]++;
+    }
+    for (size_t r = 1; r <= rows; r++)
+        count[r] += count[r - 1];
+    size_t *at = calloc(rows, sizeof(*at));
+    if (at == NULL) {
+        free(count);
+        free(delays);
+        return -1;
+    }
+    for (size_t i = 0; i < v->n_copies; i++) {
+        const struct verdict_copy *c = &v->copies[i];
+        size_t r = c->m->task == VERDICT_NO_TASK ? v->n_tasks : c->m->task;
+        if (!c->withheld)
+            delays[count[r] + at[r]++] = c->delay_us;
+    }
+    for (size_t r = 0; r < rows; r++) {
+        size_t n = count[r + 1] - count[r];
+        struct verdict_task *t = &out->tasks[r];
+        t->copies = n;
+        if (n == 0)
+            continue;
+        uint64_t *d = delays + count[r];
+        qsort(d, n, sizeof(*d), u64_cmp);
+        t->copy_min_us = d[0];
+        t->copy_median_us = n % 2 ? d[n / 2] : (d[n / 2 - 1] + d[n / 2]) / 2;
+        t->copy_max_us = d[n - 1];
+    }
+    free(at);
+    free(count);
+    free(delays);
+    return 0;
+}
+
 int verdict_compute(const struct verdict *v, struct verdict_result *out)
 {
     memset(out, 0, sizeof(*out));
@@ -266,6 +375,10 @@ int verdict_compute(const struct verdict *v, struct verdict_result *out)
             tally_unknown(out, slot->key, m);
         else
             tally(&out->tasks[m->task == VERDICT_NO_TASK ? v->n_tasks : m->task], slot->key, m);
+    }
+    if (copy_windows(v, out) != 0) {
+        verdict_result_free(out);
+        return -1;
     }
     finish_rows(out, rows);
     return 0;
@@ -377,6 +490,14 @@ static void print_task_json(FILE *out, const struct verdict_task *t)
             (unsigned long long)t->delivered_more_than_once,
             (unsigned long long)t->more_than_one_effect, (unsigned long long)t->no_effect);
     json_write_string(out, verdict_kind_name(t->verdict));
+    fprintf(out, ", \"copies\": %llu, \"copy_delay_ms\": ", (unsigned long long)t->copies);
+    if (t->copies > 0)
+        fprintf(out, "{\"min\": %llu, \"median\": %llu, \"max\": %llu}",
+                (unsigned long long)(t->copy_min_us / 1000),
+                (unsigned long long)(t->copy_median_us / 1000),
+                (unsigned long long)(t->copy_max_us / 1000));
+    else
+        fputs("null", out);
     fputs(", \"examples\": ", out);
     print_examples_json(out, &t->examples);
     fprintf(out,
@@ -431,13 +552,42 @@ static int task_col_width(const struct verdict_result *res)
     return (int)(w > VERDICT_TASK_COL_MAX ? VERDICT_TASK_COL_MAX : w);
 }
 
+/* A copy delay for people: "0.4s", "12s", "25min", "3.0h". */
+static void format_delay(char *buf, size_t cap, uint64_t us)
+{
+    double s = (double)us / 1e6;
+    if (s < 10)
+        snprintf(buf, cap, "%.1fs", s);
+    else if (s < 600)
+        snprintf(buf, cap, "%.0fs", s);
+    else if (s < 3 * 3600)
+        snprintf(buf, cap, "%.0fmin", s / 60);
+    else
+        snprintf(buf, cap, "%.1fh", s / 3600);
+}
+
+/* The COPIES AFTER column: "MIN-MAX", or "-" with no copy. */
+static void format_window(char *buf, size_t cap, const struct verdict_task *t)
+{
+    if (t->copies == 0) {
+        snprintf(buf, cap, "-");
+        return;
+    }
+    char lo[16], hi[16];
+    format_delay(lo, sizeof(lo), t->copy_min_us);
+    format_delay(hi, sizeof(hi), t->copy_max_us);
+    snprintf(buf, cap, "%s-%s", lo, hi);
+}
+
 static void print_row(FILE *out, const struct verdict_task *t, int width)
 {
     int n = text_write_safe(out, t->task);
-    fprintf(out, "%*s  %8llu  %7llu  %11llu  %9llu  %9llu  ", n < width ? width - n : 0, "",
+    char window[40];
+    format_window(window, sizeof(window), t);
+    fprintf(out, "%*s  %8llu  %7llu  %11llu  %9llu  %9llu  %-13s  ", n < width ? width - n : 0, "",
             (unsigned long long)t->messages, (unsigned long long)t->faulted,
             (unsigned long long)t->delivered_more_than_once,
-            (unsigned long long)t->more_than_one_effect, (unsigned long long)t->no_effect);
+            (unsigned long long)t->more_than_one_effect, (unsigned long long)t->no_effect, window);
     if (t->examples.n > 0) {
         fprintf(out, "%-14s  ", verdict_kind_name(t->verdict));
         print_examples_text(out, &t->examples);
@@ -450,8 +600,9 @@ static void print_row(FILE *out, const struct verdict_task *t, int width)
 static void print_table(FILE *out, const struct verdict_result *res)
 {
     int width = task_col_width(res);
-    fprintf(out, "%-*s  %8s  %7s  %11s  %9s  %9s  %-14s  %s\n", width, "TASK", "MESSAGES",
-            "FAULTED", "DELIVERED>1", "EFFECTS>1", "NO EFFECT", "VERDICT", "EXAMPLES");
+    fprintf(out, "%-*s  %8s  %7s  %11s  %9s  %9s  %-13s  %-14s  %s\n", width, "TASK", "MESSAGES",
+            "FAULTED", "DELIVERED>1", "EFFECTS>1", "NO EFFECT", "COPIES AFTER", "VERDICT",
+            "EXAMPLES");
     for (size_t i = 0; i < res->n_tasks; i++)
         print_row(out, &res->tasks[i], width);
     if (res->n_tasks == 0)
@@ -465,11 +616,14 @@ static void print_legend(FILE *out)
           "DELIVERED>1     messages that reached the handler more than once (a delivery "
           "twice dropped does not count)\n"
           "EFFECTS>1       messages with more than one line in the effects list\n"
+          "COPIES AFTER    the copy delays tested: how long after a message's first delivery "
+          "its later ones reached the handler (shortest-longest)\n"
           "NO EFFECT       delivered or faulted, but no line in the effects list: work lost "
           "(a drop), or missing from the list\n"
           "NOT IDEMPOTENT  some message produced more than one side effect (EXAMPLES: up to 5)\n"
           "IDEMPOTENT      some message reached the handler twice and none produced two side "
-          "effects\n"
+          "effects, for the copy delays tested (a dedup key that expires sooner would have "
+          "been caught, a later one not)\n"
           "UNTESTED        no message reached the handler twice (faults that only drop or "
           "delay prove nothing): run longer or widen the rules\n",
           out);
@@ -506,6 +660,39 @@ static void print_warnings(FILE *out, const struct verdict_result *res,
     }
 }
 
+/* Copies within this of the first delivery test a short window only: say so. */
+#define VERDICT_SHORT_WINDOW_US (60ull * 1000 * 1000)
+
+/* What each IDEMPOTENT row held over, and how to test a later copy when the copies all came
+ * soon after the first. */
+static void print_windows(FILE *out, const struct verdict_result *res)
+{
+    bool short_seen = false;
+    for (size_t i = 0; i < res->n_tasks; i++) {
+        const struct verdict_task *t = &res->tasks[i];
+        if (t->verdict != VERDICT_IDEMPOTENT)
+            continue;
+        char lo[16], med[16], hi[16];
+        format_delay(lo, sizeof(lo), t->copy_min_us);
+        format_delay(med, sizeof(med), t->copy_median_us);
+        format_delay(hi, sizeof(hi), t->copy_max_us);
+        if (!short_seen)
+            fputc('\n', out);
+        short_seen = true;
+        text_write_safe(out, t->task);
+        fprintf(out,
+                ": IDEMPOTENT for copies %s-%s after the first delivery (median %s, %llu %s)\n", lo,
+                hi, med, (unsigned long long)t->copies, t->copies == 1 ? "copy" : "copies");
+        if (t->copy_max_us < VERDICT_SHORT_WINDOW_US)
+            fprintf(
+                out,
+                "  every copy came within %s: deduplication that forgets a message sooner is "
+                "caught, later is not tested; hold acks past a visibility timeout for later "
+                "copies (amqp: `visibility-timeout D` and `when ack ... do delay D2`, D2 > D)\n",
+                hi);
+    }
+}
+
 static void print_human(FILE *out, const struct verdict_result *res,
                         const struct verdict_inputs *in)
 {
@@ -516,6 +703,7 @@ static void print_human(FILE *out, const struct verdict_result *res,
     text_write_safe(out, in->effects);
     fprintf(out, ": %llu side effects\n\n", (unsigned long long)in->effect_lines);
     print_table(out, res);
+    print_windows(out, res);
     print_legend(out);
     print_warnings(out, res, in);
     fprintf(out, "\nverdict: %s\n", verdict_kind_name(res->overall));

@@ -6,8 +6,10 @@
  * (one message id per side effect).  Per task type the verdict is:
  *
  *   NOT IDEMPOTENT  some message has two or more effects
- *   IDEMPOTENT      faults reached the task and no message has two effects
- *   UNTESTED        no fault reached the task (and no message has two effects)
+ *   IDEMPOTENT      some message reached the handler twice and none has two effects,
+ *                   for the copy delays tested (verdict_task.copy_*: a dedup key that
+ *                   expires sooner than the longest one would have been caught)
+ *   UNTESTED        no message reached the handler twice (and none has two effects)
  *
  * The core is an accumulator (verdict_add_record / verdict_add_effect, in
  * any order) and verdict_compute(), so tests and other front ends can feed
@@ -54,6 +56,10 @@ struct verdict_task {
     uint64_t more_than_one_effect;     /* ids with two or more effect lines */
     uint64_t no_effect;                /* ids delivered or faulted, no effect line */
     uint64_t doubled_single_delivery;  /* ids with 2+ effects but at most one delivery */
+    /* The copy delays tested: for every delivery that reached the handler after a message's
+     * first, its time since that first one (microseconds). */
+    uint64_t copies;
+    uint64_t copy_min_us, copy_median_us, copy_max_us;
     enum verdict_kind verdict;
     struct verdict_examples examples;        /* ids with 2+ effects */
     struct verdict_examples single_examples; /* ids counted in doubled_single_delivery */

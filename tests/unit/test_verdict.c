@@ -308,6 +308,62 @@ static void test_withheld_deliveries_prove_nothing(void **state)
 }
 
 /* Many messages: the maps grow and every count survives. */
+static void add_at(struct verdict *v, Twice__Journal__Record__Kind kind, const char *id,
+                   const char *task, uint64_t ms, uint32_t action)
+{
+    Twice__Journal__Record r = TWICE__JOURNAL__RECORD__INIT;
+    r.kind = kind;
+    r.message_id = (char *)id;
+    r.task = (char *)task;
+    r.time_unix_us = T0_US + ms * 1000;
+    r.event = RULE_EV_DELIVER;
+    r.action = action;
+    assert_int_equal(verdict_add_record(v, &r), 0);
+}
+
+/* The copy delays tested, per task: from each message's first delivery that reached the
+ * handler to each later one that did; a withheld delivery is neither a first nor a copy. */
+static void test_copy_windows(void **state)
+{
+    (void)state;
+    struct verdict *v = verdict_new();
+    assert_non_null(v);
+    /* charge: copies 200 ms, 6.2 s and 3 s after their firsts */
+    add_at(v, DELIVER, "a", "charge", 0, 0);
+    add_at(v, DELIVER, "a", "charge", 200, 0);
+    add_at(v, DELIVER, "b", "charge", 1000, 0);
+    add_at(v, DELIVER, "b", "charge", 7200, 0);
+    add_at(v, DELIVER, "b", "charge", 4000, 0);
+    /* email: its first delivery was dropped, so the first is the one at 5 s; a later drop
+     * withholds a copy too */
+    add_at(v, DELIVER, "e", "email", 0, 0);
+    add_at(v, FAULT, "e", "email", 1, RULE_ACT_DROP);
+    add_at(v, DELIVER, "e", "email", 5000, 0);
+    add_at(v, DELIVER, "e", "email", 9000, 0);
+    add_at(v, FAULT, "e", "email", 9001, RULE_ACT_DROP);
+    add_at(v, DELIVER, "e", "email", 65000, 0);
+    /* resize: one delivery, no copy */
+    add_at(v, DELIVER, "r", "resize", 0, 0);
+    struct verdict_result res;
+    assert_int_equal(verdict_compute(v, &res), 0);
+    assert_int_equal(res.n_tasks, 3);
+    const struct verdict_task *charge = &res.tasks[0], *email = &res.tasks[1],
+                              *resize = &res.tasks[2];
+    assert_string_equal(charge->task, "charge");
+    assert_int_equal(charge->copies, 3);
+    assert_int_equal(charge->copy_min_us, 200000);
+    assert_int_equal(charge->copy_median_us, 3000000);
+    assert_int_equal(charge->copy_max_us, 6200000);
+    assert_string_equal(email->task, "email");
+    assert_int_equal(email->copies, 1);
+    assert_int_equal(email->copy_min_us, 60000000);
+    assert_int_equal(email->copy_max_us, 60000000);
+    assert_int_equal(email->delivered_more_than_once, 1);
+    assert_int_equal(resize->copies, 0);
+    verdict_result_free(&res);
+    verdict_free(v);
+}
+
 static void test_many_messages(void **state)
 {
     (void)state;
@@ -451,6 +507,30 @@ static const char mixed_effects[] = "# charges from the payments table\n"
                                     "  r1  \n"
                                     "ghost\n";
 
+/* An IDEMPOTENT row says over which copy delays it held, and when they were all short, how
+ * to test a later one; a row tested past a minute does not get the hint. */
+static void test_verdict_prints_the_window(void **state)
+{
+    struct fixture *f = *state;
+    const struct jrec recs[] = {
+        {.kind = JOURNAL_KIND_DELIVER, .id = "a", .task = "short", .at_ms = 0},
+        {.kind = JOURNAL_KIND_DELIVER, .id = "a", .task = "short", .at_ms = 400},
+        {.kind = JOURNAL_KIND_DELIVER, .id = "b", .task = "short", .at_ms = 0},
+        {.kind = JOURNAL_KIND_DELIVER, .id = "b", .task = "short", .at_ms = 1600},
+        {.kind = JOURNAL_KIND_DELIVER, .id = "c", .task = "long", .at_ms = 0},
+        {.kind = JOURNAL_KIND_DELIVER, .id = "c", .task = "long", .at_ms = 90000},
+    };
+    write_journal(f->journal, recs, 6);
+    write_file(f->effects, "a\nb\nc\n");
+    const char *argv[] = {"verdict", "--journal", f->journal, "--effects", f->effects};
+    assert_int_equal(run(f, verdict_run, 5, argv), 0);
+    assert_contains(f->out, "short: IDEMPOTENT for copies 0.4s-1.6s after the first delivery "
+                            "(median 1.0s, 2 copies)\n  every copy came within 1.6s: ");
+    assert_contains(f->out, "long: IDEMPOTENT for copies 90s-90s after the first delivery "
+                            "(median 90s, 1 copy)\nshort: IDEMPOTENT"); /* no hint after it */
+    assert_contains(f->out, "  0.4s-1.6s      IDEMPOTENT\n");
+}
+
 static void test_verdict_command_human(void **state)
 {
     struct fixture *f = *state;
@@ -459,13 +539,16 @@ static void test_verdict_command_human(void **state)
     const char *argv[] = {"verdict", "--journal", f->journal, "--effects", f->effects};
     assert_int_equal(run(f, verdict_run, 5, argv), 1);
     assert_contains(f->out,
-                    "TASK    MESSAGES  FAULTED  DELIVERED>1  EFFECTS>1  NO EFFECT  VERDICT");
+                    "TASK    MESSAGES  FAULTED  DELIVERED>1  EFFECTS>1  NO EFFECT  COPIES AFTER   "
+                    "VERDICT");
     assert_contains(f->out, "charge         2        2            1          1          0  "
-                            "NOT IDEMPOTENT  m1\n");
+                            "1.5s-1.5s      NOT IDEMPOTENT  m1\n");
     assert_contains(f->out, "email          1        1            1          0          0  "
-                            "IDEMPOTENT\n");
+                            "0.0s-0.0s      IDEMPOTENT\n");
     assert_contains(f->out, "resize         1        0            0          0          0  "
-                            "UNTESTED\n");
+                            "-              UNTESTED\n");
+    assert_contains(f->out, "email: IDEMPOTENT for copies 0.0s-0.0s after the first delivery "
+                            "(median 0.0s, 1 copy)\n  every copy came within 0.0s");
     assert_contains(f->out, "6 side effects");
     assert_contains(f->out,
                     "warning: 1 message ids in the effects list (1 lines) never appear in "
@@ -487,11 +570,15 @@ static void test_verdict_command_json(void **state)
     assert_contains(f->out, "\"verdict\": \"NOT IDEMPOTENT\",\n");
     assert_contains(f->out, "{\"task\": \"charge\", \"messages\": 2, \"faulted\": 2, "
                             "\"delivered_more_than_once\": 1, \"more_than_one_effect\": 1, "
-                            "\"no_effect\": 0, \"verdict\": \"NOT IDEMPOTENT\", "
+                            "\"no_effect\": 0, \"verdict\": \"NOT IDEMPOTENT\", \"copies\": 1, "
+                            "\"copy_delay_ms\": {\"min\": 1500, \"median\": 1500, \"max\": 1500}, "
                             "\"examples\": [\"m1\"]");
     assert_contains(f->out, "{\"task\": \"email\", \"messages\": 1, \"faulted\": 1, "
                             "\"delivered_more_than_once\": 1, \"more_than_one_effect\": 0, "
-                            "\"no_effect\": 0, \"verdict\": \"IDEMPOTENT\", \"examples\": []");
+                            "\"no_effect\": 0, \"verdict\": \"IDEMPOTENT\", \"copies\": 1, "
+                            "\"copy_delay_ms\": {\"min\": 0, \"median\": 0, \"max\": 0}, "
+                            "\"examples\": []");
+    assert_contains(f->out, "\"copies\": 0, \"copy_delay_ms\": null");
     assert_contains(f->out, "\"verdict\": \"UNTESTED\"");
     assert_contains(f->out, "\"unknown_effects\": {\"ids\": 1, \"lines\": 1, "
                             "\"examples\": [\"ghost\"]}");
@@ -519,9 +606,9 @@ static void test_verdict_idempotent_and_untested_exit_zero(void **state)
     const char *argv[] = {"verdict", "--journal", f->journal, "--effects", f->effects};
     assert_int_equal(run(f, verdict_run, 5, argv), 0);
     assert_contains(f->out, "send_email         2        1            1          0          1  "
-                            "IDEMPOTENT\n");
+                            "0.0s-0.0s      IDEMPOTENT\n");
     assert_contains(f->out, "resize             1        0            0          0          0  "
-                            "UNTESTED\n");
+                            "-              UNTESTED\n");
     assert_contains(f->out, "\nverdict: IDEMPOTENT\n");
 }
 
@@ -721,6 +808,7 @@ int main(void)
         cmocka_unit_test(test_examples_are_five_smallest_sorted),
         cmocka_unit_test(test_withheld_deliveries_prove_nothing),
         cmocka_unit_test(test_unknown_task_and_unknown_effects),
+        cmocka_unit_test(test_copy_windows),
         cmocka_unit_test(test_many_messages),
         cmocka_unit_test_setup_teardown(test_verdict_command_human, setup, teardown),
         cmocka_unit_test_setup_teardown(test_verdict_command_json, setup, teardown),
@@ -730,6 +818,7 @@ int main(void)
                                         teardown),
         cmocka_unit_test_setup_teardown(test_verdict_usage_and_io_errors, setup, teardown),
         cmocka_unit_test_setup_teardown(test_verdict_json_escaping, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_verdict_prints_the_window, setup, teardown),
         cmocka_unit_test_setup_teardown(test_verdict_truncated_journal_warns, setup, teardown),
         cmocka_unit_test_setup_teardown(test_report_human, setup, teardown),
         cmocka_unit_test_setup_teardown(test_report_json, setup, teardown),
