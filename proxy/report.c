@@ -424,7 +424,10 @@ static void print_field_text(FILE *out, const char *key, const char *value)
     text_write_safe(out, value);
 }
 
-static void print_timeline_record_text(FILE *out, const Twice__Journal__Record *r, uint64_t t0)
+/* first_deliver: the time of the message's first DELIVER record before r, or 0: a later
+ * delivery says how long after the first it came (the copy delay the verdict counts). */
+static void print_timeline_record_text(FILE *out, const Twice__Journal__Record *r, uint64_t t0,
+                                       uint64_t first_deliver)
 {
     char when[REPORT_TIME_MAX];
     format_time(when, sizeof(when), r->time_unix_us);
@@ -444,6 +447,8 @@ static void print_timeline_record_text(FILE *out, const Twice__Journal__Record *
         fprintf(out, " event=%s", event_name(r->event));
     }
     print_field_text(out, "detail", r->detail);
+    if (r->kind == TWICE__JOURNAL__RECORD__KIND__DELIVER && first_deliver != 0)
+        fprintf(out, " copy_after=%.3fs", (double)(r->time_unix_us - first_deliver) / 1e6);
     fputc('\n', out);
 }
 
@@ -456,9 +461,13 @@ static void print_timeline_text(FILE *out, const struct report *rep)
         fputs("  (no record has this message id)\n", out);
         return;
     }
-    uint64_t t0 = rep->timeline[0]->time_unix_us;
-    for (size_t i = 0; i < rep->n_timeline; i++)
-        print_timeline_record_text(out, rep->timeline[i], t0);
+    uint64_t t0 = rep->timeline[0]->time_unix_us, first_deliver = 0;
+    for (size_t i = 0; i < rep->n_timeline; i++) {
+        const Twice__Journal__Record *r = rep->timeline[i];
+        print_timeline_record_text(out, r, t0, first_deliver);
+        if (r->kind == TWICE__JOURNAL__RECORD__KIND__DELIVER && first_deliver == 0)
+            first_deliver = r->time_unix_us;
+    }
     if (rep->timeline_more > 0)
         fprintf(out, "  ... and %llu more records\n", (unsigned long long)rep->timeline_more);
 }

@@ -735,6 +735,9 @@ static void test_report_human(void **state)
     const char *first = strstr(f->out, "+0.010s");
     const char *later = strstr(f->out, "+1.500s");
     assert_true(first != NULL && later != NULL && first < later);
+    /* the second delivery says how long after the first it came; the first says nothing */
+    const char *copy = strstr(f->out, " copy_after=1.500s\n");
+    assert_true(copy != NULL && copy > later && strstr(f->out, "copy_after") == copy + 1);
 }
 
 static void test_report_json(void **state)
