@@ -254,6 +254,17 @@ def confirm_run(port, routing_keys, wait_s, expect=(), timeout=60):
     return out["confirmed"], out["raw"], out["errors"]
 
 
+def queue_counts(text):
+    """{queue: (ready, unacked)} from `list_queues name messages_ready
+    messages_unacknowledged` output."""
+    out = {}
+    for line in text.splitlines():
+        parts = line.split()
+        if len(parts) == 3 and parts[1].isdigit() and parts[2].isdigit():
+            out[parts[0]] = (int(parts[1]), int(parts[2]))
+    return out
+
+
 class QueueProbe:
     """One look at the broker's (ready, unacked) per queue, taken on the node
     the moment it is asked for.  rabbitmqctl boots an Erlang VM on every call
@@ -311,13 +322,7 @@ done.
         """{queue: (ready, unacked)}, as the node says now."""
         open(os.path.join(self.dir, "go"), "w").close()
         with open(self._wait("stats", timeout)) as f:
-            text = f.read()
-        out = {}
-        for line in text.splitlines():
-            parts = line.split()
-            if len(parts) == 3 and parts[1].isdigit() and parts[2].isdigit():
-                out[parts[0]] = (int(parts[1]), int(parts[2]))
-        return out
+            return queue_counts(f.read())
 
     def close(self):
         h.kill_group(self.proc)
@@ -432,12 +437,7 @@ class AmqpFaults(unittest.TestCase):
                             "messages_unacknowledged")
         text = r.stdout.decode(errors="replace")
         self.assertEqual(r.returncode, 0, text)
-        out = {}
-        for line in text.splitlines():
-            parts = line.split()
-            if len(parts) == 3 and parts[1].isdigit() and parts[2].isdigit():
-                out[parts[0]] = (int(parts[1]), int(parts[2]))
-        return out
+        return queue_counts(text)
 
     def faults(self, rule):
         return [r for r in (h.parse_logfmt(l) for l in self.tw.log_lines()[self.mark:])

@@ -386,7 +386,18 @@ ACK_RULE = """rule acks on celery {
 TX_N = 100000
 
 
-class TransactionTest(h.TestCase):
+class SharedRedis(h.TestCase):
+    """A class's Redis (cls.redis) and twice (cls.tw), stopped after its tests."""
+
+    @classmethod
+    def tearDownClass(cls):
+        try:
+            cls.tw.stop()
+        finally:
+            cls.redis.stop()
+
+
+class TransactionTest(SharedRedis):
     """A MULTI of any length, as Redis serves it: 100,000 queued commands
     sent at once and one by one (each after its +QUEUED), on a plain, a
     sidekiq, and a celery listener whose rules read transactions ahead; the
@@ -402,13 +413,6 @@ class TransactionTest(h.TestCase):
             rk.resp_listen_block("jobs", cls.ports["jobs"], cls.redis.port, profile="sidekiq"),
             rk.resp_listen_block("celery", cls.ports["celery"], cls.redis.port, profile="celery"),
             log_level="info") + ACK_RULE, cls.ctmp)
-
-    @classmethod
-    def tearDownClass(cls):
-        try:
-            cls.tw.stop()
-        finally:
-            cls.redis.stop()
 
     def tx(self, port, key, at_once):
         """The raw EXEC reply of MULTI, TX_N INCRs of key (and one SET), EXEC."""
@@ -454,7 +458,7 @@ class TransactionTest(h.TestCase):
         self.assertNotIn("level=error", self.tw.log_text())
 
 
-class ModesTest(h.TestCase):
+class ModesTest(SharedRedis):
     """Each mode, through a plain and a sidekiq listener, as directly."""
 
     @classmethod
@@ -468,13 +472,6 @@ class ModesTest(h.TestCase):
             log_level="info"), cls.ctmp)
         cls.via = [("direct", cls.redis.port), ("plain", cls.ports["plain"]),
                    ("jobs", cls.ports["jobs"])]
-
-    @classmethod
-    def tearDownClass(cls):
-        try:
-            cls.tw.stop()
-        finally:
-            cls.redis.stop()
 
     def same(self, script):
         """script(port) -> a value, run directly and through each listener:
