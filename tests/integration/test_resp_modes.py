@@ -679,8 +679,14 @@ class ClusterTest(h.TestCase):
     the address in them to its own)."""
 
     def node(self):
-        return start_redis(self.tmp, "--cluster-enabled", "yes", "--cluster-config-file",
-                           "nodes-%d.conf" % h.free_port(), "--cluster-node-timeout", "60000")
+        # The cluster bus port is a free port too: by default it is the port + 10000,
+        # which another process may hold (seen in a loaded run: "Failed listening on port").
+        bus = h.free_port()
+        r = start_redis(self.tmp, "--cluster-enabled", "yes", "--cluster-config-file",
+                        "nodes-%d.conf" % h.free_port(), "--cluster-node-timeout", "60000",
+                        "--cluster-port", str(bus))
+        r.bus = bus
+        return r
 
     def test_redirections(self):
         a, b = self.node(), self.node()
@@ -689,7 +695,7 @@ class ClusterTest(h.TestCase):
         with rk.Conn(a.port) as ca, rk.Conn(b.port) as cb:
             self.assertEqual(ca.cmd("CLUSTER", "ADDSLOTSRANGE", "0", "8191"), b"OK")
             self.assertEqual(cb.cmd("CLUSTER", "ADDSLOTSRANGE", "8192", "16383"), b"OK")
-            self.assertEqual(ca.cmd("CLUSTER", "MEET", "127.0.0.1", str(b.port)), b"OK")
+            self.assertEqual(ca.cmd("CLUSTER", "MEET", "127.0.0.1", str(b.port), str(b.bus)), b"OK")
             for c in (ca, cb):
                 h.wait_until(lambda: b"cluster_state:ok" in c.cmd("CLUSTER", "INFO"), WAIT,
                              what="cluster_state:ok")
