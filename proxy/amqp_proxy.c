@@ -809,10 +809,6 @@ static uint16_t error_code(const struct rule *r)
     return v >= 200 && v <= 599 ? (uint16_t)v : 406;
 }
 
-/* The broker refuses: the client's channel (or connection) is closed with
- * `r`'s code and a RabbitMQ-like text.  Twice closes the broker's side of
- * the channel too, so the broker requeues its unacked deliveries as it
- * would after its own channel error, and swallows both close-oks. */
 /* Closes channel ch as the broker would, with `code` and `text` to the client: the broker's
  * side of it is closed by twice (which requeues every delivery unacked on it), the broker's
  * close-ok swallowed, and the ledger reset (held acks are discarded). */
@@ -832,6 +828,10 @@ static void close_channel(struct achan *ch, uint16_t code, const char *text, uin
     ch->closed_for_client = true;
 }
 
+/* The broker refuses: the client's channel (or connection) is closed with
+ * `r`'s code and a RabbitMQ-like text.  Twice closes the broker's side of
+ * the channel too, so the broker requeues its unacked deliveries as it
+ * would after its own channel error, and swallows both close-oks. */
 static void inject_error(struct amqp_px *ax, struct achan *ch, const struct rule *r,
                          uint16_t class_id, uint16_t method_id)
 {
