@@ -2146,6 +2146,29 @@ static const struct rule *publish_decide(struct rpx *rx, const struct cmdview *c
 
 enum cmd_result { CMD_DONE, CMD_WAIT, CMD_STOP };
 
+/* One line about a session whose bytes twice stops parsing: msg, with key=value and detail. */
+static void log_unparsed(struct rpx *rx, enum log_level level, const char *msg, const char *key,
+                         const char *value, const char *detail)
+{
+    struct log_line line;
+    log_begin(&line, level, msg);
+    log_u64(&line, "sid", rx->s->id);
+    log_str(&line, "listener", rx->s->cfg->l->name);
+    log_str(&line, key, value);
+    log_str(&line, "detail", detail);
+    log_end(&line);
+}
+
+/* From the server's reply that entry e awaits on, the session is relayed unparsed both ways
+ * (relay_stream; the client's bytes as rx->raw): logged once. */
+static void relay_unparsed(struct rpx *rx, struct entry *e, enum log_level level, const char *msg,
+                           const char *key, const char *value)
+{
+    e->kind = RK_STREAM;
+    rx->raw = true;
+    log_unparsed(rx, level, msg, key, value, "relayed unparsed from here on, both ways");
+}
+
 /*
  * SYNC or PSYNC outside a transaction: the connection becomes a replication
  * stream, which is not RESP's request and reply.  The server answers with an
@@ -2169,15 +2192,7 @@ static enum cmd_result replication_start(struct rpx *rx, const struct cmdview *c
         session_abort(rx->s, SESSION_CLOSE_INTERNAL_ERROR, -1);
         return CMD_STOP;
     }
-    e->kind = RK_STREAM;
-    rx->raw = true;
-    struct log_line line;
-    log_begin(&line, LOG_INFO, "replication stream");
-    log_u64(&line, "sid", rx->s->id);
-    log_str(&line, "listener", rx->s->cfg->l->name);
-    log_str(&line, "command", cv->name);
-    log_str(&line, "detail", "relayed unparsed from here on, both ways");
-    log_end(&line);
+    relay_unparsed(rx, e, LOG_INFO, "replication stream", "command", cv->name);
     return CMD_DONE;
 }
 
@@ -2825,15 +2840,7 @@ static void client_over_limit(struct rpx *rx, uint64_t max_message)
  * client gets what Redis sent, and rules see no more of the session. */
 static void server_raw(struct rpx *rx, int rc)
 {
-    struct log_line line;
-    log_begin(&line, LOG_WARN, "resp reply not followed");
-    log_u64(&line, "sid", rx->s->id);
-    log_str(&line, "listener", rx->s->cfg->l->name);
-    log_str(&line, "error", resp_strerror(rc));
-    log_str(&line, "detail", "relayed unparsed from here on, both ways");
-    log_end(&line);
-    rx->await->kind = RK_STREAM;
-    rx->raw = true;
+    relay_unparsed(rx, rx->await, LOG_WARN, "resp reply not followed", "error", resp_strerror(rc));
 }
 
 /* A peer broke RESP.  A client's bytes go on to Redis as they are, from the
@@ -2860,13 +2867,8 @@ static int scan_error(struct rpx *rx, enum session_side side, int rc)
         return -1;
     }
     /* Not the session's error: it goes on, and Redis ends it. */
-    struct log_line line;
-    log_begin(&line, LOG_WARN, "resp protocol error");
-    log_u64(&line, "sid", rx->s->id);
-    log_str(&line, "listener", rx->s->cfg->l->name);
-    log_str(&line, "error", resp_strerror(rc));
-    log_str(&line, "detail", "client bytes passed on unparsed from here; redis will refuse them");
-    log_end(&line);
+    log_unparsed(rx, LOG_WARN, "resp protocol error", "error", resp_strerror(rc),
+                 "client bytes passed on unparsed from here; redis will refuse them");
     rx->raw = true;
     return -1;
 }
