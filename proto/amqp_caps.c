@@ -71,4 +71,8 @@ const struct proto_caps proto_amqp_caps = {
             [RULE_EV_CONFIRM] = CAPS_BIT(RULE_ACT_DROP) | CAPS_BIT(RULE_ACT_CLOSE),
         },
     .why_not = amqp_why_not,
+    /* The ack is held and a reject with requeue sent at D (redeliver), or the
+     * delivery requeued D after it was made, its ack held until then (duplicate). */
+    .late = {[RULE_EV_DELIVER] = CAPS_BIT(RULE_ACT_DUPLICATE),
+             [RULE_EV_ACK] = CAPS_BIT(RULE_ACT_REDELIVER)},
 };

@@ -66,6 +66,29 @@ static const char *job_why_not(enum rule_event ev, enum rule_action_kind act)
     return common_why_not(ev, act);
 }
 
+/* Late copies are pushes twice makes D later on its own connection: a job of
+ * a list can be pushed again at any time; a stream entry or a Celery job left
+ * unacked comes back when the framework's own timer says. */
+static const char *celery_why_not_late(enum rule_event ev, enum rule_action_kind act)
+{
+    if (ev == RULE_EV_ACK && act == RULE_ACT_REDELIVER)
+        return "kombu's Redis transport restores a job whose ack never landed "
+               "visibility_timeout after its delivery (QoS.restore_visible), at a time twice "
+               "does not choose: use 'do redeliver' with the transport's visibility_timeout, or "
+               "'do duplicate after D' on 'deliver'";
+    return NULL;
+}
+
+static const char *streams_why_not_late(enum rule_event ev, enum rule_action_kind act)
+{
+    (void)ev;
+    (void)act;
+    return "a pending stream entry is handed out again when a consumer's XAUTOCLAIM or XCLAIM "
+           "finds it idle for that consumer's min-idle-time, counted from its last delivery: "
+           "twice does not choose when; use 'do redeliver' (or 'do duplicate') and give the "
+           "consumers a min-idle-time of D";
+}
+
 #define RESP_MATCHERS_BASE                                                                         \
     [RULE_EV_CONNECT] = CAPS_BIT(RULE_F_CLIENT), [RULE_EV_COMMAND] = CAPS_BIT(RULE_F_COMMAND) |    \
                                                                      CAPS_BIT(RULE_F_KEY) |        \
@@ -103,9 +126,10 @@ const struct proto_caps proto_resp_sidekiq_caps = {
             [RULE_EV_PUBLISH] = CLOSE_DELAY_DROP,
         },
     .why_not = sidekiq_why_not,
+    .late = {[RULE_EV_DELIVER] = CAPS_BIT(RULE_ACT_DUPLICATE)},
 };
 
-#define JOB_CAPS(cname, pname)                                                                     \
+#define JOB_CAPS(cname, pname, late_deliver, late_ack, why_late)                                   \
     const struct proto_caps cname = {                                                              \
         .name = pname,                                                                             \
         .events = RESP_BASE_EVENTS | CAPS_BIT(RULE_EV_DELIVER) | CAPS_BIT(RULE_EV_PUBLISH) |       \
@@ -125,11 +149,15 @@ const struct proto_caps proto_resp_sidekiq_caps = {
                 [RULE_EV_ACK] = CLOSE_DELAY_DROP | CAPS_BIT(RULE_ACT_REDELIVER),                   \
             },                                                                                     \
         .why_not = job_why_not,                                                                    \
+        .late = {[RULE_EV_DELIVER] = (late_deliver), [RULE_EV_ACK] = (late_ack)},                  \
+        .why_not_late = why_late,                                                                  \
     }
 
-JOB_CAPS(proto_resp_celery_caps, "resp/celery");
-JOB_CAPS(proto_resp_rq_caps, "resp/rq");
-JOB_CAPS(proto_resp_streams_caps, "resp/streams");
+JOB_CAPS(proto_resp_celery_caps, "resp/celery", CAPS_BIT(RULE_ACT_DUPLICATE), 0,
+         celery_why_not_late);
+JOB_CAPS(proto_resp_rq_caps, "resp/rq", CAPS_BIT(RULE_ACT_DUPLICATE), CAPS_BIT(RULE_ACT_REDELIVER),
+         NULL);
+JOB_CAPS(proto_resp_streams_caps, "resp/streams", 0, 0, streams_why_not_late);
 
 const struct proto_caps *proto_resp_caps_find(const char *profile)
 {

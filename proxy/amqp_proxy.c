@@ -78,6 +78,12 @@ struct msg_info {
     uint64_t tag;
     struct event *timer;        /* hold release (a held settlement) */
     struct event *expire_timer; /* expire: the delivery's visibility timeout */
+    /* A late copy (`redeliver after D` on its ack, `duplicate after D` on its delivery): at
+     * late_timer twice requeues the message upstream.  hold_ack: until then the client's ack
+     * is held, never forwarded (duplicate); a redeliver's held ack is its rule's. */
+    struct event *late_timer;
+    bool hold_ack;
+    uint32_t late_ms; /* the D of the late copy, for its log line */
     struct achan *ch;
     /* An armed `expire`: its rule (kept alive by a ruleset reference), noted
      * as a fault only if the timer fires before the ack. */
@@ -202,7 +208,8 @@ struct amqp_px {
     struct achan *last_chan; /* the one chan_get found last (never freed before ax) */
     struct msg_info *spare;  /* records freed, for the next messages */
     size_t n_spare;
-    size_t n_live; /* records in use (by contents, ledgers, timers) */
+    size_t n_live;     /* records in use (by contents, ledgers, timers) */
+    size_t n_hold_ack; /* of which, deliveries whose ack twice holds until a late copy */
 };
 
 static void send_flush(struct amqp_px *ax, enum session_side to);
@@ -276,6 +283,10 @@ static void info_free(void *p)
         event_free(mi->timer);
     if (mi->expire_timer != NULL)
         event_free(mi->expire_timer);
+    if (mi->late_timer != NULL)
+        event_free(mi->late_timer);
+    if (mi->hold_ack)
+        mi->ch->ax->n_hold_ack--;
     if (mi->expire_rules != NULL)
         ruleset_put(mi->expire_rules);
     if (mi->ack_rules != NULL)
@@ -976,26 +987,63 @@ static void on_held_timer(evutil_socket_t fd, short what, void *arg)
 
 /* ---- settlements (client ack / nack / reject) -------------------------- */
 
+/* Sends a settlement the ledger wrote (n bytes, none when n <= 0) to the broker at once. */
+static void send_up(struct achan *ch, const uint8_t *frame, int n)
+{
+    if (n > 0) {
+        chan_inject(ch, SIDE_UPSTREAM, frame, (size_t)n);
+        send_flush(ch->ax, SIDE_UPSTREAM);
+    }
+}
+
+/* The channel of a message whose timer fired, or NULL when its session is going away. */
+static struct achan *timer_chan(const struct msg_info *mi)
+{
+    return alive(mi->ch->ax) ? mi->ch : NULL;
+}
+
 static void on_hold_release(evutil_socket_t fd, short what, void *arg)
 {
     (void)fd;
     (void)what;
     struct msg_info *mi = arg;
-    struct achan *ch = mi->ch;
-    struct amqp_px *ax = ch->ax;
-    if (!alive(ax))
+    struct achan *ch = timer_chan(mi);
+    if (ch == NULL)
         return;
     uint8_t frame[64];
     /* The release forgets the tag and frees `mi` (and this timer): nothing
      * of it may be used afterwards. */
     int n = amqp_ledger_release(ch->ledger, ch->id, mi->tag, frame, sizeof(frame));
-    if (n > 0) {
-        chan_inject(ch, SIDE_UPSTREAM, frame, (size_t)n);
-        send_flush(ax, SIDE_UPSTREAM);
-    }
+    send_up(ch, frame, n);
 }
 
-/* Arms one of mi's timers (*slot: its hold release or its expiry, which run
+/* A late copy is due (`redeliver after D` D after the ack, `duplicate after D` D after the
+ * delivery): the message goes back to its queue upstream (a reject with requeue), as if its
+ * ack had never come; the client's ack, held or still to come, is discarded or swallowed.  A
+ * visibility timeout that ran out first has requeued it already.  Settling a held tag forgets
+ * it and frees mi (and this timer). */
+static void on_late_copy(evutil_socket_t fd, short what, void *arg)
+{
+    (void)fd;
+    (void)what;
+    struct msg_info *mi = arg;
+    struct achan *ch = timer_chan(mi);
+    if (ch == NULL)
+        return;
+    struct amqp_px *ax = ch->ax;
+    uint64_t tag = mi->tag;
+    if (!amqp_ledger_twice_settleable(ch->ledger, tag))
+        return;
+    log_msg(LOG_INFO, "late copy",
+            "sid=%llu listener=%s channel=%u delivery_tag=%llu after_ms=%u action=%s",
+            (unsigned long long)ax->s->id, ax->s->cfg->l->name, ch->id, (unsigned long long)tag,
+            mi->late_ms, mi->hold_ack ? "duplicate" : "redeliver");
+    uint8_t frame[64];
+    int n = amqp_ledger_twice_settle(ch->ledger, ch->id, tag, true, frame, sizeof(frame));
+    send_up(ch, frame, n);
+}
+
+/* Arms one of mi's timers (*slot: its hold release, its expiry or its late copy, which run
  * apart: an ack held past the visibility timeout is both). */
 static bool arm_timer(struct amqp_px *ax, struct msg_info *mi, struct event **slot, uint32_t ms,
                       void (*cb)(evutil_socket_t, short, void *))
@@ -1017,7 +1065,13 @@ static void release_all_held_acks(struct achan *ch)
         size_t k = n < 64 ? n : 64;
         for (size_t i = 0; i < k; i++) {
             uint8_t frame[64];
-            int len = amqp_ledger_release(ch->ledger, ch->id, tags[i], frame, sizeof(frame));
+            const struct msg_info *mi = amqp_ledger_info(ch->ledger, tags[i]);
+            /* A late copy's ack is not the client's to give: the message goes back now (the
+             * copy comes early, as it would when the channel closes). */
+            int len = mi != NULL && mi->late_timer != NULL
+                          ? amqp_ledger_twice_settle(ch->ledger, ch->id, tags[i], true, frame,
+                                                     sizeof(frame))
+                          : amqp_ledger_release(ch->ledger, ch->id, tags[i], frame, sizeof(frame));
             if (len > 0) {
                 settle(ch->ax);
                 evbuffer_add(chan_out(ch, SIDE_CLIENT), frame, (size_t)len);
@@ -1047,6 +1101,13 @@ static bool settle_verdict(struct amqp_px *ax, struct achan *ch, struct amqp_pla
         switch (r->action.kind) {
         case RULE_ACT_REDELIVER:
             t->verdict = AMQP_V_REQUEUE;
+            if (r->action.duration_ms != 0 && t->info != NULL &&
+                arm_timer(ax, t->info, &((struct msg_info *)t->info)->late_timer,
+                          r->action.duration_ms, on_late_copy)) {
+                /* Held, then requeued at D instead of forwarded. */
+                t->verdict = AMQP_V_HOLD;
+                ((struct msg_info *)t->info)->late_ms = r->action.duration_ms;
+            }
             break;
         case RULE_ACT_DROP:
             t->verdict = AMQP_V_DROP;
@@ -1112,7 +1173,8 @@ static void on_settle(struct amqp_px *ax, struct achan *ch, const struct amqp_me
     /* The usual ack, one outstanding tag that neither the journal nor a rule looks at: settled
      * in the ledger at once and passed on as it came, as a plan whose verdict is to pass. */
     if (kind == AMQP_SETTLE_ACK && !m->ack.multiple && ax->s->px->journal == NULL &&
-        !codec_wants(ax->s, RULE_EV_ACK) && amqp_ledger_ack_one(ch->ledger, m->ack.delivery_tag)) {
+        !codec_wants(ax->s, RULE_EV_ACK) && ax->n_hold_ack == 0 &&
+        amqp_ledger_ack_one(ch->ledger, m->ack.delivery_tag)) {
         codec_count(ax->s, RULE_EV_ACK);
         take(ax, chan_out(ch, SIDE_CLIENT), len);
         return;
@@ -1130,6 +1192,13 @@ static void on_settle(struct amqp_px *ax, struct achan *ch, const struct amqp_me
         struct msg_info *mi = t->info;
         journal_event(ax, kind == AMQP_SETTLE_ACK ? JOURNAL_KIND_ACK : JOURNAL_KIND_NACK, mi,
                       t->tag);
+        if (mi != NULL && mi->hold_ack) {
+            /* A late duplicate is due: the settlement waits for it, and no rule sees it (one
+             * that fired would be journaled as a fault it never made). */
+            codec_count(ax->s, kind == AMQP_SETTLE_ACK ? RULE_EV_ACK : RULE_EV_NACK);
+            t->verdict = AMQP_V_HOLD;
+            continue;
+        }
         size_t hits[SESSION_MAX_RULE_HITS];
         size_t n = decide_msg(ax, kind == AMQP_SETTLE_ACK ? RULE_EV_ACK : RULE_EV_NACK, mi, NULL,
                               NULL, hits);
@@ -1272,10 +1341,10 @@ static void on_expire(evutil_socket_t fd, short what, void *arg)
     (void)fd;
     (void)what;
     struct msg_info *mi = arg;
-    struct achan *ch = mi->ch;
-    struct amqp_px *ax = ch->ax;
-    if (!alive(ax))
+    struct achan *ch = timer_chan(mi);
+    if (ch == NULL)
         return;
+    struct amqp_px *ax = ch->ax;
     uint8_t frame[64];
     uint64_t tag = mi->tag;
     /* Settled at the broker in time: nothing expired. */
@@ -1318,10 +1387,7 @@ static void on_expire(evutil_socket_t fd, short what, void *arg)
         return;
     }
     int n = amqp_ledger_twice_settle(ch->ledger, ch->id, tag, true, frame, sizeof(frame));
-    if (n > 0) {
-        chan_inject(ch, SIDE_UPSTREAM, frame, (size_t)n);
-        send_flush(ax, SIDE_UPSTREAM);
-    }
+    send_up(ch, frame, n);
 }
 
 /* Twice settles a delivery itself (duplicate, drop). */
@@ -1368,8 +1434,16 @@ static bool content_actions(struct amqp_px *ax, struct achan *ch, struct content
             delay = true;
             break;
         case RULE_ACT_DUPLICATE:
-            if (c->ack_required)
+            if (!c->ack_required)
+                break;
+            if (r->action.duration_ms != 0 && mi != NULL && !mi->hold_ack &&
+                arm_timer(ax, mi, &mi->late_timer, r->action.duration_ms, on_late_copy)) {
+                mi->hold_ack = true; /* its ack waits for the copy */
+                mi->late_ms = r->action.duration_ms;
+                ax->n_hold_ack++;
+            } else {
                 settle_now(ch, c->tag, true);
+            }
             break;
         case RULE_ACT_EXPIRE:
             if (c->ack_required && mi != NULL &&

@@ -43,6 +43,13 @@ void fault_describe(const struct rule *r, char *buf, size_t len)
     case RULE_ACT_EXPIRE:
         snprintf(buf, len, "%s %ums", name, a->duration_ms);
         break;
+    case RULE_ACT_REDELIVER:
+    case RULE_ACT_DUPLICATE:
+        if (a->duration_ms != 0)
+            snprintf(buf, len, "%s after %ums", name, a->duration_ms);
+        else
+            snprintf(buf, len, "%s", name);
+        break;
     case RULE_ACT_CLOSE:
         snprintf(buf, len, "%s %s", name, a->close_when == RULE_CLOSE_BEFORE ? "before" : "after");
         break;

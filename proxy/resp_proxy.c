@@ -126,6 +126,9 @@ struct tx {
     uint32_t later_ms;
     struct evbuffer *now; /* commands for twice's connection once EXEC went (re-push) */
     size_t now_n;
+    struct evbuffer *copies; /* re-pushes of late copies (`redeliver after D`), due copies_ms on */
+    size_t copies_n;
+    uint32_t copies_ms;
     const struct rule *close_after;
 };
 
@@ -664,8 +667,9 @@ static int encode_cmd(struct evbuffer *b, size_t argc, const char *const *argv, 
 }
 
 /* Pushes a job back onto `list` (RPUSH: the next BRPOP takes it; LPUSH: the
- * next BLPOP) on twice's own connection. */
-static void repush(struct rpx *rx, const char *cmd, const char *list, const void *val, size_t len)
+ * next BLPOP) on twice's own connection, now or (later_ms) that much later. */
+static void repush(struct rpx *rx, const char *cmd, const char *list, const void *val, size_t len,
+                   uint32_t later_ms)
 {
     struct resp_aux *a = aux_get(rx);
     struct evbuffer *b = evbuffer_new();
@@ -676,8 +680,13 @@ static void repush(struct rpx *rx, const char *cmd, const char *list, const void
     }
     const char *argv[3] = {cmd, list, val};
     size_t lens[3] = {strlen(cmd), strlen(list), len};
-    if (encode_cmd(b, 3, argv, lens) == 0)
-        resp_aux_send(a, b, 1);
+    if (encode_cmd(b, 3, argv, lens) == 0) {
+        if (later_ms == 0)
+            resp_aux_send(a, b, 1);
+        else if (resp_aux_send_later(a, later_ms, b, 1) != 0)
+            log_msg(LOG_WARN, "cannot schedule a late copy", "sid=%llu listener=%s list=%s",
+                    (unsigned long long)rx->s->id, scope(rx), list);
+    }
     evbuffer_free(b);
 }
 
@@ -1088,20 +1097,23 @@ static void on_pop_reply(struct rpx *rx, struct entry *e, const uint8_t *buf,
     const struct rule *r = decide_job(rx, &j);
     if (r != NULL) {
         switch (r->action.kind) {
-        case RULE_ACT_DUPLICATE:
+        case RULE_ACT_DUPLICATE: {
+            uint32_t after = r->action.duration_ms;
             if (rx->prof == PROF_CELERY) {
                 char *marked = NULL;
                 size_t mlen = 0;
                 if (resp_job_celery_redelivered(buf + val.off, val.len, &marked, &mlen) == 0) {
-                    repush(rx, "RPUSH", list, marked, mlen);
+                    repush(rx, "RPUSH", list, marked, mlen, after);
                     free(marked);
                 } else {
-                    repush(rx, "RPUSH", list, buf + val.off, val.len);
+                    repush(rx, "RPUSH", list, buf + val.off, val.len, after);
                 }
             } else {
-                repush(rx, rx->prof == PROF_RQ ? "LPUSH" : "RPUSH", list, buf + val.off, val.len);
+                repush(rx, rx->prof == PROF_RQ ? "LPUSH" : "RPUSH", list, buf + val.off, val.len,
+                       after);
             }
             break;
+        }
         case RULE_ACT_DROP: {
             /* The job is popped and gone; the worker sees its pop time out. */
             uint8_t nb[8];
@@ -1752,7 +1764,8 @@ struct ack_fate {
     bool suppress; /* not applied now */
     bool later;    /* applied later (delay) */
     uint32_t later_ms;
-    bool repush; /* rq redeliver: the id goes back on its queue */
+    bool repush;        /* rq redeliver: the id goes back on its queue */
+    uint32_t repush_ms; /* that much later (`redeliver after D`) */
     const struct rule *close_before, *close_after;
 };
 
@@ -1810,6 +1823,7 @@ static void ack_decide(struct rpx *rx, const struct cmdview *cv, const char *id,
     case RULE_ACT_REDELIVER:
         f->suppress = true;
         f->repush = rx->prof == PROF_RQ;
+        f->repush_ms = r->action.duration_ms;
         break;
     case RULE_ACT_DROP:
         f->suppress = true;
@@ -1841,6 +1855,7 @@ struct ack_plan {
     struct evbuffer *later; /* the suppressed ids that apply later, as a command */
     struct evbuffer *repush;
     size_t repush_n;
+    uint32_t repush_ms; /* the latest of the ids' (`redeliver after D`) */
 };
 
 static void ack_plan_free(struct ack_plan *p)
@@ -1916,6 +1931,8 @@ static int plan_acks(struct rpx *rx, const struct cmdview *cv, size_t first, str
             size_t lens[3] = {5, strlen(list), strlen(ids[i])};
             if (p->repush != NULL && encode_cmd(p->repush, 3, argv, lens) == 0)
                 p->repush_n++;
+            if (f.repush_ms > p->repush_ms)
+                p->repush_ms = f.repush_ms;
         }
     }
     if (p->suppressed > 0 && p->suppressed < p->n && (p->kept = evbuffer_new()) != NULL)
@@ -1940,8 +1957,10 @@ static void ack_plan_side_effects(struct rpx *rx, struct ack_plan *p)
     }
     if (p->repush != NULL) {
         struct resp_aux *a = aux_get(rx);
-        if (a != NULL)
+        if (a != NULL && p->repush_ms == 0)
             resp_aux_send(a, p->repush, p->repush_n);
+        else if (a != NULL)
+            resp_aux_send_later(a, p->repush_ms, p->repush, p->repush_n);
     }
 }
 
@@ -2229,6 +2248,8 @@ static void tx_reset(struct tx *t)
         evbuffer_free(t->later);
     if (t->now != NULL)
         evbuffer_free(t->now);
+    if (t->copies != NULL)
+        evbuffer_free(t->copies);
     memset(t, 0, sizeof(*t));
 }
 
@@ -2372,12 +2393,21 @@ static int tx_plan(struct rpx *rx, const uint8_t *buf, size_t len, size_t off,
                         t->later_ms = p.later_ms;
                 }
             }
-            if (p.repush != NULL) {
+            if (p.repush != NULL && p.repush_ms == 0) {
                 if (t->now == NULL)
                     t->now = evbuffer_new();
                 if (t->now != NULL) {
                     evbuffer_add_buffer(t->now, p.repush);
                     t->now_n += p.repush_n;
+                }
+            } else if (p.repush != NULL) {
+                if (t->copies == NULL)
+                    t->copies = evbuffer_new();
+                if (t->copies != NULL) {
+                    evbuffer_add_buffer(t->copies, p.repush);
+                    t->copies_n += p.repush_n;
+                    if (p.repush_ms > t->copies_ms)
+                        t->copies_ms = p.repush_ms;
                 }
             }
             ack_plan_free(&p);
@@ -2619,9 +2649,12 @@ static enum cmd_result command(struct rpx *rx, const uint8_t *buf, const struct 
                 e->close_after = t->close_after;
             }
             struct resp_aux *a = NULL;
-            if ((t->later != NULL || t->now != NULL) && (a = aux_get(rx)) != NULL) {
+            if ((t->later != NULL || t->now != NULL || t->copies != NULL) &&
+                (a = aux_get(rx)) != NULL) {
                 if (t->later != NULL)
                     resp_aux_send_later(a, t->later_ms, t->later, t->later_n);
+                if (t->copies != NULL)
+                    resp_aux_send_later(a, t->copies_ms, t->copies, t->copies_n);
                 if (t->now != NULL)
                     resp_aux_send(a, t->now, t->now_n);
             }

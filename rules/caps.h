@@ -26,6 +26,11 @@ struct proto_caps {
      * `ev` (when `act` is RULE_ACT_COUNT, the question is about the event).
      * NULL, or returning NULL, means no specific reason. */
     const char *(*why_not)(enum rule_event ev, enum rule_action_kind act);
+    /* Per event: the actions that can be made late (`do redeliver after D`,
+     * `do duplicate after D`: the copy reaches a worker D after the ack or the
+     * delivery), and why one cannot (NULL: no specific reason). */
+    uint32_t late[RULE_EV_COUNT];
+    const char *(*why_not_late)(enum rule_event ev, enum rule_action_kind act);
 };
 
 /* The capabilities of a listener's protocol and profile (profile may be

@@ -140,7 +140,8 @@ enum rule_close_when {
 
 struct rule_action {
     enum rule_action_kind kind;
-    uint32_t duration_ms;    /* delay, expire, latency, slow-close */
+    uint32_t duration_ms;    /* delay, expire, latency, slow-close; `after` of reset,
+                              * redeliver, duplicate (0: none) */
     uint32_t jitter_ms;      /* latency */
     uint64_t bytes;          /* bandwidth: bytes per second; slice: size; limit: bytes */
     uint32_t slice_delay_ms; /* slice: pause between slices (default 0) */

@@ -143,6 +143,59 @@ static void rule_caps_action(struct conf_parser *p, const struct rule *r,
                   why != NULL ? ": " : "", why != NULL ? why : "");
 }
 
+/* A duration as a rule file would write it: "3s", "1m", "250ms". */
+static const char *rule_ms_text(uint32_t ms, char *buf, size_t cap)
+{
+    if (ms != 0 && ms % 60000 == 0) {
+        snprintf(buf, cap, "%um", ms / 60000);
+    } else if (ms != 0 && ms % 1000 == 0) {
+        snprintf(buf, cap, "%us", ms / 1000);
+    } else {
+        snprintf(buf, cap, "%ums", ms);
+    }
+    return buf;
+}
+
+/* `do redeliver after D` / `do duplicate after D`: the codec must be able to
+ * choose when the copy comes, and the listener's own timeout must not hand
+ * the message out first (a held ack counts as not acked, and the ack comes
+ * after the delivery, so a copy due at or past the timeout never happens
+ * at D). */
+static void rule_caps_late(struct conf_parser *p, const struct rule *r,
+                           const struct conf_listener *l, const struct proto_caps *caps)
+{
+    const struct rule_action *a = &r->action;
+    const char *act = rule_action_name(a->kind), *why;
+    char name[CONF_SHOW_BYTES], phrase[RULE_PHRASE_BYTES], hint[RULE_LIST_BYTES + 64];
+
+    if ((a->kind != RULE_ACT_REDELIVER && a->kind != RULE_ACT_DUPLICATE) || a->duration_ms == 0 ||
+        !(caps->actions[r->event] & CAPS_BIT(a->kind))) {
+        return;
+    }
+    if (!(caps->late[r->event] & CAPS_BIT(a->kind))) {
+        why = caps->why_not_late != NULL ? caps->why_not_late(r->event, a->kind) : NULL;
+        snprintf(hint, sizeof(hint), "write 'do %s' without 'after'", act);
+        conf_diag_add(p->diags, CONF_ERROR, a->loc, hint,
+                      "listener '%s' (protocol %s) cannot do '%s after' on %s%s%s",
+                      conf_show(l->name, name), caps->name, act,
+                      rule_event_phrase(r->event, phrase), why != NULL ? ": " : "",
+                      why != NULL ? why : "");
+        return;
+    }
+    if (l->visibility_ms != 0 && a->duration_ms >= l->visibility_ms) {
+        const char *timeout = l->consumer_timeout ? "consumer-timeout" : "visibility-timeout";
+        char d[24], v[24];
+        rule_ms_text(a->duration_ms, d, sizeof(d));
+        rule_ms_text(l->visibility_ms, v, sizeof(v));
+        snprintf(hint, sizeof(hint), "make it shorter than %s, or the %s longer", v, timeout);
+        conf_diag_add(p->diags, CONF_ERROR, a->loc, hint,
+                      "'%s after %s' cannot happen at that time: listener '%s' has a %s of %s, "
+                      "which hands the message out again first (an ack twice holds counts as "
+                      "not acked)",
+                      act, d, conf_show(l->name, name), timeout, v);
+    }
+}
+
 /* Whether `do error CODE` names one of AMQP 0-9-1's error reply codes
  * (amqp_reply_error_name()), what a channel or connection may be closed with.
  * A code outside them used to pass and be replaced by 406 at run time, while
@@ -185,6 +238,7 @@ void rule_check_caps(struct conf_parser *p, const struct rule_state *rs,
     if (rs->action_known &&
         (rs->r->event != RULE_EV_STREAM || rule_action_is_stream(rs->r->action.kind))) {
         rule_caps_action(p, rs->r, l, caps);
+        rule_caps_late(p, rs->r, l, caps);
         rule_caps_error_code(p, rs->r, l);
     }
 }

@@ -3,9 +3,9 @@
  * arguments take (durations, sizes, rates, error codes).
  *
  * Every action has the same shape: at most one required argument, then at
- * most one `NAME DURATION` option (latency's jitter, slice's delay, reset's
- * after).  One reader checks that shape against a table indexed by action,
- * so each action is a line of data, not a function.
+ * most one `NAME DURATION` option (latency's jitter, slice's delay, reset's,
+ * redeliver's and duplicate's after).  One reader checks that shape against a table indexed by
+ * action, so each action is a line of data, not a function.
  */
 #include "rules/rule_parse.h"
 
@@ -33,8 +33,8 @@ struct rule_action_spec {
 
 /* Indexed by enum rule_action_kind. */
 static const struct rule_action_spec rule_action_specs[RULE_ACT_COUNT] = {
-    [RULE_ACT_REDELIVER] = {RULE_ARG_NONE, NULL, "do redeliver"},
-    [RULE_ACT_DUPLICATE] = {RULE_ARG_NONE, NULL, "do duplicate"},
+    [RULE_ACT_REDELIVER] = {RULE_ARG_NONE, "after", "do redeliver [after DURATION]"},
+    [RULE_ACT_DUPLICATE] = {RULE_ARG_NONE, "after", "do duplicate [after DURATION]"},
     [RULE_ACT_EXPIRE] = {RULE_ARG_DURATION, NULL, "do expire DURATION"},
     [RULE_ACT_DELAY] = {RULE_ARG_DURATION, NULL, "do delay DURATION"},
     [RULE_ACT_DROP] = {RULE_ARG_NONE, NULL, "do drop"},
@@ -228,7 +228,7 @@ static uint32_t *rule_option_slot(struct rule_action *a)
     case RULE_ACT_SLICE:
         return &a->slice_delay_ms;
     default:
-        return &a->duration_ms; /* reset's `after` */
+        return &a->duration_ms; /* `after` of reset, redeliver, duplicate */
     }
 }
 

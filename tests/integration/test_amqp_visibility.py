@@ -13,7 +13,13 @@ pika against a real node:
 - `consumer-timeout 2s`: RabbitMQ's own consumer timeout, realised as the
   broker does it: the channel closes with 406 and RabbitMQ's text, every
   delivery unacked on it comes back, another channel of the same connection
-  and another connection carry on.
+  and another connection carry on;
+- late copies on purpose: `redeliver after 3s` on acks: the worker's ack
+  "succeeds", and the message comes back redelivered no earlier than 3 s
+  after it; `duplicate after 3s` on deliveries: a copy goes out no earlier
+  than 3 s after the delivery, whether the first worker acked at once (its
+  ack is held, then discarded) or later (its late ack is swallowed).  No 406,
+  nothing left at the broker, each copy journaled as a fault of its rule.
 """
 
 import os
@@ -59,22 +65,31 @@ class VisibilityTest(unittest.TestCase):
     def setUpClass(cls):
         cls.tmp = h.make_tmpdir("twice-it-vt-")
         cls.rabbit = h.start_rabbitmq(cls.tmp)
-        cls.ports = {n: h.free_port() for n in ("vt", "ct")}
+        cls.ports = {n: h.free_port() for n in ("vt", "ct", "late")}
         cls.journal = os.path.join(cls.tmp, "journal.pb")
         rules = """rule slow-ack on vt {
   when ack queue=vt-held
   every 2
   do delay 5s
 }
+rule late-ack on late {
+  when ack queue=late-ack
+  do redeliver after 3s
+}
+rule late-dup on late {
+  when deliver queue=late-dup
+  do duplicate after 3s
+}
 """
         cls.tw = h.start_twice(
             "journal %s\n" % cls.journal +
             h.config(amqp_block("vt", cls.ports["vt"], cls.rabbit.port, "visibility-timeout 3s"),
                      amqp_block("ct", cls.ports["ct"], cls.rabbit.port, "consumer-timeout 2s"),
+                     amqp_block("late", cls.ports["late"], cls.rabbit.port, ""),
                      log_level="info") + rules, cls.tmp)
         c = conn(cls.rabbit.port)
         ch = c.channel()
-        for q in ("vt-held", "vt-slow", "ct-q", "ct-other"):
+        for q in ("vt-held", "vt-slow", "ct-q", "ct-other", "late-ack", "late-dup"):
             ch.queue_declare(q, durable=False)
         c.close()
 
@@ -187,6 +202,67 @@ class VisibilityTest(unittest.TestCase):
         a.close()
         b.close()
         self.assertEqual(self.ready("ct-q"), 0)
+
+    def test_redeliver_after_brings_the_message_back_later(self):
+        ids = ["la-1", "la-2"]
+        self.publish("late-ack", ids)
+        a, b = conn(self.ports["late"]), conn(self.ports["late"])
+        cha, chb = a.channel(), b.channel()
+        acked = {}
+        for _ in ids:
+            m, props, _ = get_one(cha, "late-ack")
+            self.assertFalse(m.redelivered)
+            cha.basic_ack(m.delivery_tag)  # "succeeds": nothing tells the worker otherwise
+            acked[props.message_id] = time.monotonic()
+        self.assertIsNone(cha.basic_get("late-ack")[0])  # a round trip: channel open
+        back = {}
+        while len(back) < len(ids):
+            m, props, _ = get_one(chb, "late-ack")
+            self.assertTrue(m.redelivered, props.message_id)
+            back[props.message_id] = time.monotonic()
+            chb.basic_ack(m.delivery_tag)  # the copy is not faulted again (max-per-message)
+        for mid in ids:
+            self.assertGreaterEqual(back[mid] - acked[mid], 2.9, "%s came back too early" % mid)
+        faults = rk.wait_journal_faults(self.journal, "late-ack", len(ids), timeout=WAIT)
+        self.assertEqual(sorted(r.get("message_id") for r in faults), ids)
+        late = [l for l in self.tw.log_text().splitlines()
+                if 'msg="late copy"' in l and "action=redeliver" in l]
+        self.assertEqual(len(late), 2, late)
+        self.assertIsNone(chb.basic_get("late-ack")[0])
+        self.assertTrue(cha.is_open and chb.is_open)
+        a.close()
+        b.close()
+        self.assertEqual(self.ready("late-ack"), 0)
+
+    def test_duplicate_after_copies_later(self):
+        self.publish("late-dup", ["ld-fast"])
+        a, b = conn(self.ports["late"]), conn(self.ports["late"])
+        cha, chb = a.channel(), b.channel()
+        # A acks at once: the ack is held until the copy, then discarded
+        m, props, _ = get_one(cha, "late-dup")
+        t0 = time.monotonic()
+        cha.basic_ack(m.delivery_tag)
+        m2, props2, _ = get_one(chb, "late-dup")
+        self.assertGreaterEqual(time.monotonic() - t0, 2.9)
+        self.assertTrue(m2.redelivered)
+        self.assertEqual(props2.message_id, "ld-fast")
+        chb.basic_ack(m2.delivery_tag)
+        # A acks after the copy went out: its late ack is swallowed (no 406)
+        self.publish("late-dup", ["ld-slow"])
+        m, _, _ = get_one(cha, "late-dup")
+        t0 = time.monotonic()
+        m2, props2, _ = get_one(chb, "late-dup")
+        self.assertGreaterEqual(time.monotonic() - t0, 2.9)
+        self.assertEqual((m2.redelivered, props2.message_id), (True, "ld-slow"))
+        cha.basic_ack(m.delivery_tag)
+        chb.basic_ack(m2.delivery_tag)
+        self.assertIsNone(cha.basic_get("late-dup")[0])  # a round trip: A's channel is open
+        self.assertTrue(cha.is_open and chb.is_open)
+        faults = rk.wait_journal_faults(self.journal, "late-dup", 2, timeout=WAIT)
+        self.assertEqual(sorted(r.get("message_id") for r in faults), ["ld-fast", "ld-slow"])
+        a.close()
+        b.close()
+        self.assertEqual(self.ready("late-dup"), 0)
 
 
 if __name__ == "__main__":

@@ -1147,6 +1147,93 @@ static void test_caps_amqp_valid(void **state)
     conf_diags_free(&d);
 }
 
+/* `do redeliver after D` and `do duplicate after D`: a copy D after the ack or the delivery,
+ * where the listener's codec can choose the time and its own timeout does not come first. */
+#define ST                                                                                         \
+    "listen st { protocol resp; profile streams; bind 127.0.0.1:13; upstream 127.0.0.1:14 }\n"
+#define RQL "listen rq { protocol resp; profile rq; bind 127.0.0.1:15; upstream 127.0.0.1:16 }\n"
+#define VT(timeout)                                                                                \
+    "listen vt { protocol amqp; bind 127.0.0.1:17; upstream 127.0.0.1:18; " timeout " }\n"
+
+static int use_real_tables(void **state)
+{
+    use_real_amqp(state);
+    return use_real_resp(state);
+}
+
+static int use_test_tables(void **state)
+{
+    use_everything_amqp(state);
+    return use_narrow_resp(state);
+}
+
+static void test_caps_late(void **state)
+{
+    struct conf_diags d;
+    (void)state;
+    struct conf *c = parse_ok(
+        MQ SK CE RQL VT(
+            "visibility-timeout 10s") "rule a on mq { when ack; do redeliver after 5s }\n"
+                                      "rule b on mq { when deliver; do duplicate after 1m }\n"
+                                      "rule c on sk { when deliver; do duplicate after 2s }\n"
+                                      "rule d on ce { when deliver; do duplicate after 2s }\n"
+                                      "rule e on rq { when ack; do redeliver after 3s }\n"
+                                      "rule f on rq { when deliver; do duplicate after 250ms }\n"
+                                      "rule g on vt { when ack; do redeliver after 9s }\n"
+                                      "rule h on mq { when ack; do redeliver after 0s }\n"
+                                      "rule i on mq { when deliver; do duplicate }\n",
+        &d);
+    assert_action(c, "a", RULE_EV_ACK, RULE_ACT_REDELIVER, 5000);
+    assert_action(c, "b", RULE_EV_DELIVER, RULE_ACT_DUPLICATE, 60000);
+    assert_action(c, "f", RULE_EV_DELIVER, RULE_ACT_DUPLICATE, 250);
+    assert_action(c, "h", RULE_EV_ACK, RULE_ACT_REDELIVER, 0);
+    assert_action(c, "i", RULE_EV_DELIVER, RULE_ACT_DUPLICATE, 0);
+    conf_free(c);
+    conf_diags_free(&d);
+    EXPECT(ST "rule r on st { when deliver; do duplicate after 5s }\n", -1,
+           EH(2, 33,
+              "listener 'st' (protocol resp/streams) cannot do 'duplicate after' on 'deliver' "
+              "events: a pending stream entry is handed out again when a consumer's XAUTOCLAIM "
+              "or XCLAIM finds it idle for that consumer's min-idle-time, counted from its last "
+              "delivery: twice does not choose when; use 'do redeliver' (or 'do duplicate') and "
+              "give the consumers a min-idle-time of D",
+              "write 'do duplicate' without 'after'"));
+    EXPECT(ST "rule r on st { when ack; do redeliver after 5s }\n", -1,
+           EH(2, 29,
+              "listener 'st' (protocol resp/streams) cannot do 'redeliver after' on 'ack' "
+              "events: a pending stream entry is handed out again when a consumer's XAUTOCLAIM "
+              "or XCLAIM finds it idle for that consumer's min-idle-time, counted from its last "
+              "delivery: twice does not choose when; use 'do redeliver' (or 'do duplicate') and "
+              "give the consumers a min-idle-time of D",
+              "write 'do redeliver' without 'after'"));
+    EXPECT(CE "rule r on ce { when ack; do redeliver after 5s }\n", -1,
+           EH(2, 29,
+              "listener 'ce' (protocol resp/celery) cannot do 'redeliver after' on 'ack' events: "
+              "kombu's Redis transport restores a job whose ack never landed visibility_timeout "
+              "after its delivery (QoS.restore_visible), at a time twice does not choose: use 'do "
+              "redeliver' with the transport's visibility_timeout, or 'do duplicate after D' on "
+              "'deliver'",
+              "write 'do redeliver' without 'after'"));
+    EXPECT(VT("visibility-timeout 3s") "rule r on vt { when ack; do redeliver after 3s }\n", -1,
+           EH(2, 29,
+              "'redeliver after 3s' cannot happen at that time: listener 'vt' has a "
+              "visibility-timeout of 3s, which hands the message out again first (an ack twice "
+              "holds counts as not acked)",
+              "make it shorter than 3s, or the visibility-timeout longer"));
+    EXPECT(VT("consumer-timeout 1500ms") "rule r on vt { when deliver; do duplicate after 2s }\n",
+           -1,
+           EH(2, 33,
+              "'duplicate after 2s' cannot happen at that time: listener 'vt' has a "
+              "consumer-timeout of 1500ms, which hands the message out again first (an ack twice "
+              "holds counts as not acked)",
+              "make it shorter than 1500ms, or the consumer-timeout longer"));
+    /* the option's shape, as for reset's `after` */
+    EXPECT(MQ "rule r on mq { when ack; do redeliver after }\n", -1,
+           E(2, 39, "'after' needs a value: after DURATION"));
+    EXPECT(MQ "rule r on mq { when ack; do redeliver later 5s }\n", -1,
+           EH(2, 39, "unknown 'do redeliver' option 'later'", "did you mean 'after'?"));
+}
+
 #define AMQP_EVENTS "its events: connect, deliver, ack, nack, publish, confirm"
 #define AMQP_ACK_ACTIONS "it can do: redeliver, delay, drop, close, error"
 #define AMQP_PUBLISH_ACTIONS "it can do: delay, drop, close, error"
@@ -1596,6 +1683,7 @@ int main(void)
         cmocka_unit_test(test_caps_tables),
         cmocka_unit_test_setup_teardown(test_caps_resp, use_real_resp, use_narrow_resp),
         cmocka_unit_test_setup_teardown(test_caps_amqp_valid, use_real_amqp, use_everything_amqp),
+        cmocka_unit_test_setup_teardown(test_caps_late, use_real_tables, use_test_tables),
         cmocka_unit_test_setup_teardown(test_caps_amqp_errors, use_real_amqp, use_everything_amqp),
         cmocka_unit_test(test_parse_rules),
         cmocka_unit_test(test_parse_rules_errors),
