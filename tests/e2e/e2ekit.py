@@ -92,8 +92,13 @@ def charge(message_id, task):
 def charge_safe(message_id, task):
     """Idempotent: the effect is recorded only by the execution that took the
     message's unique key (SET NX is atomic, so two concurrent copies cannot
-    both win).  Returns True when this execution produced the effect."""
-    first = bool(effect_redis().set(DONE_KEY % message_id, 1, nx=True))
+    both win).  Returns True when this execution produced the effect.  With
+    TWICE_DONE_TTL (seconds) the key expires that long after it was taken, as
+    a "dedup with a TTL" does: idempotent only against copies that come
+    sooner."""
+    ttl = float(os.environ.get("TWICE_DONE_TTL") or 0)
+    px = int(ttl * 1000) if ttl > 0 else None
+    first = bool(effect_redis().set(DONE_KEY % message_id, 1, nx=True, px=px))
     if first:
         append_line(os.environ["TWICE_EFFECTS"], message_id)
     append_line(os.environ["TWICE_RUNS"], "%s %s" % (message_id, task))
@@ -136,6 +141,13 @@ def parse_args(framework, description, defaults=None, extra=None):
                         "without a new execution before calling them lost (default 8)")
     p.add_argument("--log-dir", metavar="DIR",
                    help="where worker logs go (default: the directory of --runs)")
+    p.add_argument("--extra-runs", type=int, default=0, metavar="N",
+                   help="executions expected beyond one per job (copies a rule makes at a known "
+                        "count, e.g. `first 3` with `duplicate after D`): the run is not over "
+                        "before them")
+    p.add_argument("--done-ttl", type=float, default=0, metavar="S",
+                   help="the idempotent handler's key expires S seconds after it is taken "
+                        "(default: never; Python apps only)")
     p.add_argument("--enqueued", metavar="FILE",
                    help="also write '<message-id> <task>' for every job enqueued there")
     if extra:
@@ -161,6 +173,7 @@ def worker_env(args, **more):
         "TWICE_EFFECTS": os.path.abspath(args.effects),
         "TWICE_RUNS": os.path.abspath(args.runs),
         "TWICE_EFFECT_REDIS": args.effect_redis,
+        "TWICE_DONE_TTL": str(args.done_ttl or ""),
         "PYTHONDONTWRITEBYTECODE": "1",
         "PYTHONUNBUFFERED": "1",
     })
@@ -307,6 +320,7 @@ def wait_drained(args, workers, broker_idle, expected):
     --lost-grace seconds.  A worker that exits, or --timeout, ends it too."""
     t0 = time.monotonic()
     deadline = t0 + args.timeout
+    expected += args.extra_runs
     last_n, last_change = -1, t0
     idle_since = None
     last_report = t0

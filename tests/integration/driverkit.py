@@ -1,6 +1,8 @@
 """Running the end-to-end framework drivers (tests/e2e/<framework>/driver.py) from integration
-tests (test_conservation.py, test_resp_frameworks.py, test_verdict_e2e.py): the command line,
-the wait, the summary line the driver prints last, and its logs when a test fails.
+tests (test_conservation.py, test_resp_frameworks.py, test_verdict_e2e.py,
+test_late_copies.py): the command line, the wait, the summary line the driver prints last, and
+its logs when a test fails.  FrameworkCase is the test class of the ones that run every
+framework: one Redis for the class, RabbitMQ started on first need.
 
     self.driver_logs = []
     self.addCleanup(dk.dump_logs, self)
@@ -20,6 +22,37 @@ import harness as h  # noqa: E402
 
 E2E = os.path.join(h.SOURCE_DIR, "tests", "e2e")
 LISTS = ("effects", "runs", "enqueued")
+
+
+class FrameworkCase(h.TestCase):
+    """One Redis for the whole class (FLUSHALL before each test), RabbitMQ once a test asks
+    for it (self.rabbitmq()), each driver's logs dumped when a test fails."""
+
+    tmp_prefix = "twice-it-frameworks-"
+
+    @classmethod
+    def setUpClass(cls):
+        cls.ctmp = h.make_tmpdir(cls.tmp_prefix)
+        cls.redis = h.start_redis(cls.ctmp)
+        cls.rabbit = None
+
+    @classmethod
+    def tearDownClass(cls):
+        if cls.rabbit is not None:
+            cls.rabbit.stop()
+        cls.redis.stop()
+
+    def setUp(self):
+        super().setUp()
+        self.assertEqual(self.redis.command("FLUSHALL"), b"OK")
+        self.driver_logs = []
+        self.addCleanup(dump_logs, self)
+
+    def rabbitmq(self):
+        """The class's RabbitMQ node, started on first call."""
+        if self.rabbit is None:
+            type(self).rabbit = h.start_rabbitmq(self.ctmp)
+        return self.rabbit
 
 
 def read_lines(path):

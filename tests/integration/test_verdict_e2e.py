@@ -97,25 +97,8 @@ def replace_line(text, old, new, path):
     return text
 
 
-class VerdictE2E(h.TestCase):
-
-    @classmethod
-    def setUpClass(cls):
-        cls.ctmp = h.make_tmpdir("twice-it-verdict-")
-        cls.redis = h.start_redis(cls.ctmp)
-        cls.rabbit = None
-
-    @classmethod
-    def tearDownClass(cls):
-        if cls.rabbit is not None:
-            cls.rabbit.stop()
-        cls.redis.stop()
-
-    def setUp(self):
-        super().setUp()
-        self.assertEqual(self.redis.command("FLUSHALL"), b"OK")
-        self.driver_logs = []
-        self.addCleanup(dk.dump_logs, self)
+class VerdictE2E(dk.FrameworkCase):
+    tmp_prefix = "twice-it-verdict-"
 
     # -- the example file, made concrete -----------------------------------------
 
@@ -261,9 +244,7 @@ class VerdictE2E(h.TestCase):
     # -- the five frameworks -------------------------------------------------------------
 
     def test_celery_amqp(self):
-        if self.rabbit is None:
-            type(self).rabbit = h.start_rabbitmq(self.ctmp)
-        r = self.rabbit
+        r = self.rabbitmq()
         ctl = "%s -n %s" % (os.path.join(h.RABBIT_BIN, "rabbitmqctl"), r.nodename)
         # The driver runs rabbitmqctl for the unacked count: it needs the
         # node's environment (HOME with the Erlang cookie, loopback-only
