@@ -687,8 +687,9 @@ static void print_windows(FILE *out, const struct verdict_result *res)
             fprintf(
                 out,
                 "  every copy came within %s: deduplication that forgets a message sooner is "
-                "caught, later is not tested; hold acks past a visibility timeout for later "
-                "copies (amqp: `visibility-timeout D` and `when ack ... do delay D2`, D2 > D)\n",
+                "caught, later is not tested; for later copies: `when ack ... do redeliver "
+                "after D` (amqp, rq) or `when deliver ... do duplicate after D` (amqp, sidekiq, "
+                "celery, rq)\n",
                 hi);
     }
 }
