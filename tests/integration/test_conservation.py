@@ -4,7 +4,7 @@ twice, never zero times.  Under every such rule at once (no `drop`), each
 message id that was published is processed at least once.
 
 AMQP (a real RabbitMQ, pika; `AmqpConservation`):
-  one `protocol amqp` listener with a journal, seed 11, and five rules on
+  one `protocol amqp` listener with a journal, seed 11, and seven rules on
   queue `conserve`, each with probability 10%:
     redeliver   on acks        (ack -> reject(requeue) upstream)
     duplicate   on deliveries  (a second copy at once, the first ack swallowed)
@@ -13,6 +13,8 @@ AMQP (a real RabbitMQ, pika; `AmqpConservation`):
                                 acked within 300 ms; one message in eight is
                                 processed slowly, 600 ms, so it fires)
     close before on acks       (the connection is cut instead of the ack)
+    redeliver after 300ms on acks, duplicate after 300ms on deliveries (late
+                               copies: the ack held, the message requeued at D)
   N = 300 messages with unique message ids are published through twice in
   confirm mode (every publish confirmed); three consumers, through twice,
   prefetch 10, manual acks (one of them acks in batches of three with
@@ -27,8 +29,8 @@ AMQP (a real RabbitMQ, pika; `AmqpConservation`):
 Redis (real framework apps of tests/e2e through `protocol resp` listeners
 with a profile; `RedisConservation`): a driver run per framework under the
 rules that do not mean to lose jobs, each at probability 15% (seed 11):
-    celery   (visibility timeout 3 s): redeliver on acks, duplicate on
-             deliveries, delay 4s on acks (past the visibility timeout),
+    celery   (visibility timeout 3 s): redeliver on acks, duplicate (and
+             duplicate after 1s) on deliveries, delay 4s on acks (past the visibility timeout),
              close before on acks with `limit 3`: kombu 5.2.4 keeps counting
              a message whose ack failed (the cut connection) against the
              worker's prefetch (QoS.ack raises before it frees the slot, and
@@ -38,9 +40,11 @@ rules that do not mean to lose jobs, each at probability 15% (seed 11):
              seed 3 and no limit), which three cuts cannot cause
     streams  (XAUTOCLAIM after 3 s): redeliver on acks, duplicate on
              deliveries, delay 1s on acks
-    rq       duplicate on deliveries, redeliver on acks, delay 1s on acks,
-             close before on acks (the work horse's finish transaction)
-    sidekiq  duplicate on deliveries (Sidekiq never acks)
+    rq       duplicate (and duplicate after 1s) on deliveries, redeliver (and
+             redeliver after 1s) on acks, delay 1s on acks, close before on
+             acks (the work horse's finish transaction)
+    sidekiq  duplicate (and duplicate after 1s) on deliveries (Sidekiq never
+             acks)
   Asserted: the driver drained (exit 0), its summary's `never_ran` is zero
   for every task, every enqueued id has a run in the runs file, and the
   journal has a DELIVER record for every enqueued id.  `close before` is
@@ -90,6 +94,8 @@ AMQP_RULES = {
     "late-ack": ["when ack queue=%s" % QUEUE, "probability 10%", "do delay 400ms"],
     "vt": ["when deliver queue=%s" % QUEUE, "probability 10%", "do expire 300ms"],
     "crash": ["when ack queue=%s" % QUEUE, "probability 10%", "do close before"],
+    "late-copy": ["when ack queue=%s" % QUEUE, "probability 10%", "do redeliver after 300ms"],
+    "late-dup": ["when deliver queue=%s" % QUEUE, "probability 10%", "do duplicate after 300ms"],
 }
 
 
@@ -335,6 +341,7 @@ class RedisConservation(h.TestCase):
         self.run_conserving("celery_redis", "celery", {
             "lost-ack": ["when ack", "probability 15%", "do redeliver"],
             "dup": ["when deliver", "probability 15%", "do duplicate"],
+            "late-dup": ["when deliver", "probability 15%", "do duplicate after 1s"],
             "late-ack": ["when ack", "probability 15%", "do delay 4s"],
             # at most 3 cuts in all: see the module docstring
             "crash": ["when ack", "probability 15%", "limit 3", "do close before"],
@@ -350,7 +357,9 @@ class RedisConservation(h.TestCase):
     def test_rq(self):
         self.run_conserving("rq", "rq", {
             "dup": ["when deliver", "probability 15%", "do duplicate"],
+            "late-dup": ["when deliver", "probability 15%", "do duplicate after 1s"],
             "lost-ack": ["when ack", "probability 15%", "do redeliver"],
+            "late-copy": ["when ack", "probability 15%", "do redeliver after 1s"],
             "late-ack": ["when ack", "probability 15%", "do delay 1s"],
             "crash": ["when ack", "probability 15%", "do close before"],
         })
@@ -358,6 +367,7 @@ class RedisConservation(h.TestCase):
     def test_sidekiq(self):
         self.run_conserving("sidekiq", "sidekiq", {
             "dup": ["when deliver", "probability 15%", "do duplicate"],
+            "late-dup": ["when deliver", "probability 15%", "do duplicate after 1s"],
         }, workers=3)
 
 
