@@ -17,6 +17,7 @@
 #include <string.h>
 
 #include "proxy/fault.h"
+#include "proxy/json_out.h"
 #include "proxy/log.h"
 #include "proxy/proxy.h"
 #include "rules/engine.h"
@@ -50,19 +51,15 @@ static void reply_text(struct evhttp_request *req, int code, const char *fmt, ..
     evbuffer_free(b);
 }
 
-/* JSON string with the escapes JSON requires. */
+static void put_evbuffer(void *ctx, const char *p, size_t n)
+{
+    evbuffer_add(ctx, p, n);
+}
+
+/* A JSON string (json_out.h: invalid UTF-8 and control bytes escaped). */
 static void json_str(struct evbuffer *b, const char *s)
 {
-    evbuffer_add(b, "\"", 1);
-    for (const unsigned char *p = (const unsigned char *)(s ? s : ""); *p; p++) {
-        if (*p == '"' || *p == '\\')
-            evbuffer_add_printf(b, "\\%c", *p);
-        else if (*p < 0x20)
-            evbuffer_add_printf(b, "\\u%04x", *p);
-        else
-            evbuffer_add(b, p, 1);
-    }
-    evbuffer_add(b, "\"", 1);
+    json_quote(s, put_evbuffer, b);
 }
 
 static bool authorized(struct proxy *px, struct evhttp_request *req)

@@ -28,24 +28,39 @@ static char short_escape(unsigned char c)
     }
 }
 
-void json_write_string(FILE *out, const char *s)
+void json_quote(const char *s, json_put_fn put, void *ctx)
 {
     const unsigned char *p = (const unsigned char *)(s != NULL ? s : "");
-    fputc('"', out);
+    char esc[8];
+    put(ctx, "\"", 1);
     while (*p != '\0') {
-        char esc = short_escape(*p);
-        size_t n = esc != 0 ? 1 : journal_utf8_char_len(p);
-        if (esc != 0)
-            fprintf(out, "\\%c", esc);
-        else if (n == 0)
-            fputs("\\ufffd", out);
-        else if (*p < 0x20 || *p == 0x7f)
-            fprintf(out, "\\u%04x", *p);
-        else
-            fwrite(p, 1, n, out);
+        char c = short_escape(*p);
+        size_t n = c != 0 ? 1 : journal_utf8_char_len(p);
+        if (c != 0) {
+            esc[0] = '\\';
+            esc[1] = c;
+            put(ctx, esc, 2);
+        } else if (n == 0) {
+            put(ctx, "\\ufffd", 6);
+        } else if (*p < 0x20 || *p == 0x7f) {
+            snprintf(esc, sizeof(esc), "\\u%04x", *p);
+            put(ctx, esc, 6);
+        } else {
+            put(ctx, (const char *)p, n);
+        }
         p += n != 0 ? n : 1;
     }
-    fputc('"', out);
+    put(ctx, "\"", 1);
+}
+
+static void put_file(void *ctx, const char *p, size_t n)
+{
+    fwrite(p, 1, n, (FILE *)ctx);
+}
+
+void json_write_string(FILE *out, const char *s)
+{
+    json_quote(s, put_file, out);
 }
 
 int text_write_safe(FILE *out, const char *s)

@@ -18,6 +18,7 @@
 
 #include "proto/journal_reader.h"
 #include "proxy/journal.h"
+#include "proxy/json_out.h"
 #include "proxy/report.h"
 #include "proxy/verdict.h"
 #include "rules/rule.h"
@@ -804,6 +805,27 @@ static void test_report_empty_journal(void **state)
     assert_contains(f->out, "\"top\": []");
 }
 
+static void put_buf(void *ctx, const char *p, size_t n)
+{
+    char *out = ctx;
+    size_t used = strlen(out);
+    memcpy(out + used, p, n);
+    out[used + n] = '\0';
+}
+
+/* The one JSON escaper (the commands' output and the admin API's replies): quotes, control
+ * bytes and DEL escaped, valid UTF-8 kept, each byte of an invalid sequence as U+FFFD. */
+static void test_json_quote(void **state)
+{
+    char out[256] = "";
+    (void)state;
+    json_quote("a\"b\\c\n\t\x01\x7f caf\xe9 t\xc3\xa9", put_buf, out);
+    assert_string_equal(out, "\"a\\\"b\\\\c\\n\\t\\u0001\\u007f caf\\ufffd t\xc3\xa9\"");
+    out[0] = '\0';
+    json_quote(NULL, put_buf, out);
+    assert_string_equal(out, "\"\"");
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -812,6 +834,7 @@ int main(void)
         cmocka_unit_test(test_withheld_deliveries_prove_nothing),
         cmocka_unit_test(test_unknown_task_and_unknown_effects),
         cmocka_unit_test(test_copy_windows),
+        cmocka_unit_test(test_json_quote),
         cmocka_unit_test(test_many_messages),
         cmocka_unit_test_setup_teardown(test_verdict_command_human, setup, teardown),
         cmocka_unit_test_setup_teardown(test_verdict_command_json, setup, teardown),
