@@ -38,8 +38,8 @@
 
 #include "rules/rule.h"
 
-/* Distinct message identities whose fault counts a rule remembers; beyond
- * this, the oldest table is dropped (documented in the README). */
+/* Distinct message identities whose fault counts a rule remembers; past
+ * this the rule forgets them all and counts anew (docs/rules.md, triggers). */
 #define ENGINE_MAX_TRACKED_IDS (1u << 22)
 
 /* What an event carries, as far as the codec knows it.  Strings may be NULL

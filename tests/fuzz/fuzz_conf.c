@@ -8,7 +8,7 @@
  *         proto/ *.c GEN/proto/journal.pb-c.c -ljansson -lprotobuf-c -o fuzz_conf
  *
  * (GEN holds protoc-c's output for proto/journal.proto.)  Seeds are configuration files
- * (tests/fuzz/corpus/conf/: rules/examples/ and the README's examples).  The input is the text,
+ * (tests/fuzz/corpus/conf/: rules/examples/ and the examples of the README and docs/).  The input is the text,
  * copied into a buffer of exactly its size and not NUL-terminated, as the admin API hands a
  * request body over.  Each input is parsed three ways: as a file, as a PUT /rules body, and as
  * a file again with one allocation made to fail (which one follows from the input).
@@ -30,7 +30,7 @@
 #include "rules/rule.h"
 
 /* The listeners PUT /rules bodies are checked against: every protocol and profile, under the
- * names the examples and the README use. */
+ * names the examples, the README and docs/ use. */
 static const char fz_base_text[] = "listen t {\n protocol tcp\n bind 127.0.0.1:1\n"
                                    " upstream 127.0.0.1:2\n}\n"
                                    "listen rabbitmq {\n protocol amqp\n bind 127.0.0.1:3\n"

@@ -11,7 +11,7 @@ twice keeps running, its RSS stays bounded and its descriptors come back
 to where they were.
 
 MalformedAmqp    garbage instead of the protocol header; the AMQP 1.0 and SASL
-                 headers (refused, README); a valid header then
+                 headers (refused, docs/limits.md); a valid header then
                  garbage; frames over frame_max (before and after tune; a
                  size field of 4 GiB); a frame-end octet that is not 0xCE
                  (before and after the handshake); truncated frames then
@@ -21,7 +21,7 @@ MalformedAmqp    garbage instead of the protocol header; the AMQP 1.0 and SASL
                  Protocol errors: `reason=protocol_error` and a warn line
                  `msg="amqp protocol error"` of that session.
 MalformedResp    malformed RESP is Redis's to refuse (twice passes it on,
-                 README): bad multibulk length, `*1\r\n` x 100, a bulk of
+                 docs/redis.md): bad multibulk length, `*1\r\n` x 100, a bulk of
                  2,000,000,000 bytes (over Redis's 512 MiB), a negative bulk
                  length, an inline command over 64 KiB, unbalanced quotes,
                  `*` + random bytes.  The client receives exactly what Redis
@@ -238,7 +238,7 @@ class MalformedAmqp(HostileCase):
         def random_garbage(a):
             a.send(b"\x00" + rng.randbytes(63))
 
-        def amqp_1_0_header(a):                  # README: refused with a logged reason
+        def amqp_1_0_header(a):                  # docs/limits.md: refused with a logged reason
             a.send(b"AMQP\x00\x01\x00\x00")
 
         def sasl_header(a):
@@ -335,7 +335,7 @@ class MalformedAmqp(HostileCase):
 
 
     def test_rejected_client_bytes_are_counted(self):
-        """README: `bytes_up` counts the bytes read from the client.  A
+        """docs/operations.md: `bytes_up` counts the bytes read from the client.  A
         session ended by a protocol error read them too (a RESP listener
         counts them: they go on to Redis)."""
         rabbit = RABBIT[0]
@@ -511,7 +511,7 @@ class SlowReaders(HostileCase):
 
     def test_resp_small_replies_never_read(self):
         """4 clients each pipeline 300,000 PINGs and read nothing for a few
-        seconds.  README: backpressure keeps at most 256 KiB waiting per side
+        seconds.  docs/operations.md: backpressure keeps at most 256 KiB waiting per side
         ("a peer that never reads costs about a megabyte at most"): twice's
         RSS stays under the cap; then every reply arrives."""
         rd = REDIS[0]
@@ -772,7 +772,7 @@ class BrokenBrokers(HostileCase):
     def test_what_came_before_the_broken_bytes_is_delivered(self):
         """A broker sends valid messages and then bad bytes in ONE write: the
         client gets the valid ones before the session ends, as it does when
-        they come in separate writes (README: what was already read for the
+        they come in separate writes (docs/redis.md: what was already read for the
         other side is still delivered before that side is closed; the same
         holds for client bytes before a protocol error since ba63320).  And
         the close line counts the bytes twice read from the broker."""
