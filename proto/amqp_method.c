@@ -7,9 +7,9 @@
  * amqp_wire.h; amqp_method_decode() checks once at the end that nothing ran short and nothing
  * was left over, the way RabbitMQ's generated decoders match the exact binary.
  *
- * Argument encodings (wire-semantics A.2): octet u8, short u16, long u32, longlong u64 (all big
- * endian), shortstr u8 len + bytes, longstr and table u32 len + bytes.  Consecutive bit
- * arguments share one octet, first argument in the least significant bit.
+ * Argument encodings (AMQP 0-9-1 specification, 4.2.5 and amqp0-9-1.xml): octet u8, short u16, long
+ * u32, longlong u64 (all big endian), shortstr u8 len + bytes, longstr and table u32 len + bytes.
+ * Consecutive bit arguments share one octet, first argument in the least significant bit.
  */
 #include <stdlib.h>
 

@@ -3,7 +3,8 @@
  *
  * A HEADER frame payload is class-id u16 | weight u16 | body-size u64 | property-flags u16 |
  * the present properties in flag order (bit 15 first).  The headers property is a field table;
- * Celery puts its task "id" and "task" name there (wire-semantics A.3, B.2).
+ * Celery puts its task "id" and "task" name there (its message protocol 2: celery/app/amqp.py,
+ * as_task_v2).
  *
  * Field tables are validated once, whole, when the header is decoded: every entry's name and
  * type, every value's length against what remains of its table, nested tables (F) and arrays

@@ -3,7 +3,8 @@
  *
  * Every resp listener sees `command` (each command a client sends, matched
  * by name and first key).  A profile teaches twice one job framework's
- * commands (wire-semantics.md parts C to F): which reply is a delivery,
+ * commands (kombu's transport/redis.py, Sidekiq's fetch.rb and client.rb, RQ's
+ * queue.py and worker.py, Redis's consumer-group commands): which reply is a delivery,
  * which command a publish, which transaction an ack.  Sidekiq's basic fetch
  * has no ack at all, so rules on `ack` are refused there with the reason.
  */

@@ -1,6 +1,7 @@
 /*
  * resp_job.h - job identities in the payloads of the Redis job frameworks: Sidekiq's job JSON,
- * Celery's kombu message JSON (wire-semantics C.1, D.1) and RQ's job description (E.1).
+ * Celery's kombu message JSON (kombu/transport/virtual/base.py, transport/redis.py) and RQ's job
+ * description (rq/job.py, get_call_string).
  *
  * The RESP codec (resp.h) finds the bytes of an LPUSH argument or a BRPOP reply element; these
  * functions say which job they carry, so that a rule can name a job by id, task or queue, and

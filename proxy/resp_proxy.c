@@ -13,7 +13,7 @@
  * twice delays holds back the ones behind it, as a slow server would.
  *
  * Events: `command` for every command; with a profile (sidekiq, celery, rq,
- * streams: wire-semantics.md parts C to F), `publish` for the commands that
+ * streams: docs/redis.md, Profiles), `publish` for the commands that
  * enqueue a job, `deliver` for the replies that hand one to a worker (read
  * from the reply, where the job is), `ack` for the commands that settle one.
  * An ack is usually a MULTI ... EXEC transaction: twice reads the whole

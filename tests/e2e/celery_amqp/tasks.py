@@ -6,7 +6,7 @@ tasks).  Configuration from the environment, read at import:
   TWICE_BROKER_URL  amqp://guest:guest@HOST:PORT//, twice's listener
   TWICE_EFFECTS, TWICE_RUNS, TWICE_EFFECT_REDIS: see ../e2ekit.py
 
-Celery 5.2 on py-amqp speaks AMQP 0-9-1 (wire-semantics.md B): tasks are
+Celery 5.2 on py-amqp speaks AMQP 0-9-1 (celery/app/amqp.py, kombu/messaging.py): tasks are
 published to the default exchange with routing key `celery` (queue `celery`,
 durable), the task id in the `id` header and the task name in the `task`
 header, which is how twice's `protocol amqp` listener names them

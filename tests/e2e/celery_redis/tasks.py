@@ -9,7 +9,7 @@ tasks).  Configuration from the environment, read at import:
                             0 or unset leaves kombu's own schedule
   TWICE_EFFECTS, TWICE_RUNS, TWICE_EFFECT_REDIS: see ../e2ekit.py
 
-Redis has no acks, so kombu emulates them (wire-semantics.md C.2): on
+Redis has no acks, so kombu emulates them (kombu/transport/redis.py, QoS): on
 delivery the worker stores the message in the hash `unacked` (and its time in
 the zset `unacked_index`); the ack deletes it; a message left there longer than
 `visibility_timeout` is pushed back to the queue by a sweep

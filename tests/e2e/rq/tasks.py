@@ -4,7 +4,7 @@ Run by `rq worker` (driver.py puts this folder and tests/e2e on the import
 path), enqueued by name: `queue.enqueue("tasks.charge", order_id)`.  The
 message id is the RQ job id (`get_current_job().id`, a uuid4).
 
-RQ 1.13 never redelivers by itself (wire-semantics.md E): a worker BLPOPs the
+RQ 1.13 never redelivers by itself (rq/worker.py, rq/registry.py): a worker BLPOPs the
 job id from rq:queue:default, loads rq:job:<id>, and runs it in a forked work
 horse, which records the start (ZADD rq:wip:default) and the end (MULTI ...
 ZREM rq:wip:default ... EXEC) on its own connection.  A job runs twice only if

@@ -7,7 +7,7 @@
 Each stream entry is a job: field `task` (`charge` or `charge_safe`) and field
 `order_id`.  The message id is the entry id ("<ms>-<seq>").
 
-The loop (wire-semantics.md F.1):
+The loop (Redis's consumer-group commands: XREADGROUP, XACK, XAUTOCLAIM):
   * XREADGROUP GROUP G NAME COUNT 1 BLOCK <block-ms> STREAMS KEY >
     new entries, which Redis puts in the group's pending entries list (PEL);
   * run the handler, then XACK KEY G <id> (the ack comes after the work, so a
