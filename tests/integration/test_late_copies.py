@@ -89,12 +89,13 @@ class LateCopies(dk.FrameworkCase):
         self.assertEqual(sorted(rows), sorted([unsafe, safe]), table)
         return rows, table, js.returncode
 
-    def assert_late(self, rows, table, min_ms=AFTER_MS):
+    def assert_late(self, rows, table, min_ms=AFTER_MS, slack_ms=50):
         """Both handlers got COPIES copies, none sooner than min_ms after the
-        first delivery; charge doubled them, charge_safe did not."""
+        first delivery (less slack_ms: the journal's clock against the timer's);
+        charge doubled them, charge_safe did not."""
         for task, row in rows.items():
             self.assertEqual(row["copies"], COPIES, (task, row))
-            self.assertGreaterEqual(row["copy_delay_ms"]["min"], min_ms - 50, (task, row))
+            self.assertGreaterEqual(row["copy_delay_ms"]["min"], min_ms - slack_ms, (task, row))
         unsafe = [t for t, r in rows.items() if r["verdict"] == "NOT IDEMPOTENT"]
         safe = [t for t, r in rows.items() if r["verdict"] == "IDEMPOTENT"]
         self.assertEqual((len(unsafe), len(safe)), (1, 1), table)
@@ -149,7 +150,9 @@ class LateCopies(dk.FrameworkCase):
                                        driver_args=["--inspect", "127.0.0.1:%d" % self.redis.port,
                                                     "--visibility-timeout", "3"])
         self.assertEqual(rc, 1)
-        self.assert_late(rows, table)
+        # Redis counts the 3 s from its own delivery, the journal from the moment twice read
+        # the reply: on a loaded machine twice may read the first reply later than the copy's
+        self.assert_late(rows, table, min_ms=3000, slack_ms=250)
 
     # -- Celery on RabbitMQ: a deduplication that forgets after 2 s ------------------------
 
