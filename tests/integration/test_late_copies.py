@@ -100,7 +100,7 @@ class LateCopies(dk.FrameworkCase):
         safe = [t for t, r in rows.items() if r["verdict"] == "IDEMPOTENT"]
         self.assertEqual((len(unsafe), len(safe)), (1, 1), table)
         self.assertEqual(rows[unsafe[0]]["more_than_one_effect"], COPIES, table)
-        self.assertIn("%s: IDEMPOTENT for copies %d." % (safe[0], min_ms // 1000), table)
+        self.assertIn("%s: IDEMPOTENT for copies " % safe[0], table)
 
     # -- Redis --------------------------------------------------------------------------
 
