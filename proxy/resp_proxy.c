@@ -69,6 +69,14 @@ static size_t held_max(const struct rpx *rx);
 #define RPX_TX_MAX 1024u
 /* Longest key and id twice reads for matching and correlation. */
 #define RPX_KEY_MAX 512u
+/* A stream entry's id as twice keeps it, NUL included.  Redis writes at most 41 bytes
+ * (MS-SEQ, two 64-bit numbers); only a server that is not Redis sends more, and such an entry
+ * is relayed with no event, logged (`msg="resp field too long"`). */
+#define RPX_ID_MAX 128u
+/* A task name read from a stream entry's or an XADD's `task` field, NUL included.  A longer
+ * one is logged the same way and the event goes without a task (a cut name would be another
+ * task's). */
+#define RPX_TASK_MAX 256u
 
 enum profile { PROF_NONE, PROF_SIDEKIQ, PROF_CELERY, PROF_RQ, PROF_STREAMS };
 
@@ -148,6 +156,7 @@ struct rpx {
     struct evbuffer *pend[2]; /* read from side, not processed yet */
     size_t run[2];            /* head of pend[side] passed on already, not yet moved */
     struct rpx_window win[2]; /* pend[side]'s first chain while its head is unchanged */
+    bool said_too_long;       /* "resp field too long" was logged for this session */
     struct evbuffer *out[2];  /* batched toward side */
     struct resp_pairing pairing;
     struct resp_cmd *slots;
@@ -1143,9 +1152,25 @@ static void on_pop_reply(struct rpx *rx, struct entry *e, const uint8_t *buf,
     job_event_clear(&j);
 }
 
-/* The value of field `name` in a stream entry's [f, v, ...] array. */
-static bool entry_field(const uint8_t *buf, size_t len, const struct resp_view *fields,
-                        const char *name, char *out, size_t cap)
+/* Whether value v fits `cap` bytes with its NUL; when not, the session's first such value is
+ * logged with the field, its length and the limit (RPX_ID_MAX, RPX_TASK_MAX). */
+static bool fits_or_say(struct rpx *rx, const char *field, const struct resp_view *v, size_t cap)
+{
+    if (v->len < cap)
+        return true;
+    if (!rx->said_too_long) {
+        rx->said_too_long = true;
+        log_msg(LOG_WARN, "resp field too long",
+                "sid=%llu listener=%s field=%s bytes=%llu limit=%zu", (unsigned long long)rx->s->id,
+                scope(rx), field, (unsigned long long)v->len, cap - 1);
+    }
+    return false;
+}
+
+/* The value of field `name` in a stream entry's [f, v, ...] array, up to cap - 1 bytes (a
+ * longer one is said: fits_or_say). */
+static bool entry_field(struct rpx *rx, const uint8_t *buf, size_t len,
+                        const struct resp_view *fields, const char *name, char *out, size_t cap)
 {
     if (!is_agg(fields))
         return false;
@@ -1156,7 +1181,7 @@ static bool entry_field(const uint8_t *buf, size_t len, const struct resp_view *
         if (resp_args_next(&it, &v) != 1)
             return false;
         if (resp_view_equals(buf, len, &f, name))
-            return view_str(buf, len, &v, out, cap);
+            return fits_or_say(rx, name, &v, cap) && view_str(buf, len, &v, out, cap);
     }
     return false;
 }
@@ -1172,11 +1197,12 @@ static const struct rule *stream_delivery(struct rpx *rx, const char *stream, co
     struct resp_args it;
     walk_init(&it, buf, len, entry);
     struct resp_view idv, fields;
-    char id[128], task[256], key[RPX_KEY_MAX + 130];
-    if (resp_args_next(&it, &idv) != 1 || !view_str(buf, len, &idv, id, sizeof(id)))
+    char id[RPX_ID_MAX], task[RPX_TASK_MAX], key[RPX_KEY_MAX + RPX_ID_MAX + 2];
+    if (resp_args_next(&it, &idv) != 1 || !fits_or_say(rx, "stream entry id", &idv, sizeof(id)) ||
+        !view_str(buf, len, &idv, id, sizeof(id)))
         return NULL;
     bool has_fields = resp_args_next(&it, &fields) == 1;
-    bool has_task = has_fields && entry_field(buf, len, &fields, "task", task, sizeof(task));
+    bool has_task = has_fields && entry_field(rx, buf, len, &fields, "task", task, sizeof(task));
     snprintf(key, sizeof(key), "%s %s", stream, id);
     struct job_event j = {.kind = RULE_EV_DELIVER, .redelivered = redelivered};
     idmap_lock();
@@ -1382,8 +1408,9 @@ static void on_rq_hash(struct rpx *rx, struct entry *e, const uint8_t *buf,
 static void on_xadd_reply(struct rpx *rx, struct entry *e, const uint8_t *buf,
                           const struct resp_msg *m)
 {
-    char id[128];
-    if (m->type != '$' || m->null || !view_str(buf, m->len, &m->value, id, sizeof(id)))
+    char id[RPX_ID_MAX];
+    if (m->type != '$' || m->null || !fits_or_say(rx, "stream entry id", &m->value, sizeof(id)) ||
+        !view_str(buf, m->len, &m->value, id, sizeof(id)))
         return;
     struct job_event j = {.kind = RULE_EV_PUBLISH};
     j.id = strdup(id);
@@ -1391,7 +1418,7 @@ static void on_xadd_reply(struct rpx *rx, struct entry *e, const uint8_t *buf,
     j.task = e->arg2 != NULL ? strdup(e->arg2) : NULL;
     journal_job(rx, JOURNAL_KIND_PUBLISH, &j);
     if (e->arg != NULL && e->arg2 != NULL) {
-        char key[RPX_KEY_MAX + 130];
+        char key[RPX_KEY_MAX + RPX_ID_MAX + 2];
         snprintf(key, sizeof(key), "%s %s", e->arg, id);
         idmap_lock();
         struct idmap_info *in = idmap_put(scope(rx), key, strlen(key));
@@ -1772,7 +1799,7 @@ struct ack_fate {
 static void ack_decide(struct rpx *rx, const struct cmdview *cv, const char *id, struct ack_fate *f)
 {
     memset(f, 0, sizeof(*f));
-    char key[RPX_KEY_MAX + 130];
+    char key[RPX_KEY_MAX + RPX_ID_MAX + 2];
     if (rx->prof == PROF_STREAMS)
         snprintf(key, sizeof(key), "%s %s", cv->key, id);
     else
@@ -2012,14 +2039,15 @@ static const struct rule *stream_publish_decide(struct rpx *rx, const struct cmd
     }
     size_t at = xadd_id_arg(cv);
     struct resp_view v, f;
-    char id[sizeof(rx->xadd_answer) - 32], task[256];
+    char id[sizeof(rx->xadd_answer) - 32], task[RPX_TASK_MAX];
     if (at == 0 || !cmd_arg(cv, at, &v) || !view_str(cv->buf, cv->len, &v, id, sizeof(id)))
         return NULL;
     bool chosen = strcmp(id, "*") != 0;
     task[0] = '\0';
     for (size_t i = at + 1; cmd_arg(cv, i, &f) && cmd_arg(cv, i + 1, &v); i += 2) {
         if (resp_view_equals(cv->buf, cv->len, &f, "task")) {
-            if (!view_str(cv->buf, cv->len, &v, task, sizeof(task)))
+            if (!fits_or_say(rx, "task", &v, sizeof(task)) ||
+                !view_str(cv->buf, cv->len, &v, task, sizeof(task)))
                 task[0] = '\0';
             break;
         }
@@ -2804,8 +2832,9 @@ static enum cmd_result command(struct rpx *rx, const uint8_t *buf, const struct 
             struct resp_view f, v;
             for (size_t i = 2; cmd_arg(&cv, i, &f); i++) {
                 if (resp_view_equals(buf, len, &f, "task") && cmd_arg(&cv, i + 1, &v)) {
-                    char task[256];
-                    if (view_str(buf, len, &v, task, sizeof(task)))
+                    char task[RPX_TASK_MAX];
+                    if (fits_or_say(rx, "task", &v, sizeof(task)) &&
+                        view_str(buf, len, &v, task, sizeof(task)))
                         e->arg2 = strdup(task);
                     break;
                 }

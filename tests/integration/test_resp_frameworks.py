@@ -45,6 +45,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import harness as h  # noqa: E402
 import faultkit as fk  # noqa: E402
 import driverkit as dk  # noqa: E402
+import respkit as rk  # noqa: E402
 from driverkit import read_lines  # noqa: E402
 
 SEED = 7
@@ -282,6 +283,29 @@ class RespFrameworks(h.TestCase):
         tw, port, _ = self.start_twice("streams")
         run = self.run_app("streams", port, visibility_timeout=3)
         self.assert_outcome(run, unsafe="charge")
+
+    def test_streams_task_longer_than_the_limit(self):
+        """A `task` field longer than twice keeps (255 bytes) is relayed unchanged, logged
+        once with the limit, and the entry's events go without a task (a cut name would be
+        another task's); the entry next to it keeps its own."""
+        tw, port, journal = self.start_twice("streams")
+        long_task = "t" * 300
+        with rk.Conn(port) as c:
+            self.assertEqual(c.cmd("XGROUP", "CREATE", "limits", "g", "$", "MKSTREAM"), b"OK")
+            long_id = c.cmd("XADD", "limits", "*", "task", long_task)
+            short_id = c.cmd("XADD", "limits", "*", "task", "short.task")
+            got = c.cmd("XREADGROUP", "GROUP", "g", "c1", "COUNT", "10", "STREAMS", "limits", ">")
+        self.assertEqual(got, [[b"limits", [[long_id, [b"task", long_task.encode()]],
+                                           [short_id, [b"task", b"short.task"]]]]])
+        lines = tw.wait_for_log(r'msg="resp field too long"')
+        self.assertIn("field=task bytes=300 limit=255", lines[0])
+        recs = self.journal_records(tw, journal)
+        tasks = {(k, r.get("message_id")): r.get("task") for k, r in recs
+                 if k in ("publish", "deliver")}
+        for kind in ("publish", "deliver"):
+            self.assertIsNone(tasks[(kind, long_id.decode())], (kind, tasks))
+            self.assertEqual(tasks[(kind, short_id.decode())], "short.task")
+        self.assertEqual(tw.log_text().count('msg="resp field too long"'), 1)
 
     def test_streams_lost_xack_reclaimed(self):
         tw, port, journal = self.start_twice(
