@@ -39,7 +39,7 @@
 #include <sys/eventfd.h>
 #include <unistd.h>
 
-#include "proxy/evmem.h"
+#include "proxy/blockcache.h"
 #include "proxy/log.h"
 #include "proxy/proxy.h"
 #include "proxy/resp_aux.h"
@@ -254,7 +254,7 @@ static void *loop_main(void *arg)
     struct loop *lp = arg;
     if (event_base_dispatch(lp->base) < 0)
         log_msg(LOG_ERROR, "event loop failed", "loop=%u", lp->index);
-    evmem_drain(); /* its sessions' chains are freed by the main thread */
+    blockcache_drain(); /* its sessions' chains are freed by the main thread */
     atomic_fetch_sub(&lp->px->loops_running, 1);
     wake(&lp->px->loops[0]);
     return NULL;
@@ -419,7 +419,7 @@ void loop_free_all(struct proxy *px)
     free(px->loops);
     px->loops = NULL;
     px->n_loops = 0;
-    evmem_drain();
+    blockcache_drain();
 }
 
 unsigned proxy_sessions(const struct proxy *px)

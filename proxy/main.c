@@ -13,7 +13,7 @@
 #include <string.h>
 #include <sys/resource.h>
 
-#include "proxy/evmem.h"
+#include "proxy/blockcache.h"
 #include "proxy/fault.h"
 #include "proxy/log.h"
 #include "proxy/proxy.h"
@@ -117,8 +117,8 @@ static int cmd_run(const char *path)
     mallopt(M_MMAP_THRESHOLD, 1024 * 1024);
     mallopt(M_TRIM_THRESHOLD, 8 * 1024 * 1024);
     /* Before any libevent call that allocates: its chains then come from
-     * a per-thread cache (evmem.h). */
-    evmem_install();
+     * a per-thread cache (blockcache.h). */
+    blockcache_install();
     /* Before any event base: libevent's global state (evdns's random
      * numbers) is then locked; each base is still lock-free (loop.c). */
     if (evthread_use_pthreads() != 0) {

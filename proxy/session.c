@@ -54,8 +54,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "proxy/blockcache.h"
 #include "proxy/codec.h"
-#include "proxy/evmem.h"
 #include "proxy/fault.h"
 #include "proxy/journal.h"
 #include "proxy/log.h"
@@ -473,7 +473,7 @@ static void on_read(struct bufferevent *bev, void *arg)
  * fresh evbuffer chain cost a malloc and a free of 16 KiB each, past glibc's
  * per-thread cache: about a tenth of a parsed listener's instructions on a
  * job load.  While an end's reads stay small, a read into an empty input
- * goes into a 16 KiB block of the thread's evmem cache instead, handed to
+ * goes into a 16 KiB block of the thread's block cache (blockcache.h) instead, handed to
  * the input by reference (evbuffer_add_reference); libevent calls
  * read_block_put() when the last chain that uses it is freed (written,
  * dropped, or released by a reference that shared it), and the block goes
@@ -488,14 +488,14 @@ static void read_block_put(const void *data, size_t len, void *arg)
 {
     (void)data;
     (void)len;
-    evmem_free(arg);
+    blockcache_free(arg);
 }
 
 /* One read of up to `want` (at most DIRECT_READ_MIN) bytes into a block,
  * added to `in`: what read() returns, errno kept. */
 static ssize_t read_pooled(evutil_socket_t fd, struct evbuffer *in, size_t want)
 {
-    uint8_t *b = evmem_malloc(DIRECT_READ_MIN);
+    uint8_t *b = blockcache_malloc(DIRECT_READ_MIN);
     if (b == NULL) {
         errno = ENOMEM;
         return -1;
@@ -510,7 +510,7 @@ static ssize_t read_pooled(evutil_socket_t fd, struct evbuffer *in, size_t want)
         n = -1;
         err = ENOMEM;
     }
-    evmem_free(b);
+    blockcache_free(b);
     errno = err;
     return n;
 }
