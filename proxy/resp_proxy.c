@@ -351,6 +351,20 @@ static bool starts_with(const char *s, const char *prefix)
     return strncmp(s, prefix, strlen(prefix)) == 0;
 }
 
+/* The keys of the frameworks' lists and hashes (docs/protocols.md). */
+#define SIDEKIQ_QUEUE_PREFIX "queue:" /* queue:NAME, a Sidekiq queue */
+#define RQ_QUEUE_PREFIX "rq:queue:"   /* rq:queue:NAME, an RQ queue */
+#define RQ_WIP_PREFIX "rq:wip:"       /* rq:wip:NAME, RQ's started-job registry */
+#define RQ_JOB_PREFIX "rq:job:"       /* rq:job:ID, an RQ job's hash */
+
+/* What follows `prefix` in s (a queue's name, a job's id), or NULL when s does not start
+ * with it. */
+static const char *after_prefix(const char *s, const char *prefix)
+{
+    size_t n = strlen(prefix);
+    return strncmp(s, prefix, n) == 0 ? s + n : NULL;
+}
+
 static bool ends_with(const char *s, const char *suffix)
 {
     size_t a = strlen(s), b = strlen(suffix);
@@ -965,13 +979,13 @@ static bool is_pop(const struct rpx *rx, const struct cmdview *cv)
         return false;
     switch (rx->prof) {
     case PROF_SIDEKIQ:
-        return is_cmd(cv, CMD_BRPOP) && starts_with(cv->key, "queue:");
+        return is_cmd(cv, CMD_BRPOP) && starts_with(cv->key, SIDEKIQ_QUEUE_PREFIX);
     case PROF_CELERY:
         return is_cmd(cv, CMD_BRPOP);
     case PROF_RQ:
         return (is_cmd(cv, CMD_BLPOP) || is_cmd(cv, CMD_LPOP) || is_cmd(cv, CMD_BLMOVE) ||
                 is_cmd(cv, CMD_LMOVE)) &&
-               starts_with(cv->key, "rq:queue:");
+               starts_with(cv->key, RQ_QUEUE_PREFIX);
     default:
         return false;
     }
@@ -980,12 +994,12 @@ static bool is_pop(const struct rpx *rx, const struct cmdview *cv)
 /* The queue a list key stands for. */
 static char *queue_of(const struct rpx *rx, const char *list)
 {
-    if (rx->prof == PROF_SIDEKIQ && starts_with(list, "queue:"))
-        return strdup(list + 6);
-    if (rx->prof == PROF_RQ && starts_with(list, "rq:queue:"))
-        return strdup(list + 9);
-    if (rx->prof == PROF_RQ && starts_with(list, "rq:wip:"))
-        return strdup(list + 7);
+    const char *name;
+    if (rx->prof == PROF_SIDEKIQ && (name = after_prefix(list, SIDEKIQ_QUEUE_PREFIX)) != NULL)
+        return strdup(name);
+    if (rx->prof == PROF_RQ && ((name = after_prefix(list, RQ_QUEUE_PREFIX)) != NULL ||
+                                (name = after_prefix(list, RQ_WIP_PREFIX)) != NULL))
+        return strdup(name);
     if (rx->prof == PROF_CELERY) {
         /* kombu's priority lists: "<queue>\x06\x16<priority>" */
         const char *sep = strstr(list, "\x06\x16");
@@ -1774,7 +1788,7 @@ static bool ack_args(const struct rpx *rx, const struct cmdview *cv, size_t *fir
             return *first = 2, true;
         return false;
     case PROF_RQ:
-        if (is_cmd(cv, CMD_ZREM) && starts_with(cv->key, "rq:wip:"))
+        if (is_cmd(cv, CMD_ZREM) && starts_with(cv->key, RQ_WIP_PREFIX))
             return *first = 2, true;
         return false;
     case PROF_STREAMS:
@@ -1951,7 +1965,7 @@ static int plan_acks(struct rpx *rx, const struct cmdview *cv, size_t first, str
         }
         if (f.repush) {
             char list[RPX_KEY_MAX + 16];
-            snprintf(list, sizeof(list), "rq:queue:%s", cv->key + strlen("rq:wip:"));
+            snprintf(list, sizeof(list), RQ_QUEUE_PREFIX "%s", cv->key + strlen(RQ_WIP_PREFIX));
             if (p->repush == NULL)
                 p->repush = evbuffer_new();
             const char *argv[3] = {"LPUSH", list, ids[i]};
@@ -2128,7 +2142,7 @@ static const struct rule *publish_decide(struct rpx *rx, const struct cmdview *c
     switch (rx->prof) {
     case PROF_SIDEKIQ:
     case PROF_CELERY: {
-        if (!lpush || (rx->prof == PROF_SIDEKIQ && !starts_with(cv->key, "queue:")) ||
+        if (!lpush || (rx->prof == PROF_SIDEKIQ && !starts_with(cv->key, SIDEKIQ_QUEUE_PREFIX)) ||
             rx->tx.active)
             return NULL;
         if (!jobs_needed(rx)) {
@@ -2161,7 +2175,7 @@ static const struct rule *publish_decide(struct rpx *rx, const struct cmdview *c
         return first;
     }
     case PROF_RQ: {
-        if ((!lpush && !rpush) || !starts_with(cv->key, "rq:queue:"))
+        if ((!lpush && !rpush) || !starts_with(cv->key, RQ_QUEUE_PREFIX))
             return NULL;
         char id[RPX_KEY_MAX];
         if (!cmd_arg(cv, 2, &v) || !view_str(cv->buf, cv->len, &v, id, sizeof(id)))
@@ -2335,7 +2349,7 @@ static int tx_plan(struct rpx *rx, const uint8_t *buf, size_t len, size_t off,
             return -1;
         if (is_cmd(&cv, CMD_LPUSH) || is_cmd(&cv, CMD_RPUSH))
             has_push = true;
-        if (rx->prof == PROF_RQ && is_cmd(&cv, CMD_HSET) && starts_with(cv.key, "rq:job:")) {
+        if (rx->prof == PROF_RQ && is_cmd(&cv, CMD_HSET) && starts_with(cv.key, RQ_JOB_PREFIX)) {
             struct resp_view f, v;
             for (size_t i = 2; cmd_arg(&cv, i, &f) && cmd_arg(&cv, i + 1, &v); i += 2) {
                 if (!resp_view_equals(cv.buf, cv.len, &f, "description") || v.type != '$')
@@ -2343,7 +2357,7 @@ static int tx_plan(struct rpx *rx, const uint8_t *buf, size_t len, size_t off,
                 char *task = NULL;
                 if (resp_job_rq_task(cv.buf + v.off, v.len, &task) == 0) {
                     snprintf(rq_task, sizeof(rq_task), "%s", task);
-                    const char *id = cv.key + strlen("rq:job:");
+                    const char *id = cv.key + strlen(RQ_JOB_PREFIX);
                     idmap_lock();
                     struct idmap_info *in = idmap_put(scope(rx), id, strlen(id));
                     if (in != NULL)
@@ -2806,9 +2820,10 @@ static enum cmd_result command(struct rpx *rx, const uint8_t *buf, const struct 
     if (is_pop(rx, &cv)) {
         e->kind = RK_POP;
         e->arg = strdup(cv.key);
-    } else if (rx->prof == PROF_RQ && is_cmd(&cv, CMD_HGETALL) && starts_with(cv.key, "rq:job:")) {
+    } else if (rx->prof == PROF_RQ && is_cmd(&cv, CMD_HGETALL) &&
+               starts_with(cv.key, RQ_JOB_PREFIX)) {
         e->kind = RK_RQ_HASH;
-        e->arg = strdup(cv.key + strlen("rq:job:"));
+        e->arg = strdup(cv.key + strlen(RQ_JOB_PREFIX));
     } else if (rx->prof == PROF_STREAMS) {
         if (is_cmd(&cv, CMD_XREADGROUP)) {
             e->kind = RK_XREAD;
