@@ -1,11 +1,11 @@
 /*
- * caps.h - what each protocol codec can do, declared by the codec.
+ * caps.h - what each protocol codec can do, in the rules' vocabulary.
  *
- * A codec (proto/tcp.c, later proto/amqp.c and proto/resp.c) declares the
- * events it produces, the matchers each event can be filtered by and the
- * actions it can perform on each event, with a reason for each action it
- * refuses.  The rule checker reads only these tables, so adding a protocol
- * needs no special case in rules/.
+ * One table per codec (rules/caps_tcp.c, caps_amqp.c, caps_resp.c, found by
+ * caps_registry.c) declares the events it produces, the matchers each event
+ * can be filtered by and the actions it can perform on each event, with a
+ * reason for each action it refuses.  The rule checker reads only these
+ * tables, so adding a protocol needs no special case elsewhere in rules/.
  */
 #ifndef TWICE_CAPS_H
 #define TWICE_CAPS_H

@@ -7,11 +7,11 @@
  * user can make is provoked and its exact message, position and hint
  * asserted.  The checker must take everything protocol-specific from the
  * codec tables (rules/caps.h), so this test replaces the registry: tcp
- * listeners get the real table of proto/tcp.c, resp listeners a narrow one
+ * listeners get the real table of rules/caps_tcp.c, resp listeners a narrow one
  * with no reasons, and amqp listeners a codec that can do everything, so the
  * language tests are not limited by any codec; the tests of the amqp table
  * (test_caps_amqp_*) switch amqp listeners to the real table of
- * proto/amqp_caps.c, as proto/registry.c does.  Garbage
+ * rules/caps_amqp.c, as rules/caps_registry.c does.  Garbage
  * and allocation-failure runs check that nothing crashes or leaks (run under
  * valgrind or ASan).
  */
@@ -81,7 +81,7 @@ static int use_everything_amqp(void **state)
     return 0;
 }
 
-/* Whether resp listeners get the real tables of proto/resp_caps.c. */
+/* Whether resp listeners get the real tables of rules/caps_resp.c. */
 static bool real_resp;
 const struct proto_caps *proto_resp_caps_find(const char *profile);
 
@@ -99,7 +99,7 @@ static int use_narrow_resp(void **state)
     return 0;
 }
 
-/* Replaces proto/registry.c for this test (the linker then leaves it out). */
+/* Replaces rules/caps_registry.c for this test (the linker then leaves it out). */
 const struct proto_caps *proto_caps_find(enum conf_protocol protocol, const char *profile)
 {
     switch (protocol) {
@@ -1014,7 +1014,7 @@ static void test_caps_tables(void **state)
     EXPECT_CLEAN(MQ "rule r on mq { when deliver task=x queue=y; do drop }\n");
 }
 
-/* ---- the real amqp table (proto/amqp_caps.c) ---- */
+/* ---- the real amqp table (rules/caps_amqp.c) ---- */
 
 /* Every event of protocol amqp, each with actions it can take, and every
  * matcher a delivery offers. */

@@ -1,5 +1,5 @@
 /*
- * registry.c - from a listener's protocol and profile to its codec's
+ * caps_registry.c - from a listener's protocol and profile to its codec's
  * capabilities.
  */
 #include "rules/caps.h"

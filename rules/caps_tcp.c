@@ -1,5 +1,5 @@
 /*
- * tcp.c - the `tcp` protocol: opaque bytes, no message events.
+ * caps_tcp.c - the `tcp` protocol's capabilities: opaque bytes, no message events.
  *
  * A tcp listener knows only connections, so its rules are stream actions,
  * applied to every connection (no `when`) or to connections matched by

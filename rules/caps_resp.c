@@ -1,5 +1,5 @@
 /*
- * resp_caps.c - what the resp codec can do, per profile.
+ * caps_resp.c - what the resp codec can do, per profile.
  *
  * Every resp listener sees `command` (each command a client sends, matched
  * by name and first key).  A profile teaches twice one job framework's

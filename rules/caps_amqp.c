@@ -1,5 +1,5 @@
 /*
- * amqp_caps.c - what the amqp codec can do: its events, matchers and actions.
+ * caps_amqp.c - what the amqp codec can do: its events, matchers and actions.
  *
  * Deliveries, acks (and nacks/rejects), publishes and publisher confirms are
  * message events; each carries the attributes of the message it concerns
