@@ -16,8 +16,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "offline/json_out.h"
 #include "proxy/fault.h"
-#include "proxy/json_out.h"
 #include "proxy/log.h"
 #include "proxy/proxy.h"
 #include "rules/engine.h"

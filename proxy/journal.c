@@ -19,7 +19,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "proto/journal_reader.h"
+#include "offline/journal_reader.h"
 #include "proxy/log.h"
 
 /* First allocation of a buffer; it doubles from there up to JOURNAL_BUFFER_CAP. */

@@ -13,11 +13,11 @@
 #include <string.h>
 #include <sys/resource.h>
 
+#include "offline/report.h"
 #include "proxy/blockcache.h"
 #include "proxy/fault.h"
 #include "proxy/log.h"
 #include "proxy/proxy.h"
-#include "proxy/report.h"
 #include "proxy/tls.h"
 #include "rules/conf.h"
 #include "rules/rule.h"

@@ -3,7 +3,7 @@
 #
 #     make -f tests/fuzz/fuzz.mk W=build-fuzz -j2 [HARNESSES="conf journal"]
 #
-# Every source of proto/, rules/ and the journal tools of proxy/ is compiled once, with
+# Every source of proto/, rules/ and offline/ (the journal tools) is compiled once, with
 # coverage instrumentation and ASan/UBSan, into one static library; each harness links against
 # it and so takes only the objects it needs.  The journal's C code is generated into $(W)/gen
 # by protoc-c, as CMake does into build/proto/.  -MMD keeps the build incremental.
@@ -20,9 +20,8 @@ CFLAGS := -g -O1 -std=c11 -D_GNU_SOURCE -I. -I$(W)/gen $(SAN) -MMD -MP
 LIBS := -ljansson -lprotobuf-c
 
 GEN_C := $(W)/gen/proto/journal.pb-c.c
-# proxy/: only the journal tools, which need neither libevent nor OpenSSL.
-LIB_SRC := $(wildcard proto/*.c rules/*.c) proxy/report.c proxy/verdict.c proxy/json_out.c \
-           proxy/strmap.c
+# offline/: the journal tools, which need neither libevent nor OpenSSL.
+LIB_SRC := $(wildcard proto/*.c rules/*.c offline/*.c)
 LIB_OBJ := $(patsubst %.c,$(W)/obj/%.o,$(LIB_SRC)) $(W)/obj/gen/journal.pb-c.o
 LIB := $(W)/libtwice_fuzz.a
 BINS := $(patsubst %,$(W)/bin/fuzz_%,$(HARNESSES))

@@ -1,13 +1,13 @@
 /*
- * fuzz_journal.c - libFuzzer harness for the journal reader (proto/journal_reader.c) and the
+ * fuzz_journal.c - libFuzzer harness for the journal reader (offline/journal_reader.c) and the
  * two commands that read journals a user hands them, `twice report` and `twice verdict`
- * (proxy/report.c, proxy/verdict.c).  Not part of the default build (scripts/fuzz.sh builds
+ * (offline/report.c, offline/verdict.c).  Not part of the default build (scripts/fuzz.sh builds
  * and runs it):
  *
  *     protoc-c --proto_path=. --c_out=GEN proto/journal.proto
  *     clang -D_GNU_SOURCE -fsanitize=fuzzer,address,undefined -I. -IGEN \
- *         tests/fuzz/fuzz_journal.c proto/ *.c rules/ *.c proxy/report.c proxy/verdict.c \
- *         proxy/json_out.c proxy/strmap.c GEN/proto/journal.pb-c.c -ljansson -lprotobuf-c
+ *         tests/fuzz/fuzz_journal.c proto/ *.c rules/ *.c offline/ *.c \
+ *         GEN/proto/journal.pb-c.c -ljansson -lprotobuf-c
  *
  * Seeds are journals written by a real twice (tests/fuzz/corpus/journal/).  The input is the
  * content of a journal file: the reader opens it by path, so it is written to a memfd and opened
@@ -28,9 +28,9 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
-#include "proto/journal_reader.h"
-#include "proxy/report.h"
-#include "proxy/verdict.h"
+#include "offline/journal_reader.h"
+#include "offline/report.h"
+#include "offline/verdict.h"
 
 /* Effect lines written for `verdict`: enough to double a few messages. */
 #define FZ_EFFECTS_MAX 64

@@ -1,6 +1,6 @@
 /*
  * test_journal.c - the journal writer (proxy/journal.c) and reader
- * (proto/journal_reader.c): fields round-trip, a writer killed mid-write
+ * (offline/journal_reader.c): fields round-trip, a writer killed mid-write
  * leaves a journal that reads cleanly up to the cut, the 1 MiB entry limit,
  * the writer never blocks the caller on a stuck disk, and garbage never
  * crashes the reader.
@@ -22,7 +22,7 @@
 #include <sys/time.h>
 #include <unistd.h>
 
-#include "proto/journal_reader.h"
+#include "offline/journal_reader.h"
 #include "proxy/journal.h"
 
 #define TEST_PATH_MAX 256

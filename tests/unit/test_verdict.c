@@ -16,11 +16,11 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "proto/journal_reader.h"
+#include "offline/journal_reader.h"
+#include "offline/json_out.h"
+#include "offline/report.h"
+#include "offline/verdict.h"
 #include "proxy/journal.h"
-#include "proxy/json_out.h"
-#include "proxy/report.h"
-#include "proxy/verdict.h"
 #include "rules/rule.h"
 
 #define T0_US 1764406800000000ull

@@ -1,9 +1,9 @@
 /*
  * json_out.c - JSON string escaping.  See json_out.h.
  */
-#include "proxy/json_out.h"
+#include "offline/json_out.h"
 
-#include "proto/journal_reader.h"
+#include "offline/journal_reader.h"
 
 /* The two-character escape for c, or 0 when c has none. */
 static char short_escape(unsigned char c)

@@ -6,7 +6,7 @@
  * refills it with fread(); an entry is decoded only once all of its bytes are
  * in the buffer, so the buffer never grows past the largest legal entry.
  */
-#include "proto/journal_reader.h"
+#include "offline/journal_reader.h"
 
 #include "proto/utf8.h"
 

@@ -6,16 +6,16 @@
  * row per task type.  Memory is one small struct per distinct message id, so
  * a million messages take tens of megabytes and a few seconds at most.
  */
-#include "proxy/verdict.h"
+#include "offline/verdict.h"
 
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "proto/journal_reader.h"
-#include "proxy/json_out.h"
-#include "proxy/report.h"
-#include "proxy/strmap.h"
+#include "offline/journal_reader.h"
+#include "offline/json_out.h"
+#include "offline/report.h"
+#include "offline/strmap.h"
 #include "rules/rule.h"
 
 /* verdict_msg.task before any record named one. */

@@ -1,7 +1,7 @@
 /*
  * strmap.c - open-addressing string map.  See strmap.h.
  */
-#include "proxy/strmap.h"
+#include "offline/strmap.h"
 
 #include <stdlib.h>
 #include <string.h>

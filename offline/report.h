@@ -7,9 +7,9 @@
  *       one message.
  *   twice verdict --journal J --effects E [--json]
  *       per task type: was any message's side effect produced twice?
- *       (proxy/verdict.h has the computation.)
+ *       (offline/verdict.h has the computation.)
  *
- * Both read the journal with proto/journal_reader.h in one streaming pass and
+ * Both read the journal with offline/journal_reader.h in one streaming pass and
  * keep one hash-map entry per distinct message id, so a journal of millions
  * of records is fine.  --json output is one object whose keys and order are
  * stable; fields are only ever added.
@@ -34,7 +34,7 @@ int report_run(int argc, char **argv, FILE *out, FILE *err);
 /* report_run() on stdout and stderr: the entry point for proxy/main.c. */
 int report_main(int argc, char **argv);
 
-/* verdict_run() (proxy/verdict.h) on stdout and stderr: the entry point for
+/* verdict_run() (offline/verdict.h) on stdout and stderr: the entry point for
  * proxy/main.c.  Returns 1 when any task is NOT IDEMPOTENT, 0 otherwise, 2 on
  * usage or I/O errors. */
 int verdict_main(int argc, char **argv);

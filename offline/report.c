@@ -6,7 +6,7 @@
  * Per-message delivery counts are stored in the map's value pointer itself
  * (uintptr_t), which saves one allocation per message id.
  */
-#include "proxy/report.h"
+#include "offline/report.h"
 
 #include <errno.h>
 #include <stdbool.h>
@@ -15,9 +15,9 @@
 #include <string.h>
 #include <time.h>
 
-#include "proto/journal_reader.h"
-#include "proxy/json_out.h"
-#include "proxy/strmap.h"
+#include "offline/journal_reader.h"
+#include "offline/json_out.h"
+#include "offline/strmap.h"
 #include "rules/rule.h"
 
 /* by_kind slots: Record.Kind codes 0..9, then one for codes a newer writer added. */
