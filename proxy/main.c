@@ -15,6 +15,7 @@
 
 #include "offline/report.h"
 #include "proxy/blockcache.h"
+#include "proxy/conf_file.h"
 #include "proxy/fault.h"
 #include "proxy/log.h"
 #include "proxy/proxy.h"

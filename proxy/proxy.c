@@ -30,6 +30,7 @@
 #include <unistd.h>
 
 #include "proxy/admin.h"
+#include "proxy/conf_file.h"
 #include "proxy/idmap.h"
 #include "proxy/journal.h"
 #include "proxy/log.h"

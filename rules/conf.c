@@ -331,31 +331,31 @@ static bool conf_read_all(FILE *f, struct conf_diags *diags, char **buf, size_t 
     return false;
 }
 
-int conf_parse_file(const char *path, struct conf **out, struct conf_diags *diags)
+int conf_parse_stream(const char *name, FILE *f, struct conf **out, struct conf_diags *diags)
 {
     char *text;
     size_t len;
-    FILE *f;
     int rc;
 
     *out = NULL;
-    if (!conf_diags_set_file(diags, path)) {
-        return -1;
-    }
-    f = fopen(path, "rb");
-    if (f == NULL) {
-        conf_diag_add(diags, CONF_ERROR, (struct conf_loc){0, 0}, NULL, "cannot open: %s",
-                      strerror(errno));
+    if (!conf_diags_set_file(diags, name)) {
         return -1;
     }
     if (!conf_read_all(f, diags, &text, &len)) {
-        fclose(f);
         return -1;
     }
-    fclose(f);
-    rc = conf_parse_string(path, text, len, out, diags);
+    rc = conf_parse_string(name, text, len, out, diags);
     free(text);
     return rc;
+}
+
+int conf_cannot_open(const char *path, int err, struct conf_diags *diags)
+{
+    if (conf_diags_set_file(diags, path)) {
+        conf_diag_add(diags, CONF_ERROR, (struct conf_loc){0, 0}, NULL, "cannot open: %s",
+                      strerror(err));
+    }
+    return -1;
 }
 
 const char *conf_protocol_name(enum conf_protocol p)

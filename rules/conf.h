@@ -38,7 +38,7 @@
 #define CONF_DEFAULT_MAX_HELD (64ull * 1024 * 1024)
 /* Most event-loop threads `threads N` may ask for. */
 #define CONF_MAX_THREADS 64
-/* Longest file `conf_parse_file` reads; a bigger one is a mistake. */
+/* Longest file `conf_parse_stream` reads; a bigger one is a mistake. */
 #define CONF_MAX_FILE_BYTES (4u * 1024u * 1024u)
 
 struct conf_loc {
@@ -152,16 +152,23 @@ struct conf_diags {
     unsigned warnings;
 };
 
-/* Parse the file at `path`.  On success (no error diagnostics) returns 0 and
- * stores a new configuration in *out, owned by the caller (conf_free).  On
- * failure returns -1, *out is NULL, and `diags` holds every problem found.
- * Warnings may be present either way.  `diags` must be zeroed or
- * conf_diags_init()ed by the caller and freed with conf_diags_free(). */
-int conf_parse_file(const char *path, struct conf **out, struct conf_diags *diags)
+/* Parse the text read from stream `f` (opened by the program: rules/ opens
+ * no file; proxy/conf_file.c's conf_parse_file() does it), at most
+ * CONF_MAX_FILE_BYTES; `name` is the file name of diagnostics and
+ * conf->path.  On success (no error diagnostics) returns 0 and stores a new
+ * configuration in *out, owned by the caller (conf_free).  On failure
+ * returns -1, *out is NULL, and `diags` holds every problem found (a read
+ * error, a file too large, each mistake in the text).  Warnings may be
+ * present either way.  `diags` must be zeroed or conf_diags_init()ed by the
+ * caller and freed with conf_diags_free().  `f` is not closed. */
+int conf_parse_stream(const char *name, FILE *f, struct conf **out, struct conf_diags *diags)
     __attribute__((warn_unused_result));
 
-/* Same as conf_parse_file over an in-memory text; `name` is used as the file
- * name in diagnostics and as conf->path. */
+/* Records that `path` could not be opened (errno value `err`) in `diags`, as
+ * the one error of that file.  Returns -1. */
+int conf_cannot_open(const char *path, int err, struct conf_diags *diags);
+
+/* Same as conf_parse_stream over an in-memory text. */
 int conf_parse_string(const char *name, const char *text, size_t len, struct conf **out,
                       struct conf_diags *diags) __attribute__((warn_unused_result));
 

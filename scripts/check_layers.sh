@@ -2,15 +2,20 @@
 # The layers of docs/architecture.md, checked on every build (CMake runs this
 # before compiling proto/): proto/ < rules/ < offline/ < proxy/.  A layer
 # includes nothing of a layer above it, and only proxy/ includes libevent or
-# OpenSSL (offline/, the journal tools, opens no socket).
+# OpenSSL (offline/, the journal tools, opens no socket); proto/ and rules/
+# open no file either: the program hands them bytes or a stream.
 # Usage: scripts/check_layers.sh SOURCE_DIR
 cd "${1:-.}" || exit 2
 inc='^[[:space:]]*#[[:space:]]*include[[:space:]]*[<"]'
 bad=$(grep -nE "$inc(rules/|offline/|proxy/|event2/|openssl/)" proto/*.c proto/*.h;
       grep -nE "$inc(offline/|proxy/|event2/|openssl/)" rules/*.c rules/*.h;
       grep -nE "$inc(proxy/|event2/|openssl/|sys/socket|netinet/)" offline/*.c offline/*.h)
+# proto/ and rules/ are handed bytes or a stream; they open no file
+opens=$(grep -nE '(^|[^_[:alnum:]])(fopen|open|opendir|socket)[[:space:]]*\(' proto/*.c rules/*.c)
+[ -z "$opens" ] || bad="$bad${bad:+
+}$opens"
 if [ -n "$bad" ]; then
-    echo "layer check: an include that crosses the layers (proto/ < rules/ < offline/ < proxy/, see docs/architecture.md):" >&2
+    echo "layer check: an include or a file opened across the layers (proto/ < rules/ < offline/ < proxy/, see docs/architecture.md):" >&2
     echo "$bad" >&2
     exit 1
 fi
