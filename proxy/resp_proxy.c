@@ -2525,23 +2525,12 @@ static int tx_plan(struct rpx *rx, const uint8_t *buf, size_t len, size_t off,
 
 /* ---- one command ------------------------------------------------------- */
 
-static enum cmd_result command(struct rpx *rx, const uint8_t *buf, const struct resp_msg *m)
+/* The `command` event: a rule on commands may answer, drop, delay or cut this one.  True
+ * when it did (*res says how), false when the command goes on. */
+static bool command_event(struct rpx *rx, struct cmdview *cv, const struct resp_msg *m,
+                          const uint8_t *buf, bool cmd_rules, enum cmd_result *res)
 {
-    struct cmdview cv;
-    bool cmd_rules = rx->decided < DECIDED_COMMAND && codec_wants(rx->s, RULE_EV_COMMAND);
-    cmdview_init(&cv, buf, m, cmd_rules);
     size_t len = m->len;
-
-    if (m->nelem == 0) {
-        /* An empty command: Redis answers nothing, but its resetClient()
-         * still ends a CLIENT REPLY SKIP, as the pairing does. */
-        int none = resp_pairing_command(&rx->pairing, m, buf, 0, NULL); /* 0: no reply due */
-        (void)none;
-        rx->run[SIDE_CLIENT] += len;
-        return CMD_DONE;
-    }
-
-    /* The command event. */
     if (rx->decided < DECIDED_COMMAND && !cmd_rules) {
         codec_count(rx->s, RULE_EV_COMMAND);
         rx->decided = DECIDED_COMMAND;
@@ -2551,8 +2540,8 @@ static enum cmd_result command(struct rpx *rx, const uint8_t *buf, const struct 
         memset(&ev, 0, sizeof(ev));
         char anon[48];
         ev.event = RULE_EV_COMMAND;
-        ev.command = cv.name;
-        ev.key = cv.has_key ? cv.key : NULL;
+        ev.command = cv->name;
+        ev.key = cv->has_key ? cv->key : NULL;
         ev.identity =
             codec_anon_id(anon, sizeof(anon), "cmd", (const uint64_t[]){rx->s->id, ++rx->anon}, 2);
         size_t hits[SESSION_MAX_RULE_HITS];
@@ -2567,7 +2556,8 @@ static enum cmd_result command(struct rpx *rx, const uint8_t *buf, const struct 
                 if (rx->tx.active)
                     rx->tx.aborted = true; /* as a queue-time error: EXEC will abort */
                 rx->decided = 0;
-                return CMD_DONE;
+                *res = CMD_DONE;
+                return true;
             case RULE_ACT_DROP: {
                 /* As from a hung server: the replies already due go out, then
                  * nothing more (an entry that never completes). */
@@ -2576,22 +2566,26 @@ static enum cmd_result command(struct rpx *rx, const uint8_t *buf, const struct 
                 struct entry *hole = entry_add(rx, false);
                 if (hole != NULL)
                     hole->done = false;
-                return CMD_STOP;
+                *res = CMD_STOP;
+                return true;
             }
             case RULE_ACT_DELAY:
                 rx->decided = DECIDED_COMMAND;
                 rx->hold_until = now_ms() + r->action.duration_ms;
-                return CMD_WAIT;
+                *res = CMD_WAIT;
+                return true;
             case RULE_ACT_CLOSE:
                 if (r->action.close_when == RULE_CLOSE_BEFORE) {
                     swallow(rx, len);
                     cut_at_turn(rx, r, NULL);
-                    return CMD_STOP;
+                    *res = CMD_STOP;
+                    return true;
                 }
                 /* after: forwarded, then cut once its reply went out */
-                cut_at_turn(rx, r, forward(rx, &cv, m, buf, len));
+                cut_at_turn(rx, r, forward(rx, cv, m, buf, len));
                 rx->decided = 0;
-                return CMD_STOP;
+                *res = CMD_STOP;
+                return true;
             default:
                 break;
             }
@@ -2599,187 +2593,260 @@ static enum cmd_result command(struct rpx *rx, const uint8_t *buf, const struct 
         rx->decided = DECIDED_COMMAND;
     }
 
-    remember_setup(rx, &cv);
+    return false;
+}
 
-    if (!rx->tx.active && (resp_cmd_name_flags(cv.name, strlen(cv.name)) & RESP_CMD_SYNC))
-        return replication_start(rx, &cv, len);
-
-    /* Transactions. */
-    if (is_cmd(&cv, CMD_MULTI) && !rx->tx.active) {
-        run_move(rx, SIDE_CLIENT); /* the plan reads from the MULTI on */
-        if (rx->prof != PROF_NONE && rx->decided < DECIDED_ALL) {
-            size_t avail = evbuffer_get_length(rx->pend[SIDE_CLIENT]);
-            const uint8_t *all = evbuffer_pullup(rx->pend[SIDE_CLIENT], (ev_ssize_t)avail);
-            const struct rule *close_before = NULL, *delay_rule = NULL;
-            int rc = tx_plan(rx, all, avail, len, &close_before, &delay_rule);
-            /* The rest of the transaction is on its way when some of it
-             * came; and a MULTI alone, on a listener whose rules judge what
-             * a transaction carries (acks; RQ's enqueue), waits for the rest
-             * too (a client written to wait for MULTI's +OK gets it after
-             * RPX_TX_WAIT_MS): forwarded at once, its ack could not be
-             * faulted any more. */
-            bool judged = codec_wants(rx->s, RULE_EV_ACK) ||
-                          ((rx->prof == PROF_RQ || rx->prof == PROF_STREAMS) &&
-                           codec_wants(rx->s, RULE_EV_PUBLISH));
-            if (rc == 0 && !rx->tx_waited && (avail > len || judged)) {
-                tx_reset(&rx->tx);
-                if (rx->tx_wait_until == 0)
-                    rx->tx_wait_until = now_ms() + RPX_TX_WAIT_MS;
-                return CMD_WAIT;
-            }
-            rx->tx_wait_until = 0;
-            rx->tx_waited = false;
-            if (close_before != NULL) {
-                tx_reset(&rx->tx);
-                swallow(rx, len);
-                cut_at_turn(rx, close_before, NULL);
-                return CMD_STOP;
-            }
-            if (delay_rule != NULL) {
-                rx->decided = DECIDED_ALL;
-                rx->hold_until = now_ms() + delay_rule->action.duration_ms;
-                rx->tx.active = false;
-                return CMD_WAIT;
-            }
-            if (rc != 1)
-                tx_reset(&rx->tx);
+/* MULTI outside a transaction: the transaction's plan, made once its commands are here (or
+ * after RPX_TX_WAIT_MS), then MULTI goes on. */
+static enum cmd_result tx_begin(struct rpx *rx, struct cmdview *cv, const struct resp_msg *m)
+{
+    size_t len = m->len;
+    run_move(rx, SIDE_CLIENT); /* the plan reads from the MULTI on */
+    if (rx->prof != PROF_NONE && rx->decided < DECIDED_ALL) {
+        size_t avail = evbuffer_get_length(rx->pend[SIDE_CLIENT]);
+        const uint8_t *all = evbuffer_pullup(rx->pend[SIDE_CLIENT], (ev_ssize_t)avail);
+        const struct rule *close_before = NULL, *delay_rule = NULL;
+        int rc = tx_plan(rx, all, avail, len, &close_before, &delay_rule);
+        /* The rest of the transaction is on its way when some of it
+         * came; and a MULTI alone, on a listener whose rules judge what
+         * a transaction carries (acks; RQ's enqueue), waits for the rest
+         * too (a client written to wait for MULTI's +OK gets it after
+         * RPX_TX_WAIT_MS): forwarded at once, its ack could not be
+         * faulted any more. */
+        bool judged =
+            codec_wants(rx->s, RULE_EV_ACK) || ((rx->prof == PROF_RQ || rx->prof == PROF_STREAMS) &&
+                                                codec_wants(rx->s, RULE_EV_PUBLISH));
+        if (rc == 0 && !rx->tx_waited && (avail > len || judged)) {
+            tx_reset(&rx->tx);
+            if (rx->tx_wait_until == 0)
+                rx->tx_wait_until = now_ms() + RPX_TX_WAIT_MS;
+            return CMD_WAIT;
         }
-        rx->tx.active = true;
-        rx->tx.idx = 0;
-        forward(rx, &cv, m, evbuffer_pullup(rx->pend[SIDE_CLIENT], (ev_ssize_t)len), len);
-        rx->decided = 0;
-        return CMD_DONE;
+        rx->tx_wait_until = 0;
+        rx->tx_waited = false;
+        if (close_before != NULL) {
+            tx_reset(&rx->tx);
+            swallow(rx, len);
+            cut_at_turn(rx, close_before, NULL);
+            return CMD_STOP;
+        }
+        if (delay_rule != NULL) {
+            rx->decided = DECIDED_ALL;
+            rx->hold_until = now_ms() + delay_rule->action.duration_ms;
+            rx->tx.active = false;
+            return CMD_WAIT;
+        }
+        if (rc != 1)
+            tx_reset(&rx->tx);
     }
-    if (rx->tx.active && rx->tx.aborted && is_cmd(&cv, CMD_EXEC)) {
-        /* Redis discards a transaction with a refused command: so does
-         * twice, answering EXEC as Redis would. */
-        static const char discard[] = "*1\r\n$7\r\nDISCARD\r\n";
-        static const char abort_msg[] =
-            "-EXECABORT Transaction discarded because of previous errors.\r\n";
+    rx->tx.active = true;
+    rx->tx.idx = 0;
+    forward(rx, cv, m, evbuffer_pullup(rx->pend[SIDE_CLIENT], (ev_ssize_t)len), len);
+    rx->decided = 0;
+    return CMD_DONE;
+}
+
+/* EXEC of a transaction with a refused command: discarded, as Redis does. */
+static enum cmd_result tx_exec_aborted(struct rpx *rx, const struct resp_msg *m)
+{
+    size_t len = m->len;
+    /* Redis discards a transaction with a refused command: so does
+     * twice, answering EXEC as Redis would. */
+    static const char discard[] = "*1\r\n$7\r\nDISCARD\r\n";
+    static const char abort_msg[] =
+        "-EXECABORT Transaction discarded because of previous errors.\r\n";
+    swallow(rx, len);
+    send_own(rx, discard, sizeof(discard) - 1);
+    answer(rx, abort_msg, sizeof(abort_msg) - 1);
+    tx_reset(&rx->tx);
+    rx->decided = 0;
+    return CMD_DONE;
+}
+
+/* EXEC or DISCARD of a transaction: the plan's replies and its commands for twice's own
+ * connection (delayed acks, late copies, re-pushes). */
+static enum cmd_result tx_end(struct rpx *rx, struct cmdview *cv, const struct resp_msg *m,
+                              const uint8_t *buf)
+{
+    size_t len = m->len;
+    struct tx *t = &rx->tx;
+    struct entry *e = forward(rx, cv, m, buf, len);
+    if (e != NULL && is_cmd(cv, CMD_EXEC)) {
+        if (t->any) {
+            e->kind = RK_EXEC;
+            e->tx = t->cmds;
+            e->ntx = t->idx < t->n ? t->idx : t->n;
+            /* queued commands beyond the plan were forwarded */
+            for (size_t i = e->ntx; i < t->n; i++)
+                if (t->cmds[i].synth != NULL)
+                    evbuffer_free(t->cmds[i].synth);
+            if (t->idx > e->ntx) {
+                struct txcmd *c = realloc(t->cmds, t->idx * sizeof(*c));
+                if (c != NULL) {
+                    memset(c + e->ntx, 0, (t->idx - e->ntx) * sizeof(*c));
+                    e->tx = c;
+                    e->ntx = t->idx;
+                }
+            }
+            t->cmds = NULL;
+            t->n = 0;
+        }
+        if (t->close_after != NULL) {
+            rx->blackholed = true;
+            e->close_after = t->close_after;
+        }
+        struct resp_aux *a = NULL;
+        if ((t->later != NULL || t->now != NULL || t->copies != NULL) &&
+            (a = aux_get(rx)) != NULL) {
+            if (t->later != NULL)
+                resp_aux_send_later(a, t->later_ms, t->later, t->later_n);
+            if (t->copies != NULL)
+                resp_aux_send_later(a, t->copies_ms, t->copies, t->copies_n);
+            if (t->now != NULL)
+                resp_aux_send(a, t->now, t->now_n);
+        }
+    }
+    tx_reset(t);
+    rx->decided = 0;
+    return CMD_DONE;
+}
+
+/* A command queued in a transaction: forwarded, or answered +QUEUED when the plan keeps it
+ * back. */
+static enum cmd_result tx_queue(struct rpx *rx, struct cmdview *cv, const struct resp_msg *m,
+                                const uint8_t *buf)
+{
+    size_t len = m->len;
+    struct tx *t = &rx->tx;
+    size_t i = t->idx++;
+    if (t->planned && i < t->n && t->cmds[i].suppress) {
         swallow(rx, len);
-        send_own(rx, discard, sizeof(discard) - 1);
-        answer(rx, abort_msg, sizeof(abort_msg) - 1);
-        tx_reset(&rx->tx);
-        rx->decided = 0;
-        return CMD_DONE;
+        answer(rx, "+QUEUED\r\n", 9);
+    } else {
+        forward(rx, cv, m, buf, len);
     }
-    if (rx->tx.active && (is_cmd(&cv, CMD_EXEC) || is_cmd(&cv, CMD_DISCARD))) {
-        struct tx *t = &rx->tx;
-        struct entry *e = forward(rx, &cv, m, buf, len);
-        if (e != NULL && is_cmd(&cv, CMD_EXEC)) {
-            if (t->any) {
-                e->kind = RK_EXEC;
-                e->tx = t->cmds;
-                e->ntx = t->idx < t->n ? t->idx : t->n;
-                /* queued commands beyond the plan were forwarded */
-                for (size_t i = e->ntx; i < t->n; i++)
-                    if (t->cmds[i].synth != NULL)
-                        evbuffer_free(t->cmds[i].synth);
-                if (t->idx > e->ntx) {
-                    struct txcmd *c = realloc(t->cmds, t->idx * sizeof(*c));
-                    if (c != NULL) {
-                        memset(c + e->ntx, 0, (t->idx - e->ntx) * sizeof(*c));
-                        e->tx = c;
-                        e->ntx = t->idx;
-                    }
-                }
-                t->cmds = NULL;
-                t->n = 0;
-            }
-            if (t->close_after != NULL) {
-                rx->blackholed = true;
-                e->close_after = t->close_after;
-            }
-            struct resp_aux *a = NULL;
-            if ((t->later != NULL || t->now != NULL || t->copies != NULL) &&
-                (a = aux_get(rx)) != NULL) {
-                if (t->later != NULL)
-                    resp_aux_send_later(a, t->later_ms, t->later, t->later_n);
-                if (t->copies != NULL)
-                    resp_aux_send_later(a, t->copies_ms, t->copies, t->copies_n);
-                if (t->now != NULL)
-                    resp_aux_send(a, t->now, t->now_n);
-            }
-        }
-        tx_reset(t);
-        rx->decided = 0;
-        return CMD_DONE;
-    }
-    if (rx->tx.active) {
-        struct tx *t = &rx->tx;
-        size_t i = t->idx++;
-        if (t->planned && i < t->n && t->cmds[i].suppress) {
-            swallow(rx, len);
-            answer(rx, "+QUEUED\r\n", 9);
-        } else {
-            forward(rx, &cv, m, buf, len);
-        }
-        rx->decided = 0;
-        return CMD_DONE;
-    }
+    rx->decided = 0;
+    return CMD_DONE;
+}
 
-    /* Outside a transaction: acks, publishes, pops. */
-    size_t first;
-    if (ack_args(rx, &cv, &first)) {
-        struct ack_plan p;
-        if (plan_acks(rx, &cv, first, &p) != 0) {
-            forward(rx, &cv, m, buf, len);
-            rx->decided = 0;
-            return CMD_DONE;
-        }
-        if (p.close_before != NULL) {
-            const struct rule *r = p.close_before;
-            ack_plan_free(&p);
-            swallow(rx, len);
-            cut_at_turn(rx, r, NULL);
-            return CMD_STOP;
-        }
-        ack_plan_side_effects(rx, &p);
-        struct entry *e = NULL;
-        if (p.suppressed > 0 && p.suppressed == p.n) {
-            swallow(rx, len);
-            char r[32];
-            int n = snprintf(r, sizeof(r), ":%lld\r\n", (long long)synth_count(&cv));
-            if (owe_reply(rx))
-                answer(rx, r, (size_t)n);
-        } else if (p.suppressed > 0 && p.kept != NULL) {
-            /* The command without the kept-back ids; its count plus them. */
-            struct resp_msg km;
-            struct resp_scanner ks;
-            resp_scanner_init(&ks, RESP_SIDE_CLIENT);
-            size_t klen = evbuffer_get_length(p.kept);
-            const uint8_t *kb = evbuffer_pullup(p.kept, (ev_ssize_t)klen);
-            if (resp_scan(&ks, kb, klen, &km) == 1 &&
-                resp_pairing_command(&rx->pairing, &km, kb, 0, NULL) == 1) {
-                swallow(rx, len); /* moves the run first */
-                evbuffer_add_buffer(rx->out[SIDE_UPSTREAM], p.kept);
-                e = entry_add(rx, true);
-                if (e != NULL) {
-                    e->kind = RK_ADD_INT;
-                    e->add = (int64_t)p.suppressed;
-                }
-            } else {
-                e = forward(rx, &cv, m, buf, len);
-            }
-        } else {
-            e = forward(rx, &cv, m, buf, len);
-        }
-        const struct rule *close_after = p.close_after;
+/* An ack outside a transaction (its ids from argument `first` on): applied, kept back,
+ * delayed or cut as its rules say. */
+static enum cmd_result command_ack(struct rpx *rx, struct cmdview *cv, const struct resp_msg *m,
+                                   const uint8_t *buf, size_t first)
+{
+    size_t len = m->len;
+    struct ack_plan p;
+    if (plan_acks(rx, cv, first, &p) != 0) {
+        forward(rx, cv, m, buf, len);
+        rx->decided = 0;
+        return CMD_DONE;
+    }
+    if (p.close_before != NULL) {
+        const struct rule *r = p.close_before;
         ack_plan_free(&p);
-        rx->decided = 0;
-        if (close_after != NULL) {
-            cut_at_turn(rx, close_after, e);
-            return CMD_STOP;
-        }
-        return CMD_DONE;
+        swallow(rx, len);
+        cut_at_turn(rx, r, NULL);
+        return CMD_STOP;
     }
+    ack_plan_side_effects(rx, &p);
+    struct entry *e = NULL;
+    if (p.suppressed > 0 && p.suppressed == p.n) {
+        swallow(rx, len);
+        char r[32];
+        int n = snprintf(r, sizeof(r), ":%lld\r\n", (long long)synth_count(cv));
+        if (owe_reply(rx))
+            answer(rx, r, (size_t)n);
+    } else if (p.suppressed > 0 && p.kept != NULL) {
+        /* The command without the kept-back ids; its count plus them. */
+        struct resp_msg km;
+        struct resp_scanner ks;
+        resp_scanner_init(&ks, RESP_SIDE_CLIENT);
+        size_t klen = evbuffer_get_length(p.kept);
+        const uint8_t *kb = evbuffer_pullup(p.kept, (ev_ssize_t)klen);
+        if (resp_scan(&ks, kb, klen, &km) == 1 &&
+            resp_pairing_command(&rx->pairing, &km, kb, 0, NULL) == 1) {
+            swallow(rx, len); /* moves the run first */
+            evbuffer_add_buffer(rx->out[SIDE_UPSTREAM], p.kept);
+            e = entry_add(rx, true);
+            if (e != NULL) {
+                e->kind = RK_ADD_INT;
+                e->add = (int64_t)p.suppressed;
+            }
+        } else {
+            e = forward(rx, cv, m, buf, len);
+        }
+    } else {
+        e = forward(rx, cv, m, buf, len);
+    }
+    const struct rule *close_after = p.close_after;
+    ack_plan_free(&p);
+    rx->decided = 0;
+    if (close_after != NULL) {
+        cut_at_turn(rx, close_after, e);
+        return CMD_STOP;
+    }
+    return CMD_DONE;
+}
 
+/* What the reply to a forwarded command is, for the reply side: a pop's job, an RQ job
+ * hash, a stream read or claim, an XADD's id. */
+static void tag_reply(struct rpx *rx, struct cmdview *cv, const struct resp_msg *m,
+                      const uint8_t *buf, struct entry *e)
+{
+    size_t len = m->len;
+    if (is_pop(rx, cv)) {
+        e->kind = RK_POP;
+        e->arg = strdup(cv->key);
+    } else if (rx->prof == PROF_RQ && is_cmd(cv, CMD_HGETALL) &&
+               starts_with(cv->key, RQ_JOB_PREFIX)) {
+        e->kind = RK_RQ_HASH;
+        e->arg = strdup(cv->key + strlen(RQ_JOB_PREFIX));
+    } else if (rx->prof == PROF_STREAMS) {
+        if (is_cmd(cv, CMD_XREADGROUP)) {
+            e->kind = RK_XREAD;
+            /* An id other than '>' re-reads the consumer's pending entries. */
+            struct resp_view last;
+            if (cmd_arg(cv, m->nelem - 1, &last))
+                e->redelivered = !resp_view_equals(buf, len, &last, ">");
+        } else if (is_cmd(cv, CMD_XCLAIM) || is_cmd(cv, CMD_XAUTOCLAIM)) {
+            bool justid = false;
+            struct resp_view a;
+            for (size_t i = 5; cmd_arg(cv, i, &a); i++)
+                justid |= resp_view_equals(buf, len, &a, "JUSTID");
+            if (!justid) {
+                e->kind = is_cmd(cv, CMD_XCLAIM) ? RK_XCLAIM : RK_XAUTOCLAIM;
+                e->arg = strdup(cv->key);
+            }
+        } else if (is_cmd(cv, CMD_XADD)) {
+            e->kind = RK_XADD;
+            e->arg = strdup(cv->key);
+            /* the task field: after the id, field/value pairs */
+            struct resp_view f, v;
+            for (size_t i = 2; cmd_arg(cv, i, &f); i++) {
+                if (resp_view_equals(buf, len, &f, "task") && cmd_arg(cv, i + 1, &v)) {
+                    char task[RPX_TASK_MAX];
+                    if (fits_or_say(rx, "task", &v, sizeof(task)) &&
+                        view_str(buf, len, &v, task, sizeof(task)))
+                        e->arg2 = strdup(task);
+                    break;
+                }
+            }
+        }
+    }
+}
+
+/* Any other command outside a transaction: a publish its rules may drop, delay or cut, or a
+ * plain command; forwarded, its reply tagged. */
+static enum cmd_result command_other(struct rpx *rx, struct cmdview *cv, const struct resp_msg *m,
+                                     const uint8_t *buf)
+{
+    size_t len = m->len;
     const struct rule *pub = NULL;
     if (rx->decided < DECIDED_ALL && rx->prof != PROF_NONE)
-        pub = publish_decide(rx, &cv, NULL);
-    if (pub == NULL && cv.id == CMD_OTHER) {
+        pub = publish_decide(rx, cv, NULL);
+    if (pub == NULL && cv->id == CMD_OTHER) {
         /* GET, SET, INCR...: no reply kind, no rule on it. */
-        forward_plain(rx, &cv, m, buf, len);
+        forward_plain(rx, cv, m, buf, len);
         rx->decided = 0;
         return CMD_DONE;
     }
@@ -2809,54 +2876,54 @@ static enum cmd_result command(struct rpx *rx, const uint8_t *buf, const struct 
             break;
         }
     }
-    struct entry *e = forward(rx, &cv, m, buf, len);
+    struct entry *e = forward(rx, cv, m, buf, len);
     rx->decided = 0;
     if (pub != NULL && pub->action.kind == RULE_ACT_CLOSE) {
         cut_at_turn(rx, pub, e);
         return CMD_STOP;
     }
-    if (e == NULL)
-        return CMD_DONE;
-    if (is_pop(rx, &cv)) {
-        e->kind = RK_POP;
-        e->arg = strdup(cv.key);
-    } else if (rx->prof == PROF_RQ && is_cmd(&cv, CMD_HGETALL) &&
-               starts_with(cv.key, RQ_JOB_PREFIX)) {
-        e->kind = RK_RQ_HASH;
-        e->arg = strdup(cv.key + strlen(RQ_JOB_PREFIX));
-    } else if (rx->prof == PROF_STREAMS) {
-        if (is_cmd(&cv, CMD_XREADGROUP)) {
-            e->kind = RK_XREAD;
-            /* An id other than '>' re-reads the consumer's pending entries. */
-            struct resp_view last;
-            if (cmd_arg(&cv, m->nelem - 1, &last))
-                e->redelivered = !resp_view_equals(buf, len, &last, ">");
-        } else if (is_cmd(&cv, CMD_XCLAIM) || is_cmd(&cv, CMD_XAUTOCLAIM)) {
-            bool justid = false;
-            struct resp_view a;
-            for (size_t i = 5; cmd_arg(&cv, i, &a); i++)
-                justid |= resp_view_equals(buf, len, &a, "JUSTID");
-            if (!justid) {
-                e->kind = is_cmd(&cv, CMD_XCLAIM) ? RK_XCLAIM : RK_XAUTOCLAIM;
-                e->arg = strdup(cv.key);
-            }
-        } else if (is_cmd(&cv, CMD_XADD)) {
-            e->kind = RK_XADD;
-            e->arg = strdup(cv.key);
-            /* the task field: after the id, field/value pairs */
-            struct resp_view f, v;
-            for (size_t i = 2; cmd_arg(&cv, i, &f); i++) {
-                if (resp_view_equals(buf, len, &f, "task") && cmd_arg(&cv, i + 1, &v)) {
-                    char task[RPX_TASK_MAX];
-                    if (fits_or_say(rx, "task", &v, sizeof(task)) &&
-                        view_str(buf, len, &v, task, sizeof(task)))
-                        e->arg2 = strdup(task);
-                    break;
-                }
-            }
-        }
-    }
+    if (e != NULL)
+        tag_reply(rx, cv, m, buf, e);
     return CMD_DONE;
+}
+
+static enum cmd_result command(struct rpx *rx, const uint8_t *buf, const struct resp_msg *m)
+{
+    struct cmdview cv;
+    bool cmd_rules = rx->decided < DECIDED_COMMAND && codec_wants(rx->s, RULE_EV_COMMAND);
+    cmdview_init(&cv, buf, m, cmd_rules);
+    size_t len = m->len;
+
+    if (m->nelem == 0) {
+        /* An empty command: Redis answers nothing, but its resetClient()
+         * still ends a CLIENT REPLY SKIP, as the pairing does. */
+        int none = resp_pairing_command(&rx->pairing, m, buf, 0, NULL); /* 0: no reply due */
+        (void)none;
+        rx->run[SIDE_CLIENT] += len;
+        return CMD_DONE;
+    }
+
+    enum cmd_result res;
+    if (command_event(rx, &cv, m, buf, cmd_rules, &res))
+        return res;
+
+    remember_setup(rx, &cv);
+
+    if (!rx->tx.active && (resp_cmd_name_flags(cv.name, strlen(cv.name)) & RESP_CMD_SYNC))
+        return replication_start(rx, &cv, len);
+
+    if (is_cmd(&cv, CMD_MULTI) && !rx->tx.active)
+        return tx_begin(rx, &cv, m);
+    if (rx->tx.active && rx->tx.aborted && is_cmd(&cv, CMD_EXEC))
+        return tx_exec_aborted(rx, m);
+    if (rx->tx.active && (is_cmd(&cv, CMD_EXEC) || is_cmd(&cv, CMD_DISCARD)))
+        return tx_end(rx, &cv, m, buf);
+    if (rx->tx.active)
+        return tx_queue(rx, &cv, m, buf);
+    size_t first;
+    if (ack_args(rx, &cv, &first))
+        return command_ack(rx, &cv, m, buf, first);
+    return command_other(rx, &cv, m, buf);
 }
 
 /* ---- the byte loops ---------------------------------------------------- */
