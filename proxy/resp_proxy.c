@@ -2316,39 +2316,51 @@ static struct txcmd *tx_slot(struct tx *t, size_t i)
  * there yet, -1 when the transaction is not one twice plans (malformed,
  * too long).  Sets *close_before when a rule cuts the connection before it.
  */
-static int tx_plan(struct rpx *rx, const uint8_t *buf, size_t len, size_t off,
-                   const struct rule **close_before, const struct rule **delay_rule)
+/* Appends the k commands of src to *dst (made on first need), counting them in *n. */
+static void tx_add_cmds(struct evbuffer **dst, size_t *n, struct evbuffer *src, size_t k)
 {
-    struct resp_scanner sc;
-    resp_scanner_init(&sc, RESP_SIDE_CLIENT);
-    /* The session's limits: a transaction with a bulk over max-message-size
-     * is not planned (Redis never runs it: the session ends at that bulk). */
-    sc.max_bulk = rx->sc[SIDE_CLIENT].max_bulk;
-    /* First pass: find EXEC, RQ's descriptions, pushes in the transaction. */
+    if (*dst == NULL)
+        *dst = evbuffer_new();
+    if (*dst != NULL) {
+        evbuffer_add_buffer(*dst, src);
+        *n += k;
+    }
+}
+
+/* Queued command c is kept back: EXEC's array gets Redis's integer reply for it. */
+static void tx_keep_back(struct tx *t, struct txcmd *c, const struct cmdview *cv)
+{
+    c->suppress = true;
+    t->any = true;
+    c->synth = evbuffer_new();
+    if (c->synth != NULL)
+        evbuffer_add_printf(c->synth, ":%lld\r\n", (long long)synth_count(cv));
+}
+
+/* The first pass over a transaction from `off`: where EXEC is, whether it pushes (a Celery
+ * restore), and RQ's job description (its task, remembered for the job's id).  Returns 1
+ * when EXEC is there, 0 when not yet, -1 when twice does not plan it. */
+static int tx_scan(struct rpx *rx, struct resp_scanner *sc, const uint8_t *buf, size_t len,
+                   size_t off, bool *has_push, char *rq_task, size_t rq_cap)
+{
     size_t pos = off, k = 0;
-    bool has_push = false, complete = false;
-    char rq_task[256] = "";
     while (pos < len) {
         struct resp_msg m;
-        int rc = resp_scan(&sc, buf + pos, len - pos, &m);
+        int rc = resp_scan(sc, buf + pos, len - pos, &m);
         if (rc < 0)
             return -1;
         if (rc == 0)
-            return pos - off > RPX_TX_PEEK_MAX ? -1 : 0;
+            break;
         struct cmdview cv;
         cmdview_init(&cv, buf + pos, &m, true);
         pos += m.len;
-        resp_scanner_reset(&sc);
-        if (is_cmd(&cv, CMD_EXEC) || is_cmd(&cv, CMD_DISCARD)) {
-            complete = is_cmd(&cv, CMD_EXEC);
-            if (!complete)
-                return -1;
-            break;
-        }
+        resp_scanner_reset(sc);
+        if (is_cmd(&cv, CMD_EXEC) || is_cmd(&cv, CMD_DISCARD))
+            return is_cmd(&cv, CMD_EXEC) ? 1 : -1;
         if (++k > RPX_TX_MAX)
             return -1;
         if (is_cmd(&cv, CMD_LPUSH) || is_cmd(&cv, CMD_RPUSH))
-            has_push = true;
+            *has_push = true;
         if (rx->prof == PROF_RQ && is_cmd(&cv, CMD_HSET) && starts_with(cv.key, RQ_JOB_PREFIX)) {
             struct resp_view f, v;
             for (size_t i = 2; cmd_arg(&cv, i, &f) && cmd_arg(&cv, i + 1, &v); i += 2) {
@@ -2356,7 +2368,7 @@ static int tx_plan(struct rpx *rx, const uint8_t *buf, size_t len, size_t off,
                     continue;
                 char *task = NULL;
                 if (resp_job_rq_task(cv.buf + v.off, v.len, &task) == 0) {
-                    snprintf(rq_task, sizeof(rq_task), "%s", task);
+                    snprintf(rq_task, rq_cap, "%s", task);
                     const char *id = cv.key + strlen(RQ_JOB_PREFIX);
                     idmap_lock();
                     struct idmap_info *in = idmap_put(scope(rx), id, strlen(id));
@@ -2368,18 +2380,147 @@ static int tx_plan(struct rpx *rx, const uint8_t *buf, size_t len, size_t off,
             }
         }
     }
-    if (!complete)
-        return pos - off > RPX_TX_PEEK_MAX ? -1 : 0;
+    return pos - off > RPX_TX_PEEK_MAX ? -1 : 0;
+}
+
+/* Tags of the Celery acks a transaction keeps back, for its HDEL. */
+struct tx_tags {
+    char v[RPX_TX_TAGS][RPX_KEY_MAX];
+    size_t n;
+};
+
+/* An ack queued in the transaction (ids from argument `first`): its rules' decisions, and
+ * what goes on twice's own connection after EXEC.  -1 when it cannot be planned. */
+static int tx_plan_ack(struct rpx *rx, struct txcmd *c, const struct cmdview *cv, size_t first,
+                       const struct rule **close_before, struct tx_tags *tags)
+{
+    struct tx *t = &rx->tx;
+    struct ack_plan p;
+    if (plan_acks(rx, cv, first, &p) != 0)
+        return -1;
+    if (p.close_before != NULL && *close_before == NULL)
+        *close_before = p.close_before;
+    if (p.close_after != NULL && t->close_after == NULL)
+        t->close_after = p.close_after;
+    if (p.suppressed > 0 && p.suppressed == p.n) {
+        tx_keep_back(t, c, cv);
+        struct resp_view tv;
+        for (size_t a = 2; rx->prof == PROF_CELERY && tags->n < RPX_TX_TAGS && cmd_arg(cv, a, &tv);
+             a++)
+            view_str(cv->buf, cv->len, &tv, tags->v[tags->n++], RPX_KEY_MAX);
+    } else if (p.suppressed > 0 && is_cmd(cv, CMD_XACK)) {
+        /* A partial XACK inside MULTI: twice keeps the whole command back and applies the
+         * other ids right after EXEC on its own connection. */
+        tx_keep_back(t, c, cv);
+        if (p.kept != NULL)
+            tx_add_cmds(&t->now, &t->now_n, p.kept, 1);
+    }
+    if (p.later != NULL) {
+        tx_add_cmds(&t->later, &t->later_n, p.later, 1);
+        if (p.later_ms > t->later_ms)
+            t->later_ms = p.later_ms;
+    }
+    if (p.repush != NULL && p.repush_ms == 0) {
+        tx_add_cmds(&t->now, &t->now_n, p.repush, p.repush_n);
+    } else if (p.repush != NULL) {
+        tx_add_cmds(&t->copies, &t->copies_n, p.repush, p.repush_n);
+        if (p.repush_ms > t->copies_ms)
+            t->copies_ms = p.repush_ms;
+    }
+    ack_plan_free(&p);
+    return 0;
+}
+
+/* Celery's HDEL unacked TAG... follows the ZREM of the same tags, and is kept back with it:
+ * when every tag it names was (a ZREM naming several is kept back only so), else the job's
+ * payload would be gone while its index entry stays, and the restore would lose it. */
+static void tx_plan_hdel(struct rpx *rx, struct txcmd *c, const struct cmdview *cv,
+                         const struct tx_tags *tags)
+{
+    struct tx *t = &rx->tx;
+    bool all = true;
+    struct resp_view tv;
+    char tag[RPX_KEY_MAX];
+    for (size_t a = 2; all && a < cv->m->nelem; a++) {
+        all = cmd_arg(cv, a, &tv) && view_str(cv->buf, cv->len, &tv, tag, sizeof(tag));
+        bool found = false;
+        for (size_t q = 0; all && !found && q < tags->n; q++)
+            found = strcmp(tag, tags->v[q]) == 0;
+        all = all && found;
+    }
+    if (!all)
+        return;
+    tx_keep_back(t, c, cv);
+    /* A delayed ack applies the HDEL later too. */
+    if (t->later != NULL) {
+        evbuffer_add(t->later, cv->buf, cv->len);
+        t->later_n++;
+    }
+}
+
+/* RQ's push of the enqueue transaction, or an XADD batched in a transaction (redis-py's
+ * pipeline() makes one by default): the publish's rule, if one fires. */
+static void tx_plan_publish(struct rpx *rx, struct txcmd *c, const struct cmdview *cv, bool xadd,
+                            const char *rq_task, const struct rule **close_before,
+                            const struct rule **delay_rule)
+{
+    struct tx *t = &rx->tx;
+    const struct rule *r = xadd ? stream_publish_decide(rx, cv)
+                                : publish_decide(rx, cv, rq_task[0] != '\0' ? rq_task : NULL);
+    if (r == NULL)
+        return;
+    switch (r->action.kind) {
+    case RULE_ACT_DROP:
+        c->suppress = true;
+        t->any = true;
+        c->synth = evbuffer_new();
+        if (c->synth != NULL) {
+            char reply[sizeof(rx->xadd_answer) + 32];
+            evbuffer_add(c->synth, reply, drop_reply(rx, reply, sizeof(reply)));
+        }
+        break;
+    case RULE_ACT_DELAY:
+        if (*delay_rule == NULL)
+            *delay_rule = r;
+        break;
+    case RULE_ACT_CLOSE:
+        if (r->action.close_when == RULE_CLOSE_BEFORE && *close_before == NULL)
+            *close_before = r;
+        else if (t->close_after == NULL)
+            t->close_after = r;
+        break;
+    default:
+        break;
+    }
+}
+
+static int tx_plan(struct rpx *rx, const uint8_t *buf, size_t len, size_t off,
+                   const struct rule **close_before, const struct rule **delay_rule)
+{
+    struct resp_scanner sc;
+    resp_scanner_init(&sc, RESP_SIDE_CLIENT);
+    /* The session's limits: a transaction with a bulk over max-message-size
+     * is not planned (Redis never runs it: the session ends at that bulk). */
+    sc.max_bulk = rx->sc[SIDE_CLIENT].max_bulk;
+    bool has_push = false;
+    char rq_task[RPX_TASK_MAX] = "";
+    int found = tx_scan(rx, &sc, buf, len, off, &has_push, rq_task, sizeof(rq_task));
+    if (found != 1)
+        return found;
     /* Second pass: decide. */
     struct tx *t = &rx->tx;
     resp_scanner_reset(&sc);
-    pos = off;
-    char suppressed_tags[RPX_TX_TAGS][RPX_KEY_MAX];
-    size_t n_tags = 0;
-    for (size_t i = 0;; i++) {
+    size_t pos = off;
+    struct tx_tags *tags = calloc(1, sizeof(*tags));
+    if (tags == NULL)
+        return -1;
+    int rc = 1;
+    for (size_t i = 0; rc == 1; i++) {
         struct resp_msg m;
-        if (resp_scan(&sc, buf + pos, len - pos, &m) != 1)
-            return -1;
+        if (resp_scan(&sc, buf + pos, len - pos, &m) != 1) {
+            rc = -1;
+            break;
+        }
         struct cmdview cv;
         cmdview_init(&cv, buf + pos, &m, true);
         pos += m.len;
@@ -2387,140 +2528,23 @@ static int tx_plan(struct rpx *rx, const uint8_t *buf, size_t len, size_t off,
         if (is_cmd(&cv, CMD_EXEC))
             break;
         struct txcmd *c = tx_slot(t, i);
-        if (c == NULL)
-            return -1;
         size_t first;
         bool celery_restore = rx->prof == PROF_CELERY && has_push;
-        if (!celery_restore && ack_args(rx, &cv, &first)) {
-            struct ack_plan p;
-            if (plan_acks(rx, &cv, first, &p) != 0)
-                return -1;
-            if (p.close_before != NULL && *close_before == NULL)
-                *close_before = p.close_before;
-            if (p.close_after != NULL && t->close_after == NULL)
-                t->close_after = p.close_after;
-            if (p.suppressed > 0 && p.suppressed == p.n) {
-                c->suppress = true;
-                struct resp_view tv;
-                for (size_t a = 2;
-                     rx->prof == PROF_CELERY && n_tags < RPX_TX_TAGS && cmd_arg(&cv, a, &tv); a++)
-                    view_str(cv.buf, cv.len, &tv, suppressed_tags[n_tags++], RPX_KEY_MAX);
-            } else if (p.suppressed > 0 && is_cmd(&cv, CMD_XACK)) {
-                /* A partial XACK inside MULTI: twice keeps the whole command
-                 * back and applies the other ids right after EXEC on its own
-                 * connection. */
-                c->suppress = true;
-                if (p.kept != NULL) {
-                    if (t->now == NULL)
-                        t->now = evbuffer_new();
-                    if (t->now != NULL) {
-                        evbuffer_add_buffer(t->now, p.kept);
-                        t->now_n++;
-                    }
-                }
-            }
-            if (c->suppress) {
-                t->any = true;
-                c->synth = evbuffer_new();
-                if (c->synth != NULL)
-                    evbuffer_add_printf(c->synth, ":%lld\r\n", (long long)synth_count(&cv));
-            }
-            if (p.later != NULL) {
-                if (t->later == NULL)
-                    t->later = evbuffer_new();
-                if (t->later != NULL) {
-                    evbuffer_add_buffer(t->later, p.later);
-                    t->later_n++;
-                    if (p.later_ms > t->later_ms)
-                        t->later_ms = p.later_ms;
-                }
-            }
-            if (p.repush != NULL && p.repush_ms == 0) {
-                if (t->now == NULL)
-                    t->now = evbuffer_new();
-                if (t->now != NULL) {
-                    evbuffer_add_buffer(t->now, p.repush);
-                    t->now_n += p.repush_n;
-                }
-            } else if (p.repush != NULL) {
-                if (t->copies == NULL)
-                    t->copies = evbuffer_new();
-                if (t->copies != NULL) {
-                    evbuffer_add_buffer(t->copies, p.repush);
-                    t->copies_n += p.repush_n;
-                    if (p.repush_ms > t->copies_ms)
-                        t->copies_ms = p.repush_ms;
-                }
-            }
-            ack_plan_free(&p);
-            continue;
-        }
-        /* Celery's HDEL unacked TAG... follows the ZREM of the same tags, and
-         * is kept back with it: when every tag it names was (a ZREM naming
-         * several is kept back only so), else the job's payload would be
-         * gone while its index entry stays, and the restore would lose it. */
-        if (rx->prof == PROF_CELERY && is_cmd(&cv, CMD_HDEL) && ends_with(cv.key, "unacked") &&
-            cv.m->nelem >= 3 && n_tags > 0) {
-            bool all = true;
-            struct resp_view tv;
-            char tag[RPX_KEY_MAX];
-            for (size_t a = 2; all && a < cv.m->nelem; a++) {
-                all = cmd_arg(&cv, a, &tv) && view_str(cv.buf, cv.len, &tv, tag, sizeof(tag));
-                bool found = false;
-                for (size_t q = 0; all && !found && q < n_tags; q++)
-                    found = strcmp(tag, suppressed_tags[q]) == 0;
-                all = all && found;
-            }
-            if (all) {
-                c->suppress = true;
-                t->any = true;
-                c->synth = evbuffer_new();
-                if (c->synth != NULL)
-                    evbuffer_add_printf(c->synth, ":%lld\r\n", (long long)synth_count(&cv));
-                /* A delayed ack applies the HDEL later too. */
-                if (t->later != NULL) {
-                    evbuffer_add(t->later, cv.buf, cv.len);
-                    t->later_n++;
-                }
-            }
-            continue;
-        }
         bool xadd = rx->prof == PROF_STREAMS && is_cmd(&cv, CMD_XADD);
-        if (rx->prof == PROF_RQ || xadd) {
-            /* RQ's push of the enqueue transaction; an XADD batched in a
-             * transaction (redis-py's pipeline() makes one by default). */
-            const struct rule *r =
-                xadd ? stream_publish_decide(rx, &cv)
-                     : publish_decide(rx, &cv, rq_task[0] != '\0' ? rq_task : NULL);
-            if (r == NULL)
-                continue;
-            switch (r->action.kind) {
-            case RULE_ACT_DROP:
-                c->suppress = true;
-                t->any = true;
-                c->synth = evbuffer_new();
-                if (c->synth != NULL) {
-                    char reply[sizeof(rx->xadd_answer) + 32];
-                    evbuffer_add(c->synth, reply, drop_reply(rx, reply, sizeof(reply)));
-                }
-                break;
-            case RULE_ACT_DELAY:
-                if (*delay_rule == NULL)
-                    *delay_rule = r;
-                break;
-            case RULE_ACT_CLOSE:
-                if (r->action.close_when == RULE_CLOSE_BEFORE && *close_before == NULL)
-                    *close_before = r;
-                else if (t->close_after == NULL)
-                    t->close_after = r;
-                break;
-            default:
-                break;
-            }
-        }
+        if (c == NULL)
+            rc = -1;
+        else if (!celery_restore && ack_args(rx, &cv, &first))
+            rc = tx_plan_ack(rx, c, &cv, first, close_before, tags) == 0 ? 1 : -1;
+        else if (rx->prof == PROF_CELERY && is_cmd(&cv, CMD_HDEL) && ends_with(cv.key, "unacked") &&
+                 cv.m->nelem >= 3 && tags->n > 0)
+            tx_plan_hdel(rx, c, &cv, tags);
+        else if (rx->prof == PROF_RQ || xadd)
+            tx_plan_publish(rx, c, &cv, xadd, rq_task, close_before, delay_rule);
     }
-    t->planned = true;
-    return 1;
+    free(tags);
+    if (rc == 1)
+        t->planned = true;
+    return rc;
 }
 
 /* ---- one command ------------------------------------------------------- */
