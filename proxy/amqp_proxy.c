@@ -987,13 +987,15 @@ static void on_held_timer(evutil_socket_t fd, short what, void *arg)
 
 /* ---- settlements (client ack / nack / reject) -------------------------- */
 
-/* Sends a settlement the ledger wrote (n bytes, none when n <= 0) to the broker at once. */
-static void send_up(struct achan *ch, const uint8_t *frame, int n)
+/* Twice settles a delivery itself (duplicate, drop, an expiry, a late copy); whether it
+ * wrote a frame for the broker. */
+static bool settle_now(struct achan *ch, uint64_t tag, bool requeue)
 {
-    if (n > 0) {
+    uint8_t frame[64];
+    int n = amqp_ledger_twice_settle(ch->ledger, ch->id, tag, requeue, frame, sizeof(frame));
+    if (n > 0)
         chan_inject(ch, SIDE_UPSTREAM, frame, (size_t)n);
-        send_flush(ch->ax, SIDE_UPSTREAM);
-    }
+    return n > 0;
 }
 
 /* The channel of a message whose timer fired, or NULL when its session is going away. */
@@ -1014,7 +1016,10 @@ static void on_hold_release(evutil_socket_t fd, short what, void *arg)
     /* The release forgets the tag and frees `mi` (and this timer): nothing
      * of it may be used afterwards. */
     int n = amqp_ledger_release(ch->ledger, ch->id, mi->tag, frame, sizeof(frame));
-    send_up(ch, frame, n);
+    if (n > 0) {
+        chan_inject(ch, SIDE_UPSTREAM, frame, (size_t)n);
+        send_flush(ch->ax, SIDE_UPSTREAM);
+    }
 }
 
 /* A late copy is due (`redeliver after D` D after the ack, `duplicate after D` D after the
@@ -1038,9 +1043,8 @@ static void on_late_copy(evutil_socket_t fd, short what, void *arg)
             "sid=%llu listener=%s channel=%u delivery_tag=%llu after_ms=%u action=%s",
             (unsigned long long)ax->s->id, ax->s->cfg->l->name, ch->id, (unsigned long long)tag,
             mi->late_ms, mi->hold_ack ? "duplicate" : "redeliver");
-    uint8_t frame[64];
-    int n = amqp_ledger_twice_settle(ch->ledger, ch->id, tag, true, frame, sizeof(frame));
-    send_up(ch, frame, n);
+    if (settle_now(ch, tag, true))
+        send_flush(ax, SIDE_UPSTREAM);
 }
 
 /* Arms one of mi's timers (*slot: its hold release, its expiry or its late copy, which run
@@ -1096,30 +1100,29 @@ static bool settle_verdict(struct amqp_px *ax, struct achan *ch, struct amqp_pla
                            const size_t *hits, size_t n, const struct rule **close_after,
                            const struct rule **error)
 {
+    struct msg_info *mi = t->info;
     for (size_t i = 0; i < n; i++) {
         const struct rule *r = hit_rule(ax, hits[i]);
         switch (r->action.kind) {
         case RULE_ACT_REDELIVER:
             t->verdict = AMQP_V_REQUEUE;
-            if (r->action.duration_ms != 0 && t->info != NULL &&
-                arm_timer(ax, t->info, &((struct msg_info *)t->info)->late_timer,
-                          r->action.duration_ms, on_late_copy)) {
+            if (r->action.duration_ms != 0 && mi != NULL &&
+                arm_timer(ax, mi, &mi->late_timer, r->action.duration_ms, on_late_copy)) {
                 /* Held, then requeued at D instead of forwarded. */
                 t->verdict = AMQP_V_HOLD;
-                ((struct msg_info *)t->info)->late_ms = r->action.duration_ms;
+                mi->late_ms = r->action.duration_ms;
             }
             break;
         case RULE_ACT_DROP:
             t->verdict = AMQP_V_DROP;
-            note_ack_rule(ax, t->info, r);
+            note_ack_rule(ax, mi, r);
             break;
         case RULE_ACT_DELAY:
             t->verdict = AMQP_V_HOLD;
-            if (!arm_timer(ax, t->info, &((struct msg_info *)t->info)->timer, r->action.duration_ms,
-                           on_hold_release))
+            if (!arm_timer(ax, mi, &mi->timer, r->action.duration_ms, on_hold_release))
                 t->verdict = AMQP_V_PASS;
             else
-                note_ack_rule(ax, t->info, r);
+                note_ack_rule(ax, mi, r);
             break;
         case RULE_ACT_CLOSE:
             if (r->action.close_when == RULE_CLOSE_BEFORE) {
@@ -1345,7 +1348,6 @@ static void on_expire(evutil_socket_t fd, short what, void *arg)
     if (ch == NULL)
         return;
     struct amqp_px *ax = ch->ax;
-    uint8_t frame[64];
     uint64_t tag = mi->tag;
     /* Settled at the broker in time: nothing expired. */
     if (!amqp_ledger_twice_settleable(ch->ledger, tag))
@@ -1386,17 +1388,8 @@ static void on_expire(evutil_socket_t fd, short what, void *arg)
         send_flush(ax, SIDE_CLIENT);
         return;
     }
-    int n = amqp_ledger_twice_settle(ch->ledger, ch->id, tag, true, frame, sizeof(frame));
-    send_up(ch, frame, n);
-}
-
-/* Twice settles a delivery itself (duplicate, drop). */
-static void settle_now(struct achan *ch, uint64_t tag, bool requeue)
-{
-    uint8_t frame[64];
-    int n = amqp_ledger_twice_settle(ch->ledger, ch->id, tag, requeue, frame, sizeof(frame));
-    if (n > 0)
-        chan_inject(ch, SIDE_UPSTREAM, frame, (size_t)n);
+    if (settle_now(ch, tag, true))
+        send_flush(ax, SIDE_UPSTREAM);
 }
 
 /* The actions of the rules that fired on a delivery or publish.  Returns
