@@ -346,11 +346,6 @@ static bool view_str(const uint8_t *buf, size_t len, const struct resp_view *v, 
     return fits && memchr(out, '\0', (size_t)n) == NULL;
 }
 
-static bool starts_with(const char *s, const char *prefix)
-{
-    return strncmp(s, prefix, strlen(prefix)) == 0;
-}
-
 /* The keys of the frameworks' lists and hashes (docs/protocols.md). */
 #define SIDEKIQ_QUEUE_PREFIX "queue:" /* queue:NAME, a Sidekiq queue */
 #define RQ_QUEUE_PREFIX "rq:queue:"   /* rq:queue:NAME, an RQ queue */
@@ -363,6 +358,11 @@ static const char *after_prefix(const char *s, const char *prefix)
 {
     size_t n = strlen(prefix);
     return strncmp(s, prefix, n) == 0 ? s + n : NULL;
+}
+
+static bool starts_with(const char *s, const char *prefix)
+{
+    return after_prefix(s, prefix) != NULL;
 }
 
 static bool ends_with(const char *s, const char *suffix)
@@ -689,27 +689,33 @@ static int encode_cmd(struct evbuffer *b, size_t argc, const char *const *argv, 
     return evbuffer_commit_space(b, &iov, 1);
 }
 
+/* Sends the n commands of cmds on twice's own connection, now (ms 0) or ms later; commands
+ * that cannot be scheduled are logged. */
+static void aux_send_at(struct rpx *rx, struct evbuffer *cmds, size_t n, uint32_t ms)
+{
+    struct resp_aux *a = aux_get(rx);
+    if (a == NULL)
+        return; /* logged by aux_get */
+    if (ms == 0)
+        resp_aux_send(a, cmds, n);
+    else if (resp_aux_send_later(a, ms, cmds, n) != 0)
+        log_msg(LOG_WARN, "cannot schedule twice's own redis commands",
+                "sid=%llu listener=%s commands=%zu delay_ms=%u", (unsigned long long)rx->s->id,
+                scope(rx), n, ms);
+}
+
 /* Pushes a job back onto `list` (RPUSH: the next BRPOP takes it; LPUSH: the
  * next BLPOP) on twice's own connection, now or (later_ms) that much later. */
 static void repush(struct rpx *rx, const char *cmd, const char *list, const void *val, size_t len,
                    uint32_t later_ms)
 {
-    struct resp_aux *a = aux_get(rx);
     struct evbuffer *b = evbuffer_new();
-    if (a == NULL || b == NULL) {
-        if (b != NULL)
-            evbuffer_free(b);
+    if (b == NULL)
         return;
-    }
     const char *argv[3] = {cmd, list, val};
     size_t lens[3] = {strlen(cmd), strlen(list), len};
-    if (encode_cmd(b, 3, argv, lens) == 0) {
-        if (later_ms == 0)
-            resp_aux_send(a, b, 1);
-        else if (resp_aux_send_later(a, later_ms, b, 1) != 0)
-            log_msg(LOG_WARN, "cannot schedule a late copy", "sid=%llu listener=%s list=%s",
-                    (unsigned long long)rx->s->id, scope(rx), list);
-    }
+    if (encode_cmd(b, 3, argv, lens) == 0)
+        aux_send_at(rx, b, 1, later_ms);
     evbuffer_free(b);
 }
 
@@ -1991,18 +1997,10 @@ static int plan_acks(struct rpx *rx, const struct cmdview *cv, size_t first, str
 /* Sends what an ack plan defers or adds on twice's own connection. */
 static void ack_plan_side_effects(struct rpx *rx, struct ack_plan *p)
 {
-    if (p->later != NULL) {
-        struct resp_aux *a = aux_get(rx);
-        if (a != NULL)
-            resp_aux_send_later(a, p->later_ms, p->later, 1);
-    }
-    if (p->repush != NULL) {
-        struct resp_aux *a = aux_get(rx);
-        if (a != NULL && p->repush_ms == 0)
-            resp_aux_send(a, p->repush, p->repush_n);
-        else if (a != NULL)
-            resp_aux_send_later(a, p->repush_ms, p->repush, p->repush_n);
-    }
+    if (p->later != NULL)
+        aux_send_at(rx, p->later, 1, p->later_ms);
+    if (p->repush != NULL)
+        aux_send_at(rx, p->repush, p->repush_n, p->repush_ms);
 }
 
 /* Whether argument v is `word`, in any case (options of XADD). */
@@ -2327,14 +2325,22 @@ static void tx_add_cmds(struct evbuffer **dst, size_t *n, struct evbuffer *src, 
     }
 }
 
-/* Queued command c is kept back: EXEC's array gets Redis's integer reply for it. */
-static void tx_keep_back(struct tx *t, struct txcmd *c, const struct cmdview *cv)
+/* Queued command c is kept back: EXEC's array gets `reply` (n bytes) for it. */
+static void tx_keep_back_as(struct tx *t, struct txcmd *c, const char *reply, size_t n)
 {
     c->suppress = true;
     t->any = true;
     c->synth = evbuffer_new();
     if (c->synth != NULL)
-        evbuffer_add_printf(c->synth, ":%lld\r\n", (long long)synth_count(cv));
+        evbuffer_add(c->synth, reply, n);
+}
+
+/* tx_keep_back_as() with Redis's integer reply for an ack (ZREM, HDEL, XACK...). */
+static void tx_keep_back(struct tx *t, struct txcmd *c, const struct cmdview *cv)
+{
+    char r[32];
+    int n = snprintf(r, sizeof(r), ":%lld\r\n", (long long)synth_count(cv));
+    tx_keep_back_as(t, c, r, (size_t)n);
 }
 
 /* The first pass over a transaction from `off`: where EXEC is, whether it pushes (a Celery
@@ -2470,15 +2476,11 @@ static void tx_plan_publish(struct rpx *rx, struct txcmd *c, const struct cmdvie
     if (r == NULL)
         return;
     switch (r->action.kind) {
-    case RULE_ACT_DROP:
-        c->suppress = true;
-        t->any = true;
-        c->synth = evbuffer_new();
-        if (c->synth != NULL) {
-            char reply[sizeof(rx->xadd_answer) + 32];
-            evbuffer_add(c->synth, reply, drop_reply(rx, reply, sizeof(reply)));
-        }
+    case RULE_ACT_DROP: {
+        char reply[sizeof(rx->xadd_answer) + 32];
+        tx_keep_back_as(t, c, reply, drop_reply(rx, reply, sizeof(reply)));
         break;
+    }
     case RULE_ACT_DELAY:
         if (*delay_rule == NULL)
             *delay_rule = r;
@@ -2719,16 +2721,12 @@ static enum cmd_result tx_end(struct rpx *rx, struct cmdview *cv, const struct r
             rx->blackholed = true;
             e->close_after = t->close_after;
         }
-        struct resp_aux *a = NULL;
-        if ((t->later != NULL || t->now != NULL || t->copies != NULL) &&
-            (a = aux_get(rx)) != NULL) {
-            if (t->later != NULL)
-                resp_aux_send_later(a, t->later_ms, t->later, t->later_n);
-            if (t->copies != NULL)
-                resp_aux_send_later(a, t->copies_ms, t->copies, t->copies_n);
-            if (t->now != NULL)
-                resp_aux_send(a, t->now, t->now_n);
-        }
+        if (t->later != NULL)
+            aux_send_at(rx, t->later, t->later_n, t->later_ms);
+        if (t->copies != NULL)
+            aux_send_at(rx, t->copies, t->copies_n, t->copies_ms);
+        if (t->now != NULL)
+            aux_send_at(rx, t->now, t->now_n, 0);
     }
     tx_reset(t);
     rx->decided = 0;
