@@ -492,10 +492,10 @@ static int open_journal(struct proxy *px, const struct conf *c)
     config_digest(px->conf_path, hdr.config_sha256);
     char err[512];
     px->journal_path = strdup(c->journal);
-    px->journal =
-        px->journal_path != NULL ? journal_open(c->journal, &hdr, err, sizeof(err)) : NULL;
     if (px->journal_path == NULL)
         snprintf(err, sizeof(err), "%s: out of memory", c->journal);
+    else
+        px->journal = journal_open(c->journal, &hdr, err, sizeof(err));
     if (px->journal == NULL) {
         struct log_line line;
         log_begin(&line, LOG_ERROR, "cannot open journal");
