@@ -16,6 +16,8 @@
  * streams: docs/redis.md, Profiles), `publish` for the commands that
  * enqueue a job, `deliver` for the replies that hand one to a worker (read
  * from the reply, where the job is), `ack` for the commands that settle one.
+ * Which commands and replies those are, and the job's fields in them, is
+ * proto/resp_profile.h's to say; this file decides what to do about them.
  * An ack is usually a MULTI ... EXEC transaction: twice reads the whole
  * transaction ahead before it forwards MULTI (waiting up to RPX_TX_WAIT_MS
  * for the rest of it), decides once, and then keeps back the commands a
@@ -41,6 +43,7 @@
 
 #include "proto/resp.h"
 #include "proto/resp_job.h"
+#include "proto/resp_profile.h"
 #include "proxy/codec.h"
 #include "proxy/fault.h"
 #include "proxy/idmap.h"
@@ -62,36 +65,18 @@ struct rpx;
 static size_t held_max(const struct rpx *rx);
 /* How long twice waits for the rest of a transaction it must read whole. */
 #define RPX_TX_WAIT_MS 100u
-/* The most bytes of a transaction twice reads ahead; a longer one is
- * forwarded without faults on its commands. */
-#define RPX_TX_PEEK_MAX (1u << 20)
-/* Queued commands of one transaction twice plans for. */
-#define RPX_TX_MAX 1024u
-/* Longest key and id twice reads for matching and correlation. */
-#define RPX_KEY_MAX 512u
-/* A stream entry's id as twice keeps it, NUL included.  Redis writes at most 41 bytes
- * (MS-SEQ, two 64-bit numbers); only a server that is not Redis sends more, and such an entry
- * is relayed with no event, logged (`msg="resp field too long"`). */
-#define RPX_ID_MAX 128u
-/* A task name read from a stream entry's or an XADD's `task` field, NUL included.  A longer
- * one is logged the same way and the event goes without a task (a cut name would be another
- * task's). */
-#define RPX_TASK_MAX 256u
+/* A transaction longer than RPROF_TX_PEEK_MAX bytes or RPROF_TX_MAX commands is forwarded
+ * without faults on its commands. */
+/* Stream entry ids (RPROF_ID_MAX) and task names (RPROF_TASK_MAX) longer than their limits
+ * are logged once per session (`msg="resp field too long"`): such an entry is relayed with no
+ * event, and such a task name is not used (a cut name would be another task's). */
 
-enum profile { PROF_NONE, PROF_SIDEKIQ, PROF_CELERY, PROF_RQ, PROF_STREAMS };
-
-/* What twice must look at in a forwarded command's reply. */
+/* What twice must look at in a forwarded command's reply: enum rprof_reply, or one of these,
+ * which are twice's own. */
 enum reply_kind {
-    RK_PLAIN = 0,
-    RK_POP,        /* a list pop: the reply may carry a job */
-    RK_XREAD,      /* XREADGROUP: entries */
-    RK_XCLAIM,     /* XCLAIM: entries handed out again */
-    RK_XAUTOCLAIM, /* XAUTOCLAIM: [cursor, entries, deleted] */
-    RK_XADD,       /* the id of a published entry */
-    RK_RQ_HASH,    /* HGETALL rq:job:ID: the task */
-    RK_EXEC,       /* a transaction with commands twice answered */
-    RK_ADD_INT,    /* an XACK with ids kept back: add them to the count */
-    RK_STREAM,     /* SYNC / PSYNC: the server's bytes from here on, as they come */
+    RK_EXEC = RPROF_REPLY_END, /* a transaction with commands twice answered */
+    RK_ADD_INT,                /* an XACK with ids kept back: add them to the count */
+    RK_STREAM,                 /* SYNC / PSYNC: the server's bytes from here on, as they come */
 };
 
 /* One queued command of a transaction, as twice answers it in EXEC. */
@@ -108,16 +93,17 @@ struct entry {
     uint64_t release_ms;    /* not before (delay) */
     bool server;            /* the server answers it */
     bool done;              /* bytes is complete */
-    bool redelivered;       /* RK_XREAD re-reading the pending list */
+    bool redelivered;       /* RPROF_REPLY_XREAD re-reading the pending list */
     bool hide;              /* the server's reply is for twice only (a DISCARD it sent) */
-    uint8_t kind;           /* enum reply_kind */
-    uint32_t more;          /* RK_PLAIN: replies owed after the next one (forward_plain) */
+    uint8_t kind;           /* enum rprof_reply or enum reply_kind */
+    uint32_t more;          /* RPROF_REPLY_PLAIN: replies owed after the next one (forward_plain) */
     int64_t add;            /* RK_ADD_INT */
     const struct rule *close_after;
     bool close_protocol; /* the session ends once this went out (protocol_error) */
-    char *arg;           /* RK_POP: the list; RK_RQ_HASH: job id; RK_XADD: stream */
-    char *arg2;          /* RK_XADD: task */
-    struct txcmd *tx;    /* RK_EXEC */
+    char
+        *arg; /* RPROF_REPLY_POP: the list; RPROF_REPLY_RQ_HASH: job id; RPROF_REPLY_XADD: stream */
+    char *arg2;       /* RPROF_REPLY_XADD: task */
+    struct txcmd *tx; /* RK_EXEC */
     size_t ntx;
 };
 
@@ -149,7 +135,7 @@ struct rpx_window {
 
 struct rpx {
     struct session *s;
-    enum profile prof;
+    enum rprof prof;
     bool stopped;
     struct resp_scanner sc[2];
     size_t need[2];           /* bytes pend[side] must hold before scanning again */
@@ -224,16 +210,6 @@ static bool alive(const struct rpx *rx)
 static const char *scope(const struct rpx *rx)
 {
     return rx->s->cfg->l->name;
-}
-
-static char *dup_n(const void *p, size_t n)
-{
-    char *s = malloc(n + 1);
-    if (s != NULL) {
-        memcpy(s, p, n);
-        s[n] = '\0';
-    }
-    return s;
 }
 
 /*
@@ -331,59 +307,6 @@ static void cut(struct rpx *rx, const struct rule *r)
     session_abort(rx->s, SESSION_CLOSE_FAULT, SIDE_CLIENT);
 }
 
-/* The bytes of view v as a NUL-terminated string in out[0..cap); false when
- * longer (out then holds a cut copy) or not a string. */
-static bool view_str(const uint8_t *buf, size_t len, const struct resp_view *v, char *out,
-                     size_t cap)
-{
-    int n = resp_view_copy(buf, len, v, (uint8_t *)out, cap - 1);
-    if (n < 0) {
-        out[0] = '\0';
-        return false;
-    }
-    bool fits = (size_t)n < cap;
-    out[fits ? (size_t)n : cap - 1] = '\0';
-    return fits && memchr(out, '\0', (size_t)n) == NULL;
-}
-
-/* The keys of the frameworks' lists and hashes (docs/protocols.md). */
-#define SIDEKIQ_QUEUE_PREFIX "queue:" /* queue:NAME, a Sidekiq queue */
-#define RQ_QUEUE_PREFIX "rq:queue:"   /* rq:queue:NAME, an RQ queue */
-#define RQ_WIP_PREFIX "rq:wip:"       /* rq:wip:NAME, RQ's started-job registry */
-#define RQ_JOB_PREFIX "rq:job:"       /* rq:job:ID, an RQ job's hash */
-
-/* What follows `prefix` in s (a queue's name, a job's id), or NULL when s does not start
- * with it. */
-static const char *after_prefix(const char *s, const char *prefix)
-{
-    size_t n = strlen(prefix);
-    return strncmp(s, prefix, n) == 0 ? s + n : NULL;
-}
-
-static bool starts_with(const char *s, const char *prefix)
-{
-    return after_prefix(s, prefix) != NULL;
-}
-
-static bool ends_with(const char *s, const char *suffix)
-{
-    size_t a = strlen(s), b = strlen(suffix);
-    return a >= b && strcmp(s + a - b, suffix) == 0;
-}
-
-/* Iterates the elements of the aggregate `agg` (a view into buf[0..len)). */
-static void walk_init(struct resp_args *it, const uint8_t *buf, size_t len,
-                      const struct resp_view *agg)
-{
-    struct resp_msg m;
-    memset(&m, 0, sizeof(m));
-    m.len = len;
-    m.nelem = agg->count;
-    m.body = agg->off;
-    m.type = agg->type;
-    resp_args_init(it, buf, &m);
-}
-
 /* Like resp_args_next, with the element's byte range [*start, *end). */
 static int walk_next(struct resp_args *it, struct resp_view *v, size_t *start, size_t *end)
 {
@@ -393,142 +316,9 @@ static int walk_next(struct resp_args *it, struct resp_view *v, size_t *start, s
     return rc;
 }
 
-static bool is_agg(const struct resp_view *v)
-{
-    return !v->null && (v->type == '*' || v->type == '%' || v->type == '~');
-}
-
-/* ---- a command, as the decisions need it ------------------------------- */
-
-/* The commands twice itself looks at (cmdview_init() names them once). */
-enum cmd_id {
-    CMD_OTHER,
-    CMD_AUTH,
-    CMD_BLMOVE,
-    CMD_BLPOP,
-    CMD_BRPOP,
-    CMD_DISCARD,
-    CMD_EXEC,
-    CMD_HDEL,
-    CMD_HELLO,
-    CMD_HGETALL,
-    CMD_HSET,
-    CMD_LMOVE,
-    CMD_LPOP,
-    CMD_LPUSH,
-    CMD_MULTI,
-    CMD_RPUSH,
-    CMD_SELECT,
-    CMD_XACK,
-    CMD_XADD,
-    CMD_XAUTOCLAIM,
-    CMD_XCLAIM,
-    CMD_XREADGROUP,
-    CMD_ZREM,
-};
-
-struct cmd_name {
-    const char *name;
-    size_t len;
-    enum cmd_id id;
-};
-
-#define CMD_NAME(s, id)                                                                            \
-    {                                                                                              \
-        s, sizeof(s) - 1, id                                                                       \
-    }
-
-static const struct cmd_name cmd_names_4[] = {
-    CMD_NAME("AUTH", CMD_AUTH), CMD_NAME("EXEC", CMD_EXEC), CMD_NAME("HDEL", CMD_HDEL),
-    CMD_NAME("HSET", CMD_HSET), CMD_NAME("LPOP", CMD_LPOP), CMD_NAME("XACK", CMD_XACK),
-    CMD_NAME("XADD", CMD_XADD), CMD_NAME("ZREM", CMD_ZREM)};
-static const struct cmd_name cmd_names_5[] = {
-    CMD_NAME("BLPOP", CMD_BLPOP), CMD_NAME("BRPOP", CMD_BRPOP), CMD_NAME("HELLO", CMD_HELLO),
-    CMD_NAME("LMOVE", CMD_LMOVE), CMD_NAME("LPUSH", CMD_LPUSH), CMD_NAME("MULTI", CMD_MULTI),
-    CMD_NAME("RPUSH", CMD_RPUSH)};
-static const struct cmd_name cmd_names_6[] = {
-    CMD_NAME("BLMOVE", CMD_BLMOVE), CMD_NAME("SELECT", CMD_SELECT), CMD_NAME("XCLAIM", CMD_XCLAIM)};
-static const struct cmd_name cmd_names_7[] = {CMD_NAME("DISCARD", CMD_DISCARD),
-                                              CMD_NAME("HGETALL", CMD_HGETALL)};
-static const struct cmd_name cmd_names_10[] = {CMD_NAME("XAUTOCLAIM", CMD_XAUTOCLAIM),
-                                               CMD_NAME("XREADGROUP", CMD_XREADGROUP)};
-
-static enum cmd_id cmd_find(const struct cmd_name *t, size_t count, const char *name, size_t n)
-{
-    for (size_t i = 0; i < count; i++)
-        if (t[i].len == n && t[i].name[0] == name[0] && memcmp(t[i].name, name, n) == 0)
-            return t[i].id;
-    return CMD_OTHER;
-}
-
-/* The id of an upper-cased command name n bytes long: a switch on the
- * length, then a few compares, instead of a strcmp per question asked. */
-#define CMD_FIND(t) cmd_find(t, sizeof(t) / sizeof(t[0]), name, n)
-
-static enum cmd_id cmd_id_of(const char *name, size_t n)
-{
-    switch (n) {
-    case 4:
-        return CMD_FIND(cmd_names_4);
-    case 5:
-        return CMD_FIND(cmd_names_5);
-    case 6:
-        return CMD_FIND(cmd_names_6);
-    case 7:
-        return CMD_FIND(cmd_names_7);
-    case 10:
-        return CMD_FIND(cmd_names_10);
-    default:
-        return CMD_OTHER;
-    }
-}
-
-struct cmdview {
-    const uint8_t *buf; /* the message */
-    size_t len;
-    const struct resp_msg *m;
-    char name[RESP_CMD_NAME_MAX];
-    enum cmd_id id;
-    char key[RPX_KEY_MAX];
-    bool has_key;
-};
-
-/* The key (the second word) is copied only when asked for, or for a command
- * twice looks at: the others (GET, SET, INCR...) never need it. */
-static void cmdview_init(struct cmdview *cv, const uint8_t *buf, const struct resp_msg *m,
-                         bool want_key)
-{
-    /* Once per command: the two strings are set, not the whole struct cleared. */
-    cv->buf = buf;
-    cv->len = m->len;
-    cv->m = m;
-    cv->key[0] = '\0';
-    cv->has_key = false;
-    cv->id = cmd_id_of(cv->name, resp_cmd_name_copy(buf, m, cv->name)); /* "" without words */
-    if (m->nelem >= 2 && (want_key || cv->id != CMD_OTHER))
-        cv->has_key = view_str(buf, m->len, &m->elem[1], cv->key, sizeof(cv->key));
-}
-
-static bool is_cmd(const struct cmdview *cv, enum cmd_id id)
+static bool is_cmd(const struct rprof_cmdview *cv, enum rprof_cmd id)
 {
     return cv->id == id;
-}
-
-/* Argument i (0 = the name) as a view; false past the end. */
-static bool cmd_arg(const struct cmdview *cv, size_t i, struct resp_view *v)
-{
-    if (i >= cv->m->nelem)
-        return false;
-    if (i < RESP_MSG_VIEWS) {
-        *v = cv->m->elem[i];
-        return true;
-    }
-    struct resp_args it;
-    resp_args_init(&it, cv->buf, cv->m);
-    for (size_t k = 0; k <= i; k++)
-        if (resp_args_next(&it, v) != 1)
-            return false;
-    return true;
 }
 
 /* ---- engine and journal ------------------------------------------------ */
@@ -540,7 +330,27 @@ struct job_event {
     char *queue;
     const char *key;
     bool redelivered;
+    bool oom; /* a field could not be copied: the event is skipped (job_event_oom()) */
 };
+
+/* A copy of s for a field of j; NULL for NULL, and on allocation failure, which j->oom
+ * remembers: a job event that lost a field would match other rules than the job's. */
+static char *jdup(struct job_event *j, const char *s)
+{
+    char *d = s != NULL ? strdup(s) : NULL;
+    if (s != NULL && d == NULL)
+        j->oom = true;
+    return d;
+}
+
+/* Whether j lost a field; if so it is logged, and neither journaled nor decided. */
+static bool job_event_oom(struct rpx *rx, const struct job_event *j)
+{
+    if (j->oom)
+        log_msg(LOG_WARN, "event skipped", "sid=%llu listener=%s event=%s reason=\"out of memory\"",
+                (unsigned long long)rx->s->id, scope(rx), rule_event_name(j->kind));
+    return j->oom;
+}
 
 static void job_event_clear(struct job_event *j)
 {
@@ -578,7 +388,7 @@ static const struct rule *hit_rule(struct rpx *rx, size_t idx)
 static void journal_job(struct rpx *rx, enum journal_kind kind, const struct job_event *j)
 {
     struct journal *jr = rx->s->px->journal;
-    if (jr == NULL)
+    if (jr == NULL || j->oom)
         return;
     struct journal_record r = {
         .kind = kind,
@@ -625,6 +435,8 @@ static void job_engine_event(struct rpx *rx, const struct job_event *j, struct e
  * event: the first rule that fires, in file order). */
 static const struct rule *decide_job(struct rpx *rx, struct job_event *j)
 {
+    if (job_event_oom(rx, j))
+        return NULL;
     if (!codec_wants(rx->s, j->kind)) {
         /* No rule of this listener looks at the event: counted, without
          * naming an anonymous job first. */
@@ -976,81 +788,38 @@ static void answer_error(struct rpx *rx, const struct rule *r)
         answer(rx, buf, (size_t)n);
 }
 
-/* ---- profile: what a command is ---------------------------------------- */
+/* ---- deliveries ------------------------------------------------------- */
 
-/* Which pops hand out jobs, for the listener's profile. */
-static bool is_pop(const struct rpx *rx, const struct cmdview *cv)
-{
-    if (!cv->has_key)
-        return false;
-    switch (rx->prof) {
-    case PROF_SIDEKIQ:
-        return is_cmd(cv, CMD_BRPOP) && starts_with(cv->key, SIDEKIQ_QUEUE_PREFIX);
-    case PROF_CELERY:
-        return is_cmd(cv, CMD_BRPOP);
-    case PROF_RQ:
-        return (is_cmd(cv, CMD_BLPOP) || is_cmd(cv, CMD_LPOP) || is_cmd(cv, CMD_BLMOVE) ||
-                is_cmd(cv, CMD_LMOVE)) &&
-               starts_with(cv->key, RQ_QUEUE_PREFIX);
-    default:
-        return false;
-    }
-}
-
-/* The queue a list key stands for. */
-static char *queue_of(const struct rpx *rx, const char *list)
-{
-    const char *name;
-    if (rx->prof == PROF_SIDEKIQ && (name = after_prefix(list, SIDEKIQ_QUEUE_PREFIX)) != NULL)
-        return strdup(name);
-    if (rx->prof == PROF_RQ && ((name = after_prefix(list, RQ_QUEUE_PREFIX)) != NULL ||
-                                (name = after_prefix(list, RQ_WIP_PREFIX)) != NULL))
-        return strdup(name);
-    if (rx->prof == PROF_CELERY) {
-        /* kombu's priority lists: "<queue>\x06\x16<priority>" */
-        const char *sep = strstr(list, "\x06\x16");
-        return sep != NULL ? dup_n(list, (size_t)(sep - list)) : strdup(list);
-    }
-    return strdup(list);
-}
-
-/* A job from a popped value. */
+/* A job from a popped value: decoded from its payload (Sidekiq, Celery), or its id with the task
+ * its RQ job hash gave (on_rq_hash()). */
 static bool job_from_value(struct rpx *rx, const char *list, const uint8_t *v, size_t n,
                            struct job_event *j)
 {
     struct resp_job job;
     memset(&job, 0, sizeof(job));
-    bool decode = jobs_needed(rx);
-    switch (rx->prof) {
-    case PROF_SIDEKIQ:
-        if (decode && resp_job_sidekiq(v, n, &job) != 0)
+    if (rx->prof == RPROF_RQ) {
+        if (n == 0 || n >= RPROF_KEY_MAX || (job.id = malloc(n + 1)) == NULL)
             return false;
-        break;
-    case PROF_CELERY:
-        if (decode && resp_job_celery(v, n, &job) != 0)
-            return false;
-        break;
-    case PROF_RQ: {
-        if (n == 0 || n >= RPX_KEY_MAX)
-            return false;
-        job.id = dup_n(v, n);
+        memcpy(job.id, v, n);
+        job.id[n] = '\0';
         idmap_lock();
         struct idmap_info *in = idmap_get(scope(rx), (const char *)v, n);
         if (in != NULL && in->task != NULL)
-            job.task = strdup(in->task);
+            job.task = jdup(j, in->task);
         idmap_unlock();
-        break;
-    }
-    default:
+    } else if (rx->prof != RPROF_SIDEKIQ && rx->prof != RPROF_CELERY) {
+        return false;
+    } else if (jobs_needed(rx) && rprof_job(rx->prof, v, n, &job) != 0) {
         return false;
     }
     j->id = job.id;
     j->task = job.task;
-    j->queue = queue_of(rx, list);
+    j->queue = rprof_queue_of(rx->prof, list);
+    j->oom |= j->queue == NULL;
     free(job.queue);
     j->redelivered = job.redelivered;
     /* Celery acks by delivery tag: remember what the tag stands for. */
-    if (rx->prof == PROF_CELERY && job.tag != NULL) {
+    if (rx->prof == RPROF_CELERY && job.tag != NULL) {
         idmap_lock();
         struct idmap_info *in = idmap_put(scope(rx), job.tag, strlen(job.tag));
         if (in != NULL) {
@@ -1066,30 +835,6 @@ static bool job_from_value(struct rpx *rx, const char *list, const uint8_t *v, s
 
 /* ---- deliveries ------------------------------------------------------- */
 
-/* The list and the value a pop's reply carries: [list, value] (BRPOP, BLPOP)
- * or the value of the pop's own list (LMOVE, LPOP); false for a null reply or
- * anything else (no job). */
-static bool pop_reply_job(const struct entry *e, const uint8_t *buf, const struct resp_msg *m,
-                          char *list, struct resp_view *val, bool *pair)
-{
-    *pair = false;
-    if (m->null)
-        return false;
-    if (m->type == '*' && m->nelem == 2 && m->elem[0].type == '$' && m->elem[1].type == '$') {
-        if (!view_str(buf, m->len, &m->elem[0], list, RPX_KEY_MAX))
-            return false;
-        *val = m->elem[1];
-        *pair = true;
-        return true;
-    }
-    if (m->type == '$' && e->arg != NULL) {
-        snprintf(list, RPX_KEY_MAX, "%s", e->arg);
-        *val = m->value;
-        return true;
-    }
-    return false;
-}
-
 /* A pop's reply nothing reads a job from (no journal, no rule on job events;
  * Sidekiq's and Celery's profiles, which then decode nothing): its delivery is
  * counted and it goes on as a plain reply does, without the copy the general
@@ -1098,13 +843,13 @@ static bool pop_reply_job(const struct entry *e, const uint8_t *buf, const struc
 static bool pop_reply_counted(struct rpx *rx, struct entry *e, const uint8_t *buf,
                               const struct resp_msg *m)
 {
-    if ((rx->prof != PROF_SIDEKIQ && rx->prof != PROF_CELERY) || jobs_needed(rx) || e != rx->head ||
-        e->release_ms != 0 || e->hide || evbuffer_get_length(e->bytes) > 0)
+    if ((rx->prof != RPROF_SIDEKIQ && rx->prof != RPROF_CELERY) || jobs_needed(rx) ||
+        e != rx->head || e->release_ms != 0 || e->hide || evbuffer_get_length(e->bytes) > 0)
         return false;
-    char list[RPX_KEY_MAX];
+    char list[RPROF_KEY_MAX];
     struct resp_view val;
     bool pair;
-    if (pop_reply_job(e, buf, m, list, &val, &pair))
+    if (rprof_pop_reply(buf, m, e->arg, list, sizeof(list), &val, &pair))
         codec_count(rx->s, RULE_EV_DELIVER); /* as decide_job() counts it */
     rx->run[SIDE_UPSTREAM] += m->len;
     return true;
@@ -1113,10 +858,10 @@ static bool pop_reply_counted(struct rpx *rx, struct entry *e, const uint8_t *bu
 static void on_pop_reply(struct rpx *rx, struct entry *e, const uint8_t *buf,
                          const struct resp_msg *m, struct evbuffer *reply)
 {
-    char list[RPX_KEY_MAX];
+    char list[RPROF_KEY_MAX];
     struct resp_view val;
     bool pair;
-    if (!pop_reply_job(e, buf, m, list, &val, &pair))
+    if (!rprof_pop_reply(buf, m, e->arg, list, sizeof(list), &val, &pair))
         return;
     struct job_event j = {.kind = RULE_EV_DELIVER};
     if (!job_from_value(rx, list, buf + val.off, val.len, &j))
@@ -1128,18 +873,17 @@ static void on_pop_reply(struct rpx *rx, struct entry *e, const uint8_t *buf,
         switch (r->action.kind) {
         case RULE_ACT_DUPLICATE: {
             uint32_t after = r->action.duration_ms;
-            if (rx->prof == PROF_CELERY) {
+            if (rx->prof == RPROF_CELERY) {
                 char *marked = NULL;
                 size_t mlen = 0;
                 if (resp_job_celery_redelivered(buf + val.off, val.len, &marked, &mlen) == 0) {
-                    repush(rx, "RPUSH", list, marked, mlen, after);
+                    repush(rx, rprof_repush_cmd(rx->prof), list, marked, mlen, after);
                     free(marked);
                 } else {
-                    repush(rx, "RPUSH", list, buf + val.off, val.len, after);
+                    repush(rx, rprof_repush_cmd(rx->prof), list, buf + val.off, val.len, after);
                 }
             } else {
-                repush(rx, rx->prof == PROF_RQ ? "LPUSH" : "RPUSH", list, buf + val.off, val.len,
-                       after);
+                repush(rx, rprof_repush_cmd(rx->prof), list, buf + val.off, val.len, after);
             }
             break;
         }
@@ -1172,38 +916,15 @@ static void on_pop_reply(struct rpx *rx, struct entry *e, const uint8_t *buf,
     job_event_clear(&j);
 }
 
-/* Whether value v fits `cap` bytes with its NUL; when not, the session's first such value is
- * logged with the field, its length and the limit (RPX_ID_MAX, RPX_TASK_MAX). */
-static bool fits_or_say(struct rpx *rx, const char *field, const struct resp_view *v, size_t cap)
+/* A field longer than its limit (RPROF_ID_MAX, RPROF_TASK_MAX, cap with the NUL): the
+ * session's first is logged with the field, its length and the limit. */
+static void say_too_long(struct rpx *rx, const char *field, uint64_t len, size_t cap)
 {
-    if (v->len < cap)
-        return true;
-    if (!rx->said_too_long) {
-        rx->said_too_long = true;
-        log_msg(LOG_WARN, "resp field too long",
-                "sid=%llu listener=%s field=%s bytes=%llu limit=%zu", (unsigned long long)rx->s->id,
-                scope(rx), field, (unsigned long long)v->len, cap - 1);
-    }
-    return false;
-}
-
-/* The value of field `name` in a stream entry's [f, v, ...] array, up to cap - 1 bytes (a
- * longer one is said: fits_or_say). */
-static bool entry_field(struct rpx *rx, const uint8_t *buf, size_t len,
-                        const struct resp_view *fields, const char *name, char *out, size_t cap)
-{
-    if (!is_agg(fields))
-        return false;
-    struct resp_args it;
-    walk_init(&it, buf, len, fields);
-    struct resp_view f, v;
-    while (resp_args_next(&it, &f) == 1) {
-        if (resp_args_next(&it, &v) != 1)
-            return false;
-        if (resp_view_equals(buf, len, &f, name))
-            return fits_or_say(rx, name, &v, cap) && view_str(buf, len, &v, out, cap);
-    }
-    return false;
+    if (rx->said_too_long)
+        return;
+    rx->said_too_long = true;
+    log_msg(LOG_WARN, "resp field too long", "sid=%llu listener=%s field=%s bytes=%llu limit=%zu",
+            (unsigned long long)rx->s->id, scope(rx), field, (unsigned long long)len, cap - 1);
 }
 
 /* One stream entry [id, fields] handed to a consumer: its event and fate.
@@ -1212,17 +933,16 @@ static const struct rule *stream_delivery(struct rpx *rx, const char *stream, co
                                           size_t len, const struct resp_view *entry,
                                           bool redelivered)
 {
-    if (!is_agg(entry) || entry->count < 1)
+    struct rprof_entry ent;
+    char key[RPROF_KEY_MAX + RPROF_ID_MAX + 2];
+    int got = rprof_stream_entry(buf, len, entry, &ent);
+    if (ent.too_long != NULL)
+        say_too_long(rx, ent.too_long, ent.too_long_len,
+                     got == 1 ? sizeof(ent.task) : sizeof(ent.id));
+    if (got != 1)
         return NULL;
-    struct resp_args it;
-    walk_init(&it, buf, len, entry);
-    struct resp_view idv, fields;
-    char id[RPX_ID_MAX], task[RPX_TASK_MAX], key[RPX_KEY_MAX + RPX_ID_MAX + 2];
-    if (resp_args_next(&it, &idv) != 1 || !fits_or_say(rx, "stream entry id", &idv, sizeof(id)) ||
-        !view_str(buf, len, &idv, id, sizeof(id)))
-        return NULL;
-    bool has_fields = resp_args_next(&it, &fields) == 1;
-    bool has_task = has_fields && entry_field(rx, buf, len, &fields, "task", task, sizeof(task));
+    const char *id = ent.id, *task = ent.task;
+    bool has_task = task[0] != '\0';
     snprintf(key, sizeof(key), "%s %s", stream, id);
     struct job_event j = {.kind = RULE_EV_DELIVER, .redelivered = redelivered};
     idmap_lock();
@@ -1230,12 +950,12 @@ static const struct rule *stream_delivery(struct rpx *rx, const char *stream, co
     if (in != NULL && has_task)
         idmap_set_str(&in->task, task, strlen(task));
     if (has_task)
-        j.task = strdup(task);
+        j.task = jdup(&j, task);
     else if (in != NULL && in->task != NULL)
-        j.task = strdup(in->task);
+        j.task = jdup(&j, in->task);
     idmap_unlock();
-    j.id = strdup(id);
-    j.queue = strdup(stream);
+    j.id = jdup(&j, id);
+    j.queue = jdup(&j, stream);
     j.key = stream;
     journal_job(rx, JOURNAL_KIND_DELIVER, &j);
     const struct rule *r = decide_job(rx, &j);
@@ -1261,7 +981,7 @@ static bool stream_entries(struct rpx *rx, struct entry *e, const char *stream, 
                            struct evbuffer *out)
 {
     struct resp_args it;
-    walk_init(&it, buf, len, arr);
+    rprof_walk_init(&it, buf, len, arr);
     struct resp_view v;
     size_t start, end;
     uint64_t kept = 0;
@@ -1295,7 +1015,7 @@ static bool stream_entries(struct rpx *rx, struct entry *e, const char *stream, 
 static void on_stream_reply(struct rpx *rx, struct entry *e, const uint8_t *buf,
                             const struct resp_msg *m, struct evbuffer *reply)
 {
-    if (m->null || !is_agg(&m->value))
+    if (m->null || !rprof_is_agg(&m->value))
         return;
     struct evbuffer *out = evbuffer_new();
     if (out == NULL)
@@ -1305,13 +1025,13 @@ static void on_stream_reply(struct rpx *rx, struct entry *e, const uint8_t *buf,
     struct resp_view v;
     size_t start, end;
     resp_args_init(&it, buf, m);
-    if (e->kind == RK_XCLAIM) {
+    if (e->kind == RPROF_REPLY_XCLAIM) {
         dropped =
             stream_entries(rx, e, e->arg != NULL ? e->arg : "", buf, m->len, &m->value, true, out);
-    } else if (e->kind == RK_XAUTOCLAIM) {
+    } else if (e->kind == RPROF_REPLY_XAUTOCLAIM) {
         evbuffer_add_printf(out, "*%llu\r\n", (unsigned long long)m->nelem);
         for (uint64_t i = 0; walk_next(&it, &v, &start, &end) == 1; i++) {
-            if (i == 1 && is_agg(&v))
+            if (i == 1 && rprof_is_agg(&v))
                 dropped |=
                     stream_entries(rx, e, e->arg != NULL ? e->arg : "", buf, m->len, &v, true, out);
             else
@@ -1320,13 +1040,13 @@ static void on_stream_reply(struct rpx *rx, struct entry *e, const uint8_t *buf,
     } else if (m->value.type == '%') {
         /* RESP3: {stream => entries} */
         evbuffer_add_printf(out, "%%%llu\r\n", (unsigned long long)(m->nelem / 2));
-        char stream[RPX_KEY_MAX];
+        char stream[RPROF_KEY_MAX];
         while (walk_next(&it, &v, &start, &end) == 1) {
             evbuffer_add(out, buf + start, end - start);
-            view_str(buf, m->len, &v, stream, sizeof(stream));
+            rprof_view_str(buf, m->len, &v, stream, sizeof(stream));
             if (walk_next(&it, &v, &start, &end) != 1)
                 break;
-            if (is_agg(&v))
+            if (rprof_is_agg(&v))
                 dropped |= stream_entries(rx, e, stream, buf, m->len, &v, e->redelivered, out);
             else
                 evbuffer_add(out, buf + start, end - start);
@@ -1338,18 +1058,18 @@ static void on_stream_reply(struct rpx *rx, struct entry *e, const uint8_t *buf,
             struct resp_args in;
             struct resp_view k, ents;
             size_t ks, ke, es, ee;
-            char stream[RPX_KEY_MAX];
-            if (!is_agg(&v) || v.count != 2) {
+            char stream[RPROF_KEY_MAX];
+            if (!rprof_is_agg(&v) || v.count != 2) {
                 evbuffer_add(out, buf + start, end - start);
                 continue;
             }
-            walk_init(&in, buf, m->len, &v);
+            rprof_walk_init(&in, buf, m->len, &v);
             if (walk_next(&in, &k, &ks, &ke) != 1 || walk_next(&in, &ents, &es, &ee) != 1)
                 break;
-            view_str(buf, m->len, &k, stream, sizeof(stream));
+            rprof_view_str(buf, m->len, &k, stream, sizeof(stream));
             evbuffer_add(out, "*2\r\n", 4);
             evbuffer_add(out, buf + ks, ke - ks);
-            if (is_agg(&ents))
+            if (rprof_is_agg(&ents))
                 dropped |= stream_entries(rx, e, stream, buf, m->len, &ents, e->redelivered, out);
             else
                 evbuffer_add(out, buf + es, ee - es);
@@ -1404,41 +1124,34 @@ static void on_exec_reply(struct rpx *rx, struct entry *e, const uint8_t *buf,
 static void on_rq_hash(struct rpx *rx, struct entry *e, const uint8_t *buf,
                        const struct resp_msg *m)
 {
-    if (e->arg == NULL || !is_agg(&m->value))
+    char *task = NULL;
+    if (e->arg == NULL || rprof_rq_hash_task(buf, m, &task) != 0)
         return;
-    struct resp_args it;
-    resp_args_init(&it, buf, m);
-    struct resp_view f, v;
-    while (resp_args_next(&it, &f) == 1 && resp_args_next(&it, &v) == 1) {
-        if (!resp_view_equals(buf, m->len, &f, "description") || v.type != '$')
-            continue;
-        char *task = NULL;
-        if (resp_job_rq_task(buf + v.off, v.len, &task) == 0) {
-            idmap_lock();
-            struct idmap_info *in = idmap_put(scope(rx), e->arg, strlen(e->arg));
-            if (in != NULL && in->task == NULL)
-                idmap_set_str(&in->task, task, strlen(task));
-            idmap_unlock();
-            free(task);
-        }
-        return;
-    }
+    idmap_lock();
+    struct idmap_info *in = idmap_put(scope(rx), e->arg, strlen(e->arg));
+    if (in != NULL && in->task == NULL)
+        idmap_set_str(&in->task, task, strlen(task));
+    idmap_unlock();
+    free(task);
 }
 
 static void on_xadd_reply(struct rpx *rx, struct entry *e, const uint8_t *buf,
                           const struct resp_msg *m)
 {
-    char id[RPX_ID_MAX];
-    if (m->type != '$' || m->null || !fits_or_say(rx, "stream entry id", &m->value, sizeof(id)) ||
-        !view_str(buf, m->len, &m->value, id, sizeof(id)))
+    char id[RPROF_ID_MAX];
+    uint64_t n;
+    enum rprof_field got = rprof_xadd_reply_id(buf, m, id, sizeof(id), &n);
+    if (got == RPROF_TOO_LONG)
+        say_too_long(rx, "stream entry id", n, sizeof(id));
+    if (got != RPROF_FOUND)
         return;
     struct job_event j = {.kind = RULE_EV_PUBLISH};
-    j.id = strdup(id);
-    j.queue = e->arg != NULL ? strdup(e->arg) : NULL;
-    j.task = e->arg2 != NULL ? strdup(e->arg2) : NULL;
+    j.id = jdup(&j, id);
+    j.queue = e->arg != NULL ? jdup(&j, e->arg) : NULL;
+    j.task = e->arg2 != NULL ? jdup(&j, e->arg2) : NULL;
     journal_job(rx, JOURNAL_KIND_PUBLISH, &j);
     if (e->arg != NULL && e->arg2 != NULL) {
-        char key[RPX_KEY_MAX + RPX_ID_MAX + 2];
+        char key[RPROF_KEY_MAX + RPROF_ID_MAX + 2];
         snprintf(key, sizeof(key), "%s %s", e->arg, id);
         idmap_lock();
         struct idmap_info *in = idmap_put(scope(rx), key, strlen(key));
@@ -1476,7 +1189,7 @@ static struct entry *entry_beside(struct rpx *rx, struct entry *at)
  * the queue, not held back, not hidden. */
 static bool straight_out(const struct rpx *rx, const struct entry *e)
 {
-    return e == rx->head && e->kind == RK_PLAIN && e->release_ms == 0 && !e->hide;
+    return e == rx->head && e->kind == RPROF_REPLY_PLAIN && e->release_ms == 0 && !e->hide;
 }
 
 /* Entry e got the last reply of one of its commands; `sent`: that reply went
@@ -1531,11 +1244,11 @@ static void on_reply(struct rpx *rx, const uint8_t *buf, const struct resp_msg *
         if (match.last)
             entry_answered(rx, e, true);
         return;
-    } else if (e->kind == RK_PLAIN) {
+    } else if (e->kind == RPROF_REPLY_PLAIN) {
         rx->held += m->len;
         run_move(rx, SIDE_UPSTREAM);
         evbuffer_remove_buffer(pend, e->bytes, m->len);
-    } else if (e->kind == RK_POP && pop_reply_counted(rx, e, buf, m)) {
+    } else if (e->kind == RPROF_REPLY_POP && pop_reply_counted(rx, e, buf, m)) {
         if (match.last)
             entry_answered(rx, e, true);
         return;
@@ -1548,18 +1261,18 @@ static void on_reply(struct rpx *rx, const uint8_t *buf, const struct resp_msg *
         }
         evbuffer_add(reply, buf, m->len);
         switch (e->kind) {
-        case RK_POP:
+        case RPROF_REPLY_POP:
             on_pop_reply(rx, e, buf, m, reply);
             break;
-        case RK_XREAD:
-        case RK_XCLAIM:
-        case RK_XAUTOCLAIM:
+        case RPROF_REPLY_XREAD:
+        case RPROF_REPLY_XCLAIM:
+        case RPROF_REPLY_XAUTOCLAIM:
             on_stream_reply(rx, e, buf, m, reply);
             break;
-        case RK_XADD:
+        case RPROF_REPLY_XADD:
             on_xadd_reply(rx, e, buf, m);
             break;
-        case RK_RQ_HASH:
+        case RPROF_REPLY_RQ_HASH:
             on_rq_hash(rx, e, buf, m);
             break;
         case RK_EXEC:
@@ -1589,12 +1302,12 @@ static void on_reply(struct rpx *rx, const uint8_t *buf, const struct resp_msg *
 /* ---- commands ---------------------------------------------------------- */
 
 /* Remembers the client's AUTH / HELLO / SELECT for twice's own connection. */
-static void remember_setup(struct rpx *rx, const struct cmdview *cv)
+static void remember_setup(struct rpx *rx, const struct rprof_cmdview *cv)
 {
-    int which = is_cmd(cv, CMD_AUTH)     ? SETUP_AUTH
-                : is_cmd(cv, CMD_HELLO)  ? SETUP_HELLO
-                : is_cmd(cv, CMD_SELECT) ? SETUP_SELECT
-                                         : -1;
+    int which = is_cmd(cv, RPROF_CMD_AUTH)     ? SETUP_AUTH
+                : is_cmd(cv, RPROF_CMD_HELLO)  ? SETUP_HELLO
+                : is_cmd(cv, RPROF_CMD_SELECT) ? SETUP_SELECT
+                                               : -1;
     if (which < 0 || rx->tx.active)
         return;
     if (rx->setup[which] == NULL && (rx->setup[which] = evbuffer_new()) == NULL)
@@ -1605,8 +1318,8 @@ static void remember_setup(struct rpx *rx, const struct cmdview *cv)
 
 /* Forwards the command at the head of pend[CLIENT] (len bytes; cv its view,
  * whose name the pairing takes) and owes the client its reply. */
-static struct entry *forward(struct rpx *rx, const struct cmdview *cv, const struct resp_msg *m,
-                             const uint8_t *buf, size_t len)
+static struct entry *forward(struct rpx *rx, const struct rprof_cmdview *cv,
+                             const struct resp_msg *m, const uint8_t *buf, size_t len)
 {
     int rc = resp_pairing_command_named(&rx->pairing, m, buf, cv->name, 0, NULL);
     rx->run[SIDE_CLIENT] += len;
@@ -1625,7 +1338,7 @@ static struct entry *forward(struct rpx *rx, const struct cmdview *cv, const str
 static void owe_plain(struct rpx *rx)
 {
     struct entry *t = rx->tail;
-    if (t != NULL && t->server && !t->done && t->kind == RK_PLAIN && !t->hide &&
+    if (t != NULL && t->server && !t->done && t->kind == RPROF_REPLY_PLAIN && !t->hide &&
         t->close_after == NULL && t->release_ms == 0 && t->more < UINT32_MAX) {
         t->more++;
         return;
@@ -1633,7 +1346,7 @@ static void owe_plain(struct rpx *rx)
     entry_add(rx, true);
 }
 
-static void forward_plain(struct rpx *rx, const struct cmdview *cv, const struct resp_msg *m,
+static void forward_plain(struct rpx *rx, const struct rprof_cmdview *cv, const struct resp_msg *m,
                           const uint8_t *buf, size_t len)
 {
     int rc = resp_pairing_command_named(&rx->pairing, m, buf, cv->name, 0, NULL);
@@ -1672,7 +1385,7 @@ static bool plain_command(struct rpx *rx, bool cmd_rules)
         char own[RESP_CMD_NAME_MAX];
         bool again = nv.len == rx->last_plain.len && resp_small_eq(raw, rx->last_plain.raw, nv.len);
         if (!again && (resp_cmd_name_bytes(raw, nv.len, own) != nv.len || /* a NUL in it */
-                       cmd_id_of(own, nv.len) != CMD_OTHER))
+                       rprof_cmd_of(own, nv.len) != RPROF_CMD_OTHER))
             break;
         const char *name = again ? rx->last_plain.name : own;
         if (resp_pairing_simple(&rx->pairing, name, nv.len, 0, NULL) != 1)
@@ -1714,14 +1427,14 @@ static size_t peek_at(void *src, size_t at, uint8_t *dst, size_t cap)
 }
 
 /* The command's name, once resp_walk() has seen it, if it is one twice has
- * no use for (CMD_OTHER): its length, name[] as resp_cmd_name_bytes()
+ * no use for (RPROF_CMD_OTHER): its length, name[] as resp_cmd_name_bytes()
  * makes it.  0 for any other. */
 static size_t big_name(struct evbuffer *b, size_t at, const struct resp_walk *w, char *name)
 {
     uint8_t raw[RESP_CMD_NAME_MAX];
     size_t n = w->name_len;
     if (n == 0 || n >= RESP_CMD_NAME_MAX || peek_at(b, at + w->name_off, raw, n) != n ||
-        resp_cmd_name_bytes(raw, n, name) != n || cmd_id_of(name, n) != CMD_OTHER)
+        resp_cmd_name_bytes(raw, n, name) != n || rprof_cmd_of(name, n) != RPROF_CMD_OTHER)
         return 0;
     return n;
 }
@@ -1772,40 +1485,6 @@ static void swallow(struct rpx *rx, size_t len)
     evbuffer_drain(rx->pend[SIDE_CLIENT], len);
 }
 
-/* Integer reply a kept-back command would have had. */
-static int64_t synth_count(const struct cmdview *cv)
-{
-    if (is_cmd(cv, CMD_XACK))
-        return cv->m->nelem > 3 ? (int64_t)cv->m->nelem - 3 : 0;
-    if (is_cmd(cv, CMD_ZREM) || is_cmd(cv, CMD_HDEL))
-        return cv->m->nelem > 2 ? (int64_t)cv->m->nelem - 2 : 0;
-    return 1;
-}
-
-/* Ack ids a command carries for the profile, from argument `first` on, and
- * where they are correlated (the idmap key prefix). */
-static bool ack_args(const struct rpx *rx, const struct cmdview *cv, size_t *first)
-{
-    if (!cv->has_key)
-        return false;
-    switch (rx->prof) {
-    case PROF_CELERY:
-        if (is_cmd(cv, CMD_ZREM) && ends_with(cv->key, "unacked_index"))
-            return *first = 2, true;
-        return false;
-    case PROF_RQ:
-        if (is_cmd(cv, CMD_ZREM) && starts_with(cv->key, RQ_WIP_PREFIX))
-            return *first = 2, true;
-        return false;
-    case PROF_STREAMS:
-        if (is_cmd(cv, CMD_XACK))
-            return *first = 3, true;
-        return false;
-    default:
-        return false;
-    }
-}
-
 /* What happens to one ack (by id or tag). */
 struct ack_fate {
     bool suppress; /* not applied now */
@@ -1816,11 +1495,12 @@ struct ack_fate {
     const struct rule *close_before, *close_after;
 };
 
-static void ack_decide(struct rpx *rx, const struct cmdview *cv, const char *id, struct ack_fate *f)
+static void ack_decide(struct rpx *rx, const struct rprof_cmdview *cv, const char *id,
+                       struct ack_fate *f)
 {
     memset(f, 0, sizeof(*f));
-    char key[RPX_KEY_MAX + RPX_ID_MAX + 2];
-    if (rx->prof == PROF_STREAMS)
+    char key[RPROF_KEY_MAX + RPROF_ID_MAX + 2];
+    if (rx->prof == RPROF_STREAMS)
         snprintf(key, sizeof(key), "%s %s", cv->key, id);
     else
         snprintf(key, sizeof(key), "%s", id);
@@ -1828,14 +1508,15 @@ static void ack_decide(struct rpx *rx, const struct cmdview *cv, const char *id,
     j.key = cv->key;
     idmap_lock();
     struct idmap_info *in = idmap_get(scope(rx), key, strlen(key));
-    if (rx->prof == PROF_CELERY) {
-        j.id = in != NULL && in->id != NULL ? strdup(in->id) : NULL;
-        j.queue = in != NULL && in->queue != NULL ? strdup(in->queue) : NULL;
+    if (rx->prof == RPROF_CELERY) {
+        j.id = in != NULL && in->id != NULL ? jdup(&j, in->id) : NULL;
+        j.queue = in != NULL && in->queue != NULL ? jdup(&j, in->queue) : NULL;
     } else {
-        j.id = strdup(id);
-        j.queue = queue_of(rx, cv->key);
+        j.id = jdup(&j, id);
+        j.queue = rprof_queue_of(rx->prof, cv->key);
+        j.oom |= j.queue == NULL;
     }
-    j.task = in != NULL && in->task != NULL ? strdup(in->task) : NULL;
+    j.task = in != NULL && in->task != NULL ? jdup(&j, in->task) : NULL;
     /* A duplicate decided at delivery: this ack never lands, so the entry
      * stays pending for the next XAUTOCLAIM (the mark is used up here). */
     bool swallow_dup = in != NULL && (in->flags & IDMAP_SUPPRESS_ACK) != 0;
@@ -1869,7 +1550,7 @@ static void ack_decide(struct rpx *rx, const struct cmdview *cv, const char *id,
     switch (r->action.kind) {
     case RULE_ACT_REDELIVER:
         f->suppress = true;
-        f->repush = rx->prof == PROF_RQ;
+        f->repush = rx->prof == RPROF_RQ;
         f->repush_ms = r->action.duration_ms;
         break;
     case RULE_ACT_DROP:
@@ -1915,7 +1596,8 @@ static void ack_plan_free(struct ack_plan *p)
         evbuffer_free(p->repush);
 }
 
-static int plan_acks(struct rpx *rx, const struct cmdview *cv, size_t first, struct ack_plan *p)
+static int plan_acks(struct rpx *rx, const struct rprof_cmdview *cv, size_t first,
+                     struct ack_plan *p)
 {
     memset(p, 0, sizeof(*p));
     size_t argc = cv->m->nelem;
@@ -1925,7 +1607,7 @@ static int plan_acks(struct rpx *rx, const struct cmdview *cv, size_t first, str
     size_t *keep_len = calloc(argc, sizeof(*keep_len));
     const char **late = calloc(argc, sizeof(*late));
     size_t *late_len = calloc(argc, sizeof(*late_len));
-    char(*ids)[RPX_KEY_MAX] = calloc(argc, RPX_KEY_MAX);
+    char(*ids)[RPROF_KEY_MAX] = calloc(argc, RPROF_KEY_MAX);
     if (keep == NULL || keep_len == NULL || late == NULL || late_len == NULL || ids == NULL) {
         free(keep);
         free(keep_len);
@@ -1939,7 +1621,7 @@ static int plan_acks(struct rpx *rx, const struct cmdview *cv, size_t first, str
     resp_args_init(&it, cv->buf, cv->m);
     struct resp_view v;
     for (size_t i = 0; i < argc && resp_args_next(&it, &v) == 1; i++) {
-        bool ok = view_str(cv->buf, cv->len, &v, ids[i], RPX_KEY_MAX);
+        bool ok = rprof_view_str(cv->buf, cv->len, &v, ids[i], RPROF_KEY_MAX);
         if (i < first || !ok) {
             keep[nk] = ids[i];
             keep_len[nk++] = strlen(ids[i]);
@@ -1970,8 +1652,9 @@ static int plan_acks(struct rpx *rx, const struct cmdview *cv, size_t first, str
                 p->later_ms = f.later_ms;
         }
         if (f.repush) {
-            char list[RPX_KEY_MAX + 16];
-            snprintf(list, sizeof(list), RQ_QUEUE_PREFIX "%s", cv->key + strlen(RQ_WIP_PREFIX));
+            char list[RPROF_KEY_MAX + 16];
+            if (!rprof_rq_queue_of_wip(cv->key, list, sizeof(list)))
+                continue;
             if (p->repush == NULL)
                 p->repush = evbuffer_new();
             const char *argv[3] = {"LPUSH", list, ids[i]};
@@ -2003,75 +1686,41 @@ static void ack_plan_side_effects(struct rpx *rx, struct ack_plan *p)
         aux_send_at(rx, p->repush, p->repush_n, p->repush_ms);
 }
 
-/* Whether argument v is `word`, in any case (options of XADD). */
-static bool arg_is(const struct cmdview *cv, const struct resp_view *v, const char *word)
-{
-    size_t n = strlen(word);
-    return v->len == n && v->off <= cv->len && n <= cv->len - v->off &&
-           strncasecmp((const char *)cv->buf + v->off, word, n) == 0;
-}
-
-/* XADD key [NOMKSTREAM] [MAXLEN|MINID [=|~] threshold] [LIMIT count] id field value ...
- * (options in any order, as Redis parses them): the index of the id argument,
- * 0 when there is none. */
-static size_t xadd_id_arg(const struct cmdview *cv)
-{
-    struct resp_view a;
-    size_t i = 2;
-    while (cmd_arg(cv, i, &a)) {
-        if (arg_is(cv, &a, "NOMKSTREAM")) {
-            i++;
-        } else if (arg_is(cv, &a, "MAXLEN") || arg_is(cv, &a, "MINID")) {
-            i++;
-            if (cmd_arg(cv, i, &a) && (arg_is(cv, &a, "=") || arg_is(cv, &a, "~")))
-                i++;
-            i++; /* the threshold */
-        } else if (arg_is(cv, &a, "LIMIT")) {
-            i += 2; /* Redis takes the options in any order */
-        } else {
-            return i;
-        }
-    }
-    return 0;
-}
-
 /* An XADD, decided before Redis sees it: its task (the `task` field) and its
  * stream are known, its id only when the client chose it (else Redis picks
  * it, and the reply's id is journaled, see on_xadd_reply).  A publish that a
  * rule keeps from Redis (drop, close before) is journaled here, and a drop
  * is answered with the id the client gave or one made as Redis makes them
  * (milliseconds-sequence), in rx->xadd_answer. */
-static const struct rule *stream_publish_decide(struct rpx *rx, const struct cmdview *cv)
+static const struct rule *stream_publish_decide(struct rpx *rx, const struct rprof_cmdview *cv)
 {
-    if (!is_cmd(cv, CMD_XADD) || rx->tx.active)
+    if (!is_cmd(cv, RPROF_CMD_XADD) || rx->tx.active)
         return NULL;
     if (!codec_wants(rx->s, RULE_EV_PUBLISH)) {
         codec_count(rx->s, RULE_EV_PUBLISH);
         return NULL;
     }
-    size_t at = xadd_id_arg(cv);
-    struct resp_view v, f;
-    char id[sizeof(rx->xadd_answer) - 32], task[RPX_TASK_MAX];
-    if (at == 0 || !cmd_arg(cv, at, &v) || !view_str(cv->buf, cv->len, &v, id, sizeof(id)))
+    size_t at = rprof_xadd_id_arg(cv);
+    struct resp_view v;
+    char id[sizeof(rx->xadd_answer) - 32], task[RPROF_TASK_MAX];
+    if (at == 0 || !rprof_arg(cv, at, &v) || !rprof_view_str(cv->buf, cv->len, &v, id, sizeof(id)))
         return NULL;
     bool chosen = strcmp(id, "*") != 0;
-    task[0] = '\0';
-    for (size_t i = at + 1; cmd_arg(cv, i, &f) && cmd_arg(cv, i + 1, &v); i += 2) {
-        if (resp_view_equals(cv->buf, cv->len, &f, "task")) {
-            if (!fits_or_say(rx, "task", &v, sizeof(task)) ||
-                !view_str(cv->buf, cv->len, &v, task, sizeof(task)))
-                task[0] = '\0';
-            break;
-        }
-    }
+    uint64_t tlen;
+    if (rprof_xadd_task(cv, task, sizeof(task), &tlen) == RPROF_TOO_LONG)
+        say_too_long(rx, "task", tlen, sizeof(task));
     struct job_event j = {.kind = RULE_EV_PUBLISH};
     j.key = cv->key;
-    j.id = chosen ? strdup(id) : NULL;
-    j.queue = strdup(cv->key);
-    j.task = task[0] != '\0' ? strdup(task) : NULL;
+    j.id = chosen ? jdup(&j, id) : NULL;
+    j.queue = jdup(&j, cv->key);
+    j.task = task[0] != '\0' ? jdup(&j, task) : NULL;
     /* Redis picks the id of an XADD with '*': the rules decide without one,
      * and the fault is noted once it is known whether twice made one (a
      * drop), so that the fault and the publish records share it. */
+    if (job_event_oom(rx, &j)) {
+        job_event_clear(&j);
+        return NULL;
+    }
     struct engine_event ev;
     char anon[48];
     job_engine_event(rx, &j, &ev, anon);
@@ -2103,7 +1752,7 @@ static const struct rule *stream_publish_decide(struct rpx *rx, const struct cmd
                      (unsigned long long)rx->anon++);
         }
         if (j.id == NULL)
-            j.id = strdup(rx->xadd_answer);
+            j.id = jdup(&j, rx->xadd_answer);
     }
     if (r != NULL) {
         ev.message_id = j.id;
@@ -2120,81 +1769,84 @@ static const struct rule *stream_publish_decide(struct rpx *rx, const struct cmd
  * length 1, or an XADD's id (stream_publish_decide()). */
 static size_t drop_reply(const struct rpx *rx, char *out, size_t cap)
 {
-    int n = rx->prof == PROF_STREAMS
+    int n = rx->prof == RPROF_STREAMS
                 ? snprintf(out, cap, "$%zu\r\n%s\r\n", strlen(rx->xadd_answer), rx->xadd_answer)
                 : snprintf(out, cap, ":1\r\n");
     return n > 0 && (size_t)n < cap ? (size_t)n : 0;
 }
 
-/* Publishes: Sidekiq's and Celery's LPUSH of job JSON, RQ's push of a job
- * id, XADD.  Returns the deciding rule, or NULL. */
-static const struct rule *publish_decide(struct rpx *rx, const struct cmdview *cv,
-                                         const char *rq_task)
+/* Sidekiq's and Celery's LPUSH of job JSON (outside a transaction): a publish per job read.
+ * Returns the first deciding rule, or NULL. */
+static const struct rule *publish_jobs(struct rpx *rx, const struct rprof_cmdview *cv)
 {
-    if (!cv->has_key || cv->m->nelem < 3)
+    if (rx->tx.active)
         return NULL;
-    bool lpush = is_cmd(cv, CMD_LPUSH), rpush = is_cmd(cv, CMD_RPUSH);
-    struct job_event j = {.kind = RULE_EV_PUBLISH};
-    j.key = cv->key;
-    struct resp_view v;
-    switch (rx->prof) {
-    case PROF_SIDEKIQ:
-    case PROF_CELERY: {
-        if (!lpush || (rx->prof == PROF_SIDEKIQ && !starts_with(cv->key, SIDEKIQ_QUEUE_PREFIX)) ||
-            rx->tx.active)
-            return NULL;
-        if (!jobs_needed(rx)) {
-            /* Nothing reads the jobs: each is counted, as decide_job() would. */
-            for (size_t i = 2; i < cv->m->nelem; i++)
-                codec_count(rx->s, RULE_EV_PUBLISH);
-            return NULL;
-        }
-        const struct rule *first = NULL;
-        for (size_t i = 2; cmd_arg(cv, i, &v); i++) {
-            struct resp_job job;
-            memset(&job, 0, sizeof(job));
-            int rc = rx->prof == PROF_SIDEKIQ ? resp_job_sidekiq(cv->buf + v.off, v.len, &job)
-                                              : resp_job_celery(cv->buf + v.off, v.len, &job);
-            if (rc != 0)
-                continue;
-            j.id = job.id;
-            j.task = job.task;
-            j.queue = queue_of(rx, cv->key);
-            free(job.queue);
-            free(job.tag);
-            journal_job(rx, JOURNAL_KIND_PUBLISH, &j);
-            const struct rule *r = decide_job(rx, &j);
-            if (first == NULL)
-                first = r;
-            job_event_clear(&j);
-            j.kind = RULE_EV_PUBLISH;
-            j.key = cv->key;
-        }
-        return first;
+    if (!jobs_needed(rx)) {
+        /* Nothing reads the jobs: each is counted, as decide_job() would. */
+        for (size_t i = 2; i < cv->m->nelem; i++)
+            codec_count(rx->s, RULE_EV_PUBLISH);
+        return NULL;
     }
-    case PROF_RQ: {
-        if ((!lpush && !rpush) || !starts_with(cv->key, RQ_QUEUE_PREFIX))
-            return NULL;
-        char id[RPX_KEY_MAX];
-        if (!cmd_arg(cv, 2, &v) || !view_str(cv->buf, cv->len, &v, id, sizeof(id)))
-            return NULL;
-        j.id = strdup(id);
-        j.queue = queue_of(rx, cv->key);
-        if (rq_task != NULL) {
-            j.task = strdup(rq_task);
-        } else {
-            idmap_lock();
-            struct idmap_info *in = idmap_get(scope(rx), id, strlen(id));
-            if (in != NULL && in->task != NULL)
-                j.task = strdup(in->task);
-            idmap_unlock();
-        }
+    const struct rule *first = NULL;
+    struct resp_view v;
+    for (size_t i = 2; rprof_arg(cv, i, &v); i++) {
+        struct resp_job job;
+        if (rprof_job(rx->prof, cv->buf + v.off, v.len, &job) != 0)
+            continue;
+        struct job_event j = {.kind = RULE_EV_PUBLISH, .id = job.id, .task = job.task};
+        j.key = cv->key;
+        j.queue = rprof_queue_of(rx->prof, cv->key);
+        j.oom |= j.queue == NULL;
+        free(job.queue);
+        free(job.tag);
         journal_job(rx, JOURNAL_KIND_PUBLISH, &j);
         const struct rule *r = decide_job(rx, &j);
+        if (first == NULL)
+            first = r;
         job_event_clear(&j);
-        return r;
     }
-    case PROF_STREAMS:
+    return first;
+}
+
+/* RQ's push of a job id onto its queue; its task from the enqueue transaction (rq_task) or
+ * from the job's hash read earlier. */
+static const struct rule *publish_rq(struct rpx *rx, const struct rprof_cmdview *cv,
+                                     const char *rq_task)
+{
+    char id[RPROF_KEY_MAX];
+    struct resp_view v;
+    if (!rprof_arg(cv, 2, &v) || !rprof_view_str(cv->buf, cv->len, &v, id, sizeof(id)))
+        return NULL;
+    struct job_event j = {.kind = RULE_EV_PUBLISH, .key = cv->key};
+    j.id = jdup(&j, id);
+    j.queue = rprof_queue_of(rx->prof, cv->key);
+    j.oom |= j.queue == NULL;
+    if (rq_task != NULL) {
+        j.task = jdup(&j, rq_task);
+    } else {
+        idmap_lock();
+        struct idmap_info *in = idmap_get(scope(rx), id, strlen(id));
+        if (in != NULL && in->task != NULL)
+            j.task = jdup(&j, in->task);
+        idmap_unlock();
+    }
+    journal_job(rx, JOURNAL_KIND_PUBLISH, &j);
+    const struct rule *r = decide_job(rx, &j);
+    job_event_clear(&j);
+    return r;
+}
+
+/* Publishes: Sidekiq's and Celery's LPUSH of job JSON, RQ's push of a job id, XADD.  Returns
+ * the deciding rule, or NULL. */
+static const struct rule *publish_decide(struct rpx *rx, const struct rprof_cmdview *cv,
+                                         const char *rq_task)
+{
+    switch (rprof_publish_of(rx->prof, cv)) {
+    case RPROF_PUB_JOBS:
+        return publish_jobs(rx, cv);
+    case RPROF_PUB_RQ_ID:
+        return publish_rq(rx, cv, rq_task);
+    case RPROF_PUB_XADD:
         return stream_publish_decide(rx, cv);
     default:
         return NULL;
@@ -2242,7 +1894,7 @@ static void relay_unparsed(struct rpx *rx, struct entry *e, enum log_level level
  * stays a byte relay.  Rules no longer see its commands; stream rules still
  * act on its bytes, below this layer.
  */
-static enum cmd_result replication_start(struct rpx *rx, const struct cmdview *cv, size_t len)
+static enum cmd_result replication_start(struct rpx *rx, const struct rprof_cmdview *cv, size_t len)
 {
     rx->run[SIDE_CLIENT] += len;
     struct entry *e = entry_add(rx, true);
@@ -2295,7 +1947,7 @@ static void tx_reset(struct tx *t)
 
 static struct txcmd *tx_slot(struct tx *t, size_t i)
 {
-    if (i >= RPX_TX_MAX)
+    if (i >= RPROF_TX_MAX)
         return NULL;
     if (i >= t->n) {
         struct txcmd *c = realloc(t->cmds, (i + 1) * sizeof(*c));
@@ -2336,69 +1988,46 @@ static void tx_keep_back_as(struct tx *t, struct txcmd *c, const char *reply, si
 }
 
 /* tx_keep_back_as() with Redis's integer reply for an ack (ZREM, HDEL, XACK...). */
-static void tx_keep_back(struct tx *t, struct txcmd *c, const struct cmdview *cv)
+static void tx_keep_back(struct tx *t, struct txcmd *c, const struct rprof_cmdview *cv)
 {
     char r[32];
-    int n = snprintf(r, sizeof(r), ":%lld\r\n", (long long)synth_count(cv));
+    int n = snprintf(r, sizeof(r), ":%lld\r\n", (long long)rprof_settled_count(cv));
     tx_keep_back_as(t, c, r, (size_t)n);
 }
 
-/* The first pass over a transaction from `off`: where EXEC is, whether it pushes (a Celery
- * restore), and RQ's job description (its task, remembered for the job's id).  Returns 1
- * when EXEC is there, 0 when not yet, -1 when twice does not plan it. */
-static int tx_scan(struct rpx *rx, struct resp_scanner *sc, const uint8_t *buf, size_t len,
-                   size_t off, bool *has_push, char *rq_task, size_t rq_cap)
+/* The first pass's view of an RQ enqueue transaction: the job's task, from its saved hash,
+ * remembered for the job's id (its ack comes on another connection). */
+struct tx_first {
+    struct rpx *rx;
+    char rq_task[RPROF_TASK_MAX];
+};
+
+static void tx_first_cmd(void *arg, const struct rprof_cmdview *cv)
 {
-    size_t pos = off, k = 0;
-    while (pos < len) {
-        struct resp_msg m;
-        int rc = resp_scan(sc, buf + pos, len - pos, &m);
-        if (rc < 0)
-            return -1;
-        if (rc == 0)
-            break;
-        struct cmdview cv;
-        cmdview_init(&cv, buf + pos, &m, true);
-        pos += m.len;
-        resp_scanner_reset(sc);
-        if (is_cmd(&cv, CMD_EXEC) || is_cmd(&cv, CMD_DISCARD))
-            return is_cmd(&cv, CMD_EXEC) ? 1 : -1;
-        if (++k > RPX_TX_MAX)
-            return -1;
-        if (is_cmd(&cv, CMD_LPUSH) || is_cmd(&cv, CMD_RPUSH))
-            *has_push = true;
-        if (rx->prof == PROF_RQ && is_cmd(&cv, CMD_HSET) && starts_with(cv.key, RQ_JOB_PREFIX)) {
-            struct resp_view f, v;
-            for (size_t i = 2; cmd_arg(&cv, i, &f) && cmd_arg(&cv, i + 1, &v); i += 2) {
-                if (!resp_view_equals(cv.buf, cv.len, &f, "description") || v.type != '$')
-                    continue;
-                char *task = NULL;
-                if (resp_job_rq_task(cv.buf + v.off, v.len, &task) == 0) {
-                    snprintf(rq_task, rq_cap, "%s", task);
-                    const char *id = cv.key + strlen(RQ_JOB_PREFIX);
-                    idmap_lock();
-                    struct idmap_info *in = idmap_put(scope(rx), id, strlen(id));
-                    if (in != NULL)
-                        idmap_set_str(&in->task, task, strlen(task));
-                    idmap_unlock();
-                    free(task);
-                }
-            }
-        }
-    }
-    return pos - off > RPX_TX_PEEK_MAX ? -1 : 0;
+    struct tx_first *f = arg;
+    const char *id;
+    char *task;
+    if (!rprof_rq_job_saved(f->rx->prof, cv, &id, &task))
+        return;
+    snprintf(f->rq_task, sizeof(f->rq_task), "%s", task);
+    idmap_lock();
+    struct idmap_info *in = idmap_put(scope(f->rx), id, strlen(id));
+    if (in != NULL)
+        idmap_set_str(&in->task, task, strlen(task));
+    idmap_unlock();
+    free(task);
 }
 
 /* Tags of the Celery acks a transaction keeps back, for its HDEL. */
 struct tx_tags {
-    char v[RPX_TX_TAGS][RPX_KEY_MAX];
+    char v[RPX_TX_TAGS][RPROF_KEY_MAX];
     size_t n;
 };
 
 /* An ack queued in the transaction (ids from argument `first`): its rules' decisions, and
  * what goes on twice's own connection after EXEC.  -1 when it cannot be planned. */
-static int tx_plan_ack(struct rpx *rx, struct txcmd *c, const struct cmdview *cv, size_t first,
-                       const struct rule **close_before, struct tx_tags *tags)
+static int tx_plan_ack(struct rpx *rx, struct txcmd *c, const struct rprof_cmdview *cv,
+                       size_t first, const struct rule **close_before, struct tx_tags *tags)
 {
     struct tx *t = &rx->tx;
     struct ack_plan p;
@@ -2411,10 +2040,10 @@ static int tx_plan_ack(struct rpx *rx, struct txcmd *c, const struct cmdview *cv
     if (p.suppressed > 0 && p.suppressed == p.n) {
         tx_keep_back(t, c, cv);
         struct resp_view tv;
-        for (size_t a = 2; rx->prof == PROF_CELERY && tags->n < RPX_TX_TAGS && cmd_arg(cv, a, &tv);
-             a++)
-            view_str(cv->buf, cv->len, &tv, tags->v[tags->n++], RPX_KEY_MAX);
-    } else if (p.suppressed > 0 && is_cmd(cv, CMD_XACK)) {
+        for (size_t a = 2;
+             rx->prof == RPROF_CELERY && tags->n < RPX_TX_TAGS && rprof_arg(cv, a, &tv); a++)
+            rprof_view_str(cv->buf, cv->len, &tv, tags->v[tags->n++], RPROF_KEY_MAX);
+    } else if (p.suppressed > 0 && is_cmd(cv, RPROF_CMD_XACK)) {
         /* A partial XACK inside MULTI: twice keeps the whole command back and applies the
          * other ids right after EXEC on its own connection. */
         tx_keep_back(t, c, cv);
@@ -2440,15 +2069,15 @@ static int tx_plan_ack(struct rpx *rx, struct txcmd *c, const struct cmdview *cv
 /* Celery's HDEL unacked TAG... follows the ZREM of the same tags, and is kept back with it:
  * when every tag it names was (a ZREM naming several is kept back only so), else the job's
  * payload would be gone while its index entry stays, and the restore would lose it. */
-static void tx_plan_hdel(struct rpx *rx, struct txcmd *c, const struct cmdview *cv,
+static void tx_plan_hdel(struct rpx *rx, struct txcmd *c, const struct rprof_cmdview *cv,
                          const struct tx_tags *tags)
 {
     struct tx *t = &rx->tx;
     bool all = true;
     struct resp_view tv;
-    char tag[RPX_KEY_MAX];
+    char tag[RPROF_KEY_MAX];
     for (size_t a = 2; all && a < cv->m->nelem; a++) {
-        all = cmd_arg(cv, a, &tv) && view_str(cv->buf, cv->len, &tv, tag, sizeof(tag));
+        all = rprof_arg(cv, a, &tv) && rprof_view_str(cv->buf, cv->len, &tv, tag, sizeof(tag));
         bool found = false;
         for (size_t q = 0; all && !found && q < tags->n; q++)
             found = strcmp(tag, tags->v[q]) == 0;
@@ -2466,8 +2095,8 @@ static void tx_plan_hdel(struct rpx *rx, struct txcmd *c, const struct cmdview *
 
 /* RQ's push of the enqueue transaction, or an XADD batched in a transaction (redis-py's
  * pipeline() makes one by default): the publish's rule, if one fires. */
-static void tx_plan_publish(struct rpx *rx, struct txcmd *c, const struct cmdview *cv, bool xadd,
-                            const char *rq_task, const struct rule **close_before,
+static void tx_plan_publish(struct rpx *rx, struct txcmd *c, const struct rprof_cmdview *cv,
+                            bool xadd, const char *rq_task, const struct rule **close_before,
                             const struct rule **delay_rule)
 {
     struct tx *t = &rx->tx;
@@ -2504,11 +2133,13 @@ static int tx_plan(struct rpx *rx, const uint8_t *buf, size_t len, size_t off,
     /* The session's limits: a transaction with a bulk over max-message-size
      * is not planned (Redis never runs it: the session ends at that bulk). */
     sc.max_bulk = rx->sc[SIDE_CLIENT].max_bulk;
-    bool has_push = false;
-    char rq_task[RPX_TASK_MAX] = "";
-    int found = tx_scan(rx, &sc, buf, len, off, &has_push, rq_task, sizeof(rq_task));
+    struct rprof_tx scan;
+    struct tx_first seen = {.rx = rx, .rq_task = ""};
+    int found = rprof_tx_scan(&sc, buf, len, off, &scan, tx_first_cmd, &seen);
     if (found != 1)
         return found;
+    bool has_push = scan.has_push;
+    const char *rq_task = seen.rq_task;
     /* Second pass: decide. */
     struct tx *t = &rx->tx;
     resp_scanner_reset(&sc);
@@ -2523,24 +2154,23 @@ static int tx_plan(struct rpx *rx, const uint8_t *buf, size_t len, size_t off,
             rc = -1;
             break;
         }
-        struct cmdview cv;
-        cmdview_init(&cv, buf + pos, &m, true);
+        struct rprof_cmdview cv;
+        rprof_cmdview_init(&cv, buf + pos, &m, true);
         pos += m.len;
         resp_scanner_reset(&sc);
-        if (is_cmd(&cv, CMD_EXEC))
+        if (is_cmd(&cv, RPROF_CMD_EXEC))
             break;
         struct txcmd *c = tx_slot(t, i);
         size_t first;
-        bool celery_restore = rx->prof == PROF_CELERY && has_push;
-        bool xadd = rx->prof == PROF_STREAMS && is_cmd(&cv, CMD_XADD);
+        bool celery_restore = rx->prof == RPROF_CELERY && has_push;
+        bool xadd = rx->prof == RPROF_STREAMS && is_cmd(&cv, RPROF_CMD_XADD);
         if (c == NULL)
             rc = -1;
-        else if (!celery_restore && ack_args(rx, &cv, &first))
+        else if (!celery_restore && rprof_ack_args(rx->prof, &cv, &first))
             rc = tx_plan_ack(rx, c, &cv, first, close_before, tags) == 0 ? 1 : -1;
-        else if (rx->prof == PROF_CELERY && is_cmd(&cv, CMD_HDEL) && ends_with(cv.key, "unacked") &&
-                 cv.m->nelem >= 3 && tags->n > 0)
+        else if (rprof_is_celery_unacked_hdel(rx->prof, &cv) && tags->n > 0)
             tx_plan_hdel(rx, c, &cv, tags);
-        else if (rx->prof == PROF_RQ || xadd)
+        else if (rx->prof == RPROF_RQ || xadd)
             tx_plan_publish(rx, c, &cv, xadd, rq_task, close_before, delay_rule);
     }
     free(tags);
@@ -2553,7 +2183,7 @@ static int tx_plan(struct rpx *rx, const uint8_t *buf, size_t len, size_t off,
 
 /* The `command` event: a rule on commands may answer, drop, delay or cut this one.  True
  * when it did (*res says how), false when the command goes on. */
-static bool command_event(struct rpx *rx, struct cmdview *cv, const struct resp_msg *m,
+static bool command_event(struct rpx *rx, struct rprof_cmdview *cv, const struct resp_msg *m,
                           const uint8_t *buf, bool cmd_rules, enum cmd_result *res)
 {
     size_t len = m->len;
@@ -2624,11 +2254,11 @@ static bool command_event(struct rpx *rx, struct cmdview *cv, const struct resp_
 
 /* MULTI outside a transaction: the transaction's plan, made once its commands are here (or
  * after RPX_TX_WAIT_MS), then MULTI goes on. */
-static enum cmd_result tx_begin(struct rpx *rx, struct cmdview *cv, const struct resp_msg *m)
+static enum cmd_result tx_begin(struct rpx *rx, struct rprof_cmdview *cv, const struct resp_msg *m)
 {
     size_t len = m->len;
     run_move(rx, SIDE_CLIENT); /* the plan reads from the MULTI on */
-    if (rx->prof != PROF_NONE && rx->decided < DECIDED_ALL) {
+    if (rx->prof != RPROF_NONE && rx->decided < DECIDED_ALL) {
         size_t avail = evbuffer_get_length(rx->pend[SIDE_CLIENT]);
         const uint8_t *all = evbuffer_pullup(rx->pend[SIDE_CLIENT], (ev_ssize_t)avail);
         const struct rule *close_before = NULL, *delay_rule = NULL;
@@ -2639,9 +2269,9 @@ static enum cmd_result tx_begin(struct rpx *rx, struct cmdview *cv, const struct
          * too (a client written to wait for MULTI's +OK gets it after
          * RPX_TX_WAIT_MS): forwarded at once, its ack could not be
          * faulted any more. */
-        bool judged =
-            codec_wants(rx->s, RULE_EV_ACK) || ((rx->prof == PROF_RQ || rx->prof == PROF_STREAMS) &&
-                                                codec_wants(rx->s, RULE_EV_PUBLISH));
+        bool judged = codec_wants(rx->s, RULE_EV_ACK) ||
+                      ((rx->prof == RPROF_RQ || rx->prof == RPROF_STREAMS) &&
+                       codec_wants(rx->s, RULE_EV_PUBLISH));
         if (rc == 0 && !rx->tx_waited && (avail > len || judged)) {
             tx_reset(&rx->tx);
             if (rx->tx_wait_until == 0)
@@ -2691,13 +2321,13 @@ static enum cmd_result tx_exec_aborted(struct rpx *rx, const struct resp_msg *m)
 
 /* EXEC or DISCARD of a transaction: the plan's replies and its commands for twice's own
  * connection (delayed acks, late copies, re-pushes). */
-static enum cmd_result tx_end(struct rpx *rx, struct cmdview *cv, const struct resp_msg *m,
+static enum cmd_result tx_end(struct rpx *rx, struct rprof_cmdview *cv, const struct resp_msg *m,
                               const uint8_t *buf)
 {
     size_t len = m->len;
     struct tx *t = &rx->tx;
     struct entry *e = forward(rx, cv, m, buf, len);
-    if (e != NULL && is_cmd(cv, CMD_EXEC)) {
+    if (e != NULL && is_cmd(cv, RPROF_CMD_EXEC)) {
         if (t->any) {
             e->kind = RK_EXEC;
             e->tx = t->cmds;
@@ -2735,7 +2365,7 @@ static enum cmd_result tx_end(struct rpx *rx, struct cmdview *cv, const struct r
 
 /* A command queued in a transaction: forwarded, or answered +QUEUED when the plan keeps it
  * back. */
-static enum cmd_result tx_queue(struct rpx *rx, struct cmdview *cv, const struct resp_msg *m,
+static enum cmd_result tx_queue(struct rpx *rx, struct rprof_cmdview *cv, const struct resp_msg *m,
                                 const uint8_t *buf)
 {
     size_t len = m->len;
@@ -2753,8 +2383,8 @@ static enum cmd_result tx_queue(struct rpx *rx, struct cmdview *cv, const struct
 
 /* An ack outside a transaction (its ids from argument `first` on): applied, kept back,
  * delayed or cut as its rules say. */
-static enum cmd_result command_ack(struct rpx *rx, struct cmdview *cv, const struct resp_msg *m,
-                                   const uint8_t *buf, size_t first)
+static enum cmd_result command_ack(struct rpx *rx, struct rprof_cmdview *cv,
+                                   const struct resp_msg *m, const uint8_t *buf, size_t first)
 {
     size_t len = m->len;
     struct ack_plan p;
@@ -2775,7 +2405,7 @@ static enum cmd_result command_ack(struct rpx *rx, struct cmdview *cv, const str
     if (p.suppressed > 0 && p.suppressed == p.n) {
         swallow(rx, len);
         char r[32];
-        int n = snprintf(r, sizeof(r), ":%lld\r\n", (long long)synth_count(cv));
+        int n = snprintf(r, sizeof(r), ":%lld\r\n", (long long)rprof_settled_count(cv));
         if (owe_reply(rx))
             answer(rx, r, (size_t)n);
     } else if (p.suppressed > 0 && p.kept != NULL) {
@@ -2812,61 +2442,39 @@ static enum cmd_result command_ack(struct rpx *rx, struct cmdview *cv, const str
 
 /* What the reply to a forwarded command is, for the reply side: a pop's job, an RQ job
  * hash, a stream read or claim, an XADD's id. */
-static void tag_reply(struct rpx *rx, struct cmdview *cv, const struct resp_msg *m,
-                      const uint8_t *buf, struct entry *e)
+static void tag_reply(struct rpx *rx, struct rprof_cmdview *cv, struct entry *e)
 {
-    size_t len = m->len;
-    if (is_pop(rx, cv)) {
-        e->kind = RK_POP;
-        e->arg = strdup(cv->key);
-    } else if (rx->prof == PROF_RQ && is_cmd(cv, CMD_HGETALL) &&
-               starts_with(cv->key, RQ_JOB_PREFIX)) {
-        e->kind = RK_RQ_HASH;
-        e->arg = strdup(cv->key + strlen(RQ_JOB_PREFIX));
-    } else if (rx->prof == PROF_STREAMS) {
-        if (is_cmd(cv, CMD_XREADGROUP)) {
-            e->kind = RK_XREAD;
-            /* An id other than '>' re-reads the consumer's pending entries. */
-            struct resp_view last;
-            if (cmd_arg(cv, m->nelem - 1, &last))
-                e->redelivered = !resp_view_equals(buf, len, &last, ">");
-        } else if (is_cmd(cv, CMD_XCLAIM) || is_cmd(cv, CMD_XAUTOCLAIM)) {
-            bool justid = false;
-            struct resp_view a;
-            for (size_t i = 5; cmd_arg(cv, i, &a); i++)
-                justid |= resp_view_equals(buf, len, &a, "JUSTID");
-            if (!justid) {
-                e->kind = is_cmd(cv, CMD_XCLAIM) ? RK_XCLAIM : RK_XAUTOCLAIM;
-                e->arg = strdup(cv->key);
-            }
-        } else if (is_cmd(cv, CMD_XADD)) {
-            e->kind = RK_XADD;
-            e->arg = strdup(cv->key);
-            /* the task field: after the id, field/value pairs */
-            struct resp_view f, v;
-            for (size_t i = 2; cmd_arg(cv, i, &f); i++) {
-                if (resp_view_equals(buf, len, &f, "task") && cmd_arg(cv, i + 1, &v)) {
-                    char task[RPX_TASK_MAX];
-                    if (fits_or_say(rx, "task", &v, sizeof(task)) &&
-                        view_str(buf, len, &v, task, sizeof(task)))
-                        e->arg2 = strdup(task);
-                    break;
-                }
-            }
-        }
+    const char *arg;
+    bool redelivered;
+    e->kind = (uint8_t)rprof_reply_of(rx->prof, cv, &arg, &redelivered);
+    e->redelivered = redelivered;
+    bool copied = arg == NULL || (e->arg = strdup(arg)) != NULL;
+    if (copied && e->kind == RPROF_REPLY_XADD) {
+        char task[RPROF_TASK_MAX];
+        uint64_t n;
+        enum rprof_field got = rprof_xadd_task(cv, task, sizeof(task), &n);
+        if (got == RPROF_TOO_LONG)
+            say_too_long(rx, "task", n, sizeof(task));
+        copied = got != RPROF_FOUND || (e->arg2 = strdup(task)) != NULL;
+    }
+    if (!copied) {
+        /* Read without its list, stream or task, the reply would name another job. */
+        log_msg(LOG_WARN, "event skipped", "sid=%llu listener=%s reason=\"out of memory\"",
+                (unsigned long long)rx->s->id, scope(rx));
+        e->kind = RPROF_REPLY_PLAIN;
     }
 }
 
 /* Any other command outside a transaction: a publish its rules may drop, delay or cut, or a
  * plain command; forwarded, its reply tagged. */
-static enum cmd_result command_other(struct rpx *rx, struct cmdview *cv, const struct resp_msg *m,
-                                     const uint8_t *buf)
+static enum cmd_result command_other(struct rpx *rx, struct rprof_cmdview *cv,
+                                     const struct resp_msg *m, const uint8_t *buf)
 {
     size_t len = m->len;
     const struct rule *pub = NULL;
-    if (rx->decided < DECIDED_ALL && rx->prof != PROF_NONE)
+    if (rx->decided < DECIDED_ALL && rx->prof != RPROF_NONE)
         pub = publish_decide(rx, cv, NULL);
-    if (pub == NULL && cv->id == CMD_OTHER) {
+    if (pub == NULL && cv->id == RPROF_CMD_OTHER) {
         /* GET, SET, INCR...: no reply kind, no rule on it. */
         forward_plain(rx, cv, m, buf, len);
         rx->decided = 0;
@@ -2905,15 +2513,15 @@ static enum cmd_result command_other(struct rpx *rx, struct cmdview *cv, const s
         return CMD_STOP;
     }
     if (e != NULL)
-        tag_reply(rx, cv, m, buf, e);
+        tag_reply(rx, cv, e);
     return CMD_DONE;
 }
 
 static enum cmd_result command(struct rpx *rx, const uint8_t *buf, const struct resp_msg *m)
 {
-    struct cmdview cv;
+    struct rprof_cmdview cv;
     bool cmd_rules = rx->decided < DECIDED_COMMAND && codec_wants(rx->s, RULE_EV_COMMAND);
-    cmdview_init(&cv, buf, m, cmd_rules);
+    rprof_cmdview_init(&cv, buf, m, cmd_rules);
     size_t len = m->len;
 
     if (m->nelem == 0) {
@@ -2934,16 +2542,16 @@ static enum cmd_result command(struct rpx *rx, const uint8_t *buf, const struct 
     if (!rx->tx.active && (resp_cmd_name_flags(cv.name, strlen(cv.name)) & RESP_CMD_SYNC))
         return replication_start(rx, &cv, len);
 
-    if (is_cmd(&cv, CMD_MULTI) && !rx->tx.active)
+    if (is_cmd(&cv, RPROF_CMD_MULTI) && !rx->tx.active)
         return tx_begin(rx, &cv, m);
-    if (rx->tx.active && rx->tx.aborted && is_cmd(&cv, CMD_EXEC))
+    if (rx->tx.active && rx->tx.aborted && is_cmd(&cv, RPROF_CMD_EXEC))
         return tx_exec_aborted(rx, m);
-    if (rx->tx.active && (is_cmd(&cv, CMD_EXEC) || is_cmd(&cv, CMD_DISCARD)))
+    if (rx->tx.active && (is_cmd(&cv, RPROF_CMD_EXEC) || is_cmd(&cv, RPROF_CMD_DISCARD)))
         return tx_end(rx, &cv, m, buf);
     if (rx->tx.active)
         return tx_queue(rx, &cv, m, buf);
     size_t first;
-    if (ack_args(rx, &cv, &first))
+    if (rprof_ack_args(rx->prof, &cv, &first))
         return command_ack(rx, &cv, m, buf, first);
     return command_other(rx, &cv, m, buf);
 }
@@ -3290,21 +2898,6 @@ static void rpx_process(void *state, enum session_side from, struct evbuffer *in
 
 /* ---- codec ops --------------------------------------------------------- */
 
-static enum profile profile_of(const char *name)
-{
-    if (name == NULL)
-        return PROF_NONE;
-    if (strcmp(name, "sidekiq") == 0)
-        return PROF_SIDEKIQ;
-    if (strcmp(name, "celery") == 0)
-        return PROF_CELERY;
-    if (strcmp(name, "rq") == 0)
-        return PROF_RQ;
-    if (strcmp(name, "streams") == 0)
-        return PROF_STREAMS;
-    return PROF_NONE;
-}
-
 static void rpx_free(void *state);
 
 static size_t held_max(const struct rpx *rx)
@@ -3319,7 +2912,7 @@ static void *rpx_open(struct session *s)
     if (rx == NULL)
         return NULL;
     rx->s = s;
-    rx->prof = profile_of(s->cfg->l->profile);
+    rx->prof = rprof_of(s->cfg->l->profile);
     resp_scanner_init(&rx->sc[SIDE_CLIENT], RESP_SIDE_CLIENT);
     resp_scanner_init(&rx->sc[SIDE_UPSTREAM], RESP_SIDE_SERVER);
     uint64_t max_message = s->cfg->l->max_message;

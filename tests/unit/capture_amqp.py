@@ -35,19 +35,14 @@ import tempfile
 import threading
 import time
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from capturekit import free_port, pump  # noqa: E402
+
 import pika
 
 TASK = "tasks.charge"
 BIG_BODY = 10000
 FRAME_MAX = 4096
-
-
-def free_port():
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    port = s.getsockname()[1]
-    s.close()
-    return port
 
 
 class Relay:
@@ -56,6 +51,8 @@ class Relay:
     def __init__(self, upstream_port, client_path, server_path):
         self.upstream_port = upstream_port
         self.paths = (client_path, server_path)
+        for path in self.paths:
+            open(path, "wb").close()
         self.lsock = socket.socket()
         self.lsock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         self.lsock.bind(("127.0.0.1", 0))
@@ -64,30 +61,11 @@ class Relay:
         self.threads = []
         threading.Thread(target=self._accept, daemon=True).start()
 
-    def _pump(self, src, dst, path):
-        with open(path, "wb") as out:
-            while True:
-                try:
-                    data = src.recv(65536)
-                except OSError:
-                    data = b""
-                if not data:
-                    break
-                out.write(data)
-                try:
-                    dst.sendall(data)
-                except OSError:
-                    break
-        try:
-            dst.shutdown(socket.SHUT_WR)
-        except OSError:
-            pass
-
     def _accept(self):
         client, _ = self.lsock.accept()
         server = socket.create_connection(("127.0.0.1", self.upstream_port))
         for src, dst, path in ((client, server, self.paths[0]), (server, client, self.paths[1])):
-            t = threading.Thread(target=self._pump, args=(src, dst, path), daemon=True)
+            t = threading.Thread(target=pump, args=(src, dst, path), daemon=True)
             t.start()
             self.threads.append(t)
 

@@ -44,15 +44,10 @@ import tempfile
 import threading
 import time
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from capturekit import free_port, pump  # noqa: E402
+
 BIG = 102400
-
-
-def free_port():
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    port = s.getsockname()[1]
-    s.close()
-    return port
 
 
 class Relay:
@@ -73,25 +68,6 @@ class Relay:
         self.threads = []
         threading.Thread(target=self._accept, daemon=True).start()
 
-    def _pump(self, src, dst, path):
-        with open(path, "ab") as out:
-            while True:
-                try:
-                    data = src.recv(65536)
-                except OSError:
-                    data = b""
-                if not data:
-                    break
-                out.write(data)
-                try:
-                    dst.sendall(data)
-                except OSError:
-                    break
-        try:
-            dst.shutdown(socket.SHUT_WR)
-        except OSError:
-            pass
-
     def _accept(self):
         for _ in range(self.conns):
             client, _ = self.lsock.accept()
@@ -99,7 +75,7 @@ class Relay:
             pair = []
             for src, dst, path in ((client, server, self.paths[0]),
                                    (server, client, self.paths[1])):
-                t = threading.Thread(target=self._pump, args=(src, dst, path), daemon=True)
+                t = threading.Thread(target=pump, args=(src, dst, path), daemon=True)
                 t.start()
                 pair.append(t)
             for t in pair:

@@ -1,0 +1,184 @@
+/*
+ * fuzz_resp_profile.c - libFuzzer harness for the Redis framework layer
+ * (proto/resp_profile.c): commands named and classified for each profile, the transaction
+ * scan, and the replies read for jobs.  Not part of the default build (scripts/fuzz.sh builds
+ * and runs it).
+ *
+ * The first byte picks the profile (its value mod 5) and the direction (bit 7: a server's
+ * replies, else a client's commands); the rest is a byte stream, cut into messages by the
+ * RESP scanner as the proxy cuts it.  Every message goes through every function that applies
+ * to its direction, for the chosen profile.  Seeds are the framework sessions of
+ * tests/unit/data/frameworks/ (tests/fuzz/corpus/resp_profile/).  Invariants are checked with
+ * abort(): every string read is NUL-terminated within its limit, every argument index and
+ * view is inside the message, a pointer handed back points into the command's key, and
+ * nothing leaks (ASan).
+ */
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "proto/resp.h"
+#include "proto/resp_job.h"
+#include "proto/resp_profile.h"
+
+#define CHECK(ok) check_at((ok), __LINE__, #ok)
+
+static void check_at(bool ok, int line, const char *what)
+{
+    if (!ok) {
+        fprintf(stderr, "%s:%d: invariant failed: %s\n", __FILE__, line, what);
+        abort();
+    }
+}
+
+static bool in_key(const struct rprof_cmdview *cv, const char *p)
+{
+    return p == NULL || (p >= cv->key && p <= cv->key + strlen(cv->key));
+}
+
+static void count_queued(void *arg, const struct rprof_cmdview *cv)
+{
+    CHECK(cv->has_key == false || strlen(cv->key) < RPROF_KEY_MAX);
+    const char *id;
+    char *task;
+    if (rprof_rq_job_saved(RPROF_RQ, cv, &id, &task)) {
+        CHECK(in_key(cv, id) && task != NULL && task[0] != '\0');
+        free(task);
+    } else {
+        CHECK(task == NULL);
+    }
+    (*(size_t *)arg)++;
+}
+
+static void command(enum rprof p, const uint8_t *buf, size_t len, const struct resp_msg *m)
+{
+    struct rprof_cmdview cv;
+    rprof_cmdview_init(&cv, buf, m, true);
+    CHECK(strlen(cv.name) < RESP_CMD_NAME_MAX);
+    CHECK(!cv.has_key || strlen(cv.key) < RPROF_KEY_MAX);
+    size_t first = 0;
+    if (rprof_ack_args(p, &cv, &first))
+        CHECK(first >= 2 && first <= 3);
+    CHECK(rprof_settled_count(&cv) >= 0);
+    (void)rprof_is_pop(p, &cv);
+    (void)rprof_is_celery_unacked_hdel(p, &cv);
+    enum rprof_publish pub = rprof_publish_of(p, &cv);
+    if (pub != RPROF_PUB_NONE)
+        CHECK(cv.has_key && m->nelem >= 3);
+    struct resp_view v;
+    for (size_t i = 2; pub == RPROF_PUB_JOBS && rprof_arg(&cv, i, &v); i++) {
+        CHECK(v.off + v.len <= m->len);
+        struct resp_job job;
+        if (rprof_job(p, buf + v.off, v.len, &job) == 0) {
+            CHECK(job.id != NULL && job.id[0] != '\0');
+            resp_job_clear(&job);
+        }
+    }
+    size_t at = rprof_xadd_id_arg(&cv);
+    CHECK(at == 0 || at >= 2);
+    char task[RPROF_TASK_MAX];
+    uint64_t tlen;
+    enum rprof_field f = rprof_xadd_task(&cv, task, sizeof(task), &tlen);
+    CHECK(strlen(task) < sizeof(task));
+    CHECK(f != RPROF_TOO_LONG || tlen >= sizeof(task));
+    if (cv.has_key) {
+        char *q = rprof_queue_of(p, cv.key);
+        CHECK(q != NULL && strlen(q) <= strlen(cv.key));
+        free(q);
+        char list[RPROF_KEY_MAX + 16];
+        if (rprof_rq_queue_of_wip(cv.key, list, sizeof(list)))
+            CHECK(strncmp(list, RPROF_RQ_QUEUE_PREFIX, strlen(RPROF_RQ_QUEUE_PREFIX)) == 0);
+    }
+    const char *arg;
+    bool again;
+    enum rprof_reply k = rprof_reply_of(p, &cv, &arg, &again);
+    CHECK(k < RPROF_REPLY_END && in_key(&cv, arg));
+    const char *id;
+    char *saved;
+    if (rprof_rq_job_saved(p, &cv, &id, &saved))
+        free(saved);
+    if (cv.id == RPROF_CMD_MULTI) {
+        struct resp_scanner sc;
+        resp_scanner_init(&sc, RESP_SIDE_CLIENT);
+        struct rprof_tx tx;
+        size_t seen = 0;
+        int rc = rprof_tx_scan(&sc, buf, len, m->len, &tx, count_queued, &seen);
+        CHECK(rc >= -1 && rc <= 1 && seen <= RPROF_TX_MAX);
+        if (rc == 1)
+            CHECK(tx.queued == seen && tx.end > m->len && tx.end <= len);
+    }
+}
+
+static void entries(const uint8_t *buf, size_t len, const struct resp_view *arr)
+{
+    if (!rprof_is_agg(arr))
+        return;
+    struct resp_args it;
+    rprof_walk_init(&it, buf, len, arr);
+    struct resp_view e;
+    for (int i = 0; i < 64 && resp_args_next(&it, &e) == 1; i++) {
+        struct rprof_entry ent;
+        int rc = rprof_stream_entry(buf, len, &e, &ent);
+        CHECK(rc == 0 || rc == 1);
+        CHECK(strlen(ent.id) < sizeof(ent.id) && strlen(ent.task) < sizeof(ent.task));
+        if (ent.too_long != NULL)
+            CHECK(ent.too_long_len >= (rc == 1 ? sizeof(ent.task) : sizeof(ent.id)));
+        entries(buf, len, &e); /* nested shapes: XREAD's [[stream, entries]] */
+    }
+}
+
+static void reply(enum rprof p, const uint8_t *buf, const struct resp_msg *m)
+{
+    char list[RPROF_KEY_MAX];
+    struct resp_view val;
+    bool pair;
+    if (rprof_pop_reply(buf, m, "rq:queue:x", list, sizeof(list), &val, &pair)) {
+        CHECK(strlen(list) < sizeof(list) && val.off + val.len <= m->len);
+        struct resp_job job;
+        if (rprof_job(p, buf + val.off, val.len, &job) == 0)
+            resp_job_clear(&job);
+    }
+    char id[RPROF_ID_MAX];
+    uint64_t n;
+    (void)rprof_xadd_reply_id(buf, m, id, sizeof(id), &n);
+    CHECK(strlen(id) < sizeof(id));
+    char *task = NULL;
+    if (rprof_rq_hash_task(buf, m, &task) == 0)
+        CHECK(task != NULL && task[0] != '\0');
+    else
+        CHECK(task == NULL);
+    free(task);
+    entries(buf, m->len, &m->value);
+}
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
+{
+    if (size < 1)
+        return 0;
+    enum rprof p = (enum rprof)(data[0] % 5);
+    bool server = (data[0] & 0x80) != 0;
+    size_t len = size - 1;
+    uint8_t *buf = malloc(len > 0 ? len : 1); /* exactly its size: a read past len is caught */
+    if (buf == NULL)
+        return 0;
+    memcpy(buf, data + 1, len);
+    struct resp_scanner sc;
+    resp_scanner_init(&sc, server ? RESP_SIDE_SERVER : RESP_SIDE_CLIENT);
+    size_t off = 0;
+    while (off < len) {
+        struct resp_msg m;
+        int rc = resp_scan(&sc, buf + off, len - off, &m);
+        if (rc <= 0)
+            break;
+        CHECK(m.len > 0 && m.len <= len - off);
+        if (server)
+            reply(p, buf + off, &m);
+        else
+            command(p, buf + off, len - off, &m);
+        off += m.len;
+        resp_scanner_reset(&sc);
+    }
+    free(buf);
+    return 0;
+}

@@ -1,0 +1,980 @@
+/*
+ * test_resp_profile.c - proto/resp_profile.h: what the Redis job frameworks' commands and
+ * replies mean, read from their own sessions.
+ *
+ *   - Golden sessions recorded from the real frameworks through a relay
+ *     (tests/unit/data/frameworks/NAME/NN-{client,server}.bin, capture_frameworks.py): Sidekiq
+ *     6 with redis-rb, Celery 5 with kombu's Redis transport, RQ, and a Streams consumer group
+ *     with redis-py, 2 jobs of each of two handlers.  Each session is read as the proxy reads
+ *     it: commands named, publishes, pops, acks and transactions classified, replies paired
+ *     with their commands and the jobs read out of them.  What comes out must be what the app
+ *     enqueued (NAME/enqueued.txt, written by the app's driver, not by twice): every job
+ *     published once with its task and queue, delivered once, acked once where the framework
+ *     acks.
+ *   - The same sessions fed in two pieces split at every offset, client side and server side:
+ *     the same reading every time (a transaction is planned only once its EXEC is in, as the
+ *     proxy waits for it).
+ *   - Edge cases of each function: keys and fields at and past their limits, wrong shapes,
+ *     XADD options, JUSTID claims, priority lists, the tx scan's limits.
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "proto/resp.h"
+#include "proto/resp_job.h"
+#include "proto/resp_profile.h"
+
+/* ---- the golden files -------------------------------------------------------------------- */
+
+static void data_path(char *out, size_t cap, const char *fw, const char *name)
+{
+    const char *file = __FILE__;
+    const char *slash = strrchr(file, '/');
+    int dir_len = slash == NULL ? 1 : (int)(slash - file);
+    snprintf(out, cap, "%.*s/data/frameworks/%s/%s", dir_len, slash == NULL ? "." : file, fw, name);
+}
+
+/* The file's bytes (NUL-terminated, not counted), or NULL when it does not exist. */
+static uint8_t *read_file(const char *fw, const char *name, size_t *len)
+{
+    char path[1024];
+    data_path(path, sizeof(path), fw, name);
+    FILE *fp = fopen(path, "rb");
+    if (fp == NULL)
+        return NULL;
+    assert_int_equal(fseek(fp, 0, SEEK_END), 0);
+    long n = ftell(fp);
+    assert_true(n >= 0);
+    rewind(fp);
+    uint8_t *buf = malloc((size_t)n + 1);
+    assert_non_null(buf);
+    assert_int_equal(fread(buf, 1, (size_t)n, fp), (size_t)n);
+    buf[n] = '\0';
+    fclose(fp);
+    *len = (size_t)n;
+    return buf;
+}
+
+/* ---- what a session says: one line per event, in order ---------------------------------- */
+
+struct text {
+    char *s;
+    size_t len, cap;
+};
+
+static void say(struct text *t, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+static void say(struct text *t, const char *fmt, ...)
+{
+    char line[2048];
+    va_list ap;
+    va_start(ap, fmt);
+    int n = vsnprintf(line, sizeof(line), fmt, ap);
+    va_end(ap);
+    assert_true(n > 0 && (size_t)n < sizeof(line) - 1);
+    if (t->len + (size_t)n + 2 > t->cap) {
+        t->cap = (t->len + (size_t)n + 2) * 2;
+        t->s = realloc(t->s, t->cap);
+        assert_non_null(t->s);
+    }
+    memcpy(t->s + t->len, line, (size_t)n);
+    t->len += (size_t)n;
+    t->s[t->len++] = '\n';
+    t->s[t->len] = '\0';
+}
+
+/* The reading of one connection. */
+#define MAX_CMDS 4096u
+struct reading {
+    enum rprof prof;
+    struct text out;
+    /* per command (its index is its pairing tag): what its reply is */
+    uint8_t kind[MAX_CMDS];
+    char *arg[MAX_CMDS];
+    size_t ncmds;
+    struct resp_pairing pairing;
+    struct resp_cmd slots[MAX_CMDS];
+    bool in_tx;
+};
+
+static void reading_init(struct reading *r, enum rprof prof)
+{
+    memset(r, 0, sizeof(*r));
+    r->prof = prof;
+    resp_pairing_init(&r->pairing, r->slots, MAX_CMDS);
+}
+
+static void reading_free(struct reading *r)
+{
+    for (size_t i = 0; i < r->ncmds; i++)
+        free(r->arg[i]);
+    free(r->out.s);
+}
+
+static void say_job(struct reading *r, const char *what, const char *queue_key, const void *v,
+                    size_t n)
+{
+    char *queue = rprof_queue_of(r->prof, queue_key);
+    assert_non_null(queue);
+    if (r->prof == RPROF_RQ) {
+        say(&r->out, "%s %.*s - %s", what, (int)n, (const char *)v, queue);
+    } else {
+        struct resp_job job;
+        if (rprof_job(r->prof, v, n, &job) == 0) {
+            say(&r->out, "%s %s %s %s tag=%s", what, job.id, job.task != NULL ? job.task : "-",
+                queue, job.tag != NULL ? job.tag : "-");
+            resp_job_clear(&job);
+        } else {
+            say(&r->out, "%s unreadable", what);
+        }
+    }
+    free(queue);
+}
+
+static void on_tx_cmd(void *arg, const struct rprof_cmdview *cv)
+{
+    struct reading *r = arg;
+    const char *id;
+    char *task;
+    if (rprof_rq_job_saved(r->prof, cv, &id, &task)) {
+        say(&r->out, "saved %s %s", id, task);
+        free(task);
+    }
+}
+
+/* One command of the client's stream; its bytes are buf[0..m->len), rest[0..rest_len) what
+ * follows it so far.  Returns false when it must wait for more bytes (a transaction whose
+ * EXEC is not here yet), as the proxy does. */
+static bool on_command(struct reading *r, const uint8_t *buf, const struct resp_msg *m,
+                       size_t rest_len)
+{
+    struct rprof_cmdview cv;
+    rprof_cmdview_init(&cv, buf, m, true);
+    if (cv.id == RPROF_CMD_MULTI && !r->in_tx) {
+        struct resp_scanner sc;
+        resp_scanner_init(&sc, RESP_SIDE_CLIENT);
+        struct rprof_tx tx;
+        size_t said = r->out.len;
+        int rc = rprof_tx_scan(&sc, buf, m->len + rest_len, m->len, &tx, on_tx_cmd, r);
+        if (rc == 0) {
+            r->out.len = said; /* unsaid: said again once EXEC is in */
+            if (r->out.s != NULL)
+                r->out.s[said] = '\0';
+            return false;
+        }
+        say(&r->out, "tx rc=%d queued=%zu push=%d", rc, tx.queued, tx.has_push);
+        r->in_tx = true;
+    } else if (cv.id == RPROF_CMD_EXEC || cv.id == RPROF_CMD_DISCARD) {
+        r->in_tx = false;
+    }
+    switch (rprof_publish_of(r->prof, &cv)) {
+    case RPROF_PUB_JOBS: {
+        struct resp_view v;
+        for (size_t i = 2; rprof_arg(&cv, i, &v); i++)
+            say_job(r, "publish", cv.key, buf + v.off, v.len);
+        break;
+    }
+    case RPROF_PUB_RQ_ID: {
+        struct resp_view v;
+        assert_true(rprof_arg(&cv, 2, &v));
+        say_job(r, "publish", cv.key, buf + v.off, v.len);
+        break;
+    }
+    case RPROF_PUB_XADD: {
+        char task[RPROF_TASK_MAX];
+        uint64_t n;
+        struct resp_view idv;
+        size_t at = rprof_xadd_id_arg(&cv);
+        assert_true(at > 0 && rprof_arg(&cv, at, &idv));
+        assert_int_equal(rprof_xadd_task(&cv, task, sizeof(task), &n), RPROF_FOUND);
+        say(&r->out, "publish %.*s %s %s", (int)idv.len, (const char *)buf + idv.off, task, cv.key);
+        break;
+    }
+    default:
+        break;
+    }
+    size_t first;
+    if (rprof_ack_args(r->prof, &cv, &first)) {
+        struct resp_view v;
+        for (size_t i = first; rprof_arg(&cv, i, &v); i++)
+            say(&r->out, "ack %.*s %lld", (int)v.len, (const char *)buf + v.off,
+                (long long)rprof_settled_count(&cv));
+    }
+    if (rprof_is_celery_unacked_hdel(r->prof, &cv))
+        say(&r->out, "hdel unacked");
+    const char *arg;
+    bool redelivered;
+    enum rprof_reply kind = rprof_reply_of(r->prof, &cv, &arg, &redelivered);
+    int rc = resp_pairing_command(&r->pairing, m, buf, r->ncmds, NULL);
+    assert_true(rc == 0 || rc == 1);
+    if (rc == 1) {
+        assert_true(r->ncmds < MAX_CMDS);
+        r->kind[r->ncmds] = (uint8_t)kind;
+        r->arg[r->ncmds] = arg != NULL ? strdup(arg) : NULL;
+        if (kind == RPROF_REPLY_XREAD && redelivered)
+            r->kind[r->ncmds] = RPROF_REPLY_END; /* a re-read: said apart */
+        r->ncmds++;
+    }
+    return true;
+}
+
+static void say_entries(struct reading *r, const char *what, const char *stream, const uint8_t *buf,
+                        size_t len, const struct resp_view *arr)
+{
+    struct resp_args it;
+    rprof_walk_init(&it, buf, len, arr);
+    struct resp_view e;
+    while (resp_args_next(&it, &e) == 1) {
+        struct rprof_entry ent;
+        if (rprof_stream_entry(buf, len, &e, &ent) == 1)
+            say(&r->out, "%s %s %s %s", what, ent.id, ent.task[0] ? ent.task : "-", stream);
+        else
+            say(&r->out, "%s unreadable", what);
+    }
+}
+
+/* XREADGROUP's RESP2 reply: [[stream, entries], ...]. */
+static void say_xread(struct reading *r, const uint8_t *buf, const struct resp_msg *m, bool again)
+{
+    if (m->null || !rprof_is_agg(&m->value))
+        return;
+    struct resp_args it;
+    resp_args_init(&it, buf, m);
+    struct resp_view pair;
+    while (resp_args_next(&it, &pair) == 1) {
+        assert_true(rprof_is_agg(&pair));
+        struct resp_args in;
+        rprof_walk_init(&in, buf, m->len, &pair);
+        struct resp_view k, ents;
+        char stream[RPROF_KEY_MAX];
+        assert_int_equal(resp_args_next(&in, &k), 1);
+        assert_int_equal(resp_args_next(&in, &ents), 1);
+        assert_true(rprof_view_str(buf, m->len, &k, stream, sizeof(stream)));
+        say_entries(r, again ? "redeliver" : "deliver", stream, buf, m->len, &ents);
+    }
+}
+
+static void on_reply(struct reading *r, const uint8_t *buf, const struct resp_msg *m)
+{
+    struct resp_match match;
+    int rc = resp_pairing_reply(&r->pairing, m, buf, &match);
+    assert_true(rc == 0 || rc == 1);
+    if (rc == 0 || !match.last)
+        return;
+    size_t i = (size_t)match.cmd.tag;
+    assert_true(i < r->ncmds);
+    switch (r->kind[i]) {
+    case RPROF_REPLY_POP: {
+        char list[RPROF_KEY_MAX];
+        struct resp_view val;
+        bool pair;
+        if (rprof_pop_reply(buf, m, r->arg[i], list, sizeof(list), &val, &pair))
+            say_job(r, "deliver", list, buf + val.off, val.len);
+        break;
+    }
+    case RPROF_REPLY_XREAD:
+    case RPROF_REPLY_END:
+        say_xread(r, buf, m, r->kind[i] == RPROF_REPLY_END);
+        break;
+    case RPROF_REPLY_XADD: {
+        char id[RPROF_ID_MAX];
+        uint64_t n;
+        assert_int_equal(rprof_xadd_reply_id(buf, m, id, sizeof(id), &n), RPROF_FOUND);
+        say(&r->out, "added %s %s", id, r->arg[i]);
+        break;
+    }
+    case RPROF_REPLY_RQ_HASH: {
+        char *task = NULL;
+        if (rprof_rq_hash_task(buf, m, &task) == 0) {
+            say(&r->out, "hash %s %s", r->arg[i], task);
+            free(task);
+        }
+        break;
+    }
+    default:
+        break;
+    }
+}
+
+/* ---- feeding a stream in two pieces ----------------------------------------------------- */
+
+struct feed {
+    struct resp_scanner sc;
+    uint8_t *held;
+    size_t n;
+};
+
+/* Appends buf[0..len) to what f holds and hands every complete message on. */
+static void feed_push(struct feed *f, struct reading *r, bool client, const uint8_t *p, size_t k)
+{
+    f->held = realloc(f->held, f->n + k + 1);
+    assert_non_null(f->held);
+    if (k > 0)
+        memcpy(f->held + f->n, p, k);
+    f->n += k;
+    size_t off = 0;
+    for (;;) {
+        struct resp_msg m;
+        int rc = resp_scan(&f->sc, f->held + off, f->n - off, &m);
+        assert_true(rc >= 0);
+        if (rc == 0)
+            break;
+        if (client && !on_command(r, f->held + off, &m, f->n - off - m.len)) {
+            resp_scanner_reset(&f->sc);
+            break;
+        }
+        if (!client)
+            on_reply(r, f->held + off, &m);
+        off += m.len;
+        resp_scanner_reset(&f->sc);
+    }
+    memmove(f->held, f->held + off, f->n - off);
+    f->n -= off;
+}
+
+/* The reading of one connection, its client stream arriving in two pieces split at cs and
+ * its server stream at ss (each after the client's whole stream, as the pairing needs every
+ * command before its reply). */
+static void read_session(struct reading *r, const uint8_t *c, size_t clen, size_t cs,
+                         const uint8_t *s, size_t slen, size_t ss)
+{
+    struct feed fc = {0}, fs = {0};
+    resp_scanner_init(&fc.sc, RESP_SIDE_CLIENT);
+    resp_scanner_init(&fs.sc, RESP_SIDE_SERVER);
+    feed_push(&fc, r, true, c, cs);
+    feed_push(&fc, r, true, c + cs, clen - cs);
+    assert_int_equal(fc.n, 0); /* every command read, every transaction planned */
+    feed_push(&fs, r, false, s, ss);
+    feed_push(&fs, r, false, s + ss, slen - ss);
+    assert_int_equal(fs.n, 0);
+    free(fc.held);
+    free(fs.held);
+}
+
+/* ---- one framework's recording ---------------------------------------------------------- */
+
+#define MAX_CONNS 32
+struct recording {
+    const char *fw;
+    enum rprof prof;
+    size_t n;
+    uint8_t *c[MAX_CONNS], *s[MAX_CONNS];
+    size_t clen[MAX_CONNS], slen[MAX_CONNS];
+    char *events;   /* every connection's reading, in order */
+    char *enqueued; /* the driver's list */
+};
+
+static void recording_load(struct recording *rec, const char *fw, enum rprof prof)
+{
+    memset(rec, 0, sizeof(*rec));
+    rec->fw = fw;
+    rec->prof = prof;
+    for (size_t i = 0; i < MAX_CONNS; i++) {
+        char name[32];
+        snprintf(name, sizeof(name), "%02zu-client.bin", i + 1);
+        rec->c[i] = read_file(fw, name, &rec->clen[i]);
+        if (rec->c[i] == NULL)
+            break;
+        snprintf(name, sizeof(name), "%02zu-server.bin", i + 1);
+        rec->s[i] = read_file(fw, name, &rec->slen[i]);
+        assert_non_null(rec->s[i]);
+        rec->n++;
+    }
+    assert_true(rec->n > 0);
+    size_t len;
+    rec->enqueued = (char *)read_file(fw, "enqueued.txt", &len);
+    assert_non_null(rec->enqueued);
+    struct text all = {0};
+    for (size_t i = 0; i < rec->n; i++) {
+        struct reading *r = malloc(sizeof(*r));
+        assert_non_null(r);
+        reading_init(r, prof);
+        read_session(r, rec->c[i], rec->clen[i], rec->clen[i], rec->s[i], rec->slen[i],
+                     rec->slen[i]);
+        if (r->out.s != NULL)
+            say(&all, "%s", r->out.s);
+        reading_free(r);
+        free(r);
+    }
+    rec->events = all.s != NULL ? all.s : strdup("");
+}
+
+static void recording_free(struct recording *rec)
+{
+    for (size_t i = 0; i < rec->n; i++) {
+        free(rec->c[i]);
+        free(rec->s[i]);
+    }
+    free(rec->events);
+    free(rec->enqueued);
+}
+
+/* How many lines of text start with `prefix`; *line (may be NULL) gets the last one. */
+static size_t lines_with(const char *text, const char *prefix, const char **line)
+{
+    size_t count = 0, n = strlen(prefix);
+    for (const char *p = text; p != NULL && *p != '\0';) {
+        if (strncmp(p, prefix, n) == 0) {
+            count++;
+            if (line != NULL)
+                *line = p;
+        }
+        p = strchr(p, '\n');
+        p = p != NULL ? p + 1 : NULL;
+    }
+    return count;
+}
+
+/* Each job the driver enqueued, as (id, task); returns how many. */
+#define MAX_JOBS 16
+static size_t enqueued_jobs(const struct recording *rec, char ids[][128], char tasks[][128])
+{
+    size_t n = 0;
+    const char *p = rec->enqueued;
+    while (*p != '\0' && n < MAX_JOBS) {
+        assert_int_equal(sscanf(p, "%127s %127s", ids[n], tasks[n]), 2);
+        n++;
+        p = strchr(p, '\n');
+        if (p == NULL)
+            break;
+        p++;
+    }
+    return n;
+}
+
+/* Fails with the whole reading when `count` lines do not start with the expected text. */
+static void expect_lines(const struct recording *rec, size_t count, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+static void expect_lines(const struct recording *rec, size_t count, const char *fmt, ...)
+{
+    char prefix[512];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(prefix, sizeof(prefix), fmt, ap);
+    va_end(ap);
+    size_t got = lines_with(rec->events, prefix, NULL);
+    if (got != count)
+        fail_msg("%s: %zu lines \"%s...\", expected %zu; the reading:\n%s", rec->fw, got, prefix,
+                 count, rec->events);
+}
+
+/* The same reading whichever byte the client's or the server's stream is split at. */
+static void split_everywhere(const struct recording *rec)
+{
+    for (size_t i = 0; i < rec->n; i++) {
+        struct reading *whole = malloc(sizeof(*whole)), *r = malloc(sizeof(*r));
+        assert_non_null(whole);
+        assert_non_null(r);
+        reading_init(whole, rec->prof);
+        read_session(whole, rec->c[i], rec->clen[i], rec->clen[i], rec->s[i], rec->slen[i],
+                     rec->slen[i]);
+        const char *want = whole->out.s != NULL ? whole->out.s : "";
+        for (size_t k = 0; k <= rec->clen[i] + rec->slen[i]; k++) {
+            size_t cs = k <= rec->clen[i] ? k : rec->clen[i];
+            size_t ss = k <= rec->clen[i] ? rec->slen[i] : k - rec->clen[i];
+            reading_init(r, rec->prof);
+            read_session(r, rec->c[i], rec->clen[i], cs, rec->s[i], rec->slen[i], ss);
+            const char *got = r->out.s != NULL ? r->out.s : "";
+            if (strcmp(got, want) != 0)
+                fail_msg("%s connection %zu split at client %zu / server %zu:\n%s\nwhole:\n%s",
+                         rec->fw, i + 1, cs, ss, got, want);
+            reading_free(r);
+        }
+        reading_free(whole);
+        free(whole);
+        free(r);
+    }
+}
+
+/* ---- the frameworks --------------------------------------------------------------------- */
+
+static void test_sidekiq(void **state)
+{
+    (void)state;
+    struct recording rec;
+    recording_load(&rec, "sidekiq", RPROF_SIDEKIQ);
+    char ids[MAX_JOBS][128], tasks[MAX_JOBS][128];
+    size_t n = enqueued_jobs(&rec, ids, tasks);
+    assert_int_equal(n, 4);
+    for (size_t i = 0; i < n; i++) {
+        /* perform_async's LPUSH queue:default, the fetcher's BRPOP queue:default */
+        expect_lines(&rec, 1, "publish %s %s default tag=-", ids[i], tasks[i]);
+        expect_lines(&rec, 1, "deliver %s %s default tag=-", ids[i], tasks[i]);
+    }
+    expect_lines(&rec, n, "publish ");
+    expect_lines(&rec, n, "deliver ");
+    expect_lines(&rec, 0, "ack "); /* basic fetch: the pop is the ack */
+    split_everywhere(&rec);
+    recording_free(&rec);
+}
+
+/* The tag of job id's delivery, from "deliver ID TASK QUEUE tag=TAG". */
+static void delivery_tag(const struct recording *rec, const char *id, char *tag, size_t cap)
+{
+    char prefix[256];
+    snprintf(prefix, sizeof(prefix), "deliver %s ", id);
+    const char *line = NULL;
+    assert_int_equal(lines_with(rec->events, prefix, &line), 1);
+    const char *t = strstr(line, "tag=");
+    assert_non_null(t);
+    t += 4;
+    size_t k = strcspn(t, "\n");
+    assert_true(k > 0 && k < cap);
+    memcpy(tag, t, k);
+    tag[k] = '\0';
+}
+
+static void test_celery(void **state)
+{
+    (void)state;
+    struct recording rec;
+    recording_load(&rec, "celery_redis", RPROF_CELERY);
+    char ids[MAX_JOBS][128], tasks[MAX_JOBS][128];
+    size_t n = enqueued_jobs(&rec, ids, tasks);
+    assert_int_equal(n, 4);
+    for (size_t i = 0; i < n; i++) {
+        /* apply_async's LPUSH celery; the worker's BRPOP celery; kombu's QoS acks by the
+         * delivery tag: ZREM unacked_index TAG, then HDEL unacked TAG */
+        expect_lines(&rec, 1, "publish %s %s celery tag=", ids[i], tasks[i]);
+        expect_lines(&rec, 1, "deliver %s %s celery tag=", ids[i], tasks[i]);
+        char tag[128];
+        delivery_tag(&rec, ids[i], tag, sizeof(tag));
+        expect_lines(&rec, 1, "ack %s 1", tag);
+    }
+    expect_lines(&rec, n, "ack ");
+    expect_lines(&rec, n, "hdel unacked");
+    split_everywhere(&rec);
+    recording_free(&rec);
+}
+
+static void test_rq(void **state)
+{
+    (void)state;
+    struct recording rec;
+    recording_load(&rec, "rq", RPROF_RQ);
+    char ids[MAX_JOBS][128], tasks[MAX_JOBS][128];
+    size_t n = enqueued_jobs(&rec, ids, tasks);
+    assert_int_equal(n, 4);
+    for (size_t i = 0; i < n; i++) {
+        /* enqueue: MULTI, HSET rq:job:ID ... description "tasks.charge(...)", RPUSH
+         * rq:queue:default ID, EXEC; the worker's BLPOP, its HGETALL rq:job:ID, and the ZREM
+         * rq:wip:default ID that settles the job */
+        /* saved at enqueue, and again by the worker: always with the job's task */
+        char saved[256];
+        snprintf(saved, sizeof(saved), "saved %s ", ids[i]);
+        size_t n_saved = lines_with(rec.events, saved, NULL);
+        assert_true(n_saved >= 1);
+        expect_lines(&rec, n_saved, "saved %s %s", ids[i], tasks[i]);
+        expect_lines(&rec, 1, "publish %s - default", ids[i]);
+        expect_lines(&rec, 1, "deliver %s - default", ids[i]);
+        expect_lines(&rec, 1, "ack %s 1", ids[i]);
+        if (lines_with(rec.events, "hash ", NULL) > 0)
+            expect_lines(&rec, 1, "hash %s %s", ids[i], tasks[i]);
+    }
+    expect_lines(&rec, n, "publish ");
+    expect_lines(&rec, n, "deliver ");
+    expect_lines(&rec, n, "ack ");
+    split_everywhere(&rec);
+    recording_free(&rec);
+}
+
+static void test_streams(void **state)
+{
+    (void)state;
+    struct recording rec;
+    recording_load(&rec, "streams", RPROF_STREAMS);
+    char ids[MAX_JOBS][128], tasks[MAX_JOBS][128];
+    size_t n = enqueued_jobs(&rec, ids, tasks);
+    assert_int_equal(n, 4);
+    for (size_t i = 0; i < n; i++) {
+        /* XADD twice:e2e:jobs * task NAME ...: Redis names the entry; XREADGROUP ... >
+         * delivers it with its fields; XACK settles it */
+        expect_lines(&rec, 1, "added %s twice:e2e:jobs", ids[i]);
+        expect_lines(&rec, 1, "deliver %s %s twice:e2e:jobs", ids[i], tasks[i]);
+        expect_lines(&rec, 1, "ack %s 1", ids[i]);
+    }
+    expect_lines(&rec, n, "publish * ");
+    expect_lines(&rec, 0, "redeliver ");
+    split_everywhere(&rec);
+    recording_free(&rec);
+}
+
+/* ---- edge cases ------------------------------------------------------------------------- */
+
+/* A command from its words, scanned into *m (the bytes stay in buf). */
+static void make_cmd(uint8_t *buf, size_t cap, struct resp_msg *m, struct rprof_cmdview *cv,
+                     size_t argc, const char *const *argv)
+{
+    size_t off = (size_t)snprintf((char *)buf, cap, "*%zu\r\n", argc);
+    for (size_t i = 0; i < argc; i++)
+        off += (size_t)snprintf((char *)buf + off, cap - off, "$%zu\r\n%s\r\n", strlen(argv[i]),
+                                argv[i]);
+    assert_true(off < cap);
+    struct resp_scanner sc;
+    resp_scanner_init(&sc, RESP_SIDE_CLIENT);
+    assert_int_equal(resp_scan(&sc, buf, off, m), 1);
+    rprof_cmdview_init(cv, buf, m, true);
+}
+
+#define CMD(...)                                                                                   \
+    make_cmd(buf, sizeof(buf), &m, &cv, sizeof((const char *[]){__VA_ARGS__}) / sizeof(char *),    \
+             (const char *[]){__VA_ARGS__})
+
+static void test_profiles_and_names(void **state)
+{
+    (void)state;
+    assert_int_equal(rprof_of("sidekiq"), RPROF_SIDEKIQ);
+    assert_int_equal(rprof_of("celery"), RPROF_CELERY);
+    assert_int_equal(rprof_of("rq"), RPROF_RQ);
+    assert_int_equal(rprof_of("streams"), RPROF_STREAMS);
+    assert_int_equal(rprof_of("Sidekiq"), RPROF_NONE);
+    assert_int_equal(rprof_of(NULL), RPROF_NONE);
+    assert_int_equal(rprof_cmd_of("XREADGROUP", 10), RPROF_CMD_XREADGROUP);
+    assert_int_equal(rprof_cmd_of("XREADGROUX", 10), RPROF_CMD_OTHER);
+    assert_int_equal(rprof_cmd_of("GET", 3), RPROF_CMD_OTHER);
+    uint8_t buf[4096];
+    struct resp_msg m;
+    struct rprof_cmdview cv;
+    CMD("lpush", "queue:default", "{}");
+    assert_int_equal(cv.id, RPROF_CMD_LPUSH); /* names are read in any case */
+    assert_string_equal(cv.key, "queue:default");
+    /* a key at RPROF_KEY_MAX bytes is not read: no profile function names it */
+    char big[RPROF_KEY_MAX + 1];
+    memset(big, 'k', RPROF_KEY_MAX);
+    big[RPROF_KEY_MAX] = '\0';
+    memcpy(big, "queue:", 6);
+    CMD("BRPOP", big, "1");
+    assert_false(cv.has_key);
+    assert_false(rprof_is_pop(RPROF_SIDEKIQ, &cv));
+    big[RPROF_KEY_MAX - 1] = '\0'; /* 511 bytes: fits */
+    CMD("BRPOP", big, "1");
+    assert_true(cv.has_key);
+    assert_true(rprof_is_pop(RPROF_SIDEKIQ, &cv));
+}
+
+static void test_commands_per_profile(void **state)
+{
+    (void)state;
+    uint8_t buf[4096];
+    struct resp_msg m;
+    struct rprof_cmdview cv;
+    size_t first = 0;
+    CMD("BRPOP", "other:list", "1");
+    assert_false(rprof_is_pop(RPROF_SIDEKIQ, &cv));
+    assert_true(rprof_is_pop(RPROF_CELERY, &cv)); /* kombu's queues are plain lists */
+    assert_false(rprof_is_pop(RPROF_NONE, &cv));
+    CMD("LMOVE", "rq:queue:default", "rq:wip:default", "RIGHT", "LEFT");
+    assert_true(rprof_is_pop(RPROF_RQ, &cv));
+    CMD("ZREM", "unacked_index", "tag-1", "tag-2");
+    assert_true(rprof_ack_args(RPROF_CELERY, &cv, &first));
+    assert_int_equal(first, 2);
+    assert_int_equal(rprof_settled_count(&cv), 2);
+    assert_false(rprof_ack_args(RPROF_RQ, &cv, &first));
+    CMD("XACK", "s", "g", "1-0", "2-0", "3-0");
+    assert_true(rprof_ack_args(RPROF_STREAMS, &cv, &first));
+    assert_int_equal(first, 3);
+    assert_int_equal(rprof_settled_count(&cv), 3);
+    CMD("HDEL", "unacked", "tag-1");
+    assert_true(rprof_is_celery_unacked_hdel(RPROF_CELERY, &cv));
+    assert_false(rprof_is_celery_unacked_hdel(RPROF_RQ, &cv));
+    CMD("LPUSH", "celery");
+    assert_int_equal(rprof_publish_of(RPROF_CELERY, &cv), RPROF_PUB_NONE); /* no value */
+    CMD("RPUSH", "rq:queue:default", "id-1");
+    assert_int_equal(rprof_publish_of(RPROF_RQ, &cv), RPROF_PUB_RQ_ID);
+    assert_int_equal(rprof_publish_of(RPROF_SIDEKIQ, &cv), RPROF_PUB_NONE);
+    CMD("LPUSH", "queue:x", "{}");
+    assert_int_equal(rprof_publish_of(RPROF_SIDEKIQ, &cv), RPROF_PUB_JOBS);
+    struct resp_job job;
+    assert_int_equal(rprof_job(RPROF_SIDEKIQ, "{}", 2, &job), -1); /* no jid, no class */
+    assert_int_equal(rprof_job(RPROF_RQ, "{}", 2, &job), -1);
+}
+
+static void test_queues(void **state)
+{
+    (void)state;
+    struct {
+        enum rprof p;
+        const char *key, *queue;
+    } cases[] = {
+        {RPROF_SIDEKIQ, "queue:default", "default"},
+        {RPROF_SIDEKIQ, "retry", "retry"},
+        {RPROF_CELERY, "celery", "celery"},
+        {RPROF_CELERY,
+         "celery\x06\x16"
+         "3",
+         "celery"}, /* kombu's priority list */
+        {RPROF_RQ, "rq:queue:high", "high"},
+        {RPROF_RQ, "rq:wip:high", "high"},
+        {RPROF_RQ, "rq:other", "rq:other"},
+        {RPROF_STREAMS, "jobs", "jobs"},
+    };
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        char *q = rprof_queue_of(cases[i].p, cases[i].key);
+        assert_non_null(q);
+        assert_string_equal(q, cases[i].queue);
+        free(q);
+    }
+    char out[32];
+    assert_true(rprof_rq_queue_of_wip("rq:wip:high", out, sizeof(out)));
+    assert_string_equal(out, "rq:queue:high");
+    assert_false(rprof_rq_queue_of_wip("rq:queue:high", out, sizeof(out)));
+    assert_false(rprof_rq_queue_of_wip("rq:wip:a-very-long-queue-name", out, 16));
+    assert_string_equal(rprof_repush_cmd(RPROF_RQ), "LPUSH");
+    assert_string_equal(rprof_repush_cmd(RPROF_CELERY), "RPUSH");
+}
+
+static void test_xadd(void **state)
+{
+    (void)state;
+    uint8_t buf[4096];
+    struct resp_msg m;
+    struct rprof_cmdview cv;
+    char task[RPROF_TASK_MAX];
+    uint64_t n;
+    CMD("XADD", "s", "NOMKSTREAM", "maxlen", "~", "1000", "LIMIT", "10", "5-*", "task", "charge");
+    assert_int_equal(rprof_xadd_id_arg(&cv), 8);
+    assert_int_equal(rprof_xadd_task(&cv, task, sizeof(task), &n), RPROF_FOUND);
+    assert_string_equal(task, "charge");
+    CMD("XADD", "s", "MINID", "0", "*", "order", "1", "task", "charge_safe");
+    assert_int_equal(rprof_xadd_id_arg(&cv), 4);
+    assert_int_equal(rprof_xadd_task(&cv, task, sizeof(task), &n), RPROF_FOUND);
+    assert_string_equal(task, "charge_safe");
+    /* a value "task" is not the field "task" */
+    CMD("XADD", "s", "*", "kind", "task", "x", "y");
+    assert_int_equal(rprof_xadd_task(&cv, task, sizeof(task), &n), RPROF_ABSENT);
+    CMD("XADD", "s", "MAXLEN");
+    assert_int_equal(rprof_xadd_id_arg(&cv), 0);
+    char longtask[RPROF_TASK_MAX + 1];
+    memset(longtask, 't', RPROF_TASK_MAX);
+    longtask[RPROF_TASK_MAX] = '\0';
+    CMD("XADD", "s", "*", "task", longtask);
+    assert_int_equal(rprof_xadd_task(&cv, task, sizeof(task), &n), RPROF_TOO_LONG);
+    assert_int_equal(n, RPROF_TASK_MAX);
+    longtask[RPROF_TASK_MAX - 1] = '\0';
+    CMD("XADD", "s", "*", "task", longtask);
+    assert_int_equal(rprof_xadd_task(&cv, task, sizeof(task), &n), RPROF_FOUND);
+}
+
+static void test_reply_kinds(void **state)
+{
+    (void)state;
+    uint8_t buf[4096];
+    struct resp_msg m;
+    struct rprof_cmdview cv;
+    const char *arg;
+    bool again;
+    CMD("XREADGROUP", "GROUP", "g", "c", "STREAMS", "s", ">");
+    assert_int_equal(rprof_reply_of(RPROF_STREAMS, &cv, &arg, &again), RPROF_REPLY_XREAD);
+    assert_false(again);
+    CMD("XREADGROUP", "GROUP", "g", "c", "STREAMS", "s", "0");
+    assert_int_equal(rprof_reply_of(RPROF_STREAMS, &cv, &arg, &again), RPROF_REPLY_XREAD);
+    assert_true(again);
+    CMD("XAUTOCLAIM", "s", "g", "c", "1000", "0-0");
+    assert_int_equal(rprof_reply_of(RPROF_STREAMS, &cv, &arg, &again), RPROF_REPLY_XAUTOCLAIM);
+    assert_string_equal(arg, "s");
+    CMD("XAUTOCLAIM", "s", "g", "c", "1000", "0-0", "COUNT", "5", "justid");
+    assert_int_equal(rprof_reply_of(RPROF_STREAMS, &cv, &arg, &again), RPROF_REPLY_PLAIN);
+    CMD("XCLAIM", "s", "g", "c", "1000", "1-0", "JUSTID");
+    assert_int_equal(rprof_reply_of(RPROF_STREAMS, &cv, &arg, &again), RPROF_REPLY_PLAIN);
+    CMD("XCLAIM", "s", "g", "c", "1000", "1-0");
+    assert_int_equal(rprof_reply_of(RPROF_STREAMS, &cv, &arg, &again), RPROF_REPLY_XCLAIM);
+    CMD("HGETALL", "rq:job:abc");
+    assert_int_equal(rprof_reply_of(RPROF_RQ, &cv, &arg, &again), RPROF_REPLY_RQ_HASH);
+    assert_string_equal(arg, "abc");
+    assert_int_equal(rprof_reply_of(RPROF_SIDEKIQ, &cv, &arg, &again), RPROF_REPLY_PLAIN);
+    assert_null(arg);
+    CMD("XADD", "s", "*", "a", "b");
+    assert_int_equal(rprof_reply_of(RPROF_STREAMS, &cv, &arg, &again), RPROF_REPLY_XADD);
+    assert_int_equal(rprof_reply_of(RPROF_CELERY, &cv, &arg, &again), RPROF_REPLY_PLAIN);
+}
+
+/* A reply from its bytes. */
+static void make_reply(const char *bytes, struct resp_msg *m)
+{
+    struct resp_scanner sc;
+    resp_scanner_init(&sc, RESP_SIDE_SERVER);
+    assert_int_equal(resp_scan(&sc, (const uint8_t *)bytes, strlen(bytes), m), 1);
+}
+
+static void test_replies(void **state)
+{
+    (void)state;
+    struct resp_msg m;
+    char list[RPROF_KEY_MAX];
+    struct resp_view val;
+    bool pair;
+    const char *r = "*2\r\n$5\r\nqueue\r\n$3\r\njob\r\n";
+    make_reply(r, &m);
+    assert_true(rprof_pop_reply((const uint8_t *)r, &m, NULL, list, sizeof(list), &val, &pair));
+    assert_true(pair);
+    assert_string_equal(list, "queue");
+    assert_int_equal(val.len, 3);
+    r = "$3\r\njob\r\n"; /* LMOVE: the value alone, its list the command's */
+    make_reply(r, &m);
+    assert_true(
+        rprof_pop_reply((const uint8_t *)r, &m, "rq:queue:a", list, sizeof(list), &val, &pair));
+    assert_false(pair);
+    assert_string_equal(list, "rq:queue:a");
+    assert_false(rprof_pop_reply((const uint8_t *)r, &m, NULL, list, sizeof(list), &val, &pair));
+    r = "*-1\r\n"; /* timed out */
+    make_reply(r, &m);
+    assert_false(rprof_pop_reply((const uint8_t *)r, &m, NULL, list, sizeof(list), &val, &pair));
+    r = "*3\r\n$1\r\na\r\n$1\r\nb\r\n$1\r\nc\r\n";
+    make_reply(r, &m);
+    assert_false(rprof_pop_reply((const uint8_t *)r, &m, NULL, list, sizeof(list), &val, &pair));
+
+    /* stream entries: [id, [f, v...]] */
+    struct rprof_entry ent;
+    r = "*2\r\n$3\r\n1-0\r\n*4\r\n$1\r\nx\r\n$1\r\ny\r\n$4\r\ntask\r\n$6\r\ncharge\r\n";
+    make_reply(r, &m);
+    assert_int_equal(rprof_stream_entry((const uint8_t *)r, m.len, &m.value, &ent), 1);
+    assert_string_equal(ent.id, "1-0");
+    assert_string_equal(ent.task, "charge");
+    assert_null(ent.too_long);
+    r = "*2\r\n$3\r\n1-0\r\n*-1\r\n"; /* deleted meanwhile: no fields */
+    make_reply(r, &m);
+    assert_int_equal(rprof_stream_entry((const uint8_t *)r, m.len, &m.value, &ent), 1);
+    assert_string_equal(ent.task, "");
+    r = ":1\r\n";
+    make_reply(r, &m);
+    assert_int_equal(rprof_stream_entry((const uint8_t *)r, m.len, &m.value, &ent), 0);
+    /* an id of RPROF_ID_MAX bytes: refused and said */
+    char big[RPROF_ID_MAX + 64];
+    int k = snprintf(big, sizeof(big), "*1\r\n$%u\r\n", RPROF_ID_MAX);
+    memset(big + k, '7', RPROF_ID_MAX);
+    memcpy(big + k + RPROF_ID_MAX, "\r\n", 3);
+    make_reply(big, &m);
+    assert_int_equal(rprof_stream_entry((const uint8_t *)big, m.len, &m.value, &ent), 0);
+    assert_string_equal(ent.too_long, "stream entry id");
+    assert_int_equal(ent.too_long_len, RPROF_ID_MAX);
+
+    char id[RPROF_ID_MAX];
+    uint64_t n;
+    r = "$15\r\n1700000000000-0\r\n";
+    make_reply(r, &m);
+    assert_int_equal(rprof_xadd_reply_id((const uint8_t *)r, &m, id, sizeof(id), &n), RPROF_FOUND);
+    assert_string_equal(id, "1700000000000-0");
+    r = "-ERR no\r\n";
+    make_reply(r, &m);
+    assert_int_equal(rprof_xadd_reply_id((const uint8_t *)r, &m, id, sizeof(id), &n), RPROF_ABSENT);
+
+    char *task = NULL;
+    r = "*4\r\n$6\r\nstatus\r\n$6\r\nqueued\r\n$11\r\ndescription\r\n$15\r\ntasks.charge(1)\r\n";
+    make_reply(r, &m);
+    assert_int_equal(rprof_rq_hash_task((const uint8_t *)r, &m, &task), 0);
+    assert_string_equal(task, "tasks.charge");
+    free(task);
+    r = "*2\r\n$6\r\nstatus\r\n$6\r\nqueued\r\n";
+    make_reply(r, &m);
+    assert_int_equal(rprof_rq_hash_task((const uint8_t *)r, &m, &task), -1);
+    assert_null(task);
+}
+
+static void count_cmd(void *arg, const struct rprof_cmdview *cv)
+{
+    (void)cv;
+    (*(size_t *)arg)++;
+}
+
+static void test_tx_scan_limits(void **state)
+{
+    (void)state;
+    static const char one[] = "*3\r\n$5\r\nRPUSH\r\n$1\r\nq\r\n$1\r\nx\r\n";
+    static const char exec[] = "*1\r\n$4\r\nEXEC\r\n";
+    size_t cap = (RPROF_TX_MAX + 2) * (sizeof(one) - 1) + sizeof(exec);
+    uint8_t *buf = malloc(cap);
+    assert_non_null(buf);
+    struct resp_scanner sc;
+    struct rprof_tx tx;
+    size_t seen;
+    for (size_t queued = RPROF_TX_MAX; queued <= RPROF_TX_MAX + 1; queued++) {
+        size_t len = 0;
+        for (size_t i = 0; i < queued; i++, len += sizeof(one) - 1)
+            memcpy(buf + len, one, sizeof(one) - 1);
+        resp_scanner_init(&sc, RESP_SIDE_CLIENT);
+        seen = 0;
+        int waiting = rprof_tx_scan(&sc, buf, len, 0, &tx, count_cmd, &seen);
+        assert_int_equal(waiting, queued == RPROF_TX_MAX ? 0 : -1); /* -1: past the limit */
+        assert_int_equal(seen, RPROF_TX_MAX);
+        memcpy(buf + len, exec, sizeof(exec) - 1);
+        len += sizeof(exec) - 1;
+        resp_scanner_init(&sc, RESP_SIDE_CLIENT);
+        int rc = rprof_tx_scan(&sc, buf, len, 0, &tx, NULL, NULL);
+        if (queued == RPROF_TX_MAX) {
+            assert_int_equal(rc, 1);
+            assert_int_equal(tx.queued, RPROF_TX_MAX);
+            assert_true(tx.has_push);
+            assert_int_equal(tx.end, len);
+        } else {
+            assert_int_equal(rc, -1); /* one command too many: not planned */
+        }
+    }
+    free(buf);
+    /* DISCARD, a malformed command */
+    static const char discard[] = "*1\r\n$7\r\nDISCARD\r\n";
+    resp_scanner_init(&sc, RESP_SIDE_CLIENT);
+    assert_int_equal(
+        rprof_tx_scan(&sc, (const uint8_t *)discard, sizeof(discard) - 1, 0, &tx, NULL, NULL), -1);
+    static const char bad[] = "*1\r\n$x\r\n";
+    resp_scanner_init(&sc, RESP_SIDE_CLIENT);
+    assert_int_equal(rprof_tx_scan(&sc, (const uint8_t *)bad, sizeof(bad) - 1, 0, &tx, NULL, NULL),
+                     -1);
+    /* RPROF_TX_PEEK_MAX bytes without EXEC: given up */
+    size_t big = RPROF_TX_PEEK_MAX + 64;
+    uint8_t *p = malloc(big + 64);
+    assert_non_null(p);
+    int k = snprintf((char *)p, 64, "*2\r\n$3\r\nSET\r\n$%zu\r\n", big);
+    memset(p + k, 'v', big);
+    memcpy(p + k + big, "\r\n", 2);
+    resp_scanner_init(&sc, RESP_SIDE_CLIENT);
+    assert_int_equal(rprof_tx_scan(&sc, p, (size_t)k + big + 2, 0, &tx, NULL, NULL), -1);
+    free(p);
+}
+
+static void test_rq_job_saved(void **state)
+{
+    (void)state;
+    uint8_t buf[4096];
+    struct resp_msg m;
+    struct rprof_cmdview cv;
+    const char *id;
+    char *task;
+    CMD("HSET", "rq:job:j1", "status", "queued", "description", "tasks.charge(7)");
+    assert_true(rprof_rq_job_saved(RPROF_RQ, &cv, &id, &task));
+    assert_string_equal(id, "j1");
+    assert_string_equal(task, "tasks.charge");
+    free(task);
+    assert_false(rprof_rq_job_saved(RPROF_CELERY, &cv, &id, &task));
+    CMD("HSET", "rq:job:j1", "status", "started");
+    assert_false(rprof_rq_job_saved(RPROF_RQ, &cv, &id, &task));
+    assert_null(task);
+    CMD("HSET", "rq:other:j1", "description", "tasks.charge(7)");
+    assert_false(rprof_rq_job_saved(RPROF_RQ, &cv, &id, &task));
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_sidekiq),
+        cmocka_unit_test(test_celery),
+        cmocka_unit_test(test_rq),
+        cmocka_unit_test(test_streams),
+        cmocka_unit_test(test_profiles_and_names),
+        cmocka_unit_test(test_commands_per_profile),
+        cmocka_unit_test(test_queues),
+        cmocka_unit_test(test_xadd),
+        cmocka_unit_test(test_reply_kinds),
+        cmocka_unit_test(test_replies),
+        cmocka_unit_test(test_tx_scan_limits),
+        cmocka_unit_test(test_rq_job_saved),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
