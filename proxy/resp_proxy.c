@@ -1808,8 +1808,9 @@ static const struct rule *publish_jobs(struct rpx *rx, const struct rprof_cmdvie
     return first;
 }
 
-/* RQ's push of a job id onto its queue; its task from the enqueue transaction (rq_task) or
- * from the job's hash read earlier. */
+/* RQ's push of a job id onto its queue; its task from the job's hash, as the enqueue
+ * transaction saved it (tx_first_cmd()) or a worker read it, else rq_task (the transaction's
+ * last saved task, when the idmap could not keep it). */
 static const struct rule *publish_rq(struct rpx *rx, const struct rprof_cmdview *cv,
                                      const char *rq_task)
 {
@@ -1821,15 +1822,13 @@ static const struct rule *publish_rq(struct rpx *rx, const struct rprof_cmdview 
     j.id = jdup(&j, id);
     j.queue = rprof_queue_of(rx->prof, cv->key);
     j.oom |= j.queue == NULL;
-    if (rq_task != NULL) {
+    idmap_lock();
+    struct idmap_info *in = idmap_get(scope(rx), id, strlen(id));
+    if (in != NULL && in->task != NULL)
+        j.task = jdup(&j, in->task);
+    idmap_unlock();
+    if (j.task == NULL && rq_task != NULL)
         j.task = jdup(&j, rq_task);
-    } else {
-        idmap_lock();
-        struct idmap_info *in = idmap_get(scope(rx), id, strlen(id));
-        if (in != NULL && in->task != NULL)
-            j.task = jdup(&j, in->task);
-        idmap_unlock();
-    }
     journal_job(rx, JOURNAL_KIND_PUBLISH, &j);
     const struct rule *r = decide_job(rx, &j);
     job_event_clear(&j);

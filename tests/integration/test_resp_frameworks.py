@@ -24,6 +24,7 @@ side effect).  The tests assert what a user would notice:
               first 2, do duplicate
             when ack task=tasks.charge, first 2,  2 job ids run twice (twice pushes them
               do redeliver                          back: RQ never redelivers by itself)
+            enqueue_many() of 3 jobs, no rule     each publish journaled with its own task
   streams   no rule                               every entry once
             when ack, first 2, do redeliver       the 2 entries stay pending after their XACK
                                                     (XPENDING on the real Redis) and come back
@@ -276,6 +277,20 @@ class RespFrameworks(h.TestCase):
         self.assertEqual({run.task_of[m] for m in doubled}, {"tasks.charge"})
         self.assert_outcome(run, twice=doubled, unsafe="tasks.charge")
         self.assert_journal(tw, journal, "lost-ack", doubled)
+
+    def test_rq_enqueue_many_names_each_job(self):
+        """RQ's enqueue_many() saves and pushes several jobs in one transaction: each publish
+        is journaled with its own job's task, not the transaction's last."""
+        import redis
+        import rq
+        tw, port, journal = self.start_twice("rq")
+        q = rq.Queue("default", connection=redis.Redis(host="127.0.0.1", port=port))
+        funcs = ["tasks.charge", "tasks.charge_safe", "tasks.charge"]
+        jobs = q.enqueue_many([rq.Queue.prepare_data(f, args=(i,)) for i, f in enumerate(funcs)])
+        self.assertEqual(len(jobs), 3)
+        recs = self.journal_records(tw, journal)
+        published = {r.get("message_id"): r.get("task") for k, r in recs if k == "publish"}
+        self.assertEqual(published, {j.id: f for j, f in zip(jobs, funcs)})
 
     # -- Redis Streams -----------------------------------------------------------------
 
