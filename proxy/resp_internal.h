@@ -1,0 +1,286 @@
+/*
+ * resp_internal.h - what the four files of the RESP layer share: a session's state (struct
+ * rpx), the queue of replies owed to its client (struct entry), its transaction (struct tx),
+ * and the functions one file calls in another.  Only those files include it:
+ *
+ *   resp_proxy.c    the codec: byte loops, commands, replication, the codec's ops
+ *   resp_replies.c  the replies owed to the client: entries, their order, delays and cuts,
+ *                   replies twice makes (errors), and the server's replies as they come
+ *   resp_jobs.c     the job events: deliveries read from replies, publishes and acks decided
+ *                   by the rules, journaled, and carried out
+ *   resp_tx.c       transactions: read whole ahead, decided once, answered command by command
+ *
+ * What a command or reply means to a framework is proto/resp_profile.h's; these files decide
+ * and do the I/O.
+ */
+#ifndef TWICE_RESP_INTERNAL_H
+#define TWICE_RESP_INTERNAL_H
+
+#include <event2/buffer.h>
+#include <event2/event.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <time.h>
+
+#include "proto/resp.h"
+#include "proto/resp_job.h"
+#include "proto/resp_profile.h"
+#include "proxy/codec.h"
+#include "proxy/fault.h"
+#include "proxy/idmap.h"
+#include "proxy/journal.h"
+#include "proxy/log.h"
+#include "proxy/resp_aux.h"
+#include "proxy/session.h"
+#include "rules/engine.h"
+
+/* Commands awaiting replies: the pairing FIFO starts this small and grows to
+ * RPX_PIPELINE_MAX; past it, twice stops reading the client until replies
+ * come back (a transaction's queued commands, which only its EXEC answers in
+ * full, are then counted in one slot by the pairing, never waited for). */
+#define RPX_PIPELINE_MIN 16u
+#define RPX_PIPELINE_MAX 4096u
+/* How long twice waits for the rest of a transaction it must read whole.  A transaction
+ * longer than RPROF_TX_PEEK_MAX bytes or RPROF_TX_MAX commands is forwarded without faults on
+ * its commands. */
+#define RPX_TX_WAIT_MS 100u
+/* Stream entry ids (RPROF_ID_MAX) and task names (RPROF_TASK_MAX) longer than their limits
+ * are logged once per session (`msg="resp field too long"`): such an entry is relayed with no
+ * event, and such a task name is not used (a cut name would be another task's). */
+
+/* What twice must look at in a forwarded command's reply: enum rprof_reply, or one of these,
+ * which are twice's own. */
+enum reply_kind {
+    RK_EXEC = RPROF_REPLY_END, /* a transaction with commands twice answered */
+    RK_ADD_INT,                /* an XACK with ids kept back: add them to the count */
+    RK_STREAM,                 /* SYNC / PSYNC: the server's bytes from here on, as they come */
+};
+
+/* One queued command of a transaction, as twice answers it in EXEC. */
+struct txcmd {
+    bool suppress;          /* kept back: twice answers it */
+    struct evbuffer *synth; /* suppress: its element in EXEC's array */
+    int64_t add;            /* forwarded XACK with ids kept back */
+};
+
+/* A reply owed to the client. */
+struct entry {
+    struct entry *next;
+    struct evbuffer *bytes; /* what goes out (twice's, or the server's once read) */
+    uint64_t release_ms;    /* not before (delay) */
+    bool server;            /* the server answers it */
+    bool done;              /* bytes is complete */
+    bool redelivered;       /* RPROF_REPLY_XREAD re-reading the pending list */
+    bool hide;              /* the server's reply is for twice only (a DISCARD it sent) */
+    uint8_t kind;           /* enum rprof_reply or enum reply_kind */
+    uint32_t more;          /* RPROF_REPLY_PLAIN: replies owed after the next one (forward_plain) */
+    int64_t add;            /* RK_ADD_INT */
+    const struct rule *close_after;
+    bool close_protocol; /* the session ends once this went out (protocol_error) */
+    char
+        *arg; /* RPROF_REPLY_POP: the list; RPROF_REPLY_RQ_HASH: job id; RPROF_REPLY_XADD: stream */
+    char *arg2;       /* RPROF_REPLY_XADD: task */
+    struct txcmd *tx; /* RK_EXEC */
+    size_t ntx;
+};
+
+struct tx {
+    bool active;  /* MULTI went through; EXEC/DISCARD not yet */
+    bool planned; /* twice read it whole and decided */
+    size_t idx;   /* queued commands processed */
+    struct txcmd *cmds;
+    size_t n;
+    bool any;               /* some command is answered by twice */
+    bool aborted;           /* twice refused a queued command: EXEC becomes EXECABORT */
+    struct evbuffer *later; /* kept-back acks to apply later (delay) */
+    size_t later_n;
+    uint32_t later_ms;
+    struct evbuffer *now; /* commands for twice's connection once EXEC went (re-push) */
+    size_t now_n;
+    struct evbuffer *copies; /* re-pushes of late copies (`redeliver after D`), due copies_ms on */
+    size_t copies_n;
+    uint32_t copies_ms;
+    const struct rule *close_after;
+};
+
+/* The first chain of a pending buffer, as scan_one() last saw it: valid
+ * until bytes leave that buffer's head (rpx_run_move() forgets it). */
+struct rpx_window {
+    const uint8_t *p; /* NULL: not known */
+    size_t len;
+};
+
+struct rpx {
+    struct session *s;
+    enum rprof prof;
+    bool stopped;
+    struct resp_scanner sc[2];
+    size_t need[2];           /* bytes pend[side] must hold before scanning again */
+    struct evbuffer *pend[2]; /* read from side, not processed yet */
+    size_t run[2];            /* head of pend[side] passed on already, not yet moved */
+    struct rpx_window win[2]; /* pend[side]'s first chain while its head is unchanged */
+    bool said_too_long;       /* "resp field too long" was logged for this session */
+    struct evbuffer *out[2];  /* batched toward side */
+    struct resp_pairing pairing;
+    struct resp_cmd *slots;
+    struct entry *head, *tail; /* replies owed to the client */
+    struct entry *await;       /* oldest server entry still waiting for its reply */
+    size_t held;               /* bytes in entries not sent */
+    struct event *timer;       /* client hold end, delayed reply release, tx wait */
+    uint64_t hold_until;       /* the client's commands wait until then (delay) */
+    uint8_t decided;           /* decisions already made for the next client command */
+    bool blackholed;           /* the client's further commands are discarded (drop, cut) */
+    bool raw;                  /* the client's bytes go to Redis as they are: it broke RESP,
+                                  or it began a replication stream (replication_start) */
+    bool tx_waited;            /* the tx wait ran out: plan without the rest */
+    uint64_t tx_wait_until;
+    struct tx tx;
+    struct evbuffer *setup[3]; /* the client's last AUTH, HELLO, SELECT */
+    struct resp_aux *aux;
+    uint64_t anon;
+    /* The id a dropped XADD is answered with (publish_decide). */
+    char xadd_answer[96];
+    struct entry *spare; /* freed entries kept for reuse */
+    size_t n_spare;
+    /* The name of the last command plain_command() took, as the client sent
+     * it (raw) and upper-cased (name): a pipeline mostly repeats one command,
+     * which is then known plain without being upper-cased and looked up
+     * again (which commands are plain never changes).  len 0: none yet. */
+    struct {
+        uint8_t raw[RESP_CMD_NAME_MAX];
+        char name[RESP_CMD_NAME_MAX];
+        size_t len;
+    } last_plain;
+    /* Every ruleset a faulting rule came from: entries and transactions keep
+     * `const struct rule *` (close_after) until a reply's turn, and a reload
+     * (or two) may meanwhile drop the loop's reference to that ruleset. */
+    struct ruleset **pinned;
+    size_t n_pinned;
+};
+
+/* Replies shorter than this are copied into the client's output rather than
+ * handed over as buffer chains. */
+#define RPX_COALESCE 4096u
+
+/* Entries kept for reuse per session (an entry per command otherwise costs
+ * two allocations). */
+#define RPX_SPARE_MAX 64u
+
+enum { SETUP_AUTH, SETUP_HELLO, SETUP_SELECT };
+enum { DECIDED_COMMAND = 1, DECIDED_ALL = 2 };
+
+/* What a command's handling did: done, wait for more bytes or for a hold to end, stop reading
+ * the client (the session ends or is blackholed). */
+enum cmd_result { CMD_DONE, CMD_WAIT, CMD_STOP };
+
+/* The decisions on the acks of one command.  *kept gets the command
+ * rewritten without the kept-back ids (XACK), *later the ids to apply later. */
+struct ack_plan {
+    size_t n, suppressed;
+    bool any_later;
+    uint32_t later_ms;
+    const struct rule *close_before, *close_after;
+    struct evbuffer *kept;  /* the command without the suppressed ids (partial) */
+    struct evbuffer *later; /* the suppressed ids that apply later, as a command */
+    struct evbuffer *repush;
+    size_t repush_n;
+    uint32_t repush_ms; /* the latest of the ids' (`redeliver after D`) */
+};
+
+/* ---- small helpers ------------------------------------------------------------------------ */
+
+static inline bool rpx_alive(const struct rpx *rx)
+{
+    return !rx->stopped && rx->s->state == SESSION_RELAYING;
+}
+
+static inline const char *rpx_scope(const struct rpx *rx)
+{
+    return rx->s->cfg->l->name;
+}
+
+/* Like resp_args_next, with the element's byte range [*start, *end). */
+static inline int rpx_walk_next(struct resp_args *it, struct resp_view *v, size_t *start,
+                                size_t *end)
+{
+    *start = it->pos;
+    int rc = resp_args_next(it, v);
+    *end = it->pos;
+    return rc;
+}
+
+static inline bool rpx_is_cmd(const struct rprof_cmdview *cv, enum rprof_cmd id)
+{
+    return cv->id == id;
+}
+
+/* ---- resp_proxy.c ---- */
+
+void rpx_run_move(struct rpx *rx, enum session_side side);
+void rpx_send_flush(struct rpx *rx, enum session_side to);
+void rpx_cut(struct rpx *rx, const struct rule *r);
+int rpx_encode_cmd(struct evbuffer *b, size_t argc, const char *const *argv, const size_t *lens);
+void rpx_aux_send_at(struct rpx *rx, struct evbuffer *cmds, size_t n, uint32_t ms);
+void rpx_repush(struct rpx *rx, const char *cmd, const char *list, const void *val, size_t len,
+                uint32_t later_ms);
+struct entry *rpx_forward(struct rpx *rx, const struct rprof_cmdview *cv, const struct resp_msg *m,
+                          const uint8_t *buf, size_t len);
+void rpx_swallow(struct rpx *rx, size_t len);
+/* Reply bytes one session may hold back (delay) before twice stops reading the server: the
+ * listener's `max-held`, else CONF_DEFAULT_MAX_HELD. */
+size_t rpx_held_max(const struct rpx *rx);
+
+/* ---- resp_replies.c ---- */
+
+struct entry *rpx_entry_add(struct rpx *rx, bool server);
+void rpx_entry_free(struct entry *e);
+void rpx_answer(struct rpx *rx, const void *bytes, size_t len);
+void rpx_send_own(struct rpx *rx, const char *cmd, size_t len);
+bool rpx_owe_reply(struct rpx *rx);
+void rpx_cut_at_turn(struct rpx *rx, const struct rule *r, struct entry *e);
+void rpx_arm_timer(struct rpx *rx, uint64_t at);
+void rpx_flush_replies(struct rpx *rx);
+void rpx_answer_error(struct rpx *rx, const struct rule *r);
+bool rpx_straight_out(const struct rpx *rx, const struct entry *e);
+void rpx_entry_answered(struct rpx *rx, struct entry *e, bool sent);
+void rpx_on_reply(struct rpx *rx, const uint8_t *buf, const struct resp_msg *m);
+
+/* ---- resp_jobs.c ---- */
+
+size_t rpx_decide(struct rpx *rx, struct engine_event *ev, size_t *hits);
+const struct rule *rpx_hit_rule(struct rpx *rx, size_t idx);
+bool rpx_pop_reply_counted(struct rpx *rx, struct entry *e, const uint8_t *buf,
+                           const struct resp_msg *m);
+void rpx_on_pop_reply(struct rpx *rx, struct entry *e, const uint8_t *buf, const struct resp_msg *m,
+                      struct evbuffer *reply);
+void rpx_on_stream_reply(struct rpx *rx, struct entry *e, const uint8_t *buf,
+                         const struct resp_msg *m, struct evbuffer *reply);
+void rpx_on_rq_hash(struct rpx *rx, struct entry *e, const uint8_t *buf, const struct resp_msg *m);
+void rpx_on_xadd_reply(struct rpx *rx, struct entry *e, const uint8_t *buf,
+                       const struct resp_msg *m);
+void rpx_ack_plan_free(struct ack_plan *p);
+int rpx_plan_acks(struct rpx *rx, const struct rprof_cmdview *cv, size_t first, struct ack_plan *p);
+const struct rule *rpx_stream_publish_decide(struct rpx *rx, const struct rprof_cmdview *cv);
+size_t rpx_drop_reply(const struct rpx *rx, char *out, size_t cap);
+const struct rule *rpx_publish_decide(struct rpx *rx, const struct rprof_cmdview *cv,
+                                      const char *rq_task);
+enum cmd_result rpx_command_ack(struct rpx *rx, struct rprof_cmdview *cv, const struct resp_msg *m,
+                                const uint8_t *buf, size_t first);
+void rpx_tag_reply(struct rpx *rx, struct rprof_cmdview *cv, struct entry *e);
+
+/* ---- resp_tx.c ---- */
+
+void rpx_on_exec_reply(struct rpx *rx, struct entry *e, const uint8_t *buf,
+                       const struct resp_msg *m, struct evbuffer *reply);
+void rpx_tx_reset(struct tx *t);
+enum cmd_result rpx_tx_begin(struct rpx *rx, struct rprof_cmdview *cv, const struct resp_msg *m);
+enum cmd_result rpx_tx_exec_aborted(struct rpx *rx, const struct resp_msg *m);
+enum cmd_result rpx_tx_end(struct rpx *rx, struct rprof_cmdview *cv, const struct resp_msg *m,
+                           const uint8_t *buf);
+enum cmd_result rpx_tx_queue(struct rpx *rx, struct rprof_cmdview *cv, const struct resp_msg *m,
+                             const uint8_t *buf);
+
+#endif

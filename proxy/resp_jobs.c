@@ -1,0 +1,919 @@
+/*
+ * resp_jobs.c - the job events of a RESP session (resp_internal.h): `publish`, `deliver` and
+ * `ack` for the listener's profile.
+ *
+ * proto/resp_profile.h says which commands and replies these are and reads the job's id,
+ * task and queue out of them; this file asks the rules, journals, correlates an ack with its
+ * delivery across connections (proxy/idmap.h: kombu's sync pool and RQ's work horse ack on
+ * another connection than the one that popped), and carries out what a rule decided: a
+ * reply rewritten, a command kept back, a copy pushed back on twice's own connection.
+ */
+#include "proxy/resp_internal.h"
+
+/* ---- engine and journal ------------------------------------------------ */
+
+struct job_event {
+    enum rule_event kind;
+    char *id;
+    char *task;
+    char *queue;
+    const char *key;
+    bool redelivered;
+    bool oom; /* a field could not be copied: the event is skipped (job_event_oom()) */
+};
+
+/* A copy of s for a field of j; NULL for NULL, and on allocation failure, which j->oom
+ * remembers: a job event that lost a field would match other rules than the job's. */
+static char *jdup(struct job_event *j, const char *s)
+{
+    char *d = s != NULL ? strdup(s) : NULL;
+    if (s != NULL && d == NULL)
+        j->oom = true;
+    return d;
+}
+
+/* Whether j lost a field; if so it is logged, and neither journaled nor decided. */
+static bool job_event_oom(struct rpx *rx, const struct job_event *j)
+{
+    if (j->oom)
+        log_msg(LOG_WARN, "event skipped", "sid=%llu listener=%s event=%s reason=\"out of memory\"",
+                (unsigned long long)rx->s->id, rpx_scope(rx), rule_event_name(j->kind));
+    return j->oom;
+}
+
+static void job_event_clear(struct job_event *j)
+{
+    free(j->id);
+    free(j->task);
+    free(j->queue);
+    memset(j, 0, sizeof(*j));
+}
+
+/* One action per event (a reply cannot be both dropped and duplicated): the
+ * first rule that fires, in file order. */
+size_t rpx_decide(struct rpx *rx, struct engine_event *ev, size_t *hits)
+{
+    return codec_decide_first(rx->s, ev, hits);
+}
+
+const struct rule *rpx_hit_rule(struct rpx *rx, size_t idx)
+{
+    struct ruleset *rs = rx->s->loop->rules;
+    if (rx->n_pinned == 0 || rx->pinned[rx->n_pinned - 1] != rs) {
+        struct ruleset **p = realloc(rx->pinned, (rx->n_pinned + 1) * sizeof(*p));
+        if (p == NULL) {
+            /* The rule is valid now; the session ends before any later use. */
+            session_set_error(rx->s, "out of memory");
+            session_abort(rx->s, SESSION_CLOSE_INTERNAL_ERROR, -1);
+        } else {
+            ruleset_get(rs);
+            p[rx->n_pinned++] = rs;
+            rx->pinned = p;
+        }
+    }
+    return ruleset_rule(rs, idx);
+}
+
+static void journal_job(struct rpx *rx, enum journal_kind kind, const struct job_event *j)
+{
+    struct journal *jr = rx->s->px->journal;
+    if (jr == NULL || j->oom)
+        return;
+    struct journal_record r = {
+        .kind = kind,
+        .session = rx->s->id,
+        .listener = rx->s->cfg->l->name,
+        .client = rx->s->client_addr,
+        .queue = j->queue,
+        .task = j->task,
+        .message_id = j->id,
+        .redelivered = j->redelivered,
+    };
+    journal_record(jr, &r);
+}
+
+/* Whether anything needs what a profile reads from a job's JSON: the journal
+ * (every publish, delivery and ack is recorded with the job's identity) or a
+ * rule on those events.  Without either, jobs are still counted as events
+ * (/stats) but not decoded: jansson was a third of a profiled listener's CPU. */
+static bool jobs_needed(struct rpx *rx)
+{
+    return rx->s->px->journal != NULL || codec_wants(rx->s, RULE_EV_PUBLISH) ||
+           codec_wants(rx->s, RULE_EV_DELIVER) || codec_wants(rx->s, RULE_EV_ACK) ||
+           codec_wants(rx->s, RULE_EV_NACK);
+}
+
+/* The rules' view of a job event; anon (48 bytes) holds the identity of a
+ * job without an id. */
+static void job_engine_event(struct rpx *rx, const struct job_event *j, struct engine_event *ev,
+                             char *anon)
+{
+    memset(ev, 0, sizeof(*ev));
+    ev->event = j->kind;
+    ev->queue = j->queue;
+    ev->message_id = j->id;
+    ev->task = j->task;
+    ev->key = j->key;
+    ev->redelivered = j->redelivered;
+    /* No id: each event is its own identity (session, a counter). */
+    uint64_t seq = j->id == NULL ? ++rx->anon : 0;
+    codec_event_identity(ev, anon, 48, (const uint64_t[]){rx->s->id, seq}, 2);
+}
+
+/* Decides a job event; returns the rule that acts on it (one action per
+ * event: the first rule that fires, in file order). */
+static const struct rule *decide_job(struct rpx *rx, struct job_event *j)
+{
+    if (job_event_oom(rx, j))
+        return NULL;
+    if (!codec_wants(rx->s, j->kind)) {
+        /* No rule of this listener looks at the event: counted, without
+         * naming an anonymous job first. */
+        codec_count(rx->s, j->kind);
+        return NULL;
+    }
+    struct engine_event ev;
+    char anon[48];
+    job_engine_event(rx, j, &ev, anon);
+    size_t hits[SESSION_MAX_RULE_HITS];
+    size_t n = rpx_decide(rx, &ev, hits);
+    for (size_t i = 0; i < n; i++) {
+        const struct rule *r = rpx_hit_rule(rx, hits[i]);
+        if (!rule_action_is_stream(r->action.kind))
+            return r;
+    }
+    return NULL;
+}
+
+/* ---- deliveries ------------------------------------------------------- */
+
+/* A job from a popped value: decoded from its payload (Sidekiq, Celery), or its id with the task
+ * its RQ job hash gave (rpx_on_rq_hash()). */
+static bool job_from_value(struct rpx *rx, const char *list, const uint8_t *v, size_t n,
+                           struct job_event *j)
+{
+    struct resp_job job;
+    memset(&job, 0, sizeof(job));
+    if (rx->prof == RPROF_RQ) {
+        if (n == 0 || n >= RPROF_KEY_MAX || (job.id = malloc(n + 1)) == NULL)
+            return false;
+        memcpy(job.id, v, n);
+        job.id[n] = '\0';
+        idmap_lock();
+        struct idmap_info *in = idmap_get(rpx_scope(rx), (const char *)v, n);
+        if (in != NULL && in->task != NULL)
+            job.task = jdup(j, in->task);
+        idmap_unlock();
+    } else if (rx->prof != RPROF_SIDEKIQ && rx->prof != RPROF_CELERY) {
+        return false;
+    } else if (jobs_needed(rx) && rprof_job(rx->prof, v, n, &job) != 0) {
+        return false;
+    }
+    j->id = job.id;
+    j->task = job.task;
+    j->queue = rprof_queue_of(rx->prof, list);
+    j->oom |= j->queue == NULL;
+    free(job.queue);
+    j->redelivered = job.redelivered;
+    /* Celery acks by delivery tag: remember what the tag stands for. */
+    if (rx->prof == RPROF_CELERY && job.tag != NULL) {
+        idmap_lock();
+        struct idmap_info *in = idmap_put(rpx_scope(rx), job.tag, strlen(job.tag));
+        if (in != NULL) {
+            idmap_set_str(&in->id, j->id, j->id != NULL ? strlen(j->id) : 0);
+            idmap_set_str(&in->task, j->task, j->task != NULL ? strlen(j->task) : 0);
+            idmap_set_str(&in->queue, j->queue, j->queue != NULL ? strlen(j->queue) : 0);
+        }
+        idmap_unlock();
+    }
+    free(job.tag);
+    return true;
+}
+
+/* ---- deliveries ------------------------------------------------------- */
+
+/* A pop's reply nothing reads a job from (no journal, no rule on job events;
+ * Sidekiq's and Celery's profiles, which then decode nothing): its delivery is
+ * counted and it goes on as a plain reply does, without the copy the general
+ * way makes of it.  False when it cannot: RQ's profile, or the reply waits
+ * behind others. */
+bool rpx_pop_reply_counted(struct rpx *rx, struct entry *e, const uint8_t *buf,
+                           const struct resp_msg *m)
+{
+    if ((rx->prof != RPROF_SIDEKIQ && rx->prof != RPROF_CELERY) || jobs_needed(rx) ||
+        e != rx->head || e->release_ms != 0 || e->hide || evbuffer_get_length(e->bytes) > 0)
+        return false;
+    char list[RPROF_KEY_MAX];
+    struct resp_view val;
+    bool pair;
+    if (rprof_pop_reply(buf, m, e->arg, list, sizeof(list), &val, &pair))
+        codec_count(rx->s, RULE_EV_DELIVER); /* as decide_job() counts it */
+    rx->run[SIDE_UPSTREAM] += m->len;
+    return true;
+}
+
+void rpx_on_pop_reply(struct rpx *rx, struct entry *e, const uint8_t *buf, const struct resp_msg *m,
+                      struct evbuffer *reply)
+{
+    char list[RPROF_KEY_MAX];
+    struct resp_view val;
+    bool pair;
+    if (!rprof_pop_reply(buf, m, e->arg, list, sizeof(list), &val, &pair))
+        return;
+    struct job_event j = {.kind = RULE_EV_DELIVER};
+    if (!job_from_value(rx, list, buf + val.off, val.len, &j))
+        return;
+    j.key = list;
+    journal_job(rx, JOURNAL_KIND_DELIVER, &j);
+    const struct rule *r = decide_job(rx, &j);
+    if (r != NULL) {
+        switch (r->action.kind) {
+        case RULE_ACT_DUPLICATE: {
+            uint32_t after = r->action.duration_ms;
+            if (rx->prof == RPROF_CELERY) {
+                char *marked = NULL;
+                size_t mlen = 0;
+                if (resp_job_celery_redelivered(buf + val.off, val.len, &marked, &mlen) == 0) {
+                    rpx_repush(rx, rprof_repush_cmd(rx->prof), list, marked, mlen, after);
+                    free(marked);
+                } else {
+                    rpx_repush(rx, rprof_repush_cmd(rx->prof), list, buf + val.off, val.len, after);
+                }
+            } else {
+                rpx_repush(rx, rprof_repush_cmd(rx->prof), list, buf + val.off, val.len, after);
+            }
+            break;
+        }
+        case RULE_ACT_DROP: {
+            /* The job is popped and gone; the worker sees its pop time out. */
+            uint8_t nb[8];
+            int proto = rx->pairing.proto == 3 ? 3 : 2;
+            int n = pair ? resp_encode_null_array(nb, sizeof(nb), proto)
+                         : resp_encode_null(nb, sizeof(nb), proto);
+            evbuffer_drain(reply, evbuffer_get_length(reply));
+            if (n > 0)
+                evbuffer_add(reply, nb, (size_t)n);
+            break;
+        }
+        case RULE_ACT_DELAY:
+            e->release_ms = proxy_now_ms() + r->action.duration_ms;
+            break;
+        case RULE_ACT_CLOSE:
+            if (r->action.close_when == RULE_CLOSE_BEFORE) {
+                evbuffer_drain(reply, evbuffer_get_length(reply));
+                e->close_after = r; /* nothing of it goes out: cut at its turn */
+            } else {
+                e->close_after = r;
+            }
+            break;
+        default:
+            break;
+        }
+    }
+    job_event_clear(&j);
+}
+
+/* A field longer than its limit (RPROF_ID_MAX, RPROF_TASK_MAX, cap with the NUL): the
+ * session's first is logged with the field, its length and the limit. */
+static void say_too_long(struct rpx *rx, const char *field, uint64_t len, size_t cap)
+{
+    if (rx->said_too_long)
+        return;
+    rx->said_too_long = true;
+    log_msg(LOG_WARN, "resp field too long", "sid=%llu listener=%s field=%s bytes=%llu limit=%zu",
+            (unsigned long long)rx->s->id, rpx_scope(rx), field, (unsigned long long)len, cap - 1);
+}
+
+/* One stream entry [id, fields] handed to a consumer: its event and fate.
+ * Returns the rule deciding it, or NULL. */
+static const struct rule *stream_delivery(struct rpx *rx, const char *stream, const uint8_t *buf,
+                                          size_t len, const struct resp_view *entry,
+                                          bool redelivered)
+{
+    struct rprof_entry ent;
+    char key[RPROF_KEY_MAX + RPROF_ID_MAX + 2];
+    int got = rprof_stream_entry(buf, len, entry, &ent);
+    if (ent.too_long != NULL)
+        say_too_long(rx, ent.too_long, ent.too_long_len,
+                     got == 1 ? sizeof(ent.task) : sizeof(ent.id));
+    if (got != 1)
+        return NULL;
+    const char *id = ent.id, *task = ent.task;
+    bool has_task = task[0] != '\0';
+    snprintf(key, sizeof(key), "%s %s", stream, id);
+    struct job_event j = {.kind = RULE_EV_DELIVER, .redelivered = redelivered};
+    idmap_lock();
+    struct idmap_info *in = idmap_put(rpx_scope(rx), key, strlen(key));
+    if (in != NULL && has_task)
+        idmap_set_str(&in->task, task, strlen(task));
+    if (has_task)
+        j.task = jdup(&j, task);
+    else if (in != NULL && in->task != NULL)
+        j.task = jdup(&j, in->task);
+    idmap_unlock();
+    j.id = jdup(&j, id);
+    j.queue = jdup(&j, stream);
+    j.key = stream;
+    journal_job(rx, JOURNAL_KIND_DELIVER, &j);
+    const struct rule *r = decide_job(rx, &j);
+    if (r != NULL && r->action.kind == RULE_ACT_DUPLICATE) {
+        /* Its ack is swallowed: the entry stays pending. */
+        idmap_lock();
+        in = idmap_put(rpx_scope(rx), key, strlen(key));
+        if (in != NULL) {
+            in->flags |= IDMAP_SUPPRESS_ACK;
+            if (in->task == NULL && j.task != NULL) /* an ack removed it meanwhile */
+                idmap_set_str(&in->task, j.task, strlen(j.task));
+        }
+        idmap_unlock();
+    }
+    job_event_clear(&j);
+    return r;
+}
+
+/* Entries of one array of stream entries: events, and the array rebuilt into
+ * out without the dropped ones.  Returns whether any was dropped. */
+static bool stream_entries(struct rpx *rx, struct entry *e, const char *stream, const uint8_t *buf,
+                           size_t len, const struct resp_view *arr, bool redelivered,
+                           struct evbuffer *out)
+{
+    struct resp_args it;
+    rprof_walk_init(&it, buf, len, arr);
+    struct resp_view v;
+    size_t start, end;
+    uint64_t kept = 0;
+    bool dropped = false;
+    struct evbuffer *body = evbuffer_new();
+    if (body == NULL)
+        return false;
+    while (rpx_walk_next(&it, &v, &start, &end) == 1) {
+        const struct rule *r = stream_delivery(rx, stream, buf, len, &v, redelivered);
+        if (r != NULL && r->action.kind == RULE_ACT_DROP) {
+            dropped = true;
+            continue;
+        }
+        if (r != NULL && r->action.kind == RULE_ACT_DELAY) {
+            uint64_t at = proxy_now_ms() + r->action.duration_ms;
+            if (at > e->release_ms)
+                e->release_ms = at;
+        }
+        if (r != NULL && r->action.kind == RULE_ACT_CLOSE && e->close_after == NULL)
+            e->close_after = r;
+        evbuffer_add(body, buf + start, end - start);
+        kept++;
+    }
+    evbuffer_add_printf(out, "*%llu\r\n", (unsigned long long)kept);
+    evbuffer_add_buffer(out, body);
+    evbuffer_free(body);
+    return dropped;
+}
+
+/* XREADGROUP / XCLAIM / XAUTOCLAIM replies. */
+void rpx_on_stream_reply(struct rpx *rx, struct entry *e, const uint8_t *buf,
+                         const struct resp_msg *m, struct evbuffer *reply)
+{
+    if (m->null || !rprof_is_agg(&m->value))
+        return;
+    struct evbuffer *out = evbuffer_new();
+    if (out == NULL)
+        return;
+    bool dropped = false;
+    struct resp_args it;
+    struct resp_view v;
+    size_t start, end;
+    resp_args_init(&it, buf, m);
+    if (e->kind == RPROF_REPLY_XCLAIM) {
+        dropped =
+            stream_entries(rx, e, e->arg != NULL ? e->arg : "", buf, m->len, &m->value, true, out);
+    } else if (e->kind == RPROF_REPLY_XAUTOCLAIM) {
+        evbuffer_add_printf(out, "*%llu\r\n", (unsigned long long)m->nelem);
+        for (uint64_t i = 0; rpx_walk_next(&it, &v, &start, &end) == 1; i++) {
+            if (i == 1 && rprof_is_agg(&v))
+                dropped |=
+                    stream_entries(rx, e, e->arg != NULL ? e->arg : "", buf, m->len, &v, true, out);
+            else
+                evbuffer_add(out, buf + start, end - start);
+        }
+    } else if (m->value.type == '%') {
+        /* RESP3: {stream => entries} */
+        evbuffer_add_printf(out, "%%%llu\r\n", (unsigned long long)(m->nelem / 2));
+        char stream[RPROF_KEY_MAX];
+        while (rpx_walk_next(&it, &v, &start, &end) == 1) {
+            evbuffer_add(out, buf + start, end - start);
+            rprof_view_str(buf, m->len, &v, stream, sizeof(stream));
+            if (rpx_walk_next(&it, &v, &start, &end) != 1)
+                break;
+            if (rprof_is_agg(&v))
+                dropped |= stream_entries(rx, e, stream, buf, m->len, &v, e->redelivered, out);
+            else
+                evbuffer_add(out, buf + start, end - start);
+        }
+    } else {
+        /* RESP2: [[stream, entries], ...] */
+        evbuffer_add_printf(out, "*%llu\r\n", (unsigned long long)m->nelem);
+        while (rpx_walk_next(&it, &v, &start, &end) == 1) {
+            struct resp_args in;
+            struct resp_view k, ents;
+            size_t ks, ke, es, ee;
+            char stream[RPROF_KEY_MAX];
+            if (!rprof_is_agg(&v) || v.count != 2) {
+                evbuffer_add(out, buf + start, end - start);
+                continue;
+            }
+            rprof_walk_init(&in, buf, m->len, &v);
+            if (rpx_walk_next(&in, &k, &ks, &ke) != 1 || rpx_walk_next(&in, &ents, &es, &ee) != 1)
+                break;
+            rprof_view_str(buf, m->len, &k, stream, sizeof(stream));
+            evbuffer_add(out, "*2\r\n", 4);
+            evbuffer_add(out, buf + ks, ke - ks);
+            if (rprof_is_agg(&ents))
+                dropped |= stream_entries(rx, e, stream, buf, m->len, &ents, e->redelivered, out);
+            else
+                evbuffer_add(out, buf + es, ee - es);
+        }
+    }
+    if (dropped && m->body == 0) {
+        evbuffer_drain(reply, evbuffer_get_length(reply));
+        evbuffer_add_buffer(reply, out);
+    }
+    evbuffer_free(out);
+    if (e->close_after != NULL && e->close_after->action.close_when == RULE_CLOSE_BEFORE)
+        evbuffer_drain(reply, evbuffer_get_length(reply));
+}
+
+/* RQ's job hash as a worker reads it: remember the task for the id. */
+void rpx_on_rq_hash(struct rpx *rx, struct entry *e, const uint8_t *buf, const struct resp_msg *m)
+{
+    char *task = NULL;
+    if (e->arg == NULL || rprof_rq_hash_task(buf, m, &task) != 0)
+        return;
+    idmap_lock();
+    struct idmap_info *in = idmap_put(rpx_scope(rx), e->arg, strlen(e->arg));
+    if (in != NULL && in->task == NULL)
+        idmap_set_str(&in->task, task, strlen(task));
+    idmap_unlock();
+    free(task);
+}
+
+void rpx_on_xadd_reply(struct rpx *rx, struct entry *e, const uint8_t *buf,
+                       const struct resp_msg *m)
+{
+    char id[RPROF_ID_MAX];
+    uint64_t n;
+    enum rprof_field got = rprof_xadd_reply_id(buf, m, id, sizeof(id), &n);
+    if (got == RPROF_TOO_LONG)
+        say_too_long(rx, "stream entry id", n, sizeof(id));
+    if (got != RPROF_FOUND)
+        return;
+    struct job_event j = {.kind = RULE_EV_PUBLISH};
+    j.id = jdup(&j, id);
+    j.queue = e->arg != NULL ? jdup(&j, e->arg) : NULL;
+    j.task = e->arg2 != NULL ? jdup(&j, e->arg2) : NULL;
+    journal_job(rx, JOURNAL_KIND_PUBLISH, &j);
+    if (e->arg != NULL && e->arg2 != NULL) {
+        char key[RPROF_KEY_MAX + RPROF_ID_MAX + 2];
+        snprintf(key, sizeof(key), "%s %s", e->arg, id);
+        idmap_lock();
+        struct idmap_info *in = idmap_put(rpx_scope(rx), key, strlen(key));
+        if (in != NULL)
+            idmap_set_str(&in->task, e->arg2, strlen(e->arg2));
+        idmap_unlock();
+    }
+    job_event_clear(&j);
+}
+
+/* What happens to one ack (by id or tag). */
+struct ack_fate {
+    bool suppress; /* not applied now */
+    bool later;    /* applied later (delay) */
+    uint32_t later_ms;
+    bool repush;        /* rq redeliver: the id goes back on its queue */
+    uint32_t repush_ms; /* that much later (`redeliver after D`) */
+    const struct rule *close_before, *close_after;
+};
+
+static void ack_decide(struct rpx *rx, const struct rprof_cmdview *cv, const char *id,
+                       struct ack_fate *f)
+{
+    memset(f, 0, sizeof(*f));
+    char key[RPROF_KEY_MAX + RPROF_ID_MAX + 2];
+    if (rx->prof == RPROF_STREAMS)
+        snprintf(key, sizeof(key), "%s %s", cv->key, id);
+    else
+        snprintf(key, sizeof(key), "%s", id);
+    struct job_event j = {.kind = RULE_EV_ACK};
+    j.key = cv->key;
+    idmap_lock();
+    struct idmap_info *in = idmap_get(rpx_scope(rx), key, strlen(key));
+    if (rx->prof == RPROF_CELERY) {
+        j.id = in != NULL && in->id != NULL ? jdup(&j, in->id) : NULL;
+        j.queue = in != NULL && in->queue != NULL ? jdup(&j, in->queue) : NULL;
+    } else {
+        j.id = jdup(&j, id);
+        j.queue = rprof_queue_of(rx->prof, cv->key);
+        j.oom |= j.queue == NULL;
+    }
+    j.task = in != NULL && in->task != NULL ? jdup(&j, in->task) : NULL;
+    /* A duplicate decided at delivery: this ack never lands, so the entry
+     * stays pending for the next XAUTOCLAIM (the mark is used up here). */
+    bool swallow_dup = in != NULL && (in->flags & IDMAP_SUPPRESS_ACK) != 0;
+    if (swallow_dup)
+        in->flags &= ~(uint32_t)IDMAP_SUPPRESS_ACK;
+    uint64_t gen = in != NULL ? in->gen : 0;
+    idmap_unlock();
+    journal_job(rx, JOURNAL_KIND_ACK, &j);
+    /* A swallowed ack is only counted: a rule that fired on it would be
+     * journaled as a fault it never made. */
+    const struct rule *r = NULL;
+    if (swallow_dup)
+        codec_count(rx->s, RULE_EV_ACK);
+    else
+        r = decide_job(rx, &j);
+    job_event_clear(&j);
+    if (swallow_dup) {
+        f->suppress = true;
+        return;
+    }
+    if (r == NULL) {
+        /* Settled for good: forget the entry, unless another connection's
+         * delivery of the same id made it anew or marked it meanwhile. */
+        idmap_lock();
+        in = idmap_get(rpx_scope(rx), key, strlen(key));
+        if (in != NULL && in->gen == gen && (in->flags & IDMAP_SUPPRESS_ACK) == 0)
+            idmap_del(rpx_scope(rx), key, strlen(key));
+        idmap_unlock();
+        return;
+    }
+    switch (r->action.kind) {
+    case RULE_ACT_REDELIVER:
+        f->suppress = true;
+        f->repush = rx->prof == RPROF_RQ;
+        f->repush_ms = r->action.duration_ms;
+        break;
+    case RULE_ACT_DROP:
+        f->suppress = true;
+        break;
+    case RULE_ACT_DELAY:
+        f->suppress = true;
+        f->later = true;
+        f->later_ms = r->action.duration_ms;
+        break;
+    case RULE_ACT_CLOSE:
+        if (r->action.close_when == RULE_CLOSE_BEFORE)
+            f->close_before = r;
+        else
+            f->close_after = r;
+        break;
+    default:
+        break;
+    }
+}
+
+void rpx_ack_plan_free(struct ack_plan *p)
+{
+    if (p->kept != NULL)
+        evbuffer_free(p->kept);
+    if (p->later != NULL)
+        evbuffer_free(p->later);
+    if (p->repush != NULL)
+        evbuffer_free(p->repush);
+}
+
+int rpx_plan_acks(struct rpx *rx, const struct rprof_cmdview *cv, size_t first, struct ack_plan *p)
+{
+    memset(p, 0, sizeof(*p));
+    size_t argc = cv->m->nelem;
+    if (argc <= first || argc > 1024)
+        return 0;
+    const char **keep = calloc(argc, sizeof(*keep));
+    size_t *keep_len = calloc(argc, sizeof(*keep_len));
+    const char **late = calloc(argc, sizeof(*late));
+    size_t *late_len = calloc(argc, sizeof(*late_len));
+    char(*ids)[RPROF_KEY_MAX] = calloc(argc, RPROF_KEY_MAX);
+    if (keep == NULL || keep_len == NULL || late == NULL || late_len == NULL || ids == NULL) {
+        free(keep);
+        free(keep_len);
+        free(late);
+        free(late_len);
+        free(ids);
+        return -1;
+    }
+    size_t nk = 0, nl = 0;
+    struct resp_args it;
+    resp_args_init(&it, cv->buf, cv->m);
+    struct resp_view v;
+    for (size_t i = 0; i < argc && resp_args_next(&it, &v) == 1; i++) {
+        bool ok = rprof_view_str(cv->buf, cv->len, &v, ids[i], RPROF_KEY_MAX);
+        if (i < first || !ok) {
+            keep[nk] = ids[i];
+            keep_len[nk++] = strlen(ids[i]);
+            if (i < first) {
+                late[nl] = ids[i];
+                late_len[nl++] = strlen(ids[i]);
+            }
+            continue;
+        }
+        struct ack_fate f;
+        ack_decide(rx, cv, ids[i], &f);
+        p->n++;
+        if (f.close_before != NULL && p->close_before == NULL)
+            p->close_before = f.close_before;
+        if (f.close_after != NULL && p->close_after == NULL)
+            p->close_after = f.close_after;
+        if (!f.suppress) {
+            keep[nk] = ids[i];
+            keep_len[nk++] = strlen(ids[i]);
+            continue;
+        }
+        p->suppressed++;
+        if (f.later) {
+            late[nl] = ids[i];
+            late_len[nl++] = strlen(ids[i]);
+            p->any_later = true;
+            if (f.later_ms > p->later_ms)
+                p->later_ms = f.later_ms;
+        }
+        if (f.repush) {
+            char list[RPROF_KEY_MAX + 16];
+            if (!rprof_rq_queue_of_wip(cv->key, list, sizeof(list)))
+                continue;
+            if (p->repush == NULL)
+                p->repush = evbuffer_new();
+            const char *argv[3] = {"LPUSH", list, ids[i]};
+            size_t lens[3] = {5, strlen(list), strlen(ids[i])};
+            if (p->repush != NULL && rpx_encode_cmd(p->repush, 3, argv, lens) == 0)
+                p->repush_n++;
+            if (f.repush_ms > p->repush_ms)
+                p->repush_ms = f.repush_ms;
+        }
+    }
+    if (p->suppressed > 0 && p->suppressed < p->n && (p->kept = evbuffer_new()) != NULL)
+        rpx_encode_cmd(p->kept, nk, keep, keep_len);
+    if (nl > first && (p->later = evbuffer_new()) != NULL)
+        rpx_encode_cmd(p->later, nl, late, late_len);
+    free(keep);
+    free(keep_len);
+    free(late);
+    free(late_len);
+    free(ids);
+    return 0;
+}
+
+/* Sends what an ack plan defers or adds on twice's own connection. */
+static void ack_plan_side_effects(struct rpx *rx, struct ack_plan *p)
+{
+    if (p->later != NULL)
+        rpx_aux_send_at(rx, p->later, 1, p->later_ms);
+    if (p->repush != NULL)
+        rpx_aux_send_at(rx, p->repush, p->repush_n, p->repush_ms);
+}
+
+/* An XADD, decided before Redis sees it: its task (the `task` field) and its
+ * stream are known, its id only when the client chose it (else Redis picks
+ * it, and the reply's id is journaled, see on_xadd_reply).  A publish that a
+ * rule keeps from Redis (drop, close before) is journaled here, and a drop
+ * is answered with the id the client gave or one made as Redis makes them
+ * (milliseconds-sequence), in rx->xadd_answer. */
+const struct rule *rpx_stream_publish_decide(struct rpx *rx, const struct rprof_cmdview *cv)
+{
+    if (!rpx_is_cmd(cv, RPROF_CMD_XADD) || rx->tx.active)
+        return NULL;
+    if (!codec_wants(rx->s, RULE_EV_PUBLISH)) {
+        codec_count(rx->s, RULE_EV_PUBLISH);
+        return NULL;
+    }
+    size_t at = rprof_xadd_id_arg(cv);
+    struct resp_view v;
+    char id[sizeof(rx->xadd_answer) - 32], task[RPROF_TASK_MAX];
+    if (at == 0 || !rprof_arg(cv, at, &v) || !rprof_view_str(cv->buf, cv->len, &v, id, sizeof(id)))
+        return NULL;
+    bool chosen = strcmp(id, "*") != 0;
+    uint64_t tlen;
+    if (rprof_xadd_task(cv, task, sizeof(task), &tlen) == RPROF_TOO_LONG)
+        say_too_long(rx, "task", tlen, sizeof(task));
+    struct job_event j = {.kind = RULE_EV_PUBLISH};
+    j.key = cv->key;
+    j.id = chosen ? jdup(&j, id) : NULL;
+    j.queue = jdup(&j, cv->key);
+    j.task = task[0] != '\0' ? jdup(&j, task) : NULL;
+    /* Redis picks the id of an XADD with '*': the rules decide without one,
+     * and the fault is noted once it is known whether twice made one (a
+     * drop), so that the fault and the publish records share it. */
+    if (job_event_oom(rx, &j)) {
+        job_event_clear(&j);
+        return NULL;
+    }
+    struct engine_event ev;
+    char anon[48];
+    job_engine_event(rx, &j, &ev, anon);
+    size_t hit = 0;
+    const struct rule *r =
+        codec_decide_first_unnoted(rx->s, &ev, &hit) == 1 ? rpx_hit_rule(rx, hit) : NULL;
+    bool kept_back =
+        r != NULL &&
+        (r->action.kind == RULE_ACT_DROP ||
+         (r->action.kind == RULE_ACT_CLOSE && r->action.close_when == RULE_CLOSE_BEFORE));
+    if (kept_back && r->action.kind == RULE_ACT_DROP) {
+        if (chosen) {
+            /* As Redis completes it: "5" is 5-0, and "5-*" gets sequence 0 in
+             * a stream that has nothing at 5. */
+            size_t n = strlen(id);
+            const char *dash = strchr(id, '-');
+            if (dash == NULL)
+                snprintf(rx->xadd_answer, sizeof(rx->xadd_answer), "%s-0", id);
+            else if (strcmp(dash, "-*") == 0)
+                snprintf(rx->xadd_answer, sizeof(rx->xadd_answer), "%.*s-0", (int)(n - 2), id);
+            else
+                snprintf(rx->xadd_answer, sizeof(rx->xadd_answer), "%s", id);
+        } else {
+            struct timespec ts;
+            clock_gettime(CLOCK_REALTIME, &ts);
+            snprintf(rx->xadd_answer, sizeof(rx->xadd_answer), "%llu-%llu",
+                     (unsigned long long)ts.tv_sec * 1000ULL +
+                         (unsigned long long)ts.tv_nsec / 1000000ULL,
+                     (unsigned long long)rx->anon++);
+        }
+        if (j.id == NULL)
+            j.id = jdup(&j, rx->xadd_answer);
+    }
+    if (r != NULL) {
+        ev.message_id = j.id;
+        fault_note(rx->s, r, &ev);
+    }
+    if (kept_back)
+        journal_job(rx, JOURNAL_KIND_PUBLISH, &j);
+    job_event_clear(&j);
+    return r;
+}
+
+/* What a publish a rule dropped is answered with, into out (room for
+ * sizeof(rx->xadd_answer) + 32 bytes); returns its length: a list push's
+ * length 1, or an XADD's id (rpx_stream_publish_decide()). */
+size_t rpx_drop_reply(const struct rpx *rx, char *out, size_t cap)
+{
+    int n = rx->prof == RPROF_STREAMS
+                ? snprintf(out, cap, "$%zu\r\n%s\r\n", strlen(rx->xadd_answer), rx->xadd_answer)
+                : snprintf(out, cap, ":1\r\n");
+    return n > 0 && (size_t)n < cap ? (size_t)n : 0;
+}
+
+/* Sidekiq's and Celery's LPUSH of job JSON (outside a transaction): a publish per job read.
+ * Returns the first deciding rule, or NULL. */
+static const struct rule *publish_jobs(struct rpx *rx, const struct rprof_cmdview *cv)
+{
+    if (rx->tx.active)
+        return NULL;
+    if (!jobs_needed(rx)) {
+        /* Nothing reads the jobs: each is counted, as decide_job() would. */
+        for (size_t i = 2; i < cv->m->nelem; i++)
+            codec_count(rx->s, RULE_EV_PUBLISH);
+        return NULL;
+    }
+    const struct rule *first = NULL;
+    struct resp_view v;
+    for (size_t i = 2; rprof_arg(cv, i, &v); i++) {
+        struct resp_job job;
+        if (rprof_job(rx->prof, cv->buf + v.off, v.len, &job) != 0)
+            continue;
+        struct job_event j = {.kind = RULE_EV_PUBLISH, .id = job.id, .task = job.task};
+        j.key = cv->key;
+        j.queue = rprof_queue_of(rx->prof, cv->key);
+        j.oom |= j.queue == NULL;
+        free(job.queue);
+        free(job.tag);
+        journal_job(rx, JOURNAL_KIND_PUBLISH, &j);
+        const struct rule *r = decide_job(rx, &j);
+        if (first == NULL)
+            first = r;
+        job_event_clear(&j);
+    }
+    return first;
+}
+
+/* RQ's push of a job id onto its queue; its task from the job's hash, as the enqueue
+ * transaction saved it (tx_first_cmd()) or a worker read it, else rq_task (the transaction's
+ * last saved task, when the idmap could not keep it). */
+static const struct rule *publish_rq(struct rpx *rx, const struct rprof_cmdview *cv,
+                                     const char *rq_task)
+{
+    char id[RPROF_KEY_MAX];
+    struct resp_view v;
+    if (!rprof_arg(cv, 2, &v) || !rprof_view_str(cv->buf, cv->len, &v, id, sizeof(id)))
+        return NULL;
+    struct job_event j = {.kind = RULE_EV_PUBLISH, .key = cv->key};
+    j.id = jdup(&j, id);
+    j.queue = rprof_queue_of(rx->prof, cv->key);
+    j.oom |= j.queue == NULL;
+    idmap_lock();
+    struct idmap_info *in = idmap_get(rpx_scope(rx), id, strlen(id));
+    if (in != NULL && in->task != NULL)
+        j.task = jdup(&j, in->task);
+    idmap_unlock();
+    if (j.task == NULL && rq_task != NULL)
+        j.task = jdup(&j, rq_task);
+    journal_job(rx, JOURNAL_KIND_PUBLISH, &j);
+    const struct rule *r = decide_job(rx, &j);
+    job_event_clear(&j);
+    return r;
+}
+
+/* Publishes: Sidekiq's and Celery's LPUSH of job JSON, RQ's push of a job id, XADD.  Returns
+ * the deciding rule, or NULL. */
+const struct rule *rpx_publish_decide(struct rpx *rx, const struct rprof_cmdview *cv,
+                                      const char *rq_task)
+{
+    switch (rprof_publish_of(rx->prof, cv)) {
+    case RPROF_PUB_JOBS:
+        return publish_jobs(rx, cv);
+    case RPROF_PUB_RQ_ID:
+        return publish_rq(rx, cv, rq_task);
+    case RPROF_PUB_XADD:
+        return rpx_stream_publish_decide(rx, cv);
+    default:
+        return NULL;
+    }
+}
+
+/* An ack outside a transaction (its ids from argument `first` on): applied, kept back,
+ * delayed or cut as its rules say. */
+enum cmd_result rpx_command_ack(struct rpx *rx, struct rprof_cmdview *cv, const struct resp_msg *m,
+                                const uint8_t *buf, size_t first)
+{
+    size_t len = m->len;
+    struct ack_plan p;
+    if (rpx_plan_acks(rx, cv, first, &p) != 0) {
+        rpx_forward(rx, cv, m, buf, len);
+        rx->decided = 0;
+        return CMD_DONE;
+    }
+    if (p.close_before != NULL) {
+        const struct rule *r = p.close_before;
+        rpx_ack_plan_free(&p);
+        rpx_swallow(rx, len);
+        rpx_cut_at_turn(rx, r, NULL);
+        return CMD_STOP;
+    }
+    ack_plan_side_effects(rx, &p);
+    struct entry *e = NULL;
+    if (p.suppressed > 0 && p.suppressed == p.n) {
+        rpx_swallow(rx, len);
+        char r[32];
+        int n = snprintf(r, sizeof(r), ":%lld\r\n", (long long)rprof_settled_count(cv));
+        if (rpx_owe_reply(rx))
+            rpx_answer(rx, r, (size_t)n);
+    } else if (p.suppressed > 0 && p.kept != NULL) {
+        /* The command without the kept-back ids; its count plus them. */
+        struct resp_msg km;
+        struct resp_scanner ks;
+        resp_scanner_init(&ks, RESP_SIDE_CLIENT);
+        size_t klen = evbuffer_get_length(p.kept);
+        const uint8_t *kb = evbuffer_pullup(p.kept, (ev_ssize_t)klen);
+        if (resp_scan(&ks, kb, klen, &km) == 1 &&
+            resp_pairing_command(&rx->pairing, &km, kb, 0, NULL) == 1) {
+            rpx_swallow(rx, len); /* moves the run first */
+            evbuffer_add_buffer(rx->out[SIDE_UPSTREAM], p.kept);
+            e = rpx_entry_add(rx, true);
+            if (e != NULL) {
+                e->kind = RK_ADD_INT;
+                e->add = (int64_t)p.suppressed;
+            }
+        } else {
+            e = rpx_forward(rx, cv, m, buf, len);
+        }
+    } else {
+        e = rpx_forward(rx, cv, m, buf, len);
+    }
+    const struct rule *close_after = p.close_after;
+    rpx_ack_plan_free(&p);
+    rx->decided = 0;
+    if (close_after != NULL) {
+        rpx_cut_at_turn(rx, close_after, e);
+        return CMD_STOP;
+    }
+    return CMD_DONE;
+}
+
+/* What the reply to a forwarded command is, for the reply side: a pop's job, an RQ job
+ * hash, a stream read or claim, an XADD's id. */
+void rpx_tag_reply(struct rpx *rx, struct rprof_cmdview *cv, struct entry *e)
+{
+    const char *arg;
+    bool redelivered;
+    e->kind = (uint8_t)rprof_reply_of(rx->prof, cv, &arg, &redelivered);
+    e->redelivered = redelivered;
+    bool copied = arg == NULL || (e->arg = strdup(arg)) != NULL;
+    if (copied && e->kind == RPROF_REPLY_XADD) {
+        char task[RPROF_TASK_MAX];
+        uint64_t n;
+        enum rprof_field got = rprof_xadd_task(cv, task, sizeof(task), &n);
+        if (got == RPROF_TOO_LONG)
+            say_too_long(rx, "task", n, sizeof(task));
+        copied = got != RPROF_FOUND || (e->arg2 = strdup(task)) != NULL;
+    }
+    if (!copied) {
+        /* Read without its list, stream or task, the reply would name another job. */
+        log_msg(LOG_WARN, "event skipped", "sid=%llu listener=%s reason=\"out of memory\"",
+                (unsigned long long)rx->s->id, rpx_scope(rx));
+        e->kind = RPROF_REPLY_PLAIN;
+    }
+}
