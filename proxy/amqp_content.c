@@ -1,0 +1,431 @@
+/*
+ * amqp_content.c - contents on an AMQP connection (amqp_internal.h): a basic.deliver,
+ * basic.get-ok or basic.publish with its header and body frames.
+ *
+ * A content is decided when its header arrives, or when its whole body has, if a rule
+ * matches on the body.  Until then its frames stay where they were read while nothing comes
+ * between them, else are copied into the connection's small stash of that direction or kept
+ * as chains.  Then it goes on, waits (delay), is dropped, or is duplicated as its rule says,
+ * and its event is journaled with the message's identity.
+ */
+#include "proxy/amqp_internal.h"
+
+/* ---- content: deliveries and publishes --------------------------------- */
+
+/* Where frames of `ch` from `from` go: behind what is held there, or out. */
+struct evbuffer *apx_chan_out(struct achan *ch, int from)
+{
+    struct held *t = ch->held_tail[from];
+    if (t == NULL)
+        return ch->ax->xfer[apx_other((enum session_side)from)];
+    if (t->open || t->release_ms == 0)
+        return t->frames;
+    struct held *h = apx_held_push(ch, from, 0, false);
+    return h != NULL ? h->frames : ch->ax->xfer[apx_other((enum session_side)from)];
+}
+
+bool apx_consumer_is(const struct consumer *c, struct amqp_bytes tag)
+{
+    return tag.len == c->tag_len && (tag.len == 0 || memcmp(tag.p, c->tag, tag.len) == 0);
+}
+
+static struct consumer *consumer_find(struct achan *ch, struct amqp_bytes tag)
+{
+    for (size_t i = 0; i < ch->n_consumers; i++)
+        if (apx_consumer_is(&ch->consumers[i], tag))
+            return &ch->consumers[i];
+    return NULL;
+}
+
+static bool rules_need_body(struct amqp_px *ax, enum rule_event ev)
+{
+    struct ruleset *rs = ax->s->loop->rules;
+    for (size_t i = 0; rs != NULL && i < ruleset_count(rs); i++) {
+        const struct rule *r = ruleset_rule(rs, i);
+        if (r->event != ev || strcmp(r->listener, ax->s->cfg->l->name) != 0)
+            continue;
+        for (size_t k = 0; k < r->n_matchers; k++)
+            if (r->matchers[k].field == RULE_F_BODY)
+                return true;
+    }
+    return false;
+}
+
+/* con: the consumer of a basic.deliver (consumer_find), NULL if unknown. */
+static struct msg_info *info_from_delivery(struct achan *ch, const struct amqp_method *m,
+                                           const struct consumer *con)
+{
+    struct msg_info *mi = apx_info_new(ch);
+    if (mi == NULL)
+        return NULL;
+    const struct amqp_delivery *d = &m->delivery;
+    mi->tag = d->delivery_tag;
+    mi->redelivered = d->redelivered;
+    mi->exchange = apx_info_dup(mi, d->exchange);
+    mi->routing_key = apx_info_dup(mi, d->routing_key);
+    if (m->id == AMQP_BASIC_DELIVER) {
+        mi->consumer_tag = apx_info_dup(mi, d->consumer_tag);
+        mi->queue = con != NULL
+                        ? apx_info_dup(mi, (struct amqp_bytes){.p = (const uint8_t *)con->queue,
+                                                               .len = con->queue_len})
+                        : NULL;
+    } else {
+        mi->queue = ch->get_queue;
+        mi->heap_strs = true;
+        ch->get_queue = NULL;
+    }
+    return mi;
+}
+
+static struct msg_info *info_from_publish(struct achan *ch, const struct amqp_method *m)
+{
+    struct msg_info *mi = apx_info_new(ch);
+    if (mi == NULL)
+        return NULL;
+    mi->exchange = apx_info_dup(mi, m->publish.exchange);
+    mi->routing_key = apx_info_dup(mi, m->publish.routing_key);
+    /* Through the default exchange the routing key is the queue (Celery). */
+    if (m->publish.exchange.len == 0)
+        mi->queue = apx_info_dup(mi, m->publish.routing_key);
+    return mi;
+}
+
+void apx_content_begin(struct amqp_px *ax, struct achan *ch, int from, const struct amqp_method *m,
+                       size_t len)
+{
+    struct content *c = &ch->content[from];
+    if (c->active) {
+        apx_protocol_error(ax, "channel %u: %s inside a content sequence", ch->id,
+                           amqp_method_name(m->class_id, m->method_id));
+        return;
+    }
+    /* Not active: cleared (content_end, chan_reset), and nothing writes it till now. */
+    c->active = true;
+    c->method = m->id;
+    if (m->id == AMQP_BASIC_RETURN) {
+        c->decided = true;
+        c->fate = FATE_FORWARD;
+        apx_take(ax, apx_chan_out(ch, from), len);
+        return;
+    }
+    if (m->id == AMQP_BASIC_PUBLISH) {
+        /* A publish's identity serves its own event (the journal, a rule on publishes) and,
+         * on a channel in confirm mode, its confirm's.  Without them it is not kept: a rule a
+         * reload adds before this message's header arrives sees it without one. */
+        if (ax->s->px->journal == NULL && !codec_wants(ax->s, RULE_EV_PUBLISH) &&
+            !amqp_ledger_in_confirm_mode(ch->ledger)) {
+            if (apx_stash_take(ax, c, len) != 0)
+                apx_protocol_error(ax, "out of memory");
+            return;
+        }
+        c->info = info_from_publish(ch, m);
+    } else {
+        struct consumer *con =
+            m->id == AMQP_BASIC_DELIVER ? consumer_find(ch, m->delivery.consumer_tag) : NULL;
+        c->info = info_from_delivery(ch, m, con);
+        c->tag = m->delivery.delivery_tag;
+        c->ack_required =
+            m->id == AMQP_BASIC_DELIVER ? con == NULL || !con->no_ack : !ch->get_no_ack;
+    }
+    if (c->info == NULL || apx_stash_take(ax, c, len) != 0)
+        apx_protocol_error(ax, "out of memory");
+}
+
+static void on_expire(evutil_socket_t fd, short what, void *arg)
+{
+    (void)fd;
+    (void)what;
+    struct msg_info *mi = arg;
+    struct achan *ch = apx_timer_chan(mi);
+    if (ch == NULL)
+        return;
+    struct amqp_px *ax = ch->ax;
+    uint64_t tag = mi->tag;
+    /* Settled at the broker in time: nothing expired. */
+    if (!amqp_ledger_twice_settleable(ch->ledger, tag))
+        return;
+    /* Not settled at the broker within the visibility timeout (the client
+     * has not acked, or twice holds or dropped its ack): the broker hands
+     * the message to another consumer; a late ack is swallowed, a held one
+     * discarded.  The fault is noted first: settling a delivery whose ack
+     * twice dropped or holds forgets it and frees mi (and this timer). */
+    const struct rule *r = mi->expire_rule != NULL ? mi->expire_rule : mi->ack_rule;
+    if (r != NULL) {
+        struct engine_event ev;
+        char idbuf[96];
+        apx_event_from_info(&ev, RULE_EV_DELIVER, mi, ax->s, idbuf, sizeof(idbuf));
+        fault_note(ax->s, r, &ev);
+    }
+    const struct conf_listener *l = ax->s->cfg->l;
+    bool whole_channel = mi->expire_rule == NULL && l->consumer_timeout;
+    log_msg(LOG_INFO, "expired",
+            "sid=%llu listener=%s channel=%u delivery_tag=%llu rule=%s timeout=%s",
+            (unsigned long long)ax->s->id, l->name, ch->id, (unsigned long long)tag,
+            r != NULL ? r->name : "-",
+            mi->expire_rule != NULL ? "expire"
+            : whole_channel         ? "consumer-timeout"
+                                    : "visibility-timeout");
+    if (whole_channel) {
+        /* RabbitMQ's consumer_timeout: the channel closes under the consumer, every delivery
+         * unacked on it goes back to its queue (rabbit_channel's evaluate_consumer_timeout). */
+        char text[256];
+        snprintf(text, sizeof(text),
+                 "PRECONDITION_FAILED - delivery acknowledgement on channel %u timed out. "
+                 "Timeout value used: %u ms. This timeout value can be configured, see "
+                 "consumers doc guide to learn more",
+                 ch->id, l->visibility_ms);
+        apx_settle(ax);
+        apx_close_channel(ch, 406, text, 0, 0);
+        apx_send_flush(ax, SIDE_UPSTREAM);
+        apx_send_flush(ax, SIDE_CLIENT);
+        return;
+    }
+    if (apx_settle_now(ch, tag, true))
+        apx_send_flush(ax, SIDE_UPSTREAM);
+}
+
+/* The actions of the rules that fired on a delivery or publish.  Returns
+ * false when the session was cut. */
+static bool content_actions(struct amqp_px *ax, struct achan *ch, struct content *c,
+                            struct msg_info *mi, const size_t *hits, size_t n)
+{
+    bool deliver = c->method != AMQP_BASIC_PUBLISH;
+    bool delay = false;
+    uint32_t delay_ms = 0;
+    for (size_t i = 0; i < n; i++) {
+        const struct rule *r = apx_hit_rule(ax, hits[i]);
+        switch (r->action.kind) {
+        case RULE_ACT_CLOSE:
+            if (r->action.close_when == RULE_CLOSE_BEFORE) {
+                apx_cut(ax, r, deliver ? SIDE_UPSTREAM : SIDE_CLIENT);
+                return false;
+            }
+            c->close_after = true;
+            break;
+        case RULE_ACT_ERROR:
+            /* The channel is closed under the message: no other action
+             * applies, and the ledger reset has freed `mi`. */
+            c->fate = FATE_DROP;
+            apx_inject_error(ax, ch, r, 60, (uint16_t)(c->method & 0xffff));
+            return apx_alive(ax);
+        case RULE_ACT_DROP:
+            c->fate = FATE_DROP;
+            if (deliver && c->ack_required)
+                apx_settle_now(ch, c->tag, false); /* the job is lost */
+            break;
+        case RULE_ACT_DELAY:
+            if (r->action.duration_ms >= delay_ms)
+                delay_ms = r->action.duration_ms;
+            delay = true;
+            break;
+        case RULE_ACT_DUPLICATE:
+            if (!c->ack_required)
+                break;
+            if (r->action.duration_ms != 0 && mi != NULL && !mi->hold_ack &&
+                apx_arm_timer(ax, mi, &mi->late_timer, r->action.duration_ms, apx_on_late_copy)) {
+                mi->hold_ack = true; /* its ack waits for the copy */
+                mi->late_ms = r->action.duration_ms;
+                ax->n_hold_ack++;
+            } else {
+                apx_settle_now(ch, c->tag, true);
+            }
+            break;
+        case RULE_ACT_EXPIRE:
+            if (c->ack_required && mi != NULL &&
+                apx_arm_timer(ax, mi, &mi->expire_timer, r->action.duration_ms, on_expire) &&
+                mi->expire_rules == NULL) {
+                mi->expire_rule = r;
+                mi->expire_rules = ax->s->loop->rules;
+                ruleset_get(mi->expire_rules);
+            }
+            break;
+        default:
+            break;
+        }
+    }
+    /* Hold only what is forwarded at all (a dropped message is not held). */
+    if (delay && c->fate == FATE_FORWARD) {
+        c->entry =
+            apx_held_push(ch, deliver ? SIDE_UPSTREAM : SIDE_CLIENT, apx_now_ms() + delay_ms, true);
+        if (c->entry != NULL)
+            c->fate = FATE_HOLD;
+    }
+    return true;
+}
+
+void apx_content_end(struct amqp_px *ax, struct achan *ch, int from)
+{
+    struct content *c = &ch->content[from];
+    bool close_after = c->close_after;
+    if (c->entry != NULL)
+        c->entry->open = false;
+    apx_content_clear(ax, c);
+    apx_chan_unblock(ch, (enum session_side)from);
+    if (close_after) {
+        session_set_error(ax->s, "cut after a message (close after)");
+        apx_send_flush(ax, apx_other((enum session_side)from));
+        session_abort(ax->s, SESSION_CLOSE_FAULT, apx_other((enum session_side)from));
+    }
+}
+
+/* Hand the stashed frames on as decided. */
+static void content_release_stash(struct achan *ch, int from)
+{
+    struct content *c = &ch->content[from];
+    struct evbuffer *dst = c->fate == FATE_DROP   ? NULL
+                           : c->fate == FATE_HOLD ? c->entry->frames
+                                                  : apx_chan_out(ch, from);
+    if (apx_stash_move(ch->ax, c, dst) != 0)
+        apx_protocol_error(ch->ax, "out of memory");
+}
+
+/* The listener's visibility timeout (or consumer timeout) on a delivery that needs an ack and
+ * is forwarded, unless an `expire` rule armed its own. */
+static void arm_visibility(struct amqp_px *ax, struct achan *ch, const struct content *c,
+                           struct msg_info *mi)
+{
+    uint32_t ms = ax->s->cfg->l->visibility_ms;
+    if (ms == 0 || c->method == AMQP_BASIC_PUBLISH || !c->ack_required || c->fate == FATE_DROP ||
+        amqp_ledger_info(ch->ledger, c->tag) != mi || mi->expire_timer != NULL)
+        return;
+    (void)apx_arm_timer(ax, mi, &mi->expire_timer, ms, on_expire);
+}
+
+static void content_decide(struct amqp_px *ax, struct achan *ch, int from, struct amqp_bytes hdrs)
+{
+    struct content *c = &ch->content[from];
+    struct msg_info *mi = c->info;
+    bool deliver = c->method != AMQP_BASIC_PUBLISH;
+    c->decided = true;
+    c->fate = FATE_FORWARD;
+    if (deliver && c->ack_required) {
+        c->info = NULL; /* the ledger owns it from here */
+        if (amqp_ledger_deliver(ch->ledger, c->tag, mi) != 0) {
+            apx_protocol_error(ax, "channel %u: delivery tag %llu out of order", ch->id,
+                               (unsigned long long)c->tag);
+            return;
+        }
+    }
+    apx_journal_event(ax, deliver ? JOURNAL_KIND_DELIVER : JOURNAL_KIND_PUBLISH, mi, c->tag);
+    size_t hits[SESSION_MAX_RULE_HITS];
+    size_t n = apx_decide_msg(ax, deliver ? RULE_EV_DELIVER : RULE_EV_PUBLISH, mi, &hdrs,
+                              c->needs_body ? c->body : NULL, hits);
+    if (!content_actions(ax, ch, c, deliver && c->ack_required ? mi : NULL, hits, n))
+        return;
+    arm_visibility(ax, ch, c, mi);
+    if (!deliver) {
+        uint64_t seq;
+        c->info = NULL;
+        if (amqp_ledger_publish(ch->ledger, c->fate == FATE_DROP, mi, &seq) != 0) {
+            apx_protocol_error(ax, "channel %u: too many unconfirmed publishes", ch->id);
+            return;
+        }
+    }
+    content_release_stash(ch, from);
+    if (c->body_left == 0)
+        apx_content_end(ax, ch, from);
+}
+
+/* Copy the message's identity out of its content header. */
+static void info_from_props(struct msg_info *mi, const struct amqp_props *p)
+{
+    struct amqp_bytes v;
+    if (p->message_id.len > 0)
+        mi->message_id = apx_info_dup(mi, p->message_id);
+    else if (p->headers.len > 0 && amqp_table_find_string(p->headers, "id", &v) == 1)
+        mi->message_id = apx_info_dup(mi, v); /* Celery protocol 2 */
+    else if (p->correlation_id.len > 0)
+        mi->message_id = apx_info_dup(mi, p->correlation_id);
+    if (p->headers.len > 0 && amqp_table_find_string(p->headers, "task", &v) == 1)
+        mi->task = apx_info_dup(mi, v);
+}
+
+void apx_content_header(struct amqp_px *ax, struct achan *ch, int from, const struct amqp_frame *f,
+                        size_t len)
+{
+    struct content *c = &ch->content[from];
+    if (c->active && !c->decided && c->header_seen) {
+        apx_protocol_error(ax, "channel %u: a second content header", ch->id);
+        return;
+    }
+    if (!c->active || c->decided || apx_stash_len(ax, c) == 0) {
+        if (c->active && c->decided && c->method == AMQP_BASIC_RETURN) {
+            struct amqp_props p;
+            if (amqp_content_header_decode(f->payload, f->size, &p) == 0)
+                c->body_left = p.body_size;
+            apx_take(ax, apx_chan_out(ch, from), len);
+            if (c->body_left == 0)
+                apx_content_end(ax, ch, from);
+            return;
+        }
+        apx_protocol_error(ax, "channel %u: content header without a content method", ch->id);
+        return;
+    }
+    struct amqp_props p;
+    int rc = amqp_content_header_decode(f->payload, f->size, &p);
+    if (rc != 0) {
+        apx_protocol_error(ax, "channel %u: bad content header: %s", ch->id, amqp_strerror(rc));
+        return;
+    }
+    uint64_t max_message = ax->s->cfg->l->max_message;
+    if (max_message != 0 && p.body_size > max_message) {
+        apx_protocol_error(ax, "channel %u: a message of %llu bytes, over max-message-size %llu",
+                           ch->id, (unsigned long long)p.body_size,
+                           (unsigned long long)max_message);
+        return;
+    }
+    if (c->info != NULL)
+        info_from_props(c->info, &p);
+    c->header_seen = true;
+    c->body_left = p.body_size;
+    enum rule_event ev = c->method == AMQP_BASIC_PUBLISH ? RULE_EV_PUBLISH : RULE_EV_DELIVER;
+    c->needs_body =
+        p.body_size > 0 && p.body_size <= AMQP_PX_BODY_MATCH_MAX && rules_need_body(ax, ev);
+    /* When the content's frames are kept in place (the method was), the
+     * header joins them and stays where it was parsed until the rules have
+     * read its headers (content_decide settles only after them).  Else the
+     * frame moves into the stash below, and the decision, now or after the
+     * body, reads a copy. */
+    bool in_place = ax->kept_by == c && !c->needs_body;
+    c->headers.len = 0;
+    if (!in_place && p.headers.len > 0 && (c->headers_copy = malloc(p.headers.len)) != NULL) {
+        memcpy(c->headers_copy, p.headers.p, p.headers.len);
+        c->headers.p = c->headers_copy;
+        c->headers.len = p.headers.len;
+    }
+    if (apx_stash_take(ax, c, len) != 0) {
+        apx_protocol_error(ax, "out of memory");
+        return;
+    }
+    if (!c->needs_body)
+        content_decide(ax, ch, from, in_place ? p.headers : c->headers);
+}
+
+void apx_content_body(struct amqp_px *ax, struct achan *ch, int from, const struct amqp_frame *f,
+                      size_t len)
+{
+    struct content *c = &ch->content[from];
+    if (!c->active || c->body_left < f->size || apx_stash_len(ax, c) + c->decided == 0) {
+        apx_protocol_error(ax, "channel %u: unexpected body frame", ch->id);
+        return;
+    }
+    c->body_left -= f->size;
+    if (!c->decided) {
+        evbuffer_add(c->body, f->payload, f->size);
+        if (apx_stash_take(ax, c, len) != 0) {
+            apx_protocol_error(ax, "out of memory");
+            return;
+        }
+        if (c->body_left == 0)
+            content_decide(ax, ch, from, c->headers);
+        return;
+    }
+    if (c->fate == FATE_DROP)
+        apx_take(ax, NULL, len);
+    else if (c->fate == FATE_HOLD && c->entry != NULL)
+        apx_take(ax, c->entry->frames, len);
+    else
+        apx_take(ax, apx_chan_out(ch, from), len);
+    if (c->body_left == 0)
+        apx_content_end(ax, ch, from);
+}

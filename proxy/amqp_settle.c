@@ -1,0 +1,352 @@
+/*
+ * amqp_settle.c - held frames and settlements on an AMQP connection (amqp_internal.h).
+ *
+ * Per channel and direction, frames twice holds (delay) wait in order in a queue: nothing on
+ * that channel overtakes them, while other channels and heartbeats keep flowing.  The client's
+ * acks, nacks and rejects are split per delivery tag (proto/amqp_ledger.h keeps the tags
+ * consistent on both ends) and each is decided by its message's rules: forwarded, held past a
+ * visibility or consumer timeout, swallowed, replaced by a requeue (`redeliver`), or held
+ * until a late copy (`redeliver after D`, `duplicate after D`).
+ */
+#include "proxy/amqp_internal.h"
+
+/* ---- holding frames (delay on deliver and publish) --------------------- */
+
+static void held_arm(struct achan *ch, int d)
+{
+    struct held *h = ch->held[d];
+    if (h == NULL)
+        return;
+    uint64_t now = apx_now_ms(), at = h->release_ms;
+    uint64_t wait = at > now ? at - now : 0;
+    struct timeval tv = {.tv_sec = (time_t)(wait / 1000),
+                         .tv_usec = (suseconds_t)(wait % 1000) * 1000};
+    evtimer_add(ch->held_timer[d], &tv);
+}
+
+/* Start holding on `ch` from `from` until `release_ms`. */
+struct held *apx_held_push(struct achan *ch, int from, uint64_t release_ms, bool open)
+{
+    struct held *h = calloc(1, sizeof(*h));
+    if (h == NULL || (h->frames = evbuffer_new()) == NULL) {
+        free(h);
+        return NULL;
+    }
+    h->release_ms = release_ms;
+    h->open = open;
+    if (ch->held_tail[from] != NULL)
+        ch->held_tail[from]->next = h;
+    else
+        ch->held[from] = h;
+    ch->held_tail[from] = h;
+    if (ch->held[from] == h)
+        held_arm(ch, from);
+    return h;
+}
+
+/* Release held frames whose time has come (all of them when `all`). */
+void apx_held_release(struct achan *ch, int from, bool all)
+{
+    struct amqp_px *ax = ch->ax;
+    enum session_side to = apx_other((enum session_side)from);
+    uint64_t now = apx_now_ms();
+    while (ch->held[from] != NULL) {
+        struct held *h = ch->held[from];
+        if (!all && h->release_ms > now)
+            break;
+        apx_send_frames(ax, to, h->frames);
+        if (ch->content[from].entry == h) {
+            /* The rest of this content goes straight through now. */
+            ch->content[from].fate = FATE_FORWARD;
+            ch->content[from].entry = NULL;
+        }
+        ch->held[from] = h->next;
+        if (ch->held[from] == NULL)
+            ch->held_tail[from] = NULL;
+        else if (ch->held[from]->release_ms == 0)
+            ch->held[from]->release_ms = now;
+        evbuffer_free(h->frames);
+        free(h);
+    }
+    held_arm(ch, from);
+    apx_chan_unblock(ch, (enum session_side)from);
+}
+
+/* Bytes held (delayed) on every channel from `from`. */
+static size_t held_bytes(const struct amqp_px *ax, int from)
+{
+    size_t n = 0;
+    for (size_t i = 0; i < ax->n_chans; i++)
+        for (const struct held *h = ax->chans[i]->held[from]; h != NULL; h = h->next)
+            n += evbuffer_get_length(h->frames);
+    return n;
+}
+
+size_t apx_held_max(const struct amqp_px *ax)
+{
+    uint64_t m = ax->s->cfg->l->max_held;
+    return (size_t)(m != 0 ? m : CONF_DEFAULT_MAX_HELD);
+}
+
+/* Backpressure for holds: a delay must not turn into unbounded memory. */
+void apx_held_limit(struct amqp_px *ax)
+{
+    size_t max = apx_held_max(ax);
+    for (int from = 0; from < 2; from++) {
+        size_t n = held_bytes(ax, from);
+        if (n >= max)
+            session_hold_reading(ax->s, (enum session_side)from, true);
+        else if (n < max / 2)
+            session_hold_reading(ax->s, (enum session_side)from, false);
+    }
+}
+
+void apx_on_held_timer(evutil_socket_t fd, short what, void *arg)
+{
+    (void)fd;
+    (void)what;
+    struct achan *ch = arg;
+    struct amqp_px *ax = ch->ax;
+    if (!apx_alive(ax))
+        return;
+    for (int d = 0; d < 2; d++)
+        apx_held_release(ch, d, false);
+    apx_send_flush(ax, SIDE_CLIENT);
+    apx_send_flush(ax, SIDE_UPSTREAM);
+    if (apx_alive(ax))
+        apx_held_limit(ax);
+}
+
+/* ---- settlements (client ack / nack / reject) -------------------------- */
+
+/* Twice settles a delivery itself (duplicate, drop, an expiry, a late copy); whether it
+ * wrote a frame for the broker. */
+bool apx_settle_now(struct achan *ch, uint64_t tag, bool requeue)
+{
+    uint8_t frame[64];
+    int n = amqp_ledger_twice_settle(ch->ledger, ch->id, tag, requeue, frame, sizeof(frame));
+    if (n > 0)
+        apx_chan_inject(ch, SIDE_UPSTREAM, frame, (size_t)n);
+    return n > 0;
+}
+
+/* The channel of a message whose timer fired, or NULL when its session is going away. */
+struct achan *apx_timer_chan(const struct msg_info *mi)
+{
+    return apx_alive(mi->ch->ax) ? mi->ch : NULL;
+}
+
+static void on_hold_release(evutil_socket_t fd, short what, void *arg)
+{
+    (void)fd;
+    (void)what;
+    struct msg_info *mi = arg;
+    struct achan *ch = apx_timer_chan(mi);
+    if (ch == NULL)
+        return;
+    uint8_t frame[64];
+    /* The release forgets the tag and frees `mi` (and this timer): nothing
+     * of it may be used afterwards. */
+    int n = amqp_ledger_release(ch->ledger, ch->id, mi->tag, frame, sizeof(frame));
+    if (n > 0) {
+        apx_chan_inject(ch, SIDE_UPSTREAM, frame, (size_t)n);
+        apx_send_flush(ch->ax, SIDE_UPSTREAM);
+    }
+}
+
+/* A late copy is due (`redeliver after D` D after the ack, `duplicate after D` D after the
+ * delivery): the message goes back to its queue upstream (a reject with requeue), as if its
+ * ack had never come; the client's ack, held or still to come, is discarded or swallowed.  A
+ * visibility timeout that ran out first has requeued it already.  Settling a held tag forgets
+ * it and frees mi (and this timer). */
+void apx_on_late_copy(evutil_socket_t fd, short what, void *arg)
+{
+    (void)fd;
+    (void)what;
+    struct msg_info *mi = arg;
+    struct achan *ch = apx_timer_chan(mi);
+    if (ch == NULL)
+        return;
+    struct amqp_px *ax = ch->ax;
+    uint64_t tag = mi->tag;
+    if (!amqp_ledger_twice_settleable(ch->ledger, tag))
+        return;
+    log_msg(LOG_INFO, "late copy",
+            "sid=%llu listener=%s channel=%u delivery_tag=%llu after_ms=%u action=%s",
+            (unsigned long long)ax->s->id, ax->s->cfg->l->name, ch->id, (unsigned long long)tag,
+            mi->late_ms, mi->hold_ack ? "duplicate" : "redeliver");
+    if (apx_settle_now(ch, tag, true))
+        apx_send_flush(ax, SIDE_UPSTREAM);
+}
+
+/* Arms one of mi's timers (*slot: its hold release, its expiry or its late copy, which run
+ * apart: an ack held past the visibility timeout is both). */
+bool apx_arm_timer(struct amqp_px *ax, struct msg_info *mi, struct event **slot, uint32_t ms,
+                   void (*cb)(evutil_socket_t, short, void *))
+{
+    if (*slot != NULL)
+        event_free(*slot);
+    *slot = evtimer_new(ax->s->loop->base, cb, mi);
+    struct timeval tv = {.tv_sec = ms / 1000, .tv_usec = (ms % 1000) * 1000};
+    return *slot != NULL && evtimer_add(*slot, &tv) == 0;
+}
+
+/* Flush every settlement twice holds on `ch` (before the client closes the
+ * channel or recovers: held acks are not lost to a close). */
+void apx_release_all_held_acks(struct achan *ch)
+{
+    uint64_t tags[64];
+    size_t n;
+    while ((n = amqp_ledger_held(ch->ledger, tags, 64)) > 0) {
+        size_t k = n < 64 ? n : 64;
+        for (size_t i = 0; i < k; i++) {
+            uint8_t frame[64];
+            const struct msg_info *mi = amqp_ledger_info(ch->ledger, tags[i]);
+            /* A late copy's ack is not the client's to give: the message goes back now (the
+             * copy comes early, as it would when the channel closes). */
+            int len = mi != NULL && mi->late_timer != NULL
+                          ? amqp_ledger_twice_settle(ch->ledger, ch->id, tags[i], true, frame,
+                                                     sizeof(frame))
+                          : amqp_ledger_release(ch->ledger, ch->id, tags[i], frame, sizeof(frame));
+            if (len > 0) {
+                apx_settle(ch->ax);
+                evbuffer_add(apx_chan_out(ch, SIDE_CLIENT), frame, (size_t)len);
+            }
+        }
+    }
+}
+
+/* Remembers the rule that holds or dropped mi's ack (the first). */
+static void note_ack_rule(struct amqp_px *ax, struct msg_info *mi, const struct rule *r)
+{
+    if (mi == NULL || mi->ack_rules != NULL)
+        return;
+    mi->ack_rule = r;
+    mi->ack_rules = ax->s->loop->rules;
+    ruleset_get(mi->ack_rules);
+}
+
+/* Apply the rules that fired on one settled tag.  Returns false when the
+ * session was cut (`close before`). */
+static bool settle_verdict(struct amqp_px *ax, struct achan *ch, struct amqp_plan_tag *t,
+                           const size_t *hits, size_t n, const struct rule **close_after,
+                           const struct rule **error)
+{
+    struct msg_info *mi = t->info;
+    for (size_t i = 0; i < n; i++) {
+        const struct rule *r = apx_hit_rule(ax, hits[i]);
+        switch (r->action.kind) {
+        case RULE_ACT_REDELIVER:
+            t->verdict = AMQP_V_REQUEUE;
+            if (r->action.duration_ms != 0 && mi != NULL &&
+                apx_arm_timer(ax, mi, &mi->late_timer, r->action.duration_ms, apx_on_late_copy)) {
+                /* Held, then requeued at D instead of forwarded. */
+                t->verdict = AMQP_V_HOLD;
+                mi->late_ms = r->action.duration_ms;
+            }
+            break;
+        case RULE_ACT_DROP:
+            t->verdict = AMQP_V_DROP;
+            note_ack_rule(ax, mi, r);
+            break;
+        case RULE_ACT_DELAY:
+            t->verdict = AMQP_V_HOLD;
+            if (!apx_arm_timer(ax, mi, &mi->timer, r->action.duration_ms, on_hold_release))
+                t->verdict = AMQP_V_PASS;
+            else
+                note_ack_rule(ax, mi, r);
+            break;
+        case RULE_ACT_CLOSE:
+            if (r->action.close_when == RULE_CLOSE_BEFORE) {
+                apx_cut(ax, r, SIDE_CLIENT);
+                return false;
+            }
+            *close_after = r;
+            break;
+        case RULE_ACT_ERROR:
+            t->verdict = AMQP_V_DROP;
+            *error = r;
+            break;
+        default:
+            break;
+        }
+    }
+    (void)ch;
+    return true;
+}
+
+/* Commit a settle or confirm plan for the frame of `len` bytes at the head
+ * of `in`, read from side `from`: the frame goes on unchanged, or is
+ * replaced by what the ledger wrote.  Returns the commit's result (negative
+ * on error, the frame then left in `in`). */
+int apx_apply_plan(struct achan *ch, int from, struct amqp_plan *plan,
+                   int (*commit)(struct amqp_ledger *, uint16_t, struct amqp_plan *, uint8_t *,
+                                 size_t, size_t *),
+                   size_t len)
+{
+    size_t space = amqp_ledger_plan_space(plan), out = 0;
+    uint8_t room[AMQP_PX_FRAME_SPACE]; /* one ack's frames, without a malloc */
+    uint8_t *frames = space <= sizeof(room) ? room : malloc(space);
+    int rc = frames != NULL ? commit(ch->ledger, ch->id, plan, frames, space, &out)
+                            : AMQP_LEDGER_E_NOMEM;
+    if (rc == 1) {
+        apx_take(ch->ax, apx_chan_out(ch, from), len);
+    } else if (rc == 0) {
+        apx_take(ch->ax, NULL, len);
+        evbuffer_add(apx_chan_out(ch, from), frames, out);
+    }
+    if (frames != room)
+        free(frames);
+    return rc;
+}
+
+void apx_on_settle(struct amqp_px *ax, struct achan *ch, const struct amqp_method *m, size_t len)
+{
+    enum amqp_settle_kind kind = m->id == AMQP_BASIC_ACK    ? AMQP_SETTLE_ACK
+                                 : m->id == AMQP_BASIC_NACK ? AMQP_SETTLE_NACK
+                                                            : AMQP_SETTLE_REJECT;
+    /* The usual ack, one outstanding tag that neither the journal nor a rule looks at: settled
+     * in the ledger at once and passed on as it came, as a plan whose verdict is to pass. */
+    if (kind == AMQP_SETTLE_ACK && !m->ack.multiple && ax->s->px->journal == NULL &&
+        !codec_wants(ax->s, RULE_EV_ACK) && ax->n_hold_ack == 0 &&
+        amqp_ledger_ack_one(ch->ledger, m->ack.delivery_tag)) {
+        codec_count(ax->s, RULE_EV_ACK);
+        apx_take(ax, apx_chan_out(ch, SIDE_CLIENT), len);
+        return;
+    }
+    struct amqp_plan plan;
+    if (amqp_ledger_settle_begin(ch->ledger, kind, m->ack.delivery_tag, m->ack.multiple,
+                                 m->ack.requeue, &plan) != 0) {
+        apx_protocol_error(ax, "out of memory tracking delivery tags");
+        return;
+    }
+    const struct rule *close_after = NULL;
+    const struct rule *error = NULL;
+    for (size_t i = 0; i < plan.n; i++) {
+        struct amqp_plan_tag *t = &plan.tags[i];
+        struct msg_info *mi = t->info;
+        apx_journal_event(ax, kind == AMQP_SETTLE_ACK ? JOURNAL_KIND_ACK : JOURNAL_KIND_NACK, mi,
+                          t->tag);
+        if (mi != NULL && mi->hold_ack) {
+            /* A late duplicate is due: the settlement waits for it, and no rule sees it (one
+             * that fired would be journaled as a fault it never made). */
+            codec_count(ax->s, kind == AMQP_SETTLE_ACK ? RULE_EV_ACK : RULE_EV_NACK);
+            t->verdict = AMQP_V_HOLD;
+            continue;
+        }
+        size_t hits[SESSION_MAX_RULE_HITS];
+        size_t n = apx_decide_msg(ax, kind == AMQP_SETTLE_ACK ? RULE_EV_ACK : RULE_EV_NACK, mi,
+                                  NULL, NULL, hits);
+        if (!settle_verdict(ax, ch, t, hits, n, &close_after, &error))
+            return;
+    }
+    int rc = apx_apply_plan(ch, SIDE_CLIENT, &plan, amqp_ledger_settle_commit, len);
+    if (rc < 0) {
+        apx_protocol_error(ax, "cannot rewrite a settlement: %s", amqp_ledger_strerror(rc));
+        return;
+    }
+    if (error != NULL)
+        apx_inject_error(ax, ch, error, 60, (uint16_t)(m->id & 0xffff));
+    else if (close_after != NULL)
+        apx_cut(ax, close_after, SIDE_CLIENT);
+}
