@@ -327,28 +327,134 @@ static void jp_note(const struct json_pick_path *paths, struct json_pick_value *
     }
 }
 
-int json_pick(const void *json, size_t len, size_t max_depth, const struct json_pick_path *paths,
-              size_t n, struct json_pick_value *out)
+/* The paths asked for, measured once: each key's length, and per depth a bit per key length
+ * some path has there (so that a key of another length is never compared).  -1 for a path this
+ * reader cannot ask for.  out[0..n) is cleared. */
+struct jp_keys {
+    uint8_t klen[JSON_PICK_MAX_PATHS][JSON_PICK_MAX_KEYS];
+    uint64_t lens[JSON_PICK_MAX_KEYS];
+};
+
+static int jp_prepare(const struct json_pick_path *paths, size_t n, struct json_pick_value *out,
+                      struct jp_keys *kk)
 {
-    const uint8_t *p = json;
-    struct jp_level st[JSON_PICK_MAX_DEPTH];
-    if (p == NULL || n > JSON_PICK_MAX_PATHS || max_depth > JSON_PICK_MAX_DEPTH)
-        return -1;
-    uint8_t klen[JSON_PICK_MAX_PATHS][JSON_PICK_MAX_KEYS]; /* each key's length, measured once */
-    uint64_t lens[JSON_PICK_MAX_KEYS] = {0}; /* bit L: some path has a key of L bytes there */
+    memset(kk->lens, 0, sizeof(kk->lens));
     for (size_t k = 0; k < n; k++) {
         out[k] = (struct json_pick_value){0};
         if (paths[k].n == 0 || paths[k].n > JSON_PICK_MAX_KEYS)
-            return -1; /* not a path this reader can ask for */
+            return -1;
         for (size_t d = 0; d < paths[k].n; d++) {
             const char *key = paths[k].keys[d];
             size_t kl = key != NULL ? strlen(key) : 0;
             if (key != NULL && (kl == 0 || kl > JSON_PICK_MAX_KEY))
                 return -1;
-            klen[k][d] = (uint8_t)kl;
-            lens[d] |= UINT64_C(1) << kl;
+            kk->klen[k][d] = (uint8_t)kl;
+            kk->lens[d] |= UINT64_C(1) << kl;
         }
     }
+    return 0;
+}
+
+/* A value that is not a container, at p[*pos]: a string, a number, true, false or null, read
+ * into *v (its type; a string's span).  -1 when it is none of them. */
+static int jp_scalar(const uint8_t *p, size_t len, size_t *pos, struct json_pick_value *v)
+{
+    size_t i = *pos;
+    uint8_t c = p[i];
+    if (c == '"') {
+        size_t at = ++i;
+        if (jp_string(p, len, &i, &v->escaped, &v->nul) != 0)
+            return -1;
+        v->type = JSON_PICK_STRING;
+        v->off = at;
+        v->len = i - 1 - at;
+    } else if (c == '-' || jp_digit(c)) {
+        if (jp_number(p, len, &i) != 0)
+            return -1;
+        v->type = JSON_PICK_NUMBER;
+    } else {
+        /* jansson reads a run of letters and wants it whole. */
+        size_t e = i;
+        while (e < len && jp_alpha(p[e]))
+            e++;
+        if (e - i == 4 && memcmp(p + i, "true", 4) == 0)
+            v->type = JSON_PICK_TRUE;
+        else if (e - i == 5 && memcmp(p + i, "false", 5) == 0)
+            v->type = JSON_PICK_FALSE;
+        else if (e - i == 4 && memcmp(p + i, "null", 4) == 0)
+            v->type = JSON_PICK_NULL;
+        else
+            return -1;
+        i = e;
+    }
+    *pos = i;
+    return 0;
+}
+
+/* The paths among cand (those through the object at depth d - 1) whose key at d - 1 is the
+ * key p[at..at + keylen), written with escapes or not. */
+static uint32_t jp_member_on(const uint8_t *p, size_t at, size_t keylen, bool escaped,
+                             const struct json_pick_path *paths, const struct jp_keys *kk, size_t d,
+                             uint32_t cand)
+{
+    /* A key written without escapes is as long as it reads: no path key of that length, no
+     * comparison.  (A path runs through st[d - 1] only when d - 1 < JSON_PICK_MAX_KEYS.) */
+    if (cand != 0 && !escaped &&
+        (keylen > JSON_PICK_MAX_KEY || ((kk->lens[d - 1] >> keylen) & 1) == 0))
+        return 0;
+    uint32_t on = 0;
+    for (uint32_t m = cand; m != 0; m &= m - 1) {
+        unsigned k = (unsigned)__builtin_ctz(m);
+        const char *key = paths[k].keys[d - 1];
+        if (key != NULL && jp_key_is(p, at, keylen, escaped, key, kk->klen[k][d - 1]))
+            on |= UINT32_C(1) << k;
+    }
+    return on;
+}
+
+/* The paths through an element of the array l at depth d - 1: only its first element can be
+ * on a path (a NULL key). */
+static uint32_t jp_element_on(const struct json_pick_path *paths, struct jp_level *l, size_t d)
+{
+    uint32_t on = 0;
+    if (l->first) {
+        for (uint32_t m = l->paths; m != 0; m &= m - 1) {
+            unsigned k = (unsigned)__builtin_ctz(m);
+            if (paths[k].keys[d - 1] == NULL)
+                on |= UINT32_C(1) << k;
+        }
+        l->first = false;
+    }
+    return on;
+}
+
+/* The paths of `on` that go deeper than depth d. */
+static uint32_t jp_deeper(const struct json_pick_path *paths, uint32_t on, size_t d)
+{
+    uint32_t deeper = 0;
+    for (uint32_t m = on; m != 0; m &= m - 1) {
+        unsigned k = (unsigned)__builtin_ctz(m);
+        if (paths[k].n > d)
+            deeper |= UINT32_C(1) << k;
+    }
+    return deeper;
+}
+
+/*
+ * One pass over the document, a state machine: a value at depth d (a container opens a level,
+ * a scalar is noted), then what follows it (the container goes on or closes), then a member's
+ * key or an array's element, which leads to a value again.  The gotos are those transitions;
+ * `on` is the set of asked paths that run through the value about to be read.
+ */
+int json_pick(const void *json, size_t len, size_t max_depth, const struct json_pick_path *paths,
+              size_t n, struct json_pick_value *out)
+{
+    const uint8_t *p = json;
+    struct jp_level st[JSON_PICK_MAX_DEPTH];
+    struct jp_keys kk;
+    if (p == NULL || n > JSON_PICK_MAX_PATHS || max_depth > JSON_PICK_MAX_DEPTH ||
+        jp_prepare(paths, n, out, &kk) != 0)
+        return -1;
     size_t i = jp_ws(p, len, 0);
     if (i >= len || p[i] != '{')
         return -1; /* jansson reads arrays too, but a job is an object */
@@ -368,12 +474,7 @@ int json_pick(const void *json, size_t len, size_t max_depth, const struct json_
                 jp_note(paths, out, on, d, &v);
             if (d == max_depth)
                 return -1;
-            uint32_t deeper = 0;
-            for (uint32_t m = on; m != 0; m &= m - 1) {
-                unsigned k = (unsigned)__builtin_ctz(m);
-                if (paths[k].n > d)
-                    deeper |= UINT32_C(1) << k;
-            }
+            uint32_t deeper = jp_deeper(paths, on, d);
             st[d++] = (struct jp_level){.paths = deeper, .object = c == '{', .first = c == '['};
             i = jp_ws(p, len, i + 1);
             if (i < len && p[i] == (c == '{' ? '}' : ']')) {
@@ -385,32 +486,8 @@ int json_pick(const void *json, size_t len, size_t max_depth, const struct json_
                 goto element;
             }
         } else {
-            if (c == '"') {
-                size_t at = ++i;
-                if (jp_string(p, len, &i, &v.escaped, &v.nul) != 0)
-                    return -1;
-                v.type = JSON_PICK_STRING;
-                v.off = at;
-                v.len = i - 1 - at;
-            } else if (c == '-' || jp_digit(c)) {
-                if (jp_number(p, len, &i) != 0)
-                    return -1;
-                v.type = JSON_PICK_NUMBER;
-            } else {
-                /* jansson reads a run of letters and wants it whole. */
-                size_t e = i;
-                while (e < len && jp_alpha(p[e]))
-                    e++;
-                if (e - i == 4 && memcmp(p + i, "true", 4) == 0)
-                    v.type = JSON_PICK_TRUE;
-                else if (e - i == 5 && memcmp(p + i, "false", 5) == 0)
-                    v.type = JSON_PICK_FALSE;
-                else if (e - i == 4 && memcmp(p + i, "null", 4) == 0)
-                    v.type = JSON_PICK_NULL;
-                else
-                    return -1;
-                i = e;
-            }
+            if (jp_scalar(p, len, &i, &v) != 0)
+                return -1;
             if (on != 0)
                 jp_note(paths, out, on, d, &v);
         }
@@ -449,35 +526,11 @@ int json_pick(const void *json, size_t len, size_t max_depth, const struct json_
         if (i >= len || p[i] != ':')
             return -1;
         i++;
-        on = 0;
-        uint32_t cand = st[d - 1].paths;
-        /* A key written without escapes is as long as it reads: no path key of that length, no
-         * comparison.  (A path runs through st[d - 1] only when d - 1 < JSON_PICK_MAX_KEYS.) */
-        if (cand != 0 && !escaped &&
-            (keylen > JSON_PICK_MAX_KEY || ((lens[d - 1] >> keylen) & 1) == 0))
-            cand = 0;
-        for (uint32_t m = cand; m != 0; m &= m - 1) {
-            unsigned k = (unsigned)__builtin_ctz(m);
-            const char *key = paths[k].keys[d - 1];
-            if (key != NULL && jp_key_is(p, at, keylen, escaped, key, klen[k][d - 1]))
-                on |= UINT32_C(1) << k;
-        }
+        on = jp_member_on(p, at, keylen, escaped, paths, &kk, d, st[d - 1].paths);
         continue;
     }
-    element : {
-        /* An element of the array st[d - 1]: only the first can be on a path. */
-        struct jp_level *l = &st[d - 1];
-        on = 0;
-        if (l->first) {
-            for (uint32_t m = l->paths; m != 0; m &= m - 1) {
-                unsigned k = (unsigned)__builtin_ctz(m);
-                if (paths[k].keys[d - 1] == NULL)
-                    on |= UINT32_C(1) << k;
-            }
-            l->first = false;
-        }
-        continue;
-    }
+    element:
+        on = jp_element_on(paths, &st[d - 1], d);
     }
 }
 
