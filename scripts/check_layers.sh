@@ -3,7 +3,8 @@
 # before compiling proto/): proto/ < rules/ < offline/ < proxy/.  A layer
 # includes nothing of a layer above it, and only proxy/ includes libevent or
 # OpenSSL (offline/, the journal tools, opens no socket); proto/ and rules/
-# open no file either: the program hands them bytes or a stream.
+# open no file either: the program hands them bytes or a stream.  A codec's
+# internal header (proxy/NAME_internal.h) is included by proxy/NAME*.c only.
 # Usage: scripts/check_layers.sh SOURCE_DIR
 cd "${1:-.}" || exit 2
 inc='^[[:space:]]*#[[:space:]]*include[[:space:]]*[<"]'
@@ -14,6 +15,18 @@ bad=$(grep -nE "$inc(rules/|offline/|proxy/|event2/|openssl/)" proto/*.c proto/*
 opens=$(grep -nE '(^|[^_[:alnum:]])(fopen|open|opendir|socket)[[:space:]]*\(' proto/*.c rules/*.c)
 [ -z "$opens" ] || bad="$bad${bad:+
 }$opens"
+# a codec's internal header (proxy/resp_internal.h) is for the files of that codec only
+for h in proxy/*_internal.h; do
+    [ -e "$h" ] || continue
+    stem=$(basename "$h" _internal.h)
+    for f in $(grep -lE "$inc$h\"" proto/*.[ch] rules/*.[ch] offline/*.[ch] proxy/*.[ch] tests/unit/*.c 2>/dev/null); do
+        case $(basename "$f") in
+        "$stem"*.c | "$stem"_internal.h) ;;
+        *) bad="$bad${bad:+
+}$f: includes $h, which only proxy/$stem*.c may" ;;
+        esac
+    done
+done
 if [ -n "$bad" ]; then
     echo "layer check: an include or a file opened across the layers (proto/ < rules/ < offline/ < proxy/, see docs/architecture.md):" >&2
     echo "$bad" >&2
