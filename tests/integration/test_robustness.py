@@ -867,6 +867,18 @@ class CliTest(h.TestCase):
         self.assertEqual(r.returncode, 0, "twice check on a valid file: %r" % (r,))
         self.assertNotIn(b"error", r.stderr)
 
+        # Every example file: its summary names each rule, and ends with its line's newline
+        # (the shell's prompt must not run on after the last rule).
+        examples = os.path.join(h.SOURCE_DIR, "rules", "examples")
+        for name in sorted(os.listdir(examples)):
+            r = h.run_twice(["check", "-c", os.path.join(examples, name)])
+            self.assertEqual(r.returncode, 0, (name, r))
+            out = r.stdout.decode()
+            self.assertTrue(out.endswith("\n"), "%s: the summary ends without a newline: %r"
+                            % (name, out[-80:]))
+            self.assertIn(" rule", out.splitlines()[0], (name, out))
+            self.assertTrue(re.match(r"  rule \S+ on \S+: ", out.splitlines()[-1]), (name, out))
+
         bad = os.path.join(self.tmp, "bad.conf")
         with open(bad, "w") as f:
             f.write("log-level debug\n"                      # 1
