@@ -291,11 +291,113 @@ static void arm_visibility(struct amqp_px *ax, struct achan *ch, const struct co
     (void)apx_arm_timer(ax, mi, &mi->expire_timer, ms, on_expire);
 }
 
+/* Copy the message's identity out of its content header, where Celery and most AMQP clients
+ * keep it: the message_id property, Celery's `id` header, the correlation_id property; its
+ * task from Celery's `task` header. */
+static void info_from_props(struct msg_info *mi, const struct amqp_props *p)
+{
+    struct amqp_bytes v;
+    if (p->message_id.len > 0)
+        mi->message_id = apx_info_dup(mi, p->message_id);
+    else if (p->headers.len > 0 && amqp_table_find_string(p->headers, "id", &v) == 1)
+        mi->message_id = apx_info_dup(mi, v); /* Celery protocol 2 */
+    else if (p->correlation_id.len > 0)
+        mi->message_id = apx_info_dup(mi, p->correlation_id);
+    if (p->headers.len > 0 && amqp_table_find_string(p->headers, "task", &v) == 1)
+        mi->task = apx_info_dup(mi, v);
+}
+
+static struct amqp_bytes str_bytes(const char *s)
+{
+    return (struct amqp_bytes){.p = (const uint8_t *)s, .len = s != NULL ? (uint32_t)strlen(s) : 0};
+}
+
+/* A value of the listener's `message-id` or `task` longer than twice reads: said once per
+ * connection (the message goes on without it, as one whose field is absent). */
+static void say_field_too_long(struct amqp_px *ax, const struct msg_field *f, size_t len)
+{
+    if (ax->said_too_long)
+        return;
+    ax->said_too_long = true;
+    log_msg(LOG_WARN, "message field too long", "sid=%llu listener=%s field=%s bytes=%zu limit=%u",
+            (unsigned long long)ax->s->id, ax->s->cfg->l->name, f->text, len,
+            MSG_FIELD_VALUE_MAX - 1);
+}
+
+/* The first of fs's sources below `below` that message m has, into *dst; returns its index,
+ * or `below` when none has.  A body.json source is skipped while the body is not there. */
+static uint8_t ident_pick(struct amqp_px *ax, const struct msg_fields *fs, uint8_t below,
+                          const struct msg_field_amqp *m, struct msg_info *mi, char **dst)
+{
+    char v[MSG_FIELD_VALUE_MAX];
+    size_t n;
+    for (uint8_t i = 0; i < fs->n && i < below; i++) {
+        enum msg_field_got got = msg_field_read_amqp(&fs->src[i], m, v, &n);
+        if (got == MSG_FIELD_TOO_LONG)
+            say_field_too_long(ax, &fs->src[i], n);
+        if (got == MSG_FIELD_FOUND) {
+            *dst = apx_info_dup(mi, (struct amqp_bytes){.p = (const uint8_t *)v, .len = n});
+            return i;
+        }
+    }
+    return below;
+}
+
+/* The message's identity and task from the header: the listener's sources when it names them,
+ * else info_from_props(). */
+static void ident_from_header(struct amqp_px *ax, struct content *c, struct msg_info *mi,
+                              const struct amqp_props *p)
+{
+    const struct conf_listener *l = ax->s->cfg->l;
+    c->id_at = c->task_at = MSG_FIELD_MAX_SOURCES;
+    if (l->message_id.n == 0 || l->task.n == 0)
+        info_from_props(mi, p);
+    if (l->message_id.n == 0 && l->task.n == 0)
+        return;
+    struct msg_field_amqp m = {.props = p,
+                               .routing_key = str_bytes(mi->routing_key),
+                               .exchange = str_bytes(mi->exchange),
+                               .queue = c->method == AMQP_BASIC_PUBLISH ? (struct amqp_bytes){0}
+                                                                        : str_bytes(mi->queue)};
+    if (l->message_id.n > 0) {
+        mi->message_id = NULL;
+        c->id_at = ident_pick(ax, &l->message_id, MSG_FIELD_MAX_SOURCES, &m, mi, &mi->message_id);
+    }
+    if (l->task.n > 0) {
+        mi->task = NULL;
+        c->task_at = ident_pick(ax, &l->task, MSG_FIELD_MAX_SOURCES, &m, mi, &mi->task);
+    }
+}
+
+/* Once the body is here: a body.json source listed before the one the header gave wins. */
+static void ident_from_body(struct amqp_px *ax, struct content *c, struct msg_info *mi)
+{
+    const struct conf_listener *l = ax->s->cfg->l;
+    if (!msg_fields_need_body(&l->message_id) && !msg_fields_need_body(&l->task))
+        return;
+    size_t n = evbuffer_get_length(c->body);
+    const uint8_t *body = evbuffer_pullup(c->body, (ev_ssize_t)n);
+    static const struct amqp_props none;
+    struct msg_field_amqp m = {.props = &none,
+                               .body = body != NULL ? body : (const uint8_t *)"",
+                               .body_len = body != NULL ? n : 0};
+    char *v = NULL;
+    if (msg_fields_need_body(&l->message_id) &&
+        ident_pick(ax, &l->message_id, c->id_at, &m, mi, &v) < c->id_at)
+        mi->message_id = v;
+    v = NULL;
+    if (msg_fields_need_body(&l->task) &&
+        ident_pick(ax, &l->task, c->task_at, &m, mi, &v) < c->task_at)
+        mi->task = v;
+}
+
 static void content_decide(struct amqp_px *ax, struct achan *ch, int from, struct amqp_bytes hdrs)
 {
     struct content *c = &ch->content[from];
     struct msg_info *mi = c->info;
     bool deliver = c->method != AMQP_BASIC_PUBLISH;
+    if (c->needs_body && mi != NULL)
+        ident_from_body(ax, c, mi);
     c->decided = true;
     c->fate = FATE_FORWARD;
     if (deliver && c->ack_required) {
@@ -324,20 +426,6 @@ static void content_decide(struct amqp_px *ax, struct achan *ch, int from, struc
     content_release_stash(ch, from);
     if (c->body_left == 0)
         apx_content_end(ax, ch, from);
-}
-
-/* Copy the message's identity out of its content header. */
-static void info_from_props(struct msg_info *mi, const struct amqp_props *p)
-{
-    struct amqp_bytes v;
-    if (p->message_id.len > 0)
-        mi->message_id = apx_info_dup(mi, p->message_id);
-    else if (p->headers.len > 0 && amqp_table_find_string(p->headers, "id", &v) == 1)
-        mi->message_id = apx_info_dup(mi, v); /* Celery protocol 2 */
-    else if (p->correlation_id.len > 0)
-        mi->message_id = apx_info_dup(mi, p->correlation_id);
-    if (p->headers.len > 0 && amqp_table_find_string(p->headers, "task", &v) == 1)
-        mi->task = apx_info_dup(mi, v);
 }
 
 void apx_content_header(struct amqp_px *ax, struct achan *ch, int from, const struct amqp_frame *f,
@@ -375,12 +463,14 @@ void apx_content_header(struct amqp_px *ax, struct achan *ch, int from, const st
         return;
     }
     if (c->info != NULL)
-        info_from_props(c->info, &p);
+        ident_from_header(ax, c, c->info, &p);
     c->header_seen = true;
     c->body_left = p.body_size;
     enum rule_event ev = c->method == AMQP_BASIC_PUBLISH ? RULE_EV_PUBLISH : RULE_EV_DELIVER;
-    c->needs_body =
-        p.body_size > 0 && p.body_size <= AMQP_PX_BODY_MATCH_MAX && rules_need_body(ax, ev);
+    const struct conf_listener *l = ax->s->cfg->l;
+    c->needs_body = p.body_size > 0 && p.body_size <= AMQP_PX_BODY_MATCH_MAX &&
+                    (rules_need_body(ax, ev) || msg_fields_need_body(&l->message_id) ||
+                     msg_fields_need_body(&l->task));
     /* When the content's frames are kept in place (the method was), the
      * header joins them and stays where it was parsed until the rules have
      * read its headers (content_decide settles only after them).  Else the

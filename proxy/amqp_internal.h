@@ -128,6 +128,10 @@ struct content {
     uint8_t *small; /* NULL: not holding it */
     size_t small_len;
     bool stash_used; /* bytes went into `stash` since it was last emptied */
+    /* The listener's `message-id` / `task` sources (conf): the index of the one whose value the
+     * header gave, MSG_FIELD_MAX_SOURCES if none; body.json sources before it are read once
+     * the body is here (ident_from_body). */
+    uint8_t id_at, task_at;
 };
 
 /* Frames held on a channel in one direction, released in order. */
@@ -193,8 +197,9 @@ struct amqp_px {
     struct achan *last_chan; /* the one chan_get found last (never freed before ax) */
     struct msg_info *spare;  /* records freed, for the next messages */
     size_t n_spare;
-    size_t n_live;     /* records in use (by contents, ledgers, timers) */
-    size_t n_hold_ack; /* of which, deliveries whose ack twice holds until a late copy */
+    bool said_too_long; /* "message field too long" was logged for this connection */
+    size_t n_live;      /* records in use (by contents, ledgers, timers) */
+    size_t n_hold_ack;  /* of which, deliveries whose ack twice holds until a late copy */
 };
 
 /* ---- amqp_proxy.c ---- */

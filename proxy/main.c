@@ -47,6 +47,16 @@ static void raise_fd_limit(void)
     }
 }
 
+/* A listener's `message-id` or `task` sources, as written. */
+static void print_fields(const char *name, const struct msg_fields *fs)
+{
+    if (fs->n == 0)
+        return;
+    printf(", %s", name);
+    for (size_t i = 0; i < fs->n; i++)
+        printf(" %s", fs->src[i].text);
+}
+
 static void print_listener(const struct conf_listener *l)
 {
     char bind[300], up[300];
@@ -67,6 +77,8 @@ static void print_listener(const struct conf_listener *l)
     if (l->visibility_ms)
         printf(", %s %ums", l->consumer_timeout ? "consumer-timeout" : "visibility-timeout",
                l->visibility_ms);
+    print_fields("message-id", &l->message_id);
+    print_fields("task", &l->task);
     printf("\n");
 }
 

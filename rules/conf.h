@@ -32,6 +32,8 @@
 #include <stdint.h>
 #include <stdio.h>
 
+#include "proto/msg_field.h"
+
 #define CONF_DEFAULT_CONNECT_TIMEOUT_MS 5000u
 #define CONF_DEFAULT_GRACE_MS 10000u
 /* Bytes of delayed frames or replies one session may hold per direction. */
@@ -107,6 +109,10 @@ struct conf_listener {
                                     closes with 406, every unacked delivery on it requeued */
     struct conf_tls_server tls;
     struct conf_tls_client upstream_tls;
+    /* amqp: `message-id` and `task`, where the app keeps them (n 0: Celery's headers and the
+     * message_id / correlation_id properties, as by default) */
+    struct msg_fields message_id;
+    struct msg_fields task;
     struct conf_listener *next; /* file order */
 };
 

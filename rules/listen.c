@@ -33,6 +33,8 @@ enum conf_listen_slot {
     CONF_L_CONSUMER_TIMEOUT,
     CONF_L_TLS,
     CONF_L_UPSTREAM_TLS,
+    CONF_L_MESSAGE_ID,
+    CONF_L_TASK,
     CONF_L_COUNT,
 };
 
@@ -41,7 +43,7 @@ const char *const conf_listen_keywords[CONF_L_COUNT] = {
     "upstream",           "connect-timeout",  "idle-timeout",
     "max-connections",    "max-message-size", "max-held",
     "visibility-timeout", "consumer-timeout", "tls",
-    "upstream-tls",
+    "upstream-tls",       "message-id",       "task",
 };
 const size_t conf_n_listen_keywords = CONF_L_COUNT;
 
@@ -178,6 +180,43 @@ static void conf_listen_upstream_tls(struct conf_parser *p, struct conf_listen_s
     conf_tls_client_directive(p, ls->l, n);
 }
 
+/* `message-id SOURCE...` and `task SOURCE...`: where an app keeps its messages' ids and task
+ * names (proto/msg_field.h), tried in order. */
+static void conf_listen_fields(struct conf_parser *p, const struct conf_node *n,
+                               struct msg_fields *fs)
+{
+    size_t n_args = n->n_words - 1;
+    fs->n = 0;
+    if (n_args == 0 || n_args > MSG_FIELD_MAX_SOURCES) {
+        conf_diag_add(p->diags, CONF_ERROR,
+                      n_args == 0 ? n->words[0].loc : n->words[MSG_FIELD_MAX_SOURCES + 1].loc,
+                      "e.g. `task header.__TypeId__ property.type`",
+                      "'%s' takes 1 to %u sources, tried in order", n->words[0].text,
+                      MSG_FIELD_MAX_SOURCES);
+        return;
+    }
+    for (size_t i = 0; i < n_args; i++) {
+        char why[256];
+        if (msg_field_parse(n->words[i + 1].text, &fs->src[fs->n], why, sizeof(why)) != 0) {
+            conf_diag_add(p->diags, CONF_ERROR, n->words[i + 1].loc, NULL, "%s", why);
+            continue;
+        }
+        fs->n++;
+    }
+}
+
+static void conf_listen_message_id(struct conf_parser *p, struct conf_listen_state *ls,
+                                   const struct conf_node *n)
+{
+    conf_listen_fields(p, n, &ls->l->message_id);
+}
+
+static void conf_listen_task(struct conf_parser *p, struct conf_listen_state *ls,
+                             const struct conf_node *n)
+{
+    conf_listen_fields(p, n, &ls->l->task);
+}
+
 /* Indexed by enum conf_listen_slot. */
 static const struct conf_listen_directive conf_listen_table[CONF_L_COUNT] = {
     {{"protocol", 1, "tcp, amqp or resp"}, conf_listen_protocol},
@@ -194,6 +233,10 @@ static const struct conf_listen_directive conf_listen_table[CONF_L_COUNT] = {
     {{"tls", -1, "cert FILE key FILE"}, conf_listen_tls},
     {{"upstream-tls", -1, "[verify | no-verify] [ca FILE] [sni NAME] [cert FILE key FILE]"},
      conf_listen_upstream_tls},
+    {{"message-id", -1, "SOURCE... (property.NAME, header.NAME, routing-key, body.json.PATH...)"},
+     conf_listen_message_id},
+    {{"task", -1, "SOURCE... (property.NAME, header.NAME, routing-key, body.json.PATH...)"},
+     conf_listen_task},
 };
 
 static const struct conf_listen_directive *conf_find_listen_directive(const char *name)
@@ -239,6 +282,14 @@ static void conf_listen_check_block(struct conf_parser *p, const struct conf_lis
     if (ls->profile_loc.line != 0 && ls->protocol_ok && ls->l->protocol != CONF_PROTO_RESP) {
         conf_diag_add(p->diags, CONF_ERROR, ls->profile_loc, NULL,
                       "'profile' applies only to protocol resp");
+    }
+    for (int slot = CONF_L_MESSAGE_ID; slot <= CONF_L_TASK; slot++) {
+        if (ls->first[slot].line != 0 && ls->protocol_ok && ls->l->protocol != CONF_PROTO_AMQP)
+            conf_diag_add(p->diags, CONF_ERROR, ls->first[slot],
+                          ls->l->protocol == CONF_PROTO_RESP
+                              ? "a Redis profile reads its jobs' ids and tasks itself"
+                              : NULL,
+                          "'%s' applies only to protocol amqp", conf_listen_keywords[slot]);
     }
     if (ls->timeout_loc.line != 0 && ls->protocol_ok && ls->l->protocol != CONF_PROTO_AMQP) {
         conf_diag_add(p->diags, CONF_ERROR, ls->timeout_loc,

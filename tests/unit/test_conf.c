@@ -821,6 +821,63 @@ static void test_visibility_timeouts(void **state)
 #undef AMQP_HEAD
 }
 
+/* `message-id SOURCE...` and `task SOURCE...`: amqp only, 1 to 4 sources, each one that
+ * proto/msg_field.h knows, kept in order. */
+static void test_identity_sources(void **state)
+{
+    struct conf_diags d;
+    struct conf *c;
+
+    (void)state;
+#define AMQP_HEAD L_HEAD "    protocol amqp\n" L_BIND L_UP
+    c = parse_ok(AMQP_HEAD
+                 "    message-id header.MT-MessageId property.message_id\n"
+                 "    task header.__TypeId__ property.type routing-key body.json.job\n" L_END,
+                 &d);
+    const struct conf_listener *l = c->listeners;
+    assert_int_equal(l->message_id.n, 2);
+    assert_int_equal(l->message_id.src[0].kind, MSG_FIELD_HEADER);
+    assert_string_equal(l->message_id.src[0].name, "MT-MessageId");
+    assert_int_equal(l->message_id.src[1].kind, MSG_FIELD_PROPERTY);
+    assert_int_equal(l->message_id.src[1].prop, MSG_PROP_MESSAGE_ID);
+    assert_int_equal(l->task.n, 4);
+    assert_int_equal(l->task.src[2].kind, MSG_FIELD_ROUTING_KEY);
+    assert_int_equal(l->task.src[3].kind, MSG_FIELD_BODY_JSON);
+    assert_true(msg_fields_need_body(&l->task));
+    assert_false(msg_fields_need_body(&l->message_id));
+    conf_free(c);
+    conf_diags_free(&d);
+    c = parse_ok(AMQP_HEAD L_END, &d);
+    assert_int_equal(c->listeners->message_id.n, 0); /* the defaults: Celery's and the properties */
+    assert_int_equal(c->listeners->task.n, 0);
+    conf_free(c);
+    conf_diags_free(&d);
+    EXPECT(AMQP_HEAD "    task property.typ\n" L_END, -1,
+           E(5, 10,
+             "unknown property 'typ' (expected message_id, correlation_id, type, app_id, "
+             "user_id, reply_to, content_type or content_encoding)"));
+    EXPECT(AMQP_HEAD "    message-id headers.id\n" L_END, -1,
+           E(5, 16,
+             "unknown source 'headers.id' (expected property.NAME, header.NAME, routing-key, "
+             "exchange, queue or body.json.PATH)"));
+    EXPECT(AMQP_HEAD "    task body.json.a..b\n" L_END, -1,
+           E(5, 10, "an empty key in the JSON path 'a..b'"));
+    EXPECT(AMQP_HEAD "    task body.json.a.b.c.d\n" L_END, -1,
+           E(5, 10, "the JSON path 'a.b.c.d' has more than 3 keys"));
+    EXPECT(AMQP_HEAD "    task queue routing-key exchange property.type header.x\n" L_END, -1,
+           EH(5, 51, "'task' takes 1 to 4 sources, tried in order",
+              "e.g. `task header.__TypeId__ property.type`"));
+    EXPECT(AMQP_HEAD "    task\n" L_END, -1,
+           EH(5, 5, "'task' takes 1 to 4 sources, tried in order",
+              "e.g. `task header.__TypeId__ property.type`"));
+    EXPECT(L_HEAD "    protocol resp\n" L_BIND L_UP "    task property.type\n" L_END, -1,
+           EH(5, 5, "'task' applies only to protocol amqp",
+              "a Redis profile reads its jobs' ids and tasks itself"));
+    EXPECT(IN_LISTEN("message-id property.message_id"), -1,
+           E(5, 5, "'message-id' applies only to protocol amqp"));
+#undef AMQP_HEAD
+}
+
 /* ---- limits and privileges ---- */
 
 static void test_limits_and_user(void **state)
@@ -1462,6 +1519,7 @@ int main(void)
         cmocka_unit_test(test_threads),
         cmocka_unit_test(test_profile_needs_resp),
         cmocka_unit_test(test_visibility_timeouts),
+        cmocka_unit_test(test_identity_sources),
         cmocka_unit_test(test_argument_counts),
         cmocka_unit_test(test_block_shape),
         cmocka_unit_test(test_duplicates),

@@ -1,0 +1,200 @@
+#!/usr/bin/python3
+"""Any AMQP app, not only Celery: a listener's `message-id` and `task` settings name the
+fields where the app keeps its messages' ids and task names, and the journal, the matchers and
+the verdict use them.  Real RabbitMQ, pika producers and consumers through twice:
+
+- Spring/MassTransit-shaped messages: the type in a `__TypeId__` header (or the `type`
+  property when the header is absent), the id in an `MT-MessageId` header (or the message_id
+  property).  With `when deliver, first 4, do duplicate`: two messages of each type come back
+  to the consumer (redelivered, same id), the journal names every publish and
+  delivery by the app's own id and type, and `twice verdict` calls Charge (a handler that
+  records an effect per execution) NOT IDEMPOTENT and ChargeSafe (it skips an id it has seen)
+  IDEMPOTENT, by name.
+- Laravel-shaped JSON bodies ({"uuid": ..., "displayName": "App\\\\Jobs\\\\Charge", ...}) with
+  `message-id body.json.uuid` and `task body.json.displayName`: the journal names them; a
+  body without those fields goes unnamed, and the message still goes through unchanged.
+- A consumer in Ruby with Bunny (Debian's ruby-bunny), reading the `type` property: the
+  verdict names its handlers by type.
+"""
+
+import json
+import os
+import subprocess
+import sys
+import time
+import unittest
+import uuid
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import harness as h  # noqa: E402
+import faultkit as fk  # noqa: E402
+
+import pika  # noqa: E402
+
+WAIT = 60
+
+
+def conn(port):
+    return pika.BlockingConnection(pika.ConnectionParameters(
+        host="127.0.0.1", port=port, connection_attempts=1, socket_timeout=15,
+        stack_timeout=30, heartbeat=0))
+
+
+def amqp_block(name, port, upstream, extra):
+    return h.listen_block(name, port, upstream, extra).replace("protocol tcp", "protocol amqp")
+
+
+class IdentityTest(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        cls.ctmp = h.make_tmpdir("twice-it-identity-")
+        cls.rabbit = h.start_rabbitmq(cls.ctmp)
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.rabbit.stop()
+
+    def setUp(self):
+        self.tmp = h.make_tmpdir("twice-it-identity-case-")
+        self.queue = "identity-" + uuid.uuid4().hex[:8]
+        c = conn(self.rabbit.port)
+        c.channel().queue_declare(self.queue, durable=False)
+        c.close()
+
+    def start(self, listener_extra, rules=()):
+        self.port = h.free_port()
+        self.journal = os.path.join(self.tmp, "journal.pb")
+        text = fk.conf_text([amqp_block("app", self.port, self.rabbit.port, listener_extra)],
+                            list(rules), seed=7, journal=self.journal, log_level="info")
+        self.tw = h.start_twice(text, self.tmp)
+        self.addCleanup(self.tw.stop)
+
+    def records(self):
+        self.tw.stop()
+        _, recs, truncated = fk.decode_journal(self.journal)
+        self.assertFalse(truncated)
+        return [(fk.KIND_NAMES.get(r.get("kind"), r.get("kind")), r) for r in recs]
+
+    def consume(self, n_runs, handle):
+        """Consumes self.queue through twice, calling handle(props, body, redelivered) and
+        acking each delivery, until n_runs deliveries were handled."""
+        c = conn(self.port)
+        ch = c.channel()
+        ch.basic_qos(prefetch_count=1)
+        runs = []
+
+        def on_msg(chan, method, props, body):
+            handle(props, body, method.redelivered)
+            runs.append(method.redelivered)
+            chan.basic_ack(method.delivery_tag)
+
+        ch.basic_consume(self.queue, on_msg)
+        deadline = time.monotonic() + WAIT
+        while len(runs) < n_runs:
+            if time.monotonic() > deadline:
+                raise AssertionError("%d deliveries of %d within %ss" % (len(runs), n_runs, WAIT))
+            c.process_data_events(time_limit=0.1)
+        c.close()
+        return runs
+
+    def verdict(self, effects):
+        path = os.path.join(self.tmp, "effects.txt")
+        with open(path, "w") as f:
+            f.write("".join("%s\n" % e for e in effects))
+        r = h.run_twice(["verdict", "--journal", self.journal, "--effects", path, "--json"])
+        self.assertIn(r.returncode, (0, 1), r)
+        return {t["task"]: t for t in json.loads(r.stdout.decode())["tasks"]}
+
+    def test_typed_messages_named_by_header_and_property(self):
+        self.start("message-id header.MT-MessageId property.message_id\n"
+                   "task header.__TypeId__ property.type",
+                   [fk.rule_block("dup", "app", "when deliver", "first 4", "do duplicate")])
+        sent = []  # (id, task)
+        c = conn(self.port)
+        ch = c.channel()
+        for i in range(6):
+            task = "Charge" if i % 2 == 0 else "ChargeSafe"
+            mid = "order-%d" % i
+            if i < 3:  # MassTransit's way: id and type in headers
+                props = pika.BasicProperties(headers={"MT-MessageId": mid, "__TypeId__": task},
+                                             message_id="not-this-" + mid)
+            else:      # properties only
+                props = pika.BasicProperties(message_id=mid, type=task)
+            ch.basic_publish("", self.queue, b"payload-%d" % i, props)
+            sent.append((mid, task))
+        c.close()
+
+        effects, seen = [], set()
+
+        def handle(props, body, redelivered):
+            mid = (props.headers or {}).get("MT-MessageId") or props.message_id
+            task = (props.headers or {}).get("__TypeId__") or props.type
+            if task == "Charge":
+                effects.append(mid)          # not idempotent: one effect per run
+            elif mid not in seen:
+                seen.add(mid)
+                effects.append(mid)          # idempotent: once per id
+
+        runs = self.consume(len(sent) + 4, handle)
+        self.assertEqual(runs.count(True), 4, "four deliveries duplicated: %s" % runs)
+        recs = self.records()
+        published = {r.get("message_id"): r.get("task") for k, r in recs if k == "publish"}
+        self.assertEqual(published, dict(sent))
+        delivered = [(r.get("message_id"), r.get("task")) for k, r in recs if k == "deliver"]
+        self.assertEqual(sorted(set(delivered)), sorted(sent))
+        faults = [r.get("message_id") for k, r in recs if k == "fault" and r.get("rule") == "dup"]
+        self.assertEqual(sorted(faults), ["order-0", "order-1", "order-2", "order-3"])
+        rows = self.verdict(effects)
+        self.assertEqual(rows["Charge"]["verdict"], "NOT IDEMPOTENT", rows)
+        self.assertEqual(rows["ChargeSafe"]["verdict"], "IDEMPOTENT", rows)
+
+    def test_laravel_shaped_json_bodies(self):
+        self.start("message-id body.json.uuid\ntask body.json.displayName")
+        jobs = [(str(uuid.uuid4()), "App\\Jobs\\SendInvoice"),
+                (str(uuid.uuid4()), "App\\Jobs\\ChargeCard")]
+        bodies = [json.dumps({"uuid": u, "displayName": t, "job": "Illuminate\\Queue\\CallQueuedHandler@call",
+                              "maxTries": None, "data": {"commandName": t}}).encode()
+                  for u, t in jobs]
+        bodies.append(b"not json at all")
+        c = conn(self.port)
+        ch = c.channel()
+        for b in bodies:
+            ch.basic_publish("", self.queue, b)
+        c.close()
+        got = []
+        self.consume(len(bodies), lambda props, body, again: got.append(body))
+        self.assertEqual(got, bodies, "the bodies arrive unchanged")
+        recs = self.records()
+        for kind in ("publish", "deliver"):
+            named = {r.get("message_id"): r.get("task") for k, r in recs
+                     if k == kind and r.get("message_id") in dict(jobs)}
+            self.assertEqual(named, dict(jobs), kind)
+            self.assertEqual(len([1 for k, r in recs if k == kind]), 3, kind)
+
+    def test_bunny_consumer_named_by_type(self):
+        self.start("task property.type",
+                   [fk.rule_block("dup", "app", "when deliver", "first 4", "do duplicate")])
+        ids = []
+        c = conn(self.port)
+        ch = c.channel()
+        for i in range(6):
+            task = "charge" if i % 2 == 0 else "charge_safe"
+            mid = "bunny-%d" % i
+            ch.basic_publish("", self.queue, b"x", pika.BasicProperties(message_id=mid, type=task))
+            ids.append(mid)
+        c.close()
+        effects = os.path.join(self.tmp, "bunny-effects.txt")
+        script = os.path.join(h.SOURCE_DIR, "tests", "integration", "bunny_consumer.rb")
+        r = subprocess.run(["ruby", script, "127.0.0.1", str(self.port), self.queue,
+                            str(len(ids) + 4), effects],
+                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, timeout=WAIT + 30)
+        self.assertEqual(r.returncode, 0, r.stderr.decode())
+        self.records()
+        with open(effects) as f:
+            rows = self.verdict(f.read().split())
+        self.assertEqual(rows["charge"]["verdict"], "NOT IDEMPOTENT", rows)
+        self.assertEqual(rows["charge_safe"]["verdict"], "IDEMPOTENT", rows)
+
+
+if __name__ == "__main__":
+    unittest.main(verbosity=2)
