@@ -500,6 +500,9 @@ int amqp_encode_basic_reject(uint8_t *buf, size_t cap, uint16_t channel, uint64_
                              bool requeue) AMQP_WARN_UNUSED;
 int amqp_encode_basic_nack(uint8_t *buf, size_t cap, uint16_t channel, uint64_t delivery_tag,
                            bool multiple, bool requeue) AMQP_WARN_UNUSED;
+/* basic.publish with p's exchange, routing key and flags (a copy of a client's publish). */
+int amqp_encode_basic_publish(uint8_t *buf, size_t cap, uint16_t channel,
+                              const struct amqp_publish *p) AMQP_WARN_UNUSED;
 int amqp_encode_channel_close(uint8_t *buf, size_t cap, uint16_t channel, uint16_t reply_code,
                               struct amqp_bytes reply_text, uint16_t class_id,
                               uint16_t method_id) AMQP_WARN_UNUSED;

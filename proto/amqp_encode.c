@@ -63,6 +63,20 @@ int amqp_encode_basic_nack(uint8_t *buf, size_t cap, uint16_t channel, uint64_t 
     return amqp_encode_settle(buf, cap, channel, AMQP_BASIC_NACK, delivery_tag, bits);
 }
 
+int amqp_encode_basic_publish(uint8_t *buf, size_t cap, uint16_t channel,
+                              const struct amqp_publish *p)
+{
+    struct amqp_wr w;
+
+    amqp_wr_init(&w, buf, cap);
+    amqp_wr_method_begin(&w, channel, AMQP_BASIC_PUBLISH);
+    amqp_wr_u16(&w, 0); /* reserved-1 (ticket) */
+    amqp_wr_shortstr(&w, p->exchange);
+    amqp_wr_shortstr(&w, p->routing_key);
+    amqp_wr_u8(&w, (uint8_t)((p->mandatory ? 1 : 0) | (p->immediate ? 2 : 0)));
+    return amqp_wr_frame_end(&w);
+}
+
 /* connection.close and channel.close: short reply-code, shortstr reply-text, short class-id,
  * short method-id. */
 static int amqp_encode_close(uint8_t *buf, size_t cap, uint16_t channel, uint32_t id,

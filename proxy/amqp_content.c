@@ -90,6 +90,29 @@ static struct msg_info *info_from_publish(struct achan *ch, const struct amqp_me
     return mi;
 }
 
+/* A publish a rule on publishes may duplicate: its method, encoded again, starts its copy
+ * (copy_frame() adds the header and body frames as they pass). */
+static void copy_begin(struct achan *ch, struct content *c, const struct amqp_method *m)
+{
+    uint8_t frame[AMQP_FRAME_OVERHEAD + 8 + 2 * 256];
+    int n = amqp_encode_basic_publish(frame, sizeof(frame), ch->id, &m->publish);
+    if (n > 0 && (c->copy = evbuffer_new()) != NULL &&
+        evbuffer_add(c->copy, frame, (size_t)n) != 0) {
+        evbuffer_free(c->copy);
+        c->copy = NULL;
+    }
+}
+
+/* Frame f (parsed in place: its bytes are the payload's neighbours) joins the copy. */
+static void copy_frame(struct content *c, const struct amqp_frame *f)
+{
+    if (c->copy != NULL &&
+        evbuffer_add(c->copy, f->payload - AMQP_FRAME_HEADER_SIZE, f->frame_len) != 0) {
+        evbuffer_free(c->copy);
+        c->copy = NULL;
+    }
+}
+
 void apx_content_begin(struct amqp_px *ax, struct achan *ch, int from, const struct amqp_method *m,
                        size_t len)
 {
@@ -119,6 +142,8 @@ void apx_content_begin(struct amqp_px *ax, struct achan *ch, int from, const str
             return;
         }
         c->info = info_from_publish(ch, m);
+        if (codec_wants(ax->s, RULE_EV_PUBLISH))
+            copy_begin(ch, c, m);
     } else {
         struct consumer *con =
             m->id == AMQP_BASIC_DELIVER ? consumer_find(ch, m->delivery.consumer_tag) : NULL;
@@ -184,6 +209,22 @@ static void on_expire(evutil_socket_t fd, short what, void *arg)
         apx_send_flush(ax, SIDE_UPSTREAM);
 }
 
+/* `duplicate` on a publish: the broker gets it twice, as from a producer that retried after
+ * a lost confirm or a cut connection.  (Never on a channel in confirm mode: apx_decide_msg()
+ * refuses the action there.) */
+static void publish_dup(struct amqp_px *ax, struct achan *ch, struct content *c,
+                        const struct rule *r)
+{
+    if (c->copy != NULL) {
+        c->dup = true;
+        return;
+    }
+    log_msg(LOG_WARN, "publish not duplicated",
+            "sid=%llu listener=%s channel=%u rule=%s "
+            "reason=out_of_memory",
+            (unsigned long long)ax->s->id, ax->s->cfg->l->name, ch->id, r->name);
+}
+
 /* The actions of the rules that fired on a delivery or publish.  Returns
  * false when the session was cut. */
 static bool content_actions(struct amqp_px *ax, struct achan *ch, struct content *c,
@@ -219,6 +260,10 @@ static bool content_actions(struct amqp_px *ax, struct achan *ch, struct content
             delay = true;
             break;
         case RULE_ACT_DUPLICATE:
+            if (!deliver) {
+                publish_dup(ax, ch, c, r);
+                break;
+            }
             if (!c->ack_required)
                 break;
             if (r->action.duration_ms != 0 && mi != NULL && !mi->hold_ack &&
@@ -257,6 +302,14 @@ void apx_content_end(struct amqp_px *ax, struct achan *ch, int from)
 {
     struct content *c = &ch->content[from];
     bool close_after = c->close_after;
+    if (c->dup && c->copy != NULL) {
+        /* The copy right behind the original: held with it, or on the channel at once. */
+        if (c->fate == FATE_HOLD && c->entry != NULL)
+            evbuffer_add_buffer(c->entry->frames, c->copy);
+        else if (c->fate == FATE_FORWARD)
+            apx_chan_inject(ch, SIDE_UPSTREAM, evbuffer_pullup(c->copy, -1),
+                            evbuffer_get_length(c->copy));
+    }
     if (c->entry != NULL)
         c->entry->open = false;
     apx_content_clear(ax, c);
@@ -414,6 +467,11 @@ static void content_decide(struct amqp_px *ax, struct achan *ch, int from, struc
                               c->needs_body ? c->body : NULL, hits);
     if (!content_actions(ax, ch, c, deliver && c->ack_required ? mi : NULL, hits, n))
         return;
+    if (c->copy != NULL && (!c->dup || c->fate == FATE_DROP)) {
+        evbuffer_free(c->copy); /* no copy goes out: stop copying */
+        c->copy = NULL;
+        c->dup = false;
+    }
     arm_visibility(ax, ch, c, mi);
     if (!deliver) {
         uint64_t seq;
@@ -464,6 +522,7 @@ void apx_content_header(struct amqp_px *ax, struct achan *ch, int from, const st
     }
     if (c->info != NULL)
         ident_from_header(ax, c, c->info, &p);
+    copy_frame(c, f);
     c->header_seen = true;
     c->body_left = p.body_size;
     enum rule_event ev = c->method == AMQP_BASIC_PUBLISH ? RULE_EV_PUBLISH : RULE_EV_DELIVER;
@@ -500,6 +559,7 @@ void apx_content_body(struct amqp_px *ax, struct achan *ch, int from, const stru
         return;
     }
     c->body_left -= f->size;
+    copy_frame(c, f);
     if (!c->decided) {
         evbuffer_add(c->body, f->payload, f->size);
         if (apx_stash_take(ax, c, len) != 0) {

@@ -132,6 +132,10 @@ struct content {
      * header gave, MSG_FIELD_MAX_SOURCES if none; body.json sources before it are read once
      * the body is here (ident_from_body). */
     uint8_t id_at, task_at;
+    /* A publish a rule may duplicate: its frames, copied as they pass (from the method on,
+     * while a rule on publishes exists), sent again after it when `dup` (content_end). */
+    struct evbuffer *copy;
+    bool dup;
 };
 
 /* Frames held on a channel in one direction, released in order. */

@@ -329,6 +329,8 @@ void apx_content_clear(struct amqp_px *ax, struct content *c)
         info_free(c->info);
     if (c->headers_copy != NULL)
         free(c->headers_copy);
+    if (c->copy != NULL)
+        evbuffer_free(c->copy);
     /* A compound literal: stores the compiler sees the size of, where memset was a call. */
     *c = (struct content){.stash = c->stash, .body = c->body};
 }
@@ -575,6 +577,10 @@ size_t apx_decide_msg(struct amqp_px *ax, enum rule_event kind, const struct msg
         ev.body = evbuffer_pullup(body, -1);
         ev.body_len = blen;
     }
+    /* On a channel in confirm mode the broker would number a copy of a publish: every
+     * later confirm would name the wrong publish to the client (logged at confirm.select). */
+    if (kind == RULE_EV_PUBLISH && mi->ch != NULL && amqp_ledger_in_confirm_mode(mi->ch->ledger))
+        ev.refused_actions = 1u << RULE_ACT_DUPLICATE;
     return decide(ax, &ev, hits);
 }
 
@@ -839,6 +845,11 @@ static void client_method(struct amqp_px *ax, struct achan *ch, const struct amq
         /* The broker numbers publishes from here on, in channel order;
          * with nowait there is no select-ok to wait for. */
         amqp_ledger_confirm_mode(ch->ledger);
+        if (codec_wants(ax->s, RULE_EV_PUBLISH))
+            log_msg(LOG_INFO, "publish duplicates off",
+                    "sid=%llu listener=%s channel=%u "
+                    "reason=confirm_mode",
+                    (unsigned long long)ax->s->id, ax->s->cfg->l->name, ch->id);
         break;
     default:
         break;
@@ -1081,7 +1092,7 @@ static bool body_pass_on(struct amqp_px *ax, int from, const uint8_t *hdr, size_
     struct achan *ch = chan_get(ax, id, false);
     if (ch == NULL || !ch->content[from].active || !ch->content[from].decided ||
         ch->content[from].fate != FATE_FORWARD || ch->held[from] != NULL || ch->closed_for_client ||
-        ch->swallow_broker_close_ok)
+        ch->swallow_broker_close_ok || ch->content[from].copy != NULL)
         return false;
     uint8_t octet = 0;
     if (ax->win != NULL) {

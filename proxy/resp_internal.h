@@ -143,6 +143,10 @@ struct rpx {
     uint64_t anon;
     /* The id a dropped XADD is answered with (publish_decide). */
     char xadd_answer[96];
+    /* Copies of publishes a `duplicate` rule sends again (pub_copy()), for the caller of
+     * rpx_publish_decide() to send on twice's own connection: at once, or after EXEC. */
+    struct evbuffer *pub_copies;
+    size_t n_pub_copies;
     struct entry *spare; /* freed entries kept for reuse */
     size_t n_spare;
     /* The name of the last command plain_command() took, as the client sent

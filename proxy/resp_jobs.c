@@ -757,6 +757,22 @@ size_t rpx_drop_reply(const struct rpx *rx, char *out, size_t cap)
     return n > 0 && (size_t)n < cap ? (size_t)n : 0;
 }
 
+/* A publish a `duplicate` rule sends twice: the same command with value v, kept for the
+ * caller to send (rx->pub_copies), as a producer that retried its push would send it again.
+ * A Celery job keeps its delivery tag (a retrying kombu producer would draw a new one). */
+static void pub_copy(struct rpx *rx, const struct rule *r, const struct rprof_cmdview *cv,
+                     const struct resp_view *v)
+{
+    if (r == NULL || r->action.kind != RULE_ACT_DUPLICATE)
+        return;
+    if (rx->pub_copies == NULL && (rx->pub_copies = evbuffer_new()) == NULL)
+        return;
+    const char *argv[3] = {cv->name, cv->key, (const char *)cv->buf + v->off};
+    size_t lens[3] = {strlen(cv->name), strlen(cv->key), v->len};
+    if (rpx_encode_cmd(rx->pub_copies, 3, argv, lens) == 0)
+        rx->n_pub_copies++;
+}
+
 /* Sidekiq's and Celery's LPUSH of job JSON (outside a transaction): a publish per job read.
  * Returns the first deciding rule, or NULL. */
 static const struct rule *publish_jobs(struct rpx *rx, const struct rprof_cmdview *cv)
@@ -785,6 +801,7 @@ static const struct rule *publish_jobs(struct rpx *rx, const struct rprof_cmdvie
         const struct rule *r = decide_job(rx, &j);
         if (first == NULL)
             first = r;
+        pub_copy(rx, r, cv, &v);
         job_event_clear(&j);
     }
     return first;
@@ -813,6 +830,7 @@ static const struct rule *publish_rq(struct rpx *rx, const struct rprof_cmdview 
         j.task = jdup(&j, rq_task);
     journal_job(rx, JOURNAL_KIND_PUBLISH, &j);
     const struct rule *r = decide_job(rx, &j);
+    pub_copy(rx, r, cv, &v);
     job_event_clear(&j);
     return r;
 }

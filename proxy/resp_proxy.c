@@ -539,6 +539,17 @@ static bool command_event(struct rpx *rx, struct rprof_cmdview *cv, const struct
     return false;
 }
 
+/* The copies a `duplicate` rule made of a publish (rx->pub_copies): sent on twice's own
+ * connection once the publish went on, forgotten when it did not. */
+static void pub_copies_done(struct rpx *rx, bool send)
+{
+    if (rx->n_pub_copies > 0 && send)
+        rpx_aux_send_at(rx, rx->pub_copies, rx->n_pub_copies, 0);
+    else if (rx->pub_copies != NULL)
+        evbuffer_drain(rx->pub_copies, evbuffer_get_length(rx->pub_copies));
+    rx->n_pub_copies = 0;
+}
+
 /* Any other command outside a transaction: a publish its rules may drop, delay or cut, or a
  * plain command; forwarded, its reply tagged. */
 static enum cmd_result command_other(struct rpx *rx, struct rprof_cmdview *cv,
@@ -557,6 +568,7 @@ static enum cmd_result command_other(struct rpx *rx, struct rprof_cmdview *cv,
     if (pub != NULL) {
         switch (pub->action.kind) {
         case RULE_ACT_DROP:
+            pub_copies_done(rx, false);
             rpx_swallow(rx, len);
             /* Asked once: under CLIENT REPLY SKIP it sends Redis a PING. */
             if (rpx_owe_reply(rx)) {
@@ -571,6 +583,7 @@ static enum cmd_result command_other(struct rpx *rx, struct rprof_cmdview *cv,
             return CMD_WAIT;
         case RULE_ACT_CLOSE:
             if (pub->action.close_when == RULE_CLOSE_BEFORE) {
+                pub_copies_done(rx, false);
                 rpx_swallow(rx, len);
                 rpx_cut_at_turn(rx, pub, NULL);
                 return CMD_STOP;
@@ -581,6 +594,7 @@ static enum cmd_result command_other(struct rpx *rx, struct rprof_cmdview *cv,
         }
     }
     struct entry *e = rpx_forward(rx, cv, m, buf, len);
+    pub_copies_done(rx, true); /* behind the original on the wire; on another connection */
     rx->decided = 0;
     if (pub != NULL && pub->action.kind == RULE_ACT_CLOSE) {
         rpx_cut_at_turn(rx, pub, e);
@@ -1032,6 +1046,8 @@ static void rpx_free(void *state)
         rpx_entry_free(e);
     }
     rpx_tx_reset(&rx->tx);
+    if (rx->pub_copies != NULL)
+        evbuffer_free(rx->pub_copies);
     for (int i = 0; i < 2; i++) {
         if (rx->pend[i] != NULL)
             evbuffer_free(rx->pend[i]);

@@ -223,6 +223,13 @@ static void tx_plan_publish(struct rpx *rx, struct txcmd *c, const struct rprof_
     struct tx *t = &rx->tx;
     const struct rule *r = xadd ? rpx_stream_publish_decide(rx, cv)
                                 : rpx_publish_decide(rx, cv, rq_task[0] != '\0' ? rq_task : NULL);
+    if (rx->n_pub_copies > 0 && r != NULL && r->action.kind != RULE_ACT_DROP) {
+        /* After EXEC: the job's hash is saved by then, as for the original push. */
+        tx_add_cmds(&t->now, &t->now_n, rx->pub_copies, rx->n_pub_copies);
+    } else if (rx->pub_copies != NULL) {
+        evbuffer_drain(rx->pub_copies, evbuffer_get_length(rx->pub_copies));
+    }
+    rx->n_pub_copies = 0;
     if (r == NULL)
         return;
     switch (r->action.kind) {

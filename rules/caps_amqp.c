@@ -28,6 +28,8 @@ static const char *amqp_why_not(enum rule_event ev, enum rule_action_kind act)
     case RULE_ACT_REDELIVER:
         return "redeliver loses an ack after the work was done: use it on 'ack'";
     case RULE_ACT_DUPLICATE:
+        return "it sends a message twice: use it on 'deliver' (a second copy to a consumer) or "
+               "'publish' (the broker gets it twice)";
     case RULE_ACT_EXPIRE:
         return "it hands a delivered message out again: use it on 'deliver'";
     case RULE_ACT_DELAY:
@@ -67,7 +69,8 @@ const struct proto_caps proto_amqp_caps = {
             [RULE_EV_ACK] = CAPS_BIT(RULE_ACT_REDELIVER) | CAPS_BIT(RULE_ACT_DELAY) |
                             CAPS_BIT(RULE_ACT_DROP) | CLOSE_ERROR,
             [RULE_EV_NACK] = CAPS_BIT(RULE_ACT_DELAY) | CAPS_BIT(RULE_ACT_DROP) | CLOSE_ERROR,
-            [RULE_EV_PUBLISH] = CAPS_BIT(RULE_ACT_DELAY) | CAPS_BIT(RULE_ACT_DROP) | CLOSE_ERROR,
+            [RULE_EV_PUBLISH] = CAPS_BIT(RULE_ACT_DUPLICATE) | CAPS_BIT(RULE_ACT_DELAY) |
+                                CAPS_BIT(RULE_ACT_DROP) | CLOSE_ERROR,
             [RULE_EV_CONFIRM] = CAPS_BIT(RULE_ACT_DROP) | CAPS_BIT(RULE_ACT_CLOSE),
         },
     .why_not = amqp_why_not,

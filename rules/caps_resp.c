@@ -30,7 +30,8 @@ static const char *common_why_not(enum rule_event ev, enum rule_action_kind act)
     case RULE_ACT_REDELIVER:
         return "redeliver loses an ack after the work was done: use it on 'ack'";
     case RULE_ACT_DUPLICATE:
-        return "it hands a delivered job out again: use it on 'deliver'";
+        return "it sends a job twice: use it on 'deliver' (a second worker gets it) or "
+               "'publish' (Redis gets the push twice)";
     case RULE_ACT_EXPIRE:
         return "Redis job queues have no per-delivery timer to imitate: use 'redeliver' on "
                "'ack', or 'delay' past the visibility timeout";
@@ -65,6 +66,14 @@ static const char *job_why_not(enum rule_event ev, enum rule_action_kind act)
     if (act == RULE_ACT_COUNT && (ev == RULE_EV_NACK || ev == RULE_EV_CONFIRM))
         return "this is an AMQP event";
     return common_why_not(ev, act);
+}
+
+static const char *streams_why_not(enum rule_event ev, enum rule_action_kind act)
+{
+    if (ev == RULE_EV_PUBLISH && act == RULE_ACT_DUPLICATE)
+        return "an XADD sent twice makes two entries with two ids: consumers would see two "
+               "messages, not one message twice";
+    return job_why_not(ev, act);
 }
 
 /* Late copies are pushes twice makes D later on its own connection: a job of
@@ -124,13 +133,13 @@ const struct proto_caps proto_resp_sidekiq_caps = {
         {
             RESP_ACTIONS_BASE,
             [RULE_EV_DELIVER] = CLOSE_DELAY_DROP | CAPS_BIT(RULE_ACT_DUPLICATE),
-            [RULE_EV_PUBLISH] = CLOSE_DELAY_DROP,
+            [RULE_EV_PUBLISH] = CLOSE_DELAY_DROP | CAPS_BIT(RULE_ACT_DUPLICATE),
         },
     .why_not = sidekiq_why_not,
     .late = {[RULE_EV_DELIVER] = CAPS_BIT(RULE_ACT_DUPLICATE)},
 };
 
-#define JOB_CAPS(cname, pname, late_deliver, late_ack, why_late)                                   \
+#define JOB_CAPS(cname, pname, publish_dup, why, late_deliver, late_ack, why_late)                 \
     const struct proto_caps cname = {                                                              \
         .name = pname,                                                                             \
         .events = RESP_BASE_EVENTS | CAPS_BIT(RULE_EV_DELIVER) | CAPS_BIT(RULE_EV_PUBLISH) |       \
@@ -146,19 +155,19 @@ const struct proto_caps proto_resp_sidekiq_caps = {
             {                                                                                      \
                 RESP_ACTIONS_BASE,                                                                 \
                 [RULE_EV_DELIVER] = CLOSE_DELAY_DROP | CAPS_BIT(RULE_ACT_DUPLICATE),               \
-                [RULE_EV_PUBLISH] = CLOSE_DELAY_DROP,                                              \
+                [RULE_EV_PUBLISH] = CLOSE_DELAY_DROP | (publish_dup),                              \
                 [RULE_EV_ACK] = CLOSE_DELAY_DROP | CAPS_BIT(RULE_ACT_REDELIVER),                   \
             },                                                                                     \
-        .why_not = job_why_not,                                                                    \
+        .why_not = (why),                                                                          \
         .late = {[RULE_EV_DELIVER] = (late_deliver), [RULE_EV_ACK] = (late_ack)},                  \
         .why_not_late = why_late,                                                                  \
     }
 
-JOB_CAPS(proto_resp_celery_caps, "resp/celery", CAPS_BIT(RULE_ACT_DUPLICATE), 0,
-         celery_why_not_late);
-JOB_CAPS(proto_resp_rq_caps, "resp/rq", CAPS_BIT(RULE_ACT_DUPLICATE), CAPS_BIT(RULE_ACT_REDELIVER),
-         NULL);
-JOB_CAPS(proto_resp_streams_caps, "resp/streams", 0, 0, streams_why_not_late);
+JOB_CAPS(proto_resp_celery_caps, "resp/celery", CAPS_BIT(RULE_ACT_DUPLICATE), job_why_not,
+         CAPS_BIT(RULE_ACT_DUPLICATE), 0, celery_why_not_late);
+JOB_CAPS(proto_resp_rq_caps, "resp/rq", CAPS_BIT(RULE_ACT_DUPLICATE), job_why_not,
+         CAPS_BIT(RULE_ACT_DUPLICATE), CAPS_BIT(RULE_ACT_REDELIVER), NULL);
+JOB_CAPS(proto_resp_streams_caps, "resp/streams", 0, streams_why_not, 0, 0, streams_why_not_late);
 
 const struct proto_caps *proto_resp_caps_find(const char *profile)
 {

@@ -15,6 +15,8 @@ the verdict use them.  Real RabbitMQ, pika producers and consumers through twice
   body without those fields goes unnamed, and the message still goes through unchanged.
 - A consumer in Ruby with Bunny (Debian's ruby-bunny), reading the `type` property: the
   verdict names its handlers by type.
+- `duplicate` on publishes: the queue gets a plain publish twice; a publish on a channel in
+  confirm mode is not duplicated (logged), and its confirm arrives.
 """
 
 import json
@@ -194,6 +196,29 @@ class IdentityTest(unittest.TestCase):
             rows = self.verdict(f.read().split())
         self.assertEqual(rows["charge"]["verdict"], "NOT IDEMPOTENT", rows)
         self.assertEqual(rows["charge_safe"]["verdict"], "IDEMPOTENT", rows)
+
+    def test_publish_duplicated_unless_confirm_mode(self):
+        """`duplicate` on publishes: the queue gets the message twice, same id and body, after
+        a plain publish; on a channel in confirm mode it is not duplicated (the broker would
+        number the copy and every later confirm would name the wrong publish), which is logged,
+        and every confirm reaches the publisher."""
+        self.start("task property.type",
+                   [fk.rule_block("twice", "app", "when publish", "do duplicate")])
+        c = conn(self.port)
+        ch = c.channel()
+        ch.basic_publish("", self.queue, b"plain", pika.BasicProperties(message_id="p-1"))
+        ch.confirm_delivery()
+        ch.basic_publish("", self.queue, b"confirmed", pika.BasicProperties(message_id="p-2"))
+        c.close()
+        self.tw.wait_for_log(r'msg="publish duplicates off".*reason=confirm_mode')
+        got = []
+        self.consume(3, lambda props, body, again: got.append((props.message_id, body)))
+        self.assertEqual(got, [("p-1", b"plain"), ("p-1", b"plain"), ("p-2", b"confirmed")])
+        c = conn(self.rabbit.port)
+        self.assertEqual(c.channel().queue_declare(self.queue, passive=True).method.message_count, 0)
+        c.close()
+        faults = [r.get("message_id") for k, r in self.records() if k == "fault"]
+        self.assertEqual(faults, ["p-1"])
 
 
 if __name__ == "__main__":

@@ -18,6 +18,10 @@ on a guess about time.
   check` refuses `after`, with the reason); `do duplicate` leaves the entry
   pending, and the worker's XAUTOCLAIM min-idle-time (3 s here) makes the
   copy come no earlier than that.
+- Producer-side copies (PublishCopies): `when publish ...; do duplicate`
+  with Sidekiq, RQ (its enqueue transaction), Celery on Redis and Celery on
+  RabbitMQ: each faulted job is enqueued twice with its id and runs twice;
+  charge NOT IDEMPOTENT, charge_safe IDEMPOTENT.
 - Celery on RabbitMQ, a `charge_safe` whose deduplication key expires 2 s
   after it is taken (--done-ttl 2): NOT IDEMPOTENT when some acks are held
   past a 3 s visibility timeout, and under `redeliver after 5s`; IDEMPOTENT
@@ -197,6 +201,49 @@ class LateCopies(dk.FrameworkCase):
         self.assertIn("%s: IDEMPOTENT for copies " % safe, table)
         self.assertIn("every copy came within ", table)
         self.assertIn("do redeliver after D", table)
+
+
+class PublishCopies(LateCopies):
+    """The producer's half of at-least-once: `when publish ...; do duplicate` makes the broker
+    get a job twice, with the same id, as from a producer that retried after a lost confirm or
+    a cut connection.  Each faulted job runs twice; charge doubles its effect, charge_safe (its
+    key is the job's own id) does not."""
+
+    tmp_prefix = "twice-it-pubcopy-"
+
+    def publish_copies(self, framework, **kw):
+        _, unsafe, safe = APPS[framework]
+        rows, table, rc = self.run_app(framework, rules("app", "publish", "do duplicate",
+                                                        [unsafe, safe]), **kw)
+        self.assertEqual(rc, 1)
+        self.assert_late(rows, table, min_ms=0, slack_ms=0)
+
+    def redis_app(self, framework, *args):
+        self.publish_copies(framework,
+                            driver_args=["--inspect", "127.0.0.1:%d" % self.redis.port] + list(args))
+
+    def test_sidekiq_publish_twice(self):
+        self.redis_app("sidekiq")
+
+    def test_rq_publish_twice(self):
+        """RQ enqueues in a MULTI (the job's hash, then the push): the copy of the push goes
+        after EXEC, once the hash is saved."""
+        self.redis_app("rq")
+
+    def test_celery_redis_publish_twice(self):
+        self.redis_app("celery_redis", "--visibility-timeout", "30")
+
+    def test_celery_amqp_publish_twice(self):
+        r = self.rabbitmq()
+        ctl = "%s -n %s" % (os.path.join(h.RABBIT_BIN, "rabbitmqctl"), r.nodename)
+        self.publish_copies("celery_amqp", upstream=r.port, env=r.env,
+                            driver_args=["--inspect", "127.0.0.1:%d" % r.port, "--rabbitmqctl",
+                                         ctl])
+
+
+# The late-copy tests run once, in their own class.
+for _name in [n for n in dir(LateCopies) if n.startswith("test_")]:
+    setattr(PublishCopies, _name, None)
 
 
 if __name__ == "__main__":

@@ -1186,6 +1186,48 @@ static void test_encode_matches_capture(void **state)
     check_encoded(b, amqp_encode_basic_ack(b, sizeof(b), 1, 1, false), rec_frame(s, i), 21);
 }
 
+/* Every basic.publish pika sent, decoded and encoded again, is the same frame; a buffer one
+ * byte short fails without writing past it; strings over 255 bytes are refused. */
+static void test_encode_publish(void **state)
+{
+    (void)state;
+    const struct golden *c = &g_client;
+    size_t seen = 0;
+    for (size_t i = 0; i < c->n; i++) {
+        struct amqp_method m;
+        if (c->frames[i].type != AMQP_FRAME_METHOD)
+            continue;
+        assert_int_equal(amqp_method_decode(rec_payload(c, i), c->frames[i].size, &m), 0);
+        if (m.id != AMQP_BASIC_PUBLISH)
+            continue;
+        uint8_t b[600];
+        int n = amqp_encode_basic_publish(b, sizeof(b), c->frames[i].channel, &m.publish);
+        check_encoded(b, n, rec_frame(c, i), c->frames[i].frame_len);
+        assert_int_equal(
+            amqp_encode_basic_publish(b, (size_t)n - 1, c->frames[i].channel, &m.publish),
+            AMQP_E_BUFFER);
+        seen++;
+    }
+    assert_true(seen > 0);
+    static char text[300];
+    memset(text, 'k', sizeof(text) - 1);
+    struct amqp_publish p = {.exchange = {(const uint8_t *)text, 255},
+                             .routing_key = {(const uint8_t *)text, 255},
+                             .mandatory = true};
+    uint8_t b[600];
+    int n = amqp_encode_basic_publish(b, sizeof(b), 3, &p);
+    struct amqp_frame f;
+    struct amqp_method m;
+    assert_int_equal(amqp_frame_parse(b, (size_t)n, AMQP_FRAME_MIN_SIZE, &f), 1);
+    assert_int_equal(amqp_method_decode(f.payload, f.size, &m), 0);
+    assert_int_equal(m.id, AMQP_BASIC_PUBLISH);
+    assert_int_equal(m.publish.routing_key.len, 255);
+    assert_true(m.publish.mandatory);
+    assert_false(m.publish.immediate);
+    p.routing_key.len = 256;
+    assert_int_equal(amqp_encode_basic_publish(b, sizeof(b), 3, &p), AMQP_E_STRING_TOO_LONG);
+}
+
 static int encode_any(int which, uint8_t *b, size_t cap, struct amqp_bytes text)
 {
     switch (which) {
@@ -1422,6 +1464,7 @@ int main(void)
         cmocka_unit_test(test_table_depth),
         cmocka_unit_test(test_encode_exact),
         cmocka_unit_test(test_encode_matches_capture),
+        cmocka_unit_test(test_encode_publish),
         cmocka_unit_test(test_encode_buffer_limits),
         cmocka_unit_test(test_patchers),
         cmocka_unit_test(test_mutations),

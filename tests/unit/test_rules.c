@@ -1198,6 +1198,18 @@ static void test_caps_late(void **state)
               "delivery: twice does not choose when; use 'do redeliver' (or 'do duplicate') and "
               "give the consumers a min-idle-time of D",
               "write 'do duplicate' without 'after'"));
+    EXPECT(ST "rule r on st { when publish; do duplicate }\n", -1,
+           EH(2, 33,
+              "listener 'st' (protocol resp/streams) cannot do 'duplicate' on 'publish' events: "
+              "an XADD sent twice makes two entries with two ids: consumers would see two "
+              "messages, not one message twice",
+              "it can do: delay, drop, close"));
+    EXPECT(CE "rule r on ce { when publish; do duplicate after 5s }\n", -1,
+           EH(2, 33,
+              "listener 'ce' (protocol resp/celery) cannot do 'duplicate after' on 'publish' "
+              "events",
+              "write 'do duplicate' without 'after'"));
+    EXPECT_CLEAN(CE "rule r on ce { when publish; do duplicate }\n");
     EXPECT(ST "rule r on st { when ack; do redeliver after 5s }\n", -1,
            EH(2, 29,
               "listener 'st' (protocol resp/streams) cannot do 'redeliver after' on 'ack' "
@@ -1236,7 +1248,7 @@ static void test_caps_late(void **state)
 
 #define AMQP_EVENTS "its events: connect, deliver, ack, nack, publish, confirm"
 #define AMQP_ACK_ACTIONS "it can do: redeliver, delay, drop, close, error"
-#define AMQP_PUBLISH_ACTIONS "it can do: delay, drop, close, error"
+#define AMQP_PUBLISH_ACTIONS "it can do: duplicate, delay, drop, close, error"
 #define AMQP_CONFIRM_ACTIONS "it can do: drop, close"
 #define AMQP_ACK_MATCHERS                                                                          \
     "it can match: queue, exchange, routing_key, consumer_tag, message_id, task, client, "         \
@@ -1247,9 +1259,11 @@ static void test_caps_amqp_errors(void **state)
     (void)state;
     EXPECT(MQ_RULE("when ack queue=payments; do duplicate"), -1,
            EH(3, 33,
-              "listener 'mq' (protocol amqp) cannot do 'duplicate' on 'ack' events: it hands a "
-              "delivered message out again: use it on 'deliver'",
+              "listener 'mq' (protocol amqp) cannot do 'duplicate' on 'ack' events: it sends a "
+              "message twice: use it on 'deliver' (a second copy to a consumer) or 'publish' "
+              "(the broker gets it twice)",
               AMQP_ACK_ACTIONS));
+    EXPECT_CLEAN(MQ_RULE("when publish task=tasks.charge; do duplicate"));
     EXPECT(MQ_RULE("when ack; do expire 1s"), -1,
            EH(3, 18,
               "listener 'mq' (protocol amqp) cannot do 'expire' on 'ack' events: it hands a "
