@@ -142,7 +142,9 @@ void apx_content_begin(struct amqp_px *ax, struct achan *ch, int from, const str
             return;
         }
         c->info = info_from_publish(ch, m);
-        if (codec_wants(ax->s, RULE_EV_PUBLISH))
+        if (codec_wants(ax->s, RULE_EV_PUBLISH) &&
+            ruleset_has_action(ax->s->loop->rules, ax->s->cfg->l->name, RULE_EV_PUBLISH,
+                               RULE_ACT_DUPLICATE))
             copy_begin(ch, c, m);
     } else {
         struct consumer *con =
@@ -221,7 +223,7 @@ static void publish_dup(struct amqp_px *ax, struct achan *ch, struct content *c,
     }
     log_msg(LOG_WARN, "publish not duplicated",
             "sid=%llu listener=%s channel=%u rule=%s "
-            "reason=out_of_memory",
+            "reason=no_copy",
             (unsigned long long)ax->s->id, ax->s->cfg->l->name, ch->id, r->name);
 }
 
@@ -306,9 +308,12 @@ void apx_content_end(struct amqp_px *ax, struct achan *ch, int from)
         /* The copy right behind the original: held with it, or on the channel at once. */
         if (c->fate == FATE_HOLD && c->entry != NULL)
             evbuffer_add_buffer(c->entry->frames, c->copy);
-        else if (c->fate == FATE_FORWARD)
-            apx_chan_inject(ch, SIDE_UPSTREAM, evbuffer_pullup(c->copy, -1),
-                            evbuffer_get_length(c->copy));
+        else if (c->fate == FATE_FORWARD) {
+            /* The content is still active: the copy waits on the channel's inject buffer and
+             * follows once it ends (apx_chan_unblock), as apx_chan_inject() would, unpulled. */
+            evbuffer_add_buffer(ch->inject[SIDE_UPSTREAM], c->copy);
+            ch->injected[SIDE_UPSTREAM] = true;
+        }
     }
     if (c->entry != NULL)
         c->entry->open = false;
@@ -344,10 +349,9 @@ static void arm_visibility(struct amqp_px *ax, struct achan *ch, const struct co
     (void)apx_arm_timer(ax, mi, &mi->expire_timer, ms, on_expire);
 }
 
-/* Copy the message's identity out of its content header, where Celery and most AMQP clients
- * keep it: the message_id property, Celery's `id` header, the correlation_id property; its
- * task from Celery's `task` header. */
-static void info_from_props(struct msg_info *mi, const struct amqp_props *p)
+/* The message's identity where Celery and most AMQP clients keep it: the message_id property,
+ * Celery's `id` header, the correlation_id property. */
+static void default_id(struct msg_info *mi, const struct amqp_props *p)
 {
     struct amqp_bytes v;
     if (p->message_id.len > 0)
@@ -356,6 +360,12 @@ static void info_from_props(struct msg_info *mi, const struct amqp_props *p)
         mi->message_id = apx_info_dup(mi, v); /* Celery protocol 2 */
     else if (p->correlation_id.len > 0)
         mi->message_id = apx_info_dup(mi, p->correlation_id);
+}
+
+/* Its task where Celery keeps it: the `task` header. */
+static void default_task(struct msg_info *mi, const struct amqp_props *p)
+{
+    struct amqp_bytes v;
     if (p->headers.len > 0 && amqp_table_find_string(p->headers, "task", &v) == 1)
         mi->task = apx_info_dup(mi, v);
 }
@@ -397,14 +407,16 @@ static uint8_t ident_pick(struct amqp_px *ax, const struct msg_fields *fs, uint8
 }
 
 /* The message's identity and task from the header: the listener's sources when it names them,
- * else info_from_props(). */
+ * else default_id() / default_task(). */
 static void ident_from_header(struct amqp_px *ax, struct content *c, struct msg_info *mi,
                               const struct amqp_props *p)
 {
     const struct conf_listener *l = ax->s->cfg->l;
     c->id_at = c->task_at = MSG_FIELD_MAX_SOURCES;
-    if (l->message_id.n == 0 || l->task.n == 0)
-        info_from_props(mi, p);
+    if (l->message_id.n == 0)
+        default_id(mi, p);
+    if (l->task.n == 0)
+        default_task(mi, p);
     if (l->message_id.n == 0 && l->task.n == 0)
         return;
     struct msg_field_amqp m = {.props = p,
@@ -412,14 +424,10 @@ static void ident_from_header(struct amqp_px *ax, struct content *c, struct msg_
                                .exchange = str_bytes(mi->exchange),
                                .queue = c->method == AMQP_BASIC_PUBLISH ? (struct amqp_bytes){0}
                                                                         : str_bytes(mi->queue)};
-    if (l->message_id.n > 0) {
-        mi->message_id = NULL;
+    if (l->message_id.n > 0)
         c->id_at = ident_pick(ax, &l->message_id, MSG_FIELD_MAX_SOURCES, &m, mi, &mi->message_id);
-    }
-    if (l->task.n > 0) {
-        mi->task = NULL;
+    if (l->task.n > 0)
         c->task_at = ident_pick(ax, &l->task, MSG_FIELD_MAX_SOURCES, &m, mi, &mi->task);
-    }
 }
 
 /* Once the body is here: a body.json source listed before the one the header gave wins. */
@@ -436,12 +444,18 @@ static void ident_from_body(struct amqp_px *ax, struct content *c, struct msg_in
                                .body_len = body != NULL ? n : 0};
     char *v = NULL;
     if (msg_fields_need_body(&l->message_id) &&
-        ident_pick(ax, &l->message_id, c->id_at, &m, mi, &v) < c->id_at)
+        ident_pick(ax, &l->message_id, c->id_at, &m, mi, &v) < c->id_at) {
+        if (mi->message_id != NULL)
+            apx_info_str_free(mi, mi->message_id); /* the header's, which the body's beats */
         mi->message_id = v;
+    }
     v = NULL;
     if (msg_fields_need_body(&l->task) &&
-        ident_pick(ax, &l->task, c->task_at, &m, mi, &v) < c->task_at)
+        ident_pick(ax, &l->task, c->task_at, &m, mi, &v) < c->task_at) {
+        if (mi->task != NULL)
+            apx_info_str_free(mi, mi->task);
         mi->task = v;
+    }
 }
 
 static void content_decide(struct amqp_px *ax, struct achan *ch, int from, struct amqp_bytes hdrs)
@@ -527,9 +541,10 @@ void apx_content_header(struct amqp_px *ax, struct achan *ch, int from, const st
     c->body_left = p.body_size;
     enum rule_event ev = c->method == AMQP_BASIC_PUBLISH ? RULE_EV_PUBLISH : RULE_EV_DELIVER;
     const struct conf_listener *l = ax->s->cfg->l;
-    c->needs_body = p.body_size > 0 && p.body_size <= AMQP_PX_BODY_MATCH_MAX &&
-                    (rules_need_body(ax, ev) || msg_fields_need_body(&l->message_id) ||
-                     msg_fields_need_body(&l->task));
+    c->needs_body =
+        p.body_size > 0 && p.body_size <= AMQP_PX_BODY_MATCH_MAX &&
+        (rules_need_body(ax, ev) || (c->info != NULL && (msg_fields_need_body(&l->message_id) ||
+                                                         msg_fields_need_body(&l->task))));
     /* When the content's frames are kept in place (the method was), the
      * header joins them and stays where it was parsed until the rules have
      * read its headers (content_decide settles only after them).  Else the

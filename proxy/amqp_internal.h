@@ -211,6 +211,8 @@ struct amqp_px {
 uint64_t apx_now_ms(void);
 struct msg_info *apx_info_new(struct achan *ch);
 char *apx_info_dup(struct msg_info *mi, struct amqp_bytes b);
+/* Frees a string of mi unless it lives in mi's pool. */
+void apx_info_str_free(struct msg_info *mi, char *str);
 enum session_side apx_other(enum session_side side);
 /* A peer broke the protocol (or twice cannot follow it): close with a logged reason; the
  * other sessions carry on. */

@@ -84,7 +84,7 @@ char *apx_info_dup(struct msg_info *mi, struct amqp_bytes b)
 }
 
 /* Frees one of mi's strings unless it lives in the pool. */
-static void info_str_free(struct msg_info *mi, char *str)
+void apx_info_str_free(struct msg_info *mi, char *str)
 {
     uintptr_t a = (uintptr_t)str, lo = (uintptr_t)mi->pool;
     if (a < lo || a >= lo + sizeof(mi->pool))
@@ -112,7 +112,7 @@ static void info_free(void *p)
         char *strs[] = {mi->queue,        mi->exchange,   mi->routing_key,
                         mi->consumer_tag, mi->message_id, mi->task};
         for (size_t i = 0; i < sizeof(strs) / sizeof(strs[0]); i++)
-            info_str_free(mi, strs[i]);
+            apx_info_str_free(mi, strs[i]);
     }
     struct amqp_px *ax = mi->ch->ax;
     ax->n_live--;
@@ -579,7 +579,8 @@ size_t apx_decide_msg(struct amqp_px *ax, enum rule_event kind, const struct msg
     }
     /* On a channel in confirm mode the broker would number a copy of a publish: every
      * later confirm would name the wrong publish to the client (logged at confirm.select). */
-    if (kind == RULE_EV_PUBLISH && mi->ch != NULL && amqp_ledger_in_confirm_mode(mi->ch->ledger))
+    if (kind == RULE_EV_PUBLISH && mi != NULL && mi->ch != NULL &&
+        amqp_ledger_in_confirm_mode(mi->ch->ledger))
         ev.refused_actions = 1u << RULE_ACT_DUPLICATE;
     return decide(ax, &ev, hits);
 }

@@ -84,6 +84,10 @@ struct entry {
         *arg; /* RPROF_REPLY_POP: the list; RPROF_REPLY_RQ_HASH: job id; RPROF_REPLY_XADD: stream */
     char *arg2;       /* RPROF_REPLY_XADD: task */
     struct txcmd *tx; /* RK_EXEC */
+    /* RK_EXEC: commands for twice's own connection once EXEC's reply shows the transaction
+     * ran (copies of its pushes: the job's hash is saved by then), n_after of them */
+    struct evbuffer *after;
+    size_t n_after;
     size_t ntx;
 };
 
@@ -101,6 +105,8 @@ struct tx {
     struct evbuffer *now; /* commands for twice's connection once EXEC went (re-push) */
     size_t now_n;
     struct evbuffer *copies; /* re-pushes of late copies (`redeliver after D`), due copies_ms on */
+    struct evbuffer *after_exec; /* copies of its publishes (`duplicate`), sent once it ran */
+    size_t after_exec_n;
     size_t copies_n;
     uint32_t copies_ms;
     const struct rule *close_after;

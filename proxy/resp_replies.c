@@ -84,6 +84,10 @@ static void entry_clear_args(struct entry *e)
         if (e->tx[i].synth != NULL)
             evbuffer_free(e->tx[i].synth);
     free(e->tx);
+    if (e->after != NULL)
+        evbuffer_free(e->after);
+    e->after = NULL;
+    e->n_after = 0;
     e->arg = e->arg2 = NULL;
     e->tx = NULL;
     e->ntx = 0;

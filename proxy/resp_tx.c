@@ -15,8 +15,11 @@
 void rpx_on_exec_reply(struct rpx *rx, struct entry *e, const uint8_t *buf,
                        const struct resp_msg *m, struct evbuffer *reply)
 {
-    (void)rx;
-    if (m->null || m->type != '*' || m->body != 0)
+    if (e->after != NULL && !m->null && m->type == '*') {
+        rpx_aux_send_at(rx, e->after, e->n_after, 0); /* it ran: its pushes are in */
+        e->n_after = 0;
+    }
+    if (m->null || m->type != '*' || m->body != 0 || e->tx == NULL)
         return; /* aborted (WATCH, EXECABORT): nothing ran, nothing to splice */
     struct evbuffer *out = evbuffer_new();
     if (out == NULL)
@@ -63,6 +66,8 @@ void rpx_tx_reset(struct tx *t)
         evbuffer_free(t->now);
     if (t->copies != NULL)
         evbuffer_free(t->copies);
+    if (t->after_exec != NULL)
+        evbuffer_free(t->after_exec);
     memset(t, 0, sizeof(*t));
 }
 
@@ -224,8 +229,8 @@ static void tx_plan_publish(struct rpx *rx, struct txcmd *c, const struct rprof_
     const struct rule *r = xadd ? rpx_stream_publish_decide(rx, cv)
                                 : rpx_publish_decide(rx, cv, rq_task[0] != '\0' ? rq_task : NULL);
     if (rx->n_pub_copies > 0 && r != NULL && r->action.kind != RULE_ACT_DROP) {
-        /* After EXEC: the job's hash is saved by then, as for the original push. */
-        tx_add_cmds(&t->now, &t->now_n, rx->pub_copies, rx->n_pub_copies);
+        /* Once EXEC's reply shows the transaction ran: the job's hash is saved by then. */
+        tx_add_cmds(&t->after_exec, &t->after_exec_n, rx->pub_copies, rx->n_pub_copies);
     } else if (rx->pub_copies != NULL) {
         evbuffer_drain(rx->pub_copies, evbuffer_get_length(rx->pub_copies));
     }
@@ -401,6 +406,13 @@ enum cmd_result rpx_tx_end(struct rpx *rx, struct rprof_cmdview *cv, const struc
             }
             t->cmds = NULL;
             t->n = 0;
+        }
+        if (t->after_exec != NULL) {
+            e->kind = RK_EXEC; /* its reply says whether the transaction ran */
+            e->after = t->after_exec;
+            e->n_after = t->after_exec_n;
+            t->after_exec = NULL;
+            t->after_exec_n = 0;
         }
         if (t->close_after != NULL) {
             rx->blackholed = true;

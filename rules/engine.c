@@ -463,6 +463,17 @@ uint32_t ruleset_events(const struct ruleset *rs, const char *listener)
     return mask;
 }
 
+bool ruleset_has_action(const struct ruleset *rs, const char *listener, enum rule_event ev,
+                        enum rule_action_kind act)
+{
+    for (size_t i = 0; rs != NULL && i < rs->n; i++) {
+        const struct rule *r = rs->rt[i].rule;
+        if (r->event == ev && r->action.kind == act && strcmp(r->listener, listener) == 0)
+            return true;
+    }
+    return false;
+}
+
 size_t ruleset_decide(struct ruleset *rs, const char *listener, const struct engine_event *ev,
                       uint64_t now_ms, size_t *hits, size_t max_hits)
 {

@@ -126,6 +126,11 @@ size_t ruleset_decide(struct ruleset *rs, const char *listener, const struct eng
  * Constant for the life of the ruleset. */
 uint32_t ruleset_events(const struct ruleset *rs, const char *listener);
 
+/* Whether a rule of `listener` on events ev does action act (a codec prepares what only that
+ * action needs: a copy of a publish for `duplicate`). */
+bool ruleset_has_action(const struct ruleset *rs, const char *listener, enum rule_event ev,
+                        enum rule_action_kind act);
+
 /* The deterministic coin: a number in [0, 1) from (seed, rule, identity,
  * occurrence).  Exposed for tests. */
 double engine_coin(uint64_t seed, const char *rule, const char *identity, uint64_t occurrence);
