@@ -500,6 +500,9 @@ int amqp_encode_basic_reject(uint8_t *buf, size_t cap, uint16_t channel, uint64_
                              bool requeue) AMQP_WARN_UNUSED;
 int amqp_encode_basic_nack(uint8_t *buf, size_t cap, uint16_t channel, uint64_t delivery_tag,
                            bool multiple, bool requeue) AMQP_WARN_UNUSED;
+/* The longest basic.publish frame: frame overhead, class and method ids, the reserved short,
+ * two short strings of up to 255 bytes with their length octets, and the flag octet. */
+#define AMQP_ENCODE_PUBLISH_MAX (AMQP_FRAME_OVERHEAD + 4u + 2u + 2u * 256u + 1u)
 /* basic.publish with p's exchange, routing key and flags (a copy of a client's publish). */
 int amqp_encode_basic_publish(uint8_t *buf, size_t cap, uint16_t channel,
                               const struct amqp_publish *p) AMQP_WARN_UNUSED;

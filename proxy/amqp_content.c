@@ -94,7 +94,7 @@ static struct msg_info *info_from_publish(struct achan *ch, const struct amqp_me
  * (copy_frame() adds the header and body frames as they pass). */
 static void copy_begin(struct achan *ch, struct content *c, const struct amqp_method *m)
 {
-    uint8_t frame[AMQP_FRAME_OVERHEAD + 8 + 2 * 256];
+    uint8_t frame[AMQP_ENCODE_PUBLISH_MAX];
     int n = amqp_encode_basic_publish(frame, sizeof(frame), ch->id, &m->publish);
     if (n > 0 && (c->copy = evbuffer_new()) != NULL &&
         evbuffer_add(c->copy, frame, (size_t)n) != 0) {
@@ -370,9 +370,10 @@ static void default_task(struct msg_info *mi, const struct amqp_props *p)
         mi->task = apx_info_dup(mi, v);
 }
 
+/* A string of mi as bytes; absent (length 0) when NULL. */
 static struct amqp_bytes str_bytes(const char *s)
 {
-    return (struct amqp_bytes){.p = (const uint8_t *)s, .len = s != NULL ? (uint32_t)strlen(s) : 0};
+    return s != NULL ? amqp_cstr(s) : (struct amqp_bytes){0};
 }
 
 /* A value of the listener's `message-id` or `task` longer than twice reads: said once per

@@ -1200,7 +1200,7 @@ static void test_encode_publish(void **state)
         assert_int_equal(amqp_method_decode(rec_payload(c, i), c->frames[i].size, &m), 0);
         if (m.id != AMQP_BASIC_PUBLISH)
             continue;
-        uint8_t b[600];
+        uint8_t b[AMQP_ENCODE_PUBLISH_MAX];
         int n = amqp_encode_basic_publish(b, sizeof(b), c->frames[i].channel, &m.publish);
         check_encoded(b, n, rec_frame(c, i), c->frames[i].frame_len);
         assert_int_equal(
@@ -1214,8 +1214,9 @@ static void test_encode_publish(void **state)
     struct amqp_publish p = {.exchange = {(const uint8_t *)text, 255},
                              .routing_key = {(const uint8_t *)text, 255},
                              .mandatory = true};
-    uint8_t b[600];
+    uint8_t b[AMQP_ENCODE_PUBLISH_MAX];
     int n = amqp_encode_basic_publish(b, sizeof(b), 3, &p);
+    assert_int_equal(n, (int)AMQP_ENCODE_PUBLISH_MAX); /* the bound is exact */
     struct amqp_frame f;
     struct amqp_method m;
     assert_int_equal(amqp_frame_parse(b, (size_t)n, AMQP_FRAME_MIN_SIZE, &f), 1);
