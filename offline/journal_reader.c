@@ -141,9 +141,12 @@ struct record_field {
     const char *s; /* NULL: a varint */
 };
 
+/* Fields of a Record (journal.proto). */
+#define RECORD_FIELDS 21
+
 /* r's fields that are not at their default, in field order, into f[]; returns how many.  Only
- * those are written to f[]: a record has 19 fields, most of them left at 0 or empty. */
-static size_t record_fields(const Twice__Journal__Record *r, struct record_field f[19])
+ * those are written to f[]: most of a record's fields are left at 0 or empty. */
+static size_t record_fields(const Twice__Journal__Record *r, struct record_field f[RECORD_FIELDS])
 {
     size_t n = 0;
 #define RECORD_V(num, val)                                                                         \
@@ -177,6 +180,8 @@ static size_t record_fields(const Twice__Journal__Record *r, struct record_field
     RECORD_V(17, r->bytes_up);
     RECORD_V(18, r->bytes_down);
     RECORD_S(19, r->detail);
+    RECORD_V(20, r->retries);
+    RECORD_V(21, r->retry ? 1u : 0u);
 #undef RECORD_V
 #undef RECORD_S
     return n;
@@ -185,7 +190,7 @@ static size_t record_fields(const Twice__Journal__Record *r, struct record_field
 int journal_encode_record_entry(const Twice__Journal__Record *r, uint8_t *out, size_t cap,
                                 size_t *written)
 {
-    struct record_field f[19];
+    struct record_field f[RECORD_FIELDS];
     size_t n = record_fields(r, f);
     size_t rec = 0; /* the Record message's bytes */
     for (size_t i = 0; i < n; i++)

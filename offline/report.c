@@ -18,6 +18,7 @@
 #include "offline/journal_reader.h"
 #include "offline/json_out.h"
 #include "offline/strmap.h"
+#include "offline/verdict.h"
 #include "rules/rule.h"
 
 /* by_kind slots: Record.Kind codes 0..9, then one for codes a newer writer added. */
@@ -53,7 +54,8 @@ struct report {
     uint64_t connections, closes, bytes_up, bytes_down;
     Twice__Journal__Record **timeline; /* owned copies of --message's records */
     size_t n_timeline, cap_timeline;
-    uint64_t timeline_more; /* records past REPORT_TIMELINE_MAX */
+    uint64_t timeline_more;   /* records past REPORT_TIMELINE_MAX */
+    struct verdict *attempts; /* every record, for the app's retries per task (no effects) */
 };
 
 static const char *kind_name(uint32_t kind)
@@ -83,6 +85,7 @@ static void report_free(struct report *rep)
         twice__journal__record__free_unpacked(rep->timeline[i], NULL);
     free(rep->timeline);
     twice__journal__header__free_unpacked(rep->header, NULL);
+    verdict_free(rep->attempts);
 }
 
 /* An owned copy of a protobuf-c message, by packing and unpacking it. */
@@ -189,6 +192,8 @@ static int report_add(struct report *rep, const Twice__Journal__Record *r)
         rc = add_fault(rep, r);
     if (rc == 0 && r->message_id[0] != '\0')
         rc = add_message(rep, r);
+    if (rc == 0 && rep->message == NULL)
+        rc = verdict_add_record(rep->attempts, r);
     return rc;
 }
 
@@ -199,7 +204,8 @@ static int report_load(struct report *rep, char *err, size_t errlen)
     if (r == NULL)
         return -1;
     rep->header = message_copy(&journal_reader_header(r)->base);
-    int rc = rep->header != NULL ? 1 : JOURNAL_ERR_NOMEM;
+    rep->attempts = verdict_new();
+    int rc = rep->header != NULL && rep->attempts != NULL ? 1 : JOURNAL_ERR_NOMEM;
     const Twice__Journal__Entry *e = NULL;
     while (rc == 1 && (rc = journal_reader_next(r, &e)) == 1) {
         if (e->body_case == TWICE__JOURNAL__ENTRY__BODY_RECORD && report_add(rep, e->record) != 0)
@@ -393,6 +399,38 @@ static void print_deliveries_text(FILE *out, const struct report *rep)
     }
 }
 
+/* The rows of the tasks the app retried, from the verdict's accumulator: -1 when out of
+ * memory.  res is freed by the caller with verdict_result_free(). */
+static int retries_compute(const struct report *rep, struct verdict_result *res)
+{
+    return verdict_compute(rep->attempts, res);
+}
+
+static int print_retries_text(FILE *out, const struct report *rep)
+{
+    struct verdict_result res;
+    if (retries_compute(rep, &res) != 0)
+        return -1;
+    fputs("\nRetries by the app (new attempts it asked for, not copies)\n", out);
+    bool any = false;
+    for (size_t i = 0; i < res.n_tasks; i++) {
+        const struct verdict_task *t = &res.tasks[i];
+        if (t->retried == 0)
+            continue;
+        if (!any)
+            fprintf(out, "  %-32s %8s  %s\n", "TASK", "RETRIED", "MOST RETRIES");
+        any = true;
+        fputs("  ", out);
+        int n = text_write_safe(out, t->task);
+        fprintf(out, "%*s %8llu  %llu\n", n < 32 ? 32 - n : 0, "", (unsigned long long)t->retried,
+                (unsigned long long)t->max_retries);
+    }
+    if (!any)
+        fputs("  (none)\n", out);
+    verdict_result_free(&res);
+    return 0;
+}
+
 static int print_connections_text(FILE *out, const struct report *rep)
 {
     fprintf(out, "\nConnections\n  connections %llu, closed %llu, bytes up %llu, bytes down %llu\n",
@@ -441,6 +479,10 @@ static void print_timeline_record_text(FILE *out, const Twice__Journal__Record *
         fprintf(out, " tag=%llu", (unsigned long long)r->delivery_tag);
     if (r->redelivered)
         fputs(" redelivered", out);
+    if (r->retries != 0)
+        fprintf(out, " retries=%u", (unsigned)r->retries);
+    if (r->retry)
+        fputs(r->kind == TWICE__JOURNAL__RECORD__KIND__NACK ? " requeue" : " retry", out);
     print_field_text(out, "rule", r->rule);
     if (r->kind == TWICE__JOURNAL__RECORD__KIND__FAULT) {
         print_field_text(out, "action", r->action_name);
@@ -484,6 +526,8 @@ static int print_text(FILE *out, const struct report *rep)
     if (print_faults_text(out, rep) != 0)
         return -1;
     print_deliveries_text(out, rep);
+    if (print_retries_text(out, rep) != 0)
+        return -1;
     if (print_connections_text(out, rep) != 0)
         return -1;
     return 0;
@@ -572,6 +616,28 @@ static void print_deliveries_json(FILE *out, const struct report *rep)
     fputs("]}", out);
 }
 
+static int print_retries_json(FILE *out, const struct report *rep)
+{
+    struct verdict_result res;
+    if (retries_compute(rep, &res) != 0)
+        return -1;
+    fputs(",\n  \"retries\": [", out);
+    const char *sep = "";
+    for (size_t i = 0; i < res.n_tasks; i++) {
+        const struct verdict_task *t = &res.tasks[i];
+        if (t->retried == 0)
+            continue;
+        fprintf(out, "%s{", sep);
+        json_field(out, "", "task", t->task);
+        fprintf(out, ", \"retried\": %llu, \"max_retries\": %llu}", (unsigned long long)t->retried,
+                (unsigned long long)t->max_retries);
+        sep = ", ";
+    }
+    fputc(']', out);
+    verdict_result_free(&res);
+    return 0;
+}
+
 static int print_connections_json(FILE *out, const struct report *rep)
 {
     const struct strmap_slot **v = sorted_slots(&rep->reasons);
@@ -602,8 +668,9 @@ static void print_timeline_record_json(FILE *out, const Twice__Journal__Record *
     json_field(out, ", ", "listener", r->listener);
     json_field(out, ", ", "queue", r->queue);
     json_field(out, ", ", "task", r->task);
-    fprintf(out, ", \"delivery_tag\": %llu, \"redelivered\": %s",
-            (unsigned long long)r->delivery_tag, r->redelivered ? "true" : "false");
+    fprintf(out, ", \"delivery_tag\": %llu, \"redelivered\": %s, \"retries\": %u, \"retry\": %s",
+            (unsigned long long)r->delivery_tag, r->redelivered ? "true" : "false",
+            (unsigned)r->retries, r->retry ? "true" : "false");
     json_field(out, ", ", "rule", r->rule);
     json_field(out, ", ", "action", r->action_name);
     json_field(out, ", ", "event",
@@ -630,6 +697,8 @@ static int print_json(FILE *out, const struct report *rep)
     if (print_faults_json(out, rep) != 0)
         return -1;
     print_deliveries_json(out, rep);
+    if (rep->message == NULL && print_retries_json(out, rep) != 0)
+        return -1;
     if (print_connections_json(out, rep) != 0)
         return -1;
     if (rep->message != NULL)

@@ -25,18 +25,24 @@
 /* Room for error messages. */
 #define VERDICT_ERR_MAX 512
 
-/* What a message's last DELIVER record was to the copy delays, until a fault may withhold it. */
+/* What a message's last DELIVER record was to the copy delays, until a fault may withhold it:
+ * the first delivery of an attempt (the message's first, or one after a retry the app asked
+ * for), or a copy. */
 enum verdict_last { LAST_NONE, LAST_FIRST, LAST_COPY };
 
 struct verdict_msg {
     uint32_t task;                      /* index into verdict.task_names, or VERDICT_NO_TASK */
     uint32_t delivers, faults, effects; /* saturating counts */
-    uint32_t reached; /* deliveries the handler got: DELIVERs less those a fault withheld */
+    uint32_t reached;  /* deliveries the handler got: DELIVERs less those a fault withheld */
+    uint32_t attempts; /* of them, the first of each attempt: 1 + the app's retries seen */
+    uint32_t retries;  /* the most retries a delivery of the message carried (journal.proto) */
+    uint32_t pending_retries; /* retry_pending: the count the retry carries (0: none said) */
     bool in_journal;
-    bool has_first;    /* first_us is the first delivery that reached the handler */
-    uint8_t last;      /* enum verdict_last */
-    uint64_t first_us; /* time of that delivery */
-    size_t last_copy;  /* LAST_COPY: its index in verdict.copies */
+    bool has_first;     /* first_us is the first delivery of the current attempt */
+    bool retry_pending; /* the app asked for a new attempt: its next delivery starts it */
+    uint8_t last;       /* enum verdict_last */
+    uint64_t first_us;  /* time of that delivery */
+    size_t last_copy;   /* LAST_COPY: its index in verdict.copies */
 };
 
 /* A later delivery of a message: how long after its first. */
@@ -146,13 +152,36 @@ static bool fault_withholds_delivery(const Twice__Journal__Record *r)
            strcmp(r->detail, "close before") == 0;
 }
 
-/* A DELIVER of m at time t: its first, or a copy of it (its delay recorded). */
-static int copy_note(struct verdict *v, struct verdict_msg *m, uint64_t t)
+/* A fault that keeps the app's retry from the broker: a publish dropped or cut before it was
+ * sent, a nack dropped or answered with a channel error or a cut connection (the broker then
+ * requeues it when the channel goes, but because of twice). */
+static bool fault_cancels_retry(const Twice__Journal__Record *r)
 {
-    if (!m->has_first) {
+    if (r->event != RULE_EV_PUBLISH && r->event != RULE_EV_NACK)
+        return false;
+    if (r->action == RULE_ACT_DROP || r->action == RULE_ACT_ERROR)
+        return true;
+    return r->action == RULE_ACT_CLOSE && r->detail != NULL &&
+           strcmp(r->detail, "close before") == 0;
+}
+
+/* A DELIVER of m at time t, carrying `retries`: the first of an attempt (the message's first,
+ * the first after the app asked for a retry, or one whose retry count is above every earlier
+ * record's), or a copy twice made or caused (its delay since the attempt's first recorded). */
+static int copy_note(struct verdict *v, struct verdict_msg *m, uint64_t t, uint32_t retries)
+{
+    /* A retry that carries its count is started by a delivery of that count: a copy of the
+     * earlier attempt that comes first is still a copy. */
+    bool attempt = !m->has_first || (m->retry_pending && retries >= m->pending_retries) ||
+                   retries > m->retries;
+    if (retries > m->retries)
+        m->retries = retries;
+    if (attempt) {
         m->has_first = true;
+        m->retry_pending = false;
         m->first_us = t;
         m->last = LAST_FIRST;
+        sat_inc(&m->attempts);
         return 0;
     }
     if (v->n_copies == v->cap_copies) {
@@ -169,12 +198,18 @@ static int copy_note(struct verdict *v, struct verdict_msg *m, uint64_t t)
     return 0;
 }
 
-/* A fault withheld m's last delivery: it is no first, and no copy. */
+/* A fault withheld m's last delivery: it is no first, and no copy.  A withheld first of a retry
+ * leaves the retry to the next delivery. */
 static void copy_withheld(struct verdict *v, struct verdict_msg *m)
 {
-    if (m->last == LAST_FIRST)
-        m->has_first = false;
-    else if (m->last == LAST_COPY)
+    if (m->last == LAST_FIRST) {
+        if (m->attempts > 0)
+            m->attempts--;
+        if (m->attempts == 0)
+            m->has_first = false;
+        else
+            m->retry_pending = true;
+    } else if (m->last == LAST_COPY)
         v->copies[m->last_copy].withheld = true;
     m->last = LAST_NONE;
 }
@@ -196,8 +231,17 @@ int verdict_add_record(struct verdict *v, const Twice__Journal__Record *r)
     if (r->kind == TWICE__JOURNAL__RECORD__KIND__DELIVER) {
         sat_inc(&m->delivers);
         sat_inc(&m->reached);
-        if (copy_note(v, m, r->time_unix_us) != 0)
+        if (copy_note(v, m, r->time_unix_us, r->retries) != 0)
             return -1;
+    } else if (r->kind == TWICE__JOURNAL__RECORD__KIND__PUBLISH ||
+               r->kind == TWICE__JOURNAL__RECORD__KIND__NACK) {
+        /* The app sent a message it ran before again, or its consumer asked for a requeue: the
+         * next delivery is an attempt it asked for.  Before the first delivery there is nothing
+         * to retry (a message published with a count, its earlier runs not seen). */
+        if (r->retry && m->has_first) {
+            m->retry_pending = true;
+            m->pending_retries = r->retries;
+        }
     } else if (r->kind == TWICE__JOURNAL__RECORD__KIND__FAULT) {
         sat_inc(&m->faults);
         /* A delivery is withheld once (never below none): on an amqp
@@ -207,6 +251,10 @@ int verdict_add_record(struct verdict *v, const Twice__Journal__Record *r)
             m->reached--;
             copy_withheld(v, m);
         }
+        /* The retry never reaches the broker (a dropped publish, a requeue turned away): a
+         * delivery after it is twice's doing, not the app's. */
+        if (fault_cancels_retry(r))
+            m->retry_pending = false;
     }
     return 0;
 }
@@ -243,8 +291,18 @@ static void tally(struct verdict_task *t, const char *id, const struct verdict_m
 {
     t->messages++;
     t->faulted += m->faults > 0;
-    /* A dropped delivery (whose copy may come later) does not test idempotency. */
-    t->delivered_more_than_once += m->reached >= 2;
+    uint32_t retries = m->attempts > 1 ? m->attempts - 1 : 0;
+    if (m->retries > retries)
+        retries = m->retries; /* counted by the framework, earlier attempts unseen */
+    if (retries > 0) {
+        t->retried++;
+        if (retries > t->max_retries)
+            t->max_retries = retries;
+    }
+    /* A dropped delivery (whose copy may come later) does not test idempotency, nor does an
+     * attempt the app asked for: only a copy does. */
+    bool copied = m->reached > m->attempts;
+    t->delivered_more_than_once += copied;
     /* Work lost: delivered (or withheld), or faulted before its delivery (a
      * dropped publish), and no effect. */
     t->no_effect += m->effects == 0 && (m->delivers >= 1 || m->faults > 0);
@@ -254,6 +312,9 @@ static void tally(struct verdict_task *t, const char *id, const struct verdict_m
         if (m->reached <= 1) {
             t->doubled_single_delivery++;
             examples_add(&t->single_examples, id);
+        } else if (!copied) {
+            t->doubled_by_retries++;
+            examples_add(&t->retry_examples, id);
         }
     }
 }
@@ -505,6 +566,12 @@ static void print_task_json(FILE *out, const struct verdict_task *t)
             "\"doubled_without_second_delivery_examples\": ",
             (unsigned long long)t->doubled_single_delivery);
     print_examples_json(out, &t->single_examples);
+    fprintf(out,
+            ", \"retried\": %llu, \"max_retries\": %llu, \"doubled_by_retries\": %llu, "
+            "\"doubled_by_retries_examples\": ",
+            (unsigned long long)t->retried, (unsigned long long)t->max_retries,
+            (unsigned long long)t->doubled_by_retries);
+    print_examples_json(out, &t->retry_examples);
     fputc('}', out);
 }
 
@@ -584,10 +651,11 @@ static void print_row(FILE *out, const struct verdict_task *t, int width)
     int n = text_write_safe(out, t->task);
     char window[40];
     format_window(window, sizeof(window), t);
-    fprintf(out, "%*s  %8llu  %7llu  %11llu  %9llu  %9llu  %-13s  ", n < width ? width - n : 0, "",
-            (unsigned long long)t->messages, (unsigned long long)t->faulted,
-            (unsigned long long)t->delivered_more_than_once,
-            (unsigned long long)t->more_than_one_effect, (unsigned long long)t->no_effect, window);
+    fprintf(out, "%*s  %8llu  %7llu  %11llu  %9llu  %9llu  %7llu  %-13s  ",
+            n < width ? width - n : 0, "", (unsigned long long)t->messages,
+            (unsigned long long)t->faulted, (unsigned long long)t->delivered_more_than_once,
+            (unsigned long long)t->more_than_one_effect, (unsigned long long)t->no_effect,
+            (unsigned long long)t->retried, window);
     if (t->examples.n > 0) {
         fprintf(out, "%-14s  ", verdict_kind_name(t->verdict));
         print_examples_text(out, &t->examples);
@@ -600,9 +668,9 @@ static void print_row(FILE *out, const struct verdict_task *t, int width)
 static void print_table(FILE *out, const struct verdict_result *res)
 {
     int width = task_col_width(res);
-    fprintf(out, "%-*s  %8s  %7s  %11s  %9s  %9s  %-13s  %-14s  %s\n", width, "TASK", "MESSAGES",
-            "FAULTED", "DELIVERED>1", "EFFECTS>1", "NO EFFECT", "COPIES AFTER", "VERDICT",
-            "EXAMPLES");
+    fprintf(out, "%-*s  %8s  %7s  %11s  %9s  %9s  %7s  %-13s  %-14s  %s\n", width, "TASK",
+            "MESSAGES", "FAULTED", "DELIVERED>1", "EFFECTS>1", "NO EFFECT", "RETRIED",
+            "COPIES AFTER", "VERDICT", "EXAMPLES");
     for (size_t i = 0; i < res->n_tasks; i++)
         print_row(out, &res->tasks[i], width);
     if (res->n_tasks == 0)
@@ -613,11 +681,13 @@ static void print_legend(FILE *out)
 {
     fputs("\nMESSAGES        distinct message ids of the task seen in the journal\n"
           "FAULTED         messages twice injected at least one fault into\n"
-          "DELIVERED>1     messages that reached the handler more than once (a delivery "
-          "twice dropped does not count)\n"
+          "DELIVERED>1     messages that reached the handler more than once: a copy (a delivery "
+          "twice dropped, or a retry the app asked for, does not count)\n"
           "EFFECTS>1       messages with more than one line in the effects list\n"
           "NO EFFECT       delivered or faulted, but no line in the effects list: work lost "
           "(a drop), or missing from the list\n"
+          "RETRIED         messages the app retried itself (a Celery retry, a Sidekiq or RQ "
+          "retry, a nack with requeue): new attempts, not copies\n"
           "COPIES AFTER    the copy delays tested: how long after a message's first delivery "
           "its later ones reached the handler (shortest-longest)\n"
           "NOT IDEMPOTENT  some message produced more than one side effect (EXAMPLES: up to 5)\n"
@@ -627,6 +697,19 @@ static void print_legend(FILE *out)
           "UNTESTED        no message reached the handler twice (faults that only drop or "
           "delay prove nothing): run longer or widen the rules\n",
           out);
+}
+
+/* "warning: TASK: N message ids WHAT (e.g. EXAMPLES)", when n is not 0. */
+static void task_warning(FILE *out, const struct verdict_task *t, uint64_t n, const char *what,
+                         const struct verdict_examples *ex)
+{
+    if (n == 0)
+        return;
+    fputs("warning: ", out);
+    text_write_safe(out, t->task);
+    fprintf(out, ": %llu message ids %s (e.g. ", (unsigned long long)n, what);
+    print_examples_text(out, ex);
+    fputs(")\n", out);
 }
 
 static void print_warnings(FILE *out, const struct verdict_result *res,
@@ -645,18 +728,35 @@ static void print_warnings(FILE *out, const struct verdict_result *res,
         print_examples_text(out, &res->unknown_examples);
         fputs(")\n", out);
     }
+    for (size_t i = 0; i < res->n_tasks; i++)
+        task_warning(out, &res->tasks[i], res->tasks[i].doubled_single_delivery,
+                     "have 2+ effects but were delivered at most once: effect doubled without a "
+                     "second delivery: check your effects list",
+                     &res->tasks[i].single_examples);
+    for (size_t i = 0; i < res->n_tasks; i++)
+        task_warning(out, &res->tasks[i], res->tasks[i].doubled_by_retries,
+                     "have 2+ effects over the app's own retries, with no copy from twice: the "
+                     "handler did its side effect, then failed and was retried",
+                     &res->tasks[i].retry_examples);
+}
+
+/* Per task the app retried: how many messages, and the most retries of one. */
+static void print_retries(FILE *out, const struct verdict_result *res)
+{
+    bool any = false;
     for (size_t i = 0; i < res->n_tasks; i++) {
         const struct verdict_task *t = &res->tasks[i];
-        if (t->doubled_single_delivery == 0)
+        if (t->retried == 0)
             continue;
-        fputs("warning: ", out);
+        if (!any)
+            fputc('\n', out);
+        any = true;
         text_write_safe(out, t->task);
         fprintf(out,
-                ": %llu message ids have 2+ effects but were delivered at most once: "
-                "effect doubled without a second delivery: check your effects list (e.g. ",
-                (unsigned long long)t->doubled_single_delivery);
-        print_examples_text(out, &t->single_examples);
-        fputs(")\n", out);
+                ": %llu %s retried by the app, at most %llu %s of one; their attempts are not "
+                "counted as copies\n",
+                (unsigned long long)t->retried, t->retried == 1 ? "message" : "messages",
+                (unsigned long long)t->max_retries, t->max_retries == 1 ? "retry" : "retries");
     }
 }
 
@@ -705,6 +805,7 @@ static void print_human(FILE *out, const struct verdict_result *res,
     fprintf(out, ": %llu side effects\n\n", (unsigned long long)in->effect_lines);
     print_table(out, res);
     print_windows(out, res);
+    print_retries(out, res);
     print_legend(out);
     print_warnings(out, res, in);
     fprintf(out, "\nverdict: %s\n", verdict_kind_name(res->overall));

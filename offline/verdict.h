@@ -11,6 +11,10 @@
  *                   expires sooner than the longest one would have been caught)
  *   UNTESTED        no message reached the handler twice (and none has two effects)
  *
+ * "Twice" means a copy: a delivery after an attempt's first that the app did not ask for.  A
+ * retry the app asked for (journal.proto: retries, retry) starts a new attempt; it is counted
+ * (verdict_task.retried, max_retries) and never taken for a copy.
+ *
  * The core is an accumulator (verdict_add_record / verdict_add_effect, in
  * any order) and verdict_compute(), so tests and other front ends can feed
  * it directly; verdict_run() is the command around it.
@@ -56,6 +60,11 @@ struct verdict_task {
     uint64_t more_than_one_effect;     /* ids with two or more effect lines */
     uint64_t no_effect;                /* ids delivered or faulted, no effect line */
     uint64_t doubled_single_delivery;  /* ids with 2+ effects but at most one delivery */
+    /* Retries the app asked for (a Celery self.retry(), a Sidekiq or RQ retry, a nack with
+     * requeue): each starts a new attempt, which is not a copy and tests nothing. */
+    uint64_t retried;            /* ids the app retried at least once */
+    uint64_t max_retries;        /* the most retries of one id */
+    uint64_t doubled_by_retries; /* ids with 2+ effects over the app's own attempts alone */
     /* The copy delays tested: for every delivery that reached the handler after a message's
      * first, its time since that first one (microseconds). */
     uint64_t copies;
@@ -63,6 +72,7 @@ struct verdict_task {
     enum verdict_kind verdict;
     struct verdict_examples examples;        /* ids with 2+ effects */
     struct verdict_examples single_examples; /* ids counted in doubled_single_delivery */
+    struct verdict_examples retry_examples;  /* ids counted in doubled_by_retries */
 };
 
 struct verdict_result {

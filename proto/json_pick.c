@@ -356,7 +356,7 @@ static int jp_prepare(const struct json_pick_path *paths, size_t n, struct json_
 }
 
 /* A value that is not a container, at p[*pos]: a string, a number, true, false or null, read
- * into *v (its type; a string's span).  -1 when it is none of them. */
+ * into *v (its type; a string's or a number's span).  -1 when it is none of them. */
 static int jp_scalar(const uint8_t *p, size_t len, size_t *pos, struct json_pick_value *v)
 {
     size_t i = *pos;
@@ -369,9 +369,12 @@ static int jp_scalar(const uint8_t *p, size_t len, size_t *pos, struct json_pick
         v->off = at;
         v->len = i - 1 - at;
     } else if (c == '-' || jp_digit(c)) {
+        size_t at = i;
         if (jp_number(p, len, &i) != 0)
             return -1;
         v->type = JSON_PICK_NUMBER;
+        v->off = at;
+        v->len = i - at;
     } else {
         /* jansson reads a run of letters and wants it whole. */
         size_t e = i;

@@ -45,12 +45,13 @@ enum json_pick_type {
     JSON_PICK_ARRAY,
 };
 
-/* What stands at a path.  For a string: its bytes between the quotes, as written. */
+/* What stands at a path.  For a string: its bytes between the quotes, as written; for a
+ * number: its text, as written. */
 struct json_pick_value {
     uint8_t type;    /* enum json_pick_type */
     bool escaped;    /* the string has backslash escapes (json_pick_strdup() decodes them) */
     bool nul;        /* the string holds U+0000 ("\u0000") */
-    size_t off, len; /* the string's bytes: json[off..off+len) */
+    size_t off, len; /* the string's or number's bytes: json[off..off+len) */
 };
 
 /*

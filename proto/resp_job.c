@@ -34,6 +34,24 @@ static char *resp_job_take(const void *json, const struct json_pick_value *v, bo
     return s;
 }
 
+/* A count the framework writes as a JSON number: a non-negative whole number, saturated at
+ * RESP_JOB_MAX_RETRIES; 0 for anything else (absent, negative, a fraction, another type). */
+static unsigned resp_job_count(const void *json, const struct json_pick_value *v)
+{
+    if (v->type != JSON_PICK_NUMBER)
+        return 0;
+    const unsigned char *p = (const unsigned char *)json + v->off;
+    unsigned long long n = 0;
+    for (size_t i = 0; i < v->len; i++) {
+        if (p[i] < '0' || p[i] > '9')
+            return 0; /* a sign, a fraction or an exponent */
+        n = n * 10 + (p[i] - '0');
+        if (n > RESP_JOB_MAX_RETRIES)
+            n = RESP_JOB_MAX_RETRIES + 1ull; /* stays above the cap: saturated below */
+    }
+    return n > RESP_JOB_MAX_RETRIES ? RESP_JOB_MAX_RETRIES : (unsigned)n;
+}
+
 /* The length guard and the pick (json_pick()) every reader starts with. */
 static int resp_job_pick(const void *json, size_t len, const struct json_pick_path *paths, size_t n,
                          struct json_pick_value *out)
@@ -82,7 +100,8 @@ static bool resp_job_aj_wrapper(const char *cls)
 
 int resp_job_sidekiq(const void *json, size_t len, struct resp_job *j)
 {
-    /* Numbers are not read: Ruby's Bignum arguments, bare integers past 64 bits, are fine. */
+    /* Numbers are not converted (retry_count only as digits): Ruby's Bignum arguments, bare
+     * integers past 64 bits, are fine. */
     struct json_pick_value v[SK_PATHS];
     bool oom = false;
 
@@ -103,6 +122,10 @@ int resp_job_sidekiq(const void *json, size_t len, struct resp_job *j)
     }
     j->queue = resp_job_take(json, &v[SK_QUEUE], false, &oom);
     j->redelivered = v[SK_RETRY_COUNT].type != JSON_PICK_ABSENT;
+    if (j->redelivered) {
+        unsigned n = resp_job_count(json, &v[SK_RETRY_COUNT]);
+        j->retries = n < RESP_JOB_MAX_RETRIES ? n + 1 : n;
+    }
     if (oom || j->id == NULL || j->task == NULL) {
         resp_job_clear(j);
         return -1;
@@ -123,6 +146,7 @@ enum {
     CE_INFO,
     CE_ROUTING_KEY,
     CE_I_REDELIVERED,
+    CE_RETRIES,
     CE_PATHS
 };
 
@@ -137,6 +161,8 @@ static const struct json_pick_path resp_job_celery_paths[CE_PATHS] = {
     [CE_INFO] = {2, {"properties", "delivery_info"}},
     [CE_ROUTING_KEY] = {3, {"properties", "delivery_info", "routing_key"}},
     [CE_I_REDELIVERED] = {3, {"properties", "delivery_info", "redelivered"}},
+    /* Celery's count of a task's retries (celery/app/amqp.py, as_task_v2). */
+    [CE_RETRIES] = {2, {"headers", "retries"}},
 };
 
 /* A kombu message: a "headers" or a "properties" object, and neither they nor
@@ -153,7 +179,7 @@ static bool resp_job_picked_kombu(const struct json_pick_value *v)
 
 int resp_job_celery(const void *json, size_t len, struct resp_job *j)
 {
-    /* As for Sidekiq: numbers are not read, so a huge one must not hide the job. */
+    /* As for Sidekiq: numbers are not converted, so a huge one must not hide the job. */
     struct json_pick_value v[CE_PATHS];
     bool oom = false;
 
@@ -173,6 +199,7 @@ int resp_job_celery(const void *json, size_t len, struct resp_job *j)
     j->tag = resp_job_take(json, &v[CE_TAG], false, &oom);
     j->redelivered =
         v[CE_H_REDELIVERED].type == JSON_PICK_TRUE || v[CE_I_REDELIVERED].type == JSON_PICK_TRUE;
+    j->retries = resp_job_count(json, &v[CE_RETRIES]);
     if (oom) {
         resp_job_clear(j);
         return -1;

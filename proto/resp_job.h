@@ -53,7 +53,13 @@ struct resp_job {
     char *tag;        /* Celery properties.delivery_tag (its field in `unacked`); Sidekiq NULL */
     bool redelivered; /* Celery: headers.redelivered or properties.delivery_info.redelivered is
                          true; Sidekiq: "retry_count" is present (the job failed at least once) */
+    unsigned retries; /* the retries the app made before: Celery's headers.retries, Sidekiq's
+                         retry_count + 1 (Sidekiq sets it to 0 at the first failure); 0 when
+                         absent or not a whole number, RESP_JOB_MAX_RETRIES at most */
 };
+
+/* The most retries read from a job; a larger count reads as this. */
+#define RESP_JOB_MAX_RETRIES 1000000000u
 
 /* Frees the strings of j and zeroes it; j may be zeroed already (safe to call twice) or NULL. */
 void resp_job_clear(struct resp_job *j);

@@ -377,6 +377,19 @@ bool rprof_rq_job_saved(enum rprof p, const struct rprof_cmdview *cv, const char
     return *task != NULL;
 }
 
+bool rprof_rq_job_ran(enum rprof p, const struct rprof_cmdview *cv)
+{
+    if (p != RPROF_RQ || !is(cv, RPROF_CMD_HSET) || !cv->has_key ||
+        after_prefix(cv->key, RPROF_RQ_JOB_PREFIX) == NULL)
+        return false;
+    bool ran = false;
+    struct resp_view f, v;
+    for (size_t i = 2; rprof_arg(cv, i, &f) && rprof_arg(cv, i + 1, &v); i += 2)
+        if (resp_view_equals(cv->buf, cv->len, &f, "started_at"))
+            ran = v.type == '$' && v.len > 0; /* the last one wins, as in the hash */
+    return ran;
+}
+
 /* ---- the reply a command will get -------------------------------------------------------- */
 
 /* XCLAIM and XAUTOCLAIM with JUSTID answer ids only: nothing is delivered. */

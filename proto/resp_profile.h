@@ -208,6 +208,11 @@ enum rprof_field rprof_xadd_task(const struct rprof_cmdview *cv, char *out, size
  * false (and *task NULL) for any other command or an unreadable description. */
 bool rprof_rq_job_saved(enum rprof p, const struct rprof_cmdview *cv, const char **id, char **task);
 
+/* Whether cv is RQ's save of a job that ran before, HSET rq:job:ID ... started_at T ... with T
+ * not empty: RQ's enqueue writes started_at empty, whereas a retry (Job.retry) or a requeue of
+ * a failed job saves the job it ran, its start time set, before it pushes the id again. */
+bool rprof_rq_job_ran(enum rprof p, const struct rprof_cmdview *cv);
+
 /* ---- the reply a command will get -------------------------------------------------------- */
 
 /* What twice must read in the reply to a command. */

@@ -376,6 +376,20 @@ static struct amqp_bytes str_bytes(const char *s)
     return s != NULL ? amqp_cstr(s) : (struct amqp_bytes){0};
 }
 
+/* Celery's count of a task's retries, its `retries` header (an integer; celery/app/amqp.py,
+ * as_task_v2): above 0 on a task its handler sent again with self.retry(). */
+static void app_retries(struct msg_info *mi, const struct amqp_props *p)
+{
+    struct amqp_field f;
+    if (p->headers.len == 0 || amqp_table_find(p->headers, "retries", &f) != 1)
+        return;
+    bool integer = f.type == 'b' || f.type == 'B' || f.type == 's' || f.type == 'u' ||
+                   f.type == 'I' || f.type == 'i' || f.type == 'l' || f.type == 'L';
+    if (!integer || f.i <= 0)
+        return;
+    mi->retries = f.i > (int64_t)UINT32_MAX ? UINT32_MAX : (uint32_t)f.i;
+}
+
 /* A value of the listener's `message-id` or `task` longer than twice reads: said once per
  * connection (the message goes on without it, as one whose field is absent). */
 static void say_field_too_long(struct amqp_px *ax, const struct msg_field *f, size_t len)
@@ -414,6 +428,7 @@ static void ident_from_header(struct amqp_px *ax, struct content *c, struct msg_
 {
     const struct conf_listener *l = ax->s->cfg->l;
     c->id_at = c->task_at = MSG_FIELD_MAX_SOURCES;
+    app_retries(mi, p);
     if (l->message_id.n == 0)
         default_id(mi, p);
     if (l->task.n == 0)
@@ -476,7 +491,7 @@ static void content_decide(struct amqp_px *ax, struct achan *ch, int from, struc
             return;
         }
     }
-    apx_journal_event(ax, deliver ? JOURNAL_KIND_DELIVER : JOURNAL_KIND_PUBLISH, mi, c->tag);
+    apx_journal_event(ax, deliver ? JOURNAL_KIND_DELIVER : JOURNAL_KIND_PUBLISH, mi, c->tag, false);
     size_t hits[SESSION_MAX_RULE_HITS];
     size_t n = apx_decide_msg(ax, deliver ? RULE_EV_DELIVER : RULE_EV_PUBLISH, mi, &hdrs,
                               c->needs_body ? c->body : NULL, hits);

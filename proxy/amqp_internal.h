@@ -60,6 +60,7 @@ struct msg_info {
     char *message_id;
     char *task;
     bool redelivered;
+    uint32_t retries; /* the app's retries of the message before (Celery's `retries` header) */
     uint64_t tag;
     struct event *timer;        /* hold release (a held settlement) */
     struct event *expire_timer; /* expire: the delivery's visibility timeout */
@@ -235,7 +236,7 @@ size_t apx_decide_msg(struct amqp_px *ax, enum rule_event kind, const struct msg
                       const struct amqp_bytes *hdrs, struct evbuffer *body, size_t *hits);
 const struct rule *apx_hit_rule(struct amqp_px *ax, size_t idx);
 void apx_journal_event(struct amqp_px *ax, enum journal_kind kind, const struct msg_info *mi,
-                       uint64_t tag);
+                       uint64_t tag, bool requeue);
 void apx_close_channel(struct achan *ch, uint16_t code, const char *text, uint16_t class_id,
                        uint16_t method_id);
 void apx_inject_error(struct amqp_px *ax, struct achan *ch, const struct rule *r, uint16_t class_id,

@@ -590,8 +590,9 @@ const struct rule *apx_hit_rule(struct amqp_px *ax, size_t idx)
     return ruleset_rule(ax->s->loop->rules, idx);
 }
 
+/* requeue: a NACK the consumer sent with requeue set, which asks for a new attempt. */
 void apx_journal_event(struct amqp_px *ax, enum journal_kind kind, const struct msg_info *mi,
-                       uint64_t tag)
+                       uint64_t tag, bool requeue)
 {
     struct journal *j = ax->s->px->journal;
     if (j == NULL)
@@ -608,7 +609,12 @@ void apx_journal_event(struct amqp_px *ax, enum journal_kind kind, const struct 
         r.task = mi->task;
         r.message_id = mi->message_id;
         r.redelivered = mi->redelivered;
+        r.retries = mi->retries;
+        /* A publish of a message the app ran before: Celery's retry sends the task again, with
+         * the same id and its `retries` header one up. */
+        r.retry = kind == JOURNAL_KIND_PUBLISH && mi->retries > 0;
     }
+    r.retry |= kind == JOURNAL_KIND_NACK && requeue;
     journal_record(j, &r);
 }
 
@@ -871,7 +877,7 @@ static void on_confirm(struct amqp_px *ax, struct achan *ch, const struct amqp_m
     const struct rule *close_after = NULL;
     for (size_t i = 0; i < plan.n; i++) {
         struct msg_info *mi = plan.tags[i].info;
-        apx_journal_event(ax, JOURNAL_KIND_CONFIRM, mi, plan.tags[i].tag);
+        apx_journal_event(ax, JOURNAL_KIND_CONFIRM, mi, plan.tags[i].tag, false);
         size_t hits[SESSION_MAX_RULE_HITS];
         size_t n = apx_decide_msg(ax, RULE_EV_CONFIRM, mi, NULL, NULL, hits);
         for (size_t k = 0; k < n; k++) {

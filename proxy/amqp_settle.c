@@ -326,7 +326,7 @@ void apx_on_settle(struct amqp_px *ax, struct achan *ch, const struct amqp_metho
         struct amqp_plan_tag *t = &plan.tags[i];
         struct msg_info *mi = t->info;
         apx_journal_event(ax, kind == AMQP_SETTLE_ACK ? JOURNAL_KIND_ACK : JOURNAL_KIND_NACK, mi,
-                          t->tag);
+                          t->tag, kind != AMQP_SETTLE_ACK && m->ack.requeue);
         if (mi != NULL && mi->hold_ack) {
             /* A late duplicate is due: the settlement waits for it, and no rule sees it (one
              * that fired would be journaled as a fault it never made). */

@@ -187,6 +187,8 @@ static void record_numbers(Twice__Journal__Record *pr, const struct journal_reco
     pr->close_reason = r->close_reason;
     pr->bytes_up = r->bytes_up;
     pr->bytes_down = r->bytes_down;
+    pr->retries = r->retries;
+    pr->retry = r->retry;
 }
 
 /* Makes room for need more bytes in b, doubling up to JOURNAL_BUFFER_CAP. */

@@ -75,6 +75,8 @@ struct journal_record {
     uint64_t bytes_up;             /* CLOSE: client -> broker */
     uint64_t bytes_down;           /* CLOSE: broker -> client */
     const char *detail;            /* free text, e.g. "delay 45000ms" */
+    uint32_t retries;              /* DELIVER, PUBLISH: the app's retries before (journal.proto) */
+    bool retry; /* PUBLISH: the app put a message it ran back; NACK: requeue asked for */
 };
 
 struct journal;

@@ -275,8 +275,14 @@ void rpx_ack_plan_free(struct ack_plan *p);
 int rpx_plan_acks(struct rpx *rx, const struct rprof_cmdview *cv, size_t first, struct ack_plan *p);
 const struct rule *rpx_stream_publish_decide(struct rpx *rx, const struct rprof_cmdview *cv);
 size_t rpx_drop_reply(const struct rpx *rx, char *out, size_t cap);
+/* What a transaction's first pass saw of RQ's job saves, for the pushes in it. */
+struct rpx_rq_saved {
+    char task[RPROF_TASK_MAX]; /* the task of the last job saved; "" when none */
+    char ran[RPROF_KEY_MAX];   /* the id of a job saved as one that ran (rprof_rq_job_ran()): its
+                                  push is a retry the app asked for; "" when none */
+};
 const struct rule *rpx_publish_decide(struct rpx *rx, const struct rprof_cmdview *cv,
-                                      const char *rq_task);
+                                      const struct rpx_rq_saved *rq);
 enum cmd_result rpx_command_ack(struct rpx *rx, struct rprof_cmdview *cv, const struct resp_msg *m,
                                 const uint8_t *buf, size_t first);
 void rpx_tag_reply(struct rpx *rx, struct rprof_cmdview *cv, struct entry *e);

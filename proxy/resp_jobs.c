@@ -19,7 +19,9 @@ struct job_event {
     char *queue;
     const char *key;
     bool redelivered;
-    bool oom; /* a field could not be copied: the event is skipped (job_event_oom()) */
+    unsigned retries; /* the app's retries before (struct resp_job) */
+    bool retry;       /* a publish of a job the app ran before */
+    bool oom;         /* a field could not be copied: the event is skipped (job_event_oom()) */
 };
 
 /* A copy of s for a field of j; NULL for NULL, and on allocation failure, which j->oom
@@ -88,6 +90,8 @@ static void journal_job(struct rpx *rx, enum journal_kind kind, const struct job
         .task = j->task,
         .message_id = j->id,
         .redelivered = j->redelivered,
+        .retries = j->retries,
+        .retry = j->retry,
     };
     journal_record(jr, &r);
 }
@@ -175,6 +179,7 @@ static bool job_from_value(struct rpx *rx, const char *list, const uint8_t *v, s
     j->oom |= j->queue == NULL;
     free(job.queue);
     j->redelivered = job.redelivered;
+    j->retries = job.retries;
     /* Celery acks by delivery tag: remember what the tag stands for. */
     if (rx->prof == RPROF_CELERY && job.tag != NULL) {
         idmap_lock();
@@ -791,7 +796,14 @@ static const struct rule *publish_jobs(struct rpx *rx, const struct rprof_cmdvie
         struct resp_job job;
         if (rprof_job(rx->prof, cv->buf + v.off, v.len, &job) != 0)
             continue;
-        struct job_event j = {.kind = RULE_EV_PUBLISH, .id = job.id, .task = job.task};
+        /* A job that carries a retry count is one its app sends again: Sidekiq's retry poller
+         * pushes a failed job back with retry_count set, Celery's retry sends the task with its
+         * retries one up. */
+        struct job_event j = {.kind = RULE_EV_PUBLISH,
+                              .id = job.id,
+                              .task = job.task,
+                              .retries = job.retries,
+                              .retry = job.retries > 0};
         j.key = cv->key;
         j.queue = rprof_queue_of(rx->prof, cv->key);
         j.oom |= j.queue == NULL;
@@ -808,10 +820,11 @@ static const struct rule *publish_jobs(struct rpx *rx, const struct rprof_cmdvie
 }
 
 /* RQ's push of a job id onto its queue; its task from the job's hash, as the enqueue
- * transaction saved it (tx_first_cmd()) or a worker read it, else rq_task (the transaction's
- * last saved task, when the idmap could not keep it). */
+ * transaction saved it (tx_first_cmd()) or a worker read it, else rq->task (the transaction's
+ * last saved task, when the idmap could not keep it).  A push of the job the transaction saved
+ * as one that ran is RQ's retry. */
 static const struct rule *publish_rq(struct rpx *rx, const struct rprof_cmdview *cv,
-                                     const char *rq_task)
+                                     const struct rpx_rq_saved *rq)
 {
     char id[RPROF_KEY_MAX];
     struct resp_view v;
@@ -826,8 +839,17 @@ static const struct rule *publish_rq(struct rpx *rx, const struct rprof_cmdview 
     if (in != NULL && in->task != NULL)
         j.task = jdup(&j, in->task);
     idmap_unlock();
-    if (j.task == NULL && rq_task != NULL)
-        j.task = jdup(&j, rq_task);
+    if (j.task == NULL && rq != NULL && rq->task[0] != '\0') {
+        /* An ack earlier in the transaction forgot the job (RQ's retry settles the job, saves
+         * it again and pushes its id): its next delivery needs the task again. */
+        j.task = jdup(&j, rq->task);
+        idmap_lock();
+        in = idmap_put(rpx_scope(rx), id, strlen(id));
+        if (in != NULL && in->task == NULL)
+            idmap_set_str(&in->task, rq->task, strlen(rq->task));
+        idmap_unlock();
+    }
+    j.retry = rq != NULL && strcmp(rq->ran, id) == 0;
     journal_job(rx, JOURNAL_KIND_PUBLISH, &j);
     const struct rule *r = decide_job(rx, &j);
     pub_copy(rx, r, cv, &v);
@@ -838,13 +860,13 @@ static const struct rule *publish_rq(struct rpx *rx, const struct rprof_cmdview 
 /* Publishes: Sidekiq's and Celery's LPUSH of job JSON, RQ's push of a job id, XADD.  Returns
  * the deciding rule, or NULL. */
 const struct rule *rpx_publish_decide(struct rpx *rx, const struct rprof_cmdview *cv,
-                                      const char *rq_task)
+                                      const struct rpx_rq_saved *rq)
 {
     switch (rprof_publish_of(rx->prof, cv)) {
     case RPROF_PUB_JOBS:
         return publish_jobs(rx, cv);
     case RPROF_PUB_RQ_ID:
-        return publish_rq(rx, cv, rq_task);
+        return publish_rq(rx, cv, rq);
     case RPROF_PUB_XADD:
         return rpx_stream_publish_decide(rx, cv);
     default:

@@ -125,7 +125,7 @@ static void tx_keep_back(struct tx *t, struct txcmd *c, const struct rprof_cmdvi
  * remembered for the job's id (its ack comes on another connection). */
 struct tx_first {
     struct rpx *rx;
-    char rq_task[RPROF_TASK_MAX];
+    struct rpx_rq_saved rq;
 };
 
 static void tx_first_cmd(void *arg, const struct rprof_cmdview *cv)
@@ -135,7 +135,9 @@ static void tx_first_cmd(void *arg, const struct rprof_cmdview *cv)
     char *task;
     if (!rprof_rq_job_saved(f->rx->prof, cv, &id, &task))
         return;
-    snprintf(f->rq_task, sizeof(f->rq_task), "%s", task);
+    snprintf(f->rq.task, sizeof(f->rq.task), "%s", task);
+    if (rprof_rq_job_ran(f->rx->prof, cv))
+        snprintf(f->rq.ran, sizeof(f->rq.ran), "%s", id);
     idmap_lock();
     struct idmap_info *in = idmap_put(rpx_scope(f->rx), id, strlen(id));
     if (in != NULL)
@@ -222,12 +224,12 @@ static void tx_plan_hdel(struct rpx *rx, struct txcmd *c, const struct rprof_cmd
 /* RQ's push of the enqueue transaction, or an XADD batched in a transaction (redis-py's
  * pipeline() makes one by default): the publish's rule, if one fires. */
 static void tx_plan_publish(struct rpx *rx, struct txcmd *c, const struct rprof_cmdview *cv,
-                            bool xadd, const char *rq_task, const struct rule **close_before,
-                            const struct rule **delay_rule)
+                            bool xadd, const struct rpx_rq_saved *rq,
+                            const struct rule **close_before, const struct rule **delay_rule)
 {
     struct tx *t = &rx->tx;
-    const struct rule *r = xadd ? rpx_stream_publish_decide(rx, cv)
-                                : rpx_publish_decide(rx, cv, rq_task[0] != '\0' ? rq_task : NULL);
+    const struct rule *r =
+        xadd ? rpx_stream_publish_decide(rx, cv) : rpx_publish_decide(rx, cv, rq);
     if (rx->n_pub_copies > 0 && r != NULL && r->action.kind != RULE_ACT_DROP) {
         /* Once EXEC's reply shows the transaction ran: the job's hash is saved by then. */
         tx_add_cmds(&t->after_exec, &t->after_exec_n, rx->pub_copies, rx->n_pub_copies);
@@ -267,12 +269,11 @@ static int tx_plan(struct rpx *rx, const uint8_t *buf, size_t len, size_t off,
      * is not planned (Redis never runs it: the session ends at that bulk). */
     sc.max_bulk = rx->sc[SIDE_CLIENT].max_bulk;
     struct rprof_tx scan;
-    struct tx_first seen = {.rx = rx, .rq_task = ""};
+    struct tx_first seen = {.rx = rx};
     int found = rprof_tx_scan(&sc, buf, len, off, &scan, tx_first_cmd, &seen);
     if (found != 1)
         return found;
     bool has_push = scan.has_push;
-    const char *rq_task = seen.rq_task;
     /* Second pass: decide. */
     struct tx *t = &rx->tx;
     resp_scanner_reset(&sc);
@@ -304,7 +305,7 @@ static int tx_plan(struct rpx *rx, const uint8_t *buf, size_t len, size_t off,
         else if (rprof_is_celery_unacked_hdel(rx->prof, &cv) && tags->n > 0)
             tx_plan_hdel(rx, c, &cv, tags);
         else if (rx->prof == RPROF_RQ || xadd)
-            tx_plan_publish(rx, c, &cv, xadd, rq_task, close_before, delay_rule);
+            tx_plan_publish(rx, c, &cv, xadd, &seen.rq, close_before, delay_rule);
     }
     free(tags);
     if (rc == 1)

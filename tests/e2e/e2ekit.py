@@ -105,6 +105,15 @@ def charge_safe(message_id, task):
     return first
 
 
+# The handler that asks for a retry RETRIES times before it charges (`--retried`): each retry
+# is a new delivery of the same id that the app asked for, not a copy.
+RETRIES = 2
+
+
+class RetryAsked(Exception):
+    """Raised by a handler to have its framework retry the job."""
+
+
 # ---------------------------------------------------------------------------
 # Driver side: command line
 
@@ -150,6 +159,10 @@ def parse_args(framework, description, defaults=None, extra=None):
                         "(default: never; Python apps only)")
     p.add_argument("--enqueued", metavar="FILE",
                    help="also write '<message-id> <task>' for every job enqueued there")
+    p.add_argument("--retried", type=int, default=0, metavar="N",
+                   help="also enqueue N jobs of the handler that fails RETRIES times, each time "
+                        "asking its framework for a retry, before it charges once (celery_amqp, "
+                        "rq; default 0)")
     if extra:
         extra(p)
     if defaults:
@@ -160,8 +173,8 @@ def parse_args(framework, description, defaults=None, extra=None):
     os.makedirs(a.log_dir, exist_ok=True)
     for path in (a.effects, a.runs):
         open(path, "w").close()
-    if a.jobs < 1 or a.workers < 1:
-        p.error("--jobs and --workers must be at least 1")
+    if a.jobs < 1 or a.workers < 1 or a.retried < 0:
+        p.error("--jobs and --workers must be at least 1, --retried at least 0")
     return a
 
 

@@ -98,6 +98,8 @@ static void command(enum rprof p, const uint8_t *buf, size_t len, const struct r
     char *saved;
     if (rprof_rq_job_saved(p, &cv, &id, &saved))
         free(saved);
+    /* A job that ran is a job save. */
+    CHECK(!rprof_rq_job_ran(p, &cv) || (p == RPROF_RQ && cv.id == RPROF_CMD_HSET));
     if (cv.id == RPROF_CMD_MULTI) {
         struct resp_scanner sc;
         resp_scanner_init(&sc, RESP_SIDE_CLIENT);

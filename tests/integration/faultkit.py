@@ -452,7 +452,8 @@ HEADER_FIELDS = {1: "version", 2: "seed", 3: "config_sha256", 4: "start_unix_ms"
 RECORD_FIELDS = {1: "kind", 2: "time_unix_us", 3: "session", 4: "listener", 5: "queue", 6: "task",
                  7: "message_id", 8: "delivery_tag", 9: "redelivered", 10: "rule", 11: "action",
                  12: "action_name", 13: "event", 14: "client", 15: "close_reason",
-                 16: "close_reason_name", 17: "bytes_up", 18: "bytes_down", 19: "detail"}
+                 16: "close_reason_name", 17: "bytes_up", 18: "bytes_down", 19: "detail",
+                 20: "retries", 21: "retry"}
 KIND_NAMES = {1: "connect", 2: "close", 3: "deliver", 4: "ack", 5: "nack", 6: "publish",
               7: "confirm", 8: "fault", 9: "command"}
 _STRING_FIELDS = {"listener", "queue", "task", "message_id", "rule", "action_name", "client",

@@ -407,8 +407,8 @@ static void test_record_encoding_matches_protobuf_c(void **state)
         assert_record_encodes_as_protobuf_c(&x);
         x = (Twice__Journal__Record)TWICE__JOURNAL__RECORD__INIT;
         x.session = x.delivery_tag = x.bytes_up = x.bytes_down = v;
-        x.action = x.event = x.close_reason = (uint32_t)v;
-        x.redelivered = v != 0;
+        x.action = x.event = x.close_reason = x.retries = (uint32_t)v;
+        x.redelivered = x.retry = v != 0;
         assert_record_encodes_as_protobuf_c(&x);
     }
     for (size_t i = 0; i < sizeof(strs) / sizeof(strs[0]); i++) {
@@ -425,14 +425,15 @@ static void test_record_encoding_matches_protobuf_c(void **state)
         Twice__Journal__Record x = TWICE__JOURNAL__RECORD__INIT;
         uint64_t *u64[] = {&x.time_unix_us, &x.session, &x.delivery_tag, &x.bytes_up,
                            &x.bytes_down};
-        uint32_t *u32[] = {&x.action, &x.event, &x.close_reason};
+        uint32_t *u32[] = {&x.action, &x.event, &x.close_reason, &x.retries};
         char **str[] = {&x.listener,    &x.queue,  &x.task,   &x.message_id,       &x.rule,
                         &x.action_name, &x.client, &x.detail, &x.close_reason_name};
         x.kind = (Twice__Journal__Record__Kind)(rand() % 10);
         x.redelivered = rand() % 2;
+        x.retry = rand() % 2;
         for (size_t i = 0; i < 5; i++)
             *u64[i] = rand() % 3 == 0 ? 0 : nums[(size_t)rand() % 10] >> (rand() % 64);
-        for (size_t i = 0; i < 3; i++)
+        for (size_t i = 0; i < 4; i++)
             *u32[i] = rand() % 3 == 0 ? 0 : (uint32_t)(nums[(size_t)rand() % 10] >> (rand() % 32));
         for (size_t i = 0; i < 9; i++)
             *str[i] = (char *)strs[(size_t)rand() % 5]; /* long_s only above: 4 KiB of room */

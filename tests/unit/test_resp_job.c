@@ -255,6 +255,7 @@ static void test_sidekiq_golden(void **state)
     /* The same job re-filed by the retry handler: retry_count 0 marks the first failure. */
     g = &g_payloads[G_SIDEKIQ_RETRY];
     assert_int_equal(run_sidekiq(g->buf, g->len, &j), 0);
+    assert_int_equal(j.retries, 1);
     expect_job(&j, SK_JID, "ChargeWorker", "default", NULL, true);
 
     g = &g_payloads[G_SIDEKIQ_AJ];
@@ -288,6 +289,49 @@ static void test_sidekiq_activejob_task(void **state)
     /* "wrapped" means nothing on an ordinary worker. */
     assert_int_equal(SIDEKIQ("{\"class\":\"Plain\",\"jid\":\"a\",\"wrapped\":\"Other\"}", &j), 0);
     expect_job(&j, "a", "Plain", NULL, NULL, false);
+}
+
+/* The app's retry count: Sidekiq's retry_count + 1 (0 at the first failure), Celery's
+ * headers.retries; only a whole number counts, a huge one saturates. */
+static void test_retries(void **state)
+{
+    (void)state;
+    static const struct {
+        const char *json;
+        unsigned retries;
+    } sk[] =
+        {
+            {"{\"jid\":\"a\",\"class\":\"C\"}", 0},
+            {"{\"jid\":\"a\",\"class\":\"C\",\"retry_count\":0}", 1},
+            {"{\"jid\":\"a\",\"class\":\"C\",\"retry_count\":24}", 25},
+            {"{\"jid\":\"a\",\"class\":\"C\",\"retry_count\":null}", 1},
+            {"{\"jid\":\"a\",\"class\":\"C\",\"retry_count\":-3}", 1},
+            {"{\"jid\":\"a\",\"class\":\"C\",\"retry_count\":2.5}", 1},
+            {"{\"jid\":\"a\",\"class\":\"C\",\"retry_count\":99999999999999999999999}",
+             RESP_JOB_MAX_RETRIES},
+        },
+      ce[] = {
+          {"{\"headers\":{\"id\":\"a\"}}", 0},
+          {"{\"headers\":{\"id\":\"a\",\"retries\":0}}", 0},
+          {"{\"headers\":{\"id\":\"a\",\"retries\":2}}", 2},
+          {"{\"headers\":{\"id\":\"a\",\"retries\":\"2\"}}", 0},
+          {"{\"headers\":{\"id\":\"a\",\"retries\":2e1}}", 0},
+          {"{\"headers\":{\"id\":\"a\",\"retries\":1000000001}}", RESP_JOB_MAX_RETRIES},
+          {"{\"headers\":{\"id\":\"a\",\"retries\":999999999}}", 999999999},
+      };
+    struct resp_job j;
+    for (size_t i = 0; i < sizeof(sk) / sizeof(sk[0]); i++) {
+        assert_int_equal(SIDEKIQ(sk[i].json, &j), 0);
+        if (j.retries != sk[i].retries)
+            fail_msg("%s: retries %u, want %u", sk[i].json, j.retries, sk[i].retries);
+        resp_job_clear(&j);
+    }
+    for (size_t i = 0; i < sizeof(ce) / sizeof(ce[0]); i++) {
+        assert_int_equal(CELERY(ce[i].json, &j), 0);
+        if (j.retries != ce[i].retries)
+            fail_msg("%s: retries %u, want %u", ce[i].json, j.retries, ce[i].retries);
+        resp_job_clear(&j);
+    }
 }
 
 static void test_sidekiq_fields(void **state)
@@ -1060,6 +1104,7 @@ int main(void)
         cmocka_unit_test(test_sidekiq_golden),
         cmocka_unit_test(test_sidekiq_activejob_task),
         cmocka_unit_test(test_sidekiq_fields),
+        cmocka_unit_test(test_retries),
         cmocka_unit_test(test_celery_golden),
         cmocka_unit_test(test_celery_fields),
         cmocka_unit_test(test_redelivered_is_kombus_restore),

@@ -958,6 +958,17 @@ static void test_rq_job_saved(void **state)
     assert_null(task);
     CMD("HSET", "rq:other:j1", "description", "tasks.charge(7)");
     assert_false(rprof_rq_job_saved(RPROF_RQ, &cv, &id, &task));
+
+    /* A job that ran, saved again (RQ's retry): started_at is set.  At enqueue it is empty. */
+    CMD("HSET", "rq:job:j1", "description", "tasks.charge(7)", "started_at", "");
+    assert_false(rprof_rq_job_ran(RPROF_RQ, &cv));
+    CMD("HSET", "rq:job:j1", "started_at", "2026-12-02T08:00:00.000000Z", "retries_left", "1");
+    assert_true(rprof_rq_job_ran(RPROF_RQ, &cv));
+    assert_false(rprof_rq_job_ran(RPROF_CELERY, &cv));
+    CMD("HSET", "rq:job:j1", "status", "started");
+    assert_false(rprof_rq_job_ran(RPROF_RQ, &cv));
+    CMD("HSET", "rq:other:j1", "started_at", "2026-12-02T08:00:00.000000Z");
+    assert_false(rprof_rq_job_ran(RPROF_RQ, &cv));
 }
 
 int main(void)

@@ -72,6 +72,20 @@ static void add(struct verdict *v, Twice__Journal__Record__Kind kind, const char
     assert_int_equal(verdict_add_record(v, &r), 0);
 }
 
+/* A record of the app's retries: `retries` as the message counts them, `retry` as journaled on
+ * a publish of a message the app ran before or on a nack with requeue. */
+static void add_retry(struct verdict *v, Twice__Journal__Record__Kind kind, const char *id,
+                      const char *task, uint32_t retries, bool retry)
+{
+    Twice__Journal__Record r = TWICE__JOURNAL__RECORD__INIT;
+    r.kind = kind;
+    r.message_id = (char *)id;
+    r.task = (char *)task;
+    r.retries = retries;
+    r.retry = retry;
+    assert_int_equal(verdict_add_record(v, &r), 0);
+}
+
 #define DELIVER TWICE__JOURNAL__RECORD__KIND__DELIVER
 #define FAULT TWICE__JOURNAL__RECORD__KIND__FAULT
 #define PUBLISH TWICE__JOURNAL__RECORD__KIND__PUBLISH
@@ -91,6 +105,97 @@ static const struct verdict_task *row(const struct verdict_result *res, const ch
     }
     fail_msg("no row for task %s", task);
     return NULL;
+}
+
+#define NACK TWICE__JOURNAL__RECORD__KIND__NACK
+
+/* Retries the app asked for are attempts, not copies: a task that retried twice and then
+ * succeeded is UNTESTED, not IDEMPOTENT; a copy of one attempt still counts. */
+static void test_app_retries_are_not_copies(void **state)
+{
+    (void)state;
+    struct verdict *v = verdict_new();
+    /* Celery: self.retry() twice (the publish and the delivery both carry the count). */
+    add(v, PUBLISH, "c1", "flaky");
+    add(v, DELIVER, "c1", "flaky");
+    add_retry(v, PUBLISH, "c1", "flaky", 1, true);
+    add(v, ACK, "c1", "flaky");
+    add_retry(v, DELIVER, "c1", "flaky", 1, false);
+    add_retry(v, PUBLISH, "c1", "flaky", 2, true);
+    add_retry(v, DELIVER, "c1", "flaky", 2, false);
+    effect(v, "c1", 1);
+    /* RQ: its retry is only known from the publish; the next delivery carries no count. */
+    add(v, DELIVER, "r1", "flaky");
+    add_retry(v, PUBLISH, "r1", "flaky", 0, true);
+    add(v, DELIVER, "r1", "flaky");
+    effect(v, "r1", 1);
+    /* A nack with requeue, then the broker's redelivery. */
+    add(v, DELIVER, "n1", "flaky");
+    add_retry(v, NACK, "n1", "flaky", 0, true);
+    add(v, DELIVER, "n1", "flaky");
+    effect(v, "n1", 1);
+    /* Sidekiq: the delivery's retry_count alone tells (twice never saw the retry's push). */
+    add(v, DELIVER, "s1", "flaky");
+    add_retry(v, DELIVER, "s1", "flaky", 1, false);
+    effect(v, "s1", 1);
+    struct verdict_result res;
+    assert_int_equal(verdict_compute(v, &res), 0);
+    const struct verdict_task *t = row(&res, "flaky");
+    assert_int_equal(t->messages, 4);
+    assert_int_equal(t->faulted, 0);
+    assert_int_equal(t->delivered_more_than_once, 0);
+    assert_int_equal(t->more_than_one_effect, 0);
+    assert_int_equal(t->copies, 0);
+    assert_int_equal(t->retried, 4);
+    assert_int_equal(t->max_retries, 2);
+    assert_int_equal(t->verdict, VERDICT_UNTESTED);
+    verdict_result_free(&res);
+    verdict_free(v);
+
+    /* A copy twice made of the first attempt, arriving after the app asked for a retry that
+     * carries a count: still a copy, and the retry's delivery still an attempt. */
+    v = verdict_new();
+    add(v, DELIVER, "c2", "flaky");
+    add_retry(v, PUBLISH, "c2", "flaky", 1, true);
+    add(v, FAULT, "c2", "flaky");
+    add(v, DELIVER, "c2", "flaky");
+    add_retry(v, DELIVER, "c2", "flaky", 1, false);
+    effect(v, "c2", 1);
+    assert_int_equal(verdict_compute(v, &res), 0);
+    t = row(&res, "flaky");
+    assert_int_equal(t->delivered_more_than_once, 1);
+    assert_int_equal(t->copies, 1);
+    assert_int_equal(t->retried, 1);
+    assert_int_equal(t->max_retries, 1);
+    assert_int_equal(t->verdict, VERDICT_IDEMPOTENT);
+    verdict_result_free(&res);
+    verdict_free(v);
+}
+
+/* A retry whose publish twice dropped never reaches the broker: a later delivery is a copy. */
+static void test_dropped_retry_is_no_attempt(void **state)
+{
+    (void)state;
+    struct verdict *v = verdict_new();
+    add(v, DELIVER, "r1", "job");
+    add_retry(v, PUBLISH, "r1", "job", 0, true);
+    Twice__Journal__Record f = TWICE__JOURNAL__RECORD__INIT;
+    f.kind = FAULT;
+    f.message_id = (char *)"r1";
+    f.event = RULE_EV_PUBLISH;
+    f.action = RULE_ACT_DROP;
+    assert_int_equal(verdict_add_record(v, &f), 0);
+    add(v, DELIVER, "r1", "job");
+    effect(v, "r1", 2);
+    struct verdict_result res;
+    assert_int_equal(verdict_compute(v, &res), 0);
+    const struct verdict_task *t = row(&res, "job");
+    assert_int_equal(t->retried, 0);
+    assert_int_equal(t->delivered_more_than_once, 1);
+    assert_int_equal(t->doubled_by_retries, 0);
+    assert_int_equal(t->verdict, VERDICT_NOT_IDEMPOTENT);
+    verdict_result_free(&res);
+    verdict_free(v);
 }
 
 static void test_counts_and_verdicts(void **state)
@@ -403,6 +508,8 @@ struct jrec {
     const char *id, *task, *rule, *action, *reason;
     uint32_t event;
     uint64_t at_ms, session;
+    uint32_t retries;
+    bool retry;
 };
 
 static void write_journal(const char *path, const struct jrec *recs, size_t n)
@@ -427,6 +534,8 @@ static void write_journal(const char *path, const struct jrec *recs, size_t n)
             .close_reason_name = recs[i].reason,
             .bytes_up = 10,
             .bytes_down = 20,
+            .retries = recs[i].retries,
+            .retry = recs[i].retry,
         };
         journal_record(j, &r);
     }
@@ -540,14 +649,17 @@ static void test_verdict_command_human(void **state)
     const char *argv[] = {"verdict", "--journal", f->journal, "--effects", f->effects};
     assert_int_equal(run(f, verdict_run, 5, argv), 1);
     assert_contains(f->out,
-                    "TASK    MESSAGES  FAULTED  DELIVERED>1  EFFECTS>1  NO EFFECT  COPIES AFTER   "
-                    "VERDICT");
-    assert_contains(f->out, "charge         2        2            1          1          0  "
-                            "1.5s-1.5s      NOT IDEMPOTENT  m1\n");
-    assert_contains(f->out, "email          1        1            1          0          0  "
-                            "0.0s-0.0s      IDEMPOTENT\n");
-    assert_contains(f->out, "resize         1        0            0          0          0  "
-                            "-              UNTESTED\n");
+                    "TASK    MESSAGES  FAULTED  DELIVERED>1  EFFECTS>1  NO EFFECT  RETRIED  "
+                    "COPIES AFTER   VERDICT");
+    assert_contains(f->out,
+                    "charge         2        2            1          1          0        0  "
+                    "1.5s-1.5s      NOT IDEMPOTENT  m1\n");
+    assert_contains(f->out,
+                    "email          1        1            1          0          0        0  "
+                    "0.0s-0.0s      IDEMPOTENT\n");
+    assert_contains(f->out,
+                    "resize         1        0            0          0          0        0  "
+                    "-              UNTESTED\n");
     assert_contains(f->out, "email: IDEMPOTENT for copies 0.0s-0.0s after the first delivery "
                             "(median 0.0s, 1 copy)\n  every copy came within 0.0s");
     assert_contains(f->out, "6 side effects");
@@ -606,10 +718,12 @@ static void test_verdict_idempotent_and_untested_exit_zero(void **state)
     write_file(f->effects, "a\nc\n");
     const char *argv[] = {"verdict", "--journal", f->journal, "--effects", f->effects};
     assert_int_equal(run(f, verdict_run, 5, argv), 0);
-    assert_contains(f->out, "send_email         2        1            1          0          1  "
-                            "0.0s-0.0s      IDEMPOTENT\n");
-    assert_contains(f->out, "resize             1        0            0          0          0  "
-                            "-              UNTESTED\n");
+    assert_contains(f->out,
+                    "send_email         2        1            1          0          1        0  "
+                    "0.0s-0.0s      IDEMPOTENT\n");
+    assert_contains(f->out,
+                    "resize             1        0            0          0          0        0  "
+                    "-              UNTESTED\n");
     assert_contains(f->out, "\nverdict: IDEMPOTENT\n");
 }
 
@@ -632,6 +746,66 @@ static void test_verdict_doubled_without_redelivery_is_flagged(void **state)
     assert_contains(f->out, "warning: pay: 1 message ids have 2+ effects but were delivered at "
                             "most once: effect doubled without a second delivery: check your "
                             "effects list (e.g. p1)");
+}
+
+/* Two effects over the app's own attempts, no copy: NOT IDEMPOTENT, and said apart. */
+static void test_doubled_by_retries(void **state)
+{
+    struct fixture *f = *state;
+    const struct jrec recs[] = {
+        {.kind = JOURNAL_KIND_DELIVER, .id = "p1", .task = "pay"},
+        {.kind = JOURNAL_KIND_PUBLISH, .id = "p1", .task = "pay", .retries = 1, .retry = true},
+        {.kind = JOURNAL_KIND_DELIVER, .id = "p1", .task = "pay", .retries = 1},
+    };
+    write_journal(f->journal, recs, 3);
+    write_file(f->effects, "p1\np1\n");
+    const char *argv[] = {"verdict", "--journal", f->journal, "--effects", f->effects};
+    assert_int_equal(run(f, verdict_run, 5, argv), 1);
+    assert_contains(f->out, "pay          1        0            0          1          0        1  "
+                            "-              NOT IDEMPOTENT  p1\n");
+    assert_contains(f->out, "pay: 1 message retried by the app, at most 1 retry of one; their "
+                            "attempts are not counted as copies\n");
+    assert_contains(f->out, "warning: pay: 1 message ids have 2+ effects over the app's own "
+                            "retries, with no copy from twice: the handler did its side effect, "
+                            "then failed and was retried (e.g. p1)\n");
+    const char *jargv[] = {"verdict", "--journal", f->journal, "--effects", f->effects, "--json"};
+    assert_int_equal(run(f, verdict_run, 6, jargv), 1);
+    assert_contains(f->out, "\"retried\": 1, \"max_retries\": 1, \"doubled_by_retries\": 1, "
+                            "\"doubled_by_retries_examples\": [\"p1\"]}");
+}
+
+/* The report counts the app's retries per task, and the timeline shows them. */
+static void test_report_retries(void **state)
+{
+    struct fixture *f = *state;
+    const struct jrec recs[] = {
+        {.kind = JOURNAL_KIND_PUBLISH, .id = "c1", .task = "tasks.flaky"},
+        {.kind = JOURNAL_KIND_DELIVER, .id = "c1", .task = "tasks.flaky"},
+        {.kind = JOURNAL_KIND_PUBLISH, .id = "c1", .task = "tasks.flaky", .retries = 1, .retry = 1},
+        {.kind = JOURNAL_KIND_DELIVER, .id = "c1", .task = "tasks.flaky", .retries = 1},
+        {.kind = JOURNAL_KIND_PUBLISH, .id = "c1", .task = "tasks.flaky", .retries = 2, .retry = 1},
+        {.kind = JOURNAL_KIND_DELIVER, .id = "c1", .task = "tasks.flaky", .retries = 2},
+        {.kind = JOURNAL_KIND_DELIVER, .id = "n1", .task = "tasks.flaky"},
+        {.kind = JOURNAL_KIND_NACK, .id = "n1", .task = "tasks.flaky", .retry = true},
+        {.kind = JOURNAL_KIND_DELIVER, .id = "n1", .task = "tasks.flaky"},
+        {.kind = JOURNAL_KIND_DELIVER, .id = "o1", .task = "tasks.once"},
+    };
+    write_journal(f->journal, recs, sizeof(recs) / sizeof(recs[0]));
+    const char *argv[] = {"report", f->journal};
+    assert_int_equal(run(f, report_run, 2, argv), 0);
+    assert_contains(f->out, "\nRetries by the app (new attempts it asked for, not copies)\n"
+                            "  TASK                              RETRIED  MOST RETRIES\n"
+                            "  tasks.flaky                             2  2\n\n");
+    const char *jargv[] = {"report", f->journal, "--json"};
+    assert_int_equal(run(f, report_run, 3, jargv), 0);
+    assert_contains(f->out, "\"retries\": [{\"task\": \"tasks.flaky\", \"retried\": 2, "
+                            "\"max_retries\": 2}],\n");
+    const char *targv[] = {"report", f->journal, "--message", "c1"};
+    assert_int_equal(run(f, report_run, 4, targv), 0);
+    assert_contains(f->out, "task=tasks.flaky retries=2 retry\n");
+    const char *nargv[] = {"report", f->journal, "--message", "n1"};
+    assert_int_equal(run(f, report_run, 4, nargv), 0);
+    assert_contains(f->out, "task=tasks.flaky requeue\n");
 }
 
 static void test_verdict_usage_and_io_errors(void **state)
@@ -830,6 +1004,10 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_counts_and_verdicts),
+        cmocka_unit_test(test_app_retries_are_not_copies),
+        cmocka_unit_test(test_dropped_retry_is_no_attempt),
+        cmocka_unit_test_setup_teardown(test_doubled_by_retries, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_report_retries, setup, teardown),
         cmocka_unit_test(test_examples_are_five_smallest_sorted),
         cmocka_unit_test(test_withheld_deliveries_prove_nothing),
         cmocka_unit_test(test_unknown_task_and_unknown_effects),

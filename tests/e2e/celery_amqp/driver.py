@@ -129,6 +129,9 @@ def main():
             for t in (tasks.charge, tasks.charge_safe):
                 r = t.apply_async(("order-%d" % i,), connection=conn)
                 enqueued.append((r.id, t.name))
+        for i in range(args.retried):
+            r = tasks.charge_retried.apply_async(("retried-%d" % i,), connection=conn)
+            enqueued.append((r.id, tasks.charge_retried.name))
     k.write_enqueued(args, enqueued)
     k.log("enqueued %d tasks" % len(enqueued))
 

@@ -35,13 +35,16 @@ def main():
     started = time.monotonic()
     env = k.worker_env(args, PYTHONPATH=os.pathsep.join([HERE, os.path.dirname(HERE)]))
 
-    from rq import Queue
+    from rq import Queue, Retry
     q = Queue(QUEUE, connection=k.redis_client(args.broker))
     enqueued = []
     for i in range(args.jobs):
         for name in ("tasks.charge", "tasks.charge_safe"):
             job = q.enqueue(name, "order-%d" % i)
             enqueued.append((job.id, name))
+    for i in range(args.retried):
+        job = q.enqueue("tasks.charge_retried", "retried-%d" % i, retry=Retry(max=k.RETRIES))
+        enqueued.append((job.id, "tasks.charge_retried"))
     k.write_enqueued(args, enqueued)
     k.log("enqueued %d jobs" % len(enqueued))
 

@@ -28,6 +28,17 @@ def charge(order_id):
     return order_id
 
 
+def charge_retried(order_id):
+    """Fails e2ekit.RETRIES times, then charges once: enqueued with Retry(max=RETRIES), each
+    failure makes RQ's worker save the job (its start time set) and push its id again
+    (rq/job.py, Job.retry)."""
+    job = get_current_job()
+    if job.retries_left:
+        raise e2ekit.RetryAsked("retries left: %d" % job.retries_left)
+    e2ekit.charge(job.id, "tasks.charge_retried")
+    return order_id
+
+
 def charge_safe(order_id):
     """Idempotent: SET twice:done:<job id> NX on the real Redis first."""
     e2ekit.charge_safe(get_current_job().id, "tasks.charge_safe")
