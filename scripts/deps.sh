@@ -24,6 +24,31 @@ case "${1:-all}" in
     *) echo "usage: $0 [build|test|demo|bench|all]" >&2; exit 2 ;;
 esac
 
+# Node.js and npm for the Node.js clients the tests run (tests/node): Debian's, unless the
+# machine has a node and an npm already (a NodeSource build brings its own npm, which Debian's
+# npm package would conflict with).
+node_wanted=0
+case "${1:-all}" in test|all) node_wanted=1 ;; esac
+if [ "$node_wanted" = 1 ]; then
+    command -v node >/dev/null 2>&1 || want+=(nodejs)
+    command -v npm >/dev/null 2>&1 || want+=(npm)
+fi
+
+# The npm packages of tests/node, as its committed lockfile pins them, into tests/node/
+# node_modules (never global): again only when the lockfile changed since the last install.
+node_modules() {
+    local dir lock stamp
+    dir="$(cd "$(dirname "$0")/.." && pwd)/tests/node"
+    lock="$dir/package-lock.json"
+    stamp="$dir/node_modules/.twice-lock"
+    if [ -f "$stamp" ] && cmp -s "$lock" "$stamp"; then
+        return 0
+    fi
+    echo "deps: npm ci in tests/node" >&2
+    (cd "$dir" && npm ci --no-audit --no-fund --loglevel=error)
+    cp "$lock" "$stamp"
+}
+
 missing=()
 for p in "${want[@]}"; do
     if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed'; then
@@ -32,6 +57,7 @@ for p in "${want[@]}"; do
 done
 # Deduplicate while keeping order.
 if [ ${#missing[@]} -eq 0 ]; then
+    if [ "$node_wanted" = 1 ]; then node_modules; fi
     exit 0
 fi
 mapfile -t missing < <(printf '%s\n' "${missing[@]}" | awk '!seen[$0]++')
@@ -59,4 +85,9 @@ export DEBIAN_FRONTEND=noninteractive
 if ! $SUDO apt-get install -y -q --no-install-recommends "${missing[@]}"; then
     $SUDO apt-get update -q
     $SUDO apt-get install -y -q --no-install-recommends "${missing[@]}"
+fi
+if [ "$node_wanted" = 1 ]; then
+    cleanup
+    added_policy=0
+    node_modules
 fi

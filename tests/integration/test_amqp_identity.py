@@ -13,8 +13,9 @@ the verdict use them.  Real RabbitMQ, pika producers and consumers through twice
 - Laravel-shaped JSON bodies ({"uuid": ..., "displayName": "App\\\\Jobs\\\\Charge", ...}) with
   `message-id body.json.uuid` and `task body.json.displayName`: the journal names them; a
   body without those fields goes unnamed, and the message still goes through unchanged.
-- A consumer in Ruby with Bunny (Debian's ruby-bunny), reading the `type` property: the
-  verdict names its handlers by type.
+- A consumer in Ruby with Bunny (Debian's ruby-bunny), reading the `type` property, and one
+  in Node.js with amqplib (npm, installed into tests/node), reading a `type` header: the
+  verdict names their handlers by type.
 - `duplicate` on publishes: the queue gets a plain publish twice; a publish on a channel in
   confirm mode is not duplicated (logged), and its confirm arrives.
 """
@@ -173,29 +174,53 @@ class IdentityTest(unittest.TestCase):
             self.assertEqual(named, dict(jobs), kind)
             self.assertEqual(len([1 for k, r in recs if k == kind]), 3, kind)
 
-    def test_bunny_consumer_named_by_type(self):
-        self.start("task property.type",
+    def typed_consumer(self, task_source, prefix, props, command):
+        """Six messages, `charge` and `charge_safe` in turn, published with props(task) and
+        their ids PREFIX-N; `when deliver, first 4, do duplicate`; the consumer run as
+        command(effects file, deliveries to handle).  The journal names every delivery by its
+        type, and the verdict names the handlers."""
+        self.start(task_source,
                    [fk.rule_block("dup", "app", "when deliver", "first 4", "do duplicate")])
-        ids = []
+        sent = {}
         c = conn(self.port)
         ch = c.channel()
         for i in range(6):
             task = "charge" if i % 2 == 0 else "charge_safe"
-            mid = "bunny-%d" % i
-            ch.basic_publish("", self.queue, b"x", pika.BasicProperties(message_id=mid, type=task))
-            ids.append(mid)
+            mid = "%s-%d" % (prefix, i)
+            ch.basic_publish("", self.queue, b"x", props(mid, task))
+            sent[mid] = task
         c.close()
-        effects = os.path.join(self.tmp, "bunny-effects.txt")
-        script = os.path.join(h.SOURCE_DIR, "tests", "integration", "bunny_consumer.rb")
-        r = subprocess.run(["ruby", script, "127.0.0.1", str(self.port), self.queue,
-                            str(len(ids) + 4), effects],
-                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, timeout=WAIT + 30)
+        effects = os.path.join(self.tmp, "%s-effects.txt" % prefix)
+        r = subprocess.run(command(effects, len(sent) + 4), stdout=subprocess.PIPE,
+                           stderr=subprocess.PIPE, timeout=WAIT + 30)
         self.assertEqual(r.returncode, 0, r.stderr.decode())
-        self.records()
+        named = {r.get("message_id"): r.get("task") for k, r in self.records() if k == "deliver"}
+        self.assertEqual(named, sent)
         with open(effects) as f:
             rows = self.verdict(f.read().split())
         self.assertEqual(rows["charge"]["verdict"], "NOT IDEMPOTENT", rows)
         self.assertEqual(rows["charge_safe"]["verdict"], "IDEMPOTENT", rows)
+
+    def test_bunny_consumer_named_by_type(self):
+        script = os.path.join(h.SOURCE_DIR, "tests", "integration", "bunny_consumer.rb")
+        self.typed_consumer(
+            "task property.type", "bunny",
+            lambda mid, task: pika.BasicProperties(message_id=mid, type=task),
+            lambda effects, n: ["ruby", script, "127.0.0.1", str(self.port), self.queue, str(n),
+                                effects])
+
+    def test_amqplib_consumer_named_by_type_header(self):
+        """A Node.js worker on amqplib (npm, tests/node): its handler named by a `type`
+        header."""
+        node_dir = os.path.join(h.SOURCE_DIR, "tests", "node")
+        self.assertTrue(os.path.isdir(os.path.join(node_dir, "node_modules", "amqplib")),
+                        "amqplib is not installed in tests/node: run scripts/deps.sh test")
+        script = os.path.join(node_dir, "amqplib_consumer.js")
+        self.typed_consumer(
+            "task header.type", "amqplib",
+            lambda mid, task: pika.BasicProperties(message_id=mid, headers={"type": task}),
+            lambda effects, n: ["node", script, "127.0.0.1", str(self.port), self.queue, str(n),
+                                effects])
 
     def test_publish_duplicated_unless_confirm_mode(self):
         """`duplicate` on publishes: the queue gets the message twice, same id and body, after
