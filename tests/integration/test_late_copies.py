@@ -21,7 +21,8 @@ on a guess about time.
 - Producer-side copies (PublishCopies): `when publish ...; do duplicate`
   with Sidekiq, RQ (its enqueue transaction), Celery on Redis and Celery on
   RabbitMQ: each faulted job is enqueued twice with its id and runs twice;
-  charge NOT IDEMPOTENT, charge_safe IDEMPOTENT.
+  charge NOT IDEMPOTENT, charge_safe IDEMPOTENT.  And `when confirm ...; do drop` with
+  Celery's own retry: its producer times out on the lost confirm and publishes again.
 - Celery on RabbitMQ, a `charge_safe` whose deduplication key expires 2 s
   after it is taken (--done-ttl 2): NOT IDEMPOTENT when some acks are held
   past a 3 s visibility timeout, and under `redeliver after 5s`; IDEMPOTENT
@@ -239,6 +240,24 @@ class PublishCopies(LateCopies):
         self.publish_copies("celery_amqp", upstream=r.port, env=r.env,
                             driver_args=["--inspect", "127.0.0.1:%d" % r.port, "--rabbitmqctl",
                                          ctl])
+
+
+    def test_celery_amqp_lost_confirm_republished(self):
+        """`drop` on confirms with Celery's own retry: its producer, in confirm mode, stops
+        waiting after 2 s, reconnects and publishes the task again (kombu's
+        Connection.ensure), so each job whose confirm was lost reaches the queue twice with
+        its id, and runs twice."""
+        r = self.rabbitmq()
+        ctl = "%s -n %s" % (os.path.join(h.RABBIT_BIN, "rabbitmqctl"), r.nodename)
+        _, unsafe, safe = APPS["celery_amqp"]
+        rows, table, rc = self.run_app(
+            "celery_amqp", rules("app", "confirm", "do drop", [unsafe, safe]), upstream=r.port,
+            env=r.env, driver_args=["--inspect", "127.0.0.1:%d" % r.port, "--rabbitmqctl", ctl,
+                                    "--confirm-timeout", "2"])
+        self.assertEqual(rc, 1)
+        self.assert_late(rows, table, min_ms=0, slack_ms=0)
+        for task in (unsafe, safe):
+            self.assertEqual(rows[task]["faulted"], COPIES, table)
 
 
 # The late-copy tests run once, in their own class.

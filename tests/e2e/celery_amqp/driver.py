@@ -45,6 +45,11 @@ def extra(p):
                         "\"rabbitmqctl -n rabbit@host\" (split like a shell would; the driver's "
                         "environment is passed on: HOME for the Erlang cookie, RABBITMQ_*, ERL_*). "
                         "Without it, unacknowledged messages are not looked at")
+    p.add_argument("--confirm-timeout", type=float, default=0, metavar="S",
+                   help="the producer publishes in confirm mode (kombu's confirm_publish) and "
+                        "stops waiting for a confirm after S seconds (py-amqp's read_timeout): "
+                        "apply_async's retry (kombu's Connection.ensure) then reconnects and "
+                        "publishes the task again, under its id (default 0: no confirms)")
 
 
 def broker_url(addr):
@@ -123,6 +128,10 @@ def main():
     # broker URL at import, so set it first).
     os.environ["TWICE_BROKER_URL"] = broker_url(args.broker)
     import tasks
+    if args.confirm_timeout > 0:
+        # The producer only: the workers' connections keep their defaults.
+        tasks.app.conf.broker_transport_options = {"confirm_publish": True,
+                                                   "read_timeout": args.confirm_timeout}
     enqueued = []
     with tasks.app.connection_for_write() as conn:
         for i in range(args.jobs):
