@@ -81,6 +81,9 @@ struct amqp_ledger {
     /* Lowest client sequence number that will never be confirmed (a dropped
      * publish or a dropped confirm): no `multiple` may reach past it. */
     uint64_t confirm_barrier;
+    /* Lowest broker sequence number of a copy twice sent: from there on the broker's numbers
+     * run ahead of the client's, and no broker confirm is the client's as it stands. */
+    uint64_t copies_from;
     struct amqp_plan_tag *scratch; /* plan->tags */
     size_t scratch_cap;
     enum ledger_plan_use plan_use; /* which plan is open, if any */
@@ -307,6 +310,7 @@ struct amqp_ledger *amqp_ledger_new(void (*free_info)(void *info))
         return NULL;
     l->free_info = free_info;
     l->confirm_barrier = LEDGER_NO_BARRIER;
+    l->copies_from = LEDGER_NO_BARRIER;
     return l;
 }
 
@@ -338,6 +342,7 @@ void amqp_ledger_reset(struct amqp_ledger *l)
     l->confirm_mode = false;
     l->client_seq = l->broker_seq = 0;
     l->confirm_barrier = LEDGER_NO_BARRIER;
+    l->copies_from = LEDGER_NO_BARRIER;
 }
 
 /* ---- deliveries ------------------------------------------------------------- */
@@ -691,6 +696,19 @@ int amqp_ledger_publish(struct amqp_ledger *l, bool dropped, void *info, uint64_
     return rc;
 }
 
+int amqp_ledger_publish_copy(struct amqp_ledger *l)
+{
+    l->plan_use = PLAN_NONE;
+    if (!l->confirm_mode)
+        return AMQP_LEDGER_OK;
+    /* A copy is an entry without a client number (aux 0): its confirms go nowhere. */
+    struct ledger_entry e = {.key = ++l->broker_seq, .aux = 0, .state = LS_UNCONFIRMED};
+    if (l->broker_seq < l->copies_from)
+        l->copies_from = l->broker_seq;
+    return queue_live(&l->pubs) >= AMQP_LEDGER_MAX_OUTSTANDING ? AMQP_LEDGER_E_FULL
+                                                               : queue_push(&l->pubs, &e);
+}
+
 uint64_t amqp_ledger_confirm_seq(const struct amqp_ledger *l, uint64_t broker_seq, void **info)
 {
     size_t i = queue_find(&l->pubs, broker_seq);
@@ -736,7 +754,7 @@ int amqp_ledger_confirm_begin(struct amqp_ledger *l, bool nack, uint64_t seq, bo
     plan->tags = l->scratch;
     plan->id = ++l->plan_id;
     for (size_t i = lo; i < hi; i++)
-        if (l->pubs.v[i].state != LS_DEAD)
+        if (l->pubs.v[i].state != LS_DEAD && l->pubs.v[i].aux != 0)
             ledger_plan_add(plan, l->pubs.v[i].aux, l->pubs.v[i].info);
     l->plan_use = PLAN_CONFIRM;
     return AMQP_LEDGER_OK;
@@ -750,9 +768,9 @@ static bool confirm_is_transparent(const struct amqp_ledger *l, const struct amq
     for (size_t i = 0; i < plan->n; i++)
         if (plan->tags[i].verdict != AMQP_V_PASS)
             return false;
-    /* No barrier <= seq: nothing was dropped below seq, so numbers agree. */
+    /* No barrier <= seq: nothing was dropped below seq, and no copy sent: numbers agree. */
     if (plan->multiple)
-        return l->confirm_barrier > plan->tag;
+        return l->confirm_barrier > plan->tag && l->copies_from > plan->tag;
     return plan->n == 1 && plan->tags[0].tag == plan->tag;
 }
 
@@ -788,9 +806,15 @@ static void confirm_apply(struct amqp_ledger *l, const struct amqp_plan *plan)
     size_t lo, hi, k = 0;
     if (!confirm_range(l, plan, &lo, &hi))
         return;
-    for (size_t i = lo; i < hi && k < plan->n; i++) {
+    for (size_t i = lo; i < hi; i++) {
         if (l->pubs.v[i].state == LS_DEAD)
             continue;
+        if (l->pubs.v[i].aux == 0) { /* a copy: confirmed, and nobody to tell */
+            queue_kill(l, &l->pubs, i);
+            continue;
+        }
+        if (k == plan->n)
+            continue; /* not in the plan (cannot happen: every live publish in range is) */
         const struct amqp_plan_tag *t = &plan->tags[k++];
         if (t->verdict == AMQP_V_DROP && t->tag < l->confirm_barrier)
             l->confirm_barrier = t->tag;
@@ -809,7 +833,7 @@ int amqp_ledger_confirm_commit(struct amqp_ledger *l, uint16_t channel, struct a
     int rc;
     if (plan->unknown) {
         /* A broker error: harmless to pass on only while numbers agree. */
-        rc = l->confirm_barrier == LEDGER_NO_BARRIER ? 1 : 0;
+        rc = l->confirm_barrier == LEDGER_NO_BARRIER && l->copies_from == LEDGER_NO_BARRIER ? 1 : 0;
     } else if (confirm_is_transparent(l, plan)) {
         rc = 1;
     } else {

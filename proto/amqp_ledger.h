@@ -43,7 +43,8 @@
  *
  * Publisher confirms are the same problem in the other direction: when
  * twice drops a publish, the broker's sequence numbers run behind the
- * client's, and the ledger translates the broker's acks/nacks back.
+ * client's; when twice sends a copy of one, they run ahead.  The ledger
+ * translates the broker's acks/nacks back, and swallows the copies'.
  *
  * Pure C, no I/O.  Frames are produced by proto/amqp.h's encoders into a
  * caller buffer.  Not thread-safe: one ledger belongs to one session.
@@ -245,17 +246,22 @@ bool amqp_ledger_in_confirm_mode(const struct amqp_ledger *l);
 int amqp_ledger_publish(struct amqp_ledger *l, bool dropped, void *info,
                         uint64_t *client_seq) AMQP_LEDGER_WARN_UNUSED;
 
+/* twice sent a copy of the publish recorded last (a `duplicate` rule) right behind it: the
+ * broker numbers the copy too, but the client never published it, so no confirm of it reaches
+ * the client.  Nothing outside confirm mode.  Returns 0, or AMQP_LEDGER_E_FULL /
+ * AMQP_LEDGER_E_NOMEM as amqp_ledger_publish() does. */
+int amqp_ledger_publish_copy(struct amqp_ledger *l) AMQP_LEDGER_WARN_UNUSED;
+
 /* The client sequence number (and info, when `info` is not NULL) behind the
- * unconfirmed broker sequence `broker_seq`, or 0 (info NULL). */
+ * unconfirmed broker sequence `broker_seq`, or 0 (info NULL; a copy twice sent has none). */
 uint64_t amqp_ledger_confirm_seq(const struct amqp_ledger *l, uint64_t broker_seq, void **info);
 
 /* A broker basic.ack/nack confirm (`nack` false/true) of broker sequence
  * `seq`, `multiple`: list the client sequence numbers it confirms (one per
- * published message, ascending) into a plan; the caller sets DROP on the
- * confirms it drops (PASS otherwise; other verdicts are refused at commit).
- * `unknown` is set for a single confirm of a sequence number not awaiting
- * one, or a multiple beyond the last publish.  Returns 0 or
- * AMQP_LEDGER_E_NOMEM.  Plan validity as for amqp_ledger_settle_begin(). */
+ * published message, ascending; a copy twice sent has none) into a plan; the caller sets DROP on
+ * the confirms it drops (PASS otherwise; other verdicts are refused at commit). `unknown` is set
+ * for a single confirm of a sequence number not awaiting one, or a multiple beyond the last
+ * publish.  Returns 0 or AMQP_LEDGER_E_NOMEM.  Plan validity as for amqp_ledger_settle_begin(). */
 int amqp_ledger_confirm_begin(struct amqp_ledger *l, bool nack, uint64_t seq, bool multiple,
                               struct amqp_plan *plan) AMQP_LEDGER_WARN_UNUSED;
 

@@ -304,6 +304,12 @@ void apx_content_end(struct amqp_px *ax, struct achan *ch, int from)
 {
     struct content *c = &ch->content[from];
     bool close_after = c->close_after;
+    if (c->copy_numbered && c->copy == NULL) {
+        /* Out of memory while copying the body: the broker's numbers would not be the
+         * ledger's, and every later confirm would name the wrong publish. */
+        apx_protocol_error(ax, "channel %u: out of memory copying a publish", ch->id);
+        return;
+    }
     if (c->dup && c->copy != NULL) {
         /* The copy right behind the original: held with it, or on the channel at once. */
         if (c->fate == FATE_HOLD && c->entry != NULL)
@@ -506,10 +512,14 @@ static void content_decide(struct amqp_px *ax, struct achan *ch, int from, struc
     if (!deliver) {
         uint64_t seq;
         c->info = NULL;
-        if (amqp_ledger_publish(ch->ledger, c->fate == FATE_DROP, mi, &seq) != 0) {
+        /* A copy goes right behind its original (apx_content_end()): in confirm mode the
+         * broker numbers it next, and its confirm is the ledger's to swallow. */
+        if (amqp_ledger_publish(ch->ledger, c->fate == FATE_DROP, mi, &seq) != 0 ||
+            (c->dup && amqp_ledger_publish_copy(ch->ledger) != 0)) {
             apx_protocol_error(ax, "channel %u: too many unconfirmed publishes", ch->id);
             return;
         }
+        c->copy_numbered = c->dup && amqp_ledger_in_confirm_mode(ch->ledger);
     }
     content_release_stash(ch, from);
     if (c->body_left == 0)

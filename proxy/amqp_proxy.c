@@ -577,11 +577,6 @@ size_t apx_decide_msg(struct amqp_px *ax, enum rule_event kind, const struct msg
         ev.body = evbuffer_pullup(body, -1);
         ev.body_len = blen;
     }
-    /* On a channel in confirm mode the broker would number a copy of a publish: every
-     * later confirm would name the wrong publish to the client (logged at confirm.select). */
-    if (kind == RULE_EV_PUBLISH && mi != NULL && mi->ch != NULL &&
-        amqp_ledger_in_confirm_mode(mi->ch->ledger))
-        ev.refused_actions = 1u << RULE_ACT_DUPLICATE;
     return decide(ax, &ev, hits);
 }
 
@@ -852,11 +847,6 @@ static void client_method(struct amqp_px *ax, struct achan *ch, const struct amq
         /* The broker numbers publishes from here on, in channel order;
          * with nowait there is no select-ok to wait for. */
         amqp_ledger_confirm_mode(ch->ledger);
-        if (codec_wants(ax->s, RULE_EV_PUBLISH))
-            log_msg(LOG_INFO, "publish duplicates off",
-                    "sid=%llu listener=%s channel=%u "
-                    "reason=confirm_mode",
-                    (unsigned long long)ax->s->id, ax->s->cfg->l->name, ch->id);
         break;
     default:
         break;

@@ -483,8 +483,7 @@ size_t ruleset_decide(struct ruleset *rs, const char *listener, const struct eng
     for (size_t i = 0; i < rs->n && n < max_hits; i++) {
         struct rule_rt *rt = &rs->rt[i];
         if (rt->rule->event != ev->event || !atomic_load(&rt->st->enabled) ||
-            strcmp(rt->rule->listener, listener) != 0 ||
-            ((ev->refused_actions >> (unsigned)rt->rule->action.kind) & 1u) != 0)
+            strcmp(rt->rule->listener, listener) != 0)
             continue;
         if (rule_fires(rs, rt, ev, now_ms))
             hits[n++] = i;

@@ -69,10 +69,6 @@ struct engine_event {
      * broker's redelivered flag is then all that tells a copy, so a
      * redelivered one is past every rule's max-per-message. */
     bool anonymous;
-    /* Bits (1 << enum rule_action_kind) of actions the codec cannot carry out on this event
-     * (a duplicate of a publish on a channel in confirm mode): a rule doing one neither counts
-     * the event nor fires, so that no fault is journaled that was not made. */
-    uint32_t refused_actions;
 };
 
 struct engine_rule_stats {

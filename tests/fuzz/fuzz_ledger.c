@@ -96,9 +96,11 @@ struct fz {
     uint8_t settled[FZ_MAX]; /* code the broker settled it with in the current step */
     /* confirms */
     bool confirm_mode;
-    bool any_dropped; /* a publish or a confirm dropped since the last close */
+    bool any_dropped; /* a publish or a confirm dropped, or a publish copied, since the last
+                         close: the client's numbers and the broker's may differ */
     uint64_t client_seq, broker_seq;
     uint64_t client_of[FZ_MAX]; /* broker number -> client number, 0 once confirmed */
+    uint8_t copy_at[FZ_MAX];    /* broker number of a copy twice sent, until confirmed */
     uint8_t wait[FZ_MAX];       /* client number -> C_* */
     uint8_t out[FZ_OUT_CAP];
 };
@@ -175,6 +177,7 @@ static void channel_close(struct fz *s)
     memset(s->held, 0, sizeof(s->held));
     memset(s->dropped, 0, sizeof(s->dropped));
     memset(s->client_of, 0, sizeof(s->client_of));
+    memset(s->copy_at, 0, sizeof(s->copy_at));
     memset(s->wait, 0, sizeof(s->wait));
     s->next_tag = 1;
     s->confirm_mode = s->any_dropped = false;
@@ -479,8 +482,9 @@ static void op_recover(struct fz *s)
 
 static void op_publish(struct fz *s)
 {
-    bool dropped = next_byte(s) & 1;
-    if (s->confirm_mode && s->client_seq + 1 >= FZ_MAX)
+    uint8_t b = next_byte(s);
+    bool dropped = b & 1, copied = !dropped && (b & 2);
+    if (s->confirm_mode && (s->client_seq + 1 >= FZ_MAX || s->broker_seq + 2 >= FZ_MAX))
         channel_close(s);
     uint64_t seq = 99;
     CHECK(amqp_ledger_publish(s->l, dropped, info_new(s->client_seq + 1), &seq) == 0);
@@ -496,6 +500,12 @@ static void op_publish(struct fz *s)
     }
     s->wait[seq] = C_WAITING;
     s->client_of[++s->broker_seq] = seq;
+    if (copied) {
+        /* A `duplicate`: the broker numbers the copy next; the client knows nothing of it. */
+        CHECK(amqp_ledger_publish_copy(s->l) == 0);
+        s->copy_at[++s->broker_seq] = 1;
+        s->any_dropped = true;
+    }
 }
 
 static uint64_t pick_seq(struct fz *s)
@@ -503,7 +513,7 @@ static uint64_t pick_seq(struct fz *s)
     uint8_t b = next_byte(s);
     uint64_t lo = 0;
     for (uint64_t k = 1; k <= s->broker_seq && lo == 0; k++)
-        lo = s->client_of[k] != 0 ? k : 0;
+        lo = s->client_of[k] != 0 || s->copy_at[k] ? k : 0;
     switch (b % 4) {
     case 0:
         return lo;
@@ -517,7 +527,8 @@ static uint64_t pick_seq(struct fz *s)
 static void check_confirm_plan(const struct fz *s, const struct amqp_plan *p)
 {
     bool known = p->multiple ? p->tag > 0 && p->tag <= s->broker_seq
-                             : p->tag > 0 && p->tag <= s->broker_seq && s->client_of[p->tag];
+                             : p->tag > 0 && p->tag <= s->broker_seq &&
+                                   (s->client_of[p->tag] || s->copy_at[p->tag]);
     CHECK(p->unknown == !known);
     if (p->unknown)
         return;
@@ -587,7 +598,7 @@ static void op_confirm(struct fz *s)
         }
     }
     for (uint64_t k = p.multiple ? 1 : p.tag; k <= p.tag; k++)
-        s->client_of[k] = 0;
+        s->client_of[k] = s->copy_at[k] = 0;
 }
 
 /* ---- driver ----------------------------------------------------------------------------- */

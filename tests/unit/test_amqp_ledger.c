@@ -774,8 +774,8 @@ struct pub_record {
 };
 
 struct csim_stats {
-    unsigned long publishes, dropped_publishes, confirms, transparent, rewritten, multiple_frames,
-        dropped_confirms, closes;
+    unsigned long publishes, dropped_publishes, copies, confirms, transparent, rewritten,
+        multiple_frames, dropped_confirms, closes;
 };
 
 struct csim {
@@ -788,17 +788,17 @@ struct csim {
     /* the broker */
     uint64_t broker_seq, lo;
     uint8_t unconfirmed[SIM_MAX_TAGS];
-    uint64_t b2c[SIM_MAX_TAGS];
-    /* the model: lowest client number never to be confirmed */
-    uint64_t barrier;
+    uint64_t b2c[SIM_MAX_TAGS]; /* 0: a copy twice sent */
+    /* the model: lowest client number never to be confirmed, lowest broker number of a copy */
+    uint64_t barrier, copies_from;
     struct pub_record *recs;
     uint32_t n_recs;
     struct settle_rec got[SIM_MAX_TAGS], want[SIM_MAX_TAGS];
     size_t n_got, n_want;
     uint8_t out[SIM_OUT_CAP];
     uint8_t broker_frame[FRAME_LEN];
-    unsigned drop_publish_pct, drop_confirm_pct; /* this channel's fault levels */
-    unsigned publish_permille;                   /* publishes vs broker confirms */
+    unsigned drop_publish_pct, drop_confirm_pct, copy_pct; /* this channel's fault levels */
+    unsigned publish_permille;                             /* publishes vs broker confirms */
     struct csim_stats st;
 };
 
@@ -813,8 +813,9 @@ static void csim_open(struct csim *s)
     assert_true(amqp_ledger_in_confirm_mode(s->l));
     s->client_seq = s->broker_seq = 0;
     s->lo = 1;
-    s->barrier = UINT64_MAX;
+    s->barrier = s->copies_from = UINT64_MAX;
     s->drop_publish_pct = sim_fault_levels[rng_below(&s->rng, SIM_N_FAULT_LEVELS)] / 3;
+    s->copy_pct = sim_fault_levels[rng_below(&s->rng, SIM_N_FAULT_LEVELS)] / 3;
     s->drop_confirm_pct = sim_fault_levels[rng_below(&s->rng, SIM_N_FAULT_LEVELS)] / 3;
     s->publish_permille = rng_chance(&s->rng, 50) ? 500 : 800; /* confirms keep up, or lag */
 }
@@ -822,7 +823,7 @@ static void csim_open(struct csim *s)
 static void csim_close(struct csim *s)
 {
     for (uint64_t b = 1; b <= s->broker_seq; b++)
-        if (s->unconfirmed[b])
+        if (s->unconfirmed[b] && s->b2c[b] != 0)
             s->recs[s->rec_of[s->b2c[b]]].lost = true;
     memset(s->awaiting, 0, sizeof(s->awaiting));
     memset(s->unconfirmed, 0, sizeof(s->unconfirmed));
@@ -833,7 +834,7 @@ static void csim_close(struct csim *s)
 
 static void cstep_publish(struct csim *s)
 {
-    if (s->client_seq + 1 >= SIM_MAX_TAGS)
+    if (s->client_seq + 1 >= SIM_MAX_TAGS || s->broker_seq + 2 >= SIM_MAX_TAGS)
         csim_close(s);
     bool dropped = rng_chance(&s->rng, s->drop_publish_pct);
     uint32_t r = ++s->n_recs;
@@ -856,6 +857,17 @@ static void cstep_publish(struct csim *s)
     s->unconfirmed[b] = 1;
     assert_int_equal(amqp_ledger_confirm_seq(s->l, b, &info), cs);
     assert_int_equal(info_tag(info), cs);
+    if (!rng_chance(&s->rng, s->copy_pct))
+        return;
+    /* A `duplicate`: the copy right behind it, numbered by the broker alone. */
+    assert_int_equal(amqp_ledger_publish_copy(s->l), 0);
+    b = ++s->broker_seq;
+    s->b2c[b] = 0;
+    s->unconfirmed[b] = 1;
+    s->copies_from = b < s->copies_from ? b : s->copies_from;
+    s->st.copies++;
+    assert_int_equal(amqp_ledger_confirm_seq(s->l, b, &info), 0);
+    assert_null(info);
 }
 
 /* The client library: a confirm settles the number it names, a multiple
@@ -916,7 +928,7 @@ static void check_confirm_plan(struct csim *s, const struct test_frame *f,
     size_t k = 0;
     assert_false(plan->unknown);
     for (uint64_t b = f->multiple ? s->lo : f->tag; b <= f->tag; b++) {
-        if (!s->unconfirmed[b])
+        if (!s->unconfirmed[b] || s->b2c[b] == 0)
             continue;
         assert_true(k < plan->n);
         assert_int_equal(plan->tags[k].tag, s->b2c[b]);
@@ -935,6 +947,8 @@ static void apply_confirm(struct csim *s, const struct test_frame *f, const stru
         if (!s->unconfirmed[b])
             continue;
         s->unconfirmed[b] = 0;
+        if (s->b2c[b] == 0)
+            continue; /* a copy: the client hears nothing of it */
         struct pub_record *r = &s->recs[s->rec_of[s->b2c[b]]];
         r->broker_code = code_of(f->kind, false);
         if (plan->tags[k++].verdict == AMQP_V_DROP) {
@@ -963,7 +977,8 @@ static void cstep_confirm(struct csim *s)
     bool transparent = true;
     for (size_t i = 0; i < plan.n; i++)
         transparent = transparent && plan.tags[i].verdict == AMQP_V_PASS;
-    transparent = transparent && (f.multiple ? s->barrier > f.tag : s->b2c[f.tag] == f.tag);
+    transparent = transparent && (f.multiple ? s->barrier > f.tag && s->copies_from > f.tag
+                                             : s->b2c[f.tag] == f.tag);
     int rc = amqp_ledger_confirm_commit(s->l, CHANNEL, &plan, s->out, 0, &len);
     if (rc == AMQP_LEDGER_E_BUFFER)
         rc = amqp_ledger_confirm_commit(s->l, CHANNEL, &plan, s->out, amqp_ledger_plan_space(&plan),
@@ -1045,12 +1060,12 @@ static void test_model_confirms(void **state)
     struct csim_stats t = {0};
     for (size_t i = 0; i < SIM_N_SEEDS; i++)
         csim_run(sim_seeds[i], &t);
-    printf("confirms: %zu seeds x %u steps: %lu publishes (%lu dropped), %lu broker confirms "
-           "(%lu forwarded as is, %lu rewritten, %lu multiple frames written), %lu confirms "
-           "dropped, %lu closes\n",
-           SIM_N_SEEDS, SIM_STEPS, t.publishes, t.dropped_publishes, t.confirms, t.transparent,
-           t.rewritten, t.multiple_frames, t.dropped_confirms, t.closes);
-    assert_true(t.transparent > 0 && t.rewritten > 0 && t.multiple_frames > 0);
+    printf("confirms: %zu seeds x %u steps: %lu publishes (%lu dropped, %lu copied), %lu broker "
+           "confirms (%lu forwarded as is, %lu rewritten, %lu multiple frames written), %lu "
+           "confirms dropped, %lu closes\n",
+           SIM_N_SEEDS, SIM_STEPS, t.publishes, t.dropped_publishes, t.copies, t.confirms,
+           t.transparent, t.rewritten, t.multiple_frames, t.dropped_confirms, t.closes);
+    assert_true(t.transparent > 0 && t.rewritten > 0 && t.multiple_frames > 0 && t.copies > 0);
 }
 
 /* ---- directed tests ------------------------------------------------------------------------ */
@@ -1588,6 +1603,45 @@ static void test_confirm_dropped_confirm(void **state)
     dt_expect(d->out, d->len, want2, 2);
 }
 
+/* A copy twice sent: the broker numbers ahead of the client; the copy's confirm goes nowhere,
+ * later ones are translated, a multiple below the copy goes as is. */
+static void test_confirm_copied_publish(void **state)
+{
+    struct dt *d = *state;
+    amqp_ledger_confirm_mode(d->l);
+    assert_int_equal(dt_publish(d, false), 1);           /* broker 1 */
+    assert_int_equal(dt_publish(d, false), 2);           /* broker 2 */
+    assert_int_equal(amqp_ledger_publish_copy(d->l), 0); /* broker 3: the copy of 2 */
+    assert_int_equal(dt_publish(d, false), 3);           /* broker 4 */
+    assert_int_equal(dt_publish(d, false), 4);           /* broker 5 */
+    assert_int_equal(amqp_ledger_confirm_seq(d->l, 3, NULL), 0);
+    assert_int_equal(amqp_ledger_confirm_seq(d->l, 4, NULL), 3);
+    assert_int_equal(dt_confirm(d, false, 2, true, SIZE_MAX), 1);  /* below the copy: as is */
+    assert_int_equal(dt_confirm(d, false, 3, false, SIZE_MAX), 0); /* the copy's: nothing */
+    assert_int_equal(d->plan.n, 0);
+    assert_int_equal(d->len, 0);
+    assert_int_equal(dt_confirm(d, false, 5, true, SIZE_MAX), 0); /* broker 4-5: client 3-4 */
+    assert_int_equal(d->plan.n, 2);
+    const struct test_frame want[] = {{AMQP_SETTLE_ACK, 4, true, false}};
+    dt_expect(d->out, d->len, want, 1);
+    /* A copy inside a multiple: swallowed with it. */
+    assert_int_equal(dt_publish(d, false), 5);           /* broker 6 */
+    assert_int_equal(amqp_ledger_publish_copy(d->l), 0); /* broker 7 */
+    assert_int_equal(dt_publish(d, false), 6);           /* broker 8 */
+    assert_int_equal(dt_confirm(d, true, 8, true, SIZE_MAX), 0);
+    const struct test_frame want2[] = {{AMQP_SETTLE_NACK, 6, true, false}};
+    dt_expect(d->out, d->len, want2, 1);
+    assert_int_equal(amqp_ledger_confirm_seq(d->l, 7, NULL), 0);
+    /* Numbers differ: an unknown confirm is swallowed. */
+    assert_int_equal(dt_confirm(d, false, 8, false, SIZE_MAX), 0);
+    assert_true(d->plan.unknown);
+    assert_int_equal(d->len, 0);
+    /* Outside confirm mode a copy is nothing. */
+    amqp_ledger_reset(d->l);
+    assert_int_equal(amqp_ledger_publish_copy(d->l), 0);
+    assert_int_equal(amqp_ledger_confirm_seq(d->l, 1, NULL), 0);
+}
+
 /* Without drops every confirm is forwarded, unknown ones included. */
 static void test_confirm_transparent(void **state)
 {
@@ -1628,6 +1682,7 @@ int main(void)
         DT(test_confirm_dropped_publish),
         DT(test_confirm_dropped_confirm),
         DT(test_confirm_transparent),
+        DT(test_confirm_copied_publish),
         cmocka_unit_test(test_limit),
         cmocka_unit_test(test_model_deliveries),
         cmocka_unit_test(test_model_confirms),

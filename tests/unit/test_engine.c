@@ -189,25 +189,6 @@ static void test_between_window(void **state)
     ruleset_put(rs);
 }
 
-/* An action the codec refuses on an event: its rule neither fires nor counts the event, so
- * `first 1` still faults the next event it can act on. */
-static void test_refused_actions(void **state)
-{
-    (void)state;
-    struct rule r = make_rule("dup", RULE_EV_ACK);
-    r.action.kind = RULE_ACT_DUPLICATE;
-    r.trigger.first = 1;
-    struct ruleset *rs = ruleset_new(&r, 1, 0);
-    struct engine_event a = message("a"), b = message("b"), c = message("c");
-    a.refused_actions = 1u << RULE_ACT_DUPLICATE;
-    assert_false(fires(rs, &a, 0));
-    b.refused_actions = 1u << RULE_ACT_DROP; /* another action refused: no effect */
-    assert_true(fires(rs, &b, 0));
-    assert_false(fires(rs, &c, 0)); /* first 1: b was the first counted */
-    assert_int_equal(ruleset_stats(rs, 0).seen, 2);
-    ruleset_put(rs);
-}
-
 static void test_per_message_cap(void **state)
 {
     (void)state;
@@ -438,7 +419,6 @@ int main(void)
         cmocka_unit_test(test_coin_is_a_pure_function),
         cmocka_unit_test(test_counting_triggers),
         cmocka_unit_test(test_between_window),
-        cmocka_unit_test(test_refused_actions),
         cmocka_unit_test(test_per_message_cap),
         cmocka_unit_test(test_capped_events_do_not_count),
         cmocka_unit_test(test_anonymous_redelivery_is_capped),
