@@ -255,7 +255,19 @@ static int resp_job_dump(const json_t *root, char **out, size_t *outlen)
     return 0;
 }
 
-int resp_job_celery_redelivered(const void *json, size_t len, char **out, size_t *outlen)
+/* Sets properties.delivery_tag of a kombu message to tag.  Returns 0, or -1 when allocation
+ * fails. */
+static int resp_job_set_tag(json_t *root, const char *tag)
+{
+    json_t *props = resp_job_object_at(root, "properties");
+    return props != NULL && json_object_set_new(props, "delivery_tag", json_string(tag)) == 0 ? 0
+                                                                                              : -1;
+}
+
+/* The kombu message in json[0..len) parsed, marked redelivered (tag NULL) or given tag, and
+ * dumped. */
+static int resp_job_celery_rewrite(const void *json, size_t len, const char *tag, char **out,
+                                   size_t *outlen)
 {
     /* Integers stay integers here (delivery_mode 2 must not come back as 2.0), so one that does
      * not fit in json_int_t fails the parse rather than being rewritten. */
@@ -274,10 +286,27 @@ int resp_job_celery_redelivered(const void *json, size_t len, char **out, size_t
     json_t *root = json_loadb(json, len, JSON_ALLOW_NUL, &err);
     int rc = -1;
 
-    if (root != NULL && resp_job_mark_redelivered(root) == 0)
+    if (root != NULL &&
+        (tag != NULL ? resp_job_set_tag(root, tag) : resp_job_mark_redelivered(root)) == 0)
         rc = resp_job_dump(root, out, outlen);
     json_decref(root);
     return rc;
+}
+
+int resp_job_celery_redelivered(const void *json, size_t len, char **out, size_t *outlen)
+{
+    return resp_job_celery_rewrite(json, len, NULL, out, outlen);
+}
+
+int resp_job_celery_retagged(const void *json, size_t len, const char *tag, char **out,
+                             size_t *outlen)
+{
+    if (tag == NULL) { /* an invalid one: json_string() refuses it */
+        *out = NULL;
+        *outlen = 0;
+        return -1;
+    }
+    return resp_job_celery_rewrite(json, len, tag, out, outlen);
 }
 
 /* ---- RQ ---------------------------------------------------------------------------------- */

@@ -111,4 +111,14 @@ int resp_job_rq_task(const void *description, size_t len, char **task) RESP_JOB_
 int resp_job_celery_redelivered(const void *json, size_t len, char **out,
                                 size_t *outlen) RESP_JOB_WARN_UNUSED;
 
+/*
+ * The kombu message in json[0..len) as a producer that retried its publish would push it again:
+ * the same JSON with properties.delivery_tag = tag (kombu draws a new uuid4 per publish,
+ * kombu/transport/virtual/base.py, Channel._inplace_augment_message), properties created when
+ * absent.  tag is a NUL-terminated UTF-8 string.  Returns and fails as
+ * resp_job_celery_redelivered() does (and -1 for a NULL or invalid tag).
+ */
+int resp_job_celery_retagged(const void *json, size_t len, const char *tag, char **out,
+                             size_t *outlen) RESP_JOB_WARN_UNUSED;
+
 #endif

@@ -10,6 +10,8 @@
  */
 #include "proxy/resp_internal.h"
 
+#include <sys/random.h>
+
 /* ---- engine and journal ------------------------------------------------ */
 
 struct job_event {
@@ -762,9 +764,25 @@ size_t rpx_drop_reply(const struct rpx *rx, char *out, size_t cap)
     return n > 0 && (size_t)n < cap ? (size_t)n : 0;
 }
 
+/* A delivery tag as kombu draws one (a uuid4 string) into out[37]; false when the kernel gives
+ * no random bytes. */
+static bool new_delivery_tag(char out[37])
+{
+    uint8_t b[16];
+    if (getrandom(b, sizeof(b), 0) != (ssize_t)sizeof(b))
+        return false;
+    b[6] = (uint8_t)((b[6] & 0x0f) | 0x40); /* version 4 */
+    b[8] = (uint8_t)((b[8] & 0x3f) | 0x80); /* RFC 4122 variant */
+    snprintf(out, 37, "%02x%02x%02x%02x-%02x%02x-%02x%02x-%02x%02x-%02x%02x%02x%02x%02x%02x", b[0],
+             b[1], b[2], b[3], b[4], b[5], b[6], b[7], b[8], b[9], b[10], b[11], b[12], b[13],
+             b[14], b[15]);
+    return true;
+}
+
 /* A publish a `duplicate` rule sends twice: the same command with value v, kept for the
  * caller to send (rx->pub_copies), as a producer that retried its push would send it again.
- * A Celery job keeps its delivery tag (a retrying kombu producer would draw a new one). */
+ * A Celery job gets a new delivery tag, as a retrying kombu producer draws one: two messages in
+ * kombu's `unacked` hash under one tag would be one. */
 static void pub_copy(struct rpx *rx, const struct rule *r, const struct rprof_cmdview *cv,
                      const struct resp_view *v)
 {
@@ -772,10 +790,21 @@ static void pub_copy(struct rpx *rx, const struct rule *r, const struct rprof_cm
         return;
     if (rx->pub_copies == NULL && (rx->pub_copies = evbuffer_new()) == NULL)
         return;
-    const char *argv[3] = {cv->name, cv->key, (const char *)cv->buf + v->off};
-    size_t lens[3] = {strlen(cv->name), strlen(cv->key), v->len};
+    char tag[37], *retagged = NULL;
+    size_t rlen = 0;
+    if (rx->prof == RPROF_CELERY &&
+        (!new_delivery_tag(tag) ||
+         resp_job_celery_retagged(cv->buf + v->off, v->len, tag, &retagged, &rlen) != 0)) {
+        log_msg(LOG_WARN, "publish not duplicated", "sid=%llu listener=%s reason=no_new_tag",
+                (unsigned long long)rx->s->id, rpx_scope(rx));
+        return;
+    }
+    const char *argv[3] = {cv->name, cv->key,
+                           retagged != NULL ? retagged : (const char *)cv->buf + v->off};
+    size_t lens[3] = {strlen(cv->name), strlen(cv->key), retagged != NULL ? rlen : v->len};
     if (rpx_encode_cmd(rx->pub_copies, 3, argv, lens) == 0)
         rx->n_pub_copies++;
+    free(retagged);
 }
 
 /* Sidekiq's and Celery's LPUSH of job JSON (outside a transaction): a publish per job read.

@@ -233,6 +233,29 @@ static void fuzz_celery_redelivered(const uint8_t *p, size_t len, int rc, const 
     free(out);
 }
 
+/* A copy's new tag: the same job (id, task, queue), with the new tag. */
+static void fuzz_celery_retagged(const uint8_t *p, size_t len, int rc, const struct resp_job *j)
+{
+    char *out = (char *)p; /* must be overwritten */
+    size_t outlen = 1;
+    int rrc = resp_job_celery_retagged(p, len, "0b8e9c6e-tag", &out, &outlen);
+    CHECK(rrc == 0 || rrc == -1);
+    if (rrc < 0) {
+        CHECK(out == NULL && outlen == 0);
+        return;
+    }
+    CHECK(out != NULL && outlen > 0 && out[outlen] == '\0');
+    struct resp_job again;
+    int arc = resp_job_celery(out, outlen, &again);
+    check_job(arc, &again);
+    CHECK(arc == rc);
+    if (rc == 0)
+        CHECK(same_str(again.id, j->id) && same_str(again.task, j->task) &&
+              same_str(again.queue, j->queue) && same_str(again.tag, "0b8e9c6e-tag"));
+    resp_job_clear(&again);
+    free(out);
+}
+
 static void fuzz_celery(const uint8_t *p, size_t len)
 {
     struct resp_job j;
@@ -240,6 +263,7 @@ static void fuzz_celery(const uint8_t *p, size_t len)
     check_job(rc, &j);
     oracle_celery(p, len, rc, &j);
     fuzz_celery_redelivered(p, len, rc, &j);
+    fuzz_celery_retagged(p, len, rc, &j);
     resp_job_clear(&j);
 }
 

@@ -38,6 +38,7 @@ Celery task id, RQ job id, stream entry id.
 """
 
 import collections
+import json
 import os
 import sys
 import unittest
@@ -215,6 +216,32 @@ class RespFrameworks(h.TestCase):
         tw, port, _ = self.start_twice("celery")
         run = self.run_app("celery_redis", port, visibility_timeout=5)
         self.assert_outcome(run, unsafe="tasks.charge")
+
+    def test_celery_publish_copy_has_its_own_delivery_tag(self):
+        """`duplicate` on a Celery publish: the copy is the message a retrying kombu producer
+        pushes again, the same task id with a new delivery tag (a uuid4), so the two never
+        share kombu's `unacked` entry."""
+        import uuid as uuidlib
+        import redis
+        from celery import Celery
+        tw, port, journal = self.start_twice(
+            "celery", fk.rule_block("dup", "jobs", "when publish", "do duplicate"))
+        app = Celery("copy", broker="redis://127.0.0.1:%d/0" % port)
+        app.conf.update(task_ignore_result=True, result_backend=None, task_default_queue="celery")
+        r = app.send_task("tasks.charge", ("o1",))
+        app.close()
+        real = redis.Redis(host="127.0.0.1", port=self.redis.port)
+        h.wait_until(lambda: real.llen("celery") == 2, timeout=30, what="two messages queued")
+        msgs = [json.loads(m) for m in real.lrange("celery", 0, -1)]
+        self.assertEqual([m["headers"]["id"] for m in msgs], [r.id, r.id])
+        tags = [m["properties"]["delivery_tag"] for m in msgs]
+        self.assertNotEqual(tags[0], tags[1])
+        self.assertEqual([uuidlib.UUID(t).version for t in tags], [4, 4])
+        for m in msgs:
+            del m["properties"]["delivery_tag"]
+        self.assertEqual(msgs[0], msgs[1], "the copy differs in its delivery tag alone")
+        faults = [x for k, x in self.journal_records(tw, journal) if k == "fault"]
+        self.assertEqual([x.get("message_id") for x in faults], [r.id])
 
     def test_celery_lost_ack_redelivered_after_visibility_timeout(self):
         tw, port, journal = self.start_twice(

@@ -495,6 +495,41 @@ static void expect_redelivered(const char *in, const char *want)
     free(out);
 }
 
+/* A copy's new delivery tag: set in place, created with properties when absent; what is not
+ * a kombu message, and a tag that is not UTF-8, give nothing. */
+static void test_retagged(void **state)
+{
+    (void)state;
+    static const struct {
+        const char *in, *want;
+    } ok[] = {
+        {"{\"headers\":{\"id\":\"x\"},\"properties\":{\"delivery_tag\":\"old\",\"priority\":0}}",
+         "{\"headers\":{\"id\":\"x\"},\"properties\":{\"delivery_tag\":\"new\",\"priority\":0}}"},
+        {"{\"headers\":{\"id\":\"x\"}}",
+         "{\"headers\":{\"id\":\"x\"},\"properties\":{\"delivery_tag\":\"new\"}}"},
+    };
+    for (size_t i = 0; i < sizeof(ok) / sizeof(ok[0]); i++) {
+        char *out = NULL;
+        size_t outlen = 0;
+        uint8_t *b = dup_exact(ok[i].in, strlen(ok[i].in));
+        assert_int_equal(resp_job_celery_retagged(b, strlen(ok[i].in), "new", &out, &outlen), 0);
+        free(b);
+        assert_string_equal(out, ok[i].want);
+        assert_int_equal(outlen, strlen(ok[i].want));
+        free(out);
+    }
+    char *out = (char *)"x";
+    size_t outlen = 7;
+    const char *job = "{\"headers\":{\"id\":\"x\"}}";
+    assert_int_equal(resp_job_celery_retagged("[1]", 3, "new", &out, &outlen), -1);
+    assert_null(out);
+    assert_int_equal(outlen, 0);
+    assert_int_equal(resp_job_celery_retagged(job, strlen(job), "\xff", &out, &outlen), -1);
+    assert_null(out);
+    assert_int_equal(resp_job_celery_retagged(job, strlen(job), NULL, &out, &outlen), -1);
+    assert_null(out);
+}
+
 static void test_redelivered_shapes(void **state)
 {
     (void)state;
@@ -1109,6 +1144,7 @@ int main(void)
         cmocka_unit_test(test_celery_fields),
         cmocka_unit_test(test_redelivered_is_kombus_restore),
         cmocka_unit_test(test_redelivered_shapes),
+        cmocka_unit_test(test_retagged),
         cmocka_unit_test(test_truncated),
         cmocka_unit_test(test_not_objects),
         cmocka_unit_test(test_trailing_bytes),
