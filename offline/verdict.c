@@ -152,12 +152,12 @@ static bool fault_withholds_delivery(const Twice__Journal__Record *r)
            strcmp(r->detail, "close before") == 0;
 }
 
-/* A fault that keeps the app's retry from the broker: a publish dropped or cut before it was
- * sent, a nack dropped or answered with a channel error or a cut connection (the broker then
- * requeues it when the channel goes, but because of twice). */
+/* A fault that keeps the app's retry from the broker: a publish dropped, refused with a channel
+ * error or cut before it was sent.  Not a nack's: whatever twice does to it, the broker requeues
+ * the unacked message when the channel goes, the one new delivery the app asked for. */
 static bool fault_cancels_retry(const Twice__Journal__Record *r)
 {
-    if (r->event != RULE_EV_PUBLISH && r->event != RULE_EV_NACK)
+    if (r->event != RULE_EV_PUBLISH)
         return false;
     if (r->action == RULE_ACT_DROP || r->action == RULE_ACT_ERROR)
         return true;
@@ -244,14 +244,14 @@ int verdict_add_record(struct verdict *v, const Twice__Journal__Record *r)
         }
     } else if (r->kind == TWICE__JOURNAL__RECORD__KIND__FAULT) {
         sat_inc(&m->faults);
-        /* A delivery is withheld once (never below none): on an amqp
-         * listener a `close before` or an `error` ends the actions, yet the
-         * rules after it that fired are journaled too (a drop among them). */
-        if (fault_withholds_delivery(r) && m->reached > 0) {
+        /* A delivery is withheld once (its last delivery, not an earlier one): on an amqp
+         * listener a `close before` or an `error` ends the actions, yet the rules after it
+         * that fired are journaled too (a drop among them). */
+        if (fault_withholds_delivery(r) && m->last != LAST_NONE) {
             m->reached--;
             copy_withheld(v, m);
         }
-        /* The retry never reaches the broker (a dropped publish, a requeue turned away): a
+        /* The retry never reaches the broker (its publish dropped): a
          * delivery after it is twice's doing, not the app's. */
         if (fault_cancels_retry(r))
             m->retry_pending = false;

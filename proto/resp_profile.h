@@ -209,8 +209,9 @@ enum rprof_field rprof_xadd_task(const struct rprof_cmdview *cv, char *out, size
 bool rprof_rq_job_saved(enum rprof p, const struct rprof_cmdview *cv, const char **id, char **task);
 
 /* Whether cv is RQ's save of a job that ran before, HSET rq:job:ID ... started_at T ... with T
- * not empty: RQ's enqueue writes started_at empty, whereas a retry (Job.retry) or a requeue of
- * a failed job saves the job it ran, its start time set, before it pushes the id again. */
+ * not empty: RQ's enqueue writes started_at empty, whereas a retry (Job.retry, or the scheduler
+ * enqueueing one that waited) saves the job it ran, its start time set, before it pushes the id
+ * again.  A requeue of a failed job clears started_at first. */
 bool rprof_rq_job_ran(enum rprof p, const struct rprof_cmdview *cv);
 
 /* ---- the reply a command will get -------------------------------------------------------- */

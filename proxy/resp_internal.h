@@ -275,11 +275,17 @@ void rpx_ack_plan_free(struct ack_plan *p);
 int rpx_plan_acks(struct rpx *rx, const struct rprof_cmdview *cv, size_t first, struct ack_plan *p);
 const struct rule *rpx_stream_publish_decide(struct rpx *rx, const struct rprof_cmdview *cv);
 size_t rpx_drop_reply(const struct rpx *rx, char *out, size_t cap);
+/* Jobs saved as ones that ran that a transaction's first pass remembers: RQ's retry of one job,
+ * or its registry cleanup and scheduler retrying a few in one pipeline. */
+#define RPX_RQ_RAN_MAX 16
+
 /* What a transaction's first pass saw of RQ's job saves, for the pushes in it. */
 struct rpx_rq_saved {
     char task[RPROF_TASK_MAX]; /* the task of the last job saved; "" when none */
-    char ran[RPROF_KEY_MAX];   /* the id of a job saved as one that ran (rprof_rq_job_ran()): its
-                                  push is a retry the app asked for; "" when none */
+    /* The ids of jobs saved as ones that ran (rprof_rq_job_ran()): their pushes are retries
+     * the app asked for.  Past RPX_RQ_RAN_MAX, later ones are not remembered. */
+    char ran[RPX_RQ_RAN_MAX][RPROF_KEY_MAX];
+    size_t n_ran;
 };
 const struct rule *rpx_publish_decide(struct rpx *rx, const struct rprof_cmdview *cv,
                                       const struct rpx_rq_saved *rq);

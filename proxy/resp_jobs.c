@@ -878,7 +878,8 @@ static const struct rule *publish_rq(struct rpx *rx, const struct rprof_cmdview 
             idmap_set_str(&in->task, rq->task, strlen(rq->task));
         idmap_unlock();
     }
-    j.retry = rq != NULL && strcmp(rq->ran, id) == 0;
+    for (size_t i = 0; rq != NULL && i < rq->n_ran && !j.retry; i++)
+        j.retry = strcmp(rq->ran[i], id) == 0;
     journal_job(rx, JOURNAL_KIND_PUBLISH, &j);
     const struct rule *r = decide_job(rx, &j);
     pub_copy(rx, r, cv, &v);

@@ -136,8 +136,8 @@ static void tx_first_cmd(void *arg, const struct rprof_cmdview *cv)
     if (!rprof_rq_job_saved(f->rx->prof, cv, &id, &task))
         return;
     snprintf(f->rq.task, sizeof(f->rq.task), "%s", task);
-    if (rprof_rq_job_ran(f->rx->prof, cv))
-        snprintf(f->rq.ran, sizeof(f->rq.ran), "%s", id);
+    if (rprof_rq_job_ran(f->rx->prof, cv) && f->rq.n_ran < RPX_RQ_RAN_MAX)
+        snprintf(f->rq.ran[f->rq.n_ran++], sizeof(f->rq.ran[0]), "%s", id);
     idmap_lock();
     struct idmap_info *in = idmap_put(rpx_scope(f->rx), id, strlen(id));
     if (in != NULL)

@@ -198,6 +198,48 @@ static void test_dropped_retry_is_no_attempt(void **state)
     verdict_free(v);
 }
 
+/* Two faults that withhold one delivery (a `close before` journaled with a `drop` after it)
+ * take that delivery away, not an earlier one; a nack twice dropped still requeues at the
+ * broker, so the delivery after it is still the app's attempt. */
+static void test_withheld_twice_and_dropped_nack(void **state)
+{
+    (void)state;
+    struct verdict *v = verdict_new();
+    Twice__Journal__Record f = TWICE__JOURNAL__RECORD__INIT;
+    f.kind = FAULT;
+    f.message_id = (char *)"a";
+    f.event = RULE_EV_DELIVER;
+    add(v, DELIVER, "a", "job");
+    add_retry(v, NACK, "a", "job", 0, true);
+    add(v, DELIVER, "a", "job");
+    f.action = RULE_ACT_CLOSE;
+    f.detail = (char *)"close before";
+    assert_int_equal(verdict_add_record(v, &f), 0);
+    f.action = RULE_ACT_DROP;
+    f.detail = (char *)"";
+    assert_int_equal(verdict_add_record(v, &f), 0);
+    add(v, DELIVER, "a", "job"); /* the retry, at last */
+    add(v, DELIVER, "a", "job"); /* a copy */
+    /* b: its requeueing nack dropped by a rule */
+    add(v, DELIVER, "b", "job");
+    add_retry(v, NACK, "b", "job", 0, true);
+    f.message_id = (char *)"b";
+    f.event = RULE_EV_NACK;
+    assert_int_equal(verdict_add_record(v, &f), 0);
+    add(v, DELIVER, "b", "job");
+    effect(v, "a", 1);
+    effect(v, "b", 1);
+    struct verdict_result res;
+    assert_int_equal(verdict_compute(v, &res), 0);
+    const struct verdict_task *t = row(&res, "job");
+    assert_int_equal(t->delivered_more_than_once, 1); /* a's copy */
+    assert_int_equal(t->copies, 1);
+    assert_int_equal(t->retried, 2);
+    assert_int_equal(t->verdict, VERDICT_IDEMPOTENT);
+    verdict_result_free(&res);
+    verdict_free(v);
+}
+
 static void test_counts_and_verdicts(void **state)
 {
     (void)state;
@@ -1006,6 +1048,7 @@ int main(void)
         cmocka_unit_test(test_counts_and_verdicts),
         cmocka_unit_test(test_app_retries_are_not_copies),
         cmocka_unit_test(test_dropped_retry_is_no_attempt),
+        cmocka_unit_test(test_withheld_twice_and_dropped_nack),
         cmocka_unit_test_setup_teardown(test_doubled_by_retries, setup, teardown),
         cmocka_unit_test_setup_teardown(test_report_retries, setup, teardown),
         cmocka_unit_test(test_examples_are_five_smallest_sorted),
