@@ -399,17 +399,12 @@ static void print_deliveries_text(FILE *out, const struct report *rep)
     }
 }
 
-/* The rows of the tasks the app retried, from the verdict's accumulator: -1 when out of
- * memory.  res is freed by the caller with verdict_result_free(). */
-static int retries_compute(const struct report *rep, struct verdict_result *res)
-{
-    return verdict_compute(rep->attempts, res);
-}
-
+/* The tasks the app retried, from the verdict's accumulator (rep->attempts): -1 when out of
+ * memory. */
 static int print_retries_text(FILE *out, const struct report *rep)
 {
     struct verdict_result res;
-    if (retries_compute(rep, &res) != 0)
+    if (verdict_compute(rep->attempts, &res) != 0)
         return -1;
     fputs("\nRetries by the app (new attempts it asked for, not copies)\n", out);
     bool any = false;
@@ -619,7 +614,7 @@ static void print_deliveries_json(FILE *out, const struct report *rep)
 static int print_retries_json(FILE *out, const struct report *rep)
 {
     struct verdict_result res;
-    if (retries_compute(rep, &res) != 0)
+    if (verdict_compute(rep->attempts, &res) != 0)
         return -1;
     fputs(",\n  \"retries\": [", out);
     const char *sep = "";

@@ -138,13 +138,11 @@ static struct verdict_msg *msg_get(struct verdict *v, const char *id)
     return *slot;
 }
 
-/* A fault on a delivery that the worker then never got: the journal has the
- * DELIVER record (written before the rules decide), but the handler did not
- * run for it.  drop (the message or job removed from the reply), error (the
- * channel closed instead), close before (the connection cut before it). */
-static bool fault_withholds_delivery(const Twice__Journal__Record *r)
+/* A fault on event `ev` that kept the message from going on: drop (the message removed),
+ * error (the channel closed instead), close before (the connection cut before it). */
+static bool fault_keeps_back(const Twice__Journal__Record *r, enum rule_event ev)
 {
-    if (r->event != RULE_EV_DELIVER)
+    if (r->event != ev)
         return false;
     if (r->action == RULE_ACT_DROP || r->action == RULE_ACT_ERROR)
         return true;
@@ -152,17 +150,19 @@ static bool fault_withholds_delivery(const Twice__Journal__Record *r)
            strcmp(r->detail, "close before") == 0;
 }
 
-/* A fault that keeps the app's retry from the broker: a publish dropped, refused with a channel
- * error or cut before it was sent.  Not a nack's: whatever twice does to it, the broker requeues
- * the unacked message when the channel goes, the one new delivery the app asked for. */
+/* A fault on a delivery that the worker then never got: the journal has the DELIVER record
+ * (written before the rules decide), but the handler did not run for it. */
+static bool fault_withholds_delivery(const Twice__Journal__Record *r)
+{
+    return fault_keeps_back(r, RULE_EV_DELIVER);
+}
+
+/* A fault that keeps the app's retry from the broker: its publish kept back.  Not a nack's:
+ * whatever twice does to it, the broker requeues the unacked message when the channel goes,
+ * the one new delivery the app asked for. */
 static bool fault_cancels_retry(const Twice__Journal__Record *r)
 {
-    if (r->event != RULE_EV_PUBLISH)
-        return false;
-    if (r->action == RULE_ACT_DROP || r->action == RULE_ACT_ERROR)
-        return true;
-    return r->action == RULE_ACT_CLOSE && r->detail != NULL &&
-           strcmp(r->detail, "close before") == 0;
+    return fault_keeps_back(r, RULE_EV_PUBLISH);
 }
 
 /* A DELIVER of m at time t, carrying `retries`: the first of an attempt (the message's first,

@@ -486,6 +486,13 @@ int amqp_table_find(struct amqp_bytes table, const char *key,
 int amqp_table_find_string(struct amqp_bytes table, const char *key,
                            struct amqp_bytes *out) AMQP_WARN_UNUSED;
 
+/*
+ * amqp_table_find() for an integer value (b B s u I i l L; not a boolean 't' nor a timestamp
+ * 'T'), e.g. Celery's "retries" header: returns 1 with *out its value ('L' as its bit pattern),
+ * 0 when the key is absent or holds another type, or AMQP_E_BAD_TABLE.
+ */
+int amqp_table_find_int(struct amqp_bytes table, const char *key, int64_t *out) AMQP_WARN_UNUSED;
+
 /* ---- encoders ------------------------------------------------------------------------------ */
 
 /*

@@ -179,6 +179,28 @@ int amqp_table_find_string(struct amqp_bytes table, const char *key, struct amqp
     return 1;
 }
 
+int amqp_table_find_int(struct amqp_bytes table, const char *key, int64_t *out)
+{
+    struct amqp_field f;
+    int rc = amqp_table_find(table, key, &f);
+    if (rc <= 0)
+        return rc;
+    switch (f.type) {
+    case 'b':
+    case 'B':
+    case 's':
+    case 'u':
+    case 'I':
+    case 'i':
+    case 'l':
+    case 'L':
+        *out = f.i;
+        return 1;
+    default:
+        return 0;
+    }
+}
+
 /* The properties present in p->flags, in flag order (bit 15 first). */
 static void amqp_props_read(struct amqp_rd *r, struct amqp_props *p)
 {

@@ -386,14 +386,10 @@ static struct amqp_bytes str_bytes(const char *s)
  * as_task_v2): above 0 on a task its handler sent again with self.retry(). */
 static void app_retries(struct msg_info *mi, const struct amqp_props *p)
 {
-    struct amqp_field f;
-    if (p->headers.len == 0 || amqp_table_find(p->headers, "retries", &f) != 1)
+    int64_t n;
+    if (p->headers.len == 0 || amqp_table_find_int(p->headers, "retries", &n) != 1 || n <= 0)
         return;
-    bool integer = f.type == 'b' || f.type == 'B' || f.type == 's' || f.type == 'u' ||
-                   f.type == 'I' || f.type == 'i' || f.type == 'l' || f.type == 'L';
-    if (!integer || f.i <= 0)
-        return;
-    mi->retries = f.i > (int64_t)UINT32_MAX ? UINT32_MAX : (uint32_t)f.i;
+    mi->retries = n > (int64_t)UINT32_MAX ? UINT32_MAX : (uint32_t)n;
 }
 
 /* A value of the listener's `message-id` or `task` longer than twice reads: said once per

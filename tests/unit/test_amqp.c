@@ -469,8 +469,13 @@ static void check_celery_headers(const struct amqp_props *p, int n)
     assert_int_equal(amqp_table_find_string(p->headers, "task", &v), 1);
     assert_bytes(v, "tasks.charge");
     assert_int_equal(amqp_table_find_string(p->headers, "missing", &v), 0);
-    /* Present but not a longstr. */
+    /* Present but not a longstr: an integer. */
     assert_int_equal(amqp_table_find_string(p->headers, "retries", &v), 0);
+    int64_t retries = -1;
+    assert_int_equal(amqp_table_find_int(p->headers, "retries", &retries), 1);
+    assert_int_equal(retries, n - 1); /* capture_amqp.py: message n carries n - 1 */
+    assert_int_equal(amqp_table_find_int(p->headers, "task", &retries), 0);
+    assert_int_equal(amqp_table_find_int(p->headers, "missing", &retries), 0);
 }
 
 /* Message n of the session is the n-th publish; deliveries 1-3 are messages 1-3, delivery 4
@@ -517,9 +522,15 @@ static void test_golden_table_types(void **state)
     assert_int_equal(amqp_table_find(p.headers, "big", &f), 1);
     assert_int_equal(f.type, 'l');
     assert_int_equal(f.i, INT64_C(1) << 40);
+    int64_t n = 0;
+    assert_int_equal(amqp_table_find_int(p.headers, "big", &n), 1);
+    assert_int_equal(n, INT64_C(1) << 40);
     assert_int_equal(amqp_table_find(p.headers, "ok", &f), 1);
     assert_int_equal(f.type, 't');
     assert_int_equal(f.i, 1);
+    /* A boolean and a timestamp are not integers to amqp_table_find_int(). */
+    assert_int_equal(amqp_table_find_int(p.headers, "ok", &n), 0);
+    assert_int_equal(amqp_table_find_int(p.headers, "when", &n), 0);
     assert_int_equal(amqp_table_find(p.headers, "raw", &f), 1);
     assert_int_equal(f.type, 'x');
     assert_int_equal(f.bytes.len, 2);
