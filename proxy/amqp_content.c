@@ -304,9 +304,10 @@ void apx_content_end(struct amqp_px *ax, struct achan *ch, int from)
 {
     struct content *c = &ch->content[from];
     bool close_after = c->close_after;
-    if (c->copy_numbered && c->copy == NULL) {
-        /* Out of memory while copying the body: the broker's numbers would not be the
-         * ledger's, and every later confirm would name the wrong publish. */
+    if (c->dup && c->copy == NULL && amqp_ledger_in_confirm_mode(ch->ledger)) {
+        /* Out of memory while copying the body (`dup` is set only with a copy begun), after
+         * the ledger numbered the copy: the broker's numbers would not be the ledger's, and
+         * every later confirm would name the wrong publish. */
         apx_protocol_error(ax, "channel %u: out of memory copying a publish", ch->id);
         return;
     }
@@ -515,7 +516,6 @@ static void content_decide(struct amqp_px *ax, struct achan *ch, int from, struc
             apx_protocol_error(ax, "channel %u: too many unconfirmed publishes", ch->id);
             return;
         }
-        c->copy_numbered = c->dup && amqp_ledger_in_confirm_mode(ch->ledger);
     }
     content_release_stash(ch, from);
     if (c->body_left == 0)

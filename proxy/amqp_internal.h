@@ -137,7 +137,6 @@ struct content {
      * while a rule on publishes exists), sent again after it when `dup` (content_end). */
     struct evbuffer *copy;
     bool dup;
-    bool copy_numbered; /* the ledger numbered the copy (confirm mode): it must go out */
 };
 
 /* Frames held on a channel in one direction, released in order. */
