@@ -784,13 +784,12 @@ static void print_windows(FILE *out, const struct verdict_result *res)
                 ": IDEMPOTENT for copies %s-%s after the first delivery (median %s, %llu %s)\n", lo,
                 hi, med, (unsigned long long)t->copies, t->copies == 1 ? "copy" : "copies");
         if (t->copy_max_us < VERDICT_SHORT_WINDOW_US)
-            fprintf(
-                out,
-                "  every copy came within %s: deduplication that forgets a message sooner is "
-                "caught, later is not tested; for later copies: `when ack ... do redeliver "
-                "after D` (amqp, rq) or `when deliver ... do duplicate after D` (amqp, sidekiq, "
-                "celery, rq)\n",
-                hi);
+            fprintf(out,
+                    "  every copy came within %s: deduplication that forgets a message sooner is "
+                    "caught, later is not tested; for later copies: `when ack ... do redeliver "
+                    "after D` (amqp, rq, list) or `when deliver ... do duplicate after D` (amqp, "
+                    "sidekiq, celery, rq, list)\n",
+                    hi);
     }
 }
 

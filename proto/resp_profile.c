@@ -4,7 +4,8 @@
  * The facts behind each table entry, with their upstream sources, are in docs/protocols.md:
  * Sidekiq's queue:NAME lists (sidekiq/client.rb, fetch.rb), kombu's Redis transport
  * (kombu/transport/redis.py: the unacked hash and unacked_index zset, the priority lists), RQ's
- * rq:queue / rq:wip / rq:job keys (rq/queue.py, registry.py, job.py) and the stream commands.
+ * rq:queue / rq:wip / rq:job keys (rq/queue.py, registry.py, job.py), the stream commands, and
+ * the reliable-queue pattern of plain lists (Redis's LMOVE documentation).
  */
 #include "proto/resp_profile.h"
 
@@ -101,7 +102,8 @@ enum rprof rprof_of(const char *name)
     } names[] = {{"sidekiq", RPROF_SIDEKIQ},
                  {"celery", RPROF_CELERY},
                  {"rq", RPROF_RQ},
-                 {"streams", RPROF_STREAMS}};
+                 {"streams", RPROF_STREAMS},
+                 {"list", RPROF_LIST}};
     for (size_t i = 0; name != NULL && i < sizeof(names) / sizeof(names[0]); i++)
         if (strcmp(name, names[i].name) == 0)
             return names[i].p;
@@ -121,7 +123,8 @@ struct cmd_name {
 
 static const struct cmd_name cmd_names_4[] = {
     CMD_NAME("AUTH", AUTH), CMD_NAME("EXEC", EXEC), CMD_NAME("HDEL", HDEL), CMD_NAME("HSET", HSET),
-    CMD_NAME("LPOP", LPOP), CMD_NAME("XACK", XACK), CMD_NAME("XADD", XADD), CMD_NAME("ZREM", ZREM)};
+    CMD_NAME("LPOP", LPOP), CMD_NAME("LREM", LREM), CMD_NAME("RPOP", RPOP), CMD_NAME("XACK", XACK),
+    CMD_NAME("XADD", XADD), CMD_NAME("ZREM", ZREM)};
 static const struct cmd_name cmd_names_5[] = {CMD_NAME("BLPOP", BLPOP), CMD_NAME("BRPOP", BRPOP),
                                               CMD_NAME("HELLO", HELLO), CMD_NAME("LMOVE", LMOVE),
                                               CMD_NAME("LPUSH", LPUSH), CMD_NAME("MULTI", MULTI),
@@ -130,7 +133,9 @@ static const struct cmd_name cmd_names_6[] = {
     CMD_NAME("BLMOVE", BLMOVE), CMD_NAME("SELECT", SELECT), CMD_NAME("XCLAIM", XCLAIM)};
 static const struct cmd_name cmd_names_7[] = {CMD_NAME("DISCARD", DISCARD),
                                               CMD_NAME("HGETALL", HGETALL)};
-static const struct cmd_name cmd_names_10[] = {CMD_NAME("XAUTOCLAIM", XAUTOCLAIM),
+static const struct cmd_name cmd_names_9[] = {CMD_NAME("RPOPLPUSH", RPOPLPUSH)};
+static const struct cmd_name cmd_names_10[] = {CMD_NAME("BRPOPLPUSH", BRPOPLPUSH),
+                                               CMD_NAME("XAUTOCLAIM", XAUTOCLAIM),
                                                CMD_NAME("XREADGROUP", XREADGROUP)};
 
 static enum rprof_cmd cmd_find(const struct cmd_name *t, size_t count, const char *name, size_t n)
@@ -155,6 +160,8 @@ enum rprof_cmd rprof_cmd_of(const char *name, size_t n)
         return CMD_FIND(cmd_names_6);
     case 7:
         return CMD_FIND(cmd_names_7);
+    case 9:
+        return CMD_FIND(cmd_names_9);
     case 10:
         return CMD_FIND(cmd_names_10);
     default:
@@ -214,9 +221,38 @@ bool rprof_is_pop(enum rprof p, const struct rprof_cmdview *cv)
         return (is(cv, RPROF_CMD_BLPOP) || is(cv, RPROF_CMD_LPOP) || is(cv, RPROF_CMD_BLMOVE) ||
                 is(cv, RPROF_CMD_LMOVE)) &&
                starts_with(cv->key, RPROF_RQ_QUEUE_PREFIX);
+    case RPROF_LIST:
+        /* LPOP key count answers an array of values, which is not read. */
+        return is(cv, RPROF_CMD_BRPOP) || is(cv, RPROF_CMD_BLPOP) || is(cv, RPROF_CMD_LMOVE) ||
+               is(cv, RPROF_CMD_BLMOVE) || is(cv, RPROF_CMD_RPOPLPUSH) ||
+               is(cv, RPROF_CMD_BRPOPLPUSH) ||
+               ((is(cv, RPROF_CMD_LPOP) || is(cv, RPROF_CMD_RPOP)) && cv->m->nelem == 2);
     default:
         return false;
     }
+}
+
+bool rprof_pop_takes_head(const struct rprof_cmdview *cv)
+{
+    struct resp_view end;
+    if (is(cv, RPROF_CMD_LMOVE) || is(cv, RPROF_CMD_BLMOVE))
+        return rprof_arg(cv, 3, &end) && rprof_arg_is(cv, &end, "LEFT");
+    return is(cv, RPROF_CMD_BLPOP) || is(cv, RPROF_CMD_LPOP);
+}
+
+bool rprof_pop_moves_to(const struct rprof_cmdview *cv, char *out, size_t cap)
+{
+    struct resp_view dst;
+    out[0] = '\0';
+    return (is(cv, RPROF_CMD_LMOVE) || is(cv, RPROF_CMD_BLMOVE) || is(cv, RPROF_CMD_RPOPLPUSH) ||
+            is(cv, RPROF_CMD_BRPOPLPUSH)) &&
+           rprof_arg(cv, 2, &dst) && rprof_view_str(cv->buf, cv->len, &dst, out, cap);
+}
+
+bool rprof_list_ack(enum rprof p, const struct rprof_cmdview *cv, struct resp_view *job)
+{
+    return p == RPROF_LIST && is(cv, RPROF_CMD_LREM) && cv->has_key && cv->m->nelem == 4 &&
+           rprof_arg(cv, 3, job);
 }
 
 bool rprof_ack_args(enum rprof p, const struct rprof_cmdview *cv, size_t *first)
@@ -257,9 +293,73 @@ enum rprof_publish rprof_publish_of(enum rprof p, const struct rprof_cmdview *cv
                                                                                : RPROF_PUB_NONE;
     case RPROF_STREAMS:
         return is(cv, RPROF_CMD_XADD) ? RPROF_PUB_XADD : RPROF_PUB_NONE;
+    case RPROF_LIST:
+        return lpush || rpush ? RPROF_PUB_JOBS : RPROF_PUB_NONE;
     default:
         return RPROF_PUB_NONE;
     }
+}
+
+/* A body.json source of one key, as msg_field_parse() makes it. */
+#define JSON_SOURCE(k)                                                                             \
+    {                                                                                              \
+        .kind = MSG_FIELD_BODY_JSON, .text = "body.json." k, .name = k, .nkeys = 1                 \
+    }
+
+static const struct msg_fields list_ids = {
+    .src = {JSON_SOURCE("id"), JSON_SOURCE("uuid"), JSON_SOURCE("jid")},
+    .n = 3,
+};
+static const struct msg_fields list_tasks = {
+    .src = {JSON_SOURCE("task"), JSON_SOURCE("displayName"), JSON_SOURCE("name"),
+            JSON_SOURCE("class")},
+    .n = 4,
+};
+
+const struct msg_fields *rprof_list_default_ids(void)
+{
+    return &list_ids;
+}
+
+const struct msg_fields *rprof_list_default_tasks(void)
+{
+    return &list_tasks;
+}
+
+/* The first of fs's sources the payload has, malloc'd into *out; 0, 1 (none), -1 (no memory). */
+static int list_field(const struct msg_fields *fs, const void *v, size_t n, char **out,
+                      uint64_t *too_long)
+{
+    *out = NULL;
+    for (size_t i = 0; i < fs->n; i++) {
+        char val[MSG_FIELD_VALUE_MAX];
+        size_t len = 0;
+        enum msg_field_got got = msg_field_read_json(&fs->src[i], v, n, val, &len);
+        if (got == MSG_FIELD_TOO_LONG && too_long != NULL && *too_long == 0)
+            *too_long = len;
+        if (got != MSG_FIELD_FOUND)
+            continue;
+        return (*out = dup_n(val, len)) != NULL ? 0 : -1;
+    }
+    return 1;
+}
+
+int rprof_list_job(const struct msg_fields *ids, const struct msg_fields *tasks, const void *v,
+                   size_t n, struct resp_job *j, uint64_t *too_long)
+{
+    memset(j, 0, sizeof(*j));
+    if (too_long != NULL)
+        *too_long = 0;
+    if (ids == NULL || ids->n == 0)
+        ids = &list_ids;
+    if (tasks == NULL || tasks->n == 0)
+        tasks = &list_tasks;
+    if (list_field(ids, v, n, &j->id, too_long) != 0 ||
+        list_field(tasks, v, n, &j->task, too_long) < 0) {
+        resp_job_clear(j);
+        return -1;
+    }
+    return 0;
 }
 
 int rprof_job(enum rprof p, const void *v, size_t n, struct resp_job *j)
@@ -270,6 +370,8 @@ int rprof_job(enum rprof p, const void *v, size_t n, struct resp_job *j)
         return resp_job_sidekiq(v, n, j);
     case RPROF_CELERY:
         return resp_job_celery(v, n, j);
+    case RPROF_LIST:
+        return rprof_list_job(NULL, NULL, v, n, j, NULL);
     default:
         return -1;
     }
@@ -291,9 +393,9 @@ char *rprof_queue_of(enum rprof p, const char *key)
     return strdup(key);
 }
 
-const char *rprof_repush_cmd(enum rprof p)
+const char *rprof_repush_cmd(enum rprof p, bool head)
 {
-    return p == RPROF_RQ ? "LPUSH" : "RPUSH";
+    return p == RPROF_RQ || head ? "LPUSH" : "RPUSH";
 }
 
 bool rprof_rq_queue_of_wip(const char *key, char *out, size_t cap)

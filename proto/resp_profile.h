@@ -7,7 +7,7 @@
  * publish a job, pop one or settle one, which argument holds the ids, which queue a list key
  * stands for, what kind of reply a command will get (a pop's job, an RQ job hash, stream
  * entries), and reads the fields the events need out of those replies.  It is one table-driven
- * module rather than a file per profile: the four profiles share most of their commands and
+ * module rather than a file per profile: the five profiles share most of their commands and
  * differ in key names and argument positions, which read best side by side.
  *
  * Pure C over the scanner's views: no sockets, no libevent, no logging, no state between calls.
@@ -26,6 +26,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "proto/msg_field.h"
 #include "proto/resp.h"
 
 #define RPROF_WARN_UNUSED __attribute__((warn_unused_result))
@@ -54,6 +55,9 @@ enum rprof {
                       ZREM unacked_index TAG to ack */
     RPROF_RQ,      /* RQ: RPUSH/LPUSH rq:queue:NAME <id>, BLPOP/LMOVE, ZREM rq:wip:NAME <id> */
     RPROF_STREAMS, /* Redis Streams consumer groups: XADD, XREADGROUP, XCLAIM, XACK */
+    RPROF_LIST,    /* any app's JSON jobs on plain lists: LPUSH/RPUSH to publish, a pop or a
+                      move (BLMOVE queue processing) to deliver, LREM processing 1 JOB to ack;
+                      ids and tasks from the listener's body.json sources */
 };
 
 /* The profile a listener's `profile` setting names; RPROF_NONE for NULL or an unknown name
@@ -75,6 +79,7 @@ enum rprof_cmd {
     RPROF_CMD_BLMOVE,
     RPROF_CMD_BLPOP,
     RPROF_CMD_BRPOP,
+    RPROF_CMD_BRPOPLPUSH,
     RPROF_CMD_DISCARD,
     RPROF_CMD_EXEC,
     RPROF_CMD_HDEL,
@@ -84,7 +89,10 @@ enum rprof_cmd {
     RPROF_CMD_LMOVE,
     RPROF_CMD_LPOP,
     RPROF_CMD_LPUSH,
+    RPROF_CMD_LREM,
     RPROF_CMD_MULTI,
+    RPROF_CMD_RPOP,
+    RPROF_CMD_RPOPLPUSH,
     RPROF_CMD_RPUSH,
     RPROF_CMD_SELECT,
     RPROF_CMD_XACK,
@@ -137,8 +145,24 @@ void rprof_walk_init(struct resp_args *it, const uint8_t *buf, size_t len,
 /* ---- what a command does for the profile ------------------------------------------------- */
 
 /* Whether the command pops a job from a queue: Sidekiq's BRPOP of queue:*, Celery's BRPOP, RQ's
- * BLPOP/LPOP/BLMOVE/LMOVE of rq:queue:*.  Its reply is read with rprof_pop_reply(). */
+ * BLPOP/LPOP/BLMOVE/LMOVE of rq:queue:*; for the list profile any BRPOP, BLPOP, LPOP or RPOP
+ * without a count, LMOVE, BLMOVE, RPOPLPUSH or BRPOPLPUSH.  Its reply is read with
+ * rprof_pop_reply(). */
 bool rprof_is_pop(enum rprof p, const struct rprof_cmdview *cv);
+
+/* Whether a pop takes the head of its list (BLPOP, LPOP, LMOVE/BLMOVE src dst LEFT ...) rather
+ * than its tail (BRPOP, RPOP, RPOPLPUSH, BRPOPLPUSH, LMOVE ... RIGHT ...). */
+bool rprof_pop_takes_head(const struct rprof_cmdview *cv);
+
+/* Whether the pop moves its job onto another list (LMOVE, BLMOVE, RPOPLPUSH, BRPOPLPUSH: a
+ * worker's processing list), which it reads into out[0..cap); false for any other command, or a
+ * destination that does not fit. */
+bool rprof_pop_moves_to(const struct rprof_cmdview *cv, char *out, size_t cap);
+
+/* The list profile's ack: LREM key count JOB, the worker taking the job it finished out of its
+ * processing list (the "reliable queue" of Redis's LMOVE documentation).  *job is the value's
+ * view; false for any other command or profile. */
+bool rprof_list_ack(enum rprof p, const struct rprof_cmdview *cv, struct resp_view *job);
 
 /* Whether the command settles jobs, and from which argument on it names them (*first): Celery's
  * ZREM <queue>unacked_index TAG..., RQ's ZREM rq:wip:NAME ID..., XACK stream group ID... */
@@ -147,8 +171,8 @@ bool rprof_ack_args(enum rprof p, const struct rprof_cmdview *cv, size_t *first)
 /* What a command publishes. */
 enum rprof_publish {
     RPROF_PUB_NONE,
-    RPROF_PUB_JOBS,  /* Sidekiq's or Celery's LPUSH: one job payload per argument from 2 on
-                        (read with rprof_job()) */
+    RPROF_PUB_JOBS,  /* Sidekiq's or Celery's LPUSH, the list profile's LPUSH or RPUSH: one job
+                        payload per argument from 2 on (rprof_job(), rprof_list_job()) */
     RPROF_PUB_RQ_ID, /* RQ's push of a job id (argument 2) onto rq:queue:NAME */
     RPROF_PUB_XADD,  /* XADD: an entry, its id chosen by the client or by Redis
                         (rprof_xadd_id_arg(), rprof_xadd_task()) */
@@ -160,9 +184,24 @@ enum rprof_publish rprof_publish_of(enum rprof p, const struct rprof_cmdview *cv
 struct resp_job;
 
 /* The job in a payload v[0..n) pushed or popped on a Sidekiq or Celery queue
- * (resp_job_sidekiq(), resp_job_celery()): 0 with *j filled (the caller frees it with
- * resp_job_clear()), -1 when it is not one, or for another profile. */
+ * (resp_job_sidekiq(), resp_job_celery()), or on a list of the list profile with its default
+ * sources (rprof_list_job()): 0 with *j filled (the caller frees it with resp_job_clear()), -1
+ * when it is not one, or for another profile. */
 int rprof_job(enum rprof p, const void *v, size_t n, struct resp_job *j) RPROF_WARN_UNUSED;
+
+/* The list profile's sources when a listener sets none: `message-id body.json.id
+ * body.json.uuid body.json.jid` and `task body.json.task body.json.displayName body.json.name
+ * body.json.class` (docs/any-app.md). */
+const struct msg_fields *rprof_list_default_ids(void);
+const struct msg_fields *rprof_list_default_tasks(void);
+
+/* A job of the list profile: payload v[0..n) is a JSON object, its id read with the sources
+ * ids (NULL or none set: the defaults), its task with tasks (likewise; a job may have no task).
+ * 0 with *j filled (id and task only), -1 when the payload has no id.  A value as long as
+ * MSG_FIELD_VALUE_MAX or longer is not used, and its length goes to *too_long (may be NULL;
+ * 0 when none was). */
+int rprof_list_job(const struct msg_fields *ids, const struct msg_fields *tasks, const void *v,
+                   size_t n, struct resp_job *j, uint64_t *too_long) RPROF_WARN_UNUSED;
 
 /* The queue a list (or registry, or stream) key stands for, as the journal and the `queue=`
  * matcher name it: Sidekiq's queue:NAME and RQ's rq:queue:NAME / rq:wip:NAME give NAME,
@@ -171,9 +210,10 @@ int rprof_job(enum rprof p, const void *v, size_t n, struct resp_job *j) RPROF_W
 char *rprof_queue_of(enum rprof p, const char *key) RPROF_WARN_UNUSED;
 
 /* The command a framework's own push of a popped job would be, for a copy twice sends back:
- * "LPUSH" for RQ (a job is pushed to the head of its queue when it is requeued), else "RPUSH"
- * (the end the next BRPOP takes first). */
-const char *rprof_repush_cmd(enum rprof p);
+ * "LPUSH" for RQ (a job is pushed to the head of its queue when it is requeued); for the others
+ * the end the pop took it from (head: rprof_pop_takes_head()), which the next pop takes first:
+ * "RPUSH" after Sidekiq's and Celery's BRPOP. */
+const char *rprof_repush_cmd(enum rprof p, bool head);
 
 /* The queue list an RQ job settled on rq:wip:NAME goes back to when twice redelivers it:
  * rq:queue:NAME into out[0..cap).  False when key is not an RQ started registry or out is too

@@ -38,6 +38,7 @@ struct idmap_info {
 /* Flags of struct idmap_info. */
 enum {
     IDMAP_SUPPRESS_ACK = 1u << 0, /* a `duplicate` on a stream entry: swallow its next XACK */
+    IDMAP_POP_HEAD = 1u << 1,     /* a processing list fed from its queue's head (list profile) */
 };
 
 /* The map's lock (see above); idmap_count and idmap_clear need not hold it. */

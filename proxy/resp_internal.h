@@ -74,6 +74,8 @@ struct entry {
     bool server;            /* the server answers it */
     bool done;              /* bytes is complete */
     bool redelivered;       /* RPROF_REPLY_XREAD re-reading the pending list */
+    bool head;              /* RPROF_REPLY_POP: the pop took its list's head (LPOP, BLPOP,
+                               LMOVE LEFT): a copy goes back there */
     bool hide;              /* the server's reply is for twice only (a DISCARD it sent) */
     uint8_t kind;           /* enum rprof_reply or enum reply_kind */
     uint32_t more;          /* RPROF_REPLY_PLAIN: replies owed after the next one (forward_plain) */
@@ -82,7 +84,8 @@ struct entry {
     bool close_protocol; /* the session ends once this went out (protocol_error) */
     char
         *arg; /* RPROF_REPLY_POP: the list; RPROF_REPLY_RQ_HASH: job id; RPROF_REPLY_XADD: stream */
-    char *arg2;       /* RPROF_REPLY_XADD: task */
+    char *arg2;       /* RPROF_REPLY_XADD: task; RPROF_REPLY_POP (list profile): the list a
+                         move puts the job on (a processing list), NULL for a plain pop */
     struct txcmd *tx; /* RK_EXEC */
     /* RK_EXEC: commands for twice's own connection once EXEC's reply shows the transaction
      * ran (copies of its pushes: the job's hash is saved by then), n_after of them */
@@ -291,6 +294,9 @@ const struct rule *rpx_publish_decide(struct rpx *rx, const struct rprof_cmdview
                                       const struct rpx_rq_saved *rq);
 enum cmd_result rpx_command_ack(struct rpx *rx, struct rprof_cmdview *cv, const struct resp_msg *m,
                                 const uint8_t *buf, size_t first);
+enum cmd_result rpx_command_list_ack(struct rpx *rx, struct rprof_cmdview *cv,
+                                     const struct resp_msg *m, const uint8_t *buf,
+                                     const struct resp_view *job);
 void rpx_tag_reply(struct rpx *rx, struct rprof_cmdview *cv, struct entry *e);
 
 /* ---- resp_tx.c ---- */

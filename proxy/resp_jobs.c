@@ -151,10 +151,55 @@ static const struct rule *decide_job(struct rpx *rx, struct job_event *j)
     return NULL;
 }
 
+static void say_too_long(struct rpx *rx, const char *field, uint64_t len, size_t cap);
+
+/* The job in payload v[0..n) of a list push or pop: Sidekiq's or Celery's, or any app's read
+ * with the listener's `message-id` and `task` sources (the list profile). */
+static int read_job(struct rpx *rx, const void *v, size_t n, struct resp_job *job)
+{
+    if (rx->prof != RPROF_LIST)
+        return rprof_job(rx->prof, v, n, job);
+    const struct conf_listener *l = rx->s->cfg->l;
+    uint64_t too_long = 0;
+    int rc = rprof_list_job(&l->message_id, &l->task, v, n, job, &too_long);
+    if (too_long > 0)
+        say_too_long(rx, "job field", too_long, MSG_FIELD_VALUE_MAX);
+    return rc;
+}
+
 /* ---- deliveries ------------------------------------------------------- */
 
-/* A job from a popped value: decoded from its payload (Sidekiq, Celery), or its id with the task
- * its RQ job hash gave (rpx_on_rq_hash()). */
+/* The idmap key under which the list profile remembers where a processing list is fed from
+ * ("\x01" and its name: no job id of the listener's starts with that byte, as ids are JSON
+ * strings read whole, and a processing list's entry must not be an id's).  False when it does
+ * not fit. */
+static bool processing_key(const char *list, char *out, size_t cap)
+{
+    int n = snprintf(out, cap, "\x01%s", list);
+    return n > 0 && (size_t)n < cap;
+}
+
+/* A move of a list job onto processing list dst, from list src (its head when head): an ack on
+ * dst later names neither, and a redelivery pushes the job back where it came from.  Kept per
+ * processing list, not per job (a worker that only pops has no ack to clear it with): a
+ * processing list fed from two queues is known by the last. */
+static void remember_processing(struct rpx *rx, const char *dst, const char *src, bool head)
+{
+    char key[RPROF_KEY_MAX + 2];
+    if (!processing_key(dst, key, sizeof(key)))
+        return;
+    idmap_lock();
+    struct idmap_info *in = idmap_put(rpx_scope(rx), key, strlen(key));
+    if (in != NULL) {
+        if (in->queue == NULL || strcmp(in->queue, src) != 0)
+            idmap_set_str(&in->queue, src, strlen(src));
+        in->flags = head ? in->flags | IDMAP_POP_HEAD : in->flags & ~(uint32_t)IDMAP_POP_HEAD;
+    }
+    idmap_unlock();
+}
+
+/* A job from a popped value: decoded from its payload (Sidekiq, Celery, the list profile), or
+ * its id with the task its RQ job hash gave (rpx_on_rq_hash()). */
 static bool job_from_value(struct rpx *rx, const char *list, const uint8_t *v, size_t n,
                            struct job_event *j)
 {
@@ -170,9 +215,9 @@ static bool job_from_value(struct rpx *rx, const char *list, const uint8_t *v, s
         if (in != NULL && in->task != NULL)
             job.task = jdup(j, in->task);
         idmap_unlock();
-    } else if (rx->prof != RPROF_SIDEKIQ && rx->prof != RPROF_CELERY) {
+    } else if (rx->prof != RPROF_SIDEKIQ && rx->prof != RPROF_CELERY && rx->prof != RPROF_LIST) {
         return false;
-    } else if (jobs_needed(rx) && rprof_job(rx->prof, v, n, &job) != 0) {
+    } else if (jobs_needed(rx) && read_job(rx, v, n, &job) != 0) {
         return false;
     }
     j->id = job.id;
@@ -207,8 +252,9 @@ static bool job_from_value(struct rpx *rx, const char *list, const uint8_t *v, s
 bool rpx_pop_reply_counted(struct rpx *rx, struct entry *e, const uint8_t *buf,
                            const struct resp_msg *m)
 {
-    if ((rx->prof != RPROF_SIDEKIQ && rx->prof != RPROF_CELERY) || jobs_needed(rx) ||
-        e != rx->head || e->release_ms != 0 || e->hide || evbuffer_get_length(e->bytes) > 0)
+    if ((rx->prof != RPROF_SIDEKIQ && rx->prof != RPROF_CELERY && rx->prof != RPROF_LIST) ||
+        jobs_needed(rx) || e != rx->head || e->release_ms != 0 || e->hide ||
+        evbuffer_get_length(e->bytes) > 0)
         return false;
     char list[RPROF_KEY_MAX];
     struct resp_view val;
@@ -227,6 +273,8 @@ void rpx_on_pop_reply(struct rpx *rx, struct entry *e, const uint8_t *buf, const
     bool pair;
     if (!rprof_pop_reply(buf, m, e->arg, list, sizeof(list), &val, &pair))
         return;
+    if (rx->prof == RPROF_LIST && e->arg2 != NULL)
+        remember_processing(rx, e->arg2, list, e->head);
     struct job_event j = {.kind = RULE_EV_DELIVER};
     if (!job_from_value(rx, list, buf + val.off, val.len, &j))
         return;
@@ -241,13 +289,15 @@ void rpx_on_pop_reply(struct rpx *rx, struct entry *e, const uint8_t *buf, const
                 char *marked = NULL;
                 size_t mlen = 0;
                 if (resp_job_celery_redelivered(buf + val.off, val.len, &marked, &mlen) == 0) {
-                    rpx_repush(rx, rprof_repush_cmd(rx->prof), list, marked, mlen, after);
+                    rpx_repush(rx, rprof_repush_cmd(rx->prof, e->head), list, marked, mlen, after);
                     free(marked);
                 } else {
-                    rpx_repush(rx, rprof_repush_cmd(rx->prof), list, buf + val.off, val.len, after);
+                    rpx_repush(rx, rprof_repush_cmd(rx->prof, e->head), list, buf + val.off,
+                               val.len, after);
                 }
             } else {
-                rpx_repush(rx, rprof_repush_cmd(rx->prof), list, buf + val.off, val.len, after);
+                rpx_repush(rx, rprof_repush_cmd(rx->prof, e->head), list, buf + val.off, val.len,
+                           after);
             }
             break;
         }
@@ -807,7 +857,8 @@ static void pub_copy(struct rpx *rx, const struct rule *r, const struct rprof_cm
     free(retagged);
 }
 
-/* Sidekiq's and Celery's LPUSH of job JSON (outside a transaction): a publish per job read.
+/* Sidekiq's and Celery's LPUSH of job JSON, the list profile's LPUSH or RPUSH (outside a
+ * transaction): a publish per job read.
  * Returns the first deciding rule, or NULL. */
 static const struct rule *publish_jobs(struct rpx *rx, const struct rprof_cmdview *cv)
 {
@@ -823,7 +874,7 @@ static const struct rule *publish_jobs(struct rpx *rx, const struct rprof_cmdvie
     struct resp_view v;
     for (size_t i = 2; rprof_arg(cv, i, &v); i++) {
         struct resp_job job;
-        if (rprof_job(rx->prof, cv->buf + v.off, v.len, &job) != 0)
+        if (read_job(rx, cv->buf + v.off, v.len, &job) != 0)
             continue;
         /* A job that carries a retry count is one its app sends again: Sidekiq's retry poller
          * pushes a failed job back with retry_count set, Celery's retry sends the task with its
@@ -887,7 +938,8 @@ static const struct rule *publish_rq(struct rpx *rx, const struct rprof_cmdview 
     return r;
 }
 
-/* Publishes: Sidekiq's and Celery's LPUSH of job JSON, RQ's push of a job id, XADD.  Returns
+/* Publishes: Sidekiq's, Celery's and the list profile's pushes of job JSON, RQ's push of a job
+ * id, XADD.  Returns
  * the deciding rule, or NULL. */
 const struct rule *rpx_publish_decide(struct rpx *rx, const struct rprof_cmdview *cv,
                                       const struct rpx_rq_saved *rq)
@@ -963,6 +1015,116 @@ enum cmd_result rpx_command_ack(struct rpx *rx, struct rprof_cmdview *cv, const 
     return CMD_DONE;
 }
 
+/* A list job's ack, LREM processing COUNT JOB, decided: *src gets the list the processing list
+ * is fed from and *head its end (NULL when twice saw no move onto it).  The job's id and task
+ * are its payload's.  A `redeliver` that cannot know where the job goes back is not made (nor
+ * noted as a fault): the ack goes on.  Returns the deciding rule. */
+static const struct rule *list_ack_decide(struct rpx *rx, const struct rprof_cmdview *cv,
+                                          const struct resp_view *job, char **src, bool *head)
+{
+    *src = NULL;
+    *head = false;
+    if (!jobs_needed(rx)) {
+        codec_count(rx->s, RULE_EV_ACK);
+        return NULL;
+    }
+    struct resp_job rj;
+    if (read_job(rx, cv->buf + job->off, job->len, &rj) != 0)
+        return NULL;
+    struct job_event j = {.kind = RULE_EV_ACK, .key = cv->key, .id = rj.id, .task = rj.task};
+    char key[RPROF_KEY_MAX + 2];
+    if (processing_key(cv->key, key, sizeof(key))) {
+        idmap_lock();
+        struct idmap_info *in = idmap_get(rpx_scope(rx), key, strlen(key));
+        if (in != NULL && in->queue != NULL) {
+            *src = jdup(&j, in->queue);
+            *head = (in->flags & IDMAP_POP_HEAD) != 0;
+        }
+        idmap_unlock();
+    }
+    /* The queue is the list it was delivered from, as the delivery's record names it. */
+    j.queue = jdup(&j, *src != NULL ? *src : cv->key);
+    journal_job(rx, JOURNAL_KIND_ACK, &j);
+    const struct rule *r = NULL;
+    if (job_event_oom(rx, &j)) {
+        /* logged */
+    } else if (!codec_wants(rx->s, RULE_EV_ACK)) {
+        codec_count(rx->s, RULE_EV_ACK);
+    } else {
+        struct engine_event ev;
+        char anon[48];
+        job_engine_event(rx, &j, &ev, anon);
+        size_t hit = 0;
+        r = codec_decide_first_unnoted(rx->s, &ev, &hit) == 1 ? rpx_hit_rule(rx, hit) : NULL;
+        if (r != NULL && r->action.kind == RULE_ACT_REDELIVER && *src == NULL) {
+            log_msg(LOG_WARN, "ack not redelivered",
+                    "sid=%llu listener=%s rule=%s message_id=%s reason=\"no move onto this "
+                    "processing list was seen: the list its jobs come from is unknown\"",
+                    (unsigned long long)rx->s->id, rpx_scope(rx), r->name, j.id);
+            r = NULL;
+        }
+        if (r != NULL)
+            fault_note(rx->s, r, &ev);
+    }
+    job_event_clear(&j);
+    return r;
+}
+
+/* The list profile's ack outside a transaction: forwarded, or kept back and answered as Redis
+ * answers the removal of one job (`drop`), applied later (`delay`), or applied with the job
+ * pushed back onto the list it came from (`redeliver`: as an app's recovery of a processing
+ * list requeues a job whose worker never finished it), on twice's own connection. */
+enum cmd_result rpx_command_list_ack(struct rpx *rx, struct rprof_cmdview *cv,
+                                     const struct resp_msg *m, const uint8_t *buf,
+                                     const struct resp_view *job)
+{
+    size_t len = m->len;
+    char *src = NULL;
+    bool head = false;
+    const struct rule *r = list_ack_decide(rx, cv, job, &src, &head);
+    enum rule_action_kind act = r != NULL ? r->action.kind : RULE_ACT_COUNT; /* none */
+    if (act == RULE_ACT_DELAY || act == RULE_ACT_REDELIVER) {
+        /* The client's bytes are gone once swallowed: the commands are made first. */
+        struct evbuffer *later = evbuffer_new();
+        size_t n = 0;
+        if (later != NULL && evbuffer_add(later, buf, len) == 0)
+            n++;
+        if (later != NULL && act == RULE_ACT_REDELIVER) {
+            const char *cmd = rprof_repush_cmd(rx->prof, head);
+            const char *argv[3] = {cmd, src, (const char *)buf + job->off};
+            size_t lens[3] = {strlen(cmd), strlen(src), job->len};
+            if (rpx_encode_cmd(later, 3, argv, lens) == 0)
+                n++;
+        }
+        if (later != NULL && n > 0)
+            rpx_aux_send_at(rx, later, n, r->action.duration_ms);
+        if (later != NULL)
+            evbuffer_free(later);
+    }
+    free(src);
+    rx->decided = 0;
+    switch (act) {
+    case RULE_ACT_DROP:
+    case RULE_ACT_DELAY:
+    case RULE_ACT_REDELIVER:
+        rpx_swallow(rx, len);
+        if (rpx_owe_reply(rx))
+            rpx_answer(rx, ":1\r\n", 4);
+        return CMD_DONE;
+    case RULE_ACT_CLOSE:
+        if (r->action.close_when == RULE_CLOSE_BEFORE) {
+            rpx_swallow(rx, len);
+            rpx_cut_at_turn(rx, r, NULL);
+        } else {
+            rpx_cut_at_turn(rx, r, rpx_forward(rx, cv, m, buf, len));
+        }
+        return CMD_STOP;
+    default:
+        rpx_forward(rx, cv, m, buf, len);
+        return CMD_DONE;
+    }
+}
+
 /* What the reply to a forwarded command is, for the reply side: a pop's job, an RQ job
  * hash, a stream read or claim, an XADD's id. */
 void rpx_tag_reply(struct rpx *rx, struct rprof_cmdview *cv, struct entry *e)
@@ -971,7 +1133,12 @@ void rpx_tag_reply(struct rpx *rx, struct rprof_cmdview *cv, struct entry *e)
     bool redelivered;
     e->kind = (uint8_t)rprof_reply_of(rx->prof, cv, &arg, &redelivered);
     e->redelivered = redelivered;
+    e->head = e->kind == RPROF_REPLY_POP && rprof_pop_takes_head(cv);
     bool copied = arg == NULL || (e->arg = strdup(arg)) != NULL;
+    char dst[RPROF_KEY_MAX];
+    if (copied && e->kind == RPROF_REPLY_POP && rx->prof == RPROF_LIST &&
+        rprof_pop_moves_to(cv, dst, sizeof(dst)))
+        copied = (e->arg2 = strdup(dst)) != NULL;
     if (copied && e->kind == RPROF_REPLY_XADD) {
         char task[RPROF_TASK_MAX];
         uint64_t n;

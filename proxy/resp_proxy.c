@@ -641,6 +641,9 @@ static enum cmd_result command(struct rpx *rx, const uint8_t *buf, const struct 
     size_t first;
     if (rprof_ack_args(rx->prof, &cv, &first))
         return rpx_command_ack(rx, &cv, m, buf, first);
+    struct resp_view job;
+    if (rprof_list_ack(rx->prof, &cv, &job))
+        return rpx_command_list_ack(rx, &cv, m, buf, &job);
     return command_other(rx, &cv, m, buf);
 }
 

@@ -4,7 +4,8 @@
  * Every resp listener sees `command` (each command a client sends, matched
  * by name and first key).  A profile teaches twice one job framework's
  * commands (kombu's transport/redis.py, Sidekiq's fetch.rb and client.rb, RQ's
- * queue.py and worker.py, Redis's consumer-group commands): which reply is a delivery,
+ * queue.py and worker.py, Redis's consumer-group commands, the reliable-queue pattern of
+ * plain lists): which reply is a delivery,
  * which command a publish, which transaction an ack.  Sidekiq's basic fetch
  * has no ack at all, so rules on `ack` are refused there with the reason.
  */
@@ -47,7 +48,7 @@ static const char *plain_why_not(enum rule_event ev, enum rule_action_kind act)
 {
     if (act == RULE_ACT_COUNT && ev != RULE_EV_COMMAND)
         return "a resp listener without a profile sees commands only: add 'profile sidekiq', "
-               "'celery', 'rq' or 'streams' for job events";
+               "'celery', 'rq', 'streams' or 'list' for job events";
     return common_why_not(ev, act);
 }
 
@@ -168,6 +169,8 @@ JOB_CAPS(proto_resp_celery_caps, "resp/celery", CAPS_BIT(RULE_ACT_DUPLICATE), jo
 JOB_CAPS(proto_resp_rq_caps, "resp/rq", CAPS_BIT(RULE_ACT_DUPLICATE), job_why_not,
          CAPS_BIT(RULE_ACT_DUPLICATE), CAPS_BIT(RULE_ACT_REDELIVER), NULL);
 JOB_CAPS(proto_resp_streams_caps, "resp/streams", 0, streams_why_not, 0, 0, streams_why_not_late);
+JOB_CAPS(proto_resp_list_caps, "resp/list", CAPS_BIT(RULE_ACT_DUPLICATE), job_why_not,
+         CAPS_BIT(RULE_ACT_DUPLICATE), CAPS_BIT(RULE_ACT_REDELIVER), NULL);
 
 const struct proto_caps *proto_resp_caps_find(const char *profile)
 {
@@ -181,5 +184,7 @@ const struct proto_caps *proto_resp_caps_find(const char *profile)
         return &proto_resp_rq_caps;
     if (strcmp(profile, "streams") == 0)
         return &proto_resp_streams_caps;
+    if (strcmp(profile, "list") == 0)
+        return &proto_resp_list_caps;
     return &proto_resp_caps;
 }

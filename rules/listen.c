@@ -78,9 +78,9 @@ static void conf_listen_protocol(struct conf_parser *p, struct conf_listen_state
 static void conf_listen_profile(struct conf_parser *p, struct conf_listen_state *ls,
                                 const struct conf_node *n)
 {
-    static const char *const names[] = {"sidekiq", "celery", "rq", "streams"};
+    static const char *const names[] = {"sidekiq", "celery", "rq", "streams", "list"};
     int i = conf_value_enum(p, &n->words[1], "profile", names, sizeof(names) / sizeof(names[0]),
-                            "expected sidekiq, celery, rq or streams");
+                            "expected sidekiq, celery, rq, streams or list");
 
     if (i >= 0) {
         ls->l->profile = conf_parser_strdup(p, names[i]);
@@ -220,7 +220,7 @@ static void conf_listen_task(struct conf_parser *p, struct conf_listen_state *ls
 /* Indexed by enum conf_listen_slot. */
 static const struct conf_listen_directive conf_listen_table[CONF_L_COUNT] = {
     {{"protocol", 1, "tcp, amqp or resp"}, conf_listen_protocol},
-    {{"profile", 1, "sidekiq, celery, rq or streams"}, conf_listen_profile},
+    {{"profile", 1, "sidekiq, celery, rq, streams or list"}, conf_listen_profile},
     {{"bind", 1, "HOST:PORT"}, conf_listen_bind},
     {{"upstream", 1, "HOST:PORT"}, conf_listen_upstream},
     {{"connect-timeout", 1, "DURATION"}, conf_listen_connect_timeout},
@@ -267,6 +267,20 @@ static void conf_listen_block(struct conf_parser *p, struct conf_listen_state *l
     }
 }
 
+/* On a Redis list a job is its payload alone: only body.json sources can be read there. */
+static void conf_listen_list_fields(struct conf_parser *p, const struct conf_listen_state *ls,
+                                    int slot)
+{
+    const struct msg_fields *fs = slot == CONF_L_MESSAGE_ID ? &ls->l->message_id : &ls->l->task;
+    for (size_t i = 0; i < fs->n; i++)
+        if (fs->src[i].kind != MSG_FIELD_BODY_JSON)
+            conf_diag_add(p->diags, CONF_ERROR, ls->first[slot],
+                          "a job on a Redis list is its payload alone: use body.json.PATH "
+                          "(e.g. body.json.uuid)",
+                          "'%s' source '%s' is an AMQP one", conf_listen_keywords[slot],
+                          fs->src[i].text);
+}
+
 /* Checks over the whole block: required directives, profile vs protocol. */
 static void conf_listen_check_block(struct conf_parser *p, const struct conf_listen_state *ls)
 {
@@ -283,13 +297,22 @@ static void conf_listen_check_block(struct conf_parser *p, const struct conf_lis
         conf_diag_add(p->diags, CONF_ERROR, ls->profile_loc, NULL,
                       "'profile' applies only to protocol resp");
     }
+    bool list = ls->l->profile != NULL && strcmp(ls->l->profile, "list") == 0;
     for (int slot = CONF_L_MESSAGE_ID; slot <= CONF_L_TASK; slot++) {
-        if (ls->first[slot].line != 0 && ls->protocol_ok && ls->l->protocol != CONF_PROTO_AMQP)
-            conf_diag_add(p->diags, CONF_ERROR, ls->first[slot],
-                          ls->l->protocol == CONF_PROTO_RESP
-                              ? "a Redis profile reads its jobs' ids and tasks itself"
-                              : NULL,
-                          "'%s' applies only to protocol amqp", conf_listen_keywords[slot]);
+        if (ls->first[slot].line == 0 || !ls->protocol_ok || ls->l->protocol == CONF_PROTO_AMQP)
+            continue;
+        if (ls->l->protocol == CONF_PROTO_RESP && list) {
+            conf_listen_list_fields(p, ls, slot);
+            continue;
+        }
+        conf_diag_add(p->diags, CONF_ERROR, ls->first[slot],
+                      ls->l->protocol == CONF_PROTO_RESP
+                          ? "Sidekiq's, Celery's, RQ's and a stream's jobs name their ids and "
+                            "tasks themselves; 'profile list' reads any app's from body.json "
+                            "sources"
+                          : NULL,
+                      "'%s' applies only to protocol amqp and to 'profile list'",
+                      conf_listen_keywords[slot]);
     }
     if (ls->timeout_loc.line != 0 && ls->protocol_ok && ls->l->protocol != CONF_PROTO_AMQP) {
         conf_diag_add(p->diags, CONF_ERROR, ls->timeout_loc,

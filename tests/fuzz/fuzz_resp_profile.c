@@ -4,7 +4,7 @@
  * scan, and the replies read for jobs.  Not part of the default build (scripts/fuzz.sh builds
  * and runs it).
  *
- * The first byte picks the profile (its value mod 5) and the direction (bit 7: a server's
+ * The first byte picks the profile (its low 7 bits mod 6) and the direction (bit 7: a server's
  * replies, else a client's commands); the rest is a byte stream, cut into messages by the
  * RESP scanner as the proxy cuts it.  Every message goes through every function that applies
  * to its direction, for the chosen profile.  Seeds are the framework sessions of
@@ -51,6 +51,35 @@ static void count_queued(void *arg, const struct rprof_cmdview *cv)
     (*(size_t *)arg)++;
 }
 
+/* A list job read with the defaults and with a listener's sources of two and three keys: an id
+ * is a non-empty string within its limit, a too-long value is said with its length. */
+static void list_job(const uint8_t *v, size_t n)
+{
+    static struct msg_fields ids, tasks;
+    if (ids.n == 0) {
+        char why[128];
+        CHECK(msg_field_parse("body.json.data.uuid", &ids.src[0], why, sizeof(why)) == 0);
+        CHECK(msg_field_parse("body.json.uuid", &ids.src[1], why, sizeof(why)) == 0);
+        CHECK(msg_field_parse("body.json.a.b.c", &tasks.src[0], why, sizeof(why)) == 0);
+        ids.n = 2;
+        tasks.n = 1;
+    }
+    for (int k = 0; k < 2; k++) {
+        struct resp_job job;
+        uint64_t too_long;
+        int rc = k == 0 ? rprof_list_job(NULL, NULL, v, n, &job, &too_long)
+                        : rprof_list_job(&ids, &tasks, v, n, &job, &too_long);
+        CHECK(too_long == 0 || too_long >= MSG_FIELD_VALUE_MAX);
+        if (rc == 0) {
+            CHECK(job.id != NULL && job.id[0] != '\0' && strlen(job.id) < MSG_FIELD_VALUE_MAX);
+            CHECK(job.task == NULL || (job.task[0] != '\0' && strlen(job.task) < MSG_FIELD_VALUE_MAX));
+            resp_job_clear(&job);
+        } else {
+            CHECK(rc == -1 && job.id == NULL && job.task == NULL);
+        }
+    }
+}
+
 static void command(enum rprof p, const uint8_t *buf, size_t len, const struct resp_msg *m)
 {
     struct rprof_cmdview cv;
@@ -75,6 +104,14 @@ static void command(enum rprof p, const uint8_t *buf, size_t len, const struct r
             resp_job_clear(&job);
         }
     }
+    (void)rprof_pop_takes_head(&cv);
+    struct resp_view jv;
+    if (rprof_list_ack(p, &cv, &jv)) {
+        CHECK(p == RPROF_LIST && cv.id == RPROF_CMD_LREM && jv.off + jv.len <= m->len);
+        list_job(buf + jv.off, jv.len);
+    }
+    for (size_t i = 2; p == RPROF_LIST && pub == RPROF_PUB_JOBS && rprof_arg(&cv, i, &v); i++)
+        list_job(buf + v.off, v.len);
     size_t at = rprof_xadd_id_arg(&cv);
     CHECK(at == 0 || at >= 2);
     char task[RPROF_TASK_MAX];
@@ -158,7 +195,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
     if (size < 1)
         return 0;
-    enum rprof p = (enum rprof)(data[0] % 5);
+    enum rprof p = (enum rprof)((data[0] & 0x7f) % 6);
     bool server = (data[0] & 0x80) != 0;
     size_t len = size - 1;
     uint8_t *buf = malloc(len > 0 ? len : 1); /* exactly its size: a read past len is caught */

@@ -517,7 +517,7 @@ static void test_enum_values(void **state)
     EXPECT(L_HEAD "    protocol resp\n    profile sidekik\n" L_BIND L_UP L_END, -1,
            EH(3, 13, "unknown profile 'sidekik'", "did you mean 'sidekiq'?"));
     EXPECT(L_HEAD "    protocol resp\n    profile resque\n" L_BIND L_UP L_END, -1,
-           EH(3, 13, "unknown profile 'resque'", "expected sidekiq, celery, rq or streams"));
+           EH(3, 13, "unknown profile 'resque'", "expected sidekiq, celery, rq, streams or list"));
 }
 
 /* `threads N` (1..64) or `auto` (0: one per core, the default). */
@@ -871,10 +871,33 @@ static void test_identity_sources(void **state)
            EH(5, 5, "'task' takes 1 to 4 sources, tried in order",
               "e.g. `task header.__TypeId__ property.type`"));
     EXPECT(L_HEAD "    protocol resp\n" L_BIND L_UP "    task property.type\n" L_END, -1,
-           EH(5, 5, "'task' applies only to protocol amqp",
-              "a Redis profile reads its jobs' ids and tasks itself"));
+           EH(5, 5, "'task' applies only to protocol amqp and to 'profile list'",
+              "Sidekiq's, Celery's, RQ's and a stream's jobs name their ids and tasks "
+              "themselves; 'profile list' reads any app's from body.json sources"));
+    EXPECT(L_HEAD "    protocol resp\n    profile celery\n" L_BIND L_UP
+                  "    message-id body.json.uuid\n" L_END,
+           -1,
+           EH(6, 5, "'message-id' applies only to protocol amqp and to 'profile list'",
+              "Sidekiq's, Celery's, RQ's and a stream's jobs name their ids and tasks "
+              "themselves; 'profile list' reads any app's from body.json sources"));
     EXPECT(IN_LISTEN("message-id property.message_id"), -1,
-           E(5, 5, "'message-id' applies only to protocol amqp"));
+           E(5, 5, "'message-id' applies only to protocol amqp and to 'profile list'"));
+    /* A Redis list: a job is its JSON payload, read with body.json sources only. */
+    c = parse_ok(L_HEAD "    protocol resp\n    profile list\n" L_BIND L_UP
+                        "    message-id body.json.uuid\n    task body.json.displayName\n" L_END,
+                 &d);
+    assert_string_equal(c->listeners->profile, "list");
+    assert_int_equal(c->listeners->message_id.n, 1);
+    assert_string_equal(c->listeners->message_id.src[0].text, "body.json.uuid");
+    assert_string_equal(c->listeners->task.src[0].text, "body.json.displayName");
+    conf_free(c);
+    conf_diags_free(&d);
+    EXPECT(L_HEAD "    protocol resp\n    profile list\n" L_BIND L_UP
+                  "    task body.json.displayName header.x\n" L_END,
+           -1,
+           EH(6, 5, "'task' source 'header.x' is an AMQP one",
+              "a job on a Redis list is its payload alone: use body.json.PATH (e.g. "
+              "body.json.uuid)"));
 #undef AMQP_HEAD
 }
 

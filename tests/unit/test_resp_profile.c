@@ -94,9 +94,11 @@ static void say(struct text *t, const char *fmt, ...)
 #define MAX_CMDS 4096u
 struct reading {
     enum rprof prof;
+    struct msg_fields ids, tasks; /* RPROF_LIST: where the app keeps them */
     struct text out;
     /* per command (its index is its pairing tag): what its reply is */
     uint8_t kind[MAX_CMDS];
+    bool head[MAX_CMDS]; /* RPROF_REPLY_POP: it takes its list's head */
     char *arg[MAX_CMDS];
     size_t ncmds;
     struct resp_pairing pairing;
@@ -104,11 +106,23 @@ struct reading {
     bool in_tx;
 };
 
+/* A setting of one source, as a listener's `message-id` or `task` line parses it. */
+static void one_source(struct msg_fields *fs, const char *text)
+{
+    char why[256];
+    memset(fs, 0, sizeof(*fs));
+    assert_int_equal(msg_field_parse(text, &fs->src[0], why, sizeof(why)), 0);
+    fs->n = 1;
+}
+
 static void reading_init(struct reading *r, enum rprof prof)
 {
     memset(r, 0, sizeof(*r));
     r->prof = prof;
     resp_pairing_init(&r->pairing, r->slots, MAX_CMDS);
+    /* The list app's jobs are Laravel's: the uuid names the job, displayName its class. */
+    one_source(&r->ids, "body.json.uuid");
+    one_source(&r->tasks, "body.json.displayName");
 }
 
 static void reading_free(struct reading *r)
@@ -125,6 +139,16 @@ static void say_job(struct reading *r, const char *what, const char *queue_key, 
     assert_non_null(queue);
     if (r->prof == RPROF_RQ) {
         say(&r->out, "%s %.*s - %s", what, (int)n, (const char *)v, queue);
+    } else if (r->prof == RPROF_LIST) {
+        struct resp_job job;
+        uint64_t too_long;
+        if (rprof_list_job(&r->ids, &r->tasks, v, n, &job, &too_long) == 0) {
+            say(&r->out, "%s %s %s %s", what, job.id, job.task != NULL ? job.task : "-", queue);
+            resp_job_clear(&job);
+        } else {
+            say(&r->out, "%s unreadable", what);
+        }
+        assert_int_equal(too_long, 0);
     } else {
         struct resp_job job;
         if (rprof_job(r->prof, v, n, &job) == 0) {
@@ -209,6 +233,9 @@ static bool on_command(struct reading *r, const uint8_t *buf, const struct resp_
     }
     if (rprof_is_celery_unacked_hdel(r->prof, &cv))
         say(&r->out, "hdel unacked");
+    struct resp_view job;
+    if (rprof_list_ack(r->prof, &cv, &job))
+        say_job(r, "ack", cv.key, buf + job.off, job.len);
     const char *arg;
     bool redelivered;
     enum rprof_reply kind = rprof_reply_of(r->prof, &cv, &arg, &redelivered);
@@ -217,6 +244,7 @@ static bool on_command(struct reading *r, const uint8_t *buf, const struct resp_
     if (rc == 1) {
         assert_true(r->ncmds < MAX_CMDS);
         r->kind[r->ncmds] = (uint8_t)kind;
+        r->head[r->ncmds] = kind == RPROF_REPLY_POP && rprof_pop_takes_head(&cv);
         r->arg[r->ncmds] = arg != NULL ? strdup(arg) : NULL;
         if (kind == RPROF_REPLY_XREAD && redelivered)
             r->kind[r->ncmds] = RPROF_REPLY_END; /* a re-read: said apart */
@@ -276,7 +304,8 @@ static void on_reply(struct reading *r, const uint8_t *buf, const struct resp_ms
         struct resp_view val;
         bool pair;
         if (rprof_pop_reply(buf, m, r->arg[i], list, sizeof(list), &val, &pair))
-            say_job(r, "deliver", list, buf + val.off, val.len);
+            say_job(r, r->prof == RPROF_LIST && r->head[i] ? "deliver-head" : "deliver", list,
+                    buf + val.off, val.len);
         break;
     }
     case RPROF_REPLY_XREAD:
@@ -607,6 +636,30 @@ static void test_streams(void **state)
     recording_free(&rec);
 }
 
+static void test_list(void **state)
+{
+    (void)state;
+    struct recording rec;
+    recording_load(&rec, "lists", RPROF_LIST);
+    char ids[MAX_JOBS][128], tasks[MAX_JOBS][128];
+    size_t n = enqueued_jobs(&rec, ids, tasks);
+    assert_int_equal(n, 4);
+    for (size_t i = 0; i < n; i++) {
+        /* the producer's LPUSH queues:default JSON; the worker's BLMOVE queues:default
+         * queues:default:processing RIGHT LEFT (the tail: the oldest job), and after the work
+         * LREM queues:default:processing 1 JSON, the job's payload naming it */
+        expect_lines(&rec, 1, "publish %s %s queues:default\n", ids[i], tasks[i]);
+        expect_lines(&rec, 1, "deliver %s %s queues:default\n", ids[i], tasks[i]);
+        expect_lines(&rec, 1, "ack %s %s queues:default:processing\n", ids[i], tasks[i]);
+    }
+    expect_lines(&rec, n, "publish ");
+    expect_lines(&rec, n, "deliver ");
+    expect_lines(&rec, n, "ack ");
+    expect_lines(&rec, 0, "deliver-head ");
+    split_everywhere(&rec);
+    recording_free(&rec);
+}
+
 /* ---- edge cases ------------------------------------------------------------------------- */
 
 /* A command from its words, scanned into *m (the bytes stay in buf). */
@@ -697,6 +750,142 @@ static void test_commands_per_profile(void **state)
     assert_int_equal(rprof_job(RPROF_RQ, "{}", 2, &job), -1);
 }
 
+static void test_list_commands(void **state)
+{
+    (void)state;
+    uint8_t buf[4096];
+    struct resp_msg m;
+    struct rprof_cmdview cv;
+    struct resp_view job;
+    assert_int_equal(rprof_of("list"), RPROF_LIST);
+    /* every pop of one value from any list; a pop's end says where a copy goes back */
+    struct {
+        const char *const argv[6];
+        size_t argc;
+        bool pop, head;
+    } pops[] = {
+        {{"BRPOP", "q", "1"}, 3, true, false},
+        {{"BLPOP", "q", "r", "0"}, 4, true, true},
+        {{"RPOP", "q"}, 2, true, false},
+        {{"LPOP", "q"}, 2, true, true},
+        {{"LPOP", "q", "5"}, 3, false, true}, /* with a count: an array of values */
+        {{"RPOPLPUSH", "q", "p"}, 3, true, false},
+        {{"BRPOPLPUSH", "q", "p", "1"}, 4, true, false},
+        {{"LMOVE", "q", "p", "RIGHT", "LEFT"}, 5, true, false},
+        {{"BLMOVE", "q", "p", "left", "LEFT", "1"}, 6, true, true},
+        {{"LRANGE", "q", "0", "-1"}, 4, false, false},
+    };
+    for (size_t i = 0; i < sizeof(pops) / sizeof(pops[0]); i++) {
+        make_cmd(buf, sizeof(buf), &m, &cv, pops[i].argc, pops[i].argv);
+        if (rprof_is_pop(RPROF_LIST, &cv) != pops[i].pop)
+            fail_msg("%s: pop %d, expected %d", pops[i].argv[0], !pops[i].pop, pops[i].pop);
+        assert_int_equal(rprof_pop_takes_head(&cv), pops[i].head);
+        const char *arg;
+        bool again;
+        assert_int_equal(rprof_reply_of(RPROF_LIST, &cv, &arg, &again),
+                         pops[i].pop ? RPROF_REPLY_POP : RPROF_REPLY_PLAIN);
+    }
+    CMD("RPOPLPUSH", "rq:queue:x", "p");
+    assert_false(rprof_is_pop(RPROF_RQ, &cv)); /* another profile's pops are its own */
+    /* pushes onto any list publish; LREM processing COUNT JOB acks */
+    CMD("RPUSH", "queues:default", "{\"uuid\":\"u-1\"}", "{\"uuid\":\"u-2\"}");
+    assert_int_equal(rprof_publish_of(RPROF_LIST, &cv), RPROF_PUB_JOBS);
+    CMD("LPUSH", "queues:default", "{\"uuid\":\"u-1\"}");
+    assert_int_equal(rprof_publish_of(RPROF_LIST, &cv), RPROF_PUB_JOBS);
+    assert_false(rprof_list_ack(RPROF_LIST, &cv, &job));
+    CMD("LREM", "processing", "1", "{\"uuid\":\"u-1\"}");
+    assert_true(rprof_list_ack(RPROF_LIST, &cv, &job));
+    assert_int_equal(job.len, 14);
+    assert_memory_equal(buf + job.off, "{\"uuid\":\"u-1\"}", 14);
+    assert_false(rprof_list_ack(RPROF_CELERY, &cv, &job));
+    size_t first;
+    assert_false(rprof_ack_args(RPROF_LIST, &cv, &first)); /* not an ack by id */
+    CMD("LREM", "processing", "1");
+    assert_false(rprof_list_ack(RPROF_LIST, &cv, &job));
+    CMD("LREM", "processing", "1", "a", "b");
+    assert_false(rprof_list_ack(RPROF_LIST, &cv, &job));
+    char *q = rprof_queue_of(RPROF_LIST, "queues:default");
+    assert_string_equal(q, "queues:default"); /* a plain list is its own queue */
+    free(q);
+}
+
+/* Reads job v with the list profile's sources ids and tasks (NULL: the defaults). */
+static int list_job(const struct msg_fields *ids, const struct msg_fields *tasks, const char *v,
+                    struct resp_job *job, uint64_t *too_long)
+{
+    return rprof_list_job(ids, tasks, v, strlen(v), job, too_long);
+}
+
+static void test_list_jobs(void **state)
+{
+    (void)state;
+    struct resp_job job;
+    uint64_t too_long;
+    /* Laravel's Redis payload has both `id` (RedisQueue's, a random string) and `uuid`
+     * (Queue::createPayloadArray's): the defaults take `id`, and displayName as the task. */
+    size_t len;
+    char *laravel = (char *)read_file("lists", "01-client.bin", &len);
+    assert_non_null(laravel);
+    char *start = strstr(laravel, "{\"uuid\"");
+    assert_non_null(start);
+    char *end = strstr(start, "}\r\n");
+    assert_non_null(end);
+    assert_int_equal(rprof_list_job(NULL, NULL, start, (size_t)(end + 1 - start), &job, &too_long),
+                     0);
+    assert_int_equal(strlen(job.id), 32);
+    assert_string_equal(job.task, "App\\Jobs\\Charge");
+    resp_job_clear(&job);
+    struct msg_fields uuid, name;
+    one_source(&uuid, "body.json.uuid");
+    one_source(&name, "body.json.data.commandName");
+    assert_int_equal(rprof_list_job(&uuid, &name, start, (size_t)(end + 1 - start), &job, NULL), 0);
+    assert_int_equal(strlen(job.id), 36);
+    assert_string_equal(job.task, "App\\Jobs\\Charge");
+    resp_job_clear(&job);
+    free(laravel);
+    /* the other defaults, in order; a job may have no task */
+    assert_int_equal(list_job(NULL, NULL, "{\"jid\":\"j\",\"class\":\"C\"}", &job, NULL), 0);
+    assert_string_equal(job.id, "j");
+    assert_string_equal(job.task, "C");
+    resp_job_clear(&job);
+    assert_int_equal(
+        list_job(NULL, NULL, "{\"name\":\"n\",\"uuid\":\"u\",\"task\":\"t\"}", &job, NULL), 0);
+    assert_string_equal(job.id, "u");
+    assert_string_equal(job.task, "t");
+    resp_job_clear(&job);
+    assert_int_equal(list_job(NULL, NULL, "{\"id\":\"x\"}", &job, NULL), 0);
+    assert_string_equal(job.id, "x");
+    assert_null(job.task);
+    resp_job_clear(&job);
+    /* no id: not a job (a number, an empty string, a payload that is not a JSON object) */
+    const char *not_jobs[] = {"{\"id\":7}",
+                              "{\"id\":\"\"}",
+                              "1",
+                              "[\"id\"]",
+                              "{\"id\":\"x\"",
+                              "",
+                              "{\"uuid\":{\"id\":\"x\"}}"};
+    for (size_t i = 0; i < sizeof(not_jobs) / sizeof(not_jobs[0]); i++)
+        if (list_job(NULL, NULL, not_jobs[i], &job, NULL) != -1)
+            fail_msg("'%s' read as a job", not_jobs[i]);
+    /* the listener's sources replace the defaults: `id` is then not read */
+    assert_int_equal(list_job(&uuid, NULL, "{\"id\":\"x\"}", &job, NULL), -1);
+    /* a value too long for an id is not cut: the next source is read, and the length said */
+    char big[MSG_FIELD_VALUE_MAX + 64];
+    int n = snprintf(big, sizeof(big), "{\"id\":\"%0*d\",\"uuid\":\"u\"}", MSG_FIELD_VALUE_MAX, 0);
+    assert_true(n > 0 && (size_t)n < sizeof(big));
+    assert_int_equal(list_job(NULL, NULL, big, &job, &too_long), 0);
+    assert_string_equal(job.id, "u");
+    assert_int_equal(too_long, MSG_FIELD_VALUE_MAX);
+    resp_job_clear(&job);
+    /* rprof_job() reads a list job with the defaults */
+    assert_int_equal(rprof_job(RPROF_LIST, "{\"uuid\":\"u\"}", 12, &job), 0);
+    assert_string_equal(job.id, "u");
+    resp_job_clear(&job);
+    assert_int_equal(rprof_list_default_ids()->n, 3);
+    assert_string_equal(rprof_list_default_tasks()->src[1].text, "body.json.displayName");
+}
+
 static void test_queues(void **state)
 {
     (void)state;
@@ -727,8 +916,10 @@ static void test_queues(void **state)
     assert_string_equal(out, "rq:queue:high");
     assert_false(rprof_rq_queue_of_wip("rq:queue:high", out, sizeof(out)));
     assert_false(rprof_rq_queue_of_wip("rq:wip:a-very-long-queue-name", out, 16));
-    assert_string_equal(rprof_repush_cmd(RPROF_RQ), "LPUSH");
-    assert_string_equal(rprof_repush_cmd(RPROF_CELERY), "RPUSH");
+    assert_string_equal(rprof_repush_cmd(RPROF_RQ, false), "LPUSH");
+    assert_string_equal(rprof_repush_cmd(RPROF_CELERY, false), "RPUSH");
+    assert_string_equal(rprof_repush_cmd(RPROF_LIST, true), "LPUSH");
+    assert_string_equal(rprof_repush_cmd(RPROF_LIST, false), "RPUSH");
 }
 
 static void test_xadd(void **state)
@@ -978,6 +1169,9 @@ int main(void)
         cmocka_unit_test(test_celery),
         cmocka_unit_test(test_rq),
         cmocka_unit_test(test_streams),
+        cmocka_unit_test(test_list),
+        cmocka_unit_test(test_list_commands),
+        cmocka_unit_test(test_list_jobs),
         cmocka_unit_test(test_profiles_and_names),
         cmocka_unit_test(test_commands_per_profile),
         cmocka_unit_test(test_queues),
