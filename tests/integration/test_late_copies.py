@@ -9,18 +9,19 @@ The rules fault a known number of jobs of each handler (`first COPIES`), so
 the driver knows how many executions to wait for (--extra-runs): no run ends
 on a guess about time.
 
-- `when deliver ...; do duplicate after 3s` on Sidekiq, RQ and Celery on
-  Redis: each faulted job runs a second time, and the verdict's copy delays
-  (first delivery to the copy) are all 3 s or more; RQ's
-  `when ack ...; do redeliver after 3s` the same, counted from the ack (one
-  run: charge's copies by the first rule, charge_safe's by the second).
+- `when deliver ...; do duplicate after 3s` on Sidekiq, RQ, Celery on Redis
+  and a plain-list app: each faulted job runs a second time, and the verdict's
+  copy delays (first delivery to the copy) are all 3 s or more; RQ's and the
+  list app's `when ack ...; do redeliver after 3s` the same, counted from the
+  ack (one run: charge's copies by the first rule, charge_safe's by the
+  second).
 - Streams: twice cannot choose when a pending entry comes back (`twice
   check` refuses `after`, with the reason); `do duplicate` leaves the entry
   pending, and the worker's XAUTOCLAIM min-idle-time (3 s here) makes the
   copy come no earlier than that.
 - Producer-side copies (PublishCopies): `when publish ...; do duplicate`
-  with Sidekiq, RQ (its enqueue transaction), Celery on Redis and Celery on
-  RabbitMQ: each faulted job is enqueued twice with its id and runs twice;
+  with Sidekiq, RQ (its enqueue transaction), Celery on Redis, a plain-list app
+  and Celery on RabbitMQ: each faulted job is enqueued twice with its id and runs twice;
   charge NOT IDEMPOTENT, charge_safe IDEMPOTENT.  And `when confirm ...; do drop` with
   Celery's own retry: its producer times out on the lost confirm and publishes again.
 - Celery on RabbitMQ, a `charge_safe` whose deduplication key expires 2 s
@@ -50,13 +51,22 @@ APPS = {
     "celery_redis": ("celery", "tasks.charge", "tasks.charge_safe"),
     "streams": ("streams", "charge", "charge_safe"),
     "celery_amqp": (None, "tasks.charge", "tasks.charge_safe"),
+    "lists": ("list", "App\\Jobs\\Charge", "App\\Jobs\\ChargeSafe"),
 }
+# Listener settings an app needs: where Laravel-shaped jobs keep their id and name.
+LISTEN_SETTINGS = {"lists": "message-id body.json.uuid\ntask body.json.displayName\n"}
+
+
+def task_word(t):
+    """A task name as a matcher value: quoted (JSON's escapes are the file's) when it has a
+    backslash, as Laravel's class names do."""
+    return json.dumps(t) if "\\" in t else t
 
 
 def rules(listener, event, action, tasks, extra=""):
     """One rule per task: the first COPIES matching events get `action`."""
     return "".join("rule r%d on %s {\n  when %s task=%s\n  first %d\n  %s\n}\n" % (
-        i, listener, event, t, COPIES, action) for i, t in enumerate(tasks)) + extra
+        i, listener, event, task_word(t), COPIES, action) for i, t in enumerate(tasks)) + extra
 
 
 class LateCopies(dk.FrameworkCase):
@@ -73,8 +83,8 @@ class LateCopies(dk.FrameworkCase):
             block = h.listen_block("app", port, upstream, listen_extra).replace(
                 "protocol tcp", "protocol amqp")
         else:
-            block = h.listen_block("app", port, self.redis.port,
-                                   "profile %s\n%s" % (profile, listen_extra)).replace(
+            block = h.listen_block("app", port, self.redis.port, "profile %s\n%s%s" % (
+                profile, LISTEN_SETTINGS.get(framework, ""), listen_extra)).replace(
                 "protocol tcp", "protocol resp")
         conf = "journal %s\n" % journal + h.config(block, log_level="info") + rule_text
         tw = self.twice(conf)
@@ -130,6 +140,18 @@ class LateCopies(dk.FrameworkCase):
                 + rules("app", "ack", "do redeliver after 3s", [safe]).replace("rule r0", "rule a0"))
         rows, table, rc = self.run_app("rq", text, driver_args=["--inspect",
                                                                  "127.0.0.1:%d" % self.redis.port])
+        self.assertEqual(rc, 1)
+        self.assert_late(rows, table)
+
+    def test_lists_duplicate_and_redeliver_after(self):
+        """A plain-list app (Laravel-shaped jobs, a processing list): charge's copies by
+        `duplicate after` on its deliveries, charge_safe's by `redeliver after` on its acks
+        (the LREM applied and the job pushed back onto its queue 3 s after the ack)."""
+        _, unsafe, safe = APPS["lists"]
+        text = (rules("app", "deliver", "do duplicate after 3s", [unsafe])
+                + rules("app", "ack", "do redeliver after 3s", [safe]).replace("rule r0", "rule a0"))
+        rows, table, rc = self.run_app("lists", text, driver_args=[
+            "--inspect", "127.0.0.1:%d" % self.redis.port])
         self.assertEqual(rc, 1)
         self.assert_late(rows, table)
 
@@ -230,6 +252,9 @@ class PublishCopies(LateCopies):
         """RQ enqueues in a MULTI (the job's hash, then the push): the copy of the push goes
         after EXEC, once the hash is saved."""
         self.redis_app("rq")
+
+    def test_lists_publish_twice(self):
+        self.redis_app("lists")
 
     def test_celery_redis_publish_twice(self):
         self.redis_app("celery_redis", "--visibility-timeout", "30")

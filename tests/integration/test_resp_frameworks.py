@@ -2,7 +2,7 @@
 """Real job frameworks on Redis through a `protocol resp` listener.
 
 One real redis-server; per test, a twice with one `protocol resp` listener
-(`profile sidekiq|celery|rq|streams`) in front of it, and one run of the
+(`profile sidekiq|celery|rq|streams|list`) in front of it, and one run of the
 framework's example app (tests/e2e/<framework>/driver.py): it enqueues N jobs
 of `charge` (not idempotent: one effect per execution) and N of `charge_safe`
 (idempotent: SET NX on the real Redis first) through twice, runs real workers
@@ -29,12 +29,22 @@ side effect).  The tests assert what a user would notice:
             when ack, first 2, do redeliver       the 2 entries stay pending after their XACK
                                                     (XPENDING on the real Redis) and come back
                                                     through XAUTOCLAIM (same entry id)
+  list      no rule (Laravel-shaped jobs,         every job once; publishes, deliveries and
+              message-id/task from the JSON)        acks journaled by uuid and displayName
+            when deliver, first 4, do duplicate   4 uuids run twice; the verdict calls
+                                                    App\\Jobs\\Charge NOT IDEMPOTENT and
+                                                    App\\Jobs\\ChargeSafe IDEMPOTENT
+            when ack task=App\\Jobs\\Charge,        2 uuids run twice: the LREM is applied and
+              first 2, do redeliver                 the job pushed back onto its queue
+            when publish, first 2, do duplicate   2 jobs run twice (default sources: `id`)
+            LMOVE from the head, redeliver        pushed back onto the head; without a seen
+                                                    move, not made, logged, not journaled
 
 and, for every run with a rule, that the journal has at least two DELIVER
 records and a FAULT record of the rule for every message id that ran twice,
 and that the messages the rule faulted are exactly the ones the user sees
 doubled (or lost).  Every message id here is the framework's own: Sidekiq jid,
-Celery task id, RQ job id, stream entry id.
+Celery task id, RQ job id, stream entry id, a list job's uuid.
 """
 
 import collections
@@ -92,13 +102,14 @@ class RespFrameworks(h.TestCase):
 
     # -- twice ---------------------------------------------------------------
 
-    def start_twice(self, profile, *rules):
-        """twice with listener `jobs` (protocol resp, the profile) in front of
-        the real Redis, a journal and seed 7; returns (twice, port, journal)."""
+    def start_twice(self, profile, *rules, settings=""):
+        """twice with listener `jobs` (protocol resp, the profile, more `settings` lines) in
+        front of the real Redis, a journal and seed 7; returns (twice, port, journal)."""
         port = h.free_port()
         journal = os.path.join(self.tmp, "run.pb")
+        self.journal = journal
         listen = ("listen jobs {\n  protocol resp\n  profile %s\n  bind 127.0.0.1:%d\n"
-                  "  upstream 127.0.0.1:%d\n}\n" % (profile, port, self.redis.port))
+                  "  upstream 127.0.0.1:%d\n%s}\n" % (profile, port, self.redis.port, settings))
         text = fk.conf_text([listen], list(rules), seed=SEED, journal=journal, grace="1s")
         try:
             tw = self.twice(text)
@@ -376,6 +387,125 @@ class RespFrameworks(h.TestCase):
         summary = self.redis.command("XPENDING", "twice:e2e:jobs", "workers")
         self.assertEqual(summary[0], b"0", summary)
         self.assert_journal(tw, journal, "lost-xack", doubled)
+
+    # -- any app's JSON jobs on a plain list (profile list) ---------------------------------
+
+    def verdict(self, run):
+        """`twice verdict --json` over the journal (twice stopped first) and the run's effects:
+        {task: row}."""
+        path = os.path.join(self.tmp, "effects-for-verdict.txt")
+        with open(path, "w") as f:
+            f.write("".join("%s\n" % m for m in run.effects.elements()))
+        r = h.run_twice(["verdict", "--journal", self.journal, "--effects", path, "--json"])
+        self.assertIn(r.returncode, (0, 1), r)
+        return {t["task"]: t for t in json.loads(r.stdout.decode())["tasks"]}
+
+    def test_list_no_rule_each_job_once_named_by_its_payload(self):
+        """Laravel-shaped jobs on a plain list: every job runs once, and each publish, delivery
+        and ack is journaled under the payload's uuid and displayName, the delivery and the
+        ack with the queue list the job was popped from."""
+        tw, port, journal = self.start_twice("list", settings=LARAVEL)
+        run = self.run_app("lists", port)
+        self.assert_outcome(run, unsafe=CHARGE)
+        recs = self.journal_records(tw, journal)
+        for kind in ("publish", "deliver", "ack"):
+            named = {r.get("message_id"): r.get("task") for k, r in recs if k == kind}
+            self.assertEqual(named, run.task_of, "%s records by id" % kind)
+            queues = {r.get("queue") for k, r in recs if k == kind}
+            self.assertEqual(queues, {"queues:default"}, kind)
+
+    def test_list_duplicate_on_deliver_verdict_names_the_handler(self):
+        """`duplicate` on deliver pushes a copy back where the worker pops: four jobs run twice,
+        and the verdict calls App\\Jobs\\Charge NOT IDEMPOTENT and App\\Jobs\\ChargeSafe
+        IDEMPOTENT by the payload's own names."""
+        tw, port, journal = self.start_twice(
+            "list", fk.rule_block("dup", "jobs", "when deliver", "first 4", "do duplicate"),
+            settings=LARAVEL)
+        run = self.run_app("lists", port)
+        doubled = run.ran(2)
+        self.assertEqual(len(doubled), 4, "job uuids run twice: %s (no copy delivered?)" % doubled)
+        self.assert_outcome(run, twice=doubled, unsafe=CHARGE)
+        self.assert_journal(tw, journal, "dup", doubled)
+        rows = self.verdict(run)
+        self.assertEqual(rows[CHARGE]["verdict"], "NOT IDEMPOTENT", rows)
+        self.assertEqual(rows[CHARGE_SAFE]["verdict"], "IDEMPOTENT", rows)
+
+    def test_list_lost_ack_pushed_back(self):
+        """`redeliver` on the LREM that settles a job (its task matched by name): twice applies
+        the removal and pushes the job back onto the queue it came from, as a recovery of
+        the processing list would; those two jobs run twice, under their uuids."""
+        tw, port, journal = self.start_twice(
+            "list", fk.rule_block("lost-ack", "jobs", 'when ack task="App\\\\Jobs\\\\Charge"',
+                                  "first 2", "do redeliver"),
+            settings=LARAVEL)
+        run = self.run_app("lists", port)
+        doubled = run.ran(2)
+        self.assertEqual(len(doubled), 2, "job uuids run twice: %s (no ack lost?)" % doubled)
+        self.assertEqual({run.task_of[m] for m in doubled}, {CHARGE})
+        self.assert_outcome(run, twice=doubled, unsafe=CHARGE)
+        self.assert_journal(tw, journal, "lost-ack", doubled)
+
+    def test_list_publish_duplicated_default_sources(self):
+        """`duplicate` on publish: Redis gets the push twice, the consumer runs the same job
+        twice.  Without `message-id`/`task` settings the profile's defaults name the job:
+        Laravel's Redis `id` and its displayName."""
+        tw, port, journal = self.start_twice(
+            "list", fk.rule_block("dup-pub", "jobs", "when publish", "first 2", "do duplicate"))
+        run = self.run_app("lists", port)
+        doubled = run.ran(2)
+        self.assertEqual(len(doubled), 2, "job uuids run twice: %s (no push doubled?)" % doubled)
+        self.assert_outcome(run, twice=doubled, unsafe=CHARGE)
+        recs, faults = self.rule_faults(tw, journal, "dup-pub")
+        ids = {r.get("message_id") for k, r in recs if k == "publish"}
+        self.assertEqual(len(ids), 2 * JOBS)
+        self.assertEqual([len(m) for m in ids], [32] * len(ids), "Laravel's 32-character ids")
+        self.assertEqual({r.get("task") for k, r in recs if k == "publish"}, {CHARGE, CHARGE_SAFE})
+        self.assertEqual(len({r.get("message_id") for r in faults}), 2)
+
+    def test_list_redeliver_pushes_back_to_the_end_it_was_taken_from(self):
+        """A move from a queue's head (LMOVE q p LEFT LEFT), then `redeliver` on its LREM: the
+        client gets Redis's answer (1), the job leaves the processing list and goes back to the
+        head of q, where the next LMOVE LEFT takes it first."""
+        import redis
+        tw, port, journal = self.start_twice(
+            "list", fk.rule_block("lost", "jobs", "when ack", "do redeliver"), settings=LARAVEL)
+        a = json.dumps({"uuid": "u-a", "displayName": CHARGE})
+        b = json.dumps({"uuid": "u-b", "displayName": CHARGE})
+        real = redis.Redis(host="127.0.0.1", port=self.redis.port)
+        real.rpush("q", a, b)
+        with rk.Conn(port) as c:
+            self.assertEqual(c.cmd("LMOVE", "q", "p", "LEFT", "LEFT"), a.encode())
+            self.assertEqual(c.cmd("LREM", "p", "1", a), 1)
+        h.wait_until(lambda: real.lrange("q", 0, -1) == [a.encode(), b.encode()], timeout=30,
+                     what="the job pushed back onto the head of q")
+        self.assertEqual(real.llen("p"), 0)
+        recs = self.journal_records(tw, journal)
+        self.assertEqual([(k, r.get("message_id"), r.get("queue")) for k, r in recs
+                          if k in ("deliver", "ack", "fault")],
+                         [("deliver", "u-a", "q"), ("ack", "u-a", "q"), ("fault", "u-a", "q")])
+
+    def test_list_redeliver_without_a_seen_move_is_not_made(self):
+        """An LREM on a processing list no move onto which went through twice (twice started
+        after the worker took the job): `redeliver` cannot know where the job goes back, so the
+        ack goes on as sent, it is logged, and no fault is journaled."""
+        tw, port, journal = self.start_twice(
+            "list", fk.rule_block("lost", "jobs", "when ack", "do redeliver"), settings=LARAVEL)
+        job = json.dumps({"uuid": "u-1", "displayName": CHARGE})
+        import redis
+        real = redis.Redis(host="127.0.0.1", port=self.redis.port)
+        real.lpush("elsewhere:processing", job)
+        with rk.Conn(port) as c:
+            self.assertEqual(c.cmd("LREM", "elsewhere:processing", "1", job), 1)
+        lines = tw.wait_for_log(r'msg="ack not redelivered"')
+        self.assertIn("message_id=u-1", lines[0])
+        self.assertEqual(real.llen("elsewhere:processing"), 0)
+        recs = self.journal_records(tw, journal)
+        self.assertEqual([k for k, _ in recs if k == "fault"], [])
+        self.assertEqual([r.get("message_id") for k, r in recs if k == "ack"], ["u-1"])
+
+
+LARAVEL = "  message-id body.json.uuid\n  task body.json.displayName\n"
+CHARGE, CHARGE_SAFE = "App\\Jobs\\Charge", "App\\Jobs\\ChargeSafe"
 
 
 if __name__ == "__main__":

@@ -1,7 +1,7 @@
 #!/usr/bin/python3
 """`twice verdict` on real workers: find the handler that is not idempotent.
 
-For each of the five frameworks of tests/e2e, the example rule file of
+For each of the six example apps of tests/e2e, the example rule file of
 rules/examples/ (its listener's `bind`, `upstream` and `journal` lines
 replaced, as the files' headers tell users to do) runs in a twice in front of
 the real broker, and the framework's example app runs through it:
@@ -11,6 +11,7 @@ the real broker, and the framework's example app runs through it:
   sidekiq       rules/examples/sidekiq.conf          Redis     Charge / ChargeSafe
   rq            rules/examples/rq.conf               Redis     tasks.charge / tasks.charge_safe
   streams       rules/examples/streams.conf          Redis     charge / charge_safe
+  lists         rules/examples/list.conf             Redis     App\\Jobs\\Charge / App\\Jobs\\ChargeSafe
 
 The driver enqueues JOBS jobs of each handler (`charge`: one effect per
 execution; `charge_safe`: SET NX on the real Redis first), runs real workers
@@ -83,6 +84,7 @@ FRAMEWORKS = {
     "sidekiq": ("sidekiq.conf", "resp", "Charge", "ChargeSafe"),
     "rq": ("rq.conf", "resp", "tasks.charge", "tasks.charge_safe"),
     "streams": ("streams.conf", "resp", "charge", "charge_safe"),
+    "lists": ("list.conf", "resp", "App\\Jobs\\Charge", "App\\Jobs\\ChargeSafe"),
 }
 
 
@@ -241,7 +243,7 @@ class VerdictE2E(dk.FrameworkCase):
                 replace_line(text, line, line, path)
             self.assertIn("change these two lines", text)
 
-    # -- the five frameworks -------------------------------------------------------------
+    # -- the six apps -------------------------------------------------------------
 
     def test_celery_amqp(self):
         r = self.rabbitmq()
@@ -287,6 +289,11 @@ class VerdictE2E(dk.FrameworkCase):
         _, c = self.run_framework("streams", self.redis.port,
                                   ["--inspect", "127.0.0.1:%d" % self.redis.port,
                                    "--visibility-timeout", str(VISIBILITY_TIMEOUT)])
+        self.assert_every_job_ran(c)
+
+    def test_lists(self):
+        _, c = self.run_framework("lists", self.redis.port,
+                                  ["--inspect", "127.0.0.1:%d" % self.redis.port])
         self.assert_every_job_ran(c)
 
     def assert_every_job_ran(self, c):
