@@ -162,7 +162,7 @@ def parse_args(framework, description, defaults=None, extra=None):
     p.add_argument("--retried", type=int, default=0, metavar="N",
                    help="also enqueue N jobs of the handler that fails RETRIES times, each time "
                         "asking its framework for a retry, before it charges once (celery_amqp, "
-                        "rq; default 0)")
+                        "rq, sidekiq; default 0)")
     if extra:
         extra(p)
     if defaults:

@@ -9,6 +9,9 @@ verdict count them, and a handler is never called tested (or doubled) on their e
   run has real copies beside the retries.
 - RQ: `tasks.charge_retried` fails twice under Retry(max=2) (tests/e2e/rq/tasks.py); RQ's
   worker saves the job, its start time set, and pushes its id again in one transaction.
+- Sidekiq: `ChargeRetried` fails twice under `retry: 2` (tests/e2e/sidekiq/app.rb); Sidekiq
+  puts it in its retry set with its retry_count, and its scheduler pushes it back onto the
+  queue (LPUSH) when due.
 - A pika consumer that nacks each message once with requeue=True, then acks its redelivery.
 
 In each: the retried task's row has every message retried, at most 2 (1 for the nacks)
@@ -117,6 +120,24 @@ class AppRetries(dk.FrameworkCase):
         self.assert_deliveries(recs, "tasks.charge_retried", 1 + RETRIES)
         self.assert_retried_row(rows, table, report, "tasks.charge_retried", RETRIED, RETRIES)
         self.assertEqual((rows["tasks.charge"]["verdict"], rows["tasks.charge"]["copies"]),
+                         ("NOT IDEMPOTENT", COPIES), table)
+
+    def test_sidekiq_retry(self):
+        block = h.listen_block("app", h.free_port(), self.redis.port, "profile sidekiq").replace(
+            "protocol tcp", "protocol resp")
+        rule = ("rule copies on app {\n  when deliver task=Charge\n  first %d\n"
+                "  do duplicate\n}\n" % COPIES)
+        rows, table, report, recs = self.run_app(
+            "sidekiq", block, rule, ["--inspect", "127.0.0.1:%d" % self.redis.port])
+        self.assert_deliveries(recs, "ChargeRetried", 1 + RETRIES)
+        # the scheduler's pushes of a job that failed say so; the enqueue does not
+        pubs = [x for x in recs if fk.KIND_NAMES.get(x.get("kind")) == "publish"
+                and x.get("task") == "ChargeRetried"]
+        self.assertEqual(sorted((x.get("retries", 0), bool(x.get("retry"))) for x in pubs),
+                         sorted([(0, False)] * RETRIED + [(1, True)] * RETRIED
+                                + [(2, True)] * RETRIED))
+        self.assert_retried_row(rows, table, report, "ChargeRetried", RETRIED, RETRIES)
+        self.assertEqual((rows["Charge"]["verdict"], rows["Charge"]["copies"]),
                          ("NOT IDEMPOTENT", COPIES), table)
 
     def test_pika_nack_requeue(self):

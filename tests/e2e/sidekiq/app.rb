@@ -25,7 +25,12 @@ require "redis"
 Redis.silence_deprecations = true
 
 broker = ENV.fetch("TWICE_BROKER_URL")
-Sidekiq.configure_server { |config| config.redis = { url: broker } }
+Sidekiq.configure_server do |config|
+  config.redis = { url: broker }
+  # The retry set is polled about every second (its default scales with the process count, 5 s
+  # and more), so a retried job comes back within a couple of seconds.
+  config.options[:poll_interval_average] = 1
+end
 Sidekiq.configure_client { |config| config.redis = { url: broker, size: 2 } }
 
 module TwiceEffects
@@ -77,6 +82,37 @@ class Charge
     TwiceEffects.ran(jid, self.class.name)
   end
 end
+
+# The retries the app asks for (`--retried`): fails RETRIES times, then charges once.  Each
+# failure puts the job in Sidekiq's retry set with its retry_count; the scheduler pushes it
+# back onto queue:default (LPUSH, as a new enqueue) when it is due.
+RETRIES = 2
+
+class TwiceRetryAsked < StandardError; end
+
+class ChargeRetried
+  include Sidekiq::Worker
+  sidekiq_options queue: "default", retry: RETRIES
+
+  def perform(order_id)
+    attempt = TwiceEffects.redis.incr("twice:attempts:#{jid}")
+    raise TwiceRetryAsked, "attempt #{attempt} of #{RETRIES + 1}" if attempt <= RETRIES
+
+    TwiceEffects.effect(jid)
+    TwiceEffects.ran(jid, self.class.name)
+  end
+end
+
+# Sidekiq waits 1 + rand(10) * (count + 1) seconds at least before a retry (JobRetry#delay_for,
+# 15 s and more by default): the test app retries ChargeRetried at once, so a run waits for the
+# retries themselves rather than for Sidekiq's back-off.
+module TwiceNoRetryDelay
+  def delay_for(worker, count, exception)
+    worker.is_a?(ChargeRetried) ? 0 : super
+  end
+end
+require "sidekiq/job_retry"
+Sidekiq::JobRetry.prepend(TwiceNoRetryDelay)
 
 class ChargeSafe
   include Sidekiq::Worker

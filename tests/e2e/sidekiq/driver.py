@@ -4,8 +4,9 @@
   driver.py --broker 127.0.0.1:PORT --effects FILE --runs FILE \\
             --effect-redis 127.0.0.1:REALPORT --jobs N --workers W [--timeout T]
 
-1. pushes N `Charge` and N `ChargeSafe` jobs with Sidekiq's client
-   (`ruby enqueue.rb N`, through --broker);
+1. pushes N `Charge` and N `ChargeSafe` jobs, and --retried R `ChargeRetried` jobs
+   (which fail twice under `retry: 2` before they charge), with Sidekiq's client
+   (`ruby enqueue.rb N R`, through --broker);
 2. starts ONE Sidekiq process with W threads:
    `sidekiq -r app.rb -c W -q default -t 5` (Debian's /usr/bin/sidekiq, 6.4);
 3. waits until queue:default is empty (and the retry and schedule sets too)
@@ -36,7 +37,8 @@ def main():
     started = time.monotonic()
     env = k.worker_env(args, TWICE_BROKER_URL="redis://%s/0" % args.broker)
 
-    r = subprocess.run([RUBY, os.path.join(HERE, "enqueue.rb"), str(args.jobs)], env=env, cwd=HERE,
+    r = subprocess.run([RUBY, os.path.join(HERE, "enqueue.rb"), str(args.jobs), str(args.retried)],
+                       env=env, cwd=HERE,
                        stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                        timeout=max(30, args.timeout / 2))
     if r.returncode != 0:
