@@ -169,6 +169,21 @@ enum rprof_cmd rprof_cmd_of(const char *name, size_t n)
     }
 }
 
+bool rprof_cmd_matters(enum rprof p, enum rprof_cmd id)
+{
+    switch (id) {
+    case RPROF_CMD_OTHER:
+        return false;
+    case RPROF_CMD_RPOP:
+    case RPROF_CMD_LREM:
+    case RPROF_CMD_RPOPLPUSH:
+    case RPROF_CMD_BRPOPLPUSH:
+        return p == RPROF_LIST;
+    default:
+        return true;
+    }
+}
+
 void rprof_cmdview_init(struct rprof_cmdview *cv, const uint8_t *buf, const struct resp_msg *m,
                         bool want_key)
 {

@@ -106,6 +106,11 @@ enum rprof_cmd {
 /* The id of an upper-cased command name of n bytes (resp_cmd_name_copy()'s output). */
 enum rprof_cmd rprof_cmd_of(const char *name, size_t n);
 
+/* Whether profile p ever looks at command id: every id but RPROF_CMD_OTHER, except RPOP, LREM,
+ * RPOPLPUSH and BRPOPLPUSH, which only the list profile reads.  A command it does not look at
+ * takes the proxy's plain path. */
+bool rprof_cmd_matters(enum rprof p, enum rprof_cmd id);
+
 /* A scanned command as the profile functions read it. */
 struct rprof_cmdview {
     const uint8_t *buf; /* the message: buf[0..len) */

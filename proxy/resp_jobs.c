@@ -1015,15 +1015,30 @@ enum cmd_result rpx_command_ack(struct rpx *rx, struct rprof_cmdview *cv, const 
     return CMD_DONE;
 }
 
-/* A list job's ack, LREM processing COUNT JOB, decided: *src gets the list the processing list
- * is fed from and *head its end (NULL when twice saw no move onto it).  The job's id and task
- * are its payload's.  A `redeliver` that cannot know where the job goes back is not made (nor
- * noted as a fault): the ack goes on.  Returns the deciding rule. */
-static const struct rule *list_ack_decide(struct rpx *rx, const struct rprof_cmdview *cv,
-                                          const struct resp_view *job, char **src, bool *head)
+/* The list a processing list is fed from, as moves onto it showed (remember_processing()):
+ * malloc'd into *src with its end in *head; false when twice saw no move onto it. */
+static bool processing_source(struct rpx *rx, const char *list, char **src, bool *head)
 {
+    char key[RPROF_KEY_MAX + 2];
     *src = NULL;
     *head = false;
+    if (!processing_key(list, key, sizeof(key)))
+        return false;
+    idmap_lock();
+    struct idmap_info *in = idmap_get(rpx_scope(rx), key, strlen(key));
+    if (in != NULL && in->queue != NULL) {
+        *src = strdup(in->queue);
+        *head = (in->flags & IDMAP_POP_HEAD) != 0;
+    }
+    idmap_unlock();
+    return *src != NULL;
+}
+
+/* A list job's ack, LREM processing COUNT JOB on a processing list fed from src, decided; the
+ * job's id and task are its payload's, its queue src.  Returns the deciding rule. */
+static const struct rule *list_ack_decide(struct rpx *rx, const struct rprof_cmdview *cv,
+                                          const struct resp_view *job, const char *src)
+{
     if (!jobs_needed(rx)) {
         codec_count(rx->s, RULE_EV_ACK);
         return NULL;
@@ -1032,48 +1047,57 @@ static const struct rule *list_ack_decide(struct rpx *rx, const struct rprof_cmd
     if (read_job(rx, cv->buf + job->off, job->len, &rj) != 0)
         return NULL;
     struct job_event j = {.kind = RULE_EV_ACK, .key = cv->key, .id = rj.id, .task = rj.task};
-    char key[RPROF_KEY_MAX + 2];
-    if (processing_key(cv->key, key, sizeof(key))) {
-        idmap_lock();
-        struct idmap_info *in = idmap_get(rpx_scope(rx), key, strlen(key));
-        if (in != NULL && in->queue != NULL) {
-            *src = jdup(&j, in->queue);
-            *head = (in->flags & IDMAP_POP_HEAD) != 0;
-        }
-        idmap_unlock();
-    }
     /* The queue is the list it was delivered from, as the delivery's record names it. */
-    j.queue = jdup(&j, *src != NULL ? *src : cv->key);
+    j.queue = jdup(&j, src);
     journal_job(rx, JOURNAL_KIND_ACK, &j);
-    const struct rule *r = NULL;
-    if (job_event_oom(rx, &j)) {
-        /* logged */
-    } else if (!codec_wants(rx->s, RULE_EV_ACK)) {
-        codec_count(rx->s, RULE_EV_ACK);
-    } else {
-        struct engine_event ev;
-        char anon[48];
-        job_engine_event(rx, &j, &ev, anon);
-        size_t hit = 0;
-        r = codec_decide_first_unnoted(rx->s, &ev, &hit) == 1 ? rpx_hit_rule(rx, hit) : NULL;
-        if (r != NULL && r->action.kind == RULE_ACT_REDELIVER && *src == NULL) {
-            log_msg(LOG_WARN, "ack not redelivered",
-                    "sid=%llu listener=%s rule=%s message_id=%s reason=\"no move onto this "
-                    "processing list was seen: the list its jobs come from is unknown\"",
-                    (unsigned long long)rx->s->id, rpx_scope(rx), r->name, j.id);
-            r = NULL;
-        }
-        if (r != NULL)
-            fault_note(rx->s, r, &ev);
-    }
+    const struct rule *r = decide_job(rx, &j);
     job_event_clear(&j);
     return r;
 }
 
-/* The list profile's ack outside a transaction: forwarded, or kept back and answered as Redis
- * answers the removal of one job (`drop`), applied later (`delay`), or applied with the job
- * pushed back onto the list it came from (`redeliver`: as an app's recovery of a processing
- * list requeues a job whose worker never finished it), on twice's own connection. */
+/* Lua for twice's own connection: a redelivery of a list job, KEYS[1] the processing list,
+ * KEYS[2] the queue, ARGV the LREM's count, the job and the push.  The job goes back onto its
+ * queue only if it was still in the processing list: an app's own recovery may have put it
+ * back meanwhile (during `redeliver after D`), or the worker's LREM may have had nothing to
+ * remove, and a push then would be a copy no lost ack makes. */
+static const char LIST_REDELIVER_LUA[] =
+    "if redis.call('LREM', KEYS[1], ARGV[1], ARGV[2]) > 0 then "
+    "return redis.call(ARGV[3], KEYS[2], ARGV[2]) end return 0";
+
+/* The commands twice sends for a list ack it keeps back (`delay`: the LREM itself;
+ * `redeliver`: the LREM and, if it removed the job, its push back onto src) into b; false when
+ * they could not be made. */
+static bool list_ack_later(struct evbuffer *b, enum rule_action_kind act,
+                           const struct rprof_cmdview *cv, const struct resp_view *job,
+                           const char *src, bool head)
+{
+    if (act == RULE_ACT_DELAY)
+        return evbuffer_add(b, cv->buf, cv->len) == 0;
+    struct resp_view count;
+    if (!rprof_arg(cv, 2, &count))
+        return false;
+    const char *push = rprof_repush_cmd(RPROF_LIST, head);
+    const char *argv[8] = {"EVAL",
+                           LIST_REDELIVER_LUA,
+                           "2",
+                           cv->key,
+                           src,
+                           (const char *)cv->buf + count.off,
+                           (const char *)cv->buf + job->off,
+                           push};
+    size_t lens[8] = {4,           sizeof(LIST_REDELIVER_LUA) - 1,
+                      1,           strlen(cv->key),
+                      strlen(src), count.len,
+                      job->len,    strlen(push)};
+    return rpx_encode_cmd(b, 8, argv, lens) == 0;
+}
+
+/* The list profile's ack outside a transaction: an LREM on a list twice saw jobs moved onto
+ * (any other LREM is a plain command).  Forwarded, or kept back and answered as Redis answers
+ * the removal of one job (`:1`), never applied (`drop`: the job stays in the processing list
+ * for the app's own recovery), applied later (`delay`), or applied with the job pushed back
+ * onto the list it came from (`redeliver`: as an app's recovery of a processing list requeues
+ * a job whose worker never finished it), on twice's own connection. */
 enum cmd_result rpx_command_list_ack(struct rpx *rx, struct rprof_cmdview *cv,
                                      const struct resp_msg *m, const uint8_t *buf,
                                      const struct resp_view *job)
@@ -1081,23 +1105,22 @@ enum cmd_result rpx_command_list_ack(struct rpx *rx, struct rprof_cmdview *cv,
     size_t len = m->len;
     char *src = NULL;
     bool head = false;
-    const struct rule *r = list_ack_decide(rx, cv, job, &src, &head);
+    const struct rule *r = NULL;
+    if (processing_source(rx, cv->key, &src, &head))
+        r = list_ack_decide(rx, cv, job, src);
     enum rule_action_kind act = r != NULL ? r->action.kind : RULE_ACT_COUNT; /* none */
     if (act == RULE_ACT_DELAY || act == RULE_ACT_REDELIVER) {
         /* The client's bytes are gone once swallowed: the commands are made first. */
         struct evbuffer *later = evbuffer_new();
-        size_t n = 0;
-        if (later != NULL && evbuffer_add(later, buf, len) == 0)
-            n++;
-        if (later != NULL && act == RULE_ACT_REDELIVER) {
-            const char *cmd = rprof_repush_cmd(rx->prof, head);
-            const char *argv[3] = {cmd, src, (const char *)buf + job->off};
-            size_t lens[3] = {strlen(cmd), strlen(src), job->len};
-            if (rpx_encode_cmd(later, 3, argv, lens) == 0)
-                n++;
+        if (later != NULL && list_ack_later(later, act, cv, job, src, head)) {
+            rpx_aux_send_at(rx, later, 1, r->action.duration_ms);
+        } else {
+            /* The fault is noted already; the ack goes on rather than being lost. */
+            log_msg(LOG_WARN, "ack not kept back",
+                    "sid=%llu listener=%s rule=%s reason=\"out of memory\"",
+                    (unsigned long long)rx->s->id, rpx_scope(rx), r->name);
+            act = RULE_ACT_COUNT;
         }
-        if (later != NULL && n > 0)
-            rpx_aux_send_at(rx, later, n, r->action.duration_ms);
         if (later != NULL)
             evbuffer_free(later);
     }

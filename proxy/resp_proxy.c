@@ -298,7 +298,7 @@ static bool plain_command(struct rpx *rx, bool cmd_rules)
         char own[RESP_CMD_NAME_MAX];
         bool again = nv.len == rx->last_plain.len && resp_small_eq(raw, rx->last_plain.raw, nv.len);
         if (!again && (resp_cmd_name_bytes(raw, nv.len, own) != nv.len || /* a NUL in it */
-                       rprof_cmd_of(own, nv.len) != RPROF_CMD_OTHER))
+                       rprof_cmd_matters(rx->prof, rprof_cmd_of(own, nv.len))))
             break;
         const char *name = again ? rx->last_plain.name : own;
         if (resp_pairing_simple(&rx->pairing, name, nv.len, 0, NULL) != 1)
@@ -339,15 +339,16 @@ static size_t peek_at(void *src, size_t at, uint8_t *dst, size_t cap)
     return got > 0 ? (size_t)got : 0;
 }
 
-/* The command's name, once resp_walk() has seen it, if it is one twice has
- * no use for (RPROF_CMD_OTHER): its length, name[] as resp_cmd_name_bytes()
- * makes it.  0 for any other. */
-static size_t big_name(struct evbuffer *b, size_t at, const struct resp_walk *w, char *name)
+/* The command's name, once resp_walk() has seen it, if it is one the profile p has no use for
+ * (rprof_cmd_matters()): its length, name[] as resp_cmd_name_bytes() makes it.  0 for any
+ * other. */
+static size_t big_name(enum rprof p, struct evbuffer *b, size_t at, const struct resp_walk *w,
+                       char *name)
 {
     uint8_t raw[RESP_CMD_NAME_MAX];
     size_t n = w->name_len;
     if (n == 0 || n >= RESP_CMD_NAME_MAX || peek_at(b, at + w->name_off, raw, n) != n ||
-        resp_cmd_name_bytes(raw, n, name) != n || rprof_cmd_of(name, n) != RPROF_CMD_OTHER)
+        resp_cmd_name_bytes(raw, n, name) != n || rprof_cmd_matters(p, rprof_cmd_of(name, n)))
         return 0;
     return n;
 }
@@ -368,8 +369,8 @@ static int big_try(struct rpx *rx, enum session_side side)
     char name[RESP_CMD_NAME_MAX];
     size_t name_len = 0, n = evbuffer_get_length(pend);
     int r = resp_walk(&rx->sc[side], peek_at, pend, 0, n, &w);
-    if (r == RESP_WALK_NO ||
-        (side == SIDE_CLIENT && w.name_len > 0 && (name_len = big_name(pend, 0, &w, name)) == 0))
+    if (r == RESP_WALK_NO || (side == SIDE_CLIENT && w.name_len > 0 &&
+                              (name_len = big_name(rx->prof, pend, 0, &w, name)) == 0))
         return -1;
     if (r == RESP_WALK_WAIT) {
         resp_scanner_reset(&rx->sc[side]); /* the walker measures it again then */
@@ -559,7 +560,7 @@ static enum cmd_result command_other(struct rpx *rx, struct rprof_cmdview *cv,
     const struct rule *pub = NULL;
     if (rx->decided < DECIDED_ALL && rx->prof != RPROF_NONE)
         pub = rpx_publish_decide(rx, cv, NULL);
-    if (pub == NULL && cv->id == RPROF_CMD_OTHER) {
+    if (pub == NULL && !rprof_cmd_matters(rx->prof, cv->id)) {
         /* GET, SET, INCR...: no reply kind, no rule on it. */
         forward_plain(rx, cv, m, buf, len);
         rx->decided = 0;

@@ -330,7 +330,7 @@ enum cmd_result rpx_tx_begin(struct rpx *rx, struct rprof_cmdview *cv, const str
          * too (a client written to wait for MULTI's +OK gets it after
          * RPX_TX_WAIT_MS): forwarded at once, its ack could not be
          * faulted any more. */
-        bool judged = codec_wants(rx->s, RULE_EV_ACK) ||
+        bool judged = (codec_wants(rx->s, RULE_EV_ACK) && rx->prof != RPROF_LIST) ||
                       ((rx->prof == RPROF_RQ || rx->prof == RPROF_STREAMS) &&
                        codec_wants(rx->s, RULE_EV_PUBLISH));
         if (rc == 0 && !rx->tx_waited && (avail > len || judged)) {

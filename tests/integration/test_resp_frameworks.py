@@ -37,8 +37,11 @@ side effect).  The tests assert what a user would notice:
             when ack task=App\\Jobs\\Charge,        2 uuids run twice: the LREM is applied and
               first 2, do redeliver                 the job pushed back onto its queue
             when publish, first 2, do duplicate   2 jobs run twice (default sources: `id`)
-            LMOVE from the head, redeliver        pushed back onto the head; without a seen
-                                                    move, not made, logged, not journaled
+            LMOVE from the head, redeliver        pushed back onto the head; an LREM on a
+                                                    list without moves is no ack; a job the
+                                                    app requeued itself is not copied
+            drop / delay on an LREM               the job stays in the processing list / is
+                                                    removed later
 
 and, for every run with a rule, that the journal has at least two DELIVER
 records and a FAULT record of the rule for every message id that ran twice,
@@ -484,25 +487,72 @@ class RespFrameworks(h.TestCase):
                           if k in ("deliver", "ack", "fault")],
                          [("deliver", "u-a", "q"), ("ack", "u-a", "q"), ("fault", "u-a", "q")])
 
-    def test_list_redeliver_without_a_seen_move_is_not_made(self):
-        """An LREM on a processing list no move onto which went through twice (twice started
-        after the worker took the job): `redeliver` cannot know where the job goes back, so the
-        ack goes on as sent, it is logged, and no fault is journaled."""
+    def test_list_lrem_on_a_list_without_moves_is_no_ack(self):
+        """An LREM on a list no move onto which went through twice (a queue's cancel, or a
+        processing list filled before twice started) is a plain command: applied as sent, with
+        Redis's own count, no ack event, no fault."""
+        import redis
         tw, port, journal = self.start_twice(
             "list", fk.rule_block("lost", "jobs", "when ack", "do redeliver"), settings=LARAVEL)
         job = json.dumps({"uuid": "u-1", "displayName": CHARGE})
-        import redis
         real = redis.Redis(host="127.0.0.1", port=self.redis.port)
-        real.lpush("elsewhere:processing", job)
+        real.lpush("elsewhere", job, job)
         with rk.Conn(port) as c:
-            self.assertEqual(c.cmd("LREM", "elsewhere:processing", "1", job), 1)
-        lines = tw.wait_for_log(r'msg="ack not redelivered"')
-        self.assertIn("message_id=u-1", lines[0])
-        self.assertEqual(real.llen("elsewhere:processing"), 0)
+            self.assertEqual(c.cmd("LREM", "elsewhere", "0", job), 2)
+        self.assertEqual(real.llen("elsewhere"), 0)
         recs = self.journal_records(tw, journal)
-        self.assertEqual([k for k, _ in recs if k == "fault"], [])
-        self.assertEqual([r.get("message_id") for k, r in recs if k == "ack"], ["u-1"])
+        self.assertEqual([k for k, _ in recs if k in ("ack", "fault")], [])
 
+    def test_list_redeliver_makes_no_copy_of_a_job_already_requeued(self):
+        """`redeliver after 1s` on an LREM whose job the app's own recovery put back meanwhile
+        (it moved it from the processing list to the queue): twice's removal finds nothing, so
+        it pushes nothing, and the queue holds the job once.  (A second job, redelivered after
+        it on the same connection of twice's, shows that twice's commands for the first ran.)"""
+        import redis
+        tw, port, journal = self.start_twice(
+            "list", fk.rule_block("late", "jobs", "when ack", "do redeliver after 1s"),
+            settings=LARAVEL)
+        a = json.dumps({"uuid": "u-a", "displayName": CHARGE})
+        b = json.dumps({"uuid": "u-b", "displayName": CHARGE})
+        real = redis.Redis(host="127.0.0.1", port=self.redis.port)
+        real.rpush("q", a)
+        real.rpush("q2", b)
+        with rk.Conn(port) as c:
+            self.assertEqual(c.cmd("LMOVE", "q", "p", "LEFT", "LEFT"), a.encode())
+            self.assertEqual(c.cmd("LMOVE", "q2", "p2", "LEFT", "LEFT"), b.encode())
+            # the app's recovery: a back onto q, on its own connection
+            self.assertEqual(real.lmove("p", "q", "LEFT", "LEFT"), a.encode())
+            self.assertEqual(c.cmd("LREM", "p", "1", a), 1)    # answered as kept back
+            self.assertEqual(c.cmd("LREM", "p2", "1", b), 1)
+        h.wait_until(lambda: real.lrange("q2", 0, -1) == [b.encode()], timeout=30,
+                     what="the second job pushed back onto q2")
+        self.assertEqual(real.lrange("q", 0, -1), [a.encode()], "the first job once, no copy")
+        self.assertEqual((real.llen("p"), real.llen("p2")), (0, 0))
+
+    def test_list_ack_dropped_and_delayed(self):
+        """`drop` on an LREM: answered 1, never applied, the job stays in the processing list
+        for the app's own recovery; `delay 1s`: answered 1, applied later."""
+        import redis
+        tw, port, journal = self.start_twice(
+            "list", fk.rule_block("lost", "jobs", 'when ack queue=q1', "do drop"),
+            fk.rule_block("slow", "jobs", 'when ack queue=q2', "do delay 1s"), settings=LARAVEL)
+        a = json.dumps({"uuid": "u-a", "displayName": CHARGE})
+        b = json.dumps({"uuid": "u-b", "displayName": CHARGE})
+        real = redis.Redis(host="127.0.0.1", port=self.redis.port)
+        real.rpush("q1", a)
+        real.rpush("q2", b)
+        with rk.Conn(port) as c:
+            self.assertEqual(c.cmd("BLMOVE", "q1", "p1", "RIGHT", "LEFT", "1"), a.encode())
+            self.assertEqual(c.cmd("BLMOVE", "q2", "p2", "RIGHT", "LEFT", "1"), b.encode())
+            self.assertEqual(c.cmd("LREM", "p1", "1", a), 1)
+            self.assertEqual(c.cmd("LREM", "p2", "1", b), 1)
+            self.assertEqual(c.cmd("PING"), b"PONG")
+        h.wait_until(lambda: real.llen("p2") == 0, timeout=30, what="the delayed LREM applied")
+        self.assertEqual(real.lrange("p1", 0, -1), [a.encode()])
+        self.assertEqual(real.llen("q1") + real.llen("q2"), 0)
+        recs = self.journal_records(tw, journal)
+        self.assertEqual(sorted((r.get("rule"), r.get("message_id")) for k, r in recs
+                                if k == "fault"), [("lost", "u-a"), ("slow", "u-b")])
 
 LARAVEL = "  message-id body.json.uuid\n  task body.json.displayName\n"
 CHARGE, CHARGE_SAFE = "App\\Jobs\\Charge", "App\\Jobs\\ChargeSafe"

@@ -804,6 +804,13 @@ static void test_list_commands(void **state)
     assert_false(rprof_list_ack(RPROF_LIST, &cv, &job));
     CMD("LREM", "processing", "1", "a", "b");
     assert_false(rprof_list_ack(RPROF_LIST, &cv, &job));
+    /* the list profile's own commands leave the other profiles' plain path alone */
+    assert_true(rprof_cmd_matters(RPROF_LIST, RPROF_CMD_LREM));
+    assert_true(rprof_cmd_matters(RPROF_LIST, RPROF_CMD_RPOPLPUSH));
+    assert_false(rprof_cmd_matters(RPROF_CELERY, RPROF_CMD_LREM));
+    assert_false(rprof_cmd_matters(RPROF_NONE, RPROF_CMD_RPOP));
+    assert_true(rprof_cmd_matters(RPROF_NONE, RPROF_CMD_LPUSH));
+    assert_false(rprof_cmd_matters(RPROF_LIST, RPROF_CMD_OTHER));
     char *q = rprof_queue_of(RPROF_LIST, "queues:default");
     assert_string_equal(q, "queues:default"); /* a plain list is its own queue */
     free(q);
