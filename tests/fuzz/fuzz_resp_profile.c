@@ -7,7 +7,9 @@
  * The first byte picks the profile (its low 7 bits mod 6) and the direction (bit 7: a server's
  * replies, else a client's commands); the rest is a byte stream, cut into messages by the
  * RESP scanner as the proxy cuts it.  Every message goes through every function that applies
- * to its direction, for the chosen profile.  Seeds are the framework sessions of
+ * to its direction, for the chosen profile, and BullMQ's script readers (proto/resp_bullmq.h,
+ * whatever the profile: any EVAL or EVALSHA read as each script, each argument walked as
+ * MessagePack).  Seeds are the framework sessions of
  * tests/unit/data/frameworks/ (tests/fuzz/corpus/resp_profile/).  Invariants are checked with
  * abort(): every string read is NUL-terminated within its limit, every argument index and
  * view is inside the message, a pointer handed back points into the command's key, and
@@ -18,7 +20,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "proto/msgpack.h"
 #include "proto/resp.h"
+#include "proto/resp_bullmq.h"
 #include "proto/resp_job.h"
 #include "proto/resp_profile.h"
 
@@ -80,11 +84,51 @@ static void list_job(const uint8_t *v, size_t n)
     }
 }
 
+static void bmq_seen(void *arg, const char *id)
+{
+    CHECK(id[0] != '\0' && strlen(id) < BMQ_ID_MAX);
+    (*(int *)arg)++;
+}
+
+/* A BullMQ script call read as every script it could be (the proxy knows which from the
+ * body; here any bytes are any script), and every argument walked as MessagePack. */
+static void bullmq_command(const struct rprof_cmdview *cv)
+{
+    struct bmq_call c;
+    if (!bmq_call_of(cv, &c))
+        return;
+    CHECK(c.script.off + c.script.len <= cv->len && 3 + c.numkeys <= cv->m->nelem);
+    if (c.eval)
+        CHECK(bmq_script_of(cv->buf + c.script.off, c.script.len) < BMQ_SCRIPT_COUNT);
+    struct bmq_job j;
+    if (bmq_add_args(cv, &c, &j) == 0)
+        CHECK(j.name[0] != '\0' && strlen(j.name) < BMQ_NAME_MAX && strlen(j.id) < BMQ_ID_MAX &&
+              strlen(j.queue) < BMQ_QUEUE_MAX);
+    char id[BMQ_ID_MAX], queue[BMQ_QUEUE_MAX];
+    bool failed, next;
+    if (bmq_finish_args(cv, &c, id, sizeof(id), &failed, &next) == 0)
+        CHECK(id[0] != '\0' && strlen(id) < sizeof(id));
+    for (int s = 0; s < BMQ_SCRIPT_COUNT; s++) {
+        if (bmq_call_queue(cv, &c, (enum bmq_script)s, queue, sizeof(queue)))
+            CHECK(queue[0] != '\0' && strlen(queue) < sizeof(queue) && strchr(queue, ':') == NULL);
+        int seen = 0;
+        int n = bmq_lock_ids(cv, &c, (enum bmq_script)s, bmq_seen, &seen);
+        CHECK(n == -1 || n == seen);
+    }
+    struct resp_view v;
+    for (size_t i = 0; bmq_arg(cv, &c, i, &v); i++) {
+        size_t pos = 0;
+        if (v.type == '$' && mp_skip(cv->buf + v.off, v.len, &pos) == 0)
+            CHECK(pos <= v.len);
+    }
+}
+
 static void command(enum rprof p, const uint8_t *buf, size_t len, const struct resp_msg *m)
 {
     struct rprof_cmdview cv;
     rprof_cmdview_init(&cv, buf, m, true);
     CHECK(strlen(cv.name) < RESP_CMD_NAME_MAX);
+    bullmq_command(&cv);
     CHECK(!cv.has_key || strlen(cv.key) < RPROF_KEY_MAX);
     size_t first = 0;
     if (rprof_ack_args(p, &cv, &first))
@@ -189,6 +233,18 @@ static void reply(enum rprof p, const uint8_t *buf, const struct resp_msg *m)
         CHECK(task == NULL);
     free(task);
     entries(buf, m->len, &m->value);
+    /* BullMQ's replies */
+    char bid[BMQ_ID_MAX];
+    if (bmq_add_reply(buf, m, bid, sizeof(bid)) == 1)
+        CHECK(bid[0] != '\0' && strlen(bid) < sizeof(bid));
+    struct bmq_job j = {.queue = "q"};
+    if (bmq_next_job(buf, m, &j) == 1)
+        CHECK(j.id[0] != '\0' && strlen(j.name) < BMQ_NAME_MAX && strcmp(j.queue, "q") == 0);
+    int64_t code;
+    (void)bmq_finish_code(buf, m, &code);
+    int seen = 0;
+    int got = bmq_stalled_ids(buf, m, bmq_seen, &seen);
+    CHECK(got == -1 || got == seen);
 }
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)

@@ -29,6 +29,7 @@ side effect).  The tests assert what a user would notice:
             when ack, first 2, do redeliver       the 2 entries stay pending after their XACK
                                                     (XPENDING on the real Redis) and come back
                                                     through XAUTOCLAIM (same entry id)
+  bullmq    no profile, no rule                   every job once (the scripts relayed)
   list      no rule (Laravel-shaped jobs,         every job once; publishes, deliveries and
               message-id/task from the JSON)        acks journaled by uuid and displayName
             when deliver, first 4, do duplicate   4 uuids run twice; the verdict calls
@@ -111,8 +112,10 @@ class RespFrameworks(h.TestCase):
         port = h.free_port()
         journal = os.path.join(self.tmp, "run.pb")
         self.journal = journal
-        listen = ("listen jobs {\n  protocol resp\n  profile %s\n  bind 127.0.0.1:%d\n"
-                  "  upstream 127.0.0.1:%d\n%s}\n" % (profile, port, self.redis.port, settings))
+        listen = ("listen jobs {\n  protocol resp\n%s  bind 127.0.0.1:%d\n"
+                  "  upstream 127.0.0.1:%d\n%s}\n" % (
+                      "  profile %s\n" % profile if profile else "", port, self.redis.port,
+                      settings))
         text = fk.conf_text([listen], list(rules), seed=SEED, journal=journal, grace="1s")
         try:
             tw = self.twice(text)
@@ -390,6 +393,17 @@ class RespFrameworks(h.TestCase):
         summary = self.redis.command("XPENDING", "twice:e2e:jobs", "workers")
         self.assertEqual(summary[0], b"0", summary)
         self.assert_journal(tw, journal, "lost-xack", doubled)
+
+    # -- BullMQ (no profile yet) ------------------------------------------------------------
+
+    def test_bullmq_without_a_profile_each_job_once(self):
+        """BullMQ's workers (Lua scripts through ioredis: EVAL, then EVALSHA; BZPOPMIN on a
+        blocking connection) through a resp listener without a profile: every job runs once,
+        and the scripts' replies reach the workers as Redis sent them."""
+        tw, port, _ = self.start_twice(None)
+        run = self.run_app("bullmq", port)
+        self.assert_outcome(run, unsafe="charge")
+        self.assertEqual(run.summary["failed"], 0)
 
     # -- any app's JSON jobs on a plain list (profile list) ---------------------------------
 

@@ -6,7 +6,7 @@ Debian's redis-server, ruby-sidekiq, python3-celery, python3-rq and python3-redi
 
     /usr/bin/python3 tests/unit/capture_frameworks.py tests/unit/data/frameworks [NAME...]
 
-NAME is sidekiq, celery_redis, rq, streams or lists (default: all five).  For each, this starts a
+NAME is sidekiq, celery_redis, rq, streams, lists or bullmq (default: all six).  For each, this starts a
 throw-away redis-server on 127.0.0.1 (a free port, a temporary directory, no persistence),
 puts a TCP relay in front of it, and runs the framework's end-to-end app
 (tests/e2e/NAME/driver.py: the framework's own client enqueues, its own worker runs the jobs)
@@ -35,7 +35,7 @@ from capturekit import free_port, pump  # noqa: E402
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 E2E = os.path.join(HERE, "..", "e2e")
-FRAMEWORKS = ("sidekiq", "celery_redis", "rq", "streams", "lists")
+FRAMEWORKS = ("sidekiq", "celery_redis", "rq", "streams", "lists", "bullmq")
 
 
 class Relay:

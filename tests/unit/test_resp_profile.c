@@ -27,7 +27,11 @@
 
 #include <cmocka.h>
 
+#include <openssl/sha.h>
+
+#include "proto/msgpack.h"
 #include "proto/resp.h"
+#include "proto/resp_bullmq.h"
 #include "proto/resp_job.h"
 #include "proto/resp_profile.h"
 
@@ -104,7 +108,18 @@ struct reading {
     struct resp_pairing pairing;
     struct resp_cmd slots[MAX_CMDS];
     bool in_tx;
+    /* BullMQ (no profile yet: its scripts read with proto/resp_bullmq.h): the scripts by sha,
+     * learned from the bodies of EVAL as the proxy learns them */
+    bool bullmq;
+    struct {
+        char sha[41];
+        enum bmq_script s;
+    } scripts[32];
+    size_t nscripts;
 };
+
+/* Reply kinds of the BullMQ reading. */
+enum { KIND_BMQ_ADD = RPROF_REPLY_END + 1, KIND_BMQ_NEXT, KIND_BMQ_FINISH, KIND_BMQ_STALLED };
 
 /* A setting of one source, as a listener's `message-id` or `task` line parses it. */
 static void one_source(struct msg_fields *fs, const char *text)
@@ -115,10 +130,11 @@ static void one_source(struct msg_fields *fs, const char *text)
     fs->n = 1;
 }
 
-static void reading_init(struct reading *r, enum rprof prof)
+static void reading_init(struct reading *r, enum rprof prof, const char *fw)
 {
     memset(r, 0, sizeof(*r));
     r->prof = prof;
+    r->bullmq = strcmp(fw, "bullmq") == 0;
     resp_pairing_init(&r->pairing, r->slots, MAX_CMDS);
     /* The list app's jobs are Laravel's: the uuid names the job, displayName its class. */
     one_source(&r->ids, "body.json.uuid");
@@ -173,6 +189,102 @@ static void on_tx_cmd(void *arg, const struct rprof_cmdview *cv)
     }
 }
 
+static void say_id(void *arg, const char *id)
+{
+    struct reading *r = arg;
+    say(&r->out, "lease %s", id);
+}
+
+/* A BullMQ script call: its events said, the kind of its reply returned (0: none to read). */
+static uint8_t bullmq_command(struct reading *r, const struct rprof_cmdview *cv)
+{
+    struct bmq_call c;
+    if (!bmq_call_of(cv, &c))
+        return 0;
+    char sha[41] = "";
+    enum bmq_script s = BMQ_SCRIPT_UNKNOWN;
+    const uint8_t *body = cv->buf + c.script.off;
+    if (c.eval) {
+        uint8_t d[SHA_DIGEST_LENGTH];
+        SHA1(body, c.script.len, d);
+        for (size_t i = 0; i < sizeof(d); i++)
+            snprintf(sha + 2 * i, 3, "%02x", d[i]);
+        s = bmq_script_of(body, c.script.len);
+        assert_true(r->nscripts < sizeof(r->scripts) / sizeof(r->scripts[0]));
+        memcpy(r->scripts[r->nscripts].sha, sha, sizeof(sha));
+        r->scripts[r->nscripts++].s = s;
+    } else {
+        assert_int_equal(c.script.len, 40);
+        memcpy(sha, body, 40);
+        for (size_t i = 0; i < r->nscripts; i++)
+            if (strcmp(r->scripts[i].sha, sha) == 0)
+                s = r->scripts[i].s;
+    }
+    struct bmq_job j;
+    char id[BMQ_ID_MAX], queue[BMQ_QUEUE_MAX];
+    bool failed, next;
+    switch (s) {
+    case BMQ_ADD_STANDARD:
+    case BMQ_ADD_DELAYED:
+    case BMQ_ADD_PRIORITIZED:
+    case BMQ_ADD_PARENT:
+        assert_int_equal(bmq_add_args(cv, &c, &j), 0);
+        say(&r->out, "add %s %s id=%s", j.name, j.queue, j.id[0] ? j.id : "-");
+        return KIND_BMQ_ADD;
+    case BMQ_MOVE_TO_ACTIVE:
+        assert_true(bmq_call_queue(cv, &c, s, queue, sizeof(queue)));
+        assert_string_equal(queue, "twice");
+        return KIND_BMQ_NEXT;
+    case BMQ_MOVE_TO_FINISHED:
+        assert_true(bmq_call_queue(cv, &c, s, queue, sizeof(queue)));
+        assert_int_equal(bmq_finish_args(cv, &c, id, sizeof(id), &failed, &next), 0);
+        say(&r->out, "finish %s %s failed=%d", id, queue, failed);
+        return next ? KIND_BMQ_NEXT : KIND_BMQ_FINISH;
+    case BMQ_EXTEND_LOCK:
+    case BMQ_EXTEND_LOCKS:
+        assert_true(bmq_lock_ids(cv, &c, s, say_id, r) >= 0);
+        return 0;
+    case BMQ_MOVE_STALLED:
+        return KIND_BMQ_STALLED;
+    default:
+        say(&r->out, "script %s", c.eval ? "unknown" : "unseen");
+        return 0;
+    }
+}
+
+static void say_stalled(void *arg, const char *id)
+{
+    struct reading *r = arg;
+    say(&r->out, "stalled %s", id);
+}
+
+static void bullmq_reply(struct reading *r, uint8_t kind, const uint8_t *buf,
+                         const struct resp_msg *m)
+{
+    char id[BMQ_ID_MAX];
+    struct bmq_job j = {.queue = "twice"};
+    int64_t code;
+    switch (kind) {
+    case KIND_BMQ_ADD:
+        if (bmq_add_reply(buf, m, id, sizeof(id)) == 1)
+            say(&r->out, "added %s", id);
+        break;
+    case KIND_BMQ_NEXT:
+        if (bmq_next_job(buf, m, &j) == 1)
+            say(&r->out, "deliver %s %s %s atm=%u", j.id, j.name, j.queue, j.attempts_made);
+        else if (bmq_finish_code(buf, m, &code))
+            say(&r->out, "finished %lld", (long long)code);
+        break;
+    case KIND_BMQ_FINISH:
+        if (bmq_finish_code(buf, m, &code))
+            say(&r->out, "finished %lld", (long long)code);
+        break;
+    default:
+        assert_true(bmq_stalled_ids(buf, m, say_stalled, r) >= 0);
+        break;
+    }
+}
+
 /* One command of the client's stream; its bytes are buf[0..m->len), rest[0..rest_len) what
  * follows it so far.  Returns false when it must wait for more bytes (a transaction whose
  * EXEC is not here yet), as the proxy does. */
@@ -198,6 +310,7 @@ static bool on_command(struct reading *r, const uint8_t *buf, const struct resp_
     } else if (cv.id == RPROF_CMD_EXEC || cv.id == RPROF_CMD_DISCARD) {
         r->in_tx = false;
     }
+    uint8_t bmq_kind = r->bullmq ? bullmq_command(r, &cv) : 0;
     switch (rprof_publish_of(r->prof, &cv)) {
     case RPROF_PUB_JOBS: {
         struct resp_view v;
@@ -243,7 +356,7 @@ static bool on_command(struct reading *r, const uint8_t *buf, const struct resp_
     assert_true(rc == 0 || rc == 1);
     if (rc == 1) {
         assert_true(r->ncmds < MAX_CMDS);
-        r->kind[r->ncmds] = (uint8_t)kind;
+        r->kind[r->ncmds] = bmq_kind != 0 ? bmq_kind : (uint8_t)kind;
         r->head[r->ncmds] = kind == RPROF_REPLY_POP && rprof_pop_takes_head(&cv);
         r->arg[r->ncmds] = arg != NULL ? strdup(arg) : NULL;
         if (kind == RPROF_REPLY_XREAD && redelivered)
@@ -308,6 +421,12 @@ static void on_reply(struct reading *r, const uint8_t *buf, const struct resp_ms
                     buf + val.off, val.len);
         break;
     }
+    case KIND_BMQ_ADD:
+    case KIND_BMQ_NEXT:
+    case KIND_BMQ_FINISH:
+    case KIND_BMQ_STALLED:
+        bullmq_reply(r, r->kind[i], buf, m);
+        break;
     case RPROF_REPLY_XREAD:
     case RPROF_REPLY_END:
         say_xread(r, buf, m, r->kind[i] == RPROF_REPLY_END);
@@ -424,7 +543,7 @@ static void recording_load(struct recording *rec, const char *fw, enum rprof pro
     for (size_t i = 0; i < rec->n; i++) {
         struct reading *r = malloc(sizeof(*r));
         assert_non_null(r);
-        reading_init(r, prof);
+        reading_init(r, prof, fw);
         read_session(r, rec->c[i], rec->clen[i], rec->clen[i], rec->s[i], rec->slen[i],
                      rec->slen[i]);
         if (r->out.s != NULL)
@@ -502,14 +621,14 @@ static void split_everywhere(const struct recording *rec)
         struct reading *whole = malloc(sizeof(*whole)), *r = malloc(sizeof(*r));
         assert_non_null(whole);
         assert_non_null(r);
-        reading_init(whole, rec->prof);
+        reading_init(whole, rec->prof, rec->fw);
         read_session(whole, rec->c[i], rec->clen[i], rec->clen[i], rec->s[i], rec->slen[i],
                      rec->slen[i]);
         const char *want = whole->out.s != NULL ? whole->out.s : "";
         for (size_t k = 0; k <= rec->clen[i] + rec->slen[i]; k++) {
             size_t cs = k <= rec->clen[i] ? k : rec->clen[i];
             size_t ss = k <= rec->clen[i] ? rec->slen[i] : k - rec->clen[i];
-            reading_init(r, rec->prof);
+            reading_init(r, rec->prof, rec->fw);
             read_session(r, rec->c[i], rec->clen[i], cs, rec->s[i], rec->slen[i], ss);
             const char *got = r->out.s != NULL ? r->out.s : "";
             if (strcmp(got, want) != 0)
@@ -656,6 +775,29 @@ static void test_list(void **state)
     expect_lines(&rec, n, "deliver ");
     expect_lines(&rec, n, "ack ");
     expect_lines(&rec, 0, "deliver-head ");
+    split_everywhere(&rec);
+    recording_free(&rec);
+}
+
+static void test_bullmq(void **state)
+{
+    (void)state;
+    struct recording rec;
+    recording_load(&rec, "bullmq", RPROF_NONE);
+    char ids[MAX_JOBS][128], tasks[MAX_JOBS][128];
+    size_t n = enqueued_jobs(&rec, ids, tasks);
+    assert_int_equal(n, 4);
+    for (size_t i = 0; i < n; i++) {
+        /* Queue.add: addStandardJob (EVAL first, EVALSHA after), its reply the job id; the
+         * worker's moveToActive, then moveToFinished with fetchNext handing it the next one */
+        expect_lines(&rec, 1, "added %s\n", ids[i]);
+        expect_lines(&rec, 1, "deliver %s %s twice atm=0\n", ids[i], tasks[i]);
+        expect_lines(&rec, 1, "finish %s twice failed=0\n", ids[i]);
+    }
+    expect_lines(&rec, 2, "add charge twice id=-\n");
+    expect_lines(&rec, 2, "add charge_safe twice id=-\n");
+    expect_lines(&rec, n, "deliver ");
+    expect_lines(&rec, 0, "script ");
     split_everywhere(&rec);
     recording_free(&rec);
 }
@@ -891,6 +1033,124 @@ static void test_list_jobs(void **state)
     resp_job_clear(&job);
     assert_int_equal(rprof_list_default_ids()->n, 3);
     assert_string_equal(rprof_list_default_tasks()->src[1].text, "body.json.displayName");
+}
+
+static void make_reply(const char *bytes, struct resp_msg *m);
+
+static void count_id(void *arg, const char *id)
+{
+    char *seen = arg;
+    strcat(seen, id);
+    strcat(seen, ",");
+}
+
+static void test_bullmq_edges(void **state)
+{
+    (void)state;
+    /* scripts by their opening comment, whatever follows; nothing else is one */
+    const struct {
+        const char *body;
+        enum bmq_script s;
+    } bodies[] = {
+        {"--[[\n  Adds a job to the queue by doing the following:", BMQ_ADD_STANDARD},
+        {"--[[\n  Adds a delayed job to the queue", BMQ_ADD_DELAYED},
+        {"--[[\n  Adds a prioritized job", BMQ_ADD_PRIORITIZED},
+        {"--[[\n  Adds a parent job", BMQ_ADD_PARENT},
+        {"--[[\n  Move next job to be processed to active, lock it", BMQ_MOVE_TO_ACTIVE},
+        {"--[[\n  Move job from active to a finished status", BMQ_MOVE_TO_FINISHED},
+        {"--[[\n  Extend lock and removes the job from the stalled set.", BMQ_EXTEND_LOCK},
+        {"--[[\n  Extend locks for multiple jobs", BMQ_EXTEND_LOCKS},
+        {"--[[\n  Move stalled jobs to wait.", BMQ_MOVE_STALLED},
+        {"--[[\n  Adds a log row to the job", BMQ_SCRIPT_UNKNOWN},
+        {"return redis.call('GET', KEYS[1])", BMQ_SCRIPT_UNKNOWN},
+        {"--[[", BMQ_SCRIPT_UNKNOWN},
+        {"", BMQ_SCRIPT_UNKNOWN},
+    };
+    for (size_t i = 0; i < sizeof(bodies) / sizeof(bodies[0]); i++)
+        if (bmq_script_of((const uint8_t *)bodies[i].body, strlen(bodies[i].body)) != bodies[i].s)
+            fail_msg("'%s' read as %s", bodies[i].body,
+                     bmq_script_name(
+                         bmq_script_of((const uint8_t *)bodies[i].body, strlen(bodies[i].body))));
+    assert_string_equal(bmq_script_name(BMQ_MOVE_TO_ACTIVE), "moveToActive");
+    assert_true(bmq_script_adds(BMQ_ADD_PARENT));
+    assert_false(bmq_script_adds(BMQ_MOVE_TO_ACTIVE));
+    char q[BMQ_QUEUE_MAX];
+    assert_true(bmq_queue_of_prefix((const uint8_t *)"bull:orders:", 12, q, sizeof(q)));
+    assert_string_equal(q, "orders");
+    assert_true(bmq_queue_of_prefix((const uint8_t *)"{app}:bull:orders:", 18, q, sizeof(q)));
+    assert_string_equal(q, "orders");
+    assert_false(bmq_queue_of_prefix((const uint8_t *)"orders:", 7, q, sizeof(q)));
+    assert_false(bmq_queue_of_prefix((const uint8_t *)"bull:orders", 11, q, sizeof(q)));
+    assert_false(bmq_queue_of_prefix((const uint8_t *)"bull::", 6, q, sizeof(q)));
+
+    uint8_t buf[4096];
+    struct resp_msg m;
+    struct rprof_cmdview cv;
+    struct bmq_call c;
+    struct bmq_job j;
+    /* an add with the app's own job id */
+    const char packed[] = "\x93\xa9"
+                          "bull:q:x:"
+                          "\xa7order-7\xa6refund";
+    CMD("EVALSHA", "0123456789012345678901234567890123456789", "1", "bull:q:x:wait", packed);
+    assert_true(bmq_call_of(&cv, &c));
+    assert_false(c.eval);
+    assert_int_equal(c.numkeys, 1);
+    assert_int_equal(bmq_add_args(&cv, &c, &j), 0);
+    assert_string_equal(j.id, "order-7");
+    assert_string_equal(j.name, "refund");
+    assert_string_equal(j.queue, "x");
+    /* numkeys beyond the arguments, or not a number: no call */
+    CMD("EVALSHA", "0123", "3", "k");
+    assert_false(bmq_call_of(&cv, &c));
+    CMD("EVAL", "return 1", "x");
+    assert_false(bmq_call_of(&cv, &c));
+    CMD("EVAL", "return 1", "-1");
+    assert_false(bmq_call_of(&cv, &c));
+    /* lock renewals: extendLocks' packed ids, extendLock's plain one */
+    char seen[256] = "";
+    const char ids[] = "\x93\xa1"
+                       "1\xa2"
+                       "22\x91\xa1z";
+    CMD("EVALSHA", "s", "1", "bull:q:stalled", "bull:q:", "\x91\xa1t", ids, "30000");
+    assert_true(bmq_call_of(&cv, &c));
+    assert_int_equal(bmq_lock_ids(&cv, &c, BMQ_EXTEND_LOCKS, count_id, seen), 2);
+    assert_string_equal(seen, "1,22,"); /* a nested array is no id */
+    seen[0] = '\0';
+    CMD("EVALSHA", "s", "2", "bull:q:9:lock", "bull:q:stalled", "token", "30000", "9");
+    assert_true(bmq_call_of(&cv, &c));
+    assert_int_equal(bmq_lock_ids(&cv, &c, BMQ_EXTEND_LOCK, count_id, seen), 1);
+    assert_string_equal(seen, "9,");
+    assert_int_equal(bmq_lock_ids(&cv, &c, BMQ_MOVE_TO_ACTIVE, count_id, seen), -1);
+    /* replies */
+    char id[BMQ_ID_MAX];
+    make_reply("$2\r\n17\r\n", &m);
+    assert_int_equal(bmq_add_reply((const uint8_t *)"$2\r\n17\r\n", &m, id, sizeof(id)), 1);
+    assert_string_equal(id, "17");
+    make_reply(":-5\r\n", &m);
+    assert_int_equal(bmq_add_reply((const uint8_t *)":-5\r\n", &m, id, sizeof(id)), 0);
+    int64_t code = 0;
+    make_reply(":-2\r\n", &m);
+    assert_true(bmq_finish_code((const uint8_t *)":-2\r\n", &m, &code));
+    assert_int_equal(code, -2); /* Missing lock */
+    const char none[] = "*4\r\n:0\r\n:0\r\n:0\r\n:0\r\n";
+    make_reply(none, &m);
+    assert_int_equal(bmq_next_job((const uint8_t *)none, &m, &j), 0);
+    const char next[] = "*4\r\n*6\r\n$4\r\nname\r\n$6\r\ncharge\r\n$3\r\natm\r\n$1\r\n2\r\n"
+                        "$3\r\nstc\r\n$1\r\n1\r\n$2\r\n42\r\n:0\r\n:0\r\n";
+    make_reply(next, &m);
+    assert_int_equal(bmq_next_job((const uint8_t *)next, &m, &j), 1);
+    assert_string_equal(j.id, "42");
+    assert_string_equal(j.name, "charge");
+    assert_int_equal(j.attempts_made, 2);
+    assert_int_equal(j.stalled, 1);
+    make_reply("+OK\r\n", &m);
+    assert_int_equal(bmq_next_job((const uint8_t *)"+OK\r\n", &m, &j), -1);
+    const char stalled[] = "*2\r\n$1\r\n3\r\n$1\r\n4\r\n";
+    make_reply(stalled, &m);
+    seen[0] = '\0';
+    assert_int_equal(bmq_stalled_ids((const uint8_t *)stalled, &m, count_id, seen), 2);
+    assert_string_equal(seen, "3,4,");
 }
 
 static void test_queues(void **state)
@@ -1179,6 +1439,8 @@ int main(void)
         cmocka_unit_test(test_list),
         cmocka_unit_test(test_list_commands),
         cmocka_unit_test(test_list_jobs),
+        cmocka_unit_test(test_bullmq),
+        cmocka_unit_test(test_bullmq_edges),
         cmocka_unit_test(test_profiles_and_names),
         cmocka_unit_test(test_commands_per_profile),
         cmocka_unit_test(test_queues),

@@ -1,0 +1,58 @@
+// The BullMQ example app's shared part: the queue's Redis connection and the two processors.
+//
+//   charge       NOT idempotent: every execution appends the job id to TWICE_EFFECTS
+//   charge_safe  idempotent: takes `SET twice:done:<id> 1 NX` on the real Redis
+//                (TWICE_EFFECT_REDIS, never through the proxy) before the effect
+//
+// Both append "<id> <name>" to TWICE_RUNS after the work.  Each line is one write(2) on a file
+// opened with O_APPEND (fs.appendFileSync), so concurrent workers never interleave.
+"use strict";
+
+const fs = require("fs");
+const path = require("path");
+
+// The packages of tests/node (installed there by scripts/deps.sh from its lockfile).
+const NODE_MODULES = path.join(__dirname, "..", "..", "node", "node_modules");
+const { Queue, Worker } = require(path.join(NODE_MODULES, "bullmq"));
+const IORedis = require(path.join(NODE_MODULES, "ioredis"));
+
+const QUEUE = process.env.TWICE_QUEUE || "twice";
+
+function hostPort(addr) {
+  const i = addr.lastIndexOf(":");
+  return { host: addr.slice(0, i), port: Number(addr.slice(i + 1)) };
+}
+
+// The broker connection (twice's listener): BullMQ wants maxRetriesPerRequest null on the
+// connections its workers block on.
+function connection() {
+  return { ...hostPort(process.env.TWICE_BROKER), maxRetriesPerRequest: null };
+}
+
+function append(file, line) {
+  fs.appendFileSync(file, line + "\n");
+}
+
+let effectRedis = null;
+function effects() {
+  if (effectRedis === null) effectRedis = new IORedis(hostPort(process.env.TWICE_EFFECT_REDIS));
+  return effectRedis;
+}
+
+const PROCESSORS = {
+  async charge(job) {
+    append(process.env.TWICE_EFFECTS, job.id);
+    append(process.env.TWICE_RUNS, `${job.id} ${job.name}`);
+  },
+  async charge_safe(job) {
+    const first = (await effects().set(`twice:done:${job.id}`, "1", "NX")) === "OK";
+    if (first) append(process.env.TWICE_EFFECTS, job.id);
+    append(process.env.TWICE_RUNS, `${job.id} ${job.name}`);
+  },
+};
+
+async function closeEffects() {
+  if (effectRedis !== null) await effectRedis.quit().catch(() => {});
+}
+
+module.exports = { Queue, Worker, IORedis, QUEUE, connection, closeEffects, PROCESSORS };

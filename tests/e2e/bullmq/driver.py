@@ -1,0 +1,78 @@
+#!/usr/bin/python3
+"""Load driver of the BullMQ example app (app.js, enqueue.js, worker.js).
+
+  driver.py --broker 127.0.0.1:PORT --effects FILE --runs FILE \\
+            --effect-redis 127.0.0.1:REALPORT --jobs N --workers W [--concurrency C] \\
+            [--timeout T]
+
+1. removes the queue's keys (bull:twice:*) and adds N `charge` and N `charge_safe` jobs
+   (interleaved) with BullMQ's Queue.add (`node enqueue.js N`, through --broker);
+2. starts W workers (`node worker.js NAME C`: a BullMQ Worker with concurrency C);
+3. waits until the queue's wait, active, delayed and prioritized sets are empty and no
+   execution was recorded for --quiet seconds;
+4. stops the workers with SIGTERM, prints a one-line JSON summary on stdout and exits 0 (1 if
+   the run did not drain).
+
+Node.js and the npm packages (bullmq, ioredis) come from tests/node (scripts/deps.sh test).
+The message id is BullMQ's job id, the task its name.
+"""
+
+import os
+import subprocess
+import sys
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.dirname(HERE))
+import e2ekit as k  # noqa: E402
+
+NODE = "/usr/bin/node"
+QUEUE = "twice"
+
+
+def extra(p):
+    p.add_argument("--concurrency", type=int, default=2, metavar="C",
+                   help="jobs each worker runs at once (default 2)")
+
+
+def main():
+    k.install_signal_handlers()
+    args = k.parse_args("bullmq", __doc__.split("\n\n")[0], extra=extra)
+    started = time.monotonic()
+    env = k.worker_env(args, TWICE_BROKER=args.broker, TWICE_QUEUE=QUEUE)
+
+    inspect = k.redis_client(args.inspect)
+    stale = list(inspect.scan_iter(match="bull:%s:*" % QUEUE, count=1000))
+    if stale:
+        inspect.delete(*stale)
+    r = subprocess.run([NODE, os.path.join(HERE, "enqueue.js"), str(args.jobs)], env=env,
+                       cwd=HERE, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                       stderr=subprocess.PIPE, timeout=max(30, args.timeout / 2))
+    if r.returncode != 0:
+        k.log("enqueue.js failed (rc=%d):\n%s" % (r.returncode, r.stderr.decode(errors="replace")))
+        return 1
+    enqueued = [tuple(l.split()) for l in r.stdout.decode().splitlines() if l.strip()]
+    k.write_enqueued(args, enqueued)
+    k.log("added %d jobs" % len(enqueued))
+
+    workers = k.Workers(args.log_dir)
+    for i in range(1, args.workers + 1):
+        workers.start("worker%d" % i, [NODE, os.path.join(HERE, "worker.js"), "worker%d" % i,
+                                       str(args.concurrency)], env=env, cwd=HERE)
+
+    prefix = "bull:%s:" % QUEUE
+
+    def idle():
+        p = inspect.pipeline(transaction=False)
+        p.llen(prefix + "wait").llen(prefix + "active").zcard(prefix + "delayed")
+        p.zcard(prefix + "prioritized")
+        return p.execute() == [0, 0, 0, 0]
+
+    ok, reason = k.wait_drained(args, workers, idle, expected=len(enqueued))
+    failed = inspect.zcard(prefix + "failed")
+    return k.finish("bullmq", args, workers, enqueued, ok, reason, started,
+                    {"failed": failed, "queue": QUEUE})
+
+
+if __name__ == "__main__":
+    sys.exit(main())

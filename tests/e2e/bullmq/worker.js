@@ -1,0 +1,33 @@
+// One BullMQ worker of the example app: `node worker.js NAME CONCURRENCY`, processors by job
+// name (app.js).  SIGTERM/SIGINT: close (finishing the jobs in hand) and exit 0.
+"use strict";
+
+const { Worker, QUEUE, connection, closeEffects, PROCESSORS } = require("./app");
+
+const name = process.argv[2] || "worker";
+const concurrency = Number(process.argv[3] || 1);
+const log = (...a) => console.log(`[${name} ${new Date().toISOString()}]`, ...a);
+
+const worker = new Worker(
+  QUEUE,
+  async (job) => {
+    const p = PROCESSORS[job.name];
+    if (p === undefined) throw new Error(`no processor for ${job.name}`);
+    await p(job);
+  },
+  { connection: connection(), concurrency, autorun: true },
+);
+worker.on("completed", (job) => log("completed", job.id, job.name));
+worker.on("failed", (job, err) => log("failed", job && job.id, err && err.message));
+worker.on("stalled", (id) => log("stalled", id));
+worker.on("error", (err) => log("error", err && err.message));
+
+async function stop() {
+  log("stopping");
+  await worker.close();
+  await closeEffects();
+  process.exit(0);
+}
+process.on("SIGTERM", stop);
+process.on("SIGINT", stop);
+log(`consuming ${QUEUE} with concurrency ${concurrency}`);
