@@ -26,6 +26,8 @@ static const struct {
     {BMQ_EXTEND_LOCK, "extendLock", "Extend lock and removes the job from the stalled set"},
     {BMQ_EXTEND_LOCKS, "extendLocks", "Extend locks for multiple jobs"},
     {BMQ_MOVE_STALLED, "moveStalledJobsToWait", "Move stalled jobs to wait"},
+    {BMQ_RETRY_JOB, "retryJob", "Retries a failed job by moving it back to the wait queue"},
+    {BMQ_MOVE_TO_DELAYED, "moveToDelayed", "Moves job from active to delayed set"},
 };
 
 enum bmq_script bmq_script_of(const uint8_t *body, size_t n)
@@ -89,6 +91,8 @@ bool bmq_arg(const struct rprof_cmdview *cv, const struct bmq_call *c, size_t i,
 /* p[0..n) as a string in out[0..cap): no NUL, not empty, shorter than cap. */
 static bool copy_str(const uint8_t *p, size_t n, char *out, size_t cap)
 {
+    if (cap == 0)
+        return false;
     out[0] = '\0';
     if (n == 0 || n >= cap || memchr(p, '\0', n) != NULL)
         return false;
@@ -110,6 +114,8 @@ static bool bulk(const struct rprof_cmdview *cv, const struct resp_view *v, cons
 
 bool bmq_queue_of_prefix(const uint8_t *p, size_t n, char *out, size_t cap)
 {
+    if (cap == 0)
+        return false;
     out[0] = '\0';
     if (n < 3 || p[n - 1] != ':')
         return false;
@@ -201,6 +207,8 @@ bool bmq_call_queue(const struct rprof_cmdview *cv, const struct bmq_call *c, en
                 : s == BMQ_MOVE_TO_FINISHED ? 6
                 : s == BMQ_MOVE_STALLED     ? 1
                 : s == BMQ_EXTEND_LOCKS     ? 0
+                : s == BMQ_RETRY_JOB        ? 0
+                : s == BMQ_MOVE_TO_DELAYED  ? 0
                                             : (size_t)-1;
     struct resp_view a;
     const uint8_t *p;
@@ -220,6 +228,23 @@ int bmq_finish_args(const struct rprof_cmdview *cv, const struct bmq_call *c, ch
         return -1;
     *failed = resp_view_equals(cv->buf, cv->len, &target, "failed");
     *fetch_next = resp_view_equals(cv->buf, cv->len, &next, "1");
+    return 0;
+}
+
+int bmq_retry_args(const struct rprof_cmdview *cv, const struct bmq_call *c, enum bmq_script s,
+                   char *id, size_t cap, bool *fetch_next)
+{
+    struct resp_view a, next;
+    const uint8_t *p;
+    size_t n;
+    *fetch_next = false;
+    if (s != BMQ_RETRY_JOB && s != BMQ_MOVE_TO_DELAYED)
+        return -1;
+    if (!bmq_arg(cv, c, s == BMQ_RETRY_JOB ? 3 : 2, &a) || !bulk(cv, &a, &p, &n) ||
+        !copy_str(p, n, id, cap))
+        return -1;
+    if (s == BMQ_MOVE_TO_DELAYED && bmq_arg(cv, c, 7, &next))
+        *fetch_next = resp_view_equals(cv->buf, cv->len, &next, "1");
     return 0;
 }
 

@@ -39,6 +39,9 @@ enum bmq_script {
     BMQ_EXTEND_LOCK,      /* extendLock: one job's lock renewed */
     BMQ_EXTEND_LOCKS,     /* extendLocks: a worker's locks renewed in one call */
     BMQ_MOVE_STALLED,     /* moveStalledJobsToWait: the stalled-job checker */
+    BMQ_RETRY_JOB,        /* retryJob: a failed attempt with retries left, back onto wait */
+    BMQ_MOVE_TO_DELAYED,  /* moveToDelayed: a failed attempt waiting its back-off, maybe with
+                             the next job */
     BMQ_SCRIPT_COUNT,
 };
 
@@ -85,8 +88,8 @@ struct bmq_job {
  * when it cannot be read. */
 int bmq_add_args(const struct rprof_cmdview *cv, const struct bmq_call *c, struct bmq_job *j);
 
-/* An add's reply: 1 with the job's id in out[0..cap), 0 for BullMQ's error codes (a negative
- * integer), -1 for any other shape. */
+/* An add's reply: 1 with the job's id in out[0..cap), 0 for an integer (BullMQ's error codes
+ * are negative ones), -1 for any other shape. */
 int bmq_add_reply(const uint8_t *buf, const struct resp_msg *m, char *out, size_t cap);
 
 /* The job a moveToActive reply, or a moveToFinished one that fetched the next job, hands the
@@ -94,8 +97,9 @@ int bmq_add_reply(const uint8_t *buf, const struct resp_msg *m, char *out, size_
  * it was), 0 when no job came (an integer, or [0, 0, ...]), -1 for any other shape. */
 int bmq_next_job(const uint8_t *buf, const struct resp_msg *m, struct bmq_job *j);
 
-/* moveToActive's and moveToFinished's queue, from their prefix argument (ARGV[1] and ARGV[7]);
- * false when it does not read. */
+/* The queue of a call, from its prefix argument: ARGV[1] of moveToActive, extendLocks,
+ * retryJob and moveToDelayed, ARGV[7] of moveToFinished, ARGV[2] of moveStalledJobsToWait;
+ * false for another script or when it does not read. */
 bool bmq_call_queue(const struct rprof_cmdview *cv, const struct bmq_call *c, enum bmq_script s,
                     char *out, size_t cap);
 
@@ -103,6 +107,12 @@ bool bmq_call_queue(const struct rprof_cmdview *cv, const struct bmq_call *c, en
  * whether the reply brings the next job (ARGV[6] "1").  0, or -1 when it does not read. */
 int bmq_finish_args(const struct rprof_cmdview *cv, const struct bmq_call *c, char *id, size_t cap,
                     bool *failed, bool *fetch_next);
+
+/* A failed attempt that BullMQ retries (its `attempts` not used up): retryJob's job id
+ * (ARGV[4]), or moveToDelayed's (ARGV[3]) and whether its reply brings the next job (ARGV[8]
+ * "1").  0, or -1 when it does not read or s is another script. */
+int bmq_retry_args(const struct rprof_cmdview *cv, const struct bmq_call *c, enum bmq_script s,
+                   char *id, size_t cap, bool *fetch_next);
 
 /* The value of a moveToFinished reply that is an integer: 0 done, a negative one BullMQ's error
  * code (-2 missing lock, -6 lock mismatch...); false for another shape (the next job). */

@@ -111,6 +111,8 @@ static void bullmq_command(const struct rprof_cmdview *cv)
     for (int s = 0; s < BMQ_SCRIPT_COUNT; s++) {
         if (bmq_call_queue(cv, &c, (enum bmq_script)s, queue, sizeof(queue)))
             CHECK(queue[0] != '\0' && strlen(queue) < sizeof(queue) && strchr(queue, ':') == NULL);
+        if (bmq_retry_args(cv, &c, (enum bmq_script)s, id, sizeof(id), &next) == 0)
+            CHECK(id[0] != '\0' && strlen(id) < sizeof(id));
         int seen = 0;
         int n = bmq_lock_ids(cv, &c, (enum bmq_script)s, bmq_seen, &seen);
         CHECK(n == -1 || n == seen);

@@ -36,17 +36,33 @@ static const struct {
       0xff),
     V("int8", MP_INT, -128, 0, 0, 0xd0, 0x80),
     V("int32", MP_INT, -2, 0, 0, 0xd2, 0xff, 0xff, 0xff, 0xfe),
+    V("int16", MP_INT, -300, 0, 0, 0xd1, 0xfe, 0xd4),
+    V("int64", MP_INT, -5, 0, 0, 0xd3, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xfb),
+    V("uint8", MP_INT, 200, 0, 0, 0xcc, 0xc8),
+    V("uint32", MP_INT, 0x01020304, 0, 0, 0xce, 0x01, 0x02, 0x03, 0x04),
+    V("float32", MP_FLOAT, 0, 0, 0, 0xca, 0x3f, 0x80, 0x00, 0x00),
+    V("false", MP_BOOL, 0, 0, 0, 0xc2),
     V("float64", MP_FLOAT, 0, 0, 0, 0xcb, 0x42, 0x7a, 0x23, 0x76, 0x4a, 0x50, 0x60, 0x00),
     V("fixstr", MP_STR, 0, 3, 0, 0xa3, 'a', 'b', 'c'),
     V("str8", MP_STR, 0, 2, 0, 0xd9, 0x02, 'i', 'd'),
     V("str16", MP_STR, 0, 1, 0, 0xda, 0x00, 0x01, 'x'),
     V("bin8", MP_BIN, 0, 2, 0, 0xc4, 0x02, 0x00, 0x01),
+    V("bin16", MP_BIN, 0, 1, 0, 0xc5, 0x00, 0x01, 0x00),
+    V("bin32", MP_BIN, 0, 1, 0, 0xc6, 0x00, 0x00, 0x00, 0x01, 0x00),
+    V("str32", MP_STR, 0, 2, 0, 0xdb, 0x00, 0x00, 0x00, 0x02, 'o', 'k'),
+    V("fixext2", MP_EXT, 0, 2, 0, 0xd5, 0x01, 0x07, 0x08),
+    V("fixext16", MP_EXT, 0, 16, 0, 0xd8, 0x01, 0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14,
+      15),
+    V("ext16", MP_EXT, 0, 1, 0, 0xc8, 0x00, 0x01, 0x05, 0x07),
+    V("ext32", MP_EXT, 0, 1, 0, 0xc9, 0x00, 0x00, 0x00, 0x01, 0x05, 0x07),
     V("fixext1", MP_EXT, 0, 1, 0, 0xd4, 0x01, 0x07),
     V("ext8", MP_EXT, 0, 2, 0, 0xc7, 0x02, 0x01, 0x07, 0x08),
     V("fixarray", MP_ARRAY, 0, 0, 2, 0x92),
     V("array16", MP_ARRAY, 0, 0, 3, 0xdc, 0x00, 0x03),
     V("fixmap", MP_MAP, 0, 0, 1, 0x81),
     V("map16", MP_MAP, 0, 0, 4, 0xde, 0x00, 0x04),
+    V("array32", MP_ARRAY, 0, 0, 0x10002, 0xdd, 0x00, 0x01, 0x00, 0x02),
+    V("map32", MP_MAP, 0, 0, 0x10003, 0xdf, 0x00, 0x01, 0x00, 0x03),
 #undef V
 };
 
@@ -125,6 +141,11 @@ static void test_depth_and_counts_bounded(void **state)
     deep[sizeof(deep) - 1] = 0xc0;
     size_t pos = 0;
     assert_int_equal(mp_skip(deep, sizeof(deep), &pos), -1);
+    uint8_t over[MP_MAX_DEPTH + 2]; /* one level past the limit */
+    memset(over, 0x91, sizeof(over));
+    over[sizeof(over) - 1] = 0xc0;
+    pos = 0;
+    assert_int_equal(mp_skip(over, sizeof(over), &pos), -1);
     uint8_t ok[MP_MAX_DEPTH + 1];
     memset(ok, 0x91, sizeof(ok));
     ok[sizeof(ok) - 1] = 0xc0;
@@ -134,6 +155,12 @@ static void test_depth_and_counts_bounded(void **state)
     const uint8_t huge[] = {0xdd, 0xff, 0xff, 0xff, 0xff, 0xc0};
     pos = 0;
     assert_int_equal(mp_skip(huge, sizeof(huge), &pos), -1);
+    /* an inner array claiming more elements than the bytes left: refused where it is, not
+     * walked element by element to the end */
+    const uint8_t inner[] = {0x92, 0xc0, 0xdd, 0x00, 0x10, 0x00, 0x00, 0xc0, 0xc0};
+    pos = 0;
+    assert_int_equal(mp_skip(inner, sizeof(inner), &pos), -1);
+    assert_int_equal(pos, 7); /* stopped just past the inner array's header */
     /* a length past the end */
     const uint8_t str32[] = {0xdb, 0x7f, 0xff, 0xff, 0xff, 'a'};
     struct mp_item it;

@@ -1061,6 +1061,8 @@ static void test_bullmq_edges(void **state)
         {"--[[\n  Extend lock and removes the job from the stalled set.", BMQ_EXTEND_LOCK},
         {"--[[\n  Extend locks for multiple jobs", BMQ_EXTEND_LOCKS},
         {"--[[\n  Move stalled jobs to wait.", BMQ_MOVE_STALLED},
+        {"--[[\n  Retries a failed job by moving it back to the wait queue.", BMQ_RETRY_JOB},
+        {"--[[\n  Moves job from active to delayed set.", BMQ_MOVE_TO_DELAYED},
         {"--[[\n  Adds a log row to the job", BMQ_SCRIPT_UNKNOWN},
         {"return redis.call('GET', KEYS[1])", BMQ_SCRIPT_UNKNOWN},
         {"--[[", BMQ_SCRIPT_UNKNOWN},
@@ -1109,21 +1111,48 @@ static void test_bullmq_edges(void **state)
     assert_false(bmq_call_of(&cv, &c));
     /* lock renewals: extendLocks' packed ids, extendLock's plain one */
     char seen[256] = "";
-    const char ids[] = "\x93\xa1"
-                       "1\xa2"
-                       "22\x91\xa1z";
+    const char ids[] = "\x94\xa1"
+                       "1\x91\xa1z\xa2"
+                       "22\xc0";
     CMD("EVALSHA", "s", "1", "bull:q:stalled", "bull:q:", "\x91\xa1t", ids, "30000");
     assert_true(bmq_call_of(&cv, &c));
     assert_int_equal(bmq_lock_ids(&cv, &c, BMQ_EXTEND_LOCKS, count_id, seen), 2);
-    assert_string_equal(seen, "1,22,"); /* a nested array is no id */
+    assert_string_equal(seen, "1,22,"); /* a nested array (skipped whole) and nil are no ids */
     seen[0] = '\0';
     CMD("EVALSHA", "s", "2", "bull:q:9:lock", "bull:q:stalled", "token", "30000", "9");
     assert_true(bmq_call_of(&cv, &c));
     assert_int_equal(bmq_lock_ids(&cv, &c, BMQ_EXTEND_LOCK, count_id, seen), 1);
     assert_string_equal(seen, "9,");
     assert_int_equal(bmq_lock_ids(&cv, &c, BMQ_MOVE_TO_ACTIVE, count_id, seen), -1);
-    /* replies */
+    /* a failed attempt: for good (moveToFinished), or retried (retryJob, moveToDelayed) */
     char id[BMQ_ID_MAX];
+    bool failed = false, fetch = true;
+    CMD("EVALSHA", "s", "1", "bull:q:active", "7", "1700000000000", "failedReason", "boom",
+        "failed", "0", "bull:q:", "\x80", "");
+    assert_true(bmq_call_of(&cv, &c));
+    assert_int_equal(bmq_finish_args(&cv, &c, id, sizeof(id), &failed, &fetch), 0);
+    assert_string_equal(id, "7");
+    assert_true(failed);
+    assert_false(fetch);
+    char queue[BMQ_QUEUE_MAX];
+    assert_true(bmq_call_queue(&cv, &c, BMQ_MOVE_TO_FINISHED, queue, sizeof(queue)));
+    assert_string_equal(queue, "q");
+    CMD("EVALSHA", "s", "2", "bull:q:active", "bull:q:wait", "bull:q:", "1700000000000", "LPUSH",
+        "8", "token");
+    assert_true(bmq_call_of(&cv, &c));
+    assert_int_equal(bmq_retry_args(&cv, &c, BMQ_RETRY_JOB, id, sizeof(id), &fetch), 0);
+    assert_string_equal(id, "8");
+    assert_false(fetch);
+    CMD("EVALSHA", "s", "1", "bull:q:marker", "bull:q:", "1700000000000", "9", "token", "500", "0",
+        "", "1", "\x80");
+    assert_true(bmq_call_of(&cv, &c));
+    assert_int_equal(bmq_retry_args(&cv, &c, BMQ_MOVE_TO_DELAYED, id, sizeof(id), &fetch), 0);
+    assert_string_equal(id, "9");
+    assert_true(fetch);
+    assert_int_equal(bmq_retry_args(&cv, &c, BMQ_MOVE_TO_FINISHED, id, sizeof(id), &fetch), -1);
+    assert_true(bmq_call_queue(&cv, &c, BMQ_MOVE_TO_DELAYED, queue, sizeof(queue)));
+    assert_string_equal(queue, "q");
+    /* replies */
     make_reply("$2\r\n17\r\n", &m);
     assert_int_equal(bmq_add_reply((const uint8_t *)"$2\r\n17\r\n", &m, id, sizeof(id)), 1);
     assert_string_equal(id, "17");

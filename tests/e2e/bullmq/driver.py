@@ -53,6 +53,11 @@ def main():
         return 1
     enqueued = [tuple(l.split()) for l in r.stdout.decode().splitlines() if l.strip()]
     k.write_enqueued(args, enqueued)
+    # BullMQ's ids start again at 1 in a fresh queue: an idempotency key an earlier run left
+    # for the same id would keep charge_safe from its effect.
+    done = ["twice:done:%s" % m for m, _ in enqueued]
+    if done:
+        k.redis_client(args.effect_redis).delete(*done)
     k.log("added %d jobs" % len(enqueued))
 
     workers = k.Workers(args.log_dir)

@@ -22,11 +22,19 @@ worker.on("failed", (job, err) => log("failed", job && job.id, err && err.messag
 worker.on("stalled", (id) => log("stalled", id));
 worker.on("error", (err) => log("error", err && err.message));
 
+let stopping = false;
 async function stop() {
+  if (stopping) return;
+  stopping = true;
   log("stopping");
-  await worker.close();
-  await closeEffects();
-  process.exit(0);
+  try {
+    await worker.close();
+  } catch (e) {
+    log("close failed:", e && e.message);
+  } finally {
+    await closeEffects();
+    process.exit(0);
+  }
 }
 process.on("SIGTERM", stop);
 process.on("SIGINT", stop);
