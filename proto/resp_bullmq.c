@@ -171,10 +171,8 @@ static unsigned small_count(const uint8_t *buf, size_t len, const struct resp_vi
 
 int bmq_next_job(const uint8_t *buf, const struct resp_msg *m, struct bmq_job *j)
 {
-    char queue[BMQ_QUEUE_MAX];
-    memcpy(queue, j->queue, sizeof(queue));
-    memset(j, 0, sizeof(*j));
-    memcpy(j->queue, queue, sizeof(queue));
+    j->id[0] = j->name[0] = '\0'; /* the queue is the caller's */
+    j->attempts_made = j->stalled = 0;
     if (m->type == ':' && !m->null)
         return 0;
     if (m->type != '*' || m->null || m->nelem < 2)

@@ -284,21 +284,18 @@ void rpx_on_pop_reply(struct rpx *rx, struct entry *e, const uint8_t *buf, const
     if (r != NULL) {
         switch (r->action.kind) {
         case RULE_ACT_DUPLICATE: {
+            /* Celery's copy is marked redelivered, as kombu's restore marks it; a job that
+             * cannot be marked goes back as it was. */
+            const char *cmd = rprof_repush_cmd(rx->prof, e->head);
             uint32_t after = r->action.duration_ms;
-            if (rx->prof == RPROF_CELERY) {
-                char *marked = NULL;
-                size_t mlen = 0;
-                if (resp_job_celery_redelivered(buf + val.off, val.len, &marked, &mlen) == 0) {
-                    rpx_repush(rx, rprof_repush_cmd(rx->prof, e->head), list, marked, mlen, after);
-                    free(marked);
-                } else {
-                    rpx_repush(rx, rprof_repush_cmd(rx->prof, e->head), list, buf + val.off,
-                               val.len, after);
-                }
-            } else {
-                rpx_repush(rx, rprof_repush_cmd(rx->prof, e->head), list, buf + val.off, val.len,
-                           after);
-            }
+            char *marked = NULL;
+            size_t mlen = 0;
+            if (rx->prof == RPROF_CELERY &&
+                resp_job_celery_redelivered(buf + val.off, val.len, &marked, &mlen) == 0)
+                rpx_repush(rx, cmd, list, marked, mlen, after);
+            else
+                rpx_repush(rx, cmd, list, buf + val.off, val.len, after);
+            free(marked);
             break;
         }
         case RULE_ACT_DROP: {
