@@ -76,12 +76,6 @@ bool bmq_call_of(const struct rprof_cmdview *cv, struct bmq_call *c)
     return true;
 }
 
-bool bmq_key(const struct rprof_cmdview *cv, const struct bmq_call *c, size_t i,
-             struct resp_view *v)
-{
-    return i < c->numkeys && rprof_arg(cv, 3 + i, v);
-}
-
 bool bmq_arg(const struct rprof_cmdview *cv, const struct bmq_call *c, size_t i,
              struct resp_view *v)
 {

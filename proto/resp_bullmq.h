@@ -64,9 +64,7 @@ struct bmq_call {
 /* Whether cv is EVAL or EVALSHA with a numkeys that its arguments hold. */
 bool bmq_call_of(const struct rprof_cmdview *cv, struct bmq_call *c);
 
-/* KEYS[i + 1] and ARGV[i + 1] of the call (0-based i); false past the last. */
-bool bmq_key(const struct rprof_cmdview *cv, const struct bmq_call *c, size_t i,
-             struct resp_view *v);
+/* ARGV[i + 1] of the call (0-based i); false past the last. */
 bool bmq_arg(const struct rprof_cmdview *cv, const struct bmq_call *c, size_t i,
              struct resp_view *v);
 
