@@ -3,6 +3,8 @@
  */
 #include "proto/msgpack.h"
 
+#include <string.h>
+
 static uint64_t be(const uint8_t *p, size_t k)
 {
     uint64_t v = 0;
@@ -161,4 +163,69 @@ int mp_array_get(const uint8_t *p, size_t n, uint32_t idx, struct mp_item *it, s
         if (mp_skip(p, n, pos) != 0)
             return -1;
     return mp_next(p, n, pos, it) == 0 ? 0 : -1;
+}
+
+int mp_map_get(const uint8_t *p, size_t n, const char *key, struct mp_item *it)
+{
+    size_t pos = 0, klen = strlen(key);
+    struct mp_item map, k;
+    if (mp_next(p, n, &pos, &map) != 0 || map.type != MP_MAP)
+        return -1;
+    for (uint32_t i = 0; i < map.count; i++) {
+        size_t at = pos;
+        if (mp_next(p, n, &pos, &k) != 0)
+            return -1;
+        if (k.type == MP_ARRAY || k.type == MP_MAP) {
+            pos = at;
+            if (mp_skip(p, n, &pos) != 0)
+                return -1;
+        }
+        if (k.type == MP_STR && k.len == klen && memcmp(k.data, key, klen) == 0)
+            return mp_next(p, n, &pos, it) == 0 ? 0 : -1;
+        if (mp_skip(p, n, &pos) != 0)
+            return -1;
+    }
+    return 1;
+}
+
+long mp_array_subset(const uint8_t *p, size_t n, const bool *keep, uint32_t count, uint8_t *out,
+                     size_t cap)
+{
+    size_t pos = 0;
+    struct mp_item arr;
+    if (mp_next(p, n, &pos, &arr) != 0 || arr.type != MP_ARRAY || arr.count != count)
+        return -1;
+    uint32_t kept = 0;
+    for (uint32_t k = 0; k < count; k++)
+        kept += keep[k];
+    size_t w = 0;
+    if (kept <= 15) {
+        if (cap < 1)
+            return -1;
+        out[w++] = (uint8_t)(0x90 | kept);
+    } else if (kept <= 0xffff) {
+        if (cap < 3)
+            return -1;
+        out[w++] = 0xdc;
+        out[w++] = (uint8_t)(kept >> 8);
+        out[w++] = (uint8_t)kept;
+    } else {
+        if (cap < 5)
+            return -1;
+        out[w++] = 0xdd;
+        for (int sh = 24; sh >= 0; sh -= 8)
+            out[w++] = (uint8_t)(kept >> sh);
+    }
+    for (uint32_t k = 0; k < count; k++) {
+        size_t at = pos;
+        if (mp_skip(p, n, &pos) != 0)
+            return -1;
+        if (!keep[k])
+            continue;
+        if (cap - w < pos - at)
+            return -1;
+        memcpy(out + w, p + at, pos - at);
+        w += pos - at;
+    }
+    return (long)w;
 }

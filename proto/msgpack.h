@@ -53,4 +53,16 @@ int mp_skip(const uint8_t *p, size_t n, size_t *pos);
  * element before it does not read. */
 int mp_array_get(const uint8_t *p, size_t n, uint32_t idx, struct mp_item *it, size_t *pos);
 
+/* The value of map key `key` (a string) in the map that p[0..n) opens with: 0 with *it set (a
+ * nested value's header only, as mp_next gives it), 1 when the map has no such key, -1 when p
+ * is not a map or does not read. */
+int mp_map_get(const uint8_t *p, size_t n, const char *key, struct mp_item *it);
+
+/* The array that p[0..n) opens with, with only its elements k for which keep[k] (keep has
+ * count entries, count the array's length), written into out[0..cap): the kept elements' own
+ * bytes, behind an array header of the new length.  The bytes written, or -1 when p is not an
+ * array of count elements or out is too small (n + 5 bytes are always enough). */
+long mp_array_subset(const uint8_t *p, size_t n, const bool *keep, uint32_t count, uint8_t *out,
+                     size_t cap);
+
 #endif

@@ -141,8 +141,11 @@ int bmq_add_args(const struct rprof_cmdview *cv, const struct bmq_call *c, struc
         !mp_str(&name, j->name, sizeof(j->name), false))
         return -1;
     if (prefix.type != MP_STR ||
-        !bmq_queue_of_prefix(prefix.data, prefix.len, j->queue, sizeof(j->queue)))
+        !bmq_queue_of_prefix(prefix.data, prefix.len, j->queue, sizeof(j->queue)) ||
+        !copy_str(prefix.data, prefix.len, j->prefix, sizeof(j->prefix))) {
         j->queue[0] = '\0';
+        j->prefix[0] = '\0';
+    }
     return 0;
 }
 
@@ -165,8 +168,9 @@ static unsigned small_count(const uint8_t *buf, size_t len, const struct resp_vi
 
 int bmq_next_job(const uint8_t *buf, const struct resp_msg *m, struct bmq_job *j)
 {
-    j->id[0] = j->name[0] = '\0'; /* the queue is the caller's */
+    j->id[0] = j->name[0] = '\0'; /* the queue and prefix are the caller's */
     j->attempts_made = j->stalled = 0;
+    j->deferred_failure = false;
     if (m->type == ':' && !m->null)
         return 0;
     if (m->type != '*' || m->null || m->nelem < 2)
@@ -187,14 +191,30 @@ int bmq_next_job(const uint8_t *buf, const struct resp_msg *m, struct bmq_job *j
             j->attempts_made = small_count(buf, m->len, &v);
         else if (resp_view_equals(buf, m->len, &f, "stc"))
             j->stalled = small_count(buf, m->len, &v);
+        else if (resp_view_equals(buf, m->len, &f, "defa"))
+            j->deferred_failure = v.type == '$' && !v.null && v.len > 0;
     }
     return 1;
 }
 
-bool bmq_call_queue(const struct rprof_cmdview *cv, const struct bmq_call *c, enum bmq_script s,
-                    char *out, size_t cap)
+bool bmq_call_prefix(const struct rprof_cmdview *cv, const struct bmq_call *c, enum bmq_script s,
+                     char *out, size_t cap)
 {
     out[0] = '\0';
+    struct resp_view a;
+    const uint8_t *p;
+    size_t n;
+    if (s == BMQ_EXTEND_LOCK) {
+        /* KEYS[1] is <prefix><id>:lock, ARGV[3] the id */
+        struct resp_view k, idv;
+        const uint8_t *ip;
+        size_t in;
+        if (c->numkeys < 1 || !rprof_arg(cv, 3, &k) || !bulk(cv, &k, &p, &n) ||
+            !bmq_arg(cv, c, 2, &idv) || !bulk(cv, &idv, &ip, &in) || n < in + 5 ||
+            memcmp(p + n - 5, ":lock", 5) != 0 || memcmp(p + n - 5 - in, ip, in) != 0)
+            return false;
+        return copy_str(p, n - 5 - in, out, cap);
+    }
     size_t at = s == BMQ_MOVE_TO_ACTIVE     ? 0
                 : s == BMQ_MOVE_TO_FINISHED ? 6
                 : s == BMQ_MOVE_STALLED     ? 1
@@ -202,11 +222,39 @@ bool bmq_call_queue(const struct rprof_cmdview *cv, const struct bmq_call *c, en
                 : s == BMQ_RETRY_JOB        ? 0
                 : s == BMQ_MOVE_TO_DELAYED  ? 0
                                             : (size_t)-1;
+    return at != (size_t)-1 && bmq_arg(cv, c, at, &a) && bulk(cv, &a, &p, &n) &&
+           copy_str(p, n, out, cap);
+}
+
+bool bmq_call_queue(const struct rprof_cmdview *cv, const struct bmq_call *c, enum bmq_script s,
+                    char *out, size_t cap)
+{
+    char prefix[BMQ_PREFIX_MAX];
+    out[0] = '\0';
+    return s != BMQ_EXTEND_LOCK && bmq_call_prefix(cv, c, s, prefix, sizeof(prefix)) &&
+           bmq_queue_of_prefix((const uint8_t *)prefix, strlen(prefix), out, cap);
+}
+
+bool bmq_call_token(const struct rprof_cmdview *cv, const struct bmq_call *c, enum bmq_script s,
+                    char *out, size_t cap)
+{
+    out[0] = '\0';
     struct resp_view a;
     const uint8_t *p;
     size_t n;
-    return at != (size_t)-1 && bmq_arg(cv, c, at, &a) && bulk(cv, &a, &p, &n) &&
-           bmq_queue_of_prefix(p, n, out, cap);
+    struct mp_item it;
+    switch (s) {
+    case BMQ_MOVE_TO_ACTIVE:
+    case BMQ_MOVE_TO_FINISHED:
+        return bmq_arg(cv, c, s == BMQ_MOVE_TO_ACTIVE ? 2 : 7, &a) && bulk(cv, &a, &p, &n) &&
+               mp_map_get(p, n, "token", &it) == 0 && mp_str(&it, out, cap, false);
+    case BMQ_MOVE_TO_DELAYED:
+    case BMQ_EXTEND_LOCK:
+        return bmq_arg(cv, c, s == BMQ_MOVE_TO_DELAYED ? 3 : 0, &a) && bulk(cv, &a, &p, &n) &&
+               copy_str(p, n, out, cap);
+    default:
+        return false;
+    }
 }
 
 int bmq_finish_args(const struct rprof_cmdview *cv, const struct bmq_call *c, char *id, size_t cap,
@@ -282,6 +330,56 @@ int bmq_lock_ids(const struct rprof_cmdview *cv, const struct bmq_call *c, enum 
         }
     }
     return count;
+}
+
+int bmq_lock_each(const struct rprof_cmdview *cv, const struct bmq_call *c, enum bmq_script s,
+                  bmq_lock_fn fn, void *arg, uint32_t *count)
+{
+    struct resp_view a, t;
+    const uint8_t *p, *tp;
+    size_t n, tn;
+    char id[BMQ_ID_MAX], token[BMQ_TOKEN_MAX];
+    *count = 0;
+    if ((s != BMQ_EXTEND_LOCK && s != BMQ_EXTEND_LOCKS) || !bmq_arg(cv, c, 2, &a) ||
+        !bulk(cv, &a, &p, &n) || !bmq_arg(cv, c, s == BMQ_EXTEND_LOCK ? 0 : 1, &t) ||
+        !bulk(cv, &t, &tp, &tn))
+        return -1;
+    if (s == BMQ_EXTEND_LOCK) {
+        if (!copy_str(p, n, id, sizeof(id)))
+            return -1;
+        if (!copy_str(tp, tn, token, sizeof(token)))
+            token[0] = '\0';
+        *count = 1;
+        fn(arg, 0, id, token);
+        return 0;
+    }
+    size_t pos = 0, tpos = 0;
+    struct mp_item arr, tarr, it, tk;
+    if (mp_next(p, n, &pos, &arr) != 0 || arr.type != MP_ARRAY || arr.count > n ||
+        mp_next(tp, tn, &tpos, &tarr) != 0 || tarr.type != MP_ARRAY || tarr.count != arr.count)
+        return -1;
+    for (uint32_t k = 0; k < arr.count; k++) {
+        size_t at = pos, tat = tpos;
+        if (mp_next(p, n, &pos, &it) != 0 || mp_next(tp, tn, &tpos, &tk) != 0)
+            return -1;
+        bool nested = it.type == MP_ARRAY || it.type == MP_MAP;
+        if (nested) {
+            pos = at;
+            if (mp_skip(p, n, &pos) != 0)
+                return -1;
+        }
+        if (tk.type == MP_ARRAY || tk.type == MP_MAP) {
+            tpos = tat;
+            if (mp_skip(tp, tn, &tpos) != 0)
+                return -1;
+        }
+        if (!mp_str(&tk, token, sizeof(token), false))
+            token[0] = '\0';
+        if (!nested && mp_str(&it, id, sizeof(id), false))
+            fn(arg, k, id, token);
+    }
+    *count = arr.count;
+    return 0;
 }
 
 int bmq_stalled_ids(const uint8_t *buf, const struct resp_msg *m, bmq_id_fn fn, void *arg)

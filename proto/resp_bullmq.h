@@ -26,6 +26,9 @@
 #define BMQ_ID_MAX 256u
 #define BMQ_NAME_MAX 256u
 #define BMQ_QUEUE_MAX 256u
+/* A key prefix ("bull:orders:"), NUL included; a job's lock token ("<worker uuid>:<n>"). */
+#define BMQ_PREFIX_MAX 512u
+#define BMQ_TOKEN_MAX 128u
 
 /* The scripts twice reads. */
 enum bmq_script {
@@ -75,11 +78,14 @@ bool bmq_queue_of_prefix(const uint8_t *p, size_t n, char *out, size_t cap);
 
 /* A job as an add names it, or as a worker receives it. */
 struct bmq_job {
-    char id[BMQ_ID_MAX];       /* "" when not known (an add without a custom id) */
-    char name[BMQ_NAME_MAX];   /* the job's name: the task */
-    char queue[BMQ_QUEUE_MAX]; /* "" when not known */
-    unsigned attempts_made;    /* the job hash's `atm`: attempts that failed before */
-    unsigned stalled;          /* its `stc`: times the stalled checker took it back */
+    char id[BMQ_ID_MAX];         /* "" when not known (an add without a custom id) */
+    char name[BMQ_NAME_MAX];     /* the job's name: the task */
+    char queue[BMQ_QUEUE_MAX];   /* "" when not known */
+    unsigned attempts_made;      /* the job hash's `atm`: attempts that failed before */
+    unsigned stalled;            /* its `stc`: times the stalled checker took it back */
+    bool deferred_failure;       /* its `defa` is set: stalled past maxStalledCount, the worker
+                                    fails it without running it */
+    char prefix[BMQ_PREFIX_MAX]; /* an add's key prefix ("bull:orders:"); "" when not read */
 };
 
 /* An add script's job: ARGV[1] is a packed array [prefix, custom id, name, ...].  0, or -1
@@ -100,6 +106,30 @@ int bmq_next_job(const uint8_t *buf, const struct resp_msg *m, struct bmq_job *j
  * false for another script or when it does not read. */
 bool bmq_call_queue(const struct rprof_cmdview *cv, const struct bmq_call *c, enum bmq_script s,
                     char *out, size_t cap);
+
+/* The key prefix of a call ("bull:orders:"): ARGV[1] of moveToActive, extendLocks, retryJob and
+ * moveToDelayed, ARGV[7] of moveToFinished, ARGV[2] of moveStalledJobsToWait, extendLock's
+ * KEYS[1] (<prefix><id>:lock) without its id; false for another script or when it does not
+ * read or fit. */
+bool bmq_call_prefix(const struct rprof_cmdview *cv, const struct bmq_call *c, enum bmq_script s,
+                     char *out, size_t cap);
+
+/* The lock token a call holds or asks for: the `token` of moveToActive's packed ARGV[3] and of
+ * moveToFinished's ARGV[8] (the finished job's, and the next job's when it fetches one),
+ * moveToDelayed's ARGV[4], extendLock's ARGV[1].  False for another script or when it does not
+ * read or fit. */
+bool bmq_call_token(const struct rprof_cmdview *cv, const struct bmq_call *c, enum bmq_script s,
+                    char *out, size_t cap);
+
+/* Called with each job of a lock renewal: its index k in the call, its id and its token ("" when
+ * that one does not read). */
+typedef void (*bmq_lock_fn)(void *arg, uint32_t k, const char *id, const char *token);
+
+/* The jobs whose locks a call renews: extendLocks' packed ARGV[3] (ids) and ARGV[2] (tokens),
+ * element by element, or extendLock's one (ARGV[3], ARGV[1]).  *count gets the number of
+ * elements (ids that do not read are skipped, not counted out).  -1 when they do not read. */
+int bmq_lock_each(const struct rprof_cmdview *cv, const struct bmq_call *c, enum bmq_script s,
+                  bmq_lock_fn fn, void *arg, uint32_t *count);
 
 /* A moveToFinished call: the job's id (ARGV[1]), whether it failed (ARGV[5] "failed") and
  * whether the reply brings the next job (ARGV[6] "1").  0, or -1 when it does not read. */

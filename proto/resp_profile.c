@@ -99,11 +99,8 @@ enum rprof rprof_of(const char *name)
     static const struct {
         const char *name;
         enum rprof p;
-    } names[] = {{"sidekiq", RPROF_SIDEKIQ},
-                 {"celery", RPROF_CELERY},
-                 {"rq", RPROF_RQ},
-                 {"streams", RPROF_STREAMS},
-                 {"list", RPROF_LIST}};
+    } names[] = {{"sidekiq", RPROF_SIDEKIQ}, {"celery", RPROF_CELERY}, {"rq", RPROF_RQ},
+                 {"streams", RPROF_STREAMS}, {"list", RPROF_LIST},     {"bullmq", RPROF_BULLMQ}};
     for (size_t i = 0; name != NULL && i < sizeof(names) / sizeof(names[0]); i++)
         if (strcmp(name, names[i].name) == 0)
             return names[i].p;
@@ -122,17 +119,18 @@ struct cmd_name {
     }
 
 static const struct cmd_name cmd_names_4[] = {
-    CMD_NAME("AUTH", AUTH), CMD_NAME("EXEC", EXEC), CMD_NAME("HDEL", HDEL), CMD_NAME("HSET", HSET),
-    CMD_NAME("LPOP", LPOP), CMD_NAME("LREM", LREM), CMD_NAME("RPOP", RPOP), CMD_NAME("XACK", XACK),
-    CMD_NAME("XADD", XADD), CMD_NAME("ZREM", ZREM)};
+    CMD_NAME("AUTH", AUTH), CMD_NAME("EVAL", EVAL), CMD_NAME("EXEC", EXEC), CMD_NAME("HDEL", HDEL),
+    CMD_NAME("HSET", HSET), CMD_NAME("LPOP", LPOP), CMD_NAME("LREM", LREM), CMD_NAME("RPOP", RPOP),
+    CMD_NAME("XACK", XACK), CMD_NAME("XADD", XADD), CMD_NAME("ZREM", ZREM)};
 static const struct cmd_name cmd_names_5[] = {CMD_NAME("BLPOP", BLPOP), CMD_NAME("BRPOP", BRPOP),
                                               CMD_NAME("HELLO", HELLO), CMD_NAME("LMOVE", LMOVE),
                                               CMD_NAME("LPUSH", LPUSH), CMD_NAME("MULTI", MULTI),
                                               CMD_NAME("RPUSH", RPUSH)};
 static const struct cmd_name cmd_names_6[] = {
-    CMD_NAME("BLMOVE", BLMOVE), CMD_NAME("SELECT", SELECT), CMD_NAME("XCLAIM", XCLAIM)};
-static const struct cmd_name cmd_names_7[] = {CMD_NAME("DISCARD", DISCARD),
-                                              CMD_NAME("HGETALL", HGETALL)};
+    CMD_NAME("BLMOVE", BLMOVE), CMD_NAME("SCRIPT", SCRIPT), CMD_NAME("SELECT", SELECT),
+    CMD_NAME("XCLAIM", XCLAIM)};
+static const struct cmd_name cmd_names_7[] = {
+    CMD_NAME("DISCARD", DISCARD), CMD_NAME("EVALSHA", EVALSHA), CMD_NAME("HGETALL", HGETALL)};
 static const struct cmd_name cmd_names_9[] = {CMD_NAME("RPOPLPUSH", RPOPLPUSH)};
 static const struct cmd_name cmd_names_10[] = {CMD_NAME("BRPOPLPUSH", BRPOPLPUSH),
                                                CMD_NAME("XAUTOCLAIM", XAUTOCLAIM),
@@ -171,8 +169,26 @@ enum rprof_cmd rprof_cmd_of(const char *name, size_t n)
 
 bool rprof_cmd_matters(enum rprof p, enum rprof_cmd id)
 {
+    if (p == RPROF_BULLMQ)
+        switch (id) {
+        case RPROF_CMD_AUTH:
+        case RPROF_CMD_HELLO:
+        case RPROF_CMD_SELECT:
+        case RPROF_CMD_MULTI:
+        case RPROF_CMD_EXEC:
+        case RPROF_CMD_DISCARD:
+        case RPROF_CMD_EVAL:
+        case RPROF_CMD_EVALSHA:
+        case RPROF_CMD_SCRIPT:
+            return true;
+        default:
+            return false;
+        }
     switch (id) {
     case RPROF_CMD_OTHER:
+    case RPROF_CMD_EVAL:
+    case RPROF_CMD_EVALSHA:
+    case RPROF_CMD_SCRIPT:
         return false;
     case RPROF_CMD_RPOP:
     case RPROF_CMD_LREM:

@@ -58,6 +58,8 @@ enum rprof {
     RPROF_LIST,    /* any app's JSON jobs on plain lists: LPUSH/RPUSH to publish, a pop or a
                       move (BLMOVE queue processing) to deliver, LREM processing 1 JOB to ack;
                       ids and tasks from the listener's body.json sources */
+    RPROF_BULLMQ,  /* BullMQ: every operation a Lua script (EVAL, then EVALSHA), read by
+                      proto/resp_bullmq.h */
 };
 
 /* The profile a listener's `profile` setting names; RPROF_NONE for NULL or an unknown name
@@ -81,6 +83,8 @@ enum rprof_cmd {
     RPROF_CMD_BRPOP,
     RPROF_CMD_BRPOPLPUSH,
     RPROF_CMD_DISCARD,
+    RPROF_CMD_EVAL,
+    RPROF_CMD_EVALSHA,
     RPROF_CMD_EXEC,
     RPROF_CMD_HDEL,
     RPROF_CMD_HELLO,
@@ -94,6 +98,7 @@ enum rprof_cmd {
     RPROF_CMD_RPOP,
     RPROF_CMD_RPOPLPUSH,
     RPROF_CMD_RPUSH,
+    RPROF_CMD_SCRIPT,
     RPROF_CMD_SELECT,
     RPROF_CMD_XACK,
     RPROF_CMD_XADD,
@@ -107,8 +112,10 @@ enum rprof_cmd {
 enum rprof_cmd rprof_cmd_of(const char *name, size_t n);
 
 /* Whether profile p ever looks at command id: every id but RPROF_CMD_OTHER, except RPOP, LREM,
- * RPOPLPUSH and BRPOPLPUSH, which only the list profile reads.  A command it does not look at
- * takes the proxy's plain path. */
+ * RPOPLPUSH and BRPOPLPUSH, which only the list profile reads, and EVAL, EVALSHA and SCRIPT,
+ * which only BullMQ's does; BullMQ's looks at those three, at AUTH, HELLO and SELECT (twice's
+ * own connection repeats them) and at MULTI, EXEC and DISCARD (a script queued in a transaction
+ * is not read).  A command it does not look at takes the proxy's plain path. */
 bool rprof_cmd_matters(enum rprof p, enum rprof_cmd id);
 
 /* A scanned command as the profile functions read it. */

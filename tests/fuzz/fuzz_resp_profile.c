@@ -90,6 +90,20 @@ static void bmq_seen(void *arg, const char *id)
     (*(int *)arg)++;
 }
 
+struct pairs {
+    uint32_t last; /* the next index must be above it, + 1 */
+    uint32_t n;
+};
+
+static void bmq_pair(void *arg, uint32_t k, const char *id, const char *token)
+{
+    struct pairs *p = arg;
+    CHECK(id[0] != '\0' && strlen(id) < BMQ_ID_MAX && strlen(token) < BMQ_TOKEN_MAX);
+    CHECK(k + 1 > p->last);
+    p->last = k + 1;
+    p->n++;
+}
+
 /* A BullMQ script call read as every script it could be (the proxy knows which from the
  * body; here any bytes are any script), and every argument walked as MessagePack. */
 static void bullmq_command(const struct rprof_cmdview *cv)
@@ -116,12 +130,44 @@ static void bullmq_command(const struct rprof_cmdview *cv)
         int seen = 0;
         int n = bmq_lock_ids(cv, &c, (enum bmq_script)s, bmq_seen, &seen);
         CHECK(n == -1 || n == seen);
+        struct pairs pr = {0};
+        uint32_t count = 0;
+        if (bmq_lock_each(cv, &c, (enum bmq_script)s, bmq_pair, &pr, &count) == 0)
+            CHECK(pr.n <= count && pr.last <= count);
+        char prefix[BMQ_PREFIX_MAX], token[BMQ_TOKEN_MAX];
+        if (bmq_call_prefix(cv, &c, (enum bmq_script)s, prefix, sizeof(prefix)))
+            CHECK(prefix[0] != '\0' && strlen(prefix) < sizeof(prefix));
+        if (bmq_call_token(cv, &c, (enum bmq_script)s, token, sizeof(token)))
+            CHECK(token[0] != '\0' && strlen(token) < sizeof(token));
     }
     struct resp_view v;
     for (size_t i = 0; bmq_arg(cv, &c, i, &v); i++) {
         size_t pos = 0;
         if (v.type == '$' && mp_skip(cv->buf + v.off, v.len, &pos) == 0)
             CHECK(pos <= v.len);
+        struct mp_item it;
+        if (v.type == '$')
+            (void)mp_map_get(cv->buf + v.off, v.len, "token", &it);
+        /* every other element kept, into room the contract says is enough */
+        struct mp_item arr;
+        pos = 0;
+        if (v.type == '$' && mp_next(cv->buf + v.off, v.len, &pos, &arr) == 0 &&
+            arr.type == MP_ARRAY && arr.count <= v.len) {
+            bool *keep = malloc(arr.count + 1u);
+            uint8_t *out = malloc(v.len + 5);
+            if (keep != NULL && out != NULL) {
+                for (uint32_t k = 0; k < arr.count; k++)
+                    keep[k] = k % 2 == 0;
+                long w = mp_array_subset(cv->buf + v.off, v.len, keep, arr.count, out, v.len + 5);
+                CHECK(w == -1 || (w > 0 && (size_t)w <= v.len + 5));
+                if (w > 0) {
+                    size_t q = 0;
+                    CHECK(mp_skip(out, (size_t)w, &q) == 0 && q == (size_t)w);
+                }
+            }
+            free(keep);
+            free(out);
+        }
     }
 }
 

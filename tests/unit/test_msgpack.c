@@ -168,12 +168,62 @@ static void test_depth_and_counts_bounded(void **state)
     assert_int_equal(mp_next(str32, sizeof(str32), &pos, &it), -1);
 }
 
+static void test_map_get_and_array_subset(void **state)
+{
+    (void)state;
+    struct mp_item it;
+    /* {"name": "w", "limiter": [1, 2], "token": "u:17"}: a nested value is stepped over */
+    const uint8_t map[] = {0x83, 0xa4, 'n', 'a', 'm', 'e',  0xa1, 'w',  0xa7, 'l',
+                           'i',  'm',  'i', 't', 'e', 'r',  0x92, 0x01, 0x02, 0xa5,
+                           't',  'o',  'k', 'e', 'n', 0xa4, 'u',  ':',  '1',  '7'};
+    assert_int_equal(mp_map_get(map, sizeof(map), "token", &it), 0);
+    assert_int_equal(it.type, MP_STR);
+    assert_int_equal(it.len, 4);
+    assert_memory_equal(it.data, "u:17", 4);
+    assert_int_equal(mp_map_get(map, sizeof(map), "lockDuration", &it), 1);
+    assert_int_equal(mp_map_get(map, sizeof(map) - 1, "token", &it), -1); /* cut */
+    const uint8_t arr[] = {0x91, 0xc0};
+    assert_int_equal(mp_map_get(arr, sizeof(arr), "token", &it), -1);
+    /* ["1", [z], "22", nil] without its 2nd and 4th: the kept elements' own bytes */
+    const uint8_t ids[] = {0x94, 0xa1, '1', 0x91, 0xa1, 'z', 0xa2, '2', '2', 0xc0};
+    uint8_t out[64];
+    bool keep[4] = {true, false, true, false};
+    long n = mp_array_subset(ids, sizeof(ids), keep, 4, out, sizeof(out));
+    const uint8_t want[] = {0x92, 0xa1, '1', 0xa2, '2', '2'};
+    assert_int_equal(n, sizeof(want));
+    assert_memory_equal(out, want, sizeof(want));
+    bool none[4] = {false, false, false, false};
+    assert_int_equal(mp_array_subset(ids, sizeof(ids), none, 4, out, sizeof(out)), 1);
+    assert_int_equal(out[0], 0x90);
+    /* a count other than the array's, a cut array, no room */
+    assert_int_equal(mp_array_subset(ids, sizeof(ids), keep, 3, out, sizeof(out)), -1);
+    assert_int_equal(mp_array_subset(ids, sizeof(ids) - 1, keep, 4, out, sizeof(out)), -1);
+    assert_int_equal(mp_array_subset(ids, sizeof(ids), keep, 4, out, 3), -1);
+    /* 16 kept elements or more: an array 16 header */
+    uint8_t got[64];
+    bool all[20];
+    uint8_t big16[3 + 20];
+    big16[0] = 0xdc;
+    big16[1] = 0;
+    big16[2] = 20;
+    for (int i = 0; i < 20; i++) {
+        big16[3 + i] = (uint8_t)i; /* positive fixints */
+        all[i] = i != 3;
+    }
+    n = mp_array_subset(big16, sizeof(big16), all, 20, got, sizeof(got));
+    assert_int_equal(n, 3 + 19);
+    assert_int_equal(got[0], 0xdc);
+    assert_int_equal(got[2], 19);
+    assert_int_equal(got[3 + 3], 4);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_each_type_and_truncation),
         cmocka_unit_test(test_array_get_and_skip),
         cmocka_unit_test(test_depth_and_counts_bounded),
+        cmocka_unit_test(test_map_get_and_array_subset),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

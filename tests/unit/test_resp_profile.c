@@ -221,7 +221,7 @@ static uint8_t bullmq_command(struct reading *r, const struct rprof_cmdview *cv)
                 s = r->scripts[i].s;
     }
     struct bmq_job j;
-    char id[BMQ_ID_MAX], queue[BMQ_QUEUE_MAX];
+    char id[BMQ_ID_MAX], queue[BMQ_QUEUE_MAX], prefix[BMQ_PREFIX_MAX], token[BMQ_TOKEN_MAX];
     bool failed, next;
     switch (s) {
     case BMQ_ADD_STANDARD:
@@ -229,14 +229,24 @@ static uint8_t bullmq_command(struct reading *r, const struct rprof_cmdview *cv)
     case BMQ_ADD_PRIORITIZED:
     case BMQ_ADD_PARENT:
         assert_int_equal(bmq_add_args(cv, &c, &j), 0);
+        assert_string_equal(j.prefix, "bull:twice:");
         say(&r->out, "add %s %s id=%s", j.name, j.queue, j.id[0] ? j.id : "-");
         return KIND_BMQ_ADD;
     case BMQ_MOVE_TO_ACTIVE:
         assert_true(bmq_call_queue(cv, &c, s, queue, sizeof(queue)));
         assert_string_equal(queue, "twice");
+        assert_true(bmq_call_prefix(cv, &c, s, prefix, sizeof(prefix)));
+        assert_string_equal(prefix, "bull:twice:");
+        /* the worker's token: "<worker uuid>:<n>" */
+        assert_true(bmq_call_token(cv, &c, s, token, sizeof(token)));
+        assert_non_null(strchr(token, ':'));
         return KIND_BMQ_NEXT;
     case BMQ_MOVE_TO_FINISHED:
         assert_true(bmq_call_queue(cv, &c, s, queue, sizeof(queue)));
+        assert_true(bmq_call_prefix(cv, &c, s, prefix, sizeof(prefix)));
+        assert_string_equal(prefix, "bull:twice:");
+        assert_true(bmq_call_token(cv, &c, s, token, sizeof(token)));
+        assert_non_null(strchr(token, ':'));
         assert_int_equal(bmq_finish_args(cv, &c, id, sizeof(id), &failed, &next), 0);
         say(&r->out, "finish %s %s failed=%d", id, queue, failed);
         return next ? KIND_BMQ_NEXT : KIND_BMQ_FINISH;
@@ -1044,6 +1054,14 @@ static void count_id(void *arg, const char *id)
     strcat(seen, ",");
 }
 
+/* "<k>:<id>=<token>," for each job of a renewal. */
+static void say_pair(void *arg, uint32_t k, const char *id, const char *token)
+{
+    char *out = arg;
+    size_t n = strlen(out);
+    snprintf(out + n, 256 - n, "%u:%s=%s,", k, id, token);
+}
+
 static void test_bullmq_edges(void **state)
 {
     (void)state;
@@ -1124,6 +1142,44 @@ static void test_bullmq_edges(void **state)
     assert_int_equal(bmq_lock_ids(&cv, &c, BMQ_EXTEND_LOCK, count_id, seen), 1);
     assert_string_equal(seen, "9,");
     assert_int_equal(bmq_lock_ids(&cv, &c, BMQ_MOVE_TO_ACTIVE, count_id, seen), -1);
+    /* ... with each id's token, by position; a call whose arrays differ in length is not read */
+    char pairs[256] = "";
+    uint32_t count = 0;
+    const char tokens[] = "\x94\xa2t1\xa2t2\xa2t3\xc0";
+    CMD("EVALSHA", "s", "1", "bull:q:stalled", "bull:q:", tokens, ids, "30000");
+    assert_true(bmq_call_of(&cv, &c));
+    assert_int_equal(bmq_lock_each(&cv, &c, BMQ_EXTEND_LOCKS, say_pair, pairs, &count), 0);
+    assert_int_equal(count, 4);
+    assert_string_equal(pairs, "0:1=t1,2:22=t3,");
+    char prefix[BMQ_PREFIX_MAX], token[BMQ_TOKEN_MAX];
+    assert_true(bmq_call_prefix(&cv, &c, BMQ_EXTEND_LOCKS, prefix, sizeof(prefix)));
+    assert_string_equal(prefix, "bull:q:");
+    CMD("EVALSHA", "s", "1", "bull:q:stalled", "bull:q:", "\x91\xa1t", ids, "30000");
+    assert_true(bmq_call_of(&cv, &c));
+    assert_int_equal(bmq_lock_each(&cv, &c, BMQ_EXTEND_LOCKS, say_pair, pairs, &count), -1);
+    pairs[0] = '\0';
+    CMD("EVALSHA", "s", "2", "bull:q:9:lock", "bull:q:stalled", "tok", "30000", "9");
+    assert_true(bmq_call_of(&cv, &c));
+    assert_int_equal(bmq_lock_each(&cv, &c, BMQ_EXTEND_LOCK, say_pair, pairs, &count), 0);
+    assert_string_equal(pairs, "0:9=tok,");
+    /* extendLock's prefix: its lock key without "<id>:lock" */
+    assert_true(bmq_call_prefix(&cv, &c, BMQ_EXTEND_LOCK, prefix, sizeof(prefix)));
+    assert_string_equal(prefix, "bull:q:");
+    assert_true(bmq_call_token(&cv, &c, BMQ_EXTEND_LOCK, token, sizeof(token)));
+    assert_string_equal(token, "tok");
+    CMD("EVALSHA", "s", "2", "bull:q:8:lock", "bull:q:stalled", "tok", "30000", "9");
+    assert_true(bmq_call_of(&cv, &c));
+    assert_false(bmq_call_prefix(&cv, &c, BMQ_EXTEND_LOCK, prefix, sizeof(prefix)));
+    assert_false(bmq_call_prefix(&cv, &c, BMQ_ADD_STANDARD, prefix, sizeof(prefix)));
+    /* moveToActive's token in its packed options */
+    const char opts[] = "\x82\xa4name\xa1w\xa5token\xa4u:17";
+    CMD("EVALSHA", "s", "1", "bull:q:wait", "bull:q:", "1700000000000", opts);
+    assert_true(bmq_call_of(&cv, &c));
+    assert_true(bmq_call_token(&cv, &c, BMQ_MOVE_TO_ACTIVE, token, sizeof(token)));
+    assert_string_equal(token, "u:17");
+    CMD("EVALSHA", "s", "1", "bull:q:wait", "bull:q:", "1700000000000", "\x81\xa4name\xa1w");
+    assert_true(bmq_call_of(&cv, &c));
+    assert_false(bmq_call_token(&cv, &c, BMQ_MOVE_TO_ACTIVE, token, sizeof(token)));
     /* a failed attempt: for good (moveToFinished), or retried (retryJob, moveToDelayed) */
     char id[BMQ_ID_MAX];
     bool failed = false, fetch = true;
@@ -1150,6 +1206,8 @@ static void test_bullmq_edges(void **state)
     assert_string_equal(id, "9");
     assert_true(fetch);
     assert_int_equal(bmq_retry_args(&cv, &c, BMQ_MOVE_TO_FINISHED, id, sizeof(id), &fetch), -1);
+    assert_true(bmq_call_token(&cv, &c, BMQ_MOVE_TO_DELAYED, token, sizeof(token)));
+    assert_string_equal(token, "token");
     assert_true(bmq_call_queue(&cv, &c, BMQ_MOVE_TO_DELAYED, queue, sizeof(queue)));
     assert_string_equal(queue, "q");
     /* replies */
@@ -1173,6 +1231,13 @@ static void test_bullmq_edges(void **state)
     assert_string_equal(j.name, "charge");
     assert_int_equal(j.attempts_made, 2);
     assert_int_equal(j.stalled, 1);
+    assert_false(j.deferred_failure);
+    /* a job stalled past maxStalledCount: its worker fails it unrun */
+    const char defa[] = "*4\r\n*4\r\n$4\r\nname\r\n$6\r\ncharge\r\n$4\r\ndefa\r\n"
+                        "$37\r\njob stalled more than allowable limit\r\n$2\r\n42\r\n:0\r\n:0\r\n";
+    make_reply(defa, &m);
+    assert_int_equal(bmq_next_job((const uint8_t *)defa, &m, &j), 1);
+    assert_true(j.deferred_failure);
     make_reply("+OK\r\n", &m);
     assert_int_equal(bmq_next_job((const uint8_t *)"+OK\r\n", &m, &j), -1);
     const char stalled[] = "*2\r\n$1\r\n3\r\n$1\r\n4\r\n";
