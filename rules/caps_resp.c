@@ -172,6 +172,53 @@ JOB_CAPS(proto_resp_streams_caps, "resp/streams", 0, streams_why_not, 0, 0, stre
 JOB_CAPS(proto_resp_list_caps, "resp/list", CAPS_BIT(RULE_ACT_DUPLICATE), job_why_not,
          CAPS_BIT(RULE_ACT_DUPLICATE), CAPS_BIT(RULE_ACT_REDELIVER), NULL);
 
+static const char *bullmq_why_not(enum rule_event ev, enum rule_action_kind act)
+{
+    if (ev == RULE_EV_PUBLISH && act == RULE_ACT_DUPLICATE)
+        return "a second add is a second job with an id of its own (or, with the app's own "
+               "jobId, no job at all: BullMQ ignores an add of an id it has): use 'duplicate' "
+               "on 'deliver'";
+    if (ev == RULE_EV_LEASE && act == RULE_ACT_DUPLICATE)
+        return "a renewal keeps a job; use 'drop' or 'delay' to let its lock lapse";
+    return job_why_not(ev, act);
+}
+
+/* BullMQ's copies come back when its stalled-job checker finds a lock gone: at its own
+ * interval, not at a time twice chooses. */
+static const char *bullmq_why_not_late(enum rule_event ev, enum rule_action_kind act)
+{
+    (void)ev;
+    (void)act;
+    return "a BullMQ job whose lock lapsed is handed out again by the stalled-job checker, "
+           "which runs every stalledInterval (30 s by default): twice does not choose when; "
+           "use 'do duplicate' or 'do redeliver' and give the workers the stalledInterval and "
+           "lockDuration to test";
+}
+
+const struct proto_caps proto_resp_bullmq_caps = {
+    .name = "resp/bullmq",
+    .events = RESP_BASE_EVENTS | CAPS_BIT(RULE_EV_DELIVER) | CAPS_BIT(RULE_EV_PUBLISH) |
+              CAPS_BIT(RULE_EV_ACK) | CAPS_BIT(RULE_EV_LEASE),
+    .matchers =
+        {
+            RESP_MATCHERS_BASE,
+            [RULE_EV_DELIVER] = JOB_FIELDS | CAPS_BIT(RULE_F_REDELIVERED),
+            [RULE_EV_PUBLISH] = JOB_FIELDS,
+            [RULE_EV_ACK] = JOB_FIELDS,
+            [RULE_EV_LEASE] = JOB_FIELDS,
+        },
+    .actions =
+        {
+            RESP_ACTIONS_BASE,
+            [RULE_EV_DELIVER] = CLOSE_DELAY_DROP | CAPS_BIT(RULE_ACT_DUPLICATE),
+            [RULE_EV_PUBLISH] = CLOSE_DELAY_DROP,
+            [RULE_EV_ACK] = CLOSE_DELAY_DROP | CAPS_BIT(RULE_ACT_REDELIVER),
+            [RULE_EV_LEASE] = CLOSE_DELAY_DROP,
+        },
+    .why_not = bullmq_why_not,
+    .why_not_late = bullmq_why_not_late,
+};
+
 const struct proto_caps *proto_resp_caps_find(const char *profile)
 {
     if (profile == NULL)
@@ -186,5 +233,7 @@ const struct proto_caps *proto_resp_caps_find(const char *profile)
         return &proto_resp_streams_caps;
     if (strcmp(profile, "list") == 0)
         return &proto_resp_list_caps;
+    if (strcmp(profile, "bullmq") == 0)
+        return &proto_resp_bullmq_caps;
     return &proto_resp_caps;
 }

@@ -78,7 +78,7 @@ static void conf_listen_protocol(struct conf_parser *p, struct conf_listen_state
 static void conf_listen_profile(struct conf_parser *p, struct conf_listen_state *ls,
                                 const struct conf_node *n)
 {
-    static const char *const names[] = {"sidekiq", "celery", "rq", "streams", "list"};
+    static const char *const names[] = {"sidekiq", "celery", "rq", "streams", "list", "bullmq"};
     int i = conf_value_enum(p, &n->words[1], "profile", names, sizeof(names) / sizeof(names[0]),
                             "expected sidekiq, celery, rq, streams or list");
 
@@ -220,7 +220,7 @@ static void conf_listen_task(struct conf_parser *p, struct conf_listen_state *ls
 /* Indexed by enum conf_listen_slot. */
 static const struct conf_listen_directive conf_listen_table[CONF_L_COUNT] = {
     {{"protocol", 1, "tcp, amqp or resp"}, conf_listen_protocol},
-    {{"profile", 1, "sidekiq, celery, rq, streams or list"}, conf_listen_profile},
+    {{"profile", 1, "sidekiq, celery, rq, streams, list or bullmq"}, conf_listen_profile},
     {{"bind", 1, "HOST:PORT"}, conf_listen_bind},
     {{"upstream", 1, "HOST:PORT"}, conf_listen_upstream},
     {{"connect-timeout", 1, "DURATION"}, conf_listen_connect_timeout},

@@ -31,7 +31,8 @@
     X(NACK, 4, "nack")                                                                             \
     X(PUBLISH, 5, "publish")                                                                       \
     X(CONFIRM, 6, "confirm")                                                                       \
-    X(COMMAND, 7, "command")
+    X(COMMAND, 7, "command")                                                                       \
+    X(LEASE, 8, "lease")
 
 enum rule_event {
 #define RULE_EVENT_ENUM(name, code, str) RULE_EV_##name = code,

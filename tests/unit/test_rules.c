@@ -642,7 +642,7 @@ static void test_probability_forms(void **state)
 
 /* ---- mistakes in `when` ---- */
 
-#define EVENTS_HINT "events: connect, deliver, ack, nack, publish, confirm, command"
+#define EVENTS_HINT "events: connect, deliver, ack, nack, publish, confirm, command, lease"
 #define BAD_MATCHER_HINT                                                                           \
     "write FIELD=VALUE, FIELD!=VALUE or FIELD~TEXT with no blanks, e.g. queue=payments; only "     \
     "the value may be quoted"
@@ -662,7 +662,7 @@ static void test_when_errors(void **state)
            EH(3, 10, "unknown event 'conect'", "did you mean 'connect'?"));
     EXPECT(TCP_RULE("when arrival; do latency 1ms"), -1,
            EH(3, 10, "unknown event 'arrival'",
-              "expected one of: connect, deliver, ack, nack, publish, confirm, command"));
+              "expected one of: connect, deliver, ack, nack, publish, confirm, command, lease"));
     EXPECT(MQ_RULE("when ack qeue=x; do drop"), -1,
            EH(3, 14, "unknown field 'qeue'", "did you mean 'queue'?"));
     EXPECT(MQ_RULE("when ack colour=red; do drop"), -1,
@@ -1151,6 +1151,7 @@ static void test_caps_amqp_valid(void **state)
  * where the listener's codec can choose the time and its own timeout does not come first. */
 #define ST                                                                                         \
     "listen st { protocol resp; profile streams; bind 127.0.0.1:13; upstream 127.0.0.1:14 }\n"
+#define BQ "listen bq { protocol resp; profile bullmq; bind 127.0.0.1:17; upstream 127.0.0.1:18 }\n"
 #define RQL "listen rq { protocol resp; profile rq; bind 127.0.0.1:15; upstream 127.0.0.1:16 }\n"
 #define VT(timeout)                                                                                \
     "listen vt { protocol amqp; bind 127.0.0.1:17; upstream 127.0.0.1:18; " timeout " }\n"
@@ -1210,6 +1211,29 @@ static void test_caps_late(void **state)
               "events",
               "write 'do duplicate' without 'after'"));
     EXPECT_CLEAN(CE "rule r on ce { when publish; do duplicate }\n");
+    /* BullMQ: leases, and what its stalled checker decides */
+    EXPECT_CLEAN(BQ "rule r on bq { when lease task=charge; do drop }\n"
+                    "rule s on bq { when lease; do delay 3s }\n"
+                    "rule t on bq { when deliver; do duplicate }\n"
+                    "rule u on bq { when ack; do redeliver }\n");
+    EXPECT(BQ "rule r on bq { when deliver; do duplicate after 5s }\n", -1,
+           EH(2, 33,
+              "listener 'bq' (protocol resp/bullmq) cannot do 'duplicate after' on 'deliver' "
+              "events: a BullMQ job whose lock lapsed is handed out again by the stalled-job "
+              "checker, which runs every stalledInterval (30 s by default): twice does not "
+              "choose when; use 'do duplicate' or 'do redeliver' and give the workers the "
+              "stalledInterval and lockDuration to test",
+              "write 'do duplicate' without 'after'"));
+    EXPECT(BQ "rule r on bq { when publish; do duplicate }\n", -1,
+           EH(2, 33,
+              "listener 'bq' (protocol resp/bullmq) cannot do 'duplicate' on 'publish' events: "
+              "a second add is a second job with an id of its own (or, with the app's own jobId, "
+              "no job at all: BullMQ ignores an add of an id it has): use 'duplicate' on "
+              "'deliver'",
+              "it can do: delay, drop, close"));
+    EXPECT(SK "rule r on sk { when lease; do drop }\n", -1,
+           EH(2, 21, "listener 'sk' (protocol resp/sidekiq) has no 'lease' event",
+              "its events: connect, deliver, publish, command"));
     EXPECT(ST "rule r on st { when ack; do redeliver after 5s }\n", -1,
            EH(2, 29,
               "listener 'st' (protocol resp/streams) cannot do 'redeliver after' on 'ack' "
