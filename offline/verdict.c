@@ -40,6 +40,7 @@ struct verdict_msg {
     bool in_journal;
     bool has_first;     /* first_us is the first delivery of the current attempt */
     bool retry_pending; /* the app asked for a new attempt: its next delivery starts it */
+    bool failed;        /* its last settlement failed it for good (a NACK without retry) */
     uint8_t last;       /* enum verdict_last */
     uint64_t first_us;  /* time of that delivery */
     size_t last_copy;   /* LAST_COPY: its index in verdict.copies */
@@ -228,6 +229,11 @@ int verdict_add_record(struct verdict *v, const Twice__Journal__Record *r)
             return -1;
         m->task = idx;
     }
+    if (r->kind == TWICE__JOURNAL__RECORD__KIND__DELIVER ||
+        r->kind == TWICE__JOURNAL__RECORD__KIND__ACK)
+        m->failed = false; /* run again, or settled after all */
+    else if (r->kind == TWICE__JOURNAL__RECORD__KIND__NACK && !r->retry)
+        m->failed = true;
     if (r->kind == TWICE__JOURNAL__RECORD__KIND__DELIVER) {
         sat_inc(&m->delivers);
         sat_inc(&m->reached);
@@ -306,6 +312,10 @@ static void tally(struct verdict_task *t, const char *id, const struct verdict_m
     /* Work lost: delivered (or withheld), or faulted before its delivery (a
      * dropped publish), and no effect. */
     t->no_effect += m->effects == 0 && (m->delivers >= 1 || m->faults > 0);
+    if (m->failed) {
+        t->failed++;
+        examples_add(&t->failed_examples, id);
+    }
     if (m->effects >= 2) {
         t->more_than_one_effect++;
         examples_add(&t->examples, id);
@@ -567,11 +577,14 @@ static void print_task_json(FILE *out, const struct verdict_task *t)
             (unsigned long long)t->doubled_single_delivery);
     print_examples_json(out, &t->single_examples);
     fprintf(out,
-            ", \"retried\": %llu, \"max_retries\": %llu, \"doubled_by_retries\": %llu, "
+            ", \"failed\": %llu, \"retried\": %llu, \"max_retries\": %llu, "
+            "\"doubled_by_retries\": %llu, "
             "\"doubled_by_retries_examples\": ",
-            (unsigned long long)t->retried, (unsigned long long)t->max_retries,
-            (unsigned long long)t->doubled_by_retries);
+            (unsigned long long)t->failed, (unsigned long long)t->retried,
+            (unsigned long long)t->max_retries, (unsigned long long)t->doubled_by_retries);
     print_examples_json(out, &t->retry_examples);
+    fputs(", \"failed_examples\": ", out);
+    print_examples_json(out, &t->failed_examples);
     fputc('}', out);
 }
 
@@ -738,6 +751,12 @@ static void print_warnings(FILE *out, const struct verdict_result *res,
                      "have 2+ effects over the app's own retries, with no copy from twice: the "
                      "handler did its side effect, then failed and was retried",
                      &res->tasks[i].retry_examples);
+    for (size_t i = 0; i < res->n_tasks; i++)
+        task_warning(out, &res->tasks[i], res->tasks[i].failed,
+                     "ended failed: the framework gave up on them (BullMQ's failed set, a job "
+                     "stalled more than maxStalledCount included; a reject or nack without "
+                     "requeue), whatever effects they left: work lost",
+                     &res->tasks[i].failed_examples);
 }
 
 /* Per task the app retried: how many messages, and the most retries of one. */

@@ -65,6 +65,10 @@ struct verdict_task {
     uint64_t retried;            /* ids the app retried at least once */
     uint64_t max_retries;        /* the most retries of one id */
     uint64_t doubled_by_retries; /* ids with 2+ effects over the app's own attempts alone */
+    /* ids whose last settlement is a failure for good (a NACK record without retry: BullMQ's
+     * failed set, a job stalled past maxStalledCount included; a reject without requeue):
+     * work the framework gave up on, whatever effects it left */
+    uint64_t failed;
     /* The copy delays tested: for every delivery that reached the handler after a message's
      * first, its time since that first one (microseconds). */
     uint64_t copies;
@@ -73,6 +77,7 @@ struct verdict_task {
     struct verdict_examples examples;        /* ids with 2+ effects */
     struct verdict_examples single_examples; /* ids counted in doubled_single_delivery */
     struct verdict_examples retry_examples;  /* ids counted in doubled_by_retries */
+    struct verdict_examples failed_examples; /* ids counted in failed */
 };
 
 struct verdict_result {

@@ -172,6 +172,39 @@ static void test_app_retries_are_not_copies(void **state)
     verdict_free(v);
 }
 
+/* A message whose last settlement fails it for good (a NACK without retry: a BullMQ job failed,
+ * one stalled past maxStalledCount included) is counted as failed, whatever its effects; a
+ * later delivery or ack of it (run again, settled after all) takes it back. */
+static void test_failed_for_good(void **state)
+{
+    (void)state;
+    struct verdict *v = verdict_new();
+    add(v, DELIVER, "f1", "charge");
+    add(v, FAULT, "f1", "charge");
+    add(v, DELIVER, "f1", "charge");
+    add_retry(v, NACK, "f1", "charge", 0, false);
+    effect(v, "f1", 1);
+    effect(v, "f1", 1);
+    add(v, DELIVER, "f2", "charge");
+    add_retry(v, NACK, "f2", "charge", 0, false);
+    add(v, DELIVER, "f2", "charge");
+    add(v, ACK, "f2", "charge");
+    effect(v, "f2", 1);
+    add(v, DELIVER, "f3", "charge");
+    add_retry(v, NACK, "f3", "charge", 0, true); /* a retry asked for is no failure */
+    add(v, DELIVER, "f3", "charge");
+    effect(v, "f3", 1);
+    struct verdict_result res;
+    assert_int_equal(verdict_compute(v, &res), 0);
+    const struct verdict_task *t = row(&res, "charge");
+    assert_int_equal(t->failed, 1);
+    assert_int_equal(t->failed_examples.n, 1);
+    assert_string_equal(t->failed_examples.ids[0], "f1");
+    assert_int_equal(t->verdict, VERDICT_NOT_IDEMPOTENT);
+    verdict_result_free(&res);
+    verdict_free(v);
+}
+
 /* A retry whose publish twice dropped never reaches the broker: a later delivery is a copy. */
 static void test_dropped_retry_is_no_attempt(void **state)
 {
@@ -813,7 +846,7 @@ static void test_doubled_by_retries(void **state)
     const char *jargv[] = {"verdict", "--journal", f->journal, "--effects", f->effects, "--json"};
     assert_int_equal(run(f, verdict_run, 6, jargv), 1);
     assert_contains(f->out, "\"retried\": 1, \"max_retries\": 1, \"doubled_by_retries\": 1, "
-                            "\"doubled_by_retries_examples\": [\"p1\"]}");
+                            "\"doubled_by_retries_examples\": [\"p1\"], \"failed_examples\": []}");
 }
 
 /* The report counts the app's retries per task, and the timeline shows them. */
@@ -1047,6 +1080,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_counts_and_verdicts),
         cmocka_unit_test(test_app_retries_are_not_copies),
+        cmocka_unit_test(test_failed_for_good),
         cmocka_unit_test(test_dropped_retry_is_no_attempt),
         cmocka_unit_test(test_withheld_twice_and_dropped_nack),
         cmocka_unit_test_setup_teardown(test_doubled_by_retries, setup, teardown),
