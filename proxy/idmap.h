@@ -30,15 +30,21 @@
 struct idmap_info {
     char *task;  /* owned; NULL when unknown */
     char *queue; /* owned; NULL when unknown */
-    char *id;    /* owned; the message id when the key is another handle (a Celery tag) */
+    char *id;    /* owned; the message id when the key is another handle (a Celery tag); a
+                    BullMQ job's: the lock token whose renewals are lost (IDMAP_LEASE_LOST) */
     uint32_t flags;
-    uint64_t gen; /* unique per entry made: tells a re-made entry from the one read earlier */
+    uint32_t lease_ms; /* IDMAP_LEASE_LATE */
+    uint64_t gen;      /* unique per entry made: tells a re-made entry from the one read earlier */
 };
 
 /* Flags of struct idmap_info. */
 enum {
     IDMAP_SUPPRESS_ACK = 1u << 0, /* a `duplicate` on a stream entry: swallow its next XACK */
     IDMAP_POP_HEAD = 1u << 1,     /* a processing list fed from its queue's head (list profile) */
+    IDMAP_LEASE_LOST = 1u << 2,   /* a BullMQ job's renewals by the lock token in .id are
+                                     answered, never applied (`duplicate` on its delivery,
+                                     `drop` on a renewal) */
+    IDMAP_LEASE_LATE = 1u << 3,   /* ... answered, and applied .lease_ms later (`delay`) */
 };
 
 /* The map's lock (see above); idmap_count and idmap_clear need not hold it. */

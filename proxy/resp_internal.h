@@ -26,6 +26,7 @@
 #include <time.h>
 
 #include "proto/resp.h"
+#include "proto/resp_bullmq.h"
 #include "proto/resp_job.h"
 #include "proto/resp_profile.h"
 #include "proxy/codec.h"
@@ -57,6 +58,19 @@ enum reply_kind {
     RK_EXEC = RPROF_REPLY_END, /* a transaction with commands twice answered */
     RK_ADD_INT,                /* an XACK with ids kept back: add them to the count */
     RK_STREAM,                 /* SYNC / PSYNC: the server's bytes from here on, as they come */
+    RK_BMQ_ADD,                /* a BullMQ add: the job's id (struct bmq_pending) */
+    RK_BMQ_NEXT,               /* moveToActive: the job a worker takes, or none */
+    RK_BMQ_FINISH,             /* moveToFinished: done, refused, or done with the next job */
+    RK_BMQ_RETRY,              /* moveToDelayed fetching the next job */
+};
+
+/* What a BullMQ call's reply is read with (entry.bmq). */
+struct bmq_pending {
+    char prefix[BMQ_PREFIX_MAX]; /* the queue's key prefix, "bull:orders:" */
+    char id[BMQ_ID_MAX];         /* RK_BMQ_FINISH: the job settled; RK_BMQ_ADD: its own id */
+    char token[BMQ_TOKEN_MAX];   /* the worker's lock token (for a next job); "" unknown */
+    char name[BMQ_NAME_MAX];     /* RK_BMQ_ADD: the job's name */
+    bool failed;                 /* RK_BMQ_FINISH: failed for good */
 };
 
 /* One queued command of a transaction, as twice answers it in EXEC. */
@@ -84,9 +98,10 @@ struct entry {
     bool close_protocol; /* the session ends once this went out (protocol_error) */
     char
         *arg; /* RPROF_REPLY_POP: the list; RPROF_REPLY_RQ_HASH: job id; RPROF_REPLY_XADD: stream */
-    char *arg2;       /* RPROF_REPLY_XADD: task; RPROF_REPLY_POP (list profile): the list a
-                         move puts the job on (a processing list), NULL for a plain pop */
-    struct txcmd *tx; /* RK_EXEC */
+    char *arg2;              /* RPROF_REPLY_XADD: task; RPROF_REPLY_POP (list profile): the list a
+                                move puts the job on (a processing list), NULL for a plain pop */
+    struct txcmd *tx;        /* RK_EXEC */
+    struct bmq_pending *bmq; /* RK_BMQ_*: owned */
     /* RK_EXEC: commands for twice's own connection once EXEC's reply shows the transaction
      * ran (copies of its pushes: the job's hash is saved by then), n_after of them */
     struct evbuffer *after;
@@ -263,6 +278,37 @@ void rpx_on_reply(struct rpx *rx, const uint8_t *buf, const struct resp_msg *m);
 
 /* ---- resp_jobs.c ---- */
 
+/* A job event as the profiles read it: journaled and decided by the functions below. */
+struct job_event {
+    enum rule_event kind;
+    char *id;
+    char *task;
+    char *queue;
+    const char *key;
+    bool redelivered;
+    unsigned retries; /* the app's retries before (struct resp_job) */
+    bool retry;       /* a publish of a job the app ran before */
+    bool oom;         /* a field could not be copied: the event is skipped (job_event_oom()) */
+};
+
+/* A copy of s for a field of j; NULL for NULL, and on allocation failure, which j->oom
+ * remembers. */
+char *rpx_jdup(struct job_event *j, const char *s);
+void rpx_job_event_clear(struct job_event *j);
+void rpx_journal_job(struct rpx *rx, enum journal_kind kind, const struct job_event *j);
+/* Whether the journal or a rule on job events needs what a job's payload holds. */
+bool rpx_jobs_needed(struct rpx *rx);
+void rpx_job_engine_event(struct rpx *rx, const struct job_event *j, struct engine_event *ev,
+                          char *anon);
+/* The rule that acts on a job event (the first that fires, in file order), or NULL; the event
+ * is counted when no rule looks at its kind. */
+const struct rule *rpx_decide_job(struct rpx *rx, struct job_event *j);
+/* Sends cmd (one whole command, emptied) to Redis in place of the client's command at the head
+ * of pend[CLIENT] (len bytes, dropped): its reply is owed to the client as the original's.
+ * The entry, or NULL when cmd does not scan or the pairing refuses it (the caller forwards the
+ * original then). */
+struct entry *rpx_forward_instead(struct rpx *rx, struct evbuffer *cmd, size_t len);
+
 size_t rpx_decide(struct rpx *rx, struct engine_event *ev, size_t *hits);
 const struct rule *rpx_hit_rule(struct rpx *rx, size_t idx);
 bool rpx_pop_reply_counted(struct rpx *rx, struct entry *e, const uint8_t *buf,
@@ -298,6 +344,16 @@ enum cmd_result rpx_command_list_ack(struct rpx *rx, struct rprof_cmdview *cv,
                                      const struct resp_msg *m, const uint8_t *buf,
                                      const struct resp_view *job);
 void rpx_tag_reply(struct rpx *rx, struct rprof_cmdview *cv, struct entry *e);
+
+/* ---- resp_bullmq.c ---- */
+
+/* A BullMQ script call (EVAL, EVALSHA) or SCRIPT LOAD on a `profile bullmq` listener, outside a
+ * transaction. */
+enum cmd_result rpx_bmq_command(struct rpx *rx, struct rprof_cmdview *cv, const struct resp_msg *m,
+                                const uint8_t *buf);
+/* The reply to one (an entry of kind RK_BMQ_*), a copy in `reply` it may rewrite. */
+void rpx_bmq_on_reply(struct rpx *rx, struct entry *e, const uint8_t *buf, const struct resp_msg *m,
+                      struct evbuffer *reply);
 
 /* ---- resp_tx.c ---- */
 

@@ -14,21 +14,9 @@
 
 /* ---- engine and journal ------------------------------------------------ */
 
-struct job_event {
-    enum rule_event kind;
-    char *id;
-    char *task;
-    char *queue;
-    const char *key;
-    bool redelivered;
-    unsigned retries; /* the app's retries before (struct resp_job) */
-    bool retry;       /* a publish of a job the app ran before */
-    bool oom;         /* a field could not be copied: the event is skipped (job_event_oom()) */
-};
-
 /* A copy of s for a field of j; NULL for NULL, and on allocation failure, which j->oom
  * remembers: a job event that lost a field would match other rules than the job's. */
-static char *jdup(struct job_event *j, const char *s)
+char *rpx_jdup(struct job_event *j, const char *s)
 {
     char *d = s != NULL ? strdup(s) : NULL;
     if (s != NULL && d == NULL)
@@ -45,7 +33,7 @@ static bool job_event_oom(struct rpx *rx, const struct job_event *j)
     return j->oom;
 }
 
-static void job_event_clear(struct job_event *j)
+void rpx_job_event_clear(struct job_event *j)
 {
     free(j->id);
     free(j->task);
@@ -78,7 +66,7 @@ const struct rule *rpx_hit_rule(struct rpx *rx, size_t idx)
     return ruleset_rule(rs, idx);
 }
 
-static void journal_job(struct rpx *rx, enum journal_kind kind, const struct job_event *j)
+void rpx_journal_job(struct rpx *rx, enum journal_kind kind, const struct job_event *j)
 {
     struct journal *jr = rx->s->px->journal;
     if (jr == NULL || j->oom)
@@ -102,17 +90,17 @@ static void journal_job(struct rpx *rx, enum journal_kind kind, const struct job
  * (every publish, delivery and ack is recorded with the job's identity) or a
  * rule on those events.  Without either, jobs are still counted as events
  * (/stats) but not decoded: jansson was a third of a profiled listener's CPU. */
-static bool jobs_needed(struct rpx *rx)
+bool rpx_jobs_needed(struct rpx *rx)
 {
     return rx->s->px->journal != NULL || codec_wants(rx->s, RULE_EV_PUBLISH) ||
            codec_wants(rx->s, RULE_EV_DELIVER) || codec_wants(rx->s, RULE_EV_ACK) ||
-           codec_wants(rx->s, RULE_EV_NACK);
+           codec_wants(rx->s, RULE_EV_NACK) || codec_wants(rx->s, RULE_EV_LEASE);
 }
 
 /* The rules' view of a job event; anon (48 bytes) holds the identity of a
  * job without an id. */
-static void job_engine_event(struct rpx *rx, const struct job_event *j, struct engine_event *ev,
-                             char *anon)
+void rpx_job_engine_event(struct rpx *rx, const struct job_event *j, struct engine_event *ev,
+                          char *anon)
 {
     memset(ev, 0, sizeof(*ev));
     ev->event = j->kind;
@@ -128,7 +116,7 @@ static void job_engine_event(struct rpx *rx, const struct job_event *j, struct e
 
 /* Decides a job event; returns the rule that acts on it (one action per
  * event: the first rule that fires, in file order). */
-static const struct rule *decide_job(struct rpx *rx, struct job_event *j)
+const struct rule *rpx_decide_job(struct rpx *rx, struct job_event *j)
 {
     if (job_event_oom(rx, j))
         return NULL;
@@ -140,7 +128,7 @@ static const struct rule *decide_job(struct rpx *rx, struct job_event *j)
     }
     struct engine_event ev;
     char anon[48];
-    job_engine_event(rx, j, &ev, anon);
+    rpx_job_engine_event(rx, j, &ev, anon);
     size_t hits[SESSION_MAX_RULE_HITS];
     size_t n = rpx_decide(rx, &ev, hits);
     for (size_t i = 0; i < n; i++) {
@@ -213,11 +201,11 @@ static bool job_from_value(struct rpx *rx, const char *list, const uint8_t *v, s
         idmap_lock();
         struct idmap_info *in = idmap_get(rpx_scope(rx), (const char *)v, n);
         if (in != NULL && in->task != NULL)
-            job.task = jdup(j, in->task);
+            job.task = rpx_jdup(j, in->task);
         idmap_unlock();
     } else if (rx->prof != RPROF_SIDEKIQ && rx->prof != RPROF_CELERY && rx->prof != RPROF_LIST) {
         return false;
-    } else if (jobs_needed(rx) && read_job(rx, v, n, &job) != 0) {
+    } else if (rpx_jobs_needed(rx) && read_job(rx, v, n, &job) != 0) {
         return false;
     }
     j->id = job.id;
@@ -253,14 +241,14 @@ bool rpx_pop_reply_counted(struct rpx *rx, struct entry *e, const uint8_t *buf,
                            const struct resp_msg *m)
 {
     if ((rx->prof != RPROF_SIDEKIQ && rx->prof != RPROF_CELERY && rx->prof != RPROF_LIST) ||
-        jobs_needed(rx) || e != rx->head || e->release_ms != 0 || e->hide ||
+        rpx_jobs_needed(rx) || e != rx->head || e->release_ms != 0 || e->hide ||
         evbuffer_get_length(e->bytes) > 0)
         return false;
     char list[RPROF_KEY_MAX];
     struct resp_view val;
     bool pair;
     if (rprof_pop_reply(buf, m, e->arg, list, sizeof(list), &val, &pair))
-        codec_count(rx->s, RULE_EV_DELIVER); /* as decide_job() counts it */
+        codec_count(rx->s, RULE_EV_DELIVER); /* as rpx_decide_job() counts it */
     rx->run[SIDE_UPSTREAM] += m->len;
     return true;
 }
@@ -279,8 +267,8 @@ void rpx_on_pop_reply(struct rpx *rx, struct entry *e, const uint8_t *buf, const
     if (!job_from_value(rx, list, buf + val.off, val.len, &j))
         return;
     j.key = list;
-    journal_job(rx, JOURNAL_KIND_DELIVER, &j);
-    const struct rule *r = decide_job(rx, &j);
+    rpx_journal_job(rx, JOURNAL_KIND_DELIVER, &j);
+    const struct rule *r = rpx_decide_job(rx, &j);
     if (r != NULL) {
         switch (r->action.kind) {
         case RULE_ACT_DUPLICATE: {
@@ -324,7 +312,7 @@ void rpx_on_pop_reply(struct rpx *rx, struct entry *e, const uint8_t *buf, const
             break;
         }
     }
-    job_event_clear(&j);
+    rpx_job_event_clear(&j);
 }
 
 /* A field longer than its limit (RPROF_ID_MAX, RPROF_TASK_MAX, cap with the NUL): the
@@ -361,15 +349,15 @@ static const struct rule *stream_delivery(struct rpx *rx, const char *stream, co
     if (in != NULL && has_task)
         idmap_set_str(&in->task, task, strlen(task));
     if (has_task)
-        j.task = jdup(&j, task);
+        j.task = rpx_jdup(&j, task);
     else if (in != NULL && in->task != NULL)
-        j.task = jdup(&j, in->task);
+        j.task = rpx_jdup(&j, in->task);
     idmap_unlock();
-    j.id = jdup(&j, id);
-    j.queue = jdup(&j, stream);
+    j.id = rpx_jdup(&j, id);
+    j.queue = rpx_jdup(&j, stream);
     j.key = stream;
-    journal_job(rx, JOURNAL_KIND_DELIVER, &j);
-    const struct rule *r = decide_job(rx, &j);
+    rpx_journal_job(rx, JOURNAL_KIND_DELIVER, &j);
+    const struct rule *r = rpx_decide_job(rx, &j);
     if (r != NULL && r->action.kind == RULE_ACT_DUPLICATE) {
         /* Its ack is swallowed: the entry stays pending. */
         idmap_lock();
@@ -381,7 +369,7 @@ static const struct rule *stream_delivery(struct rpx *rx, const char *stream, co
         }
         idmap_unlock();
     }
-    job_event_clear(&j);
+    rpx_job_event_clear(&j);
     return r;
 }
 
@@ -520,10 +508,10 @@ void rpx_on_xadd_reply(struct rpx *rx, struct entry *e, const uint8_t *buf,
     if (got != RPROF_FOUND)
         return;
     struct job_event j = {.kind = RULE_EV_PUBLISH};
-    j.id = jdup(&j, id);
-    j.queue = e->arg != NULL ? jdup(&j, e->arg) : NULL;
-    j.task = e->arg2 != NULL ? jdup(&j, e->arg2) : NULL;
-    journal_job(rx, JOURNAL_KIND_PUBLISH, &j);
+    j.id = rpx_jdup(&j, id);
+    j.queue = e->arg != NULL ? rpx_jdup(&j, e->arg) : NULL;
+    j.task = e->arg2 != NULL ? rpx_jdup(&j, e->arg2) : NULL;
+    rpx_journal_job(rx, JOURNAL_KIND_PUBLISH, &j);
     if (e->arg != NULL && e->arg2 != NULL) {
         char key[RPROF_KEY_MAX + RPROF_ID_MAX + 2];
         snprintf(key, sizeof(key), "%s %s", e->arg, id);
@@ -533,7 +521,7 @@ void rpx_on_xadd_reply(struct rpx *rx, struct entry *e, const uint8_t *buf,
             idmap_set_str(&in->task, e->arg2, strlen(e->arg2));
         idmap_unlock();
     }
-    job_event_clear(&j);
+    rpx_job_event_clear(&j);
 }
 
 /* What happens to one ack (by id or tag). */
@@ -560,14 +548,14 @@ static void ack_decide(struct rpx *rx, const struct rprof_cmdview *cv, const cha
     idmap_lock();
     struct idmap_info *in = idmap_get(rpx_scope(rx), key, strlen(key));
     if (rx->prof == RPROF_CELERY) {
-        j.id = in != NULL && in->id != NULL ? jdup(&j, in->id) : NULL;
-        j.queue = in != NULL && in->queue != NULL ? jdup(&j, in->queue) : NULL;
+        j.id = in != NULL && in->id != NULL ? rpx_jdup(&j, in->id) : NULL;
+        j.queue = in != NULL && in->queue != NULL ? rpx_jdup(&j, in->queue) : NULL;
     } else {
-        j.id = jdup(&j, id);
+        j.id = rpx_jdup(&j, id);
         j.queue = rprof_queue_of(rx->prof, cv->key);
         j.oom |= j.queue == NULL;
     }
-    j.task = in != NULL && in->task != NULL ? jdup(&j, in->task) : NULL;
+    j.task = in != NULL && in->task != NULL ? rpx_jdup(&j, in->task) : NULL;
     /* A duplicate decided at delivery: this ack never lands, so the entry
      * stays pending for the next XAUTOCLAIM (the mark is used up here). */
     bool swallow_dup = in != NULL && (in->flags & IDMAP_SUPPRESS_ACK) != 0;
@@ -575,15 +563,15 @@ static void ack_decide(struct rpx *rx, const struct rprof_cmdview *cv, const cha
         in->flags &= ~(uint32_t)IDMAP_SUPPRESS_ACK;
     uint64_t gen = in != NULL ? in->gen : 0;
     idmap_unlock();
-    journal_job(rx, JOURNAL_KIND_ACK, &j);
+    rpx_journal_job(rx, JOURNAL_KIND_ACK, &j);
     /* A swallowed ack is only counted: a rule that fired on it would be
      * journaled as a fault it never made. */
     const struct rule *r = NULL;
     if (swallow_dup)
         codec_count(rx->s, RULE_EV_ACK);
     else
-        r = decide_job(rx, &j);
-    job_event_clear(&j);
+        r = rpx_decide_job(rx, &j);
+    rpx_job_event_clear(&j);
     if (swallow_dup) {
         f->suppress = true;
         return;
@@ -747,19 +735,19 @@ const struct rule *rpx_stream_publish_decide(struct rpx *rx, const struct rprof_
         say_too_long(rx, "task", tlen, sizeof(task));
     struct job_event j = {.kind = RULE_EV_PUBLISH};
     j.key = cv->key;
-    j.id = chosen ? jdup(&j, id) : NULL;
-    j.queue = jdup(&j, cv->key);
-    j.task = task[0] != '\0' ? jdup(&j, task) : NULL;
+    j.id = chosen ? rpx_jdup(&j, id) : NULL;
+    j.queue = rpx_jdup(&j, cv->key);
+    j.task = task[0] != '\0' ? rpx_jdup(&j, task) : NULL;
     /* Redis picks the id of an XADD with '*': the rules decide without one,
      * and the fault is noted once it is known whether twice made one (a
      * drop), so that the fault and the publish records share it. */
     if (job_event_oom(rx, &j)) {
-        job_event_clear(&j);
+        rpx_job_event_clear(&j);
         return NULL;
     }
     struct engine_event ev;
     char anon[48];
-    job_engine_event(rx, &j, &ev, anon);
+    rpx_job_engine_event(rx, &j, &ev, anon);
     size_t hit = 0;
     const struct rule *r =
         codec_decide_first_unnoted(rx->s, &ev, &hit) == 1 ? rpx_hit_rule(rx, hit) : NULL;
@@ -788,15 +776,15 @@ const struct rule *rpx_stream_publish_decide(struct rpx *rx, const struct rprof_
                      (unsigned long long)rx->anon++);
         }
         if (j.id == NULL)
-            j.id = jdup(&j, rx->xadd_answer);
+            j.id = rpx_jdup(&j, rx->xadd_answer);
     }
     if (r != NULL) {
         ev.message_id = j.id;
         fault_note(rx->s, r, &ev);
     }
     if (kept_back)
-        journal_job(rx, JOURNAL_KIND_PUBLISH, &j);
-    job_event_clear(&j);
+        rpx_journal_job(rx, JOURNAL_KIND_PUBLISH, &j);
+    rpx_job_event_clear(&j);
     return r;
 }
 
@@ -861,8 +849,8 @@ static const struct rule *publish_jobs(struct rpx *rx, const struct rprof_cmdvie
 {
     if (rx->tx.active)
         return NULL;
-    if (!jobs_needed(rx)) {
-        /* Nothing reads the jobs: each is counted, as decide_job() would. */
+    if (!rpx_jobs_needed(rx)) {
+        /* Nothing reads the jobs: each is counted, as rpx_decide_job() would. */
         for (size_t i = 2; i < cv->m->nelem; i++)
             codec_count(rx->s, RULE_EV_PUBLISH);
         return NULL;
@@ -886,12 +874,12 @@ static const struct rule *publish_jobs(struct rpx *rx, const struct rprof_cmdvie
         j.oom |= j.queue == NULL;
         free(job.queue);
         free(job.tag);
-        journal_job(rx, JOURNAL_KIND_PUBLISH, &j);
-        const struct rule *r = decide_job(rx, &j);
+        rpx_journal_job(rx, JOURNAL_KIND_PUBLISH, &j);
+        const struct rule *r = rpx_decide_job(rx, &j);
         if (first == NULL)
             first = r;
         pub_copy(rx, r, cv, &v);
-        job_event_clear(&j);
+        rpx_job_event_clear(&j);
     }
     return first;
 }
@@ -908,18 +896,18 @@ static const struct rule *publish_rq(struct rpx *rx, const struct rprof_cmdview 
     if (!rprof_arg(cv, 2, &v) || !rprof_view_str(cv->buf, cv->len, &v, id, sizeof(id)))
         return NULL;
     struct job_event j = {.kind = RULE_EV_PUBLISH, .key = cv->key};
-    j.id = jdup(&j, id);
+    j.id = rpx_jdup(&j, id);
     j.queue = rprof_queue_of(rx->prof, cv->key);
     j.oom |= j.queue == NULL;
     idmap_lock();
     struct idmap_info *in = idmap_get(rpx_scope(rx), id, strlen(id));
     if (in != NULL && in->task != NULL)
-        j.task = jdup(&j, in->task);
+        j.task = rpx_jdup(&j, in->task);
     idmap_unlock();
     if (j.task == NULL && rq != NULL && rq->task[0] != '\0') {
         /* An ack earlier in the transaction forgot the job (RQ's retry settles the job, saves
          * it again and pushes its id): its next delivery needs the task again. */
-        j.task = jdup(&j, rq->task);
+        j.task = rpx_jdup(&j, rq->task);
         idmap_lock();
         in = idmap_put(rpx_scope(rx), id, strlen(id));
         if (in != NULL && in->task == NULL)
@@ -928,10 +916,10 @@ static const struct rule *publish_rq(struct rpx *rx, const struct rprof_cmdview 
     }
     for (size_t i = 0; rq != NULL && i < rq->n_ran && !j.retry; i++)
         j.retry = strcmp(rq->ran[i], id) == 0;
-    journal_job(rx, JOURNAL_KIND_PUBLISH, &j);
-    const struct rule *r = decide_job(rx, &j);
+    rpx_journal_job(rx, JOURNAL_KIND_PUBLISH, &j);
+    const struct rule *r = rpx_decide_job(rx, &j);
     pub_copy(rx, r, cv, &v);
-    job_event_clear(&j);
+    rpx_job_event_clear(&j);
     return r;
 }
 
@@ -951,6 +939,21 @@ const struct rule *rpx_publish_decide(struct rpx *rx, const struct rprof_cmdview
     default:
         return NULL;
     }
+}
+
+struct entry *rpx_forward_instead(struct rpx *rx, struct evbuffer *cmd, size_t len)
+{
+    struct resp_msg km;
+    struct resp_scanner ks;
+    resp_scanner_init(&ks, RESP_SIDE_CLIENT);
+    size_t klen = evbuffer_get_length(cmd);
+    const uint8_t *kb = evbuffer_pullup(cmd, (ev_ssize_t)klen);
+    if (kb == NULL || resp_scan(&ks, kb, klen, &km) != 1 ||
+        resp_pairing_command(&rx->pairing, &km, kb, 0, NULL) != 1)
+        return NULL;
+    rpx_swallow(rx, len); /* moves the run first */
+    evbuffer_add_buffer(rx->out[SIDE_UPSTREAM], cmd);
+    return rpx_entry_add(rx, true);
 }
 
 /* An ack outside a transaction (its ids from argument `first` on): applied, kept back,
@@ -982,20 +985,9 @@ enum cmd_result rpx_command_ack(struct rpx *rx, struct rprof_cmdview *cv, const 
             rpx_answer(rx, r, (size_t)n);
     } else if (p.suppressed > 0 && p.kept != NULL) {
         /* The command without the kept-back ids; its count plus them. */
-        struct resp_msg km;
-        struct resp_scanner ks;
-        resp_scanner_init(&ks, RESP_SIDE_CLIENT);
-        size_t klen = evbuffer_get_length(p.kept);
-        const uint8_t *kb = evbuffer_pullup(p.kept, (ev_ssize_t)klen);
-        if (resp_scan(&ks, kb, klen, &km) == 1 &&
-            resp_pairing_command(&rx->pairing, &km, kb, 0, NULL) == 1) {
-            rpx_swallow(rx, len); /* moves the run first */
-            evbuffer_add_buffer(rx->out[SIDE_UPSTREAM], p.kept);
-            e = rpx_entry_add(rx, true);
-            if (e != NULL) {
-                e->kind = RK_ADD_INT;
-                e->add = (int64_t)p.suppressed;
-            }
+        if ((e = rpx_forward_instead(rx, p.kept, len)) != NULL) {
+            e->kind = RK_ADD_INT;
+            e->add = (int64_t)p.suppressed;
         } else {
             e = rpx_forward(rx, cv, m, buf, len);
         }
@@ -1036,7 +1028,7 @@ static bool processing_source(struct rpx *rx, const char *list, char **src, bool
 static const struct rule *list_ack_decide(struct rpx *rx, const struct rprof_cmdview *cv,
                                           const struct resp_view *job, const char *src)
 {
-    if (!jobs_needed(rx)) {
+    if (!rpx_jobs_needed(rx)) {
         codec_count(rx->s, RULE_EV_ACK);
         return NULL;
     }
@@ -1045,10 +1037,10 @@ static const struct rule *list_ack_decide(struct rpx *rx, const struct rprof_cmd
         return NULL;
     struct job_event j = {.kind = RULE_EV_ACK, .key = cv->key, .id = rj.id, .task = rj.task};
     /* The queue is the list it was delivered from, as the delivery's record names it. */
-    j.queue = jdup(&j, src);
-    journal_job(rx, JOURNAL_KIND_ACK, &j);
-    const struct rule *r = decide_job(rx, &j);
-    job_event_clear(&j);
+    j.queue = rpx_jdup(&j, src);
+    rpx_journal_job(rx, JOURNAL_KIND_ACK, &j);
+    const struct rule *r = rpx_decide_job(rx, &j);
+    rpx_job_event_clear(&j);
     return r;
 }
 

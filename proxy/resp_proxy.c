@@ -639,6 +639,10 @@ static enum cmd_result command(struct rpx *rx, const uint8_t *buf, const struct 
         return rpx_tx_end(rx, &cv, m, buf);
     if (rx->tx.active)
         return rpx_tx_queue(rx, &cv, m, buf);
+    if (rx->prof == RPROF_BULLMQ &&
+        (rpx_is_cmd(&cv, RPROF_CMD_EVAL) || rpx_is_cmd(&cv, RPROF_CMD_EVALSHA) ||
+         rpx_is_cmd(&cv, RPROF_CMD_SCRIPT)))
+        return rpx_bmq_command(rx, &cv, m, buf);
     size_t first;
     if (rprof_ack_args(rx->prof, &cv, &first))
         return rpx_command_ack(rx, &cv, m, buf, first);

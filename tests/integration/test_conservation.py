@@ -45,6 +45,12 @@ rules that do not mean to lose jobs, each at probability 15% (seed 11):
              acks (the work horse's finish transaction)
     sidekiq  duplicate (and duplicate after 1s) on deliveries (Sidekiq never
              acks)
+    bullmq   (lockDuration 1 s, stalledInterval 0.5 s, jobs that work 1.5 s)
+             drop and delay 2s on lock renewals, duplicate on deliveries,
+             redeliver, delay 3s and close before (`limit 3`) on completions;
+             max-stalled 5: a job two rules fault stalls twice, which BullMQ's
+             default maxStalledCount of 1 turns into a failure (it ran, and the
+             verdict counts it failed), not a loss of twice's making
   Asserted: the driver drained (exit 0), its summary's `never_ran` is zero
   for every task, every enqueued id has a run in the runs file, and the
   journal has a DELIVER record for every enqueued id.  `close before` is
@@ -300,16 +306,19 @@ class RedisConservation(h.TestCase):
         self.driver_logs = []
         self.addCleanup(dk.dump_logs, self)
 
-    def run_conserving(self, framework, profile, rules, visibility_timeout=None, workers=2):
+    def run_conserving(self, framework, profile, rules, visibility_timeout=None, workers=2,
+                       args=()):
         port = h.free_port()
         journal = os.path.join(self.tmp, "run.pb")
         listen = hk.resp_listen("jobs", port, self.redis.port, profile=profile)
         blocks = [fk.rule_block(name, "jobs", *lines) for name, lines in rules.items()]
         tw = self.twice(fk.conf_text([listen], blocks, seed=SEED, journal=journal,
                                      log_level="info", grace="1s"))
+        extra = args
         args = ["--inspect", "127.0.0.1:%d" % self.redis.port]
         if visibility_timeout is not None:
             args += ["--visibility-timeout", str(visibility_timeout)]
+        args += list(extra)
         summary, files, rc = dk.run(self, framework, port, redis_port=self.redis.port, jobs=JOBS,
                                     workers=workers, timeout=DRIVER_TIMEOUT, args=args,
                                     env=dict(os.environ, HOME=self.tmp))
@@ -363,6 +372,19 @@ class RedisConservation(h.TestCase):
             "late-ack": ["when ack", "probability 15%", "do delay 1s"],
             "crash": ["when ack", "probability 15%", "do close before"],
         })
+
+    def test_bullmq(self):
+        # Short locks, and jobs that work longer than one (1.5 s against 1 s): a renewal lost
+        # lapses the lock while the job runs.  Room for every job at once (2 workers x 40).
+        self.run_conserving("bullmq", "bullmq", {
+            "stalled-worker": ["when lease", "probability 15%", "do drop"],
+            "late-renewal": ["when lease", "probability 15%", "do delay 2s"],
+            "dup": ["when deliver", "probability 15%", "do duplicate"],
+            "lost-ack": ["when ack", "probability 15%", "do redeliver"],
+            "late-ack": ["when ack", "probability 15%", "do delay 3s"],
+            "crash": ["when ack", "probability 15%", "limit 3", "do close before"],
+        }, args=["--lock-ms", "1000", "--stalled-ms", "500", "--work-ms", "1500",
+                 "--concurrency", "40", "--max-stalled", "5"])
 
     def test_sidekiq(self):
         self.run_conserving("sidekiq", "sidekiq", {

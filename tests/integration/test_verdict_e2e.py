@@ -1,7 +1,7 @@
 #!/usr/bin/python3
 """`twice verdict` on real workers: find the handler that is not idempotent.
 
-For each of the six example apps of tests/e2e, the example rule file of
+For each of the seven example apps of tests/e2e, the example rule file of
 rules/examples/ (its listener's `bind`, `upstream` and `journal` lines
 replaced, as the files' headers tell users to do) runs in a twice in front of
 the real broker, and the framework's example app runs through it:
@@ -12,6 +12,7 @@ the real broker, and the framework's example app runs through it:
   rq            rules/examples/rq.conf               Redis     tasks.charge / tasks.charge_safe
   streams       rules/examples/streams.conf          Redis     charge / charge_safe
   lists         rules/examples/list.conf             Redis     App\\Jobs\\Charge / App\\Jobs\\ChargeSafe
+  bullmq        rules/examples/bullmq.conf           Redis     charge / charge_safe
 
 The driver enqueues JOBS jobs of each handler (`charge`: one effect per
 execution; `charge_safe`: SET NX on the real Redis first), runs real workers
@@ -85,6 +86,7 @@ FRAMEWORKS = {
     "rq": ("rq.conf", "resp", "tasks.charge", "tasks.charge_safe"),
     "streams": ("streams.conf", "resp", "charge", "charge_safe"),
     "lists": ("list.conf", "resp", "App\\Jobs\\Charge", "App\\Jobs\\ChargeSafe"),
+    "bullmq": ("bullmq.conf", "resp", "charge", "charge_safe"),
 }
 
 
@@ -295,6 +297,23 @@ class VerdictE2E(dk.FrameworkCase):
         _, c = self.run_framework("lists", self.redis.port,
                                   ["--inspect", "127.0.0.1:%d" % self.redis.port])
         self.assert_every_job_ran(c)
+
+    def test_bullmq(self):
+        # Short locks, as the example file suggests for staging: a lapsed lock is found within
+        # seconds, not BullMQ's default 30 s + 2 x 30 s.
+        v, c = self.run_framework("bullmq", self.redis.port,
+                                  ["--inspect", "127.0.0.1:%d" % self.redis.port,
+                                   "--lock-ms", "2000", "--stalled-ms", "1000"])
+        self.assert_every_job_ran(c)
+        # A job two of the file's rules faulted stalls twice: past BullMQ's maxStalledCount (1)
+        # it fails ("job stalled more than allowable limit"), though it ran.  The verdict counts
+        # exactly those as failed, each with two faults.
+        rows = {r["task"]: r for r in v["tasks"]}
+        self.assertEqual(sum(r["failed"] for r in rows.values()), self.summary["failed"],
+                         "jobs in bull:twice:failed, and the verdict's failed counts")
+        for r in rows.values():
+            for m in r["failed_examples"]:
+                self.assertGreaterEqual(c.faults[m], 2, "faults of %s, which failed" % m)
 
     def assert_every_job_ran(self, c):
         never = sorted(m for m in c.task_of if c.runs[m] == 0)

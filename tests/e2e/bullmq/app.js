@@ -6,6 +6,10 @@
 //
 // Both append "<id> <name>" to TWICE_RUNS after the work.  Each line is one write(2) on a file
 // opened with O_APPEND (fs.appendFileSync), so concurrent workers never interleave.
+//
+// With TWICE_WORK_MS, each execution first works that long (a timer: the event loop stays free,
+// so the worker keeps renewing its lock), and appends "<id> <name> <start ms> <end ms> <worker>"
+// to TWICE_SPANS: two spans of one id that overlap are two runs at once.
 "use strict";
 
 const fs = require("fs");
@@ -39,15 +43,29 @@ function effects() {
   return effectRedis;
 }
 
+const WORK_MS = Number(process.env.TWICE_WORK_MS || 0);
+
+// The processor's work, then its effect, then its lines.
+function run(job, worker, effect) {
+  return async () => {
+    const start = Date.now();
+    if (WORK_MS > 0) await new Promise((resolve) => setTimeout(resolve, WORK_MS));
+    await effect();
+    append(process.env.TWICE_RUNS, `${job.id} ${job.name}`);
+    if (WORK_MS > 0 && process.env.TWICE_SPANS)
+      append(process.env.TWICE_SPANS, `${job.id} ${job.name} ${start} ${Date.now()} ${worker}`);
+  };
+}
+
 const PROCESSORS = {
-  async charge(job) {
-    append(process.env.TWICE_EFFECTS, job.id);
-    append(process.env.TWICE_RUNS, `${job.id} ${job.name}`);
+  charge(job, worker) {
+    return run(job, worker, async () => append(process.env.TWICE_EFFECTS, job.id))();
   },
-  async charge_safe(job) {
-    const first = (await effects().set(`twice:done:${job.id}`, "1", "NX")) === "OK";
-    if (first) append(process.env.TWICE_EFFECTS, job.id);
-    append(process.env.TWICE_RUNS, `${job.id} ${job.name}`);
+  charge_safe(job, worker) {
+    return run(job, worker, async () => {
+      const first = (await effects().set(`twice:done:${job.id}`, "1", "NX")) === "OK";
+      if (first) append(process.env.TWICE_EFFECTS, job.id);
+    })();
   },
 };
 

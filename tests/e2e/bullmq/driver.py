@@ -3,7 +3,7 @@
 
   driver.py --broker 127.0.0.1:PORT --effects FILE --runs FILE \\
             --effect-redis 127.0.0.1:REALPORT --jobs N --workers W [--concurrency C] \\
-            [--timeout T]
+            [--timeout T] [--lock-ms L] [--stalled-ms S] [--max-stalled M] [--work-ms W]
 
 1. removes the queue's keys (bull:twice:*) and adds N `charge` and N `charge_safe` jobs
    (interleaved) with BullMQ's Queue.add (`node enqueue.js N`, through --broker);
@@ -33,13 +33,28 @@ QUEUE = "twice"
 def extra(p):
     p.add_argument("--concurrency", type=int, default=2, metavar="C",
                    help="jobs each worker runs at once (default 2)")
+    p.add_argument("--lock-ms", type=int, metavar="L",
+                   help="the workers' lockDuration (BullMQ's default 30000)")
+    p.add_argument("--stalled-ms", type=int, metavar="S",
+                   help="the workers' stalledInterval (BullMQ's default 30000)")
+    p.add_argument("--max-stalled", type=int, metavar="M",
+                   help="the workers' maxStalledCount (BullMQ's default 1)")
+    p.add_argument("--work-ms", type=int, default=0, metavar="W",
+                   help="each execution works W ms before its effect, and writes its span to "
+                        "spans.txt beside --runs")
 
 
 def main():
     k.install_signal_handlers()
     args = k.parse_args("bullmq", __doc__.split("\n\n")[0], extra=extra)
     started = time.monotonic()
-    env = k.worker_env(args, TWICE_BROKER=args.broker, TWICE_QUEUE=QUEUE)
+    settings = {"TWICE_LOCK_MS": args.lock_ms, "TWICE_STALLED_MS": args.stalled_ms,
+                "TWICE_MAX_STALLED": args.max_stalled}
+    spans = os.path.join(os.path.dirname(os.path.abspath(args.runs)), "spans.txt")
+    open(spans, "w").close()
+    env = k.worker_env(args, TWICE_BROKER=args.broker, TWICE_QUEUE=QUEUE,
+                       TWICE_WORK_MS=args.work_ms, TWICE_SPANS=spans,
+                       **{n: v for n, v in settings.items() if v is not None})
 
     inspect = k.redis_client(args.inspect)
     stale = list(inspect.scan_iter(match="bull:%s:*" % QUEUE, count=1000))

@@ -1,5 +1,7 @@
 // One BullMQ worker of the example app: `node worker.js NAME CONCURRENCY`, processors by job
 // name (app.js).  SIGTERM/SIGINT: close (finishing the jobs in hand) and exit 0.
+// TWICE_LOCK_MS, TWICE_STALLED_MS and TWICE_MAX_STALLED set the Worker's lockDuration,
+// stalledInterval and maxStalledCount (BullMQ's defaults: 30000, 30000, 1).
 "use strict";
 
 const { Worker, QUEUE, connection, closeEffects, PROCESSORS } = require("./app");
@@ -13,13 +15,25 @@ const worker = new Worker(
   async (job) => {
     const p = PROCESSORS[job.name];
     if (p === undefined) throw new Error(`no processor for ${job.name}`);
-    await p(job);
+    await p(job, name);
   },
-  { connection: connection(), concurrency, autorun: true },
+  {
+    connection: connection(),
+    concurrency,
+    autorun: true,
+    ...(process.env.TWICE_LOCK_MS ? { lockDuration: Number(process.env.TWICE_LOCK_MS) } : {}),
+    ...(process.env.TWICE_STALLED_MS
+      ? { stalledInterval: Number(process.env.TWICE_STALLED_MS) }
+      : {}),
+    ...(process.env.TWICE_MAX_STALLED
+      ? { maxStalledCount: Number(process.env.TWICE_MAX_STALLED) }
+      : {}),
+  },
 );
 worker.on("completed", (job) => log("completed", job.id, job.name));
 worker.on("failed", (job, err) => log("failed", job && job.id, err && err.message));
 worker.on("stalled", (id) => log("stalled", id));
+worker.on("active", (job) => log("active", job.id, job.name));
 worker.on("error", (err) => log("error", err && err.message));
 
 let stopping = false;
