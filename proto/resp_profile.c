@@ -121,7 +121,7 @@ struct cmd_name {
 static const struct cmd_name cmd_names_4[] = {
     CMD_NAME("AUTH", AUTH), CMD_NAME("EVAL", EVAL), CMD_NAME("EXEC", EXEC), CMD_NAME("HDEL", HDEL),
     CMD_NAME("HSET", HSET), CMD_NAME("LPOP", LPOP), CMD_NAME("LREM", LREM), CMD_NAME("RPOP", RPOP),
-    CMD_NAME("XACK", XACK), CMD_NAME("XADD", XADD), CMD_NAME("ZREM", ZREM)};
+    CMD_NAME("XACK", XACK), CMD_NAME("XADD", XADD), CMD_NAME("ZADD", ZADD), CMD_NAME("ZREM", ZREM)};
 static const struct cmd_name cmd_names_5[] = {CMD_NAME("BLPOP", BLPOP), CMD_NAME("BRPOP", BRPOP),
                                               CMD_NAME("HELLO", HELLO), CMD_NAME("LMOVE", LMOVE),
                                               CMD_NAME("LPUSH", LPUSH), CMD_NAME("MULTI", MULTI),
@@ -135,6 +135,7 @@ static const struct cmd_name cmd_names_9[] = {CMD_NAME("RPOPLPUSH", RPOPLPUSH)};
 static const struct cmd_name cmd_names_10[] = {CMD_NAME("BRPOPLPUSH", BRPOPLPUSH),
                                                CMD_NAME("XAUTOCLAIM", XAUTOCLAIM),
                                                CMD_NAME("XREADGROUP", XREADGROUP)};
+static const struct cmd_name cmd_names_16[] = {CMD_NAME("ZREMRANGEBYSCORE", ZREMRANGEBYSCORE)};
 
 static enum rprof_cmd cmd_find(const struct cmd_name *t, size_t count, const char *name, size_t n)
 {
@@ -162,6 +163,8 @@ enum rprof_cmd rprof_cmd_of(const char *name, size_t n)
         return CMD_FIND(cmd_names_9);
     case 10:
         return CMD_FIND(cmd_names_10);
+    case 16:
+        return CMD_FIND(cmd_names_16);
     default:
         return RPROF_CMD_OTHER;
     }
@@ -195,6 +198,9 @@ bool rprof_cmd_matters(enum rprof p, enum rprof_cmd id)
     case RPROF_CMD_RPOPLPUSH:
     case RPROF_CMD_BRPOPLPUSH:
         return p == RPROF_LIST;
+    case RPROF_CMD_ZADD:
+    case RPROF_CMD_ZREMRANGEBYSCORE:
+        return p == RPROF_RQ;
     default:
         return true;
     }
@@ -414,7 +420,8 @@ char *rprof_queue_of(enum rprof p, const char *key)
     if (p == RPROF_SIDEKIQ && (name = after_prefix(key, RPROF_SIDEKIQ_QUEUE_PREFIX)) != NULL)
         return strdup(name);
     if (p == RPROF_RQ && ((name = after_prefix(key, RPROF_RQ_QUEUE_PREFIX)) != NULL ||
-                          (name = after_prefix(key, RPROF_RQ_WIP_PREFIX)) != NULL))
+                          (name = after_prefix(key, RPROF_RQ_WIP_PREFIX)) != NULL ||
+                          (name = after_prefix(key, RPROF_RQ_FAILED_PREFIX)) != NULL))
         return strdup(name);
     if (p == RPROF_CELERY) {
         /* kombu's priority lists: "<queue>\x06\x16<priority>" */
@@ -508,6 +515,57 @@ bool rprof_rq_job_saved(enum rprof p, const struct rprof_cmdview *cv, const char
         }
     }
     return *task != NULL;
+}
+
+/* The one member of ZADD KEY [flags] SCORE MEMBER into *member, and whether XX and NX were
+ * among the flags; false for INCR or anything but one score and one member. */
+static bool zadd_one(const struct rprof_cmdview *cv, struct resp_view *member, bool *xx, bool *nx)
+{
+    *xx = *nx = false;
+    size_t i = 2;
+    struct resp_view a;
+    for (; rprof_arg(cv, i, &a); i++) {
+        if (rprof_arg_is(cv, &a, "XX"))
+            *xx = true;
+        else if (rprof_arg_is(cv, &a, "NX"))
+            *nx = true;
+        else if (rprof_arg_is(cv, &a, "INCR"))
+            return false;
+        else if (!rprof_arg_is(cv, &a, "GT") && !rprof_arg_is(cv, &a, "LT") &&
+                 !rprof_arg_is(cv, &a, "CH"))
+            break;
+    }
+    return cv->m->nelem == i + 2 && rprof_arg(cv, i + 1, member) && member->type == '$' &&
+           !member->null;
+}
+
+bool rprof_rq_lease(enum rprof p, const struct rprof_cmdview *cv, struct resp_view *id)
+{
+    bool xx, nx;
+    return p == RPROF_RQ && is(cv, RPROF_CMD_ZADD) && cv->has_key &&
+           starts_with(cv->key, RPROF_RQ_WIP_PREFIX) && zadd_one(cv, id, &xx, &nx) && xx && !nx;
+}
+
+bool rprof_rq_failed(enum rprof p, const struct rprof_cmdview *cv, struct resp_view *id)
+{
+    bool xx, nx;
+    return p == RPROF_RQ && is(cv, RPROF_CMD_ZADD) && cv->has_key &&
+           starts_with(cv->key, RPROF_RQ_FAILED_PREFIX) && zadd_one(cv, id, &xx, &nx) && !xx && !nx;
+}
+
+bool rprof_rq_reaps(enum rprof p, const struct rprof_cmdview *cv)
+{
+    return p == RPROF_RQ && is(cv, RPROF_CMD_ZREMRANGEBYSCORE) && cv->has_key &&
+           starts_with(cv->key, RPROF_RQ_WIP_PREFIX);
+}
+
+bool rprof_rq_job_heartbeat(enum rprof p, const struct rprof_cmdview *cv, const char *id)
+{
+    const char *of;
+    struct resp_view f;
+    return p == RPROF_RQ && is(cv, RPROF_CMD_HSET) && cv->has_key && cv->m->nelem == 4 &&
+           (of = after_prefix(cv->key, RPROF_RQ_JOB_PREFIX)) != NULL && strcmp(of, id) == 0 &&
+           rprof_arg(cv, 2, &f) && resp_view_equals(cv->buf, cv->len, &f, "last_heartbeat");
 }
 
 bool rprof_rq_job_ran(enum rprof p, const struct rprof_cmdview *cv)

@@ -71,6 +71,7 @@ enum rprof rprof_of(const char *name);
 #define RPROF_RQ_QUEUE_PREFIX "rq:queue:"   /* rq:queue:NAME, an RQ queue */
 #define RPROF_RQ_WIP_PREFIX "rq:wip:"       /* rq:wip:NAME, RQ's started-job registry */
 #define RPROF_RQ_JOB_PREFIX "rq:job:"       /* rq:job:ID, an RQ job's hash */
+#define RPROF_RQ_FAILED_PREFIX "rq:failed:" /* rq:failed:NAME, RQ's failed-job registry */
 
 /* ---- commands ---------------------------------------------------------------------------- */
 
@@ -105,14 +106,17 @@ enum rprof_cmd {
     RPROF_CMD_XAUTOCLAIM,
     RPROF_CMD_XCLAIM,
     RPROF_CMD_XREADGROUP,
+    RPROF_CMD_ZADD,
     RPROF_CMD_ZREM,
+    RPROF_CMD_ZREMRANGEBYSCORE,
 };
 
 /* The id of an upper-cased command name of n bytes (resp_cmd_name_copy()'s output). */
 enum rprof_cmd rprof_cmd_of(const char *name, size_t n);
 
 /* Whether profile p ever looks at command id: every id but RPROF_CMD_OTHER, except RPOP, LREM,
- * RPOPLPUSH and BRPOPLPUSH, which only the list profile reads, and EVAL, EVALSHA and SCRIPT,
+ * RPOPLPUSH and BRPOPLPUSH, which only the list profile reads, ZADD and ZREMRANGEBYSCORE, which
+ * only RQ's does (Sidekiq's schedule and retry sets are ZADDs too), and EVAL, EVALSHA and SCRIPT,
  * which only BullMQ's does; BullMQ's looks at those three, at AUTH, HELLO and SELECT (twice's
  * own connection repeats them) and at MULTI, EXEC and DISCARD (a script queued in a transaction
  * is not read).  A command it does not look at takes the proxy's plain path. */
@@ -216,9 +220,9 @@ int rprof_list_job(const struct msg_fields *ids, const struct msg_fields *tasks,
                    size_t n, struct resp_job *j, uint64_t *too_long) RPROF_WARN_UNUSED;
 
 /* The queue a list (or registry, or stream) key stands for, as the journal and the `queue=`
- * matcher name it: Sidekiq's queue:NAME and RQ's rq:queue:NAME / rq:wip:NAME give NAME,
- * Celery's priority lists "<queue>\x06\x16<n>" give <queue>, anything else the key itself.
- * Returns a malloc'd string the caller frees, NULL on allocation failure. */
+ * matcher name it: Sidekiq's queue:NAME and RQ's rq:queue:NAME, rq:wip:NAME and rq:failed:NAME
+ * give NAME, Celery's priority lists "<queue>\x06\x16<n>" give <queue>, anything else the key
+ * itself. Returns a malloc'd string the caller frees, NULL on allocation failure. */
 char *rprof_queue_of(enum rprof p, const char *key) RPROF_WARN_UNUSED;
 
 /* The command a framework's own push of a popped job would be, for a copy twice sends back:
@@ -259,6 +263,25 @@ enum rprof_field rprof_xadd_task(const struct rprof_cmdview *cv, char *out, size
  * *task is the task of description D (resp_job_rq_task()), malloc'd for the caller.  Returns
  * false (and *task NULL) for any other command or an unreadable description. */
 bool rprof_rq_job_saved(enum rprof p, const struct rprof_cmdview *cv, const char **id, char **task);
+
+/* RQ's renewal of a job's lease, ZADD rq:wip:NAME XX SCORE ID (the worker's heartbeat while
+ * its work horse runs the job, rq/worker.py maintain_heartbeats; the job's first entry, without
+ * XX, is its start, not a renewal): *id is the view of ID.  False for any other ZADD (NX, INCR,
+ * several members). */
+bool rprof_rq_lease(enum rprof p, const struct rprof_cmdview *cv, struct resp_view *id);
+
+/* RQ's move of a job into its failed registry, ZADD rq:failed:NAME SCORE ID without NX or XX
+ * (rq/registry.py, FailedJobRegistry.add): *id is the view of ID. */
+bool rprof_rq_failed(enum rprof p, const struct rprof_cmdview *cv, struct resp_view *id);
+
+/* Whether cv is RQ's reaping of expired jobs from a started registry, ZREMRANGEBYSCORE
+ * rq:wip:NAME 0 NOW (rq/registry.py, StartedJobRegistry.cleanup): the transaction it ends
+ * requeues the jobs whose lease lapsed that have retries left. */
+bool rprof_rq_reaps(enum rprof p, const struct rprof_cmdview *cv);
+
+/* Whether cv is the job-hash half of RQ's heartbeat of job `id`: HSET rq:job:ID
+ * last_heartbeat T and no other field (rq/job.py, Job.heartbeat). */
+bool rprof_rq_job_heartbeat(enum rprof p, const struct rprof_cmdview *cv, const char *id);
 
 /* Whether cv is RQ's save of a job that ran before, HSET rq:job:ID ... started_at T ... with T
  * not empty: RQ's enqueue writes started_at empty, whereas a retry (Job.retry, or the scheduler

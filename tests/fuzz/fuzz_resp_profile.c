@@ -229,6 +229,15 @@ static void command(enum rprof p, const uint8_t *buf, size_t len, const struct r
         free(saved);
     /* A job that ran is a job save. */
     CHECK(!rprof_rq_job_ran(p, &cv) || (p == RPROF_RQ && cv.id == RPROF_CMD_HSET));
+    /* A renewal or a failure names one member inside the command, of a ZADD of RQ's. */
+    struct resp_view lv;
+    if (rprof_rq_lease(p, &cv, &lv))
+        CHECK(p == RPROF_RQ && cv.id == RPROF_CMD_ZADD && lv.off + lv.len <= m->len &&
+              !rprof_rq_failed(p, &cv, &lv));
+    if (rprof_rq_failed(p, &cv, &lv))
+        CHECK(p == RPROF_RQ && cv.id == RPROF_CMD_ZADD && lv.off + lv.len <= m->len);
+    CHECK(!rprof_rq_reaps(p, &cv) || cv.id == RPROF_CMD_ZREMRANGEBYSCORE);
+    CHECK(!rprof_rq_job_heartbeat(p, &cv, "x") || cv.id == RPROF_CMD_HSET);
     if (cv.id == RPROF_CMD_MULTI) {
         struct resp_scanner sc;
         resp_scanner_init(&sc, RESP_SIDE_CLIENT);
@@ -299,7 +308,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
     if (size < 1)
         return 0;
-    enum rprof p = (enum rprof)((data[0] & 0x7f) % 6);
+    enum rprof p = (enum rprof)((data[0] & 0x7f) % 7);
     bool server = (data[0] & 0x80) != 0;
     size_t len = size - 1;
     uint8_t *buf = malloc(len > 0 ? len : 1); /* exactly its size: a read past len is caught */

@@ -356,6 +356,13 @@ static bool on_command(struct reading *r, const uint8_t *buf, const struct resp_
     }
     if (rprof_is_celery_unacked_hdel(r->prof, &cv))
         say(&r->out, "hdel unacked");
+    struct resp_view lv;
+    if (rprof_rq_lease(r->prof, &cv, &lv))
+        say(&r->out, "lease %.*s", (int)lv.len, (const char *)buf + lv.off);
+    if (rprof_rq_failed(r->prof, &cv, &lv))
+        say(&r->out, "failed %.*s", (int)lv.len, (const char *)buf + lv.off);
+    if (cv.id == RPROF_CMD_ZADD && cv.has_key && strncmp(cv.key, "rq:wip:", 7) == 0)
+        say(&r->out, "started");
     struct resp_view job;
     if (rprof_list_ack(r->prof, &cv, &job))
         say_job(r, "ack", cv.key, buf + job.off, job.len);
@@ -740,6 +747,11 @@ static void test_rq(void **state)
     expect_lines(&rec, n, "publish ");
     expect_lines(&rec, n, "deliver ");
     expect_lines(&rec, n, "ack ");
+    /* each job's start in the started registry (the horse's ZADD, no XX) is no renewal: the
+     * jobs ended before the worker's first heartbeat, and none failed */
+    expect_lines(&rec, n, "started");
+    expect_lines(&rec, 0, "lease ");
+    expect_lines(&rec, 0, "failed ");
     split_everywhere(&rec);
     recording_free(&rec);
 }
@@ -900,6 +912,67 @@ static void test_commands_per_profile(void **state)
     struct resp_job job;
     assert_int_equal(rprof_job(RPROF_SIDEKIQ, "{}", 2, &job), -1); /* no jid, no class */
     assert_int_equal(rprof_job(RPROF_RQ, "{}", 2, &job), -1);
+}
+
+/* RQ's heartbeat (ZADD rq:wip:Q XX SCORE ID), its failed registry (ZADD rq:failed:Q SCORE ID),
+ * the started registry's reaping, and the job hash's half of a heartbeat. */
+static void test_rq_lease_and_failed(void **state)
+{
+    (void)state;
+    uint8_t buf[4096];
+    struct resp_msg m;
+    struct rprof_cmdview cv;
+    struct resp_view v;
+    CMD("ZADD", "rq:wip:default", "XX", "1700000090", "job-1");
+    assert_true(rprof_rq_lease(RPROF_RQ, &cv, &v));
+    assert_int_equal(v.len, 5);
+    assert_memory_equal(buf + v.off, "job-1", 5);
+    assert_false(rprof_rq_failed(RPROF_RQ, &cv, &v));
+    assert_false(rprof_rq_lease(RPROF_SIDEKIQ, &cv, &v));
+    CMD("zadd", "rq:wip:default", "xx", "ch", "1700000090", "job-1"); /* any case, CH */
+    assert_true(rprof_rq_lease(RPROF_RQ, &cv, &v));
+    CMD("ZADD", "rq:wip:default", "1700000090", "job-1"); /* the job's start */
+    assert_false(rprof_rq_lease(RPROF_RQ, &cv, &v));
+    CMD("ZADD", "rq:wip:default", "XX", "NX", "1", "job-1");
+    assert_false(rprof_rq_lease(RPROF_RQ, &cv, &v));
+    CMD("ZADD", "rq:wip:default", "XX", "INCR", "1", "job-1");
+    assert_false(rprof_rq_lease(RPROF_RQ, &cv, &v));
+    CMD("ZADD", "rq:wip:default", "XX", "1", "job-1", "2", "job-2"); /* two members */
+    assert_false(rprof_rq_lease(RPROF_RQ, &cv, &v));
+    CMD("ZADD", "rq:wip:default", "XX", "1"); /* no member */
+    assert_false(rprof_rq_lease(RPROF_RQ, &cv, &v));
+    CMD("ZADD", "rq:wip:default", "XX");
+    assert_false(rprof_rq_lease(RPROF_RQ, &cv, &v));
+    CMD("ZADD", "rq:finished:default", "XX", "1", "job-1");
+    assert_false(rprof_rq_lease(RPROF_RQ, &cv, &v));
+    CMD("ZADD", "rq:failed:default", "1700031536", "job-2");
+    assert_true(rprof_rq_failed(RPROF_RQ, &cv, &v));
+    assert_memory_equal(buf + v.off, "job-2", 5);
+    char *q = rprof_queue_of(RPROF_RQ, cv.key);
+    assert_string_equal(q, "default");
+    free(q);
+    assert_false(rprof_rq_lease(RPROF_RQ, &cv, &v));
+    assert_false(rprof_rq_failed(RPROF_CELERY, &cv, &v));
+    CMD("ZADD", "rq:failed:default", "XX", "1", "job-2");
+    assert_false(rprof_rq_failed(RPROF_RQ, &cv, &v));
+    CMD("ZREMRANGEBYSCORE", "rq:wip:default", "0", "1700000100");
+    assert_int_equal(cv.id, RPROF_CMD_ZREMRANGEBYSCORE);
+    assert_true(rprof_rq_reaps(RPROF_RQ, &cv));
+    assert_false(rprof_rq_reaps(RPROF_SIDEKIQ, &cv));
+    CMD("ZREMRANGEBYSCORE", "rq:failed:default", "0", "1700000100");
+    assert_false(rprof_rq_reaps(RPROF_RQ, &cv));
+    CMD("HSET", "rq:job:job-1", "last_heartbeat", "2026-12-02T10:00:00.000000Z");
+    assert_true(rprof_rq_job_heartbeat(RPROF_RQ, &cv, "job-1"));
+    assert_false(rprof_rq_job_heartbeat(RPROF_RQ, &cv, "job-2"));
+    assert_false(rprof_rq_job_heartbeat(RPROF_SIDEKIQ, &cv, "job-1"));
+    CMD("HSET", "rq:job:job-1", "last_heartbeat", "T", "status", "started");
+    assert_false(rprof_rq_job_heartbeat(RPROF_RQ, &cv, "job-1")); /* more than the beat */
+    CMD("HSET", "rq:worker:w1", "last_heartbeat", "T");
+    assert_false(rprof_rq_job_heartbeat(RPROF_RQ, &cv, "w1"));
+    /* only RQ's profile looks at ZADD: Sidekiq's retry and schedule sets stay plain */
+    assert_true(rprof_cmd_matters(RPROF_RQ, RPROF_CMD_ZADD));
+    assert_false(rprof_cmd_matters(RPROF_SIDEKIQ, RPROF_CMD_ZADD));
+    assert_false(rprof_cmd_matters(RPROF_CELERY, RPROF_CMD_ZREMRANGEBYSCORE));
 }
 
 static void test_list_commands(void **state)
@@ -1529,6 +1602,7 @@ int main(void)
         cmocka_unit_test(test_sidekiq),
         cmocka_unit_test(test_celery),
         cmocka_unit_test(test_rq),
+        cmocka_unit_test(test_rq_lease_and_failed),
         cmocka_unit_test(test_streams),
         cmocka_unit_test(test_list),
         cmocka_unit_test(test_list_commands),
