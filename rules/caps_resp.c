@@ -140,17 +140,20 @@ const struct proto_caps proto_resp_sidekiq_caps = {
     .late = {[RULE_EV_DELIVER] = CAPS_BIT(RULE_ACT_DUPLICATE)},
 };
 
-#define JOB_CAPS(cname, pname, publish_dup, why, late_deliver, late_ack, why_late)                 \
+/* The profiles whose jobs are lists and registries; `lease` only where the framework renews a
+ * lease on the wire (RQ's heartbeat, lease_acts 0 elsewhere). */
+#define JOB_CAPS(cname, pname, publish_dup, why, late_deliver, late_ack, why_late, lease_acts)     \
     const struct proto_caps cname = {                                                              \
         .name = pname,                                                                             \
         .events = RESP_BASE_EVENTS | CAPS_BIT(RULE_EV_DELIVER) | CAPS_BIT(RULE_EV_PUBLISH) |       \
-                  CAPS_BIT(RULE_EV_ACK),                                                           \
+                  CAPS_BIT(RULE_EV_ACK) | ((lease_acts) != 0 ? CAPS_BIT(RULE_EV_LEASE) : 0),       \
         .matchers =                                                                                \
             {                                                                                      \
                 RESP_MATCHERS_BASE,                                                                \
                 [RULE_EV_DELIVER] = JOB_FIELDS | CAPS_BIT(RULE_F_REDELIVERED),                     \
                 [RULE_EV_PUBLISH] = JOB_FIELDS,                                                    \
                 [RULE_EV_ACK] = JOB_FIELDS,                                                        \
+                [RULE_EV_LEASE] = (lease_acts) != 0 ? JOB_FIELDS : 0,                              \
             },                                                                                     \
         .actions =                                                                                 \
             {                                                                                      \
@@ -158,19 +161,29 @@ const struct proto_caps proto_resp_sidekiq_caps = {
                 [RULE_EV_DELIVER] = CLOSE_DELAY_DROP | CAPS_BIT(RULE_ACT_DUPLICATE),               \
                 [RULE_EV_PUBLISH] = CLOSE_DELAY_DROP | (publish_dup),                              \
                 [RULE_EV_ACK] = CLOSE_DELAY_DROP | CAPS_BIT(RULE_ACT_REDELIVER),                   \
+                [RULE_EV_LEASE] = (lease_acts),                                                    \
             },                                                                                     \
         .why_not = (why),                                                                          \
         .late = {[RULE_EV_DELIVER] = (late_deliver), [RULE_EV_ACK] = (late_ack)},                  \
         .why_not_late = why_late,                                                                  \
     }
 
+static const char *rq_why_not(enum rule_event ev, enum rule_action_kind act)
+{
+    if (ev == RULE_EV_LEASE && act == RULE_ACT_DUPLICATE)
+        return "a heartbeat keeps a job; use 'drop' or 'delay' to let its entry in the started "
+               "registry lapse";
+    return job_why_not(ev, act);
+}
+
 JOB_CAPS(proto_resp_celery_caps, "resp/celery", CAPS_BIT(RULE_ACT_DUPLICATE), job_why_not,
-         CAPS_BIT(RULE_ACT_DUPLICATE), 0, celery_why_not_late);
-JOB_CAPS(proto_resp_rq_caps, "resp/rq", CAPS_BIT(RULE_ACT_DUPLICATE), job_why_not,
-         CAPS_BIT(RULE_ACT_DUPLICATE), CAPS_BIT(RULE_ACT_REDELIVER), NULL);
-JOB_CAPS(proto_resp_streams_caps, "resp/streams", 0, streams_why_not, 0, 0, streams_why_not_late);
+         CAPS_BIT(RULE_ACT_DUPLICATE), 0, celery_why_not_late, 0);
+JOB_CAPS(proto_resp_rq_caps, "resp/rq", CAPS_BIT(RULE_ACT_DUPLICATE), rq_why_not,
+         CAPS_BIT(RULE_ACT_DUPLICATE), CAPS_BIT(RULE_ACT_REDELIVER), NULL, CLOSE_DELAY_DROP);
+JOB_CAPS(proto_resp_streams_caps, "resp/streams", 0, streams_why_not, 0, 0, streams_why_not_late,
+         0);
 JOB_CAPS(proto_resp_list_caps, "resp/list", CAPS_BIT(RULE_ACT_DUPLICATE), job_why_not,
-         CAPS_BIT(RULE_ACT_DUPLICATE), CAPS_BIT(RULE_ACT_REDELIVER), NULL);
+         CAPS_BIT(RULE_ACT_DUPLICATE), CAPS_BIT(RULE_ACT_REDELIVER), NULL, 0);
 
 static const char *bullmq_why_not(enum rule_event ev, enum rule_action_kind act)
 {

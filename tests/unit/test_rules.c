@@ -1231,6 +1231,16 @@ static void test_caps_late(void **state)
               "no job at all: BullMQ ignores an add of an id it has): use 'duplicate' on "
               "'deliver'",
               "it can do: delay, drop, close"));
+    /* RQ: its heartbeat is a lease too */
+    EXPECT_CLEAN(RQL "rule r on rq { when lease task=tasks.charge; do drop }\n"
+                     "rule s on rq { when lease; do delay 90s }\n"
+                     "rule t on rq { when lease; do close before }\n");
+    EXPECT(RQL "rule r on rq { when lease; do duplicate }\n", -1,
+           EH(2, 31,
+              "listener 'rq' (protocol resp/rq) cannot do 'duplicate' on 'lease' events: a "
+              "heartbeat keeps a job; use 'drop' or 'delay' to let its entry in the started "
+              "registry lapse",
+              "it can do: delay, drop, close"));
     EXPECT(SK "rule r on sk { when lease; do drop }\n", -1,
            EH(2, 21, "listener 'sk' (protocol resp/sidekiq) has no 'lease' event",
               "its events: connect, deliver, publish, command"));
