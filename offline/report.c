@@ -426,6 +426,38 @@ static int print_retries_text(FILE *out, const struct report *rep)
     return 0;
 }
 
+/* The tasks whose messages the framework failed (for good, or while a worker still ran them),
+ * from the verdict's accumulator: -1 when out of memory. */
+static int print_failed_text(FILE *out, const struct report *rep)
+{
+    struct verdict_result res;
+    if (verdict_compute(rep->attempts, &res) != 0)
+        return -1;
+    bool any = false;
+    for (size_t i = 0; i < res.n_tasks; i++) {
+        const struct verdict_task *t = &res.tasks[i];
+        if (t->failed == 0 && t->abandoned == 0)
+            continue;
+        if (!any)
+            fprintf(out,
+                    "\nFailed by the framework (FAILED: for good; ABANDONED: while a worker still "
+                    "ran it, which completed it after)\n  %-32s %8s %10s  %s\n",
+                    "TASK", "FAILED", "ABANDONED", "E.G.");
+        any = true;
+        fputs("  ", out);
+        int n = text_write_safe(out, t->task);
+        fprintf(out, "%*s %8llu %10llu  ", n < 32 ? 32 - n : 0, "", (unsigned long long)t->failed,
+                (unsigned long long)t->abandoned);
+        const struct verdict_examples *ex =
+            t->abandoned > 0 ? &t->abandoned_examples : &t->failed_examples;
+        if (ex->n > 0)
+            text_write_safe(out, ex->ids[0]);
+        fputc('\n', out);
+    }
+    verdict_result_free(&res);
+    return 0;
+}
+
 static int print_connections_text(FILE *out, const struct report *rep)
 {
     fprintf(out, "\nConnections\n  connections %llu, closed %llu, bytes up %llu, bytes down %llu\n",
@@ -521,7 +553,7 @@ static int print_text(FILE *out, const struct report *rep)
     if (print_faults_text(out, rep) != 0)
         return -1;
     print_deliveries_text(out, rep);
-    if (print_retries_text(out, rep) != 0)
+    if (print_retries_text(out, rep) != 0 || print_failed_text(out, rep) != 0)
         return -1;
     if (print_connections_text(out, rep) != 0)
         return -1;
@@ -626,6 +658,24 @@ static int print_retries_json(FILE *out, const struct report *rep)
         json_field(out, "", "task", t->task);
         fprintf(out, ", \"retried\": %llu, \"max_retries\": %llu}", (unsigned long long)t->retried,
                 (unsigned long long)t->max_retries);
+        sep = ", ";
+    }
+    fputs("],\n  \"failed\": [", out);
+    sep = "";
+    for (size_t i = 0; i < res.n_tasks; i++) {
+        const struct verdict_task *t = &res.tasks[i];
+        if (t->failed == 0 && t->abandoned == 0)
+            continue;
+        fprintf(out, "%s{", sep);
+        json_field(out, "", "task", t->task);
+        fprintf(out, ", \"failed\": %llu, \"abandoned\": %llu, \"abandoned_examples\": [",
+                (unsigned long long)t->failed, (unsigned long long)t->abandoned);
+        for (size_t k = 0; k < t->abandoned_examples.n; k++) {
+            if (k > 0)
+                fputs(", ", out);
+            json_write_string(out, t->abandoned_examples.ids[k]);
+        }
+        fputs("]}", out);
         sep = ", ";
     }
     fputc(']', out);

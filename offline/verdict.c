@@ -41,6 +41,8 @@ struct verdict_msg {
     bool has_first;     /* first_us is the first delivery of the current attempt */
     bool retry_pending; /* the app asked for a new attempt: its next delivery starts it */
     bool failed;        /* its last settlement failed it for good (a NACK without retry) */
+    bool abandoned;     /* an ACK came after such a NACK, no delivery between: failed by the
+                           framework while a worker still ran it, which then completed it */
     uint8_t last;       /* enum verdict_last */
     uint64_t first_us;  /* time of that delivery */
     size_t last_copy;   /* LAST_COPY: its index in verdict.copies */
@@ -229,6 +231,8 @@ int verdict_add_record(struct verdict *v, const Twice__Journal__Record *r)
             return -1;
         m->task = idx;
     }
+    if (r->kind == TWICE__JOURNAL__RECORD__KIND__ACK && m->failed)
+        m->abandoned = true;
     if (r->kind == TWICE__JOURNAL__RECORD__KIND__DELIVER ||
         r->kind == TWICE__JOURNAL__RECORD__KIND__ACK)
         m->failed = false; /* run again, or settled after all */
@@ -315,6 +319,10 @@ static void tally(struct verdict_task *t, const char *id, const struct verdict_m
     if (m->failed) {
         t->failed++;
         examples_add(&t->failed_examples, id);
+    }
+    if (m->abandoned) {
+        t->abandoned++;
+        examples_add(&t->abandoned_examples, id);
     }
     if (m->effects >= 2) {
         t->more_than_one_effect++;
@@ -585,6 +593,9 @@ static void print_task_json(FILE *out, const struct verdict_task *t)
     print_examples_json(out, &t->retry_examples);
     fputs(", \"failed_examples\": ", out);
     print_examples_json(out, &t->failed_examples);
+    fprintf(out,
+            ", \"abandoned\": %llu, \"abandoned_examples\": ", (unsigned long long)t->abandoned);
+    print_examples_json(out, &t->abandoned_examples);
     fputc('}', out);
 }
 
@@ -754,9 +765,15 @@ static void print_warnings(FILE *out, const struct verdict_result *res,
     for (size_t i = 0; i < res->n_tasks; i++)
         task_warning(out, &res->tasks[i], res->tasks[i].failed,
                      "ended failed: the framework gave up on them (BullMQ's failed set, a job "
-                     "stalled more than maxStalledCount included; a reject or nack without "
-                     "requeue), whatever effects they left: work lost",
+                     "stalled more than maxStalledCount included; RQ's failed registry; a reject "
+                     "or nack without requeue), whatever effects they left: work lost",
                      &res->tasks[i].failed_examples);
+    for (size_t i = 0; i < res->n_tasks; i++)
+        task_warning(out, &res->tasks[i], res->tasks[i].abandoned,
+                     "were failed by the framework while a worker still ran them, and that "
+                     "worker completed them afterwards (an RQ job whose heartbeat lapsed, moved "
+                     "to the failed registry): a requeue of those failed jobs runs them again",
+                     &res->tasks[i].abandoned_examples);
 }
 
 /* Per task the app retried: how many messages, and the most retries of one. */

@@ -69,15 +69,20 @@ struct verdict_task {
      * failed set, a job stalled past maxStalledCount included; a reject without requeue):
      * work the framework gave up on, whatever effects it left */
     uint64_t failed;
+    /* ids failed that way while a worker still ran them, and completed by it after (an ACK
+     * after the NACK, no delivery between): an RQ job whose heartbeat lapsed, moved to the
+     * failed registry by the registry's cleanup, that its work horse then finished */
+    uint64_t abandoned;
     /* The copy delays tested: for every delivery that reached the handler after a message's
      * first, its time since that first one (microseconds). */
     uint64_t copies;
     uint64_t copy_min_us, copy_median_us, copy_max_us;
     enum verdict_kind verdict;
-    struct verdict_examples examples;        /* ids with 2+ effects */
-    struct verdict_examples single_examples; /* ids counted in doubled_single_delivery */
-    struct verdict_examples retry_examples;  /* ids counted in doubled_by_retries */
-    struct verdict_examples failed_examples; /* ids counted in failed */
+    struct verdict_examples examples;           /* ids with 2+ effects */
+    struct verdict_examples single_examples;    /* ids counted in doubled_single_delivery */
+    struct verdict_examples retry_examples;     /* ids counted in doubled_by_retries */
+    struct verdict_examples failed_examples;    /* ids counted in failed */
+    struct verdict_examples abandoned_examples; /* ids counted in abandoned */
 };
 
 struct verdict_result {

@@ -846,7 +846,58 @@ static void test_doubled_by_retries(void **state)
     const char *jargv[] = {"verdict", "--journal", f->journal, "--effects", f->effects, "--json"};
     assert_int_equal(run(f, verdict_run, 6, jargv), 1);
     assert_contains(f->out, "\"retried\": 1, \"max_retries\": 1, \"doubled_by_retries\": 1, "
-                            "\"doubled_by_retries_examples\": [\"p1\"], \"failed_examples\": []}");
+                            "\"doubled_by_retries_examples\": [\"p1\"], \"failed_examples\": [], "
+                            "\"abandoned\": 0, \"abandoned_examples\": []}");
+}
+
+/* RQ's heartbeat lapsed: the registry's cleanup failed the job (a NACK) while its horse still
+ * ran, and the horse's completion (an ACK) came after.  The verdict and the report name it
+ * abandoned, not failed; a job failed for good after its ack (RQ's own failure handling
+ * removes it from the started registry, then adds it to the failed one) stays failed. */
+static void test_abandoned_while_running(void **state)
+{
+    struct fixture *f = *state;
+    const struct jrec recs[] = {
+        {.kind = JOURNAL_KIND_PUBLISH, .id = "a1", .task = "tasks.slow"},
+        {.kind = JOURNAL_KIND_DELIVER, .id = "a1", .task = "tasks.slow"},
+        {.kind = JOURNAL_KIND_FAULT,
+         .id = "a1",
+         .task = "tasks.slow",
+         .rule = "lapse",
+         .action = "drop",
+         .event = RULE_EV_LEASE},
+        {.kind = JOURNAL_KIND_NACK, .id = "a1", .task = "tasks.slow"},
+        {.kind = JOURNAL_KIND_ACK, .id = "a1", .task = "tasks.slow"},
+        {.kind = JOURNAL_KIND_DELIVER, .id = "b1", .task = "tasks.slow"},
+        {.kind = JOURNAL_KIND_ACK, .id = "b1", .task = "tasks.slow"},
+        {.kind = JOURNAL_KIND_NACK, .id = "b1", .task = "tasks.slow"},
+        {.kind = JOURNAL_KIND_DELIVER, .id = "c1", .task = "tasks.slow"},
+        {.kind = JOURNAL_KIND_ACK, .id = "c1", .task = "tasks.slow"},
+    };
+    write_journal(f->journal, recs, sizeof(recs) / sizeof(recs[0]));
+    write_file(f->effects, "a1\nb1\nc1\n");
+    const char *argv[] = {"verdict", "--journal", f->journal, "--effects", f->effects};
+    assert_int_equal(run(f, verdict_run, 5, argv), 0);
+    assert_contains(f->out,
+                    "warning: tasks.slow: 1 message ids were failed by the framework "
+                    "while a worker still ran them, and that worker completed them "
+                    "afterwards (an RQ job whose heartbeat lapsed, moved to the failed "
+                    "registry): a requeue of those failed jobs runs them again (e.g. a1)\n");
+    assert_contains(f->out, "warning: tasks.slow: 1 message ids ended failed");
+    const char *jargv[] = {"verdict", "--journal", f->journal, "--effects", f->effects, "--json"};
+    assert_int_equal(run(f, verdict_run, 6, jargv), 0);
+    assert_contains(f->out, "\"failed_examples\": [\"b1\"], \"abandoned\": 1, "
+                            "\"abandoned_examples\": [\"a1\"]}");
+    const char *rargv[] = {"report", f->journal};
+    assert_int_equal(run(f, report_run, 2, rargv), 0);
+    assert_contains(f->out, "\nFailed by the framework (FAILED: for good; ABANDONED: while a "
+                            "worker still ran it, which completed it after)\n"
+                            "  TASK                               FAILED  ABANDONED  E.G.\n"
+                            "  tasks.slow                              1          1  a1\n");
+    const char *rjargv[] = {"report", f->journal, "--json"};
+    assert_int_equal(run(f, report_run, 3, rjargv), 0);
+    assert_contains(f->out, "\"failed\": [{\"task\": \"tasks.slow\", \"failed\": 1, "
+                            "\"abandoned\": 1, \"abandoned_examples\": [\"a1\"]}]");
 }
 
 /* The report counts the app's retries per task, and the timeline shows them. */
@@ -1085,6 +1136,7 @@ int main(void)
         cmocka_unit_test(test_withheld_twice_and_dropped_nack),
         cmocka_unit_test_setup_teardown(test_doubled_by_retries, setup, teardown),
         cmocka_unit_test_setup_teardown(test_report_retries, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_abandoned_while_running, setup, teardown),
         cmocka_unit_test(test_examples_are_five_smallest_sorted),
         cmocka_unit_test(test_withheld_deliveries_prove_nothing),
         cmocka_unit_test(test_unknown_task_and_unknown_effects),
