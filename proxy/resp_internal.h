@@ -187,6 +187,10 @@ struct rpx {
      * (or two) may meanwhile drop the loop's reference to that ruleset. */
     struct ruleset **pinned;
     size_t n_pinned;
+    /* RQ: the job whose lease this connection lost (resp_rq.c), its renewals applied
+     * rq_lost_ms later (delay) or never (0); NULL: none. */
+    char *rq_lost;
+    uint32_t rq_lost_ms;
 };
 
 /* Replies shorter than this are copied into the client's output rather than
@@ -331,6 +335,9 @@ size_t rpx_drop_reply(const struct rpx *rx, char *out, size_t cap);
 /* What a transaction's first pass saw of RQ's job saves, for the pushes in it. */
 struct rpx_rq_saved {
     char task[RPROF_TASK_MAX]; /* the task of the last job saved; "" when none */
+    /* The transaction reaps lapsed jobs from a started registry (rprof_rq_reaps()): its pushes
+     * are RQ handing out again jobs whose lease lapsed, not retries the app asked for. */
+    bool reaps;
     /* The ids of jobs saved as ones that ran (rprof_rq_job_ran()): their pushes are retries
      * the app asked for.  Past RPX_RQ_RAN_MAX, later ones are not remembered. */
     char ran[RPX_RQ_RAN_MAX][RPROF_KEY_MAX];
@@ -354,6 +361,30 @@ enum cmd_result rpx_bmq_command(struct rpx *rx, struct rprof_cmdview *cv, const 
 /* The reply to one (an entry of kind RK_BMQ_*), a copy in `reply` it may rewrite. */
 void rpx_bmq_on_reply(struct rpx *rx, struct entry *e, const uint8_t *buf, const struct resp_msg *m,
                       struct evbuffer *reply);
+
+/* ---- resp_rq.c ---- */
+
+enum rpx_lease_fate { RPX_LEASE_KEEP, RPX_LEASE_DROP, RPX_LEASE_LATE };
+
+/* What becomes of one renewal of a lease. */
+struct rpx_lease {
+    enum rpx_lease_fate fate;
+    uint32_t ms;              /* RPX_LEASE_LATE: applied that much later */
+    const struct rule *close; /* a `close` rule on it, before or after */
+};
+
+/* RQ's renewal cv of the job whose id is *idv (rprof_rq_lease()): its `lease` event, or the
+ * loss an earlier fault on this connection made. */
+struct rpx_lease rpx_rq_lease_decide(struct rpx *rx, const struct rprof_cmdview *cv,
+                                     const struct resp_view *idv);
+/* The renewal outside a transaction: forwarded, answered and kept back, or sent later. */
+enum cmd_result rpx_rq_command_lease(struct rpx *rx, struct rprof_cmdview *cv,
+                                     const struct resp_msg *m, const uint8_t *buf,
+                                     const struct resp_view *idv);
+/* RQ's move of job *idv into its failed registry (rprof_rq_failed()): a NACK in the journal. */
+void rpx_rq_journal_failed(struct rpx *rx, const struct rprof_cmdview *cv,
+                           const struct resp_view *idv);
+void rpx_rq_free(struct rpx *rx);
 
 /* ---- resp_tx.c ---- */
 

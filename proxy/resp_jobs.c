@@ -914,7 +914,9 @@ static const struct rule *publish_rq(struct rpx *rx, const struct rprof_cmdview 
             idmap_set_str(&in->task, rq->task, strlen(rq->task));
         idmap_unlock();
     }
-    for (size_t i = 0; rq != NULL && i < rq->n_ran && !j.retry; i++)
+    /* A job the started registry's cleanup requeues ran before too, but its lease lapsed: RQ
+     * hands it out again, the app asked for nothing. */
+    for (size_t i = 0; rq != NULL && !rq->reaps && i < rq->n_ran && !j.retry; i++)
         j.retry = strcmp(rq->ran[i], id) == 0;
     rpx_journal_job(rx, JOURNAL_KIND_PUBLISH, &j);
     const struct rule *r = rpx_decide_job(rx, &j);

@@ -643,6 +643,11 @@ static enum cmd_result command(struct rpx *rx, const uint8_t *buf, const struct 
         (rpx_is_cmd(&cv, RPROF_CMD_EVAL) || rpx_is_cmd(&cv, RPROF_CMD_EVALSHA) ||
          rpx_is_cmd(&cv, RPROF_CMD_SCRIPT)))
         return rpx_bmq_command(rx, &cv, m, buf);
+    struct resp_view id;
+    if (rx->decided < DECIDED_ALL && rprof_rq_lease(rx->prof, &cv, &id))
+        return rpx_rq_command_lease(rx, &cv, m, buf, &id);
+    if (rx->decided < DECIDED_ALL && rprof_rq_failed(rx->prof, &cv, &id))
+        rpx_rq_journal_failed(rx, &cv, &id); /* then on as any command */
     size_t first;
     if (rprof_ack_args(rx->prof, &cv, &first))
         return rpx_command_ack(rx, &cv, m, buf, first);
@@ -1072,6 +1077,7 @@ static void rpx_free(void *state)
         ruleset_put(rx->pinned[i]);
     free(rx->pinned);
     free(rx->slots);
+    rpx_rq_free(rx);
     free(rx);
 }
 

@@ -133,6 +133,8 @@ static void tx_first_cmd(void *arg, const struct rprof_cmdview *cv)
     struct tx_first *f = arg;
     const char *id;
     char *task;
+    if (rprof_rq_reaps(f->rx->prof, cv))
+        f->rq.reaps = true;
     if (!rprof_rq_job_saved(f->rx->prof, cv, &id, &task))
         return;
     snprintf(f->rq.task, sizeof(f->rq.task), "%s", task);
@@ -260,6 +262,52 @@ static void tx_plan_publish(struct rpx *rx, struct txcmd *c, const struct rprof_
     }
 }
 
+/* The job hash's half of an RQ heartbeat (HSET rq:job:ID last_heartbeat T), seen before the
+ * renewal that follows it in the same transaction (rq/job.py, Job.heartbeat): kept back with it. */
+struct tx_beat {
+    bool pending;
+    size_t idx; /* its slot in rx->tx.cmds (which grows: no pointer into it) */
+    const uint8_t *cmd;
+    size_t len;
+    struct rprof_cmdview cv;
+};
+
+/* RQ's renewal of a lease queued in the transaction: kept back, answered 0 (no member added),
+ * with its job's heartbeat; or applied later on twice's own connection. */
+static void tx_plan_lease(struct rpx *rx, struct txcmd *c, const struct rprof_cmdview *cv,
+                          const struct resp_view *idv, struct tx_beat *beat,
+                          const struct rule **close_before)
+{
+    struct tx *t = &rx->tx;
+    struct rpx_lease f = rpx_rq_lease_decide(rx, cv, idv);
+    if (f.close != NULL) {
+        if (f.close->action.close_when == RULE_CLOSE_BEFORE && *close_before == NULL)
+            *close_before = f.close;
+        else if (f.close->action.close_when != RULE_CLOSE_BEFORE && t->close_after == NULL)
+            t->close_after = f.close;
+    }
+    if (f.fate == RPX_LEASE_KEEP)
+        return;
+    char id[RPROF_KEY_MAX];
+    bool with_beat = beat->pending && beat->idx < t->n && !t->cmds[beat->idx].suppress &&
+                     rprof_view_str(cv->buf, cv->len, idv, id, sizeof(id)) &&
+                     rprof_rq_job_heartbeat(rx->prof, &beat->cv, id);
+    if (with_beat)
+        tx_keep_back_as(t, &t->cmds[beat->idx], ":0\r\n", 4); /* the field was there */
+    tx_keep_back_as(t, c, ":0\r\n", 4);
+    if (f.fate == RPX_LEASE_LATE) {
+        struct evbuffer *b = evbuffer_new();
+        if (b != NULL && (!with_beat || evbuffer_add(b, beat->cmd, beat->len) == 0) &&
+            evbuffer_add(b, cv->buf, cv->len) == 0)
+            tx_add_cmds(&t->later, &t->later_n, b, with_beat ? 2 : 1);
+        if (b != NULL)
+            evbuffer_free(b);
+        if (f.ms > t->later_ms)
+            t->later_ms = f.ms;
+    }
+    beat->pending = false;
+}
+
 static int tx_plan(struct rpx *rx, const uint8_t *buf, size_t len, size_t off,
                    const struct rule **close_before, const struct rule **delay_rule)
 {
@@ -281,6 +329,8 @@ static int tx_plan(struct rpx *rx, const uint8_t *buf, size_t len, size_t off,
     struct tx_tags *tags = calloc(1, sizeof(*tags));
     if (tags == NULL)
         return -1;
+    struct tx_beat beat = {.pending = false};
+    struct resp_msg beat_m;
     int rc = 1;
     for (size_t i = 0; rc == 1; i++) {
         struct resp_msg m;
@@ -296,6 +346,7 @@ static int tx_plan(struct rpx *rx, const uint8_t *buf, size_t len, size_t off,
             break;
         struct txcmd *c = tx_slot(t, i);
         size_t first;
+        struct resp_view idv;
         bool celery_restore = rx->prof == RPROF_CELERY && has_push;
         bool xadd = rx->prof == RPROF_STREAMS && rpx_is_cmd(&cv, RPROF_CMD_XADD);
         if (c == NULL)
@@ -304,7 +355,17 @@ static int tx_plan(struct rpx *rx, const uint8_t *buf, size_t len, size_t off,
             rc = tx_plan_ack(rx, c, &cv, first, close_before, tags) == 0 ? 1 : -1;
         else if (rprof_is_celery_unacked_hdel(rx->prof, &cv) && tags->n > 0)
             tx_plan_hdel(rx, c, &cv, tags);
-        else if (rx->prof == RPROF_RQ || xadd)
+        else if (rprof_rq_lease(rx->prof, &cv, &idv))
+            tx_plan_lease(rx, c, &cv, &idv, &beat, close_before);
+        else if (rprof_rq_failed(rx->prof, &cv, &idv))
+            rpx_rq_journal_failed(rx, &cv, &idv);
+        else if (rx->prof == RPROF_RQ && rpx_is_cmd(&cv, RPROF_CMD_HSET) && cv.m->nelem == 4) {
+            /* perhaps a job's heartbeat, its renewal next */
+            beat_m = m;
+            beat =
+                (struct tx_beat){.pending = true, .idx = i, .cmd = cv.buf, .len = cv.len, .cv = cv};
+            beat.cv.m = &beat_m;
+        } else if (rx->prof == RPROF_RQ || xadd)
             tx_plan_publish(rx, c, &cv, xadd, &seen.rq, close_before, delay_rule);
     }
     free(tags);
@@ -332,7 +393,8 @@ enum cmd_result rpx_tx_begin(struct rpx *rx, struct rprof_cmdview *cv, const str
          * faulted any more. */
         bool judged = (codec_wants(rx->s, RULE_EV_ACK) && rx->prof != RPROF_LIST) ||
                       ((rx->prof == RPROF_RQ || rx->prof == RPROF_STREAMS) &&
-                       codec_wants(rx->s, RULE_EV_PUBLISH));
+                       codec_wants(rx->s, RULE_EV_PUBLISH)) ||
+                      (rx->prof == RPROF_RQ && codec_wants(rx->s, RULE_EV_LEASE));
         if (rc == 0 && !rx->tx_waited && (avail > len || judged)) {
             rpx_tx_reset(&rx->tx);
             if (rx->tx_wait_until == 0)

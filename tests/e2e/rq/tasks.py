@@ -4,11 +4,12 @@ Run by `rq worker` (driver.py puts this folder and tests/e2e on the import
 path), enqueued by name: `queue.enqueue("tasks.charge", order_id)`.  The
 message id is the RQ job id (`get_current_job().id`, a uuid4).
 
-RQ 1.13 never redelivers by itself (rq/worker.py, rq/registry.py): a worker BLPOPs the
-job id from rq:queue:default, loads rq:job:<id>, and runs it in a forked work
-horse, which records the start (ZADD rq:wip:default) and the end (MULTI ...
-ZREM rq:wip:default ... EXEC) on its own connection.  A job runs twice only if
-its id is pushed again.
+RQ 1.13 (rq/worker.py, rq/registry.py): a worker BLPOPs the job id from
+rq:queue:default, loads rq:job:<id>, and runs it in a forked work horse, which
+records the start (ZADD rq:wip:default) and the end (MULTI ... ZREM
+rq:wip:default ... EXEC) on its own connection; the worker renews the start
+entry while the horse runs.  A job runs twice only if its id is pushed again:
+by twice, or by RQ when the entry lapsed and the job has retries left.
 
 Environment: TWICE_EFFECTS, TWICE_RUNS, TWICE_EFFECT_REDIS (see ../e2ekit.py).
 """
@@ -43,3 +44,26 @@ def charge_safe(order_id):
     """Idempotent: SET twice:done:<job id> NX on the real Redis first."""
     e2ekit.charge_safe(get_current_job().id, "tasks.charge_safe")
     return order_id
+
+
+def _held(order_id, handler):
+    """Runs handler (its runs line says the job started) and then works until the file
+    TWICE_RELEASE exists (at most TWICE_HOLD_S, 180 s by default): a job that outlives its lease
+    when the worker's heartbeat is lost (tests/integration/test_rq_lease.py)."""
+    import time
+    job = get_current_job()
+    handler(job.id, job.func_name)
+    deadline = time.monotonic() + float(os.environ.get("TWICE_HOLD_S") or 180)
+    while not os.path.exists(os.environ["TWICE_RELEASE"]) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    return order_id
+
+
+def charge_held(order_id):
+    """NOT idempotent, and long: see _held()."""
+    return _held(order_id, e2ekit.charge)
+
+
+def charge_safe_held(order_id):
+    """Idempotent, and long: see _held()."""
+    return _held(order_id, e2ekit.charge_safe)
