@@ -1,5 +1,5 @@
 /*
- * idmap.c - message id -> what the delivery said, bounded, insertion ordered.
+ * idmap.c - message id -> what the delivery said, bounded, oldest put evicted first.
  */
 #include "proxy/idmap.h"
 
@@ -52,10 +52,9 @@ static struct node **find(const char *scope, const char *key, size_t keylen, uin
     return pp;
 }
 
-static void unlink_node(struct node **pp)
+/* Takes n out of the eviction order. */
+static void unorder(struct node *n)
 {
-    struct node *n = *pp;
-    *pp = n->chain;
     if (n->older != NULL)
         n->older->newer = n->newer;
     else
@@ -64,6 +63,25 @@ static void unlink_node(struct node **pp)
         n->newer->older = n->older;
     else
         newest = n->older;
+}
+
+/* Puts n last in the eviction order. */
+static void order_newest(struct node *n)
+{
+    n->newer = NULL;
+    n->older = newest;
+    if (newest != NULL)
+        newest->newer = n;
+    else
+        oldest = n;
+    newest = n;
+}
+
+static void unlink_node(struct node **pp)
+{
+    struct node *n = *pp;
+    *pp = n->chain;
+    unorder(n);
     free(n->info.task);
     free(n->info.queue);
     free(n->info.id);
@@ -112,8 +130,12 @@ struct idmap_info *idmap_put(const char *scope, const char *key, size_t keylen)
 {
     uint64_t h = fnv(scope, key, keylen);
     struct node **pp = find(scope, key, keylen, h);
-    if (pp != NULL && *pp != NULL)
+    if (pp != NULL && *pp != NULL) {
+        /* In use again (a processing list fed on, a job delivered anew): evicted last. */
+        unorder(*pp);
+        order_newest(*pp);
         return &(*pp)->info;
+    }
     if (count >= IDMAP_MAX && oldest != NULL) {
         struct node *o = oldest;
         idmap_del(o->key, o->key + strlen(o->key) + 1, o->keylen - strlen(o->key) - 1);
@@ -132,12 +154,7 @@ struct idmap_info *idmap_put(const char *scope, const char *key, size_t keylen)
     struct node **b = &buckets[h & (n_buckets - 1)];
     n->chain = *b;
     *b = n;
-    n->older = newest;
-    if (newest != NULL)
-        newest->newer = n;
-    else
-        oldest = n;
-    newest = n;
+    order_newest(n);
     count++;
     return &n->info;
 }

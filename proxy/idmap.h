@@ -7,10 +7,11 @@
  * is a forked process); only the id crosses.  The RESP layer therefore keeps,
  * per listener, what the delivery said about each id (task, queue, pending
  * fault decisions) until the ack removes it.  The map is bounded: past
- * IDMAP_MAX entries the oldest is forgotten (a later ack of it then carries
- * no task), so a load that never acks cannot grow twice without limit.
+ * IDMAP_MAX entries the one put longest ago is forgotten (a later ack of it
+ * then carries no task), so a load that never acks cannot grow twice without
+ * limit, and an entry put again and again (a processing list's) stays.
  *
- * Chained hashing with an insertion-ordered list for eviction.  Shared by
+ * Chained hashing with a list in order of the last idmap_put for eviction.  Shared by
  * the loops of every thread (a job is delivered on one connection and acked
  * on another, which may live on another loop): every use, from idmap_get or
  * idmap_put to the last touch of the entry it returned, holds idmap_lock().
