@@ -236,8 +236,12 @@ int verdict_add_record(struct verdict *v, const Twice__Journal__Record *r)
     if (r->kind == TWICE__JOURNAL__RECORD__KIND__DELIVER ||
         r->kind == TWICE__JOURNAL__RECORD__KIND__ACK)
         m->failed = false; /* run again, or settled after all */
-    else if (r->kind == TWICE__JOURNAL__RECORD__KIND__NACK && !r->retry)
+    else if (r->kind == TWICE__JOURNAL__RECORD__KIND__NACK && !r->retry) {
+        /* Failed for good; one abandoned before it did not complete after all (RQ's horse
+         * failing a reaped job: its ZREM from the started registry, then its ZADD to failed). */
         m->failed = true;
+        m->abandoned = false;
+    }
     if (r->kind == TWICE__JOURNAL__RECORD__KIND__DELIVER) {
         sat_inc(&m->delivers);
         sat_inc(&m->reached);

@@ -873,6 +873,11 @@ static void test_abandoned_while_running(void **state)
         {.kind = JOURNAL_KIND_NACK, .id = "b1", .task = "tasks.slow"},
         {.kind = JOURNAL_KIND_DELIVER, .id = "c1", .task = "tasks.slow"},
         {.kind = JOURNAL_KIND_ACK, .id = "c1", .task = "tasks.slow"},
+        /* reaped while its horse ran, then the horse failed it too: failed, not abandoned */
+        {.kind = JOURNAL_KIND_DELIVER, .id = "d1", .task = "tasks.slow"},
+        {.kind = JOURNAL_KIND_NACK, .id = "d1", .task = "tasks.slow"},
+        {.kind = JOURNAL_KIND_ACK, .id = "d1", .task = "tasks.slow"},
+        {.kind = JOURNAL_KIND_NACK, .id = "d1", .task = "tasks.slow"},
     };
     write_journal(f->journal, recs, sizeof(recs) / sizeof(recs[0]));
     write_file(f->effects, "a1\nb1\nc1\n");
@@ -883,20 +888,20 @@ static void test_abandoned_while_running(void **state)
                     "while a worker still ran them, and that worker completed them "
                     "afterwards (an RQ job whose heartbeat lapsed, moved to the failed "
                     "registry): a requeue of those failed jobs runs them again (e.g. a1)\n");
-    assert_contains(f->out, "warning: tasks.slow: 1 message ids ended failed");
+    assert_contains(f->out, "warning: tasks.slow: 2 message ids ended failed");
     const char *jargv[] = {"verdict", "--journal", f->journal, "--effects", f->effects, "--json"};
     assert_int_equal(run(f, verdict_run, 6, jargv), 0);
-    assert_contains(f->out, "\"failed_examples\": [\"b1\"], \"abandoned\": 1, "
+    assert_contains(f->out, "\"failed_examples\": [\"b1\", \"d1\"], \"abandoned\": 1, "
                             "\"abandoned_examples\": [\"a1\"]}");
     const char *rargv[] = {"report", f->journal};
     assert_int_equal(run(f, report_run, 2, rargv), 0);
     assert_contains(f->out, "\nFailed by the framework (FAILED: for good; ABANDONED: while a "
                             "worker still ran it, which completed it after)\n"
                             "  TASK                               FAILED  ABANDONED  E.G.\n"
-                            "  tasks.slow                              1          1  a1\n");
+                            "  tasks.slow                              2          1  a1\n");
     const char *rjargv[] = {"report", f->journal, "--json"};
     assert_int_equal(run(f, report_run, 3, rjargv), 0);
-    assert_contains(f->out, "\"failed\": [{\"task\": \"tasks.slow\", \"failed\": 1, "
+    assert_contains(f->out, "\"failed\": [{\"task\": \"tasks.slow\", \"failed\": 2, "
                             "\"abandoned\": 1, \"abandoned_examples\": [\"a1\"]}]");
 }
 
