@@ -517,11 +517,12 @@ bool rprof_rq_job_saved(enum rprof p, const struct rprof_cmdview *cv, const char
     return *task != NULL;
 }
 
-/* The one member of ZADD KEY [flags] SCORE MEMBER into *member, and whether XX and NX were
+/* The one member of ZADD KEY [flags] SCORE MEMBER into *member, and whether XX, NX and CH were
  * among the flags; false for INCR or anything but one score and one member. */
-static bool zadd_one(const struct rprof_cmdview *cv, struct resp_view *member, bool *xx, bool *nx)
+static bool zadd_one(const struct rprof_cmdview *cv, struct resp_view *member, bool *xx, bool *nx,
+                     bool *ch)
 {
-    *xx = *nx = false;
+    *xx = *nx = *ch = false;
     size_t i = 2;
     struct resp_view a;
     for (; rprof_arg(cv, i, &a); i++) {
@@ -529,10 +530,11 @@ static bool zadd_one(const struct rprof_cmdview *cv, struct resp_view *member, b
             *xx = true;
         else if (rprof_arg_is(cv, &a, "NX"))
             *nx = true;
+        else if (rprof_arg_is(cv, &a, "CH"))
+            *ch = true;
         else if (rprof_arg_is(cv, &a, "INCR"))
             return false;
-        else if (!rprof_arg_is(cv, &a, "GT") && !rprof_arg_is(cv, &a, "LT") &&
-                 !rprof_arg_is(cv, &a, "CH"))
+        else if (!rprof_arg_is(cv, &a, "GT") && !rprof_arg_is(cv, &a, "LT"))
             break;
     }
     return cv->m->nelem == i + 2 && rprof_arg(cv, i + 1, member) && member->type == '$' &&
@@ -541,16 +543,20 @@ static bool zadd_one(const struct rprof_cmdview *cv, struct resp_view *member, b
 
 bool rprof_rq_lease(enum rprof p, const struct rprof_cmdview *cv, struct resp_view *id)
 {
-    bool xx, nx;
+    /* Without CH a renewal of a member there answers 0, which is what twice answers for one it
+     * keeps back; RQ sends no CH. */
+    bool xx, nx, ch;
     return p == RPROF_RQ && is(cv, RPROF_CMD_ZADD) && cv->has_key &&
-           starts_with(cv->key, RPROF_RQ_WIP_PREFIX) && zadd_one(cv, id, &xx, &nx) && xx && !nx;
+           starts_with(cv->key, RPROF_RQ_WIP_PREFIX) && zadd_one(cv, id, &xx, &nx, &ch) && xx &&
+           !nx && !ch;
 }
 
 bool rprof_rq_failed(enum rprof p, const struct rprof_cmdview *cv, struct resp_view *id)
 {
-    bool xx, nx;
+    bool xx, nx, ch;
     return p == RPROF_RQ && is(cv, RPROF_CMD_ZADD) && cv->has_key &&
-           starts_with(cv->key, RPROF_RQ_FAILED_PREFIX) && zadd_one(cv, id, &xx, &nx) && !xx && !nx;
+           starts_with(cv->key, RPROF_RQ_FAILED_PREFIX) && zadd_one(cv, id, &xx, &nx, &ch) && !xx &&
+           !nx;
 }
 
 bool rprof_rq_reaps(enum rprof p, const struct rprof_cmdview *cv)

@@ -267,7 +267,7 @@ bool rprof_rq_job_saved(enum rprof p, const struct rprof_cmdview *cv, const char
 /* RQ's renewal of a job's lease, ZADD rq:wip:NAME XX SCORE ID (the worker's heartbeat while
  * its work horse runs the job, rq/worker.py maintain_heartbeats; the job's first entry, without
  * XX, is its start, not a renewal): *id is the view of ID.  False for any other ZADD (NX, INCR,
- * several members). */
+ * CH, several members). */
 bool rprof_rq_lease(enum rprof p, const struct rprof_cmdview *cv, struct resp_view *id);
 
 /* RQ's move of a job into its failed registry, ZADD rq:failed:NAME SCORE ID without NX or XX

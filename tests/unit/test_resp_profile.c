@@ -929,8 +929,11 @@ static void test_rq_lease_and_failed(void **state)
     assert_memory_equal(buf + v.off, "job-1", 5);
     assert_false(rprof_rq_failed(RPROF_RQ, &cv, &v));
     assert_false(rprof_rq_lease(RPROF_SIDEKIQ, &cv, &v));
-    CMD("zadd", "rq:wip:default", "xx", "ch", "1700000090", "job-1"); /* any case, CH */
+    CMD("zadd", "rq:wip:default", "gt", "xx", "1700000090", "job-1"); /* any case, GT */
     assert_true(rprof_rq_lease(RPROF_RQ, &cv, &v));
+    /* CH answers 1 for a changed score: not the 0 twice answers for one it keeps back */
+    CMD("ZADD", "rq:wip:default", "XX", "CH", "1700000090", "job-1");
+    assert_false(rprof_rq_lease(RPROF_RQ, &cv, &v));
     CMD("ZADD", "rq:wip:default", "1700000090", "job-1"); /* the job's start */
     assert_false(rprof_rq_lease(RPROF_RQ, &cv, &v));
     CMD("ZADD", "rq:wip:default", "XX", "NX", "1", "job-1");
