@@ -267,10 +267,29 @@ static void tx_plan_publish(struct rpx *rx, struct txcmd *c, const struct rprof_
 struct tx_beat {
     bool pending;
     size_t idx; /* its slot in rx->tx.cmds (which grows: no pointer into it) */
-    const uint8_t *cmd;
-    size_t len;
     struct rprof_cmdview cv;
 };
+
+/* The job heartbeat of beat, sent late: only onto a job hash still there, as RQ's worker deletes
+ * a hash its heartbeat made (maintain_heartbeats): one deleted or expired meanwhile stays gone. */
+static const char RQ_LATE_BEAT_LUA[] =
+    "if redis.call('EXISTS', KEYS[1]) == 1 then "
+    "return redis.call('HSET', KEYS[1], ARGV[1], ARGV[2]) end return 0";
+
+static bool late_beat(struct evbuffer *b, const struct tx_beat *beat)
+{
+    struct resp_view f, v;
+    if (!rprof_arg(&beat->cv, 2, &f) || !rprof_arg(&beat->cv, 3, &v))
+        return false;
+    const char *argv[6] = {"EVAL",
+                           RQ_LATE_BEAT_LUA,
+                           "1",
+                           beat->cv.key,
+                           (const char *)beat->cv.buf + f.off,
+                           (const char *)beat->cv.buf + v.off};
+    size_t lens[6] = {4, sizeof(RQ_LATE_BEAT_LUA) - 1, 1, strlen(beat->cv.key), f.len, v.len};
+    return rpx_encode_cmd(b, 6, argv, lens) == 0;
+}
 
 /* RQ's renewal of a lease queued in the transaction: kept back, answered 0 (no member added),
  * with its job's heartbeat; or applied later on twice's own connection. */
@@ -297,7 +316,7 @@ static void tx_plan_lease(struct rpx *rx, struct txcmd *c, const struct rprof_cm
     tx_keep_back_as(t, c, ":0\r\n", 4);
     if (f.fate == RPX_LEASE_LATE) {
         struct evbuffer *b = evbuffer_new();
-        if (b != NULL && (!with_beat || evbuffer_add(b, beat->cmd, beat->len) == 0) &&
+        if (b != NULL && (!with_beat || late_beat(b, beat)) &&
             evbuffer_add(b, cv->buf, cv->len) == 0)
             tx_add_cmds(&t->later, &t->later_n, b, with_beat ? 2 : 1);
         if (b != NULL)
@@ -362,8 +381,7 @@ static int tx_plan(struct rpx *rx, const uint8_t *buf, size_t len, size_t off,
         else if (rx->prof == RPROF_RQ && rpx_is_cmd(&cv, RPROF_CMD_HSET) && cv.m->nelem == 4) {
             /* perhaps a job's heartbeat, its renewal next */
             beat_m = m;
-            beat =
-                (struct tx_beat){.pending = true, .idx = i, .cmd = cv.buf, .len = cv.len, .cv = cv};
+            beat = (struct tx_beat){.pending = true, .idx = i, .cv = cv};
             beat.cv.m = &beat_m;
         } else if (rx->prof == RPROF_RQ || xadd)
             tx_plan_publish(rx, c, &cv, xadd, &seen.rq, close_before, delay_rule);
