@@ -384,7 +384,9 @@ enum cmd_result rpx_rq_command_lease(struct rpx *rx, struct rprof_cmdview *cv,
 /* RQ's move of job *idv into its failed registry (rprof_rq_failed()): a NACK in the journal. */
 void rpx_rq_journal_failed(struct rpx *rx, const struct rprof_cmdview *cv,
                            const struct resp_view *idv);
-void rpx_rq_free(struct rpx *rx);
+/* The connection popped a job: the lease it lost (if any) is over, a run of that job again is
+ * decided anew.  Also at its end. */
+void rpx_rq_forget_lease(struct rpx *rx);
 
 /* ---- resp_tx.c ---- */
 

@@ -261,6 +261,8 @@ void rpx_on_pop_reply(struct rpx *rx, struct entry *e, const uint8_t *buf, const
     bool pair;
     if (!rprof_pop_reply(buf, m, e->arg, list, sizeof(list), &val, &pair))
         return;
+    if (rx->prof == RPROF_RQ)
+        rpx_rq_forget_lease(rx); /* the worker is on to its next job */
     if (rx->prof == RPROF_LIST && e->arg2 != NULL)
         remember_processing(rx, e->arg2, list, e->head);
     struct job_event j = {.kind = RULE_EV_DELIVER};

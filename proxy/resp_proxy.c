@@ -1077,7 +1077,7 @@ static void rpx_free(void *state)
         ruleset_put(rx->pinned[i]);
     free(rx->pinned);
     free(rx->slots);
-    rpx_rq_free(rx);
+    rpx_rq_forget_lease(rx);
     free(rx);
 }
 

@@ -17,8 +17,9 @@
  *   close on lease  the worker's connection cut before or after it.
  *
  * A lease is lost per worker connection and job: a worker renews one job at a time (it runs
- * one horse), so the session remembers the one job whose lease it lost, and a renewal of another
- * job by it is decided anew.
+ * one horse), so the session remembers the one job whose lease it lost until the connection pops
+ * its next job (a single-threaded worker dequeues on the connection it renews on: redis-py's
+ * pool hands back the one it last used), and a renewal of another job by it is decided anew.
  *
  * RQ's failed registry, ZADD rq:failed:NAME SCORE ID, is journaled as a NACK without retry: the
  * job failed for good, as RQ's own handle_job_failure says, or its lease lapsed and the
@@ -49,7 +50,7 @@ static bool view_id(const struct rprof_cmdview *cv, const struct resp_view *v, c
     return rprof_view_str(cv->buf, cv->len, v, out, cap) && out[0] != '\0';
 }
 
-void rpx_rq_free(struct rpx *rx)
+void rpx_rq_forget_lease(struct rpx *rx)
 {
     free(rx->rq_lost);
     rx->rq_lost = NULL;

@@ -196,15 +196,20 @@ class RQLease(dk.FrameworkCase):
     def test_renewals_dropped_and_delayed_per_connection(self):
         """drop: the renewal and the job hash's last_heartbeat never reach Redis, EXEC answers
         as if they did, this connection's later renewals of the job (in a transaction or not)
-        are dropped without a second fault, and another connection's renewal is decided anew.
-        delay: applied D later, the next one too."""
+        are dropped without a second fault until it pops its next job, and another
+        connection's renewal is decided anew.  delay: applied D later, the next one too, and a
+        late heartbeat makes no job hash again once RQ deleted it.  close: the connection cut
+        before the transaction, nothing of it applied."""
         import redis
         tw, port = self.start_twice(
             "rule lapse on jobs {\n  when lease message_id=j-drop\n  do drop\n}\n"
             "rule slow on jobs {\n  when lease message_id=j-late\n  do delay 1500ms\n}\n"
-            "rule raw on jobs {\n  when lease message_id=j-raw\n  do drop\n}\n")
+            "rule raw on jobs {\n  when lease message_id=j-raw\n  do drop\n}\n"
+            "rule again on jobs {\n  when lease message_id=j-again\n  do drop\n}\n"
+            "rule gone on jobs {\n  when lease message_id=j-gone\n  do delay 1500ms\n}\n"
+            "rule cut on jobs {\n  when lease message_id=j-cut\n  do close before\n}\n")
         real = redis.Redis(host="127.0.0.1", port=self.redis.port)
-        for m in ("j-drop", "j-late"):
+        for m in ("j-drop", "j-late", "j-again", "j-gone", "j-cut"):
             real.zadd("rq:wip:" + QUEUE, {m: 100})
             real.hset("rq:job:" + m, "last_heartbeat", "start")
         w1 = redis.Redis(host="127.0.0.1", port=port)
@@ -240,11 +245,36 @@ class RQLease(dk.FrameworkCase):
             p.zadd("rq:wip:" + QUEUE, {"j-raw": score}, xx=True)
             p.zscore("rq:wip:" + QUEUE, "j-raw")
             self.assertEqual(p.execute(), [0, 100])
+        # the lost lease ends when the worker connection pops its next job: a run of the same
+        # job again is decided anew (and the rule faulted it once already: applied)
+        w5 = redis.Redis(host="127.0.0.1", port=port)
+        self.assertEqual(self.heartbeat(w5, "j-again", 200, worker="w5")[2:], [0, 0])
+        real.rpush("rq:queue:" + QUEUE, "j-again")
+        self.assertEqual(w5.blpop(["rq:queue:" + QUEUE], 5), (b"rq:queue:" + QUEUE.encode(),
+                                                              b"j-again"))
+        self.heartbeat(w5, "j-again", 300, worker="w5")
+        self.assertEqual(real.zscore("rq:wip:" + QUEUE, "j-again"), 300)
+        # a delayed heartbeat of a job whose hash RQ deleted meanwhile (result_ttl=0, or its
+        # TTL): the renewal applied, no hash made again
+        w6 = redis.Redis(host="127.0.0.1", port=port)
+        self.assertEqual(self.heartbeat(w6, "j-gone", 500, worker="w6")[2:], [0, 0])
+        real.delete("rq:job:j-gone")
+        h.wait_until(lambda: real.zscore("rq:wip:" + QUEUE, "j-gone") == 500, 30,
+                     what="the delayed renewal of j-gone applied")
+        self.assertFalse(real.exists("rq:job:j-gone"), "a late heartbeat made the hash again")
+        # close: the worker's connection cut instead of its transaction
+        w7 = redis.Redis(host="127.0.0.1", port=port)
+        with self.assertRaises(redis.exceptions.ConnectionError):
+            self.heartbeat(w7, "j-cut", 200, worker="w7")
+        self.assertEqual(real.zscore("rq:wip:" + QUEUE, "j-cut"), 100)
+        self.assertEqual(real.hget("rq:job:j-cut", "last_heartbeat"), b"start")
+        self.assertFalse(real.exists("rq:worker:w7"), "nothing of the transaction applied")
         tw.stop()
         _, recs, _ = fk.decode_journal(self.journal)
         faults = sorted((r.get("rule"), r.get("message_id")) for r in recs
                         if fk.KIND_NAMES.get(r.get("kind")) == "fault")
-        self.assertEqual(faults, [("lapse", "j-drop"), ("raw", "j-raw"), ("slow", "j-late")])
+        self.assertEqual(faults, [("again", "j-again"), ("cut", "j-cut"), ("gone", "j-gone"),
+                                  ("lapse", "j-drop"), ("raw", "j-raw"), ("slow", "j-late")])
 
 
 if __name__ == "__main__":
