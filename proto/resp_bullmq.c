@@ -149,14 +149,14 @@ int bmq_add_args(const struct rprof_cmdview *cv, const struct bmq_call *c, struc
     return 0;
 }
 
-int bmq_add_reply(const uint8_t *buf, const struct resp_msg *m, char *out, size_t cap)
+int bmq_add_reply(const uint8_t *buf, const struct resp_view *v, char *out, size_t cap)
 {
     out[0] = '\0';
-    if (m->type == ':')
+    if (v->type == ':')
         return 0;
-    if (m->type != '$' || m->null || m->value.len == 0)
+    if (v->type != '$' || v->null || v->len == 0)
         return -1;
-    return copy_str(buf + m->value.off, m->value.len, out, cap) ? 1 : -1;
+    return copy_str(buf + v->off, v->len, out, cap) ? 1 : -1;
 }
 
 /* A decimal count in v (a bulk string), 0 when it is not one. */

@@ -92,9 +92,11 @@ struct bmq_job {
  * when it cannot be read. */
 int bmq_add_args(const struct rprof_cmdview *cv, const struct bmq_call *c, struct bmq_job *j);
 
-/* An add's reply: 1 with the job's id in out[0..cap), 0 for an integer (BullMQ's error codes
- * are negative ones), -1 for any other shape. */
-int bmq_add_reply(const uint8_t *buf, const struct resp_msg *m, char *out, size_t cap);
+/* An add's reply v (a reply's value, or its element in EXEC's array when the add was queued in
+ * a transaction, as FlowProducer.add queues its own): 1 with the job's id in
+ * out[0..cap), 0 for an integer (BullMQ's error codes are negative ones), -1 for any other
+ * shape. */
+int bmq_add_reply(const uint8_t *buf, const struct resp_view *v, char *out, size_t cap);
 
 /* The job a moveToActive reply, or a moveToFinished one that fetched the next job, hands the
  * worker: [job hash as field/value pairs, id, ...].  1 with *j filled (its queue left as

@@ -292,7 +292,7 @@ static void reply(enum rprof p, const uint8_t *buf, const struct resp_msg *m)
     entries(buf, m->len, &m->value);
     /* BullMQ's replies */
     char bid[BMQ_ID_MAX];
-    if (bmq_add_reply(buf, m, bid, sizeof(bid)) == 1)
+    if (bmq_add_reply(buf, &m->value, bid, sizeof(bid)) == 1)
         CHECK(bid[0] != '\0' && strlen(bid) < sizeof(bid));
     struct bmq_job j = {.queue = "q"};
     if (bmq_next_job(buf, m, &j) == 1)

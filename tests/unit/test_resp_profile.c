@@ -276,7 +276,7 @@ static void bullmq_reply(struct reading *r, uint8_t kind, const uint8_t *buf,
     int64_t code;
     switch (kind) {
     case KIND_BMQ_ADD:
-        if (bmq_add_reply(buf, m, id, sizeof(id)) == 1)
+        if (bmq_add_reply(buf, &m->value, id, sizeof(id)) == 1)
             say(&r->out, "added %s", id);
         break;
     case KIND_BMQ_NEXT:
@@ -1288,10 +1288,10 @@ static void test_bullmq_edges(void **state)
     assert_string_equal(queue, "q");
     /* replies */
     make_reply("$2\r\n17\r\n", &m);
-    assert_int_equal(bmq_add_reply((const uint8_t *)"$2\r\n17\r\n", &m, id, sizeof(id)), 1);
+    assert_int_equal(bmq_add_reply((const uint8_t *)"$2\r\n17\r\n", &m.value, id, sizeof(id)), 1);
     assert_string_equal(id, "17");
     make_reply(":-5\r\n", &m);
-    assert_int_equal(bmq_add_reply((const uint8_t *)":-5\r\n", &m, id, sizeof(id)), 0);
+    assert_int_equal(bmq_add_reply((const uint8_t *)":-5\r\n", &m.value, id, sizeof(id)), 0);
     int64_t code = 0;
     make_reply(":-2\r\n", &m);
     assert_true(bmq_finish_code((const uint8_t *)":-2\r\n", &m, &code));
