@@ -747,11 +747,12 @@ static enum cmd_result command_add(struct rpx *rx, struct rprof_cmdview *cv,
     return CMD_DONE;
 }
 
-static void on_add(struct rpx *rx, struct entry *e, const uint8_t *buf, const struct resp_msg *m)
+/* The add of pd answered v: journaled with the id BullMQ gave the job. */
+static void journal_add(struct rpx *rx, const struct bmq_pending *pd, const uint8_t *buf,
+                        const struct resp_view *v)
 {
-    const struct bmq_pending *pd = e->bmq;
     char id[BMQ_ID_MAX];
-    if (bmq_add_reply(buf, m, id, sizeof(id)) != 1)
+    if (bmq_add_reply(buf, v, id, sizeof(id)) != 1)
         return;
     struct job_event j = {.kind = RULE_EV_PUBLISH};
     j.id = rpx_jdup(&j, id);
@@ -761,6 +762,35 @@ static void on_add(struct rpx *rx, struct entry *e, const uint8_t *buf, const st
         j.queue = rpx_jdup(&j, queue);
     rpx_journal_job(rx, JOURNAL_KIND_PUBLISH, &j);
     rpx_job_event_clear(&j);
+}
+
+static void on_add(struct rpx *rx, struct entry *e, const uint8_t *buf, const struct resp_msg *m)
+{
+    journal_add(rx, e->bmq, buf, &m->value);
+}
+
+struct bmq_pending *rpx_bmq_tx_add(struct rpx *rx, const struct rprof_cmdview *cv)
+{
+    struct bmq_call c;
+    struct bmq_job bj;
+    if (!rpx_is_cmd(cv, RPROF_CMD_EVAL) && !rpx_is_cmd(cv, RPROF_CMD_EVALSHA))
+        return NULL;
+    if (!bmq_call_of(cv, &c) || !bmq_script_adds(call_script(cv, &c)))
+        return NULL;
+    codec_count(rx->s, RULE_EV_PUBLISH); /* seen, not decided: see docs/limits.md */
+    struct bmq_pending *pd;
+    if (rx->s->px->journal == NULL || bmq_add_args(cv, &c, &bj) != 0 ||
+        (pd = calloc(1, sizeof(*pd))) == NULL)
+        return NULL;
+    memcpy(pd->prefix, bj.prefix, sizeof(pd->prefix));
+    memcpy(pd->name, bj.name, sizeof(pd->name));
+    return pd;
+}
+
+void rpx_bmq_tx_added(struct rpx *rx, const struct bmq_pending *pd, const uint8_t *buf,
+                      const struct resp_view *v)
+{
+    journal_add(rx, pd, buf, v);
 }
 
 /* ---- entry points ------------------------------------------------------------------------- */

@@ -75,9 +75,10 @@ struct bmq_pending {
 
 /* One queued command of a transaction, as twice answers it in EXEC. */
 struct txcmd {
-    bool suppress;          /* kept back: twice answers it */
-    struct evbuffer *synth; /* suppress: its element in EXEC's array */
-    int64_t add;            /* forwarded XACK with ids kept back */
+    bool suppress;           /* kept back: twice answers it */
+    struct evbuffer *synth;  /* suppress: its element in EXEC's array */
+    int64_t add;             /* forwarded XACK with ids kept back */
+    struct bmq_pending *bmq; /* owned: a BullMQ add queued in it, journaled from its reply */
 };
 
 /* A reply owed to the client. */
@@ -361,6 +362,13 @@ enum cmd_result rpx_bmq_command(struct rpx *rx, struct rprof_cmdview *cv, const 
 /* The reply to one (an entry of kind RK_BMQ_*), a copy in `reply` it may rewrite. */
 void rpx_bmq_on_reply(struct rpx *rx, struct entry *e, const uint8_t *buf, const struct resp_msg *m,
                       struct evbuffer *reply);
+/* An add script queued in a transaction (FlowProducer.add): counted as a publish
+ * (not decided: no rule acts on it), and what its reply in EXEC's array is journaled with (NULL
+ * when there is no journal, or it is no add). */
+struct bmq_pending *rpx_bmq_tx_add(struct rpx *rx, const struct rprof_cmdview *cv);
+/* That add's element v of EXEC's reply: journaled as a publish with the id BullMQ gave. */
+void rpx_bmq_tx_added(struct rpx *rx, const struct bmq_pending *pd, const uint8_t *buf,
+                      const struct resp_view *v);
 
 /* ---- resp_rq.c ---- */
 

@@ -82,9 +82,11 @@ static void entry_clear_args(struct entry *e)
     free(e->arg2);
     free(e->bmq);
     e->bmq = NULL;
-    for (size_t i = 0; i < e->ntx; i++)
+    for (size_t i = 0; i < e->ntx; i++) {
         if (e->tx[i].synth != NULL)
             evbuffer_free(e->tx[i].synth);
+        free(e->tx[i].bmq);
+    }
     free(e->tx);
     if (e->after != NULL)
         evbuffer_free(e->after);

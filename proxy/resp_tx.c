@@ -38,6 +38,8 @@ void rpx_on_exec_reply(struct rpx *rx, struct entry *e, const uint8_t *buf,
             evbuffer_free(out);
             return; /* not the shape expected: pass the server's reply on */
         }
+        if (e->tx[i].bmq != NULL)
+            rpx_bmq_tx_added(rx, e->tx[i].bmq, buf, &v);
         int64_t n;
         if (e->tx[i].add != 0 && v.type == ':' && resp_view_int(buf, m->len, &v, &n) == 0)
             evbuffer_add_printf(out, ":%lld\r\n", (long long)(n + e->tx[i].add));
@@ -56,9 +58,11 @@ void rpx_on_exec_reply(struct rpx *rx, struct entry *e, const uint8_t *buf,
 
 void rpx_tx_reset(struct tx *t)
 {
-    for (size_t i = 0; i < t->n; i++)
+    for (size_t i = 0; i < t->n; i++) {
         if (t->cmds[i].synth != NULL)
             evbuffer_free(t->cmds[i].synth);
+        free(t->cmds[i].bmq);
+    }
     free(t->cmds);
     if (t->later != NULL)
         evbuffer_free(t->later);
@@ -383,8 +387,11 @@ static int tx_plan(struct rpx *rx, const uint8_t *buf, size_t len, size_t off,
             beat_m = m;
             beat = (struct tx_beat){.pending = true, .idx = i, .cv = cv};
             beat.cv.m = &beat_m;
-        } else if (rx->prof == RPROF_RQ || xadd)
+        } else if (rx->prof == RPROF_RQ || xadd) {
             tx_plan_publish(rx, c, &cv, xadd, &seen.rq, close_before, delay_rule);
+        } else if (rx->prof == RPROF_BULLMQ && (c->bmq = rpx_bmq_tx_add(rx, &cv)) != NULL) {
+            t->any = true; /* EXEC's reply is read */
+        }
     }
     free(tags);
     if (rc == 1)
@@ -412,7 +419,8 @@ enum cmd_result rpx_tx_begin(struct rpx *rx, struct rprof_cmdview *cv, const str
         bool judged = (codec_wants(rx->s, RULE_EV_ACK) && rx->prof != RPROF_LIST) ||
                       ((rx->prof == RPROF_RQ || rx->prof == RPROF_STREAMS) &&
                        codec_wants(rx->s, RULE_EV_PUBLISH)) ||
-                      (rx->prof == RPROF_RQ && codec_wants(rx->s, RULE_EV_LEASE));
+                      (rx->prof == RPROF_RQ && codec_wants(rx->s, RULE_EV_LEASE)) ||
+                      (rx->prof == RPROF_BULLMQ && rx->s->px->journal != NULL);
         if (rc == 0 && !rx->tx_waited && (avail > len || judged)) {
             rpx_tx_reset(&rx->tx);
             if (rx->tx_wait_until == 0)
@@ -474,9 +482,11 @@ enum cmd_result rpx_tx_end(struct rpx *rx, struct rprof_cmdview *cv, const struc
             e->tx = t->cmds;
             e->ntx = t->idx < t->n ? t->idx : t->n;
             /* queued commands beyond the plan were forwarded */
-            for (size_t i = e->ntx; i < t->n; i++)
+            for (size_t i = e->ntx; i < t->n; i++) {
                 if (t->cmds[i].synth != NULL)
                     evbuffer_free(t->cmds[i].synth);
+                free(t->cmds[i].bmq);
+            }
             if (t->idx > e->ntx) {
                 struct txcmd *c = realloc(t->cmds, t->idx * sizeof(*c));
                 if (c != NULL) {

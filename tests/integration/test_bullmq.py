@@ -30,7 +30,9 @@ also work WORK_MS, longer than a lock lasts, with room for more jobs than there 
   BullMQ's features, no rule             delayed jobs, a job scheduler, a flow, a rate-limited
                                           worker, updateProgress, a retried job, addBulk: the
                                           same as directly (tests/e2e/bullmq/features.js); the
-                                          retry journaled as the app's
+                                          retry journaled as the app's; every add journaled
+                                          with its id, the flow's (queued in a MULTI) and
+                                          addBulk's (pipelined) too
   `twice check`                         `lease` on a bullmq listener; duplicate on publish and
                                           `after D` refused, with the reason
 """
@@ -278,6 +280,17 @@ class BullMQ(dk.FrameworkCase):
         retries = [r for k, r in recs if k == "nack" and r.get("queue") == "feat-retried"]
         self.assertEqual([(r.get("message_id"), bool(r.get("retry"))) for r in retries],
                          [(direct["retried"]["id"], True)], "the retry BullMQ made")
+        # Adds pipelined (Queue.addBulk) or queued in a MULTI (FlowProducer.add, journaled from
+        # EXEC's reply): each with the id BullMQ gave it, the one its delivery has.
+        for queue, task, n in (("feat-bulk", "bulk", 3), ("feat-flow-parent", "parent", 1),
+                               ("feat-flow-child", "child", 2)):
+            added = sorted((r.get("message_id"), r.get("task")) for k, r in recs
+                           if k == "publish" and r.get("queue") == queue)
+            ran = sorted({(r.get("message_id"), r.get("task")) for k, r in recs
+                          if k == "deliver" and r.get("queue") == queue})
+            self.assertEqual(len(added), n, (queue, added))
+            self.assertEqual(added, ran, queue)
+            self.assertEqual({t for _, t in added}, {task}, queue)
 
     # -- twice check ------------------------------------------------------------------------------
 

@@ -10,7 +10,7 @@
 //   progress  job.updateProgress(50) then (100): what QueueEvents said, and the job's last
 //   retried   a job that fails once, attempts 2 with a fixed 100 ms back-off: its attempts and
 //             its final state
-//   bulk      Queue.addBulk of 3 jobs (a MULTI): how many ran
+//   bulk      Queue.addBulk of 3 jobs (one pipeline, no MULTI): how many ran
 //
 // Each feature has a queue of its own (feat-<name>), emptied first.
 "use strict";
