@@ -399,17 +399,13 @@ static void print_deliveries_text(FILE *out, const struct report *rep)
     }
 }
 
-/* The tasks the app retried, from the verdict's accumulator (rep->attempts): -1 when out of
- * memory. */
-static int print_retries_text(FILE *out, const struct report *rep)
+/* The tasks the app retried, from the verdict of the journal's messages. */
+static void print_retries_text(FILE *out, const struct verdict_result *res)
 {
-    struct verdict_result res;
-    if (verdict_compute(rep->attempts, &res) != 0)
-        return -1;
     fputs("\nRetries by the app (new attempts it asked for, not copies)\n", out);
     bool any = false;
-    for (size_t i = 0; i < res.n_tasks; i++) {
-        const struct verdict_task *t = &res.tasks[i];
+    for (size_t i = 0; i < res->n_tasks; i++) {
+        const struct verdict_task *t = &res->tasks[i];
         if (t->retried == 0)
             continue;
         if (!any)
@@ -422,20 +418,15 @@ static int print_retries_text(FILE *out, const struct report *rep)
     }
     if (!any)
         fputs("  (none)\n", out);
-    verdict_result_free(&res);
-    return 0;
 }
 
 /* The tasks whose messages the framework failed (for good, or while a worker still ran them),
- * from the verdict's accumulator: -1 when out of memory. */
-static int print_failed_text(FILE *out, const struct report *rep)
+ * from the same verdict. */
+static void print_failed_text(FILE *out, const struct verdict_result *res)
 {
-    struct verdict_result res;
-    if (verdict_compute(rep->attempts, &res) != 0)
-        return -1;
     bool any = false;
-    for (size_t i = 0; i < res.n_tasks; i++) {
-        const struct verdict_task *t = &res.tasks[i];
+    for (size_t i = 0; i < res->n_tasks; i++) {
+        const struct verdict_task *t = &res->tasks[i];
         if (t->failed == 0 && t->abandoned == 0)
             continue;
         if (!any)
@@ -454,8 +445,6 @@ static int print_failed_text(FILE *out, const struct report *rep)
             text_write_safe(out, ex->ids[0]);
         fputc('\n', out);
     }
-    verdict_result_free(&res);
-    return 0;
 }
 
 static int print_connections_text(FILE *out, const struct report *rep)
@@ -553,8 +542,13 @@ static int print_text(FILE *out, const struct report *rep)
     if (print_faults_text(out, rep) != 0)
         return -1;
     print_deliveries_text(out, rep);
-    if (print_retries_text(out, rep) != 0 || print_failed_text(out, rep) != 0)
+    /* One verdict of the journal's messages (rep->attempts) for both sections. */
+    struct verdict_result res;
+    if (verdict_compute(rep->attempts, &res) != 0)
         return -1;
+    print_retries_text(out, &res);
+    print_failed_text(out, &res);
+    verdict_result_free(&res);
     if (print_connections_text(out, rep) != 0)
         return -1;
     return 0;
