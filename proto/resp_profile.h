@@ -118,8 +118,8 @@ enum rprof_cmd rprof_cmd_of(const char *name, size_t n);
  * RPOPLPUSH and BRPOPLPUSH, which only the list profile reads, ZADD and ZREMRANGEBYSCORE, which
  * only RQ's does (Sidekiq's schedule and retry sets are ZADDs too), and EVAL, EVALSHA and SCRIPT,
  * which only BullMQ's does; BullMQ's looks at those three, at AUTH, HELLO and SELECT (twice's
- * own connection repeats them) and at MULTI, EXEC and DISCARD (a script queued in a transaction
- * is not read).  A command it does not look at takes the proxy's plain path. */
+ * own connection repeats them) and at MULTI, EXEC and DISCARD (a flow's adds are queued in a
+ * transaction).  A command it does not look at takes the proxy's plain path. */
 bool rprof_cmd_matters(enum rprof p, enum rprof_cmd id);
 
 /* A scanned command as the profile functions read it. */

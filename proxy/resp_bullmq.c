@@ -747,9 +747,8 @@ static enum cmd_result command_add(struct rpx *rx, struct rprof_cmdview *cv,
     return CMD_DONE;
 }
 
-/* The add of pd answered v: journaled with the id BullMQ gave the job. */
-static void journal_add(struct rpx *rx, const struct bmq_pending *pd, const uint8_t *buf,
-                        const struct resp_view *v)
+void rpx_bmq_journal_add(struct rpx *rx, const struct bmq_pending *pd, const uint8_t *buf,
+                         const struct resp_view *v)
 {
     char id[BMQ_ID_MAX];
     if (bmq_add_reply(buf, v, id, sizeof(id)) != 1)
@@ -762,11 +761,6 @@ static void journal_add(struct rpx *rx, const struct bmq_pending *pd, const uint
         j.queue = rpx_jdup(&j, queue);
     rpx_journal_job(rx, JOURNAL_KIND_PUBLISH, &j);
     rpx_job_event_clear(&j);
-}
-
-static void on_add(struct rpx *rx, struct entry *e, const uint8_t *buf, const struct resp_msg *m)
-{
-    journal_add(rx, e->bmq, buf, &m->value);
 }
 
 struct bmq_pending *rpx_bmq_tx_add(struct rpx *rx, const struct rprof_cmdview *cv)
@@ -785,12 +779,6 @@ struct bmq_pending *rpx_bmq_tx_add(struct rpx *rx, const struct rprof_cmdview *c
     memcpy(pd->prefix, bj.prefix, sizeof(pd->prefix));
     memcpy(pd->name, bj.name, sizeof(pd->name));
     return pd;
-}
-
-void rpx_bmq_tx_added(struct rpx *rx, const struct bmq_pending *pd, const uint8_t *buf,
-                      const struct resp_view *v)
-{
-    journal_add(rx, pd, buf, v);
 }
 
 /* ---- entry points ------------------------------------------------------------------------- */
@@ -843,7 +831,7 @@ void rpx_bmq_on_reply(struct rpx *rx, struct entry *e, const uint8_t *buf, const
         return;
     switch (e->kind) {
     case RK_BMQ_ADD:
-        on_add(rx, e, buf, m);
+        rpx_bmq_journal_add(rx, e->bmq, buf, &m->value);
         break;
     case RK_BMQ_NEXT:
     case RK_BMQ_RETRY:

@@ -366,9 +366,10 @@ void rpx_bmq_on_reply(struct rpx *rx, struct entry *e, const uint8_t *buf, const
  * (not decided: no rule acts on it), and what its reply in EXEC's array is journaled with (NULL
  * when there is no journal, or it is no add). */
 struct bmq_pending *rpx_bmq_tx_add(struct rpx *rx, const struct rprof_cmdview *cv);
-/* That add's element v of EXEC's reply: journaled as a publish with the id BullMQ gave. */
-void rpx_bmq_tx_added(struct rpx *rx, const struct bmq_pending *pd, const uint8_t *buf,
-                      const struct resp_view *v);
+/* The add of pd answered v (its reply, or its element of EXEC's): journaled as a publish with
+ * the id BullMQ gave the job. */
+void rpx_bmq_journal_add(struct rpx *rx, const struct bmq_pending *pd, const uint8_t *buf,
+                         const struct resp_view *v);
 
 /* ---- resp_rq.c ---- */
 

@@ -39,7 +39,7 @@ void rpx_on_exec_reply(struct rpx *rx, struct entry *e, const uint8_t *buf,
             return; /* not the shape expected: pass the server's reply on */
         }
         if (e->tx[i].bmq != NULL)
-            rpx_bmq_tx_added(rx, e->tx[i].bmq, buf, &v);
+            rpx_bmq_journal_add(rx, e->tx[i].bmq, buf, &v);
         int64_t n;
         if (e->tx[i].add != 0 && v.type == ':' && resp_view_int(buf, m->len, &v, &n) == 0)
             evbuffer_add_printf(out, ":%lld\r\n", (long long)(n + e->tx[i].add));
