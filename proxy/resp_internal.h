@@ -299,6 +299,9 @@ struct job_event {
 /* A copy of s for a field of j; NULL for NULL, and on allocation failure, which j->oom
  * remembers. */
 char *rpx_jdup(struct job_event *j, const char *s);
+/* A copy, for a field of j, of the task the map remembers for job id[0..n) on this listener;
+ * NULL when it remembers none. */
+char *rpx_known_task(struct rpx *rx, struct job_event *j, const char *id, size_t n);
 void rpx_job_event_clear(struct job_event *j);
 void rpx_journal_job(struct rpx *rx, enum journal_kind kind, const struct job_event *j);
 /* Whether the journal or a rule on job events needs what a job's payload holds. */

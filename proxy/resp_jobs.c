@@ -24,6 +24,15 @@ char *rpx_jdup(struct job_event *j, const char *s)
     return d;
 }
 
+char *rpx_known_task(struct rpx *rx, struct job_event *j, const char *id, size_t n)
+{
+    idmap_lock();
+    struct idmap_info *in = idmap_get(rpx_scope(rx), id, n);
+    char *task = in != NULL && in->task != NULL ? rpx_jdup(j, in->task) : NULL;
+    idmap_unlock();
+    return task;
+}
+
 /* Whether j lost a field; if so it is logged, and neither journaled nor decided. */
 static bool job_event_oom(struct rpx *rx, const struct job_event *j)
 {
@@ -198,11 +207,7 @@ static bool job_from_value(struct rpx *rx, const char *list, const uint8_t *v, s
             return false;
         memcpy(job.id, v, n);
         job.id[n] = '\0';
-        idmap_lock();
-        struct idmap_info *in = idmap_get(rpx_scope(rx), (const char *)v, n);
-        if (in != NULL && in->task != NULL)
-            job.task = rpx_jdup(j, in->task);
-        idmap_unlock();
+        job.task = rpx_known_task(rx, j, (const char *)v, n);
     } else if (rx->prof != RPROF_SIDEKIQ && rx->prof != RPROF_CELERY && rx->prof != RPROF_LIST) {
         return false;
     } else if (rpx_jobs_needed(rx) && read_job(rx, v, n, &job) != 0) {
@@ -901,17 +906,13 @@ static const struct rule *publish_rq(struct rpx *rx, const struct rprof_cmdview 
     j.id = rpx_jdup(&j, id);
     j.queue = rprof_queue_of(rx->prof, cv->key);
     j.oom |= j.queue == NULL;
-    idmap_lock();
-    struct idmap_info *in = idmap_get(rpx_scope(rx), id, strlen(id));
-    if (in != NULL && in->task != NULL)
-        j.task = rpx_jdup(&j, in->task);
-    idmap_unlock();
+    j.task = rpx_known_task(rx, &j, id, strlen(id));
     if (j.task == NULL && rq != NULL && rq->task[0] != '\0') {
         /* An ack earlier in the transaction forgot the job (RQ's retry settles the job, saves
          * it again and pushes its id): its next delivery needs the task again. */
         j.task = rpx_jdup(&j, rq->task);
         idmap_lock();
-        in = idmap_put(rpx_scope(rx), id, strlen(id));
+        struct idmap_info *in = idmap_put(rpx_scope(rx), id, strlen(id));
         if (in != NULL && in->task == NULL)
             idmap_set_str(&in->task, rq->task, strlen(rq->task));
         idmap_unlock();

@@ -37,11 +37,7 @@ static void rq_event(struct rpx *rx, struct job_event *j, enum rule_event kind,
     j->id = rpx_jdup(j, id);
     j->queue = rprof_queue_of(rx->prof, cv->key);
     j->oom |= j->queue == NULL;
-    idmap_lock();
-    struct idmap_info *in = idmap_get(rpx_scope(rx), id, strlen(id));
-    if (in != NULL && in->task != NULL)
-        j->task = rpx_jdup(j, in->task);
-    idmap_unlock();
+    j->task = rpx_known_task(rx, j, id, strlen(id));
 }
 
 static bool view_id(const struct rprof_cmdview *cv, const struct resp_view *v, char *out,
