@@ -21,8 +21,8 @@
 #include "offline/verdict.h"
 #include "rules/rule.h"
 
-/* by_kind slots: Record.Kind codes 0..9, then one for codes a newer writer added. */
-#define REPORT_KINDS 10
+/* by_kind slots: Record.Kind codes 0..10, then one for codes a newer writer added. */
+#define REPORT_KINDS 11
 /* by_event slots: enum rule_event codes, then one for unknown codes. */
 #define REPORT_EVENTS (RULE_EV_COUNT + 1)
 /* Room for error messages and formatted times. */
@@ -30,8 +30,8 @@
 #define REPORT_TIME_MAX 40
 
 static const char *const report_kind_names[REPORT_KINDS] = {
-    "unspecified", "connect", "close",   "deliver", "ack",
-    "nack",        "publish", "confirm", "fault",   "command",
+    "unspecified", "connect", "close", "deliver", "ack",     "nack",
+    "publish",     "confirm", "fault", "command", "running",
 };
 
 struct report_rule {
@@ -55,7 +55,9 @@ struct report {
     Twice__Journal__Record **timeline; /* owned copies of --message's records */
     size_t n_timeline, cap_timeline;
     uint64_t timeline_more;   /* records past REPORT_TIMELINE_MAX */
-    struct verdict *attempts; /* every record, for the app's retries per task (no effects) */
+    struct verdict *attempts; /* every record: the app's retries per task, the deliveries
+                                 replayed (no effects) */
+    bool all_messages;        /* --messages */
 };
 
 static const char *kind_name(uint32_t kind)
@@ -192,7 +194,7 @@ static int report_add(struct report *rep, const Twice__Journal__Record *r)
         rc = add_fault(rep, r);
     if (rc == 0 && r->message_id[0] != '\0')
         rc = add_message(rep, r);
-    if (rc == 0 && rep->message == NULL)
+    if (rc == 0)
         rc = verdict_add_record(rep->attempts, r);
     return rc;
 }
@@ -205,7 +207,10 @@ static int report_load(struct report *rep, char *err, size_t errlen)
         return -1;
     rep->header = message_copy(&journal_reader_header(r)->base);
     rep->attempts = verdict_new();
-    int rc = rep->header != NULL && rep->attempts != NULL ? 1 : JOURNAL_ERR_NOMEM;
+    int rc = rep->header != NULL && rep->attempts != NULL &&
+                     verdict_add_header(rep->attempts, rep->header) == 0
+                 ? 1
+                 : JOURNAL_ERR_NOMEM;
     const Twice__Journal__Entry *e = NULL;
     while (rc == 1 && (rc = journal_reader_next(r, &e)) == 1) {
         if (e->body_case == TWICE__JOURNAL__ENTRY__BODY_RECORD && report_add(rep, e->record) != 0)
@@ -339,6 +344,20 @@ static void print_header_text(FILE *out, const struct report *rep)
         sep = ", ";
     }
     fputs(sep[0] == ',' ? ")\n" : "\n", out);
+    for (size_t i = 0; i < h->n_listeners; i++) {
+        const Twice__Journal__Listener *l = h->listeners[i];
+        fputs(i == 0 ? "listeners " : ", ", out);
+        text_write_safe(out, l->name);
+        fputs(" (", out);
+        text_write_safe(out, l->protocol);
+        if (l->profile[0] != '\0') {
+            fputs(", ", out);
+            text_write_safe(out, l->profile);
+        }
+        fputc(')', out);
+    }
+    if (h->n_listeners > 0)
+        fputc('\n', out);
     if (rep->truncated)
         fputs("warning: the last record is cut short (the proxy died while writing it)\n", out);
 }
@@ -478,10 +497,36 @@ static void print_field_text(FILE *out, const char *key, const char *value)
     text_write_safe(out, value);
 }
 
-/* first_deliver: the time of the message's first DELIVER record before r, or 0: a later
- * delivery says how long after the first it came (the copy delay the verdict counts). */
+/* What the verdict made of delivery d: "first", "copy", "set aside", "withheld" or
+ * "unreached" (the attempt's first live delivery, never seen to finish). */
+static const char *delivery_counted(const struct verdict_delivery *d)
+{
+    if (d->withheld)
+        return "withheld";
+    if (d->set_aside)
+        return "set aside";
+    if (d->overlap != VERDICT_COPY_NONE)
+        return "copy";
+    return d->reached ? "first" : "unreached";
+}
+
+/* The marks of a DELIVER record in the timeline: what the verdict counted it as. */
+static void print_delivery_marks(FILE *out, const struct verdict_delivery *d)
+{
+    if (d->set_aside) {
+        fputs(" set_aside", out);
+    } else if (d->overlap != VERDICT_COPY_NONE) {
+        fprintf(out, " copy_after=%.3fs", (double)d->copy_delay_us / 1e6);
+        if (d->overlap == VERDICT_COPY_OVERLAP)
+            fprintf(out, " OVERLAP=%.3fs", (double)d->overlap_us / 1e6);
+        else
+            fprintf(out, " overlap=%s", d->overlap == VERDICT_COPY_AFTER ? "no" : "unknown");
+    }
+}
+
+/* d: the replayed delivery when r is a DELIVER record, else NULL. */
 static void print_timeline_record_text(FILE *out, const Twice__Journal__Record *r, uint64_t t0,
-                                       uint64_t first_deliver)
+                                       const struct verdict_delivery *d)
 {
     char when[REPORT_TIME_MAX];
     format_time(when, sizeof(when), r->time_unix_us);
@@ -499,35 +544,124 @@ static void print_timeline_record_text(FILE *out, const Twice__Journal__Record *
         fprintf(out, " retries=%u", (unsigned)r->retries);
     if (r->retry)
         fputs(r->kind == TWICE__JOURNAL__RECORD__KIND__NACK ? " requeue" : " retry", out);
+    if (r->refused)
+        fputs(" refused", out);
     print_field_text(out, "rule", r->rule);
     if (r->kind == TWICE__JOURNAL__RECORD__KIND__FAULT) {
         print_field_text(out, "action", r->action_name);
         fprintf(out, " event=%s", event_name(r->event));
     }
+    print_field_text(out, "run", r->run);
     print_field_text(out, "detail", r->detail);
-    if (r->kind == TWICE__JOURNAL__RECORD__KIND__DELIVER && first_deliver != 0)
-        fprintf(out, " copy_after=%.3fs", (double)(r->time_unix_us - first_deliver) / 1e6);
+    if (d != NULL)
+        print_delivery_marks(out, d);
     fputc('\n', out);
 }
 
-static void print_timeline_text(FILE *out, const struct report *rep)
+/* One line per replayed delivery: when it came, how it ended, what the verdict counted. */
+static void print_deliveries_table(FILE *out, const struct verdict_delivery *d, size_t n,
+                                   uint64_t t0)
+{
+    fputs("\nDeliveries, as the verdict counts them\n", out);
+    fprintf(out, "  %3s  %10s  %8s  %6s  %-34s  %s\n", "#", "AT", "SESSION", "TAG", "ENDED",
+            "COUNTED");
+    for (size_t i = 0; i < n; i++) {
+        char ended[64];
+        if (d[i].settled)
+            snprintf(ended, sizeof(ended), "%s%s at %+.3fs", d[i].refused ? "refused " : "",
+                     d[i].nack ? "nack" : "ack", (double)(int64_t)(d[i].settled_us - t0) / 1e6);
+        else if (d[i].closed_us != 0)
+            snprintf(ended, sizeof(ended), "never settled, closed at %+.3fs",
+                     (double)(int64_t)(d[i].closed_us - t0) / 1e6);
+        else
+            snprintf(ended, sizeof(ended), "never settled");
+        fprintf(out, "  %3zu  %+9.3fs  %8llu  %6llu  %-34s  %s", i + 1,
+                (double)(int64_t)(d[i].time_us - t0) / 1e6, (unsigned long long)d[i].session,
+                (unsigned long long)d[i].tag, ended, delivery_counted(&d[i]));
+        if (d[i].overlap == VERDICT_COPY_OVERLAP)
+            fprintf(out, ", ran beside an earlier delivery for %.3fs at least",
+                    (double)d[i].overlap_us / 1e6);
+        else if (d[i].overlap == VERDICT_COPY_AFTER)
+            fputs(", after the earlier ones were settled", out);
+        else if (d[i].overlap == VERDICT_COPY_UNKNOWN)
+            fputs(", overlap unknown", out);
+        else if (d[i].set_aside)
+            fputs(": no worker was seen to finish the delivery before it, or it", out);
+        fputc('\n', out);
+    }
+}
+
+/* 0, 1 when the message is not in the journal, -1 when out of memory. */
+static int print_timeline_text(FILE *out, const struct report *rep)
 {
     fputs("\nTimeline of message ", out);
     text_write_safe(out, rep->message);
     fprintf(out, " (%zu records)\n", rep->n_timeline);
     if (rep->n_timeline == 0) {
         fputs("  (no record has this message id)\n", out);
-        return;
+        return 1;
     }
-    uint64_t t0 = rep->timeline[0]->time_unix_us, first_deliver = 0;
+    struct verdict_delivery *d = NULL;
+    size_t n = 0, k = 0;
+    if (verdict_message_deliveries(rep->attempts, rep->message, &d, &n) < 0)
+        return -1;
+    uint64_t t0 = rep->timeline[0]->time_unix_us;
     for (size_t i = 0; i < rep->n_timeline; i++) {
         const Twice__Journal__Record *r = rep->timeline[i];
-        print_timeline_record_text(out, r, t0, first_deliver);
-        if (r->kind == TWICE__JOURNAL__RECORD__KIND__DELIVER && first_deliver == 0)
-            first_deliver = r->time_unix_us;
+        bool deliver = r->kind == TWICE__JOURNAL__RECORD__KIND__DELIVER;
+        print_timeline_record_text(out, r, t0, deliver && k < n ? &d[k++] : NULL);
     }
     if (rep->timeline_more > 0)
         fprintf(out, "  ... and %llu more records\n", (unsigned long long)rep->timeline_more);
+    if (n > 0)
+        print_deliveries_table(out, d, n, t0);
+    free(d);
+    return 0;
+}
+
+/* The state of a walk over every message (--messages). */
+struct report_walk {
+    const struct report *rep;
+    FILE *out;
+    bool first;
+};
+
+/* --messages: one line per delivery of each message. */
+static int print_one_message_text(void *ctx, const char *id, const char *task)
+{
+    struct report_walk *w = ctx;
+    struct verdict_delivery *d = NULL;
+    size_t n = 0;
+    if (verdict_message_deliveries(w->rep->attempts, id, &d, &n) < 0)
+        return -1;
+    for (size_t i = 0; i < n; i++) {
+        char when[REPORT_TIME_MAX];
+        format_time(when, sizeof(when), d[i].time_us);
+        fputs("  ", w->out);
+        text_write_safe(w->out, id);
+        fputc(' ', w->out);
+        text_write_safe(w->out, task != NULL ? task : "-");
+        fprintf(w->out, " #%zu %s session=%llu tag=%llu %s", i + 1, when,
+                (unsigned long long)d[i].session, (unsigned long long)d[i].tag,
+                d[i].settled ? (d[i].nack ? "nack" : "ack") : "unsettled");
+        if (d[i].refused)
+            fputs("(refused)", w->out);
+        if (d[i].settled)
+            fprintf(w->out, "=+%.3fs", (double)(int64_t)(d[i].settled_us - d[i].time_us) / 1e6);
+        fprintf(w->out, " counted=%s", delivery_counted(&d[i]));
+        if (d[i].overlap != VERDICT_COPY_NONE)
+            fprintf(w->out, " overlap=%s", verdict_overlap_name(d[i].overlap));
+        fputc('\n', w->out);
+    }
+    free(d);
+    return 0;
+}
+
+static int print_messages_text(FILE *out, const struct report *rep)
+{
+    fputs("\nDeliveries of every message (ID TASK #N TIME SESSION TAG SETTLEMENT COUNTED)\n", out);
+    struct report_walk w = {rep, out, true};
+    return verdict_each_message(rep->attempts, print_one_message_text, &w);
 }
 
 static int print_text(FILE *out, const struct report *rep)
@@ -536,8 +670,7 @@ static int print_text(FILE *out, const struct report *rep)
     if (rep->message != NULL) {
         /* --message asks for one message's story: the journal's header
          * (which run), then its timeline, not the whole report before it. */
-        print_timeline_text(out, rep);
-        return 0;
+        return print_timeline_text(out, rep);
     }
     if (print_faults_text(out, rep) != 0)
         return -1;
@@ -550,6 +683,8 @@ static int print_text(FILE *out, const struct report *rep)
     print_failed_text(out, &res);
     verdict_result_free(&res);
     if (print_connections_text(out, rep) != 0)
+        return -1;
+    if (rep->all_messages && print_messages_text(out, rep) != 0)
         return -1;
     return 0;
 }
@@ -707,18 +842,74 @@ static void print_timeline_record_json(FILE *out, const Twice__Journal__Record *
     json_field(out, ", ", "listener", r->listener);
     json_field(out, ", ", "queue", r->queue);
     json_field(out, ", ", "task", r->task);
-    fprintf(out, ", \"delivery_tag\": %llu, \"redelivered\": %s, \"retries\": %u, \"retry\": %s",
+    fprintf(out,
+            ", \"delivery_tag\": %llu, \"redelivered\": %s, \"retries\": %u, \"retry\": %s, "
+            "\"refused\": %s",
             (unsigned long long)r->delivery_tag, r->redelivered ? "true" : "false",
-            (unsigned)r->retries, r->retry ? "true" : "false");
+            (unsigned)r->retries, r->retry ? "true" : "false", r->refused ? "true" : "false");
     json_field(out, ", ", "rule", r->rule);
     json_field(out, ", ", "action", r->action_name);
     json_field(out, ", ", "event",
                r->kind == TWICE__JOURNAL__RECORD__KIND__FAULT ? event_name(r->event) : "");
+    json_field(out, ", ", "run", r->run);
     json_field(out, ", ", "detail", r->detail);
     fputc('}', out);
 }
 
-static void print_timeline_json(FILE *out, const struct report *rep)
+/* A number, or null when it is not known. */
+static void json_u64_or_null(FILE *out, bool known, uint64_t v)
+{
+    if (known)
+        fprintf(out, "%llu", (unsigned long long)v);
+    else
+        fputs("null", out);
+}
+
+/* One replayed delivery as a JSON object. */
+static void print_delivery_json(FILE *out, const struct verdict_delivery *d)
+{
+    fprintf(out,
+            "{\"time_unix_us\": %llu, \"session\": %llu, \"delivery_tag\": %llu, \"attempt\": %u, "
+            "\"settlement\": \"%s\", \"settled_unix_us\": ",
+            (unsigned long long)d->time_us, (unsigned long long)d->session,
+            (unsigned long long)d->tag, (unsigned)d->attempt,
+            !d->settled  ? ""
+            : d->refused ? (d->nack ? "refused nack" : "refused ack")
+                         : (d->nack ? "nack" : "ack"));
+    json_u64_or_null(out, d->settled, d->settled_us);
+    fputs(", \"closed_unix_us\": ", out);
+    json_u64_or_null(out, d->closed_us != 0, d->closed_us);
+    fprintf(out, ", \"counted\": \"%s\", \"copy_delay_us\": ", delivery_counted(d));
+    json_u64_or_null(out, d->overlap != VERDICT_COPY_NONE, d->copy_delay_us);
+    fputs(", \"overlap\": ", out);
+    if (d->overlap != VERDICT_COPY_NONE)
+        json_write_string(out, verdict_overlap_name(d->overlap));
+    else
+        fputs("null", out);
+    fputs(", \"overlap_us\": ", out);
+    json_u64_or_null(out, d->overlap == VERDICT_COPY_OVERLAP, d->overlap_us);
+    fputc('}', out);
+}
+
+/* `"deliveries": [...]` of message id.  -1 when out of memory. */
+static int print_deliveries_of_json(FILE *out, const struct report *rep, const char *id,
+                                    const char *indent)
+{
+    struct verdict_delivery *d = NULL;
+    size_t n = 0;
+    if (verdict_message_deliveries(rep->attempts, id, &d, &n) < 0)
+        return -1;
+    fputs("\"deliveries\": [", out);
+    for (size_t i = 0; i < n; i++) {
+        fprintf(out, "%s%s", i > 0 ? "," : "", indent);
+        print_delivery_json(out, &d[i]);
+    }
+    fputc(']', out);
+    free(d);
+    return 0;
+}
+
+static int print_timeline_json(FILE *out, const struct report *rep)
 {
     json_field(out, ",\n  \"message\": {", "message_id", rep->message);
     fprintf(out, ", \"more\": %llu, \"records\": [", (unsigned long long)rep->timeline_more);
@@ -727,7 +918,35 @@ static void print_timeline_json(FILE *out, const struct report *rep)
         fputs(i > 0 ? ",\n" : "\n", out);
         print_timeline_record_json(out, rep->timeline[i], t0);
     }
-    fputs(rep->n_timeline > 0 ? "\n  ]}" : "]}", out);
+    fputs(rep->n_timeline > 0 ? "\n  ], " : "], ", out);
+    if (print_deliveries_of_json(out, rep, rep->message, "\n      ") != 0)
+        return -1;
+    fputc('}', out);
+    return 0;
+}
+
+static int print_one_message_json(void *ctx, const char *id, const char *task)
+{
+    struct report_walk *w = ctx;
+    fputs(w->first ? "\n    {" : ",\n    {", w->out);
+    w->first = false;
+    json_field(w->out, "", "message_id", id);
+    json_field(w->out, ", ", "task", task != NULL ? task : "");
+    fputs(", ", w->out);
+    if (print_deliveries_of_json(w->out, w->rep, id, "\n      ") != 0)
+        return -1;
+    fputc('}', w->out);
+    return 0;
+}
+
+static int print_messages_json(FILE *out, const struct report *rep)
+{
+    fputs(",\n  \"messages\": [", out);
+    struct report_walk w = {rep, out, true};
+    if (verdict_each_message(rep->attempts, print_one_message_json, &w) != 0)
+        return -1;
+    fputs(w.first ? "]" : "\n  ]", out);
+    return 0;
 }
 
 static int print_json(FILE *out, const struct report *rep)
@@ -740,17 +959,23 @@ static int print_json(FILE *out, const struct report *rep)
         return -1;
     if (print_connections_json(out, rep) != 0)
         return -1;
-    if (rep->message != NULL)
-        print_timeline_json(out, rep);
+    if (rep->message != NULL && print_timeline_json(out, rep) != 0)
+        return -1;
+    if (rep->all_messages && print_messages_json(out, rep) != 0)
+        return -1;
     fputs("\n}\n", out);
-    return 0;
+    return rep->message != NULL && rep->n_timeline == 0 ? 1 : 0;
 }
 
 /* ---- command --------------------------------------------------------- */
 
 static void usage(FILE *f)
 {
-    fputs("usage: twice report JOURNAL [--json] [--message ID]\n", f);
+    fputs("usage: twice report JOURNAL [--json] [--message ID] [--messages]\n"
+          "  --message ID  one message's records, and each delivery with how it ended and what\n"
+          "                the verdict counted it as (exit 1 when no record names ID)\n"
+          "  --messages    every message's deliveries, settlements and overlaps\n",
+          f);
 }
 
 /* Returns 0 to run, 1 after --help, -1 on a usage error. */
@@ -767,6 +992,8 @@ static int parse_args(int argc, char **argv, struct report *rep, bool *json, FIL
             rep->message = a + 10;
         } else if (strcmp(a, "--message") == 0 && i + 1 < argc) {
             rep->message = argv[++i];
+        } else if (strcmp(a, "--messages") == 0) {
+            rep->all_messages = true;
         } else if (a[0] != '-' && rep->path == NULL) {
             rep->path = a;
         } else {
@@ -794,9 +1021,14 @@ int report_run(int argc, char **argv, FILE *out, FILE *err)
     if (report_load(&rep, msg, sizeof(msg)) != 0) {
         fprintf(err, "twice report: %s\n", msg);
         code = 2;
-    } else if ((json ? print_json(out, &rep) : print_text(out, &rep)) != 0) {
+    } else if ((rc = json ? print_json(out, &rep) : print_text(out, &rep)) < 0) {
         fputs("twice report: out of memory\n", err);
         code = 2;
+    } else if (rc == 1) {
+        fputs("twice report: no record of the journal names message id '", err);
+        text_write_safe(err, rep.message);
+        fputs("'\n", err);
+        code = 1;
     } else if (fflush(out) != 0) {
         fprintf(err, "twice report: writing the output: %s\n", strerror(errno));
         code = 2;

@@ -1,10 +1,11 @@
 /*
  * report.h - the `twice report` and `twice verdict` subcommands.
  *
- *   twice report JOURNAL [--json] [--message ID]
+ *   twice report JOURNAL [--json] [--message ID] [--messages]
  *       the journal's header, faults per rule, deliveries per message,
- *       connections and close reasons, and with --message the timeline of
- *       one message.
+ *       connections and close reasons; with --message the timeline of one
+ *       message and each of its deliveries as the verdict counts it (how it
+ *       ended, copy or not, overlap); with --messages that of every message.
  *   twice verdict --journal J --effects E [--json]
  *       per task type: was any message's side effect produced twice?
  *       (offline/verdict.h has the computation.)
@@ -26,8 +27,9 @@
 
 /*
  * `twice report`, printing to out and diagnostics to err.  argv[0] is the
- * subcommand name.  Returns 0, or 2 on usage, I/O or journal errors.  A journal
- * cut short at the end is reported with a warning, not an error.
+ * subcommand name.  Returns 0; 1 when --message names an id no record has; or
+ * 2 on usage, I/O or journal errors.  A journal cut short at the end is
+ * reported with a warning, not an error.
  */
 int report_run(int argc, char **argv, FILE *out, FILE *err);
 
@@ -35,8 +37,7 @@ int report_run(int argc, char **argv, FILE *out, FILE *err);
 int report_main(int argc, char **argv);
 
 /* verdict_run() (offline/verdict.h) on stdout and stderr: the entry point for
- * proxy/main.c.  Returns 1 when any task is NOT IDEMPOTENT, 0 otherwise, 2 on
- * usage or I/O errors. */
+ * proxy/main.c.  Returns its exit code (VERDICT_EXIT_* of offline/verdict.h). */
 int verdict_main(int argc, char **argv);
 
 #endif

@@ -1,67 +1,106 @@
 /*
- * verdict.c - `twice verdict`.  See verdict.h.
+ * verdict.c - the verdict's core: the journal's records replayed per message, folded into one
+ * row per task type.  See verdict.h; the command and its output are in verdict_print.c.
  *
- * One pass over the journal and one over the effects list fill a map from
- * message id to per-message counts; verdict_compute() folds the map into one
- * row per task type.  Memory is one small struct per distinct message id, so
- * a million messages take tens of megabytes and a few seconds at most.
+ * verdict_add_record() runs in journal order and keeps, per message id, the state the app's
+ * retries need (which delivery starts an attempt), and a list of compact events (deliveries,
+ * settlements, running reports) threaded through one array.  verdict_compute() replays each
+ * message's list: settlements matched to deliveries, connection closes (one sorted array of
+ * CLOSE records), which deliveries reached a handler, which later ones were copies and how
+ * each copy stood to the earlier ones.  Memory: a small struct per message id and 32 bytes per
+ * delivery, settlement or report, so a million messages take a few hundred megabytes at most.
  */
 #include "offline/verdict.h"
 
 #include <errno.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "offline/journal_reader.h"
-#include "offline/json_out.h"
-#include "offline/report.h"
 #include "offline/strmap.h"
 #include "rules/rule.h"
 
 /* verdict_msg.task before any record named one. */
 #define VERDICT_NO_TASK UINT32_MAX
-/* Width cap of the TASK column; longer names push the row right. */
-#define VERDICT_TASK_COL_MAX 40
-/* Room for error messages. */
-#define VERDICT_ERR_MAX 512
+/* End of an event list. */
+#define VD_NONE UINT32_MAX
+/* Listener index of a record whose listener the verdict could not intern (out of range). */
+#define VD_LISTENERS_MAX 255u
 
-/* What a message's last DELIVER record was to the copy delays, until a fault may withhold it:
+/* What a message's last DELIVER record was to the attempts, until a fault may withhold it:
  * the first delivery of an attempt (the message's first, or one after a retry the app asked
- * for), or a copy. */
-enum verdict_last { LAST_NONE, LAST_FIRST, LAST_COPY };
+ * for), or a later one. */
+enum verdict_last { LAST_NONE, LAST_FIRST, LAST_LATER };
+
+enum vd_kind { VD_DELIVER = 1, VD_SETTLE = 2, VD_RUNNING = 3 };
+
+/* vd_ev.flags */
+#define VD_WITHHELD 1u /* DELIVER: a fault kept it from the worker */
+#define VD_NACK 2u     /* SETTLE: a NACK record */
+#define VD_REFUSED 4u  /* SETTLE: the framework refused it (journal.proto) */
+
+/* One delivery, settlement or running report of a message, in journal order. */
+struct vd_ev {
+    uint64_t t;
+    uint64_t aux;     /* DELIVER: listener index; RUNNING: started_unix_us */
+    uint32_t session; /* the connection's id (its low 32 bits) */
+    uint32_t key;     /* DELIVER, SETTLE: the delivery tag's low 32 bits; RUNNING: run hash */
+    uint32_t next;    /* the message's next event, or VD_NONE */
+    uint16_t attempt; /* DELIVER: the attempt it belongs to (1-based, saturating) */
+    uint8_t kind;     /* enum vd_kind */
+    uint8_t flags;
+};
 
 struct verdict_msg {
     uint32_t task;                      /* index into verdict.task_names, or VERDICT_NO_TASK */
     uint32_t delivers, faults, effects; /* saturating counts */
-    uint32_t reached;  /* deliveries the handler got: DELIVERs less those a fault withheld */
-    uint32_t attempts; /* of them, the first of each attempt: 1 + the app's retries seen */
-    uint32_t retries;  /* the most retries a delivery of the message carried (journal.proto) */
-    uint32_t pending_retries; /* retry_pending: the count the retry carries (0: none said) */
+    uint32_t attempts;                  /* the first of each attempt: 1 + the app's retries seen */
+    uint32_t retries;                   /* the most retries a delivery of the message carried */
+    uint32_t pending_retries;   /* retry_pending: the count the retry carries (0: none said) */
+    uint32_t first_ev, last_ev; /* its events in verdict.evs */
+    uint32_t last_dl;           /* its last DELIVER event, VD_NONE */
+    uint64_t progress_us;       /* its last delivery or settlement */
+    uint64_t publish_us;        /* its last publish */
     bool in_journal;
-    bool has_first;     /* first_us is the first delivery of the current attempt */
+    bool has_first;     /* an attempt has started */
     bool retry_pending; /* the app asked for a new attempt: its next delivery starts it */
     bool failed;        /* its last settlement failed it for good (a NACK without retry) */
-    bool abandoned;     /* an ACK came after such a NACK, no delivery between: failed by the
-                           framework while a worker still ran it, which then completed it */
+    bool abandoned;     /* an ACK came after such a NACK, no delivery between */
+    bool published;     /* a PUBLISH record names it */
+    bool waiting;       /* at this point of the journal it waits for a delivery: published,
+                           requeued, or a copy of it due after a fault */
     uint8_t last;       /* enum verdict_last */
-    uint64_t first_us;  /* time of that delivery */
-    size_t last_copy;   /* LAST_COPY: its index in verdict.copies */
 };
 
-/* A later delivery of a message: how long after its first. */
-struct verdict_copy {
-    const struct verdict_msg *m;
-    uint64_t delay_us;
-    bool withheld; /* a fault withheld it after all */
+/* A CLOSE record: the connection's id and when. */
+struct vd_close {
+    uint32_t session;
+    uint64_t t;
+};
+
+/* A listener as the header (and the records) name it. */
+struct vd_listener {
+    const char *name;         /* borrowed from verdict.listener_ids */
+    char *protocol, *profile; /* owned; NULL: not in the header */
+    bool settles_by_header;   /* its framework settles deliveries on the wire */
+    bool settle_seen;         /* an ACK or NACK came through it */
 };
 
 struct verdict {
-    struct verdict_copy *copies; /* in journal order */
-    size_t n_copies, cap_copies;
+    struct vd_ev *evs;
+    uint32_t n_evs, cap_evs;
+    struct vd_close *closes;
+    size_t n_closes, cap_closes;
+    bool closes_sorted;
     struct strmap msgs;      /* message id -> struct verdict_msg * (owned) */
     struct strmap tasks;     /* task name -> index + 1, as a pointer */
     const char **task_names; /* owned array; names borrowed from `tasks` */
     size_t n_tasks, cap_tasks;
+    struct strmap listener_ids; /* listener name -> index + 1 */
+    struct vd_listener listeners[VD_LISTENERS_MAX];
+    size_t n_listeners;
+    uint64_t end_us;
+    uint64_t comma_lines;
 };
 
 static void sat_inc(uint32_t *n)
@@ -83,6 +122,21 @@ const char *verdict_kind_name(enum verdict_kind k)
     }
 }
 
+const char *verdict_overlap_name(enum verdict_overlap o)
+{
+    switch (o) {
+    case VERDICT_COPY_AFTER:
+        return "after";
+    case VERDICT_COPY_OVERLAP:
+        return "overlap";
+    case VERDICT_COPY_UNKNOWN:
+        return "unknown";
+    case VERDICT_COPY_NONE:
+    default:
+        return "";
+    }
+}
+
 struct verdict *verdict_new(void)
 {
     return calloc(1, sizeof(struct verdict));
@@ -94,10 +148,18 @@ void verdict_free(struct verdict *v)
         return;
     strmap_free(&v->msgs, free);
     strmap_free(&v->tasks, NULL);
-    free(v->copies);
+    strmap_free(&v->listener_ids, NULL);
+    for (size_t i = 0; i < v->n_listeners; i++) {
+        free(v->listeners[i].protocol);
+        free(v->listeners[i].profile);
+    }
+    free(v->evs);
+    free(v->closes);
     free(v->task_names);
     free(v);
 }
+
+/* ---- interning ------------------------------------------------------------------------- */
 
 /* The index of task name, adding it when new.  -1 when out of memory. */
 static int task_index(struct verdict *v, const char *name, uint32_t *idx)
@@ -124,6 +186,64 @@ static int task_index(struct verdict *v, const char *name, uint32_t *idx)
     return 0;
 }
 
+/* The index of listener name (NULL as ""), adding it when new; VD_LISTENERS_MAX past the
+ * table.  -1 when out of memory. */
+static int listener_index(struct verdict *v, const char *name, uint32_t *idx)
+{
+    bool inserted = false;
+    void **slot = strmap_put(&v->listener_ids, name != NULL ? name : "", &inserted);
+    if (slot == NULL)
+        return -1;
+    if (*slot != NULL) {
+        *idx = (uint32_t)((uintptr_t)*slot - 1);
+        return 0;
+    }
+    if (v->n_listeners == VD_LISTENERS_MAX) {
+        *idx = VD_LISTENERS_MAX;
+        return 0; /* left unset: looked up again, still past the table */
+    }
+    v->listeners[v->n_listeners].name = strmap_key(&v->listener_ids, name != NULL ? name : "");
+    *slot = (void *)(uintptr_t)(v->n_listeners + 1);
+    *idx = (uint32_t)v->n_listeners++;
+    return 0;
+}
+
+/* Whether deliveries of a protocol/profile are settled on the wire: AMQP's acks, kombu's
+ * unacked transaction, RQ's finish, XACK, BullMQ's moveToFinished.  Sidekiq never settles, and
+ * a list app only with a processing list (seen when its acks come). */
+static bool settles_by_name(const char *protocol, const char *profile)
+{
+    if (strcmp(protocol, "amqp") == 0)
+        return true;
+    if (strcmp(protocol, "resp") != 0)
+        return false;
+    static const char *const settling[] = {"celery", "rq", "streams", "bullmq"};
+    for (size_t i = 0; i < sizeof(settling) / sizeof(settling[0]); i++) {
+        if (strcmp(profile, settling[i]) == 0)
+            return true;
+    }
+    return false;
+}
+
+int verdict_add_header(struct verdict *v, const Twice__Journal__Header *h)
+{
+    for (size_t i = 0; i < h->n_listeners; i++) {
+        const Twice__Journal__Listener *l = h->listeners[i];
+        uint32_t idx = 0;
+        if (listener_index(v, l->name, &idx) != 0)
+            return -1;
+        if (idx == VD_LISTENERS_MAX || v->listeners[idx].protocol != NULL)
+            continue;
+        struct vd_listener *vl = &v->listeners[idx];
+        vl->protocol = strdup(l->protocol);
+        vl->profile = strdup(l->profile);
+        if (vl->protocol == NULL || vl->profile == NULL)
+            return -1;
+        vl->settles_by_header = settles_by_name(l->protocol, l->profile);
+    }
+    return 0;
+}
+
 /* The counts for id, created zeroed when new.  NULL when out of memory. */
 static struct verdict_msg *msg_get(struct verdict *v, const char *id)
 {
@@ -136,10 +256,37 @@ static struct verdict_msg *msg_get(struct verdict *v, const char *id)
         if (m == NULL)
             return NULL; /* a NULL value is retried on the next call */
         m->task = VERDICT_NO_TASK;
+        m->first_ev = m->last_ev = m->last_dl = VD_NONE;
         *slot = m;
     }
     return *slot;
 }
+
+/* Appends an event to m's list.  Its index, or VD_NONE when out of memory. */
+static uint32_t ev_push(struct verdict *v, struct verdict_msg *m, const struct vd_ev *e)
+{
+    if (v->n_evs == v->cap_evs) {
+        uint32_t cap = v->cap_evs != 0 ? v->cap_evs * 2 : 256;
+        if (cap <= v->cap_evs || cap == VD_NONE)
+            return VD_NONE;
+        struct vd_ev *evs = realloc(v->evs, (size_t)cap * sizeof(*evs));
+        if (evs == NULL)
+            return VD_NONE;
+        v->evs = evs;
+        v->cap_evs = cap;
+    }
+    uint32_t i = v->n_evs++;
+    v->evs[i] = *e;
+    v->evs[i].next = VD_NONE;
+    if (m->last_ev != VD_NONE)
+        v->evs[m->last_ev].next = i;
+    else
+        m->first_ev = i;
+    m->last_ev = i;
+    return i;
+}
+
+/* ---- the records, in journal order ------------------------------------------------------- */
 
 /* A fault on event `ev` that kept the message from going on: drop (the message removed),
  * error (the channel closed instead), close before (the connection cut before it). */
@@ -153,25 +300,17 @@ static bool fault_keeps_back(const Twice__Journal__Record *r, enum rule_event ev
            strcmp(r->detail, "close before") == 0;
 }
 
-/* A fault on a delivery that the worker then never got: the journal has the DELIVER record
- * (written before the rules decide), but the handler did not run for it. */
-static bool fault_withholds_delivery(const Twice__Journal__Record *r)
+/* A fault that makes the broker hand the message out again: a copy is due. */
+static bool fault_makes_copy(const Twice__Journal__Record *r)
 {
-    return fault_keeps_back(r, RULE_EV_DELIVER);
+    return r->action == RULE_ACT_REDELIVER || r->action == RULE_ACT_DUPLICATE ||
+           r->action == RULE_ACT_EXPIRE;
 }
 
-/* A fault that keeps the app's retry from the broker: its publish kept back.  Not a nack's:
- * whatever twice does to it, the broker requeues the unacked message when the channel goes,
- * the one new delivery the app asked for. */
-static bool fault_cancels_retry(const Twice__Journal__Record *r)
-{
-    return fault_keeps_back(r, RULE_EV_PUBLISH);
-}
-
-/* A DELIVER of m at time t, carrying `retries`: the first of an attempt (the message's first,
- * the first after the app asked for a retry, or one whose retry count is above every earlier
- * record's), or a copy twice made or caused (its delay since the attempt's first recorded). */
-static int copy_note(struct verdict *v, struct verdict_msg *m, uint64_t t, uint32_t retries)
+/* A DELIVER of m carrying `retries`: the first of an attempt (the message's first, the first
+ * after the app asked for a retry, or one whose retry count is above every earlier record's),
+ * or a later one of the current attempt. */
+static void attempt_note(struct verdict_msg *m, uint32_t retries)
 {
     /* A retry that carries its count is started by a delivery of that count: a copy of the
      * earlier attempt that comes first is still a copy. */
@@ -182,28 +321,16 @@ static int copy_note(struct verdict *v, struct verdict_msg *m, uint64_t t, uint3
     if (attempt) {
         m->has_first = true;
         m->retry_pending = false;
-        m->first_us = t;
         m->last = LAST_FIRST;
         sat_inc(&m->attempts);
-        return 0;
+    } else {
+        m->last = LAST_LATER;
     }
-    if (v->n_copies == v->cap_copies) {
-        size_t cap = v->cap_copies != 0 ? v->cap_copies * 2 : 64;
-        struct verdict_copy *c = realloc(v->copies, cap * sizeof(*c));
-        if (c == NULL)
-            return -1;
-        v->copies = c;
-        v->cap_copies = cap;
-    }
-    v->copies[v->n_copies] = (struct verdict_copy){m, t > m->first_us ? t - m->first_us : 0, false};
-    m->last_copy = v->n_copies++;
-    m->last = LAST_COPY;
-    return 0;
 }
 
-/* A fault withheld m's last delivery: it is no first, and no copy.  A withheld first of a retry
+/* A fault withheld m's last delivery: it starts no attempt.  A withheld first of a retry
  * leaves the retry to the next delivery. */
-static void copy_withheld(struct verdict *v, struct verdict_msg *m)
+static void attempt_withheld(struct verdict *v, struct verdict_msg *m)
 {
     if (m->last == LAST_FIRST) {
         if (m->attempts > 0)
@@ -212,65 +339,181 @@ static void copy_withheld(struct verdict *v, struct verdict_msg *m)
             m->has_first = false;
         else
             m->retry_pending = true;
-    } else if (m->last == LAST_COPY)
-        v->copies[m->last_copy].withheld = true;
+    }
+    if (m->last_dl != VD_NONE)
+        v->evs[m->last_dl].flags |= VD_WITHHELD;
     m->last = LAST_NONE;
 }
 
-int verdict_add_record(struct verdict *v, const Twice__Journal__Record *r)
+static int add_deliver(struct verdict *v, struct verdict_msg *m, const Twice__Journal__Record *r)
 {
-    if (r->message_id == NULL || r->message_id[0] == '\0')
-        return 0;
-    struct verdict_msg *m = msg_get(v, r->message_id);
-    if (m == NULL)
+    uint32_t li = 0;
+    if (listener_index(v, r->listener, &li) != 0)
         return -1;
-    m->in_journal = true;
-    if (m->task == VERDICT_NO_TASK && r->task != NULL && r->task[0] != '\0') {
-        uint32_t idx = 0;
-        if (task_index(v, r->task, &idx) != 0)
-            return -1;
-        m->task = idx;
-    }
-    if (r->kind == TWICE__JOURNAL__RECORD__KIND__ACK && m->failed)
+    sat_inc(&m->delivers);
+    attempt_note(m, r->retries);
+    struct vd_ev e = {
+        .t = r->time_unix_us,
+        .aux = li,
+        .session = (uint32_t)r->session,
+        .key = (uint32_t)r->delivery_tag,
+        .attempt = (uint16_t)(m->attempts < UINT16_MAX ? m->attempts : UINT16_MAX),
+        .kind = VD_DELIVER,
+    };
+    m->last_dl = ev_push(v, m, &e);
+    if (m->last_dl == VD_NONE)
+        return -1;
+    m->waiting = false;
+    if (r->time_unix_us > m->progress_us)
+        m->progress_us = r->time_unix_us;
+    return 0;
+}
+
+static int add_settle(struct verdict *v, struct verdict_msg *m, const Twice__Journal__Record *r)
+{
+    bool nack = r->kind == TWICE__JOURNAL__RECORD__KIND__NACK;
+    uint32_t li = 0;
+    if (listener_index(v, r->listener, &li) != 0)
+        return -1;
+    if (li < VD_LISTENERS_MAX)
+        v->listeners[li].settle_seen = true;
+    struct vd_ev e = {
+        .t = r->time_unix_us,
+        .session = (uint32_t)r->session,
+        .key = (uint32_t)r->delivery_tag,
+        .kind = VD_SETTLE,
+        .flags = (uint8_t)((nack ? VD_NACK : 0) | (r->refused ? VD_REFUSED : 0)),
+    };
+    if (ev_push(v, m, &e) == VD_NONE)
+        return -1;
+    if (r->time_unix_us > m->progress_us)
+        m->progress_us = r->time_unix_us;
+    if (r->refused)
+        return 0; /* the framework did not apply it: the message's state is unchanged */
+    if (!nack && m->failed)
         m->abandoned = true;
-    if (r->kind == TWICE__JOURNAL__RECORD__KIND__DELIVER ||
-        r->kind == TWICE__JOURNAL__RECORD__KIND__ACK)
-        m->failed = false; /* run again, or settled after all */
-    else if (r->kind == TWICE__JOURNAL__RECORD__KIND__NACK && !r->retry) {
+    if (!nack) {
+        m->failed = false; /* settled after all */
+    } else if (!r->retry) {
         /* Failed for good; one abandoned before it did not complete after all (RQ's horse
          * failing a reaped job: its ZREM from the started registry, then its ZADD to failed). */
         m->failed = true;
         m->abandoned = false;
+    } else {
+        m->waiting = true; /* requeued */
     }
-    if (r->kind == TWICE__JOURNAL__RECORD__KIND__DELIVER) {
-        sat_inc(&m->delivers);
-        sat_inc(&m->reached);
-        if (copy_note(v, m, r->time_unix_us, r->retries) != 0)
+    return 0;
+}
+
+static int add_running(struct verdict *v, struct verdict_msg *m, const Twice__Journal__Record *r)
+{
+    /* A run is told apart by who reports it and when it started (a thread that runs the same
+     * job again later is another run). */
+    uint64_t h = 1469598103934665603ull;
+    for (const char *p = r->run != NULL ? r->run : ""; *p != '\0'; p++)
+        h = (h ^ (unsigned char)*p) * 1099511628211ull;
+    h = (h ^ r->started_unix_us) * 1099511628211ull;
+    struct vd_ev e = {
+        .t = r->time_unix_us,
+        .aux = r->started_unix_us,
+        .session = (uint32_t)r->session,
+        .key = (uint32_t)(h ^ (h >> 32)),
+        .kind = VD_RUNNING,
+    };
+    return ev_push(v, m, &e) == VD_NONE ? -1 : 0;
+}
+
+static int add_fault(struct verdict *v, struct verdict_msg *m, const Twice__Journal__Record *r)
+{
+    sat_inc(&m->faults);
+    /* A delivery is withheld once (its last delivery, not an earlier one): on an amqp
+     * listener a `close before` or an `error` ends the actions, yet the rules after it that
+     * fired are journaled too (a drop among them). */
+    if (fault_keeps_back(r, RULE_EV_DELIVER) && m->last != LAST_NONE)
+        attempt_withheld(v, m);
+    if (fault_keeps_back(r, RULE_EV_PUBLISH)) {
+        /* The retry never reaches the broker (its publish kept back): a delivery after it is
+         * twice's doing, not the app's; and nothing waits for a delivery. */
+        m->retry_pending = false;
+        m->waiting = false;
+    }
+    if (fault_makes_copy(r))
+        m->waiting = true;
+    return 0;
+}
+
+static int add_close(struct verdict *v, const Twice__Journal__Record *r)
+{
+    if (v->n_closes == v->cap_closes) {
+        size_t cap = v->cap_closes != 0 ? v->cap_closes * 2 : 64;
+        struct vd_close *c = realloc(v->closes, cap * sizeof(*c));
+        if (c == NULL)
             return -1;
-    } else if (r->kind == TWICE__JOURNAL__RECORD__KIND__PUBLISH ||
-               r->kind == TWICE__JOURNAL__RECORD__KIND__NACK) {
-        /* The app sent a message it ran before again, or its consumer asked for a requeue: the
-         * next delivery is an attempt it asked for.  Before the first delivery there is nothing
-         * to retry (a message published with a count, its earlier runs not seen). */
+        v->closes = c;
+        v->cap_closes = cap;
+    }
+    v->closes[v->n_closes++] = (struct vd_close){(uint32_t)r->session, r->time_unix_us};
+    v->closes_sorted = false;
+    return 0;
+}
+
+/* Names m's task from r when it has none yet. */
+static int note_task(struct verdict *v, struct verdict_msg *m, const Twice__Journal__Record *r)
+{
+    if (m->task != VERDICT_NO_TASK || r->task == NULL || r->task[0] == '\0')
+        return 0;
+    uint32_t idx = 0;
+    if (task_index(v, r->task, &idx) != 0)
+        return -1;
+    m->task = idx;
+    return 0;
+}
+
+int verdict_add_record(struct verdict *v, const Twice__Journal__Record *r)
+{
+    if (r->time_unix_us > v->end_us)
+        v->end_us = r->time_unix_us;
+    if (r->kind == TWICE__JOURNAL__RECORD__KIND__CLOSE)
+        return add_close(v, r);
+    if (r->message_id == NULL || r->message_id[0] == '\0')
+        return 0;
+    struct verdict_msg *m = msg_get(v, r->message_id);
+    if (m == NULL || note_task(v, m, r) != 0)
+        return -1;
+    m->in_journal = true;
+    switch (r->kind) {
+    case TWICE__JOURNAL__RECORD__KIND__DELIVER:
+        m->failed = false; /* run again */
+        return add_deliver(v, m, r);
+    case TWICE__JOURNAL__RECORD__KIND__ACK:
+    case TWICE__JOURNAL__RECORD__KIND__NACK:
+        /* A consumer's requeue asks for the next delivery as a new attempt. */
+        if (r->kind == TWICE__JOURNAL__RECORD__KIND__NACK && r->retry && !r->refused &&
+            m->has_first) {
+            m->retry_pending = true;
+            m->pending_retries = r->retries;
+        }
+        return add_settle(v, m, r);
+    case TWICE__JOURNAL__RECORD__KIND__PUBLISH:
+        /* The app sent a message it ran before again: the next delivery is an attempt it asked
+         * for.  Before the first delivery there is nothing to retry (a message published with
+         * a count, its earlier runs not seen). */
         if (r->retry && m->has_first) {
             m->retry_pending = true;
             m->pending_retries = r->retries;
         }
-    } else if (r->kind == TWICE__JOURNAL__RECORD__KIND__FAULT) {
-        sat_inc(&m->faults);
-        /* A delivery is withheld once (its last delivery, not an earlier one): on an amqp
-         * listener a `close before` or an `error` ends the actions, yet the rules after it
-         * that fired are journaled too (a drop among them). */
-        if (fault_withholds_delivery(r) && m->last != LAST_NONE) {
-            m->reached--;
-            copy_withheld(v, m);
-        }
-        /* The retry never reaches the broker (its publish dropped): a
-         * delivery after it is twice's doing, not the app's. */
-        if (fault_cancels_retry(r))
-            m->retry_pending = false;
+        m->published = true;
+        m->waiting = true;
+        if (r->time_unix_us > m->publish_us)
+            m->publish_us = r->time_unix_us;
+        return 0;
+    case TWICE__JOURNAL__RECORD__KIND__FAULT:
+        return add_fault(v, m, r);
+    case TWICE__JOURNAL__RECORD__KIND__RUNNING:
+        return add_running(v, m, r);
+    default:
+        return 0;
     }
-    return 0;
 }
 
 int verdict_add_effect(struct verdict *v, const char *message_id)
@@ -281,6 +524,286 @@ int verdict_add_effect(struct verdict *v, const char *message_id)
     sat_inc(&m->effects);
     return 0;
 }
+
+void verdict_note_effect_line_shape(struct verdict *v, const char *line)
+{
+    if (strpbrk(line, ",;") != NULL)
+        v->comma_lines++;
+}
+
+/* ---- one message replayed ---------------------------------------------------------------- */
+
+static int close_cmp(const void *a, const void *b)
+{
+    const struct vd_close *x = a, *y = b;
+    if (x->session != y->session)
+        return x->session < y->session ? -1 : 1;
+    return x->t < y->t ? -1 : x->t > y->t;
+}
+
+/* Sorts the CLOSE records for close_time(), once.  No change a caller sees: v stays const as
+ * far as what it answers goes. */
+static void sort_closes(const struct verdict *v)
+{
+    struct verdict *mv = (struct verdict *)v;
+    if (!mv->closes_sorted && mv->n_closes > 1)
+        qsort(mv->closes, mv->n_closes, sizeof(*mv->closes), close_cmp);
+    mv->closes_sorted = true;
+}
+
+/* When connection `session` closed (its first CLOSE record), or 0.  v->closes sorted. */
+static uint64_t close_time(const struct verdict *v, uint32_t session)
+{
+    size_t lo = 0, hi = v->n_closes;
+    while (lo < hi) {
+        size_t mid = lo + (hi - lo) / 2;
+        if (v->closes[mid].session < session)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    return lo < v->n_closes && v->closes[lo].session == session ? v->closes[lo].t : 0;
+}
+
+/* Room for one message's replay, reused from message to message. */
+struct vd_scratch {
+    struct verdict_delivery *d;
+    uint8_t *listener; /* per delivery */
+    size_t cap;
+    struct vd_run *runs;
+    size_t n_runs, cap_runs;
+};
+
+/* A run of the message as its RUNNING reports show it: running from `from` (it started no
+ * later) to `to` (its last report). */
+struct vd_run {
+    uint32_t key;
+    uint64_t from, to;
+};
+
+static void scratch_free(struct vd_scratch *s)
+{
+    free(s->d);
+    free(s->listener);
+    free(s->runs);
+}
+
+static int scratch_room(struct vd_scratch *s, size_t n)
+{
+    if (n < s->cap)
+        return 0;
+    size_t cap = s->cap != 0 ? s->cap * 2 : 8;
+    while (cap <= n)
+        cap *= 2;
+    struct verdict_delivery *d = realloc(s->d, cap * sizeof(*d));
+    if (d == NULL)
+        return -1;
+    s->d = d;
+    uint8_t *l = realloc(s->listener, cap);
+    if (l == NULL)
+        return -1;
+    s->listener = l;
+    s->cap = cap;
+    return 0;
+}
+
+/* Which unsettled, live delivery among d[0..n) a settlement e settles: the one of its
+ * connection and delivery tag, else the oldest of its connection, else the oldest whose
+ * connection was still open when e came, else the oldest.  -1: none (its delivery came before
+ * the journal did). */
+static long settle_match(const struct verdict *v, const struct verdict_delivery *d, size_t n,
+                         const struct vd_ev *e)
+{
+    long same_conn = -1, open = -1, any = -1;
+    for (size_t i = 0; i < n; i++) {
+        if (d[i].settled || d[i].withheld)
+            continue;
+        if (d[i].session == e->session && e->session != 0) {
+            if (e->key != 0 && (uint32_t)d[i].tag == e->key)
+                return (long)i;
+            if (same_conn < 0)
+                same_conn = (long)i;
+        }
+        uint64_t closed = close_time(v, (uint32_t)d[i].session);
+        if (open < 0 && (closed == 0 || closed >= e->t))
+            open = (long)i;
+        if (any < 0)
+            any = (long)i;
+    }
+    return same_conn >= 0 ? same_conn : open >= 0 ? open : any;
+}
+
+/* Adds a RUNNING report to the message's runs. */
+static int run_note(struct vd_scratch *s, const struct vd_ev *e)
+{
+    for (size_t i = 0; i < s->n_runs; i++) {
+        if (s->runs[i].key == e->key) {
+            if (e->t < s->runs[i].from)
+                s->runs[i].from = e->t;
+            if (e->t > s->runs[i].to)
+                s->runs[i].to = e->t;
+            return 0;
+        }
+    }
+    if (s->n_runs == s->cap_runs) {
+        size_t cap = s->cap_runs != 0 ? s->cap_runs * 2 : 4;
+        struct vd_run *r = realloc(s->runs, cap * sizeof(*r));
+        if (r == NULL)
+            return -1;
+        s->runs = r;
+        s->cap_runs = cap;
+    }
+    /* It ran from its start at the latest: the start the worker reports, or its first
+     * report, whichever is earlier. */
+    uint64_t from = e->aux != 0 && e->aux < e->t ? e->aux : e->t;
+    s->runs[s->n_runs++] = (struct vd_run){e->key, from, e->t};
+    return 0;
+}
+
+/* The message's deliveries, with their settlements and closes, into s->d[0..*n). */
+static int replay_events(const struct verdict *v, const struct verdict_msg *m, struct vd_scratch *s,
+                         size_t *n)
+{
+    *n = 0;
+    s->n_runs = 0;
+    for (uint32_t i = m->first_ev; i != VD_NONE; i = v->evs[i].next) {
+        const struct vd_ev *e = &v->evs[i];
+        if (e->kind == VD_RUNNING) {
+            if (run_note(s, e) != 0)
+                return -1;
+        } else if (e->kind == VD_DELIVER) {
+            if (scratch_room(s, *n) != 0)
+                return -1;
+            s->d[*n] = (struct verdict_delivery){
+                .time_us = e->t,
+                .session = e->session,
+                .tag = e->key,
+                .attempt = e->attempt,
+                .withheld = (e->flags & VD_WITHHELD) != 0,
+            };
+            s->listener[(*n)++] = (uint8_t)e->aux;
+        } else if (e->kind == VD_SETTLE) {
+            long k = settle_match(v, s->d, *n, e);
+            if (k >= 0) {
+                s->d[k].settled = true;
+                s->d[k].settled_us = e->t;
+                s->d[k].refused = (e->flags & VD_REFUSED) != 0;
+                s->d[k].nack = (e->flags & VD_NACK) != 0;
+            }
+        }
+    }
+    for (size_t i = 0; i < *n; i++) {
+        uint64_t closed = close_time(v, (uint32_t)s->d[i].session);
+        if (closed != 0 && (!s->d[i].settled || closed < s->d[i].settled_us))
+            s->d[i].closed_us = closed;
+    }
+    return 0;
+}
+
+/* Whether deliveries through listener index li are settled on the wire. */
+static bool listener_settles(const struct verdict *v, uint8_t li)
+{
+    if (li >= v->n_listeners)
+        return false;
+    return v->listeners[li].settles_by_header || v->listeners[li].settle_seen;
+}
+
+/* How copy d[i] stood to the earlier delivery d[j] of its attempt, and for an overlap, for how
+ * long (at least) both were out. */
+static enum verdict_overlap copy_stand(const struct verdict_delivery *e,
+                                       const struct verdict_delivery *c, uint64_t *overlap_us)
+{
+    if (!e->settled)
+        return VERDICT_COPY_UNKNOWN;
+    if (e->settled_us <= c->time_us + VERDICT_OVERLAP_MARGIN_US)
+        return VERDICT_COPY_AFTER;
+    if (e->session == c->session)
+        return VERDICT_COPY_UNKNOWN; /* it may have waited behind e in that worker */
+    *overlap_us = e->settled_us - c->time_us;
+    return VERDICT_COPY_OVERLAP;
+}
+
+/* Marks d[i], a live delivery, as the attempt's first, a copy, or set aside. */
+static void classify_one(const struct verdict *v, struct vd_scratch *s, size_t i)
+{
+    struct verdict_delivery *d = s->d;
+    d[i].reached = d[i].settled || !listener_settles(v, s->listener[i]);
+    long first_live = -1, first_reached = -1;
+    for (size_t j = 0; j < i; j++) {
+        if (d[j].withheld || d[j].attempt != d[i].attempt)
+            continue;
+        if (first_live < 0)
+            first_live = (long)j;
+        if (first_reached < 0 && d[j].reached)
+            first_reached = (long)j;
+    }
+    if (first_live < 0)
+        return; /* the attempt's first */
+    if (!d[i].reached || first_reached < 0) {
+        d[i].set_aside = true; /* no worker was seen to finish it, or the one before it */
+        return;
+    }
+    enum verdict_overlap st = VERDICT_COPY_AFTER;
+    for (size_t j = (size_t)first_reached; j < i; j++) {
+        if (d[j].withheld || !d[j].reached || d[j].attempt != d[i].attempt)
+            continue;
+        uint64_t us = 0;
+        enum verdict_overlap o = copy_stand(&d[j], &d[i], &us);
+        if (o == VERDICT_COPY_OVERLAP && (st != VERDICT_COPY_OVERLAP || us > d[i].overlap_us))
+            d[i].overlap_us = us;
+        if (o == VERDICT_COPY_OVERLAP || (o == VERDICT_COPY_UNKNOWN && st == VERDICT_COPY_AFTER))
+            st = o;
+    }
+    d[i].overlap = st;
+    uint64_t t0 = d[first_reached].time_us;
+    d[i].copy_delay_us = d[i].time_us > t0 ? d[i].time_us - t0 : 0;
+}
+
+/* Runs that the reports show beside an earlier-started one: each such run is a copy that
+ * overlapped.  Upgrades that many copies whose standing was unknown; returns how many. */
+static size_t runs_upgrade(struct vd_scratch *s, size_t n)
+{
+    size_t k = 0;
+    for (size_t b = 0; b < s->n_runs; b++) {
+        uint64_t best = 0;
+        bool beside = false;
+        for (size_t a = 0; a < s->n_runs; a++) {
+            const struct vd_run *A = &s->runs[a], *B = &s->runs[b];
+            bool earlier = A->from < B->from || (A->from == B->from && a < b);
+            /* Both surely running at B->from: A started by A->from and was seen at A->to. */
+            if (a != b && earlier && A->to >= B->from) {
+                beside = true;
+                if (A->to - B->from > best)
+                    best = A->to - B->from;
+            }
+        }
+        for (size_t i = 0; beside && i < n; i++) {
+            if (s->d[i].overlap == VERDICT_COPY_UNKNOWN) {
+                s->d[i].overlap = VERDICT_COPY_OVERLAP;
+                s->d[i].overlap_us = best;
+                k++;
+                break;
+            }
+        }
+    }
+    return k;
+}
+
+/* Replays message m into s->d[0..*n): every field of struct verdict_delivery. */
+static int replay_message(const struct verdict *v, const struct verdict_msg *m,
+                          struct vd_scratch *s, size_t *n)
+{
+    if (replay_events(v, m, s, n) != 0)
+        return -1;
+    for (size_t i = 0; i < *n; i++) {
+        if (!s->d[i].withheld)
+            classify_one(v, s, i);
+    }
+    runs_upgrade(s, *n);
+    return 0;
+}
+
+/* ---- the rows -------------------------------------------------------------------------- */
 
 /* Keeps the VERDICT_EXAMPLES_MAX smallest ids (strcmp order), sorted. */
 static void examples_add(struct verdict_examples *ex, const char *id)
@@ -300,9 +823,106 @@ static void examples_add(struct verdict_examples *ex, const char *id)
     ex->ids[i] = id;
 }
 
-/* Adds one message to its row. */
-static void tally(struct verdict_task *t, const char *id, const struct verdict_msg *m)
+/* A growing array of delays (microseconds), one per task row. */
+struct vd_series {
+    uint64_t *v;
+    size_t n, cap;
+};
+
+static int series_add(struct vd_series *s, uint64_t x)
 {
+    if (s->n == s->cap) {
+        size_t cap = s->cap != 0 ? s->cap * 2 : 16;
+        uint64_t *v = realloc(s->v, cap * sizeof(*v));
+        if (v == NULL)
+            return -1;
+        s->v = v;
+        s->cap = cap;
+    }
+    s->v[s->n++] = x;
+    return 0;
+}
+
+static int u64_cmp(const void *a, const void *b)
+{
+    uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+    return x < y ? -1 : x > y;
+}
+
+/* Sorts s and gives its min, median and max. */
+static void series_stats(struct vd_series *s, uint64_t *min, uint64_t *median, uint64_t *max)
+{
+    if (s->n == 0)
+        return;
+    qsort(s->v, s->n, sizeof(*s->v), u64_cmp);
+    size_t n = s->n;
+    if (min != NULL)
+        *min = s->v[0];
+    *median = n % 2 ? s->v[n / 2] : (s->v[n / 2 - 1] + s->v[n / 2]) / 2;
+    *max = s->v[n - 1];
+}
+
+/* Per row, while the messages are folded in. */
+struct vd_row_acc {
+    struct vd_series delays, overlaps;
+    uint8_t listener; /* the smallest listener index of its messages' first deliveries */
+};
+
+/* What one message's replay says, summed for its row. */
+struct vd_msg_sum {
+    uint32_t live;          /* deliveries not withheld */
+    uint32_t copies;        /* copies that reached the handler */
+    uint32_t set_aside;     /* later deliveries not counted as copies */
+    bool overlapped;        /* one of its copies overlapped */
+    bool unfinished_last;   /* its last delivery is live and was never settled (settling) */
+    uint8_t first_listener; /* its first delivery's listener, or VD_LISTENERS_MAX */
+};
+
+static int sum_message(const struct verdict *v, struct vd_scratch *s, size_t n,
+                       struct verdict_task *t, struct vd_row_acc *acc, struct vd_msg_sum *sum)
+{
+    memset(sum, 0, sizeof(*sum));
+    sum->first_listener = n > 0 ? s->listener[0] : VD_LISTENERS_MAX;
+    for (size_t i = 0; i < n; i++) {
+        const struct verdict_delivery *d = &s->d[i];
+        if (d->withheld)
+            continue;
+        sum->live++;
+        sum->set_aside += d->set_aside;
+        if (d->overlap == VERDICT_COPY_NONE)
+            continue;
+        sum->copies++;
+        if (series_add(&acc->delays, d->copy_delay_us) != 0)
+            return -1;
+        if (d->overlap == VERDICT_COPY_OVERLAP) {
+            t->overlapping++;
+            sum->overlapped = true;
+            if (series_add(&acc->overlaps, d->overlap_us) != 0)
+                return -1;
+        } else if (d->overlap == VERDICT_COPY_AFTER) {
+            t->sequential++;
+        } else {
+            t->overlap_unknown++;
+        }
+    }
+    if (n > 0) {
+        const struct verdict_delivery *last = &s->d[n - 1];
+        sum->unfinished_last =
+            !last->withheld && !last->settled && listener_settles(v, s->listener[n - 1]);
+    }
+    return 0;
+}
+
+/* Adds one message to its row. */
+static int tally(const struct verdict *v, struct vd_scratch *s, struct verdict_task *t,
+                 struct vd_row_acc *acc, const char *id, const struct verdict_msg *m)
+{
+    size_t n = 0;
+    struct vd_msg_sum sum;
+    if (replay_message(v, m, s, &n) != 0 || sum_message(v, s, n, t, acc, &sum) != 0)
+        return -1;
+    if (sum.first_listener < acc->listener)
+        acc->listener = sum.first_listener;
     t->messages++;
     t->faulted += m->faults > 0;
     uint32_t retries = m->attempts > 1 ? m->attempts - 1 : 0;
@@ -313,10 +933,19 @@ static void tally(struct verdict_task *t, const char *id, const struct verdict_m
         if (retries > t->max_retries)
             t->max_retries = retries;
     }
-    /* A dropped delivery (whose copy may come later) does not test idempotency, nor does an
-     * attempt the app asked for: only a copy does. */
-    bool copied = m->reached > m->attempts;
+    /* A dropped delivery (whose copy may come later), an attempt the app asked for, a
+     * redelivery of a delivery no worker was seen to finish: none tests idempotency; only a
+     * copy does. */
+    bool copied = sum.copies > 0;
     t->delivered_more_than_once += copied;
+    t->copies += sum.copies;
+    if (sum.overlapped)
+        examples_add(&t->overlap_examples, id);
+    if (sum.set_aside > 0) {
+        t->set_aside += sum.set_aside;
+        t->set_aside_messages++;
+        examples_add(&t->set_aside_examples, id);
+    }
     /* Work lost: delivered (or withheld), or faulted before its delivery (a
      * dropped publish), and no effect. */
     t->no_effect += m->effects == 0 && (m->delivers >= 1 || m->faults > 0);
@@ -331,14 +960,25 @@ static void tally(struct verdict_task *t, const char *id, const struct verdict_m
     if (m->effects >= 2) {
         t->more_than_one_effect++;
         examples_add(&t->examples, id);
-        if (m->reached <= 1) {
+        if (sum.live <= 1) {
             t->doubled_single_delivery++;
             examples_add(&t->single_examples, id);
-        } else if (!copied) {
+        } else if (!copied && sum.set_aside == 0) {
             t->doubled_by_retries++;
             examples_add(&t->retry_examples, id);
         }
     }
+    /* Work that stopped (a failed message settled for good: counted in `failed`). */
+    bool never = m->published && m->delivers == 0 && m->waiting;
+    bool unfinished = m->delivers > 0 && !m->failed && (m->waiting || sum.unfinished_last);
+    t->never_delivered += never;
+    t->unfinished += unfinished;
+    if (never || unfinished)
+        examples_add(&t->outstanding_examples, id);
+    uint64_t progress = m->progress_us != 0 ? m->progress_us : m->publish_us;
+    if (progress > t->last_progress_us)
+        t->last_progress_us = progress;
+    return 0;
 }
 
 static void tally_unknown(struct verdict_result *res, const char *id, const struct verdict_msg *m)
@@ -356,8 +996,23 @@ static int task_cmp(const void *a, const void *b)
     return strcmp(x->task, y->task);
 }
 
+/* The evidence row t lacks, and whether it falls short of what opt requires. */
+static void row_evidence(struct verdict_task *t, const struct verdict_options *opt)
+{
+    const struct verdict_require *rq = &opt->require;
+    if (t->copies == 0)
+        t->missing |= VERDICT_MISSING_COPIES;
+    if (t->overlapping == 0)
+        t->missing |= VERDICT_MISSING_OVERLAP;
+    uint64_t window = rq->window_us != 0 ? rq->window_us : VERDICT_SHORT_WINDOW_US;
+    if (t->copies == 0 || t->copy_max_us < window)
+        t->missing |= VERDICT_MISSING_WINDOW;
+    t->required_short = t->copies < rq->copies || t->overlapping < rq->overlaps ||
+                        (rq->window_us != 0 && (t->copies == 0 || t->copy_max_us < rq->window_us));
+}
+
 /* Sets each row's verdict, drops empty rows, sorts, sets the overall verdict. */
-static void finish_rows(struct verdict_result *res, size_t rows)
+static void finish_rows(struct verdict_result *res, size_t rows, const struct verdict_options *opt)
 {
     size_t n = 0;
     res->overall = VERDICT_UNTESTED;
@@ -365,14 +1020,19 @@ static void finish_rows(struct verdict_result *res, size_t rows)
         struct verdict_task *t = &res->tasks[i];
         if (t->messages == 0)
             continue;
-        /* Only a message that reached the handler twice tests it: faults
-         * that only dropped or delayed work prove nothing either way. */
+        row_evidence(t, opt);
+        /* Only a copy that reached the handler tests it: faults that only dropped or delayed
+         * work prove nothing either way, nor does a copy no worker was seen to finish. */
         if (t->more_than_one_effect > 0)
             t->verdict = VERDICT_NOT_IDEMPOTENT;
-        else if (t->delivered_more_than_once > 0)
+        else if (t->copies > 0 && !t->required_short)
             t->verdict = VERDICT_IDEMPOTENT;
         else
             t->verdict = VERDICT_UNTESTED;
+        bool outstanding = t->never_delivered + t->unfinished > 0;
+        t->stalled = outstanding && res->end_us >= t->last_progress_us + opt->stall_after_us;
+        res->any_stalled |= t->stalled;
+        res->any_required_short |= t->required_short && t->verdict != VERDICT_NOT_IDEMPOTENT;
         if (t->verdict > res->overall)
             res->overall = t->verdict;
         res->tasks[n++] = *t;
@@ -381,90 +1041,104 @@ static void finish_rows(struct verdict_result *res, size_t rows)
     qsort(res->tasks, n, sizeof(*res->tasks), task_cmp);
 }
 
-static int u64_cmp(const void *a, const void *b)
+/* What the effects list says of itself against the journal. */
+static void effects_check(const struct verdict *v, struct verdict_result *res)
 {
-    uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
-    return x < y ? -1 : x > y;
+    uint64_t delivered = 0;
+    for (size_t i = 0; i < res->n_tasks; i++)
+        delivered += res->tasks[i].messages;
+    uint64_t matched = res->effect_lines - res->unknown_effect_lines;
+    res->effect_lines_with_comma = v->comma_lines;
+    if (res->effect_lines == 0)
+        res->effects_check = delivered > 0 ? VERDICT_EFFECTS_EMPTY : VERDICT_EFFECTS_OK;
+    else if (matched == 0)
+        res->effects_check = VERDICT_EFFECTS_NO_MATCH;
+    else if (res->unknown_effect_lines * 2 > res->effect_lines)
+        res->effects_check = VERDICT_EFFECTS_MOSTLY_OFF;
+    else
+        res->effects_check = VERDICT_EFFECTS_OK;
 }
 
-/* Each row's copy delays: count, min, median, max.  -1 when out of memory. */
-static int copy_windows(const struct verdict *v, struct verdict_result *out)
+/* Each row's delays and listener, from the accumulators. */
+static void rows_finish_acc(const struct verdict *v, struct verdict_result *out,
+                            struct vd_row_acc *acc, size_t rows)
 {
-    size_t rows = v->n_tasks + 1;
-    size_t *count = calloc(rows + 1, sizeof(*count));
-    uint64_t *delays = malloc((v->n_copies > 0 ? v->n_copies : 1) * sizeof(*delays));
-    if (count == NULL || delays == NULL) {
-        free(count);
-        free(delays);
-        return -1;
-    }
-    /* Counting sort by row, then a sort within each row. */
-    for (size_t i = 0; i < v->n_copies; i++) {
-        const struct verdict_copy *c = &v->copies[i];
-        if (!c->withheld)
-            count[(c->m->task == VERDICT_NO_TASK ? v->n_tasks : c->m->task) + 1]++;
-    }
-    for (size_t r = 1; r <= rows; r++)
-        count[r] += count[r - 1];
-    size_t *at = calloc(rows, sizeof(*at));
-    if (at == NULL) {
-        free(count);
-        free(delays);
-        return -1;
-    }
-    for (size_t i = 0; i < v->n_copies; i++) {
-        const struct verdict_copy *c = &v->copies[i];
-        size_t r = c->m->task == VERDICT_NO_TASK ? v->n_tasks : c->m->task;
-        if (!c->withheld)
-            delays[count[r] + at[r]++] = c->delay_us;
-    }
     for (size_t r = 0; r < rows; r++) {
-        size_t n = count[r + 1] - count[r];
         struct verdict_task *t = &out->tasks[r];
-        t->copies = n;
-        if (n == 0)
-            continue;
-        uint64_t *d = delays + count[r];
-        qsort(d, n, sizeof(*d), u64_cmp);
-        t->copy_min_us = d[0];
-        t->copy_median_us = n % 2 ? d[n / 2] : (d[n / 2 - 1] + d[n / 2]) / 2;
-        t->copy_max_us = d[n - 1];
+        series_stats(&acc[r].delays, &t->copy_min_us, &t->copy_median_us, &t->copy_max_us);
+        series_stats(&acc[r].overlaps, NULL, &t->overlap_median_us, &t->overlap_max_us);
+        if (acc[r].listener < v->n_listeners) {
+            const struct vd_listener *l = &v->listeners[acc[r].listener];
+            t->listener = l->name;
+            t->protocol = l->protocol;
+            t->profile = l->profile;
+        }
     }
-    free(at);
-    free(count);
-    free(delays);
+}
+
+static int fold_messages(const struct verdict *v, struct verdict_result *out,
+                         struct vd_row_acc *acc)
+{
+    struct vd_scratch s = {0};
+    size_t pos = 0;
+    const struct strmap_slot *slot = NULL;
+    int rc = 0;
+    while (rc == 0 && strmap_next(&v->msgs, &pos, &slot)) {
+        const struct verdict_msg *m = slot->value;
+        if (m == NULL)
+            continue;
+        out->effect_lines += m->effects;
+        if (!m->in_journal) {
+            tally_unknown(out, slot->key, m);
+            continue;
+        }
+        size_t r = m->task == VERDICT_NO_TASK ? v->n_tasks : m->task;
+        rc = tally(v, &s, &out->tasks[r], &acc[r], slot->key, m);
+    }
+    scratch_free(&s);
+    return rc;
+}
+
+int verdict_compute_with(const struct verdict *v, const struct verdict_options *opt,
+                         struct verdict_result *out)
+{
+    struct verdict_options dflt = {0};
+    struct verdict_options o = opt != NULL ? *opt : dflt;
+    if (o.stall_after_us == 0)
+        o.stall_after_us = VERDICT_STALL_AFTER_US;
+    memset(out, 0, sizeof(*out));
+    out->end_us = v->end_us;
+    sort_closes(v);
+    size_t rows = v->n_tasks + 1; /* the last row collects messages with no task */
+    out->tasks = calloc(rows, sizeof(*out->tasks));
+    struct vd_row_acc *acc = calloc(rows, sizeof(*acc));
+    int rc = out->tasks != NULL && acc != NULL ? 0 : -1;
+    for (size_t i = 0; rc == 0 && i < rows; i++) {
+        out->tasks[i].task = i < v->n_tasks ? v->task_names[i] : VERDICT_UNKNOWN_TASK;
+        out->tasks[i].unknown = i == v->n_tasks;
+        acc[i].listener = VD_LISTENERS_MAX;
+    }
+    if (rc == 0)
+        rc = fold_messages(v, out, acc);
+    if (rc == 0)
+        rows_finish_acc(v, out, acc, rows);
+    for (size_t i = 0; acc != NULL && i < rows; i++) {
+        free(acc[i].delays.v);
+        free(acc[i].overlaps.v);
+    }
+    free(acc);
+    if (rc != 0) {
+        verdict_result_free(out);
+        return -1;
+    }
+    finish_rows(out, rows, &o);
+    effects_check(v, out);
     return 0;
 }
 
 int verdict_compute(const struct verdict *v, struct verdict_result *out)
 {
-    memset(out, 0, sizeof(*out));
-    size_t rows = v->n_tasks + 1; /* the last row collects messages with no task */
-    out->tasks = calloc(rows, sizeof(*out->tasks));
-    if (out->tasks == NULL)
-        return -1;
-    for (size_t i = 0; i < v->n_tasks; i++)
-        out->tasks[i].task = v->task_names[i];
-    out->tasks[v->n_tasks].task = VERDICT_UNKNOWN_TASK;
-    out->tasks[v->n_tasks].unknown = true;
-    size_t pos = 0;
-    const struct strmap_slot *slot = NULL;
-    while (strmap_next(&v->msgs, &pos, &slot)) {
-        const struct verdict_msg *m = slot->value;
-        if (m == NULL)
-            continue;
-        out->effect_lines += m->effects;
-        if (!m->in_journal)
-            tally_unknown(out, slot->key, m);
-        else
-            tally(&out->tasks[m->task == VERDICT_NO_TASK ? v->n_tasks : m->task], slot->key, m);
-    }
-    if (copy_windows(v, out) != 0) {
-        verdict_result_free(out);
-        return -1;
-    }
-    finish_rows(out, rows);
-    return 0;
+    return verdict_compute_with(v, NULL, out);
 }
 
 void verdict_result_free(struct verdict_result *res)
@@ -472,6 +1146,58 @@ void verdict_result_free(struct verdict_result *res)
     free(res->tasks);
     memset(res, 0, sizeof(*res));
 }
+
+int verdict_message_deliveries(const struct verdict *v, const char *id,
+                               struct verdict_delivery **out, size_t *n)
+{
+    *out = NULL;
+    *n = 0;
+    const struct verdict_msg *m = strmap_get(&v->msgs, id);
+    if (m == NULL || !m->in_journal)
+        return 0;
+    sort_closes(v);
+    struct vd_scratch s = {0};
+    int rc = replay_message(v, m, &s, n);
+    if (rc == 0 && *n > 0) {
+        *out = malloc(*n * sizeof(**out));
+        if (*out != NULL)
+            memcpy(*out, s.d, *n * sizeof(**out));
+        else
+            rc = -1;
+    }
+    scratch_free(&s);
+    return rc == 0 ? 1 : -1;
+}
+
+static int id_cmp(const void *a, const void *b)
+{
+    return strcmp(*(const char *const *)a, *(const char *const *)b);
+}
+
+int verdict_each_message(const struct verdict *v,
+                         int (*fn)(void *ctx, const char *id, const char *task), void *ctx)
+{
+    const char **ids = malloc((v->msgs.count != 0 ? v->msgs.count : 1) * sizeof(*ids));
+    if (ids == NULL)
+        return -1;
+    size_t pos = 0, n = 0;
+    const struct strmap_slot *slot = NULL;
+    while (strmap_next(&v->msgs, &pos, &slot)) {
+        const struct verdict_msg *m = slot->value;
+        if (m != NULL && m->in_journal)
+            ids[n++] = slot->key;
+    }
+    qsort(ids, n, sizeof(*ids), id_cmp);
+    int rc = 0;
+    for (size_t i = 0; rc == 0 && i < n; i++) {
+        const struct verdict_msg *m = strmap_get(&v->msgs, ids[i]);
+        rc = fn(ctx, ids[i], m->task != VERDICT_NO_TASK ? v->task_names[m->task] : NULL);
+    }
+    free(ids);
+    return rc;
+}
+
+/* ---- the effects file ---------------------------------------------------------------------- */
 
 /* Strips blanks and a trailing \r; returns the id, or NULL for a line to skip. */
 static char *effect_line_id(char *line)
@@ -503,6 +1229,7 @@ int verdict_load_effects(struct verdict *v, const char *path, uint64_t *lines, c
         const char *id = effect_line_id(line);
         if (id == NULL)
             continue;
+        verdict_note_effect_line_shape(v, id);
         rc = verdict_add_effect(v, id);
         (*lines)++;
     }
@@ -515,450 +1242,4 @@ int verdict_load_effects(struct verdict *v, const char *path, uint64_t *lines, c
     free(line);
     fclose(fp);
     return rc;
-}
-
-/* What the output says about the inputs. */
-struct verdict_inputs {
-    const char *journal, *effects;
-    uint64_t seed, start_unix_ms, records, effect_lines;
-    bool truncated;
-};
-
-/* Feeds every record of the journal to v.  0, or -1 with a message in err. */
-static int load_journal(struct verdict *v, struct verdict_inputs *in, char *err, size_t errlen)
-{
-    struct journal_reader *r = journal_reader_open(in->journal, err, errlen);
-    if (r == NULL)
-        return -1;
-    in->seed = journal_reader_header(r)->seed;
-    in->start_unix_ms = journal_reader_header(r)->start_unix_ms;
-    const Twice__Journal__Entry *e = NULL;
-    int rc;
-    while ((rc = journal_reader_next(r, &e)) == 1) {
-        if (e->body_case != TWICE__JOURNAL__ENTRY__BODY_RECORD)
-            continue;
-        if (verdict_add_record(v, e->record) != 0) {
-            rc = JOURNAL_ERR_NOMEM;
-            break;
-        }
-    }
-    if (rc < 0)
-        snprintf(err, errlen, "%s: %s", in->journal,
-                 journal_reader_error(r) != NULL ? journal_reader_error(r) : journal_strerror(rc));
-    in->records = journal_reader_count(r);
-    in->truncated = journal_reader_truncated(r);
-    journal_reader_close(r);
-    return rc < 0 ? -1 : 0;
-}
-
-static void print_examples_json(FILE *out, const struct verdict_examples *ex)
-{
-    fputc('[', out);
-    for (size_t i = 0; i < ex->n; i++) {
-        if (i > 0)
-            fputs(", ", out);
-        json_write_string(out, ex->ids[i]);
-    }
-    fputc(']', out);
-}
-
-static void print_task_json(FILE *out, const struct verdict_task *t)
-{
-    fputs("    {\"task\": ", out);
-    json_write_string(out, t->task);
-    fprintf(out,
-            ", \"messages\": %llu, \"faulted\": %llu, \"delivered_more_than_once\": %llu, "
-            "\"more_than_one_effect\": %llu, \"no_effect\": %llu, \"verdict\": ",
-            (unsigned long long)t->messages, (unsigned long long)t->faulted,
-            (unsigned long long)t->delivered_more_than_once,
-            (unsigned long long)t->more_than_one_effect, (unsigned long long)t->no_effect);
-    json_write_string(out, verdict_kind_name(t->verdict));
-    fprintf(out, ", \"copies\": %llu, \"copy_delay_ms\": ", (unsigned long long)t->copies);
-    if (t->copies > 0)
-        fprintf(out, "{\"min\": %llu, \"median\": %llu, \"max\": %llu}",
-                (unsigned long long)(t->copy_min_us / 1000),
-                (unsigned long long)(t->copy_median_us / 1000),
-                (unsigned long long)(t->copy_max_us / 1000));
-    else
-        fputs("null", out);
-    fputs(", \"examples\": ", out);
-    print_examples_json(out, &t->examples);
-    fprintf(out,
-            ", \"doubled_without_second_delivery\": %llu, "
-            "\"doubled_without_second_delivery_examples\": ",
-            (unsigned long long)t->doubled_single_delivery);
-    print_examples_json(out, &t->single_examples);
-    fprintf(out,
-            ", \"failed\": %llu, \"retried\": %llu, \"max_retries\": %llu, "
-            "\"doubled_by_retries\": %llu, "
-            "\"doubled_by_retries_examples\": ",
-            (unsigned long long)t->failed, (unsigned long long)t->retried,
-            (unsigned long long)t->max_retries, (unsigned long long)t->doubled_by_retries);
-    print_examples_json(out, &t->retry_examples);
-    fputs(", \"failed_examples\": ", out);
-    print_examples_json(out, &t->failed_examples);
-    fprintf(out,
-            ", \"abandoned\": %llu, \"abandoned_examples\": ", (unsigned long long)t->abandoned);
-    print_examples_json(out, &t->abandoned_examples);
-    fputc('}', out);
-}
-
-static void print_json(FILE *out, const struct verdict_result *res, const struct verdict_inputs *in)
-{
-    fputs("{\n  \"journal\": ", out);
-    json_write_string(out, in->journal);
-    fputs(",\n  \"effects\": ", out);
-    json_write_string(out, in->effects);
-    fprintf(out,
-            ",\n  \"seed\": \"%llu\",\n  \"start_unix_ms\": %llu,\n  \"records\": %llu,\n"
-            "  \"journal_truncated\": %s,\n  \"effect_lines\": %llu,\n  \"verdict\": ",
-            (unsigned long long)in->seed, (unsigned long long)in->start_unix_ms,
-            (unsigned long long)in->records, in->truncated ? "true" : "false",
-            (unsigned long long)in->effect_lines);
-    json_write_string(out, verdict_kind_name(res->overall));
-    fputs(",\n  \"tasks\": [", out);
-    for (size_t i = 0; i < res->n_tasks; i++) {
-        fputs(i > 0 ? ",\n" : "\n", out);
-        print_task_json(out, &res->tasks[i]);
-    }
-    fprintf(out, "%s],\n  \"unknown_effects\": {\"ids\": %llu, \"lines\": %llu, \"examples\": ",
-            res->n_tasks > 0 ? "\n  " : "", (unsigned long long)res->unknown_effect_ids,
-            (unsigned long long)res->unknown_effect_lines);
-    print_examples_json(out, &res->unknown_examples);
-    fputs("}\n}\n", out);
-}
-
-static void print_examples_text(FILE *out, const struct verdict_examples *ex)
-{
-    for (size_t i = 0; i < ex->n; i++) {
-        fputs(i > 0 ? ", " : "", out);
-        text_write_safe(out, ex->ids[i]);
-    }
-}
-
-static int task_col_width(const struct verdict_result *res)
-{
-    size_t w = strlen("TASK");
-    for (size_t i = 0; i < res->n_tasks; i++) {
-        size_t n = strlen(res->tasks[i].task);
-        if (n > w)
-            w = n;
-    }
-    return (int)(w > VERDICT_TASK_COL_MAX ? VERDICT_TASK_COL_MAX : w);
-}
-
-/* A copy delay for people: "0.4s", "12s", "25min", "3.0h". */
-static void format_delay(char *buf, size_t cap, uint64_t us)
-{
-    double s = (double)us / 1e6;
-    if (s < 10)
-        snprintf(buf, cap, "%.1fs", s);
-    else if (s < 600)
-        snprintf(buf, cap, "%.0fs", s);
-    else if (s < 3 * 3600)
-        snprintf(buf, cap, "%.0fmin", s / 60);
-    else
-        snprintf(buf, cap, "%.1fh", s / 3600);
-}
-
-/* The COPIES AFTER column: "MIN-MAX", or "-" with no copy. */
-static void format_window(char *buf, size_t cap, const struct verdict_task *t)
-{
-    if (t->copies == 0) {
-        snprintf(buf, cap, "-");
-        return;
-    }
-    char lo[16], hi[16];
-    format_delay(lo, sizeof(lo), t->copy_min_us);
-    format_delay(hi, sizeof(hi), t->copy_max_us);
-    snprintf(buf, cap, "%s-%s", lo, hi);
-}
-
-static void print_row(FILE *out, const struct verdict_task *t, int width)
-{
-    int n = text_write_safe(out, t->task);
-    char window[40];
-    format_window(window, sizeof(window), t);
-    fprintf(out, "%*s  %8llu  %7llu  %11llu  %9llu  %9llu  %7llu  %-13s  ",
-            n < width ? width - n : 0, "", (unsigned long long)t->messages,
-            (unsigned long long)t->faulted, (unsigned long long)t->delivered_more_than_once,
-            (unsigned long long)t->more_than_one_effect, (unsigned long long)t->no_effect,
-            (unsigned long long)t->retried, window);
-    if (t->examples.n > 0) {
-        fprintf(out, "%-14s  ", verdict_kind_name(t->verdict));
-        print_examples_text(out, &t->examples);
-    } else {
-        fputs(verdict_kind_name(t->verdict), out);
-    }
-    fputc('\n', out);
-}
-
-static void print_table(FILE *out, const struct verdict_result *res)
-{
-    int width = task_col_width(res);
-    fprintf(out, "%-*s  %8s  %7s  %11s  %9s  %9s  %7s  %-13s  %-14s  %s\n", width, "TASK",
-            "MESSAGES", "FAULTED", "DELIVERED>1", "EFFECTS>1", "NO EFFECT", "RETRIED",
-            "COPIES AFTER", "VERDICT", "EXAMPLES");
-    for (size_t i = 0; i < res->n_tasks; i++)
-        print_row(out, &res->tasks[i], width);
-    if (res->n_tasks == 0)
-        fputs("(no message ids in the journal)\n", out);
-}
-
-static void print_legend(FILE *out)
-{
-    fputs("\nMESSAGES        distinct message ids of the task seen in the journal\n"
-          "FAULTED         messages twice injected at least one fault into\n"
-          "DELIVERED>1     messages that reached the handler more than once: a copy (a delivery "
-          "twice dropped, or a retry the app asked for, does not count)\n"
-          "EFFECTS>1       messages with more than one line in the effects list\n"
-          "NO EFFECT       delivered or faulted, but no line in the effects list: work lost "
-          "(a drop), or missing from the list\n"
-          "RETRIED         messages the app retried itself (a Celery retry, a Sidekiq or RQ "
-          "retry, a nack with requeue): new attempts, not copies\n"
-          "COPIES AFTER    the copy delays tested: how long after a message's first delivery "
-          "its later ones reached the handler (shortest-longest)\n"
-          "NOT IDEMPOTENT  some message produced more than one side effect (EXAMPLES: up to 5)\n"
-          "IDEMPOTENT      some message reached the handler twice and none produced two side "
-          "effects, for the copy delays tested (a dedup key that expires sooner would have "
-          "been caught, a later one not)\n"
-          "UNTESTED        no message reached the handler twice (faults that only drop or "
-          "delay prove nothing): run longer or widen the rules\n",
-          out);
-}
-
-/* "warning: TASK: N message ids WHAT (e.g. EXAMPLES)", when n is not 0. */
-static void task_warning(FILE *out, const struct verdict_task *t, uint64_t n, const char *what,
-                         const struct verdict_examples *ex)
-{
-    if (n == 0)
-        return;
-    fputs("warning: ", out);
-    text_write_safe(out, t->task);
-    fprintf(out, ": %llu message ids %s (e.g. ", (unsigned long long)n, what);
-    print_examples_text(out, ex);
-    fputs(")\n", out);
-}
-
-static void print_warnings(FILE *out, const struct verdict_result *res,
-                           const struct verdict_inputs *in)
-{
-    if (in->truncated)
-        fputs("warning: the journal's last record is cut short (the proxy died while "
-              "writing); the records before it are counted\n",
-              out);
-    if (res->unknown_effect_ids > 0) {
-        fprintf(out,
-                "warning: %llu message ids in the effects list (%llu lines) never appear in "
-                "the journal; were their workers connected through twice? (e.g. ",
-                (unsigned long long)res->unknown_effect_ids,
-                (unsigned long long)res->unknown_effect_lines);
-        print_examples_text(out, &res->unknown_examples);
-        fputs(")\n", out);
-    }
-    for (size_t i = 0; i < res->n_tasks; i++)
-        task_warning(out, &res->tasks[i], res->tasks[i].doubled_single_delivery,
-                     "have 2+ effects but were delivered at most once: effect doubled without a "
-                     "second delivery: check your effects list",
-                     &res->tasks[i].single_examples);
-    for (size_t i = 0; i < res->n_tasks; i++)
-        task_warning(out, &res->tasks[i], res->tasks[i].doubled_by_retries,
-                     "have 2+ effects over the app's own retries, with no copy from twice: the "
-                     "handler did its side effect, then failed and was retried",
-                     &res->tasks[i].retry_examples);
-    for (size_t i = 0; i < res->n_tasks; i++)
-        task_warning(out, &res->tasks[i], res->tasks[i].failed,
-                     "ended failed: the framework gave up on them (BullMQ's failed set, a job "
-                     "stalled more than maxStalledCount included; RQ's failed registry; a reject "
-                     "or nack without requeue), whatever effects they left: work lost",
-                     &res->tasks[i].failed_examples);
-    for (size_t i = 0; i < res->n_tasks; i++)
-        task_warning(out, &res->tasks[i], res->tasks[i].abandoned,
-                     "were failed by the framework while a worker still ran them, and that "
-                     "worker completed them afterwards (an RQ job whose heartbeat lapsed, moved "
-                     "to the failed registry): a requeue of those failed jobs runs them again",
-                     &res->tasks[i].abandoned_examples);
-}
-
-/* Per task the app retried: how many messages, and the most retries of one. */
-static void print_retries(FILE *out, const struct verdict_result *res)
-{
-    bool any = false;
-    for (size_t i = 0; i < res->n_tasks; i++) {
-        const struct verdict_task *t = &res->tasks[i];
-        if (t->retried == 0)
-            continue;
-        if (!any)
-            fputc('\n', out);
-        any = true;
-        text_write_safe(out, t->task);
-        fprintf(out,
-                ": %llu %s retried by the app, at most %llu %s of one; their attempts are not "
-                "counted as copies\n",
-                (unsigned long long)t->retried, t->retried == 1 ? "message" : "messages",
-                (unsigned long long)t->max_retries, t->max_retries == 1 ? "retry" : "retries");
-    }
-}
-
-/* Copies within this of the first delivery test a short window only: say so. */
-#define VERDICT_SHORT_WINDOW_US (60ull * 1000 * 1000)
-
-/* What each IDEMPOTENT row held over, and how to test a later copy when the copies all came
- * soon after the first. */
-static void print_windows(FILE *out, const struct verdict_result *res)
-{
-    bool short_seen = false;
-    for (size_t i = 0; i < res->n_tasks; i++) {
-        const struct verdict_task *t = &res->tasks[i];
-        if (t->verdict != VERDICT_IDEMPOTENT)
-            continue;
-        char lo[16], med[16], hi[16];
-        format_delay(lo, sizeof(lo), t->copy_min_us);
-        format_delay(med, sizeof(med), t->copy_median_us);
-        format_delay(hi, sizeof(hi), t->copy_max_us);
-        if (!short_seen)
-            fputc('\n', out);
-        short_seen = true;
-        text_write_safe(out, t->task);
-        fprintf(out,
-                ": IDEMPOTENT for copies %s-%s after the first delivery (median %s, %llu %s)\n", lo,
-                hi, med, (unsigned long long)t->copies, t->copies == 1 ? "copy" : "copies");
-        if (t->copy_max_us < VERDICT_SHORT_WINDOW_US)
-            fprintf(out,
-                    "  every copy came within %s: deduplication that forgets a message sooner is "
-                    "caught, later is not tested; for later copies: `when ack ... do redeliver "
-                    "after D` (amqp, rq, list) or `when deliver ... do duplicate after D` (amqp, "
-                    "sidekiq, celery, rq, list)\n",
-                    hi);
-    }
-}
-
-static void print_human(FILE *out, const struct verdict_result *res,
-                        const struct verdict_inputs *in)
-{
-    fputs("journal ", out);
-    text_write_safe(out, in->journal);
-    fprintf(out, ": %llu records, seed %llu\neffects ", (unsigned long long)in->records,
-            (unsigned long long)in->seed);
-    text_write_safe(out, in->effects);
-    fprintf(out, ": %llu side effects\n\n", (unsigned long long)in->effect_lines);
-    print_table(out, res);
-    print_windows(out, res);
-    print_retries(out, res);
-    print_legend(out);
-    print_warnings(out, res, in);
-    fprintf(out, "\nverdict: %s\n", verdict_kind_name(res->overall));
-}
-
-struct verdict_args {
-    const char *journal, *effects;
-    bool json;
-};
-
-static void usage(FILE *err)
-{
-    fputs("usage: twice verdict --journal JOURNAL --effects EFFECTS [--json]\n"
-          "  EFFECTS: one message id per side effect, one per line ('#' comments)\n"
-          "  exit 1 when a task is NOT IDEMPOTENT, 0 otherwise, 2 on errors\n",
-          err);
-}
-
-/* --name VALUE or --name=VALUE at argv[*i].  1 matched, 0 not this option, -1 error. */
-static int option_value(int argc, char **argv, int *i, const char *name, const char **value)
-{
-    size_t n = strlen(name);
-    if (strncmp(argv[*i], name, n) != 0)
-        return 0;
-    if (argv[*i][n] == '=') {
-        *value = argv[*i] + n + 1;
-        return 1;
-    }
-    if (argv[*i][n] != '\0')
-        return 0;
-    if (*i + 1 >= argc)
-        return -1;
-    *value = argv[++*i];
-    return 1;
-}
-
-/* Returns 0 to run, 1 after --help, -1 on a usage error. */
-static int parse_args(int argc, char **argv, struct verdict_args *a, FILE *out, FILE *err)
-{
-    memset(a, 0, sizeof(*a));
-    for (int i = 1; i < argc; i++) {
-        if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) {
-            usage(out);
-            return 1;
-        }
-        int rc = option_value(argc, argv, &i, "--journal", &a->journal);
-        if (rc == 0)
-            rc = option_value(argc, argv, &i, "--effects", &a->effects);
-        if (rc == 0 && strcmp(argv[i], "--json") == 0) {
-            a->json = true;
-            rc = 1;
-        }
-        if (rc <= 0) {
-            fprintf(err,
-                    rc == 0 ? "twice verdict: unknown argument '%s'\n"
-                            : "twice verdict: %s needs a value\n",
-                    argv[i]);
-            usage(err);
-            return -1;
-        }
-    }
-    if (a->journal == NULL || a->effects == NULL) {
-        fputs("twice verdict: --journal and --effects are required\n", err);
-        usage(err);
-        return -1;
-    }
-    return 0;
-}
-
-/* Loads both inputs and prints the verdict.  Returns the exit code. */
-static int verdict_execute(const struct verdict_args *a, FILE *out, FILE *err)
-{
-    char msg[VERDICT_ERR_MAX];
-    struct verdict_inputs in = {.journal = a->journal, .effects = a->effects};
-    struct verdict_result res = {0};
-    struct verdict *v = verdict_new();
-    int code = 2;
-    if (v == NULL)
-        snprintf(msg, sizeof(msg), "out of memory");
-    else if (load_journal(v, &in, msg, sizeof(msg)) == 0 &&
-             verdict_load_effects(v, a->effects, &in.effect_lines, msg, sizeof(msg)) == 0) {
-        if (verdict_compute(v, &res) != 0)
-            snprintf(msg, sizeof(msg), "out of memory");
-        else
-            code = res.overall == VERDICT_NOT_IDEMPOTENT ? 1 : 0;
-    }
-    if (code == 2)
-        fprintf(err, "twice verdict: %s\n", msg);
-    else if (a->json)
-        print_json(out, &res, &in);
-    else
-        print_human(out, &res, &in);
-    if (code != 2 && in.truncated && a->json)
-        fputs("twice verdict: warning: the journal's last record is cut short\n", err);
-    verdict_result_free(&res);
-    verdict_free(v);
-    return code;
-}
-
-int verdict_run(int argc, char **argv, FILE *out, FILE *err)
-{
-    struct verdict_args a;
-    int rc = parse_args(argc, argv, &a, out, err);
-    if (rc != 0)
-        return rc > 0 ? 0 : 2;
-    int code = verdict_execute(&a, out, err);
-    if (fflush(out) != 0 && code != 2) {
-        fprintf(err, "twice verdict: writing the output: %s\n", strerror(errno));
-        code = 2;
-    }
-    return code;
-}
-
-int verdict_main(int argc, char **argv)
-{
-    return verdict_run(argc, argv, stdout, stderr);
 }

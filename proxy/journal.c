@@ -28,7 +28,7 @@
 #define JOURNAL_BUF_KEEP (4u * 1024u * 1024u)
 
 /* journal_record's string fields: the proto's string fields. */
-#define JOURNAL_STRING_FIELDS 9
+#define JOURNAL_STRING_FIELDS 10
 
 /* journal.h repeats journal.proto's kind codes so that it needs no generated header. */
 _Static_assert((int)JOURNAL_KIND_CONNECT == (int)TWICE__JOURNAL__RECORD__KIND__CONNECT,
@@ -160,12 +160,12 @@ static bool record_strings(Twice__Journal__Record *pr, const struct journal_reco
 {
     const char *src[JOURNAL_STRING_FIELDS] = {
         r->listener,          r->queue,  r->task, r->message_id, r->rule, r->action_name, r->client,
-        r->close_reason_name, r->detail,
+        r->close_reason_name, r->detail, r->run,
     };
     char **dst[JOURNAL_STRING_FIELDS] = {
         &pr->listener, &pr->queue,       &pr->task,   &pr->message_id,
         &pr->rule,     &pr->action_name, &pr->client, &pr->close_reason_name,
-        &pr->detail,
+        &pr->detail,   &pr->run,
     };
     for (size_t i = 0; i < JOURNAL_STRING_FIELDS; i++) {
         *dst[i] = field_text(src[i], &owned[i]);
@@ -189,6 +189,8 @@ static void record_numbers(Twice__Journal__Record *pr, const struct journal_reco
     pr->bytes_down = r->bytes_down;
     pr->retries = r->retries;
     pr->retry = r->retry;
+    pr->refused = r->refused;
+    pr->started_unix_us = r->started_unix_us;
 }
 
 /* Makes room for need more bytes in b, doubling up to JOURNAL_BUFFER_CAP. */
@@ -340,6 +342,41 @@ static void *writer_main(void *arg)
     return NULL;
 }
 
+/* The header's listeners, from hdr's arrays into ls[] and the pointers lp[] to them, each
+ * string cleaned as a record's are (so a name matches the records' listener field); copies go
+ * to owned[] (3 per listener), freed by the caller.  false when out of memory. */
+static bool header_listeners(const struct journal_header_info *hdr, Twice__Journal__Listener *ls,
+                             Twice__Journal__Listener **lp, char **owned)
+{
+    for (size_t i = 0; i < hdr->n_listeners; i++) {
+        twice__journal__listener__init(&ls[i]);
+        ls[i].name = field_text(hdr->listener_names[i], &owned[3 * i]);
+        ls[i].protocol = field_text(hdr->listener_protocols[i], &owned[3 * i + 1]);
+        ls[i].profile = field_text(hdr->listener_profiles[i], &owned[3 * i + 2]);
+        if (ls[i].name == NULL || ls[i].protocol == NULL || ls[i].profile == NULL)
+            return false;
+        lp[i] = &ls[i];
+    }
+    return true;
+}
+
+/* Encodes the header entry h and writes it.  0 or -errno. */
+static int write_header_entry(int fd, Twice__Journal__Header *h)
+{
+    Twice__Journal__Entry entry;
+    twice__journal__entry__init(&entry);
+    entry.body_case = TWICE__JOURNAL__ENTRY__BODY_HEADER;
+    entry.header = h;
+    size_t need = journal_entry_encoded_size(&entry);
+    uint8_t *buf = malloc(need);
+    if (buf == NULL)
+        return -ENOMEM;
+    size_t n = 0;
+    int rc = journal_encode_entry(&entry, buf, need, &n) == 0 ? write_all(fd, buf, n) : -EIO;
+    free(buf);
+    return rc;
+}
+
 /* Encodes and writes the header entry synchronously.  0 or -errno. */
 static int write_header(int fd, const struct journal_header_info *hdr)
 {
@@ -353,15 +390,22 @@ static int write_header(int fd, const struct journal_header_info *hdr)
     h.twice_version = (char *)TWICE_VERSION;
     char *owned = NULL;
     h.config_path = field_text(hdr->config_path, &owned);
-    if (h.config_path == NULL)
-        return -ENOMEM;
-    Twice__Journal__Entry entry;
-    twice__journal__entry__init(&entry);
-    entry.body_case = TWICE__JOURNAL__ENTRY__BODY_HEADER;
-    entry.header = &h;
-    uint8_t buf[2 * JOURNAL_FIELD_MAX];
-    size_t n = 0;
-    int rc = journal_encode_entry(&entry, buf, sizeof(buf), &n) == 0 ? write_all(fd, buf, n) : -EIO;
+    size_t n = hdr->n_listeners;
+    Twice__Journal__Listener *ls = calloc(n + 1, sizeof(*ls));
+    Twice__Journal__Listener **lp = calloc(n + 1, sizeof(*lp));
+    char **lowned = calloc(3 * n + 1, sizeof(*lowned));
+    int rc = -ENOMEM;
+    if (h.config_path != NULL && ls != NULL && lp != NULL && lowned != NULL &&
+        header_listeners(hdr, ls, lp, lowned)) {
+        h.listeners = lp;
+        h.n_listeners = n;
+        rc = write_header_entry(fd, &h);
+    }
+    for (size_t i = 0; lowned != NULL && i < 3 * n; i++)
+        free(lowned[i]);
+    free(lowned);
+    free(lp);
+    free(ls);
     free(owned);
     return rc;
 }

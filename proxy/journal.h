@@ -39,6 +39,7 @@ enum journal_kind {
     JOURNAL_KIND_CONFIRM = 7,
     JOURNAL_KIND_FAULT = 8,
     JOURNAL_KIND_COMMAND = 9,
+    JOURNAL_KIND_RUNNING = 10,
 };
 
 /* What journal_open() writes in the header. */
@@ -47,6 +48,12 @@ struct journal_header_info {
     uint8_t config_sha256[32]; /* digest of the configuration file */
     const char *config_path;   /* may be NULL; copied */
     uint64_t start_unix_ms;    /* 0: now */
+    /* The configuration's listeners (journal.proto's Listener): names, protocol and profile
+     * names, borrowed for the duration of journal_open() */
+    const char *const *listener_names;
+    const char *const *listener_protocols;
+    const char *const *listener_profiles; /* NULL entries: no profile */
+    size_t n_listeners;
 };
 
 /*
@@ -76,7 +83,10 @@ struct journal_record {
     uint64_t bytes_down;           /* CLOSE: broker -> client */
     const char *detail;            /* free text, e.g. "delay 45000ms" */
     uint32_t retries;              /* DELIVER, PUBLISH: the app's retries before (journal.proto) */
-    bool retry; /* PUBLISH: the app put a message it ran back; NACK: requeue asked for */
+    bool retry;   /* PUBLISH: the app put a message it ran back; NACK: requeue asked for */
+    bool refused; /* ACK, NACK: the framework refused the settlement (journal.proto) */
+    uint64_t started_unix_us; /* RUNNING: the run started no later than this; 0: not said */
+    const char *run;          /* RUNNING: which run of the message (journal.proto) */
 };
 
 struct journal;

@@ -491,11 +491,25 @@ static int open_journal(struct proxy *px, const struct conf *c)
     hdr.start_unix_ms = (uint64_t)tv.tv_sec * 1000 + (uint64_t)tv.tv_usec / 1000;
     config_digest(px->conf_path, hdr.config_sha256);
     char err[512];
+    size_t n = c->n_listeners;
+    const char **names = calloc(3 * n + 1, sizeof(*names));
     px->journal_path = strdup(c->journal);
-    if (px->journal_path == NULL)
+    if (px->journal_path == NULL || names == NULL) {
         snprintf(err, sizeof(err), "%s: out of memory", c->journal);
-    else
+    } else {
+        size_t i = 0;
+        for (const struct conf_listener *l = c->listeners; l != NULL && i < n; l = l->next, i++) {
+            names[i] = l->name;
+            names[n + i] = conf_protocol_name(l->protocol);
+            names[2 * n + i] = l->profile;
+        }
+        hdr.listener_names = names;
+        hdr.listener_protocols = names + n;
+        hdr.listener_profiles = names + 2 * n;
+        hdr.n_listeners = i;
         px->journal = journal_open(c->journal, &hdr, err, sizeof(err));
+    }
+    free(names);
     if (px->journal == NULL) {
         struct log_line line;
         log_begin(&line, LOG_ERROR, "cannot open journal");

@@ -44,7 +44,9 @@ static struct fz_file fz_journal, fz_effects;
 static FILE *fz_devnull;
 /* Command lines are char *[]: their words must be writable. */
 static char arg_report[] = "report", arg_verdict[] = "verdict", arg_json[] = "--json",
-            arg_journal[] = "--journal", arg_effects[] = "--effects";
+            arg_journal[] = "--journal", arg_effects[] = "--effects",
+            arg_messages[] = "--messages", arg_require[] = "--require=overlap,window=1s",
+            arg_stall[] = "--stall-after=1ms";
 
 /* Failed invariants name themselves: the reproducer's log says which one. */
 #define CHECK(ok) check_at((ok), __LINE__, #ok)
@@ -235,18 +237,24 @@ static void check_report_code(int code, const struct walk *w)
 
 static void check_report(const struct walk *w)
 {
-    char message[160];
-    snprintf(message, sizeof(message), "--message=%s", w->message_id);
+    char *message = malloc(strlen(w->message_id) + 16);
+    CHECK(message != NULL);
+    sprintf(message, "--message=%s", w->message_id);
     char *text[] = {arg_report, fz_journal.path, NULL};
     char *json[] = {arg_report, fz_journal.path, arg_json, NULL};
+    char *all[] = {arg_report, fz_journal.path, arg_messages, arg_json, NULL};
     char *one[] = {arg_report, fz_journal.path, message, arg_json, NULL};
     check_report_code(fz_run(report_run, 2, text, false), w);
     check_report_code(fz_run(report_run, 3, json, true), w);
+    check_report_code(fz_run(report_run, 4, all, true), w);
+    all[3] = NULL;
+    check_report_code(fz_run(report_run, 3, all, false), w);
     if (w->message_id[0] != '\0') {
         check_report_code(fz_run(report_run, 4, one, true), w);
         one[3] = NULL;
         check_report_code(fz_run(report_run, 3, one, false), w);
     }
+    free(message);
 }
 
 /* Effects: every record's message id once, so that a message delivered twice has two. */
@@ -281,10 +289,16 @@ static void check_verdict(const uint8_t *p, size_t len, const struct walk *w)
     char *text[] = {arg_verdict, arg_journal, fz_journal.path, arg_effects, fz_effects.path, NULL};
     char *json[] = {arg_verdict, arg_journal, fz_journal.path, arg_effects, fz_effects.path,
                     arg_json,    NULL};
+    char *strict[] = {arg_verdict, arg_journal, fz_journal.path, arg_effects, fz_effects.path,
+                      arg_require, arg_stall, arg_json, NULL};
     int code = fz_run(verdict_run, 5, text, false);
-    CHECK(code == 0 || code == 1 || code == 2);
-    CHECK((code != 2) == reads);
+    CHECK(code >= 0 && code <= VERDICT_EXIT_STALLED);
+    CHECK((code != VERDICT_EXIT_ERROR) == reads);
     CHECK(fz_run(verdict_run, 6, json, true) == code);
+    /* the requirements can only add a reason to fail, never take one away */
+    int strict_code = fz_run(verdict_run, 8, strict, true);
+    CHECK((strict_code != VERDICT_EXIT_ERROR) == reads);
+    CHECK(code == 0 || strict_code == code || (code == VERDICT_EXIT_STALLED && strict_code != 0));
 }
 
 /* A plain decoder: the length of the valid UTF-8 character at p, 0 if none. */

@@ -448,16 +448,18 @@ def pb_fields(msg):
 
 
 HEADER_FIELDS = {1: "version", 2: "seed", 3: "config_sha256", 4: "start_unix_ms",
-                 5: "twice_version", 6: "config_path"}
+                 5: "twice_version", 6: "config_path", 7: "listeners"}
+LISTENER_FIELDS = {1: "name", 2: "protocol", 3: "profile"}
 RECORD_FIELDS = {1: "kind", 2: "time_unix_us", 3: "session", 4: "listener", 5: "queue", 6: "task",
                  7: "message_id", 8: "delivery_tag", 9: "redelivered", 10: "rule", 11: "action",
                  12: "action_name", 13: "event", 14: "client", 15: "close_reason",
                  16: "close_reason_name", 17: "bytes_up", 18: "bytes_down", 19: "detail",
-                 20: "retries", 21: "retry"}
+                 20: "retries", 21: "retry", 22: "refused", 23: "started_unix_us", 24: "run"}
 KIND_NAMES = {1: "connect", 2: "close", 3: "deliver", 4: "ack", 5: "nack", 6: "publish",
-              7: "confirm", 8: "fault", 9: "command"}
+              7: "confirm", 8: "fault", 9: "command", 10: "running"}
 _STRING_FIELDS = {"listener", "queue", "task", "message_id", "rule", "action_name", "client",
-                  "close_reason_name", "detail", "twice_version", "config_path"}
+                  "close_reason_name", "detail", "twice_version", "config_path", "name",
+                  "protocol", "profile", "run"}
 
 
 def _named(fields, names):
@@ -487,7 +489,10 @@ def decode_journal(path):
         if 1 in entry:
             if i != 0:
                 raise ValueError("header in frame %d" % i)
-            header = _named(pb_fields(entry[1][0]), HEADER_FIELDS)
+            hf = pb_fields(entry[1][0])
+            listeners = [_named(pb_fields(b), LISTENER_FIELDS) for b in hf.pop(7, [])]
+            header = _named(hf, HEADER_FIELDS)
+            header["listeners"] = listeners
         else:
             if i == 0:
                 raise ValueError("first frame is a record, not a header")

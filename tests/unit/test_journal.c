@@ -66,11 +66,19 @@ static uint64_t now_us(void)
     return (uint64_t)tv.tv_sec * 1000000u + (uint64_t)tv.tv_usec;
 }
 
+static const char *const test_listener_names[] = {"rabbit", "jobs", "caf\xe9"};
+static const char *const test_listener_protocols[] = {"amqp", "resp", "tcp"};
+static const char *const test_listener_profiles[] = {NULL, "bullmq", NULL};
+
 static struct journal_header_info test_header(void)
 {
     struct journal_header_info h = {.seed = 0xdeadbeefcafef00dull,
                                     .config_path = "staging.twice",
-                                    .start_unix_ms = 1764406800123ull};
+                                    .start_unix_ms = 1764406800123ull,
+                                    .listener_names = test_listener_names,
+                                    .listener_protocols = test_listener_protocols,
+                                    .listener_profiles = test_listener_profiles,
+                                    .n_listeners = 3};
     for (size_t i = 0; i < sizeof(h.config_sha256); i++)
         h.config_sha256[i] = (uint8_t)(i * 7 + 1);
     return h;
@@ -100,7 +108,7 @@ static struct journal_record full_record(uint64_t i, char *buf, size_t len)
 {
     snprintf(buf, len, "msg-%llu", (unsigned long long)i);
     struct journal_record r = {
-        .kind = (enum journal_kind)(1 + i % 9),
+        .kind = (enum journal_kind)(1 + i % 10),
         .time_unix_us = 1764406800000000ull + i * 1000,
         .session = i + 1,
         .listener = "amqp",
@@ -119,6 +127,9 @@ static struct journal_record full_record(uint64_t i, char *buf, size_t len)
         .bytes_up = 12345 + i,
         .bytes_down = 67890 + i,
         .detail = "delay 45000ms",
+        .refused = i % 3 == 1,
+        .started_unix_us = i % 2 == 0 ? 1764406700000000ull + i : 0,
+        .run = i % 2 == 0 ? "host:1:abc tid-7" : NULL,
     };
     return r;
 }
@@ -144,6 +155,9 @@ static void assert_record_equal(const Twice__Journal__Record *p, const struct jo
     assert_int_equal(p->bytes_up, r->bytes_up);
     assert_int_equal(p->bytes_down, r->bytes_down);
     assert_string_equal(p->detail, r->detail);
+    assert_int_equal(p->refused, r->refused);
+    assert_int_equal(p->started_unix_us, r->started_unix_us);
+    assert_string_equal(p->run, r->run != NULL ? r->run : "");
 }
 
 /* The next entry, which must be a record. */
@@ -182,6 +196,16 @@ static void test_header_round_trips(void **state)
     assert_memory_equal(h->config_sha256.data, want.config_sha256, 32);
     assert_string_equal(h->config_path, "staging.twice");
     assert_string_equal(h->twice_version, TWICE_VERSION);
+    /* The listeners, in order, with their protocol and profile; a name that is not UTF-8
+     * cleaned as the records' listener field is. */
+    assert_int_equal(h->n_listeners, 3);
+    assert_string_equal(h->listeners[0]->name, "rabbit");
+    assert_string_equal(h->listeners[0]->protocol, "amqp");
+    assert_string_equal(h->listeners[0]->profile, "");
+    assert_string_equal(h->listeners[1]->name, "jobs");
+    assert_string_equal(h->listeners[1]->profile, "bullmq");
+    assert_string_equal(h->listeners[2]->name, "caf?");
+    assert_string_equal(h->listeners[2]->protocol, "tcp");
     assert_end(r, false);
     journal_reader_close(r);
 }
@@ -402,13 +426,14 @@ static void test_record_encoding_matches_protobuf_c(void **state)
     for (size_t i = 0; i < sizeof(nums) / sizeof(nums[0]); i++) {
         uint64_t v = nums[i];
         Twice__Journal__Record x = TWICE__JOURNAL__RECORD__INIT;
-        x.kind = (Twice__Journal__Record__Kind)(v % 10);
+        x.kind = (Twice__Journal__Record__Kind)(v % 11);
         x.time_unix_us = v;
+        x.started_unix_us = v;
         assert_record_encodes_as_protobuf_c(&x);
         x = (Twice__Journal__Record)TWICE__JOURNAL__RECORD__INIT;
         x.session = x.delivery_tag = x.bytes_up = x.bytes_down = v;
         x.action = x.event = x.close_reason = x.retries = (uint32_t)v;
-        x.redelivered = x.retry = v != 0;
+        x.redelivered = x.retry = x.refused = v != 0;
         assert_record_encodes_as_protobuf_c(&x);
     }
     for (size_t i = 0; i < sizeof(strs) / sizeof(strs[0]); i++) {
@@ -417,25 +442,26 @@ static void test_record_encoding_matches_protobuf_c(void **state)
         x.listener = x.queue = x.task = x.message_id = x.rule = s;
         assert_record_encodes_as_protobuf_c(&x);
         x = (Twice__Journal__Record)TWICE__JOURNAL__RECORD__INIT;
-        x.action_name = x.client = x.close_reason_name = x.detail = s; /* 16 and 19: 2-byte tags */
+        x.action_name = x.client = x.close_reason_name = x.detail = x.run = s; /* 2-byte tags */
         assert_record_encodes_as_protobuf_c(&x);
     }
     srand(7);
     for (int k = 0; k < 2000; k++) {
         Twice__Journal__Record x = TWICE__JOURNAL__RECORD__INIT;
-        uint64_t *u64[] = {&x.time_unix_us, &x.session, &x.delivery_tag, &x.bytes_up,
-                           &x.bytes_down};
+        uint64_t *u64[] = {&x.time_unix_us, &x.session,    &x.delivery_tag,
+                           &x.bytes_up,     &x.bytes_down, &x.started_unix_us};
         uint32_t *u32[] = {&x.action, &x.event, &x.close_reason, &x.retries};
-        char **str[] = {&x.listener,    &x.queue,  &x.task,   &x.message_id,       &x.rule,
-                        &x.action_name, &x.client, &x.detail, &x.close_reason_name};
-        x.kind = (Twice__Journal__Record__Kind)(rand() % 10);
+        char **str[] = {&x.listener,    &x.queue,  &x.task,   &x.message_id,        &x.rule,
+                        &x.action_name, &x.client, &x.detail, &x.close_reason_name, &x.run};
+        x.kind = (Twice__Journal__Record__Kind)(rand() % 11);
         x.redelivered = rand() % 2;
         x.retry = rand() % 2;
-        for (size_t i = 0; i < 5; i++)
+        x.refused = rand() % 2;
+        for (size_t i = 0; i < 6; i++)
             *u64[i] = rand() % 3 == 0 ? 0 : nums[(size_t)rand() % 10] >> (rand() % 64);
         for (size_t i = 0; i < 4; i++)
             *u32[i] = rand() % 3 == 0 ? 0 : (uint32_t)(nums[(size_t)rand() % 10] >> (rand() % 32));
-        for (size_t i = 0; i < 9; i++)
+        for (size_t i = 0; i < 10; i++)
             *str[i] = (char *)strs[(size_t)rand() % 5]; /* long_s only above: 4 KiB of room */
         assert_record_encodes_as_protobuf_c(&x);
     }

@@ -16,6 +16,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "cmd_testkit.h"
 #include "offline/journal_reader.h"
 #include "offline/json_out.h"
 #include "offline/report.h"
@@ -24,41 +25,6 @@
 #include "rules/rule.h"
 
 #define T0_US 1764406800000000ull
-
-struct fixture {
-    char dir[64];
-    char journal[128];
-    char effects[128];
-    char *out, *err; /* captured by run() */
-};
-
-static int setup(void **state)
-{
-    struct fixture *f = calloc(1, sizeof(*f));
-    if (f == NULL)
-        return -1;
-    snprintf(f->dir, sizeof(f->dir), "/tmp/twice-verdict-XXXXXX");
-    if (mkdtemp(f->dir) == NULL) {
-        free(f);
-        return -1;
-    }
-    snprintf(f->journal, sizeof(f->journal), "%s/run.journal", f->dir);
-    snprintf(f->effects, sizeof(f->effects), "%s/effects.txt", f->dir);
-    *state = f;
-    return 0;
-}
-
-static int teardown(void **state)
-{
-    struct fixture *f = *state;
-    unlink(f->journal);
-    unlink(f->effects);
-    rmdir(f->dir);
-    free(f->out);
-    free(f->err);
-    free(f);
-    return 0;
-}
 
 /* ---- the core, fed directly ------------------------------------------- */
 
@@ -95,16 +61,6 @@ static void effect(struct verdict *v, const char *id, int times)
 {
     for (int i = 0; i < times; i++)
         assert_int_equal(verdict_add_effect(v, id), 0);
-}
-
-static const struct verdict_task *row(const struct verdict_result *res, const char *task)
-{
-    for (size_t i = 0; i < res->n_tasks; i++) {
-        if (strcmp(res->tasks[i].task, task) == 0)
-            return &res->tasks[i];
-    }
-    fail_msg("no row for task %s", task);
-    return NULL;
 }
 
 #define NACK TWICE__JOURNAL__RECORD__KIND__NACK
@@ -253,6 +209,8 @@ static void test_withheld_twice_and_dropped_nack(void **state)
     assert_int_equal(verdict_add_record(v, &f), 0);
     add(v, DELIVER, "a", "job"); /* the retry, at last */
     add(v, DELIVER, "a", "job"); /* a copy */
+    add(v, ACK, "a", "job");
+    add(v, ACK, "a", "job");
     /* b: its requeueing nack dropped by a rule */
     add(v, DELIVER, "b", "job");
     add_retry(v, NACK, "b", "job", 0, true);
@@ -260,6 +218,7 @@ static void test_withheld_twice_and_dropped_nack(void **state)
     f.event = RULE_EV_NACK;
     assert_int_equal(verdict_add_record(v, &f), 0);
     add(v, DELIVER, "b", "job");
+    add(v, ACK, "b", "job");
     effect(v, "a", 1);
     effect(v, "b", 1);
     struct verdict_result res;
@@ -277,26 +236,34 @@ static void test_counts_and_verdicts(void **state)
 {
     (void)state;
     struct verdict *v = verdict_new();
-    /* charge: m1 faulted, redelivered, charged twice; m2 delivered, never charged;
-     * m3 charged twice but delivered once (suspicious effects list). */
+    /* charge: m1 faulted (its ack lost), redelivered, charged twice; m2 delivered, never
+     * charged; m3 charged twice but delivered once (suspicious effects list).  Every delivery
+     * is settled: a worker finished it. */
     add(v, PUBLISH, "m1", "charge");
     add(v, DELIVER, "m1", "charge");
+    add(v, ACK, "m1", "charge");
     add(v, FAULT, "m1", "charge");
     add(v, DELIVER, "m1", "charge");
     add(v, ACK, "m1", "charge");
     add(v, DELIVER, "m2", "charge");
+    add(v, ACK, "m2", "charge");
     add(v, DELIVER, "m3", "charge");
+    add(v, ACK, "m3", "charge");
     effect(v, "m1", 2);
     effect(v, "m3", 2);
     /* email: faulted and redelivered, one effect each: idempotent. */
     add(v, DELIVER, "e1", "email");
+    add(v, ACK, "e1", "email");
     add(v, FAULT, "e1", "email");
     add(v, DELIVER, "e1", "email");
+    add(v, ACK, "e1", "email");
     add(v, DELIVER, "e2", "email");
+    add(v, ACK, "e2", "email");
     effect(v, "e1", 1);
     effect(v, "e2", 1);
     /* resize: no fault reached it. */
     add(v, DELIVER, "r1", "resize");
+    add(v, ACK, "r1", "resize");
     effect(v, "r1", 1);
 
     struct verdict_result res;
@@ -617,37 +584,10 @@ static void write_journal(const char *path, const struct jrec *recs, size_t n)
     journal_close(j);
 }
 
-static void write_file(const char *path, const char *text)
-{
-    FILE *fp = fopen(path, "w");
-    assert_non_null(fp);
-    fputs(text, fp);
-    fclose(fp);
-}
-
-typedef int (*command_fn)(int argc, char **argv, FILE *out, FILE *err);
-
-/* Runs a command with its output captured into f->out and f->err. */
-static int run(struct fixture *f, command_fn fn, int argc, const char **argv)
-{
-    free(f->out);
-    free(f->err);
-    size_t olen = 0, elen = 0;
-    FILE *out = open_memstream(&f->out, &olen);
-    FILE *err = open_memstream(&f->err, &elen);
-    int rc = fn(argc, (char **)argv, out, err);
-    fclose(out);
-    fclose(err);
-    return rc;
-}
-
-static void assert_contains(const char *haystack, const char *needle)
-{
-    if (strstr(haystack, needle) == NULL)
-        fail_msg("expected to find\n  %s\nin\n%s", needle, haystack);
-}
-
-/* The charge/email/resize journal of test_counts_and_verdicts, on disk. */
+/* The charge/email/resize journal of test_counts_and_verdicts, on disk.  m1's first delivery
+ * was cut with its connection before the worker settled it: its redelivery is set aside, not a
+ * copy, and m1's two effects still make charge NOT IDEMPOTENT.  e1's ack was delayed by a rule
+ * and the message came again after it: a copy after the first was settled. */
 static const struct jrec mixed_journal[] = {
     {.kind = JOURNAL_KIND_CONNECT, .session = 1},
     {.kind = JOURNAL_KIND_DELIVER, .id = "m1", .task = "charge", .at_ms = 0, .session = 1},
@@ -663,23 +603,21 @@ static const struct jrec mixed_journal[] = {
     {.kind = JOURNAL_KIND_DELIVER, .id = "m1", .task = "charge", .at_ms = 1500, .session = 2},
     {.kind = JOURNAL_KIND_ACK, .id = "m1", .task = "charge", .at_ms = 1600, .session = 2},
     {.kind = JOURNAL_KIND_DELIVER, .id = "m2", .task = "charge", .at_ms = 1700, .session = 2},
-    {.kind = JOURNAL_KIND_DELIVER, .id = "e1", .task = "email", .session = 2},
+    {.kind = JOURNAL_KIND_ACK, .id = "m2", .task = "charge", .at_ms = 1800, .session = 2},
+    {.kind = JOURNAL_KIND_DELIVER, .id = "e1", .task = "email", .at_ms = 100, .session = 2},
+    {.kind = JOURNAL_KIND_ACK, .id = "e1", .task = "email", .at_ms = 200, .session = 2},
     {.kind = JOURNAL_KIND_FAULT,
      .id = "e1",
      .task = "email",
      .rule = "slow-ack",
      .action = "delay",
      .event = 3,
+     .at_ms = 200,
      .session = 2},
-    {.kind = JOURNAL_KIND_FAULT,
-     .id = "m2",
-     .task = "charge",
-     .rule = "slow-ack",
-     .action = "delay",
-     .event = 3,
-     .session = 2},
-    {.kind = JOURNAL_KIND_DELIVER, .id = "e1", .task = "email", .session = 2},
-    {.kind = JOURNAL_KIND_DELIVER, .id = "r1", .task = "resize", .session = 2},
+    {.kind = JOURNAL_KIND_DELIVER, .id = "e1", .task = "email", .at_ms = 2100, .session = 3},
+    {.kind = JOURNAL_KIND_ACK, .id = "e1", .task = "email", .at_ms = 2200, .session = 3},
+    {.kind = JOURNAL_KIND_DELIVER, .id = "r1", .task = "resize", .at_ms = 2300, .session = 2},
+    {.kind = JOURNAL_KIND_ACK, .id = "r1", .task = "resize", .at_ms = 2400, .session = 2},
 };
 
 static const char mixed_effects[] = "# charges from the payments table\n"
@@ -710,10 +648,17 @@ static void test_verdict_prints_the_window(void **state)
     const char *argv[] = {"verdict", "--journal", f->journal, "--effects", f->effects};
     assert_int_equal(run(f, verdict_run, 5, argv), 0);
     assert_contains(f->out, "short: IDEMPOTENT for copies 0.4s-1.6s after the first delivery "
-                            "(median 1.0s, 2 copies)\n  every copy came within 1.6s: ");
+                            "(median 1.0s, 2 copies)\n  no copy ran while an earlier one was "
+                            "running: check-then-act races untested (2 unknown: ");
+    assert_contains(f->out, "\n  every copy came within 1.6s: ");
+    /* no window hint after a copy 90 s late, and no listener in a header that names none */
     assert_contains(f->out, "long: IDEMPOTENT for copies 90s-90s after the first delivery "
-                            "(median 90s, 1 copy)\nshort: IDEMPOTENT"); /* no hint after it */
-    assert_contains(f->out, "  0.4s-1.6s      IDEMPOTENT\n");
+                            "(median 90s, 1 copy)\n  no copy ran while an earlier one was running: "
+                            "check-then-act races untested (1 unknown: the earlier delivery was "
+                            "never settled on the wire, or was on the same connection); to test "
+                            "them `when deliver task=long` + `do duplicate`\nshort: IDEMPOTENT");
+    assert_contains(f->out, "  0.4s-1.6s      IDEMPOTENT*     missing: overlap, window\n");
+    assert_contains(f->out, "  90s-90s        IDEMPOTENT*     missing: overlap\n");
 }
 
 static void test_verdict_command_human(void **state)
@@ -725,18 +670,27 @@ static void test_verdict_command_human(void **state)
     assert_int_equal(run(f, verdict_run, 5, argv), 1);
     assert_contains(f->out,
                     "TASK    MESSAGES  FAULTED  DELIVERED>1  EFFECTS>1  NO EFFECT  RETRIED  "
-                    "COPIES AFTER   VERDICT");
+                    "OVERLAPPED  COPY DELAYS    VERDICT         EXAMPLES\n");
     assert_contains(f->out,
-                    "charge         2        2            1          1          0        0  "
-                    "1.5s-1.5s      NOT IDEMPOTENT  m1\n");
+                    "charge         2        1            0          1          0        0  "
+                    "       0/0  -              NOT IDEMPOTENT  m1\n");
     assert_contains(f->out,
                     "email          1        1            1          0          0        0  "
-                    "0.0s-0.0s      IDEMPOTENT\n");
+                    "       0/1  2.0s-2.0s      IDEMPOTENT*     missing: overlap, window\n");
     assert_contains(f->out,
                     "resize         1        0            0          0          0        0  "
-                    "-              UNTESTED\n");
-    assert_contains(f->out, "email: IDEMPOTENT for copies 0.0s-0.0s after the first delivery "
-                            "(median 0.0s, 1 copy)\n  every copy came within 0.0s");
+                    "       0/0  -              UNTESTED\n");
+    assert_contains(f->out, "email: IDEMPOTENT for copies 2.0s-2.0s after the first delivery "
+                            "(median 2.0s, 1 copy)\n  no copy ran while an earlier one was "
+                            "running: check-then-act races untested (1 copy came after the "
+                            "earlier delivery was settled); to test them `when deliver "
+                            "task=email` + `do duplicate`\n  every copy came within 2.0s");
+    /* m1's first delivery was cut with its connection, never settled: its redelivery is no
+     * copy, and says so */
+    assert_contains(f->out, "\ncharge: 1 redelivery of 1 message set aside, not counted as "
+                            "copies: no worker was seen to finish the delivery before");
+    assert_contains(f->out, "resize: UNTESTED: no copy reached the handler; to make one `when "
+                            "deliver task=resize` + `do duplicate`\n");
     assert_contains(f->out, "6 side effects");
     assert_contains(f->out,
                     "warning: 1 message ids in the effects list (1 lines) never appear in "
@@ -756,16 +710,23 @@ static void test_verdict_command_json(void **state)
     argv[2] = jarg;
     assert_int_equal(run(f, verdict_run, 5, argv), 1);
     assert_contains(f->out, "\"verdict\": \"NOT IDEMPOTENT\",\n");
-    assert_contains(f->out, "{\"task\": \"charge\", \"messages\": 2, \"faulted\": 2, "
-                            "\"delivered_more_than_once\": 1, \"more_than_one_effect\": 1, "
-                            "\"no_effect\": 0, \"verdict\": \"NOT IDEMPOTENT\", \"copies\": 1, "
-                            "\"copy_delay_ms\": {\"min\": 1500, \"median\": 1500, \"max\": 1500}, "
-                            "\"examples\": [\"m1\"]");
+    assert_contains(f->out, "{\"task\": \"charge\", \"messages\": 2, \"faulted\": 1, "
+                            "\"delivered_more_than_once\": 0, \"more_than_one_effect\": 1, "
+                            "\"no_effect\": 0, \"verdict\": \"NOT IDEMPOTENT\", \"copies\": 0, "
+                            "\"copy_delay_ms\": null, \"examples\": [\"m1\"]");
+    assert_contains(f->out, "\"evidence_missing\": [], \"required_short\": false, "
+                            "\"set_aside\": 1, \"set_aside_messages\": 1, "
+                            "\"set_aside_examples\": [\"m1\"]");
     assert_contains(f->out, "{\"task\": \"email\", \"messages\": 1, \"faulted\": 1, "
                             "\"delivered_more_than_once\": 1, \"more_than_one_effect\": 0, "
                             "\"no_effect\": 0, \"verdict\": \"IDEMPOTENT\", \"copies\": 1, "
-                            "\"copy_delay_ms\": {\"min\": 0, \"median\": 0, \"max\": 0}, "
+                            "\"copy_delay_ms\": {\"min\": 2000, \"median\": 2000, \"max\": 2000}, "
                             "\"examples\": []");
+    assert_contains(f->out, "\"overlapping_copies\": 0, \"sequential_copies\": 1, "
+                            "\"overlap_unknown_copies\": 0, \"overlap_ms\": null, "
+                            "\"overlap_examples\": [], \"evidence_missing\": [\"overlap\", "
+                            "\"window\"]");
+    assert_contains(f->out, "\"effects_check\": \"ok\",");
     assert_contains(f->out, "\"copies\": 0, \"copy_delay_ms\": null");
     assert_contains(f->out, "\"verdict\": \"UNTESTED\"");
     assert_contains(f->out, "\"unknown_effects\": {\"ids\": 1, \"lines\": 1, "
@@ -795,11 +756,12 @@ static void test_verdict_idempotent_and_untested_exit_zero(void **state)
     assert_int_equal(run(f, verdict_run, 5, argv), 0);
     assert_contains(f->out,
                     "send_email         2        1            1          0          1        0  "
-                    "0.0s-0.0s      IDEMPOTENT\n");
+                    "       0/1  0.0s-0.0s      IDEMPOTENT*     missing: overlap, window\n");
     assert_contains(f->out,
                     "resize             1        0            0          0          0        0  "
-                    "-              UNTESTED\n");
-    assert_contains(f->out, "\nverdict: IDEMPOTENT\n");
+                    "       0/0  -              UNTESTED\n");
+    assert_contains(f->out, "\nverdict: IDEMPOTENT* (evidence missing for 1 task: see the lines "
+                            "under the table)\n");
 }
 
 static void test_verdict_doubled_without_redelivery_is_flagged(void **state)
@@ -837,7 +799,7 @@ static void test_doubled_by_retries(void **state)
     const char *argv[] = {"verdict", "--journal", f->journal, "--effects", f->effects};
     assert_int_equal(run(f, verdict_run, 5, argv), 1);
     assert_contains(f->out, "pay          1        0            0          1          0        1  "
-                            "-              NOT IDEMPOTENT  p1\n");
+                            "       0/0  -              NOT IDEMPOTENT  p1\n");
     assert_contains(f->out, "pay: 1 message retried by the app, at most 1 retry of one; their "
                             "attempts are not counted as copies\n");
     assert_contains(f->out, "warning: pay: 1 message ids have 2+ effects over the app's own "
@@ -847,7 +809,7 @@ static void test_doubled_by_retries(void **state)
     assert_int_equal(run(f, verdict_run, 6, jargv), 1);
     assert_contains(f->out, "\"retried\": 1, \"max_retries\": 1, \"doubled_by_retries\": 1, "
                             "\"doubled_by_retries_examples\": [\"p1\"], \"failed_examples\": [], "
-                            "\"abandoned\": 0, \"abandoned_examples\": []}");
+                            "\"abandoned\": 0, \"abandoned_examples\": [], ");
 }
 
 /* RQ's heartbeat lapsed: the registry's cleanup failed the job (a NACK) while its horse still
@@ -892,7 +854,7 @@ static void test_abandoned_while_running(void **state)
     const char *jargv[] = {"verdict", "--journal", f->journal, "--effects", f->effects, "--json"};
     assert_int_equal(run(f, verdict_run, 6, jargv), 0);
     assert_contains(f->out, "\"failed_examples\": [\"b1\", \"d1\"], \"abandoned\": 1, "
-                            "\"abandoned_examples\": [\"a1\"]}");
+                            "\"abandoned_examples\": [\"a1\"], ");
     const char *rargv[] = {"report", f->journal};
     assert_int_equal(run(f, report_run, 2, rargv), 0);
     assert_contains(f->out, "\nFailed by the framework (FAILED: for good; ABANDONED: while a "
@@ -1014,10 +976,10 @@ static void test_report_human(void **state)
     assert_contains(f->out, "seed      42\n");
     assert_contains(f->out, "config    t.twice sha256:abababab");
     assert_contains(f->out, "started   1970-01-01T00:00:01.000Z\n");
-    assert_contains(f->out, "records   12 (connect 1, close 1, deliver 6, ack 1, fault 3)\n");
+    assert_contains(f->out, "records   15 (connect 1, close 1, deliver 6, ack 5, fault 2)\n");
     /* Faults per rule, sorted by name, with the events they hit. */
     assert_contains(f->out, "  crash                           1  close        deliver=1\n"
-                            "  slow-ack                        2  delay        ack=2\n");
+                            "  slow-ack                        1  delay        ack=1\n");
     assert_contains(f->out, "  message ids               4\n");
     assert_contains(f->out, "  delivered more than once  2\n");
     assert_contains(f->out, "           2  e1\n           2  m1\n           1  m2\n");
@@ -1041,9 +1003,34 @@ static void test_report_human(void **state)
     const char *first = strstr(f->out, "+0.010s");
     const char *later = strstr(f->out, "+1.500s");
     assert_true(first != NULL && later != NULL && first < later);
-    /* the second delivery says how long after the first it came; the first says nothing */
-    const char *copy = strstr(f->out, " copy_after=1.500s\n");
-    assert_true(copy != NULL && copy > later && strstr(f->out, "copy_after") == copy + 1);
+    /* the first delivery was cut with its connection, never settled: the second is set
+     * aside, not a copy */
+    assert_contains(f->out, "task=charge set_aside\n");
+    assert_null(strstr(f->out, "copy_after"));
+    assert_contains(f->out, "\nDeliveries, as the verdict counts them\n");
+    assert_contains(f->out, "    1     +0.000s         1       0  never settled, closed at "
+                            "+0.011s    unreached\n");
+    assert_contains(f->out, "    2     +1.500s         2       0  ack at +1.600s" /* padded */
+                            "                      set aside: ");
+    /* e1 came again after its first delivery was settled: a copy, sequential */
+    const char *eargv[] = {"report", f->journal, "--message", "e1"};
+    assert_int_equal(run(f, report_run, 4, eargv), 0);
+    assert_contains(f->out, " copy_after=2.000s overlap=no\n");
+    assert_contains(f->out, "copy, after the earlier ones were settled\n");
+    /* an id no record names: said, and exit 1 */
+    const char *nargv[] = {"report", f->journal, "--message", "nope"};
+    assert_int_equal(run(f, report_run, 4, nargv), 1);
+    assert_contains(f->out, "(no record has this message id)");
+    assert_contains(f->err, "no record of the journal names message id 'nope'");
+    /* --messages: every delivery of every message, one line each, ids in order */
+    const char *margv[] = {"report", f->journal, "--messages"};
+    assert_int_equal(run(f, report_run, 3, margv), 0);
+    assert_contains(f->out, "  e1 email #1 2025-11-29T09:00:00.100Z session=2 tag=0 ack=+0.100s "
+                            "counted=first\n"
+                            "  e1 email #2 2025-11-29T09:00:02.100Z session=3 tag=0 ack=+0.100s "
+                            "counted=copy overlap=after\n"
+                            "  m1 charge #1 2025-11-29T09:00:00.000Z session=1 tag=0 unsettled "
+                            "counted=unreached\n");
 }
 
 static void test_report_json(void **state)
@@ -1057,8 +1044,8 @@ static void test_report_json(void **state)
                             "abababababababababababababababab\"");
     assert_contains(f->out, "{\"rule\": \"crash\", \"faults\": 1, \"action\": \"close\", "
                             "\"action_code\": 0, \"by_event\": {\"deliver\": 1}}");
-    assert_contains(f->out, "{\"rule\": \"slow-ack\", \"faults\": 2, \"action\": \"delay\", "
-                            "\"action_code\": 0, \"by_event\": {\"ack\": 2}}");
+    assert_contains(f->out, "{\"rule\": \"slow-ack\", \"faults\": 1, \"action\": \"delay\", "
+                            "\"action_code\": 0, \"by_event\": {\"ack\": 1}}");
     assert_contains(f->out, "\"deliveries\": {\"messages\": 4, \"delivered\": 4, "
                             "\"delivered_more_than_once\": 2, \"top\": [{\"message_id\": \"e1\", "
                             "\"deliveries\": 2}, {\"message_id\": \"m1\", \"deliveries\": 2}");
@@ -1066,7 +1053,22 @@ static void test_report_json(void **state)
     assert_contains(f->out, "\"message\": {\"message_id\": \"m2\", \"more\": 0, \"records\": [");
     assert_contains(f->out, "{\"offset_us\": 0, \"time_unix_us\": 1764406801700000, "
                             "\"kind\": \"deliver\"");
-    assert_contains(f->out, "\"kind\": \"fault\", \"session\": 2");
+    assert_contains(f->out, "\"kind\": \"ack\", \"session\": 2");
+    assert_contains(f->out, "], \"deliveries\": [\n      {\"time_unix_us\": 1764406801700000, "
+                            "\"session\": 2, \"delivery_tag\": 0, \"attempt\": 1, \"settlement\": "
+                            "\"ack\", \"settled_unix_us\": 1764406801800000, \"closed_unix_us\": "
+                            "null, \"counted\": \"first\", \"copy_delay_us\": null, \"overlap\": "
+                            "null, \"overlap_us\": null}]}");
+    /* --messages: every message with its deliveries */
+    const char *margv[] = {"report", "--json", f->journal, "--messages"};
+    assert_int_equal(run(f, report_run, 4, margv), 0);
+    assert_contains(f->out, "\"messages\": [\n    {\"message_id\": \"e1\", \"task\": \"email\", "
+                            "\"deliveries\": [");
+    assert_contains(f->out, "\"counted\": \"copy\", \"copy_delay_us\": 2000000, \"overlap\": "
+                            "\"after\", \"overlap_us\": null}");
+    assert_contains(f->out, "{\"message_id\": \"r1\", \"task\": \"resize\"");
+    const char *nargv[] = {"report", "--json", f->journal, "--message", "nope"};
+    assert_int_equal(run(f, report_run, 5, nargv), 1);
 }
 
 static void test_report_errors(void **state)
@@ -1098,7 +1100,7 @@ static void test_report_empty_journal(void **state)
     struct fixture *f = *state;
     write_journal(f->journal, NULL, 0);
     const char *argv[] = {"report", f->journal, "--message", "nope"};
-    assert_int_equal(run(f, report_run, 4, argv), 0);
+    assert_int_equal(run(f, report_run, 4, argv), 1);
     assert_contains(f->out, "records   0\n");
     assert_contains(f->out, "(no record has this message id)");
     const char *whole[] = {"report", f->journal};

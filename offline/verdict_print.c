@@ -1,0 +1,965 @@
+/*
+ * verdict_print.c - the `twice verdict` command: its arguments, the inputs read into the
+ * accumulator of verdict.c, the table and the lines under it, the JSON, and the exit code.
+ *
+ * What each line says is written for the person who decides whether a handler may ship: a
+ * verdict is never printed without the evidence it stands on, and evidence that is missing is
+ * named with the rule that would bring it for the listener the task came through.
+ */
+#include "offline/verdict.h"
+
+#include <ctype.h>
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "offline/journal_reader.h"
+#include "offline/json_out.h"
+#include "offline/report.h"
+
+/* Width cap of the TASK column; longer names push the row right. */
+#define VERDICT_TASK_COL_MAX 40
+/* Room for error messages. */
+#define VERDICT_ERR_MAX 512
+
+/* What the output says about the inputs. */
+struct verdict_inputs {
+    const char *journal, *effects;
+    uint64_t seed, start_unix_ms, records, effect_lines;
+    bool truncated;
+};
+
+struct verdict_args {
+    const char *journal, *effects;
+    bool json;
+    struct verdict_options opt;
+};
+
+/* Feeds the journal's header and every record to v.  0, or -1 with a message in err. */
+static int load_journal(struct verdict *v, struct verdict_inputs *in, char *err, size_t errlen)
+{
+    struct journal_reader *r = journal_reader_open(in->journal, err, errlen);
+    if (r == NULL)
+        return -1;
+    const Twice__Journal__Header *h = journal_reader_header(r);
+    in->seed = h->seed;
+    in->start_unix_ms = h->start_unix_ms;
+    const Twice__Journal__Entry *e = NULL;
+    int rc = verdict_add_header(v, h) == 0 ? 1 : JOURNAL_ERR_NOMEM;
+    while (rc == 1 && (rc = journal_reader_next(r, &e)) == 1) {
+        if (e->body_case != TWICE__JOURNAL__ENTRY__BODY_RECORD)
+            continue;
+        if (verdict_add_record(v, e->record) != 0)
+            rc = JOURNAL_ERR_NOMEM;
+    }
+    if (rc < 0)
+        snprintf(err, errlen, "%s: %s", in->journal,
+                 journal_reader_error(r) != NULL ? journal_reader_error(r) : journal_strerror(rc));
+    in->records = journal_reader_count(r);
+    in->truncated = journal_reader_truncated(r);
+    journal_reader_close(r);
+    return rc < 0 ? -1 : 0;
+}
+
+/* ---- the rule that brings missing evidence ------------------------------------------------ */
+
+/* What a task lacks and which rule brings it, per protocol and profile of its listener.  The
+ * same facts as docs/rules.md's "Overlapping or sequential copies". */
+struct verdict_hint {
+    const char *protocol, *profile;
+    const char *overlap; /* a copy while the first still runs */
+    const char *window;  /* a copy long after the first */
+};
+
+static const struct verdict_hint verdict_hints[] = {
+    {"amqp", "",
+     "`when deliver task=%s` + `do duplicate` (RabbitMQ hands the copy out at once: give the "
+     "task more than one worker, each with a prefetch of 1, so that it does not wait behind the "
+     "first), or `do expire D` with D shorter than the handler runs",
+     "`when ack task=%s` + `do redeliver after D`, or `when deliver task=%s` + `do duplicate "
+     "after D` (D below the listener's visibility-timeout, if it has one)"},
+    {"resp", "sidekiq",
+     "`when deliver task=%s` + `do duplicate` (the copy is pushed back at once; Sidekiq settles "
+     "nothing on the wire, so twice sees two runs at once in its heartbeat, every 5 s: handlers "
+     "shorter than that show it in some copies only)",
+     "`when deliver task=%s` + `do duplicate after D`"},
+    {"resp", "celery", "`when deliver task=%s` + `do duplicate` (the copy is pushed back at once)",
+     "`when deliver task=%s` + `do duplicate after D`"},
+    {"resp", "rq",
+     "`when deliver task=%s` + `do duplicate` (the id is pushed back at once: run two or more "
+     "workers)",
+     "`when ack task=%s` + `do redeliver after D`, or `when deliver task=%s` + `do duplicate "
+     "after D`"},
+    {"resp", "list", "`when deliver task=%s` + `do duplicate` (the job is pushed back at once)",
+     "`when ack task=%s` + `do redeliver after D`, or `when deliver task=%s` + `do duplicate "
+     "after D`"},
+    {"resp", "streams",
+     "`when deliver task=%s` + `do duplicate`, with a consumer min-idle-time (XAUTOCLAIM) "
+     "shorter than the handler runs",
+     "`when deliver task=%s` + `do duplicate`, with a consumer min-idle-time of D"},
+    {"resp", "bullmq",
+     "`when deliver task=%s` + `do duplicate` (the job is handed to another worker at once)",
+     "`when lease task=%s` + `do drop`, with a lockDuration and stalledInterval of about D/2 "
+     "each (BullMQ's stalled checker decides when a job comes back: `after D` does not apply)"},
+};
+
+static const struct verdict_hint *hint_for(const struct verdict_task *t)
+{
+    if (t->protocol == NULL)
+        return NULL;
+    for (size_t i = 0; i < sizeof(verdict_hints) / sizeof(verdict_hints[0]); i++) {
+        const struct verdict_hint *h = &verdict_hints[i];
+        if (strcmp(h->protocol, t->protocol) == 0 &&
+            strcmp(h->profile, t->profile != NULL ? t->profile : "") == 0)
+            return h;
+    }
+    return NULL;
+}
+
+/* Prints a hint's text with each %s as the task's name (a glob-safe form of it). */
+static void print_hint(FILE *out, const char *fmt, const char *task)
+{
+    for (const char *p = fmt; *p != '\0'; p++) {
+        if (p[0] == '%' && p[1] == 's') {
+            text_write_safe(out, strpbrk(task, " \t\"") != NULL ? "..." : task);
+            p++;
+        } else {
+            fputc(*p, out);
+        }
+    }
+}
+
+/* "on listener 'NAME' (PROTOCOL, PROFILE): " or "" when the header did not say. */
+static void print_listener(FILE *out, const struct verdict_task *t)
+{
+    if (t->listener == NULL || t->protocol == NULL)
+        return;
+    fputs("on listener '", out);
+    text_write_safe(out, t->listener);
+    fprintf(out, "' (%s%s%s): ", t->protocol, t->profile[0] != '\0' ? ", " : "", t->profile);
+}
+
+/* ---- JSON ------------------------------------------------------------------------------- */
+
+static void print_examples_json(FILE *out, const struct verdict_examples *ex)
+{
+    fputc('[', out);
+    for (size_t i = 0; i < ex->n; i++) {
+        if (i > 0)
+            fputs(", ", out);
+        json_write_string(out, ex->ids[i]);
+    }
+    fputc(']', out);
+}
+
+static void print_missing_json(FILE *out, unsigned missing)
+{
+    static const char *const names[] = {"copies", "overlap", "window"};
+    fputc('[', out);
+    const char *sep = "";
+    for (unsigned b = 0; b < 3; b++) {
+        if (missing & (1u << b)) {
+            fprintf(out, "%s\"%s\"", sep, names[b]);
+            sep = ", ";
+        }
+    }
+    fputc(']', out);
+}
+
+static void print_evidence_json(FILE *out, const struct verdict_task *t)
+{
+    fprintf(out,
+            ", \"overlapping_copies\": %llu, \"sequential_copies\": %llu, "
+            "\"overlap_unknown_copies\": %llu, \"overlap_ms\": ",
+            (unsigned long long)t->overlapping, (unsigned long long)t->sequential,
+            (unsigned long long)t->overlap_unknown);
+    if (t->overlapping > 0)
+        fprintf(out, "{\"median\": %llu, \"max\": %llu}",
+                (unsigned long long)(t->overlap_median_us / 1000),
+                (unsigned long long)(t->overlap_max_us / 1000));
+    else
+        fputs("null", out);
+    fputs(", \"overlap_examples\": ", out);
+    print_examples_json(out, &t->overlap_examples);
+    fputs(", \"evidence_missing\": ", out);
+    print_missing_json(out, t->verdict == VERDICT_NOT_IDEMPOTENT ? 0 : t->missing);
+    fprintf(out,
+            ", \"required_short\": %s, \"set_aside\": %llu, \"set_aside_messages\": %llu, "
+            "\"set_aside_examples\": ",
+            t->required_short ? "true" : "false", (unsigned long long)t->set_aside,
+            (unsigned long long)t->set_aside_messages);
+    print_examples_json(out, &t->set_aside_examples);
+    fprintf(out, ", \"never_delivered\": %llu, \"unfinished\": %llu, \"outstanding_examples\": ",
+            (unsigned long long)t->never_delivered, (unsigned long long)t->unfinished);
+    print_examples_json(out, &t->outstanding_examples);
+    fprintf(out, ", \"stalled\": %s, \"last_progress_unix_us\": %llu",
+            t->stalled ? "true" : "false", (unsigned long long)t->last_progress_us);
+    fputs(", \"listener\": ", out);
+    json_write_string(out, t->listener != NULL ? t->listener : "");
+}
+
+static void print_task_json(FILE *out, const struct verdict_task *t)
+{
+    fputs("    {\"task\": ", out);
+    json_write_string(out, t->task);
+    fprintf(out,
+            ", \"messages\": %llu, \"faulted\": %llu, \"delivered_more_than_once\": %llu, "
+            "\"more_than_one_effect\": %llu, \"no_effect\": %llu, \"verdict\": ",
+            (unsigned long long)t->messages, (unsigned long long)t->faulted,
+            (unsigned long long)t->delivered_more_than_once,
+            (unsigned long long)t->more_than_one_effect, (unsigned long long)t->no_effect);
+    json_write_string(out, verdict_kind_name(t->verdict));
+    fprintf(out, ", \"copies\": %llu, \"copy_delay_ms\": ", (unsigned long long)t->copies);
+    if (t->copies > 0)
+        fprintf(out, "{\"min\": %llu, \"median\": %llu, \"max\": %llu}",
+                (unsigned long long)(t->copy_min_us / 1000),
+                (unsigned long long)(t->copy_median_us / 1000),
+                (unsigned long long)(t->copy_max_us / 1000));
+    else
+        fputs("null", out);
+    fputs(", \"examples\": ", out);
+    print_examples_json(out, &t->examples);
+    fprintf(out,
+            ", \"doubled_without_second_delivery\": %llu, "
+            "\"doubled_without_second_delivery_examples\": ",
+            (unsigned long long)t->doubled_single_delivery);
+    print_examples_json(out, &t->single_examples);
+    fprintf(out,
+            ", \"failed\": %llu, \"retried\": %llu, \"max_retries\": %llu, "
+            "\"doubled_by_retries\": %llu, \"doubled_by_retries_examples\": ",
+            (unsigned long long)t->failed, (unsigned long long)t->retried,
+            (unsigned long long)t->max_retries, (unsigned long long)t->doubled_by_retries);
+    print_examples_json(out, &t->retry_examples);
+    fputs(", \"failed_examples\": ", out);
+    print_examples_json(out, &t->failed_examples);
+    fprintf(out,
+            ", \"abandoned\": %llu, \"abandoned_examples\": ", (unsigned long long)t->abandoned);
+    print_examples_json(out, &t->abandoned_examples);
+    print_evidence_json(out, t);
+    fputc('}', out);
+}
+
+static const char *effects_check_name(enum verdict_effects_check c)
+{
+    static const char *const names[] = {"ok", "empty", "no_match", "mostly_unknown"};
+    return (unsigned)c < 4 ? names[c] : "ok";
+}
+
+static void print_json(FILE *out, const struct verdict_result *res, const struct verdict_inputs *in)
+{
+    fputs("{\n  \"journal\": ", out);
+    json_write_string(out, in->journal);
+    fputs(",\n  \"effects\": ", out);
+    json_write_string(out, in->effects);
+    fprintf(out,
+            ",\n  \"seed\": \"%llu\",\n  \"start_unix_ms\": %llu,\n  \"records\": %llu,\n"
+            "  \"journal_truncated\": %s,\n  \"effect_lines\": %llu,\n  \"effects_check\": \"%s\","
+            "\n  \"end_unix_us\": %llu,\n  \"stalled\": %s,\n  \"required_short\": %s,\n"
+            "  \"verdict\": ",
+            (unsigned long long)in->seed, (unsigned long long)in->start_unix_ms,
+            (unsigned long long)in->records, in->truncated ? "true" : "false",
+            (unsigned long long)in->effect_lines, effects_check_name(res->effects_check),
+            (unsigned long long)res->end_us, res->any_stalled ? "true" : "false",
+            res->any_required_short ? "true" : "false");
+    json_write_string(out, verdict_kind_name(res->overall));
+    fputs(",\n  \"tasks\": [", out);
+    for (size_t i = 0; i < res->n_tasks; i++) {
+        fputs(i > 0 ? ",\n" : "\n", out);
+        print_task_json(out, &res->tasks[i]);
+    }
+    fprintf(out, "%s],\n  \"unknown_effects\": {\"ids\": %llu, \"lines\": %llu, \"examples\": ",
+            res->n_tasks > 0 ? "\n  " : "", (unsigned long long)res->unknown_effect_ids,
+            (unsigned long long)res->unknown_effect_lines);
+    print_examples_json(out, &res->unknown_examples);
+    fputs("}\n}\n", out);
+}
+
+/* ---- text ------------------------------------------------------------------------------- */
+
+static void print_examples_text(FILE *out, const struct verdict_examples *ex)
+{
+    for (size_t i = 0; i < ex->n; i++) {
+        fputs(i > 0 ? ", " : "", out);
+        text_write_safe(out, ex->ids[i]);
+    }
+}
+
+static int task_col_width(const struct verdict_result *res)
+{
+    size_t w = strlen("TASK");
+    for (size_t i = 0; i < res->n_tasks; i++) {
+        size_t n = strlen(res->tasks[i].task);
+        if (n > w)
+            w = n;
+    }
+    return (int)(w > VERDICT_TASK_COL_MAX ? VERDICT_TASK_COL_MAX : w);
+}
+
+/* A delay for people: "0.4s", "12s", "25min", "3.0h". */
+static void format_delay(char *buf, size_t cap, uint64_t us)
+{
+    double s = (double)us / 1e6;
+    if (s < 10)
+        snprintf(buf, cap, "%.1fs", s);
+    else if (s < 600)
+        snprintf(buf, cap, "%.0fs", s);
+    else if (s < 3 * 3600)
+        snprintf(buf, cap, "%.0fmin", s / 60);
+    else
+        snprintf(buf, cap, "%.1fh", s / 3600);
+}
+
+/* The COPY DELAYS column: "MIN-MAX", or "-" with no copy. */
+static void format_window(char *buf, size_t cap, const struct verdict_task *t)
+{
+    if (t->copies == 0) {
+        snprintf(buf, cap, "-");
+        return;
+    }
+    char lo[16], hi[16];
+    format_delay(lo, sizeof(lo), t->copy_min_us);
+    format_delay(hi, sizeof(hi), t->copy_max_us);
+    snprintf(buf, cap, "%s-%s", lo, hi);
+}
+
+/* "2026-11-29T09:00:00.123Z" for a time in microseconds. */
+static void format_time(char *buf, size_t len, uint64_t unix_us)
+{
+    time_t secs = (time_t)(unix_us / 1000000u);
+    struct tm tm;
+    gmtime_r(&secs, &tm);
+    size_t n = strftime(buf, len, "%Y-%m-%dT%H:%M:%S", &tm);
+    snprintf(buf + n, len - n, ".%03uZ", (unsigned)(unix_us / 1000u % 1000u));
+}
+
+/* The verdict cell: "IDEMPOTENT*" when evidence is missing (said in the EXAMPLES column and
+ * under the table). */
+static void print_verdict_cell(FILE *out, const struct verdict_task *t)
+{
+    bool partial = t->verdict == VERDICT_IDEMPOTENT &&
+                   (t->missing & (VERDICT_MISSING_OVERLAP | VERDICT_MISSING_WINDOW)) != 0;
+    char cell[24];
+    snprintf(cell, sizeof(cell), "%s%s", verdict_kind_name(t->verdict), partial ? "*" : "");
+    if (t->examples.n > 0) {
+        fprintf(out, "%-14s  ", cell);
+        print_examples_text(out, &t->examples);
+    } else if (partial) {
+        fprintf(out, "%-14s  missing: %s%s%s", cell,
+                (t->missing & VERDICT_MISSING_OVERLAP) ? "overlap" : "",
+                (t->missing & VERDICT_MISSING_OVERLAP) && (t->missing & VERDICT_MISSING_WINDOW)
+                    ? ", "
+                    : "",
+                (t->missing & VERDICT_MISSING_WINDOW) ? "window" : "");
+    } else if (t->stalled) {
+        fprintf(out, "%-14s  STALLED", cell);
+    } else {
+        fputs(cell, out);
+    }
+    if (t->stalled && t->examples.n + (partial ? 1 : 0) > 0)
+        fputs("  STALLED", out);
+}
+
+static void print_row(FILE *out, const struct verdict_task *t, int width)
+{
+    int n = text_write_safe(out, t->task);
+    char window[40], overlapped[48];
+    format_window(window, sizeof(window), t);
+    snprintf(overlapped, sizeof(overlapped), "%llu/%llu", (unsigned long long)t->overlapping,
+             (unsigned long long)t->copies);
+    fprintf(out, "%*s  %8llu  %7llu  %11llu  %9llu  %9llu  %7llu  %10s  %-13s  ",
+            n < width ? width - n : 0, "", (unsigned long long)t->messages,
+            (unsigned long long)t->faulted, (unsigned long long)t->delivered_more_than_once,
+            (unsigned long long)t->more_than_one_effect, (unsigned long long)t->no_effect,
+            (unsigned long long)t->retried, overlapped, window);
+    print_verdict_cell(out, t);
+    fputc('\n', out);
+}
+
+static void print_table(FILE *out, const struct verdict_result *res)
+{
+    int width = task_col_width(res);
+    fprintf(out, "%-*s  %8s  %7s  %11s  %9s  %9s  %7s  %10s  %-13s  %-14s  %s\n", width, "TASK",
+            "MESSAGES", "FAULTED", "DELIVERED>1", "EFFECTS>1", "NO EFFECT", "RETRIED", "OVERLAPPED",
+            "COPY DELAYS", "VERDICT", "EXAMPLES");
+    for (size_t i = 0; i < res->n_tasks; i++)
+        print_row(out, &res->tasks[i], width);
+    if (res->n_tasks == 0)
+        fputs("(no message ids in the journal)\n", out);
+}
+
+static void print_legend(FILE *out)
+{
+    fputs("\nMESSAGES        distinct message ids of the task seen in the journal\n"
+          "FAULTED         messages twice injected at least one fault into\n"
+          "DELIVERED>1     messages with a copy that reached the handler (a delivery twice "
+          "dropped, a retry the app asked for, or a redelivery after a delivery no worker was "
+          "seen to finish does not count)\n"
+          "EFFECTS>1       messages with more than one line in the effects list\n"
+          "NO EFFECT       delivered or faulted, but no line in the effects list: work lost "
+          "(a drop), or missing from the list\n"
+          "RETRIED         messages the app retried itself (a Celery retry, a Sidekiq or RQ "
+          "retry, a nack with requeue): new attempts, not copies\n"
+          "OVERLAPPED      copies that reached a worker while an earlier delivery of the "
+          "message, on another connection, was still unsettled / all copies: only those test "
+          "a check-then-act guard\n"
+          "COPY DELAYS     the copy delays tested: how long after a message's first delivery "
+          "its copies reached the handler (shortest-longest)\n"
+          "NOT IDEMPOTENT  some message produced more than one side effect (EXAMPLES: up to 5)\n"
+          "IDEMPOTENT      some copy reached the handler and none produced two side effects, "
+          "over the evidence above; IDEMPOTENT* lacks some: no copy overlapped (check-then-act "
+          "races untested) or every copy came within a minute (a dedup key that expires later "
+          "untested): see the lines under the table\n"
+          "UNTESTED        no copy reached the handler, or short of what --require asked: run "
+          "longer or widen the rules\n"
+          "STALLED         messages were still outstanding at the end and the task had no "
+          "delivery or settlement for the last part of the journal\n",
+          out);
+}
+
+/* "warning: TASK: N message ids WHAT (e.g. EXAMPLES)", when n is not 0. */
+static void task_warning(FILE *out, const struct verdict_task *t, uint64_t n, const char *what,
+                         const struct verdict_examples *ex)
+{
+    if (n == 0)
+        return;
+    fputs("warning: ", out);
+    text_write_safe(out, t->task);
+    fprintf(out, ": %llu message ids %s (e.g. ", (unsigned long long)n, what);
+    print_examples_text(out, ex);
+    fputs(")\n", out);
+}
+
+/* "N message(s)" */
+static const char *plural(uint64_t n, const char *one, const char *many)
+{
+    return n == 1 ? one : many;
+}
+
+/* The effects list against the journal: an error when it names nothing of it. */
+static void print_effects_check(FILE *out, const struct verdict_result *res,
+                                const struct verdict_inputs *in)
+{
+    uint64_t delivered = 0;
+    for (size_t i = 0; i < res->n_tasks; i++)
+        delivered += res->tasks[i].messages;
+    switch (res->effects_check) {
+    case VERDICT_EFFECTS_EMPTY:
+        fprintf(out,
+                "error: the effects list is empty while the journal has %llu messages: no side "
+                "effect recorded tests nothing (did the export run, and write one message id "
+                "per side effect?)\n",
+                (unsigned long long)delivered);
+        return;
+    case VERDICT_EFFECTS_NO_MATCH:
+        fprintf(out,
+                "error: none of the %llu effect lines names a message of the journal: the list "
+                "must hold one message id per side effect, as the journal names them (`twice "
+                "report %s` shows some)\n",
+                (unsigned long long)res->effect_lines, in->journal);
+        break;
+    case VERDICT_EFFECTS_MOSTLY_OFF:
+        fprintf(out,
+                "error: %llu of the %llu effect lines name messages the journal never saw: the "
+                "list does not describe this run (another run's export, or not message ids)\n",
+                (unsigned long long)res->unknown_effect_lines,
+                (unsigned long long)res->effect_lines);
+        break;
+    case VERDICT_EFFECTS_OK:
+    default:
+        return;
+    }
+    if (res->effect_lines_with_comma * 2 > res->effect_lines)
+        fputs("  its lines hold commas or semicolons: a CSV export? write the message id alone "
+              "on each line\n",
+              out);
+}
+
+static void print_warnings(FILE *out, const struct verdict_result *res,
+                           const struct verdict_inputs *in)
+{
+    if (in->truncated)
+        fputs("warning: the journal's last record is cut short (the proxy died while "
+              "writing); the records before it are counted\n",
+              out);
+    if (res->unknown_effect_ids > 0 && res->effects_check == VERDICT_EFFECTS_OK) {
+        fprintf(out,
+                "warning: %llu message ids in the effects list (%llu lines) never appear in "
+                "the journal; were their workers connected through twice? (e.g. ",
+                (unsigned long long)res->unknown_effect_ids,
+                (unsigned long long)res->unknown_effect_lines);
+        print_examples_text(out, &res->unknown_examples);
+        fputs(")\n", out);
+    }
+    for (size_t i = 0; i < res->n_tasks; i++)
+        task_warning(out, &res->tasks[i], res->tasks[i].doubled_single_delivery,
+                     "have 2+ effects but were delivered at most once: effect doubled without a "
+                     "second delivery: check your effects list",
+                     &res->tasks[i].single_examples);
+    for (size_t i = 0; i < res->n_tasks; i++)
+        task_warning(out, &res->tasks[i], res->tasks[i].doubled_by_retries,
+                     "have 2+ effects over the app's own retries, with no copy from twice: the "
+                     "handler did its side effect, then failed and was retried",
+                     &res->tasks[i].retry_examples);
+    for (size_t i = 0; i < res->n_tasks; i++)
+        task_warning(out, &res->tasks[i], res->tasks[i].failed,
+                     "ended failed: the framework gave up on them (BullMQ's failed set, a job "
+                     "stalled more than maxStalledCount included; RQ's failed registry; a reject "
+                     "or nack without requeue), whatever effects they left: work lost",
+                     &res->tasks[i].failed_examples);
+    for (size_t i = 0; i < res->n_tasks; i++)
+        task_warning(out, &res->tasks[i], res->tasks[i].abandoned,
+                     "were failed by the framework while a worker still ran them, and that "
+                     "worker completed them afterwards (an RQ job whose heartbeat lapsed, moved "
+                     "to the failed registry): a requeue of those failed jobs runs them again",
+                     &res->tasks[i].abandoned_examples);
+    print_effects_check(out, res, in);
+}
+
+/* Per task the app retried: how many messages, and the most retries of one. */
+static void print_retries(FILE *out, const struct verdict_result *res)
+{
+    bool any = false;
+    for (size_t i = 0; i < res->n_tasks; i++) {
+        const struct verdict_task *t = &res->tasks[i];
+        if (t->retried == 0)
+            continue;
+        if (!any)
+            fputc('\n', out);
+        any = true;
+        text_write_safe(out, t->task);
+        fprintf(out,
+                ": %llu %s retried by the app, at most %llu %s of one; their attempts are not "
+                "counted as copies\n",
+                (unsigned long long)t->retried, plural(t->retried, "message", "messages"),
+                (unsigned long long)t->max_retries, plural(t->max_retries, "retry", "retries"));
+    }
+}
+
+/* How the copies of an IDEMPOTENT row stood to the first deliveries. */
+static void print_overlap_line(FILE *out, const struct verdict_task *t)
+{
+    if (t->overlapping > 0) {
+        char med[16], hi[16];
+        format_delay(med, sizeof(med), t->overlap_median_us);
+        format_delay(hi, sizeof(hi), t->overlap_max_us);
+        fprintf(out,
+                "  %llu of them reached a worker while an earlier delivery was still running "
+                "(beside it for up to %s, median %s): check-then-act races tested\n",
+                (unsigned long long)t->overlapping, hi, med);
+        return;
+    }
+    fprintf(out, "  no copy ran while an earlier one was running: check-then-act races untested "
+                 "(");
+    if (t->sequential > 0)
+        fprintf(out, "%llu %s after the earlier delivery was settled",
+                (unsigned long long)t->sequential,
+                plural(t->sequential, "copy came", "copies came"));
+    if (t->sequential > 0 && t->overlap_unknown > 0)
+        fputs("; ", out);
+    if (t->overlap_unknown > 0)
+        fprintf(out,
+                "%llu unknown: the earlier delivery was never settled on the wire, or was on "
+                "the same connection",
+                (unsigned long long)t->overlap_unknown);
+    fputs("); to test them ", out);
+    print_listener(out, t);
+    const struct verdict_hint *h = hint_for(t);
+    print_hint(out, h != NULL ? h->overlap : "`when deliver task=%s` + `do duplicate`", t->task);
+    fputc('\n', out);
+}
+
+/* What each IDEMPOTENT row held over, and what it still lacks with the rule that brings it. */
+static void print_evidence(FILE *out, const struct verdict_result *res)
+{
+    bool any = false;
+    for (size_t i = 0; i < res->n_tasks; i++) {
+        const struct verdict_task *t = &res->tasks[i];
+        if (t->verdict != VERDICT_IDEMPOTENT && !(t->required_short && t->copies > 0))
+            continue;
+        char lo[16], med[16], hi[16];
+        format_delay(lo, sizeof(lo), t->copy_min_us);
+        format_delay(med, sizeof(med), t->copy_median_us);
+        format_delay(hi, sizeof(hi), t->copy_max_us);
+        if (!any)
+            fputc('\n', out);
+        any = true;
+        text_write_safe(out, t->task);
+        fprintf(out, ": %s for copies %s-%s after the first delivery (median %s, %llu %s)\n",
+                t->verdict == VERDICT_IDEMPOTENT ? "IDEMPOTENT" : "no double effect", lo, hi, med,
+                (unsigned long long)t->copies, plural(t->copies, "copy", "copies"));
+        print_overlap_line(out, t);
+        if (t->missing & VERDICT_MISSING_WINDOW) {
+            fprintf(out,
+                    "  every copy came within %s: deduplication that forgets a message sooner "
+                    "is caught, later is not tested; for later copies ",
+                    hi);
+            print_listener(out, t);
+            const struct verdict_hint *h = hint_for(t);
+            print_hint(out,
+                       h != NULL ? h->window
+                                 : "`when ack task=%s` + `do redeliver after D` or `when "
+                                   "deliver task=%s` + `do duplicate after D`",
+                       t->task);
+            fputc('\n', out);
+        }
+        if (t->required_short)
+            fputs("  short of what --require asks: UNTESTED\n", out);
+    }
+}
+
+/* Rows with no copy at all, and rows whose redeliveries were set aside. */
+static void print_untested(FILE *out, const struct verdict_result *res)
+{
+    bool any = false;
+    for (size_t i = 0; i < res->n_tasks; i++) {
+        const struct verdict_task *t = &res->tasks[i];
+        bool untested = t->verdict == VERDICT_UNTESTED && t->copies == 0;
+        if (!any && (t->set_aside > 0 || untested))
+            fputc('\n', out);
+        any |= t->set_aside > 0 || untested;
+        if (t->set_aside > 0) {
+            text_write_safe(out, t->task);
+            fprintf(out,
+                    ": %llu %s of %llu %s set aside, not counted as copies: no worker was seen "
+                    "to finish the delivery before (it was never settled: a message prefetched "
+                    "and requeued when its connection closed may never have reached a handler) "
+                    "(e.g. ",
+                    (unsigned long long)t->set_aside,
+                    plural(t->set_aside, "redelivery", "redeliveries"),
+                    (unsigned long long)t->set_aside_messages,
+                    plural(t->set_aside_messages, "message", "messages"));
+            print_examples_text(out, &t->set_aside_examples);
+            fputs(")\n", out);
+        }
+        if (untested) {
+            text_write_safe(out, t->task);
+            fputs(": UNTESTED: no copy reached the handler; to make one ", out);
+            print_listener(out, t);
+            const struct verdict_hint *h = hint_for(t);
+            print_hint(out, h != NULL ? h->overlap : "`when deliver task=%s` + `do duplicate`",
+                       t->task);
+            fputc('\n', out);
+        }
+    }
+}
+
+/* Work that stopped: outstanding messages per task, STALLED when the task stopped moving. */
+static void print_outstanding(FILE *out, const struct verdict_result *res,
+                              const struct verdict_options *opt)
+{
+    for (size_t i = 0; i < res->n_tasks; i++) {
+        const struct verdict_task *t = &res->tasks[i];
+        uint64_t n = t->never_delivered + t->unfinished;
+        if (n == 0)
+            continue;
+        char when[40], idle[16];
+        format_time(when, sizeof(when), t->last_progress_us);
+        format_delay(idle, sizeof(idle), res->end_us - t->last_progress_us);
+        fputs(t->stalled ? "warning: " : "note: ", out);
+        text_write_safe(out, t->task);
+        if (t->stalled)
+            fprintf(out,
+                    ": STALLED since %s: nothing delivered or settled in the last %s of "
+                    "the journal (--stall-after ",
+                    when, idle);
+        if (t->stalled) {
+            char lim[16];
+            format_delay(lim, sizeof(lim), opt->stall_after_us);
+            fprintf(out, "%s), ", lim);
+        } else {
+            fputs(": at the end of the journal, ", out);
+        }
+        fprintf(out,
+                "%llu %s outstanding: %llu published and never delivered, %llu delivered and "
+                "never settled or requeued and never delivered again (e.g. ",
+                (unsigned long long)n, plural(n, "message", "messages"),
+                (unsigned long long)t->never_delivered, (unsigned long long)t->unfinished);
+        print_examples_text(out, &t->outstanding_examples);
+        fputs(")\n", out);
+    }
+}
+
+/* The last line: the overall verdict, starred when an IDEMPOTENT row lacks evidence; then the
+ * tasks that stalled. */
+static void print_verdict_line(FILE *out, const struct verdict_result *res)
+{
+    size_t partial = 0;
+    for (size_t i = 0; i < res->n_tasks; i++) {
+        const struct verdict_task *t = &res->tasks[i];
+        partial += t->verdict == VERDICT_IDEMPOTENT &&
+                   (t->missing & (VERDICT_MISSING_OVERLAP | VERDICT_MISSING_WINDOW)) != 0;
+    }
+    fprintf(out, "\nverdict: %s", verdict_kind_name(res->overall));
+    if (res->overall == VERDICT_IDEMPOTENT && partial > 0)
+        fprintf(out, "* (evidence missing for %zu %s: see the lines under the table)", partial,
+                partial == 1 ? "task" : "tasks");
+    fputc('\n', out);
+    const char *sep = "stalled: ";
+    for (size_t i = 0; i < res->n_tasks; i++) {
+        if (!res->tasks[i].stalled)
+            continue;
+        fputs(sep, out);
+        text_write_safe(out, res->tasks[i].task);
+        sep = ", ";
+    }
+    if (sep[0] == ',')
+        fputc('\n', out);
+}
+
+static void print_human(FILE *out, const struct verdict_result *res,
+                        const struct verdict_inputs *in, const struct verdict_options *opt)
+{
+    fputs("journal ", out);
+    text_write_safe(out, in->journal);
+    fprintf(out, ": %llu records, seed %llu\neffects ", (unsigned long long)in->records,
+            (unsigned long long)in->seed);
+    text_write_safe(out, in->effects);
+    fprintf(out, ": %llu side effects\n\n", (unsigned long long)in->effect_lines);
+    print_table(out, res);
+    print_evidence(out, res);
+    print_untested(out, res);
+    print_retries(out, res);
+    print_legend(out);
+    /* The notes and warnings, after one blank line when there are any. */
+    char *notes = NULL;
+    size_t len = 0;
+    FILE *mem = open_memstream(&notes, &len);
+    if (mem != NULL) {
+        print_outstanding(mem, res, opt);
+        print_warnings(mem, res, in);
+        fclose(mem);
+    }
+    if (notes != NULL && len > 0)
+        fprintf(out, "\n%s", notes);
+    free(notes);
+    print_verdict_line(out, res);
+}
+
+/* ---- arguments -------------------------------------------------------------------------- */
+
+static void usage(FILE *err)
+{
+    fputs("usage: twice verdict --journal JOURNAL --effects EFFECTS [--json]\n"
+          "                     [--require copies[=N] | overlap[=N] | window=D]...\n"
+          "                     [--stall-after D]\n"
+          "  EFFECTS: one message id per side effect, one per line ('#' comments)\n"
+          "  --require: what every task must have been tested with, else it is UNTESTED\n"
+          "  exit 0: no task NOT IDEMPOTENT, the evidence required, no work stalled;\n"
+          "       1: a task NOT IDEMPOTENT; 2: usage or an unreadable input; 3: the effects\n"
+          "       list does not match the journal; 4: a task short of --require; 5: STALLED\n",
+          err);
+}
+
+/* --name VALUE or --name=VALUE at argv[*i].  1 matched, 0 not this option, -1 error. */
+static int option_value(int argc, char **argv, int *i, const char *name, const char **value)
+{
+    size_t n = strlen(name);
+    if (strncmp(argv[*i], name, n) != 0)
+        return 0;
+    if (argv[*i][n] == '=') {
+        *value = argv[*i] + n + 1;
+        return 1;
+    }
+    if (argv[*i][n] != '\0')
+        return 0;
+    if (*i + 1 >= argc)
+        return -1;
+    *value = argv[++*i];
+    return 1;
+}
+
+/* "250ms", "45s", "2m", "1h" (or "1.5s") into microseconds.  false when malformed. */
+static bool parse_duration(const char *s, uint64_t *us)
+{
+    char *end = NULL;
+    errno = 0;
+    double x = strtod(s, &end);
+    if (end == s || errno != 0 || x < 0 || x > 1e7)
+        return false;
+    double scale = strcmp(end, "ms") == 0  ? 1e3
+                   : strcmp(end, "s") == 0 ? 1e6
+                   : strcmp(end, "m") == 0 ? 60e6
+                   : strcmp(end, "h") == 0 ? 3600e6
+                                           : 0;
+    if (scale == 0)
+        return false;
+    *us = (uint64_t)(x * scale);
+    return true;
+}
+
+/* "N" (a count, at least 1) into *n. */
+static bool parse_count(const char *s, uint64_t *n)
+{
+    char *end = NULL;
+    errno = 0;
+    unsigned long long x = strtoull(s, &end, 10);
+    if (end == s || *end != '\0' || errno != 0 || x == 0 || !isdigit((unsigned char)s[0]))
+        return false;
+    *n = x;
+    return true;
+}
+
+/* One --require item: copies[=N], overlap[=N], window=D.  false with a message in err. */
+static bool parse_require_item(const char *item, size_t len, struct verdict_require *rq, FILE *err)
+{
+    char buf[64];
+    if (len >= sizeof(buf))
+        len = sizeof(buf) - 1;
+    memcpy(buf, item, len);
+    buf[len] = '\0';
+    char *eq = strchr(buf, '=');
+    if (eq != NULL)
+        *eq++ = '\0';
+    bool ok = false;
+    if (strcmp(buf, "copies") == 0) {
+        rq->copies = 1;
+        ok = eq == NULL || parse_count(eq, &rq->copies);
+    } else if (strcmp(buf, "overlap") == 0) {
+        rq->overlaps = 1;
+        ok = eq == NULL || parse_count(eq, &rq->overlaps);
+    } else if (strcmp(buf, "window") == 0) {
+        ok = eq != NULL && parse_duration(eq, &rq->window_us) && rq->window_us > 0;
+    }
+    if (!ok)
+        fprintf(err,
+                "twice verdict: --require '%s%s%s': expected copies[=N], overlap[=N] or "
+                "window=D (e.g. window=60s)\n",
+                buf, eq != NULL ? "=" : "", eq != NULL ? eq : "");
+    return ok;
+}
+
+/* --require A[,B...] */
+static bool parse_require(const char *v, struct verdict_require *rq, FILE *err)
+{
+    for (const char *p = v;;) {
+        const char *comma = strchr(p, ',');
+        size_t len = comma != NULL ? (size_t)(comma - p) : strlen(p);
+        if (!parse_require_item(p, len, rq, err))
+            return false;
+        if (comma == NULL)
+            return true;
+        p = comma + 1;
+    }
+}
+
+/* One option at argv[*i]: 1 taken, 0 not an option of ours, -1 error (said). */
+static int parse_one(int argc, char **argv, int *i, struct verdict_args *a, FILE *err)
+{
+    const char *value = NULL;
+    int rc = option_value(argc, argv, i, "--journal", &a->journal);
+    if (rc == 0)
+        rc = option_value(argc, argv, i, "--effects", &a->effects);
+    if (rc == 0 && strcmp(argv[*i], "--json") == 0) {
+        a->json = true;
+        rc = 1;
+    }
+    if (rc == 0 && (rc = option_value(argc, argv, i, "--require", &value)) == 1 &&
+        !parse_require(value, &a->opt.require, err))
+        return -1;
+    if (rc == 0 && (rc = option_value(argc, argv, i, "--stall-after", &value)) == 1 &&
+        (!parse_duration(value, &a->opt.stall_after_us) || a->opt.stall_after_us == 0)) {
+        fprintf(err, "twice verdict: --stall-after '%s': expected a duration, e.g. 30s\n", value);
+        return -1;
+    }
+    if (rc <= 0)
+        fprintf(err,
+                rc == 0 ? "twice verdict: unknown argument '%s'\n"
+                        : "twice verdict: %s needs a value\n",
+                argv[*i]);
+    return rc;
+}
+
+/* Returns 0 to run, 1 after --help, -1 on a usage error. */
+static int parse_args(int argc, char **argv, struct verdict_args *a, FILE *out, FILE *err)
+{
+    memset(a, 0, sizeof(*a));
+    for (int i = 1; i < argc; i++) {
+        if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) {
+            usage(out);
+            return 1;
+        }
+        if (parse_one(argc, argv, &i, a, err) <= 0) {
+            usage(err);
+            return -1;
+        }
+    }
+    if (a->journal == NULL || a->effects == NULL) {
+        fputs("twice verdict: --journal and --effects are required\n", err);
+        usage(err);
+        return -1;
+    }
+    if (a->opt.stall_after_us == 0)
+        a->opt.stall_after_us = VERDICT_STALL_AFTER_US;
+    return 0;
+}
+
+/* The exit code of a computed verdict: the first that applies, in the order of verdict.h. */
+static int exit_code(const struct verdict_result *res)
+{
+    if (res->effects_check != VERDICT_EFFECTS_OK)
+        return VERDICT_EXIT_EFFECTS;
+    if (res->overall == VERDICT_NOT_IDEMPOTENT)
+        return VERDICT_EXIT_NOT_IDEMPOTENT;
+    if (res->any_required_short)
+        return VERDICT_EXIT_UNTESTED;
+    if (res->any_stalled)
+        return VERDICT_EXIT_STALLED;
+    return 0;
+}
+
+/* Loads both inputs and prints the verdict.  Returns the exit code. */
+static int verdict_execute(const struct verdict_args *a, FILE *out, FILE *err)
+{
+    char msg[VERDICT_ERR_MAX];
+    struct verdict_inputs in = {.journal = a->journal, .effects = a->effects};
+    struct verdict_result res = {0};
+    struct verdict *v = verdict_new();
+    int code = VERDICT_EXIT_ERROR;
+    if (v == NULL)
+        snprintf(msg, sizeof(msg), "out of memory");
+    else if (load_journal(v, &in, msg, sizeof(msg)) == 0 &&
+             verdict_load_effects(v, a->effects, &in.effect_lines, msg, sizeof(msg)) == 0) {
+        if (verdict_compute_with(v, &a->opt, &res) != 0)
+            snprintf(msg, sizeof(msg), "out of memory");
+        else
+            code = exit_code(&res);
+    }
+    if (code == VERDICT_EXIT_ERROR)
+        fprintf(err, "twice verdict: %s\n", msg);
+    else if (a->json)
+        print_json(out, &res, &in);
+    else
+        print_human(out, &res, &in, &a->opt);
+    if (code != VERDICT_EXIT_ERROR && a->json) {
+        if (in.truncated)
+            fputs("twice verdict: warning: the journal's last record is cut short\n", err);
+        if (res.effects_check != VERDICT_EFFECTS_OK)
+            fprintf(err,
+                    "twice verdict: error: the effects list does not match the journal "
+                    "(effects_check: %s)\n",
+                    effects_check_name(res.effects_check));
+    }
+    verdict_result_free(&res);
+    verdict_free(v);
+    return code;
+}
+
+int verdict_run(int argc, char **argv, FILE *out, FILE *err)
+{
+    struct verdict_args a;
+    int rc = parse_args(argc, argv, &a, out, err);
+    if (rc != 0)
+        return rc > 0 ? 0 : VERDICT_EXIT_ERROR;
+    int code = verdict_execute(&a, out, err);
+    if (fflush(out) != 0 && code != VERDICT_EXIT_ERROR) {
+        fprintf(err, "twice verdict: writing the output: %s\n", strerror(errno));
+        code = VERDICT_EXIT_ERROR;
+    }
+    return code;
+}
+
+int verdict_main(int argc, char **argv)
+{
+    return verdict_run(argc, argv, stdout, stderr);
+}

@@ -1,0 +1,661 @@
+/*
+ * test_overlap.c - the verdict's evidence, on journals made by hand: how each copy stood to
+ * the deliveries before it (overlapping one still unsettled, after them, or unknown), which
+ * redeliveries are set aside because no worker was seen to finish the delivery before them,
+ * work that stopped (outstanding messages, STALLED), what --require makes of a row, and the
+ * effects list checked against the journal, with the exit codes a CI job reads.
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <cmocka.h>
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "cmd_testkit.h"
+#include "offline/verdict.h"
+#include "proxy/journal.h"
+#include "rules/rule.h"
+
+#define T0_US 1764406800000000ull
+#define MS(x) (T0_US + (uint64_t)(x)*1000u)
+
+#define DELIVER TWICE__JOURNAL__RECORD__KIND__DELIVER
+#define ACK TWICE__JOURNAL__RECORD__KIND__ACK
+#define NACK TWICE__JOURNAL__RECORD__KIND__NACK
+#define PUBLISH TWICE__JOURNAL__RECORD__KIND__PUBLISH
+#define CLOSE TWICE__JOURNAL__RECORD__KIND__CLOSE
+#define RUNNING TWICE__JOURNAL__RECORD__KIND__RUNNING
+#define FAULT TWICE__JOURNAL__RECORD__KIND__FAULT
+
+/* A verdict whose header names the listeners "rabbit" (amqp), "redis" (resp, celery),
+ * "kiq" (resp, sidekiq) and "other" (amqp). */
+static struct verdict *new_verdict(void)
+{
+    struct verdict *v = verdict_new();
+    assert_non_null(v);
+    Twice__Journal__Listener ls[4];
+    Twice__Journal__Listener *lp[4];
+    const char *names[4][3] = {{"rabbit", "amqp", ""},
+                               {"redis", "resp", "celery"},
+                               {"kiq", "resp", "sidekiq"},
+                               {"other", "amqp", ""}};
+    for (size_t i = 0; i < 4; i++) {
+        twice__journal__listener__init(&ls[i]);
+        ls[i].name = (char *)names[i][0];
+        ls[i].protocol = (char *)names[i][1];
+        ls[i].profile = (char *)names[i][2];
+        lp[i] = &ls[i];
+    }
+    Twice__Journal__Header h = TWICE__JOURNAL__HEADER__INIT;
+    h.n_listeners = 4;
+    h.listeners = lp;
+    assert_int_equal(verdict_add_header(v, &h), 0);
+    return v;
+}
+
+/* The tables below give a record's leading fields in order and name the rare ones: the
+ * fields left out are 0, which is what they mean here. */
+#pragma GCC diagnostic ignored "-Wmissing-field-initializers"
+
+/* One record: kind, message, task, listener, session, delivery tag, time. */
+struct rec {
+    Twice__Journal__Record__Kind kind;
+    const char *id, *task, *listener;
+    uint64_t session, tag, at_us;
+    bool retry, refused;
+    uint64_t started_us;
+    const char *run;
+    uint32_t action, event;
+};
+
+static void feed(struct verdict *v, const struct rec *r, size_t n)
+{
+    for (size_t i = 0; i < n; i++) {
+        Twice__Journal__Record x = TWICE__JOURNAL__RECORD__INIT;
+        x.kind = r[i].kind;
+        x.message_id = (char *)(r[i].id != NULL ? r[i].id : "");
+        x.task = (char *)(r[i].task != NULL ? r[i].task : "");
+        x.listener = (char *)(r[i].listener != NULL ? r[i].listener : "");
+        x.session = r[i].session;
+        x.delivery_tag = r[i].tag;
+        x.time_unix_us = r[i].at_us;
+        x.retry = r[i].retry;
+        x.refused = r[i].refused;
+        x.started_unix_us = r[i].started_us;
+        x.run = (char *)(r[i].run != NULL ? r[i].run : "");
+        x.action = r[i].action;
+        x.event = r[i].event;
+        assert_int_equal(verdict_add_record(v, &x), 0);
+    }
+}
+
+/* The replayed deliveries of id; the caller frees. */
+static struct verdict_delivery *deliveries(struct verdict *v, const char *id, size_t *n)
+{
+    struct verdict_delivery *d = NULL;
+    assert_int_equal(verdict_message_deliveries(v, id, &d, n), 1);
+    return d;
+}
+
+/* A copy through another connection while the first delivery is unsettled overlaps it, for
+ * as long as the first stayed out; the same on one connection is unknown (the copy may have
+ * waited behind the first in that worker); a copy after the first was acked is after it. */
+static void test_overlap_by_connection(void **state)
+{
+    (void)state;
+    struct verdict *v = new_verdict();
+    const struct rec recs[] = {
+        /* a: two workers */
+        {DELIVER, "a", "pay", "rabbit", 1, 5, MS(0)},
+        {DELIVER, "a", "pay", "rabbit", 2, 7, MS(10)},
+        {ACK, "a", "pay", "rabbit", 1, 5, MS(2500)},
+        {ACK, "a", "pay", "rabbit", 2, 7, MS(2600)},
+        /* b: the copy on the first's own channel */
+        {DELIVER, "b", "pay", "rabbit", 1, 8, MS(0)},
+        {DELIVER, "b", "pay", "rabbit", 1, 9, MS(10)},
+        {ACK, "b", "pay", "rabbit", 1, 8, MS(2500)},
+        {ACK, "b", "pay", "rabbit", 1, 9, MS(5000)},
+        /* c: a lost ack's copy, after */
+        {DELIVER, "c", "pay", "rabbit", 1, 10, MS(0)},
+        {ACK, "c", "pay", "rabbit", 1, 10, MS(2500)},
+        {DELIVER, "c", "pay", "rabbit", 2, 11, MS(5000)},
+        {ACK, "c", "pay", "rabbit", 2, 11, MS(7500)},
+    };
+    feed(v, recs, sizeof(recs) / sizeof(recs[0]));
+    struct verdict_result res;
+    assert_int_equal(verdict_compute(v, &res), 0);
+    const struct verdict_task *t = row(&res, "pay");
+    assert_int_equal(t->copies, 3);
+    assert_int_equal(t->overlapping, 1);
+    assert_int_equal(t->overlap_unknown, 1);
+    assert_int_equal(t->sequential, 1);
+    assert_int_equal(t->overlap_max_us, 2490000);
+    assert_int_equal(t->overlap_examples.n, 1);
+    assert_string_equal(t->overlap_examples.ids[0], "a");
+    assert_int_equal(t->verdict, VERDICT_IDEMPOTENT);
+    assert_int_equal(t->missing, VERDICT_MISSING_WINDOW); /* every copy within a minute */
+    assert_string_equal(t->listener, "rabbit");
+    assert_string_equal(t->protocol, "amqp");
+    size_t n = 0;
+    struct verdict_delivery *d = deliveries(v, "a", &n);
+    assert_int_equal(n, 2);
+    assert_true(d[0].settled && d[0].reached && d[0].overlap == VERDICT_COPY_NONE);
+    assert_int_equal(d[1].overlap, VERDICT_COPY_OVERLAP);
+    assert_int_equal(d[1].copy_delay_us, 10000);
+    assert_int_equal(d[1].settled_us, MS(2600));
+    free(d);
+    verdict_result_free(&res);
+    verdict_free(v);
+}
+
+/* Settlements on other connections (kombu's acks go over a pooled connection, RQ's work horse
+ * opens one per job): each settles the oldest unsettled delivery whose connection is still
+ * open; copies through two listeners of one process are one message. */
+static void test_overlap_across_listeners(void **state)
+{
+    (void)state;
+    struct verdict *v = new_verdict();
+    const struct rec recs[] = {
+        {DELIVER, "m", "tasks.charge", "redis", 11, 0, MS(0)},
+        {DELIVER, "m", "tasks.charge", "other", 12, 0, MS(100)},
+        {ACK, "m", "tasks.charge", "redis", 13, 0, MS(3000)},
+        {ACK, "m", "tasks.charge", "other", 14, 0, MS(3100)},
+    };
+    feed(v, recs, sizeof(recs) / sizeof(recs[0]));
+    size_t n = 0;
+    struct verdict_delivery *d = deliveries(v, "m", &n);
+    assert_int_equal(n, 2);
+    assert_int_equal(d[0].settled_us, MS(3000));
+    assert_int_equal(d[1].settled_us, MS(3100));
+    assert_int_equal(d[1].overlap, VERDICT_COPY_OVERLAP);
+    assert_int_equal(d[1].overlap_us, 2900000);
+    free(d);
+    verdict_free(v);
+}
+
+/* A failure settles a delivery as an ack does: the copy that came before it overlapped; a
+ * nack with requeue ends the delivery and asks for a new attempt (no copy, nothing set
+ * aside). */
+static void test_settled_by_nack_or_failure(void **state)
+{
+    (void)state;
+    struct verdict *v = new_verdict();
+    const struct rec recs[] = {
+        {DELIVER, "f", "job", "rabbit", 1, 1, MS(0)},
+        {DELIVER, "f", "job", "rabbit", 2, 1, MS(50)},
+        {NACK, "f", "job", "rabbit", 1, 1, MS(2000)},
+        {ACK, "f", "job", "rabbit", 2, 1, MS(2100)},
+        {DELIVER, "r", "job", "rabbit", 1, 2, MS(0)},
+        {NACK, "r", "job", "rabbit", 1, 2, MS(100), .retry = true},
+        {DELIVER, "r", "job", "rabbit", 2, 2, MS(200)},
+        {ACK, "r", "job", "rabbit", 2, 2, MS(300)},
+    };
+    feed(v, recs, sizeof(recs) / sizeof(recs[0]));
+    struct verdict_result res;
+    assert_int_equal(verdict_compute(v, &res), 0);
+    const struct verdict_task *t = row(&res, "job");
+    assert_int_equal(t->copies, 1);
+    assert_int_equal(t->overlapping, 1);
+    assert_int_equal(t->retried, 1);
+    assert_int_equal(t->set_aside, 0);
+    assert_int_equal(t->failed, 0); /* f was acked after its failed delivery */
+    size_t n = 0;
+    struct verdict_delivery *d = deliveries(v, "f", &n);
+    assert_true(d[0].settled && d[0].nack);
+    assert_int_equal(d[1].overlap, VERDICT_COPY_OVERLAP);
+    free(d);
+    d = deliveries(v, "r", &n);
+    assert_int_equal(d[1].attempt, 2);
+    assert_int_equal(d[1].overlap, VERDICT_COPY_NONE);
+    free(d);
+    verdict_result_free(&res);
+    verdict_free(v);
+}
+
+/* A copy delivered in the same millisecond as the earlier delivery's settlement came after it
+ * (that worker had done its work and was sending its ack); 1.1 ms before it, it overlapped. */
+static void test_same_millisecond_is_after(void **state)
+{
+    (void)state;
+    struct verdict *v = new_verdict();
+    const struct rec recs[] = {
+        {DELIVER, "s", "job", "rabbit", 1, 1, MS(0)},
+        {DELIVER, "s", "job", "rabbit", 2, 1, MS(1000) - 400},
+        {ACK, "s", "job", "rabbit", 1, 1, MS(1000)},
+        {ACK, "s", "job", "rabbit", 2, 1, MS(1500)},
+        {DELIVER, "o", "job", "rabbit", 1, 2, MS(0)},
+        {DELIVER, "o", "job", "rabbit", 2, 2, MS(1000) - 1100},
+        {ACK, "o", "job", "rabbit", 1, 2, MS(1000)},
+        {ACK, "o", "job", "rabbit", 2, 2, MS(1500)},
+    };
+    feed(v, recs, sizeof(recs) / sizeof(recs[0]));
+    size_t n = 0;
+    struct verdict_delivery *d = deliveries(v, "s", &n);
+    assert_int_equal(d[1].overlap, VERDICT_COPY_AFTER);
+    free(d);
+    d = deliveries(v, "o", &n);
+    assert_int_equal(d[1].overlap, VERDICT_COPY_OVERLAP);
+    assert_int_equal(d[1].overlap_us, 1100);
+    free(d);
+    verdict_free(v);
+}
+
+/* Issue: a worker's connection cut while it held prefetched messages it had not started; the
+ * broker requeued them and they ran once.  Their redeliveries are set aside, not copies: the
+ * row is UNTESTED, not IDEMPOTENT.  A message whose effect really doubled stays NOT
+ * IDEMPOTENT.  On a listener that never settles (Sidekiq), a delivery is taken as run. */
+static void test_cut_before_settling_is_set_aside(void **state)
+{
+    (void)state;
+    struct verdict *v = new_verdict();
+    const struct rec recs[] = {
+        {DELIVER, "p1", "send", "rabbit", 3, 51, MS(0)},
+        {DELIVER, "p2", "send", "rabbit", 3, 52, MS(1)},
+        {CLOSE, NULL, NULL, "rabbit", 3, 0, MS(10)},
+        {DELIVER, "p1", "send", "rabbit", 4, 1, MS(26)},
+        {DELIVER, "p2", "send", "rabbit", 4, 2, MS(27)},
+        {ACK, "p1", "send", "rabbit", 4, 1, MS(900)},
+        {ACK, "p2", "send", "rabbit", 4, 2, MS(1800)},
+        /* a worker still running when its connection dropped: it sent its effect, the copy
+         * did too */
+        {DELIVER, "d1", "charge", "rabbit", 5, 1, MS(0)},
+        {CLOSE, NULL, NULL, "rabbit", 5, 0, MS(10)},
+        {DELIVER, "d1", "charge", "rabbit", 6, 1, MS(30)},
+        {ACK, "d1", "charge", "rabbit", 6, 1, MS(900)},
+        /* Sidekiq: nothing is ever settled; a copy is a copy */
+        {DELIVER, "j1", "Mail", "kiq", 7, 0, MS(0)},
+        {DELIVER, "j1", "Mail", "kiq", 8, 0, MS(5)},
+    };
+    feed(v, recs, sizeof(recs) / sizeof(recs[0]));
+    assert_int_equal(verdict_add_effect(v, "p1"), 0);
+    assert_int_equal(verdict_add_effect(v, "p2"), 0);
+    assert_int_equal(verdict_add_effect(v, "d1"), 0);
+    assert_int_equal(verdict_add_effect(v, "d1"), 0);
+    assert_int_equal(verdict_add_effect(v, "j1"), 0);
+    struct verdict_result res;
+    assert_int_equal(verdict_compute(v, &res), 0);
+    const struct verdict_task *t = row(&res, "send");
+    assert_int_equal(t->verdict, VERDICT_UNTESTED);
+    assert_int_equal(t->copies, 0);
+    assert_int_equal(t->delivered_more_than_once, 0);
+    assert_int_equal(t->set_aside, 2);
+    assert_int_equal(t->set_aside_messages, 2);
+    t = row(&res, "charge");
+    assert_int_equal(t->verdict, VERDICT_NOT_IDEMPOTENT);
+    assert_int_equal(t->set_aside, 1);
+    assert_int_equal(t->doubled_single_delivery, 0); /* delivered twice: no effects warning */
+    assert_int_equal(t->doubled_by_retries, 0);
+    t = row(&res, "Mail");
+    assert_int_equal(t->verdict, VERDICT_IDEMPOTENT);
+    assert_int_equal(t->overlap_unknown, 1); /* never settled on the wire */
+    size_t n = 0;
+    struct verdict_delivery *d = deliveries(v, "p1", &n);
+    assert_int_equal(d[0].closed_us, MS(10));
+    assert_false(d[0].reached);
+    assert_true(d[1].set_aside && d[1].reached);
+    free(d);
+    verdict_result_free(&res);
+    verdict_free(v);
+}
+
+/* BullMQ refused the first worker's completion (the lock another worker took): the record
+ * ends that delivery all the same, and changes nothing else (no failure undone, no abandon). */
+static void test_refused_settlement_ends_the_delivery(void **state)
+{
+    (void)state;
+    struct verdict *v = new_verdict();
+    const struct rec recs[] = {
+        {DELIVER, "7", "charge", "redis", 1, 0, MS(0)},
+        {DELIVER, "7", "charge", "redis", 2, 0, MS(20)},
+        {ACK, "7", "charge", "redis", 1, 0, MS(2500), .refused = true},
+        {ACK, "7", "charge", "redis", 2, 0, MS(2600)},
+        {DELIVER, "8", "charge", "redis", 1, 0, MS(0)},
+        {NACK, "8", "charge", "redis", 3, 0, MS(100)},
+        {ACK, "8", "charge", "redis", 1, 0, MS(200), .refused = true},
+    };
+    feed(v, recs, sizeof(recs) / sizeof(recs[0]));
+    struct verdict_result res;
+    assert_int_equal(verdict_compute(v, &res), 0);
+    const struct verdict_task *t = row(&res, "charge");
+    assert_int_equal(t->overlapping, 1);
+    assert_int_equal(t->failed, 1);
+    assert_int_equal(t->abandoned, 0);
+    size_t n = 0;
+    struct verdict_delivery *d = deliveries(v, "7", &n);
+    assert_true(d[0].settled && d[0].refused);
+    assert_int_equal(d[1].overlap, VERDICT_COPY_OVERLAP);
+    assert_int_equal(d[1].overlap_us, 2480000);
+    free(d);
+    verdict_result_free(&res);
+    verdict_free(v);
+}
+
+/* Sidekiq settles nothing; its heartbeat lists each job in progress (RUNNING reports).  Two
+ * runs seen at once prove the overlap; runs that never were both running prove nothing. */
+static void test_running_reports_prove_overlap(void **state)
+{
+    (void)state;
+    struct verdict *v = new_verdict();
+    const struct rec recs[] = {
+        {DELIVER, "j1", "Charge", "kiq", 1, 0, MS(0)},
+        {DELIVER, "j1", "Charge", "kiq", 1, 0, MS(5)},
+        {RUNNING, "j1", "Charge", "kiq", 2, 0, MS(3000), .started_us = MS(1000),
+         .run = "host:1 tid-a"},
+        {RUNNING, "j1", "Charge", "kiq", 2, 0, MS(3000), .started_us = MS(1000),
+         .run = "host:1 tid-b"},
+        /* j2: the copy started after the first's last report */
+        {DELIVER, "j2", "Charge", "kiq", 1, 0, MS(0)},
+        {RUNNING, "j2", "Charge", "kiq", 2, 0, MS(1000), .started_us = MS(1000),
+         .run = "host:1 tid-a"},
+        {DELIVER, "j2", "Charge", "kiq", 1, 0, MS(4000)},
+        {RUNNING, "j2", "Charge", "kiq", 2, 0, MS(6000), .started_us = MS(5000),
+         .run = "host:1 tid-a"},
+    };
+    feed(v, recs, sizeof(recs) / sizeof(recs[0]));
+    struct verdict_result res;
+    assert_int_equal(verdict_compute(v, &res), 0);
+    const struct verdict_task *t = row(&res, "Charge");
+    assert_int_equal(t->copies, 2);
+    assert_int_equal(t->overlapping, 1);
+    assert_int_equal(t->overlap_unknown, 1);
+    assert_int_equal(t->overlap_examples.n, 1);
+    assert_string_equal(t->overlap_examples.ids[0], "j1");
+    verdict_result_free(&res);
+    verdict_free(v);
+}
+
+/* Work that stopped: a message published and never delivered, one delivered and never
+ * settled, one requeued and never delivered again.  With nothing delivered or settled for the
+ * last stall_after of the journal, the task is STALLED; a task that kept moving is not, and a
+ * message a rule dropped is lost by the fault, not outstanding. */
+static void test_work_that_stopped(void **state)
+{
+    (void)state;
+    struct verdict *v = new_verdict();
+    const struct rec recs[] = {
+        {PUBLISH, "w1", "report", "rabbit", 1, 0, MS(0)},
+        {PUBLISH, "w2", "report", "rabbit", 1, 0, MS(0)},
+        {PUBLISH, "w3", "report", "rabbit", 1, 0, MS(0)},
+        {DELIVER, "w2", "report", "rabbit", 2, 1, MS(100)},
+        {DELIVER, "w3", "report", "rabbit", 2, 2, MS(200)},
+        {NACK, "w3", "report", "rabbit", 2, 2, MS(300), .retry = true},
+        /* mail kept moving until the end */
+        {PUBLISH, "m1", "mail", "rabbit", 1, 0, MS(0)},
+        {PUBLISH, "m2", "mail", "rabbit", 1, 0, MS(0)},
+        {DELIVER, "m1", "mail", "rabbit", 3, 1, MS(40000)},
+        {ACK, "m1", "mail", "rabbit", 3, 1, MS(40100)},
+        {PUBLISH, "x1", "mail", "rabbit", 1, 0, MS(40200)},
+        {FAULT, "x1", "mail", "rabbit", 1, 0, MS(40200), .action = RULE_ACT_DROP,
+         .event = RULE_EV_PUBLISH},
+        {CLOSE, NULL, NULL, "rabbit", 9, 0, MS(45000)},
+    };
+    feed(v, recs, sizeof(recs) / sizeof(recs[0]));
+    struct verdict_result res;
+    assert_int_equal(verdict_compute(v, &res), 0);
+    const struct verdict_task *t = row(&res, "report");
+    assert_int_equal(t->never_delivered, 1);
+    assert_int_equal(t->unfinished, 2);
+    assert_true(t->stalled);
+    assert_int_equal(t->last_progress_us, MS(300));
+    assert_int_equal(t->outstanding_examples.n, 3);
+    t = row(&res, "mail");
+    assert_int_equal(t->never_delivered, 1); /* m2, not x1 */
+    assert_false(t->stalled);
+    assert_true(res.any_stalled);
+    assert_int_equal(res.end_us, MS(45000));
+    verdict_result_free(&res);
+    /* A longer --stall-after: nothing stalled */
+    struct verdict_options opt = {.stall_after_us = 60ull * 1000 * 1000};
+    assert_int_equal(verdict_compute_with(v, &opt, &res), 0);
+    assert_false(res.any_stalled);
+    verdict_result_free(&res);
+    verdict_free(v);
+}
+
+/* --require: a row short of the evidence asked for is UNTESTED; NOT IDEMPOTENT stays. */
+static void test_require_makes_short_rows_untested(void **state)
+{
+    (void)state;
+    struct verdict *v = new_verdict();
+    const struct rec recs[] = {
+        {DELIVER, "a", "seq", "rabbit", 1, 1, MS(0)},
+        {ACK, "a", "seq", "rabbit", 1, 1, MS(100)},
+        {DELIVER, "a", "seq", "rabbit", 2, 1, MS(90000)},
+        {ACK, "a", "seq", "rabbit", 2, 1, MS(90100)},
+        {DELIVER, "b", "par", "rabbit", 1, 2, MS(0)},
+        {DELIVER, "b", "par", "rabbit", 2, 2, MS(10)},
+        {ACK, "b", "par", "rabbit", 1, 2, MS(1000)},
+        {ACK, "b", "par", "rabbit", 2, 2, MS(1100)},
+        {DELIVER, "c", "bad", "rabbit", 1, 3, MS(0)},
+        {ACK, "c", "bad", "rabbit", 1, 3, MS(100)},
+        {DELIVER, "c", "bad", "rabbit", 2, 3, MS(200)},
+        {ACK, "c", "bad", "rabbit", 2, 3, MS(300)},
+    };
+    feed(v, recs, sizeof(recs) / sizeof(recs[0]));
+    for (const char *id = "abc"; *id != '\0'; id++) {
+        char s[2] = {*id, '\0'};
+        assert_int_equal(verdict_add_effect(v, s), 0);
+    }
+    assert_int_equal(verdict_add_effect(v, "c"), 0);
+    struct verdict_result res;
+    assert_int_equal(verdict_compute(v, &res), 0);
+    assert_int_equal(row(&res, "seq")->verdict, VERDICT_IDEMPOTENT);
+    assert_int_equal(row(&res, "seq")->missing, VERDICT_MISSING_OVERLAP);
+    assert_int_equal(row(&res, "par")->missing, VERDICT_MISSING_WINDOW);
+    assert_false(res.any_required_short);
+    verdict_result_free(&res);
+
+    struct verdict_options opt = {.require = {.overlaps = 1}};
+    assert_int_equal(verdict_compute_with(v, &opt, &res), 0);
+    assert_int_equal(row(&res, "seq")->verdict, VERDICT_UNTESTED);
+    assert_true(row(&res, "seq")->required_short);
+    assert_int_equal(row(&res, "par")->verdict, VERDICT_IDEMPOTENT);
+    assert_int_equal(row(&res, "bad")->verdict, VERDICT_NOT_IDEMPOTENT);
+    assert_true(res.any_required_short);
+    verdict_result_free(&res);
+
+    opt = (struct verdict_options){.require = {.window_us = 60ull * 1000 * 1000}};
+    assert_int_equal(verdict_compute_with(v, &opt, &res), 0);
+    assert_int_equal(row(&res, "seq")->verdict, VERDICT_IDEMPOTENT);
+    assert_int_equal(row(&res, "par")->verdict, VERDICT_UNTESTED);
+    verdict_result_free(&res);
+
+    opt = (struct verdict_options){.require = {.copies = 2}};
+    assert_int_equal(verdict_compute_with(v, &opt, &res), 0);
+    assert_int_equal(row(&res, "seq")->verdict, VERDICT_UNTESTED);
+    verdict_result_free(&res);
+    verdict_free(v);
+}
+
+/* ---- the command: effects checked, exit codes ---------------------------------------- */
+
+/* A journal with a header naming "jobs" (resp, bullmq), and records. */
+static void write_journal(const char *path, const struct rec *recs, size_t n)
+{
+    static const char *const names[] = {"jobs"}, *const protos[] = {"resp"},
+                             *const profiles[] = {"bullmq"};
+    struct journal_header_info h = {.seed = 7,
+                                    .config_path = "t.twice",
+                                    .start_unix_ms = T0_US / 1000,
+                                    .listener_names = names,
+                                    .listener_protocols = protos,
+                                    .listener_profiles = profiles,
+                                    .n_listeners = 1};
+    char err[256];
+    struct journal *j = journal_open(path, &h, err, sizeof(err));
+    assert_non_null(j);
+    for (size_t i = 0; i < n; i++) {
+        struct journal_record r = {
+            .kind = (enum journal_kind)recs[i].kind,
+            .time_unix_us = recs[i].at_us,
+            .session = recs[i].session,
+            .listener = "jobs",
+            .message_id = recs[i].id,
+            .task = recs[i].task,
+            .delivery_tag = recs[i].tag,
+            .retry = recs[i].retry,
+            .refused = recs[i].refused,
+        };
+        journal_record(j, &r);
+    }
+    journal_close(j);
+}
+
+/* `twice verdict ARGV`, its output captured. */
+static int run_verdict(struct fixture *f, int argc, const char **argv)
+{
+    return run(f, verdict_run, argc, argv);
+}
+
+/* BullMQ jobs 1..3 of check_then_act, each copied after its first was settled (the stalled
+ * checker's copies of lost completions). */
+static const struct rec sequential_journal[] = {
+    {PUBLISH, "1", "check_then_act", NULL, 1, 0, MS(0)},
+    {PUBLISH, "2", "check_then_act", NULL, 1, 0, MS(0)},
+    {DELIVER, "1", "check_then_act", NULL, 2, 0, MS(10)},
+    {DELIVER, "2", "check_then_act", NULL, 3, 0, MS(10)},
+    {ACK, "1", "check_then_act", NULL, 2, 0, MS(2510)},
+    {ACK, "2", "check_then_act", NULL, 3, 0, MS(2510)},
+    {DELIVER, "1", "check_then_act", NULL, 3, 0, MS(5010)},
+    {DELIVER, "2", "check_then_act", NULL, 2, 0, MS(5100)},
+    {ACK, "1", "check_then_act", NULL, 3, 0, MS(7510)},
+    {ACK, "2", "check_then_act", NULL, 2, 0, MS(7600)},
+};
+#define N_SEQ (sizeof(sequential_journal) / sizeof(sequential_journal[0]))
+
+/* Sequential copies only: not plain IDEMPOTENT; the missing evidence is named with the rule
+ * that brings it on this listener's profile; --require overlap makes it UNTESTED, exit 4. */
+static void test_command_names_missing_overlap(void **state)
+{
+    struct fixture *f = *state;
+    write_journal(f->journal, sequential_journal, N_SEQ);
+    write_file(f->effects, "1\n2\n");
+    const char *argv[] = {"verdict", "--journal", f->journal, "--effects", f->effects};
+    assert_int_equal(run_verdict(f, 5, argv), 0);
+    assert_contains(f->out,
+                    "       0/2  5.0s-5.1s      IDEMPOTENT*     missing: overlap, window\n");
+    assert_contains(f->out, "check_then_act: IDEMPOTENT for copies 5.0s-5.1s after the first "
+                            "delivery (median 5.0s, 2 copies)\n  no copy ran while an earlier "
+                            "one was running: check-then-act races untested (2 copies came after "
+                            "the earlier delivery was settled); to test them on listener 'jobs' "
+                            "(resp, bullmq): `when deliver task=check_then_act` + `do duplicate` "
+                            "(the job is handed to another worker at once)\n");
+    assert_contains(f->out, "`when lease task=check_then_act` + `do drop`");
+    const char *req[] = {"verdict",  "--journal", f->journal, "--effects",
+                         f->effects, "--require", "overlap"};
+    assert_int_equal(run_verdict(f, 7, req), VERDICT_EXIT_UNTESTED);
+    assert_contains(f->out, "  UNTESTED\n");
+    assert_contains(f->out, "  short of what --require asks: UNTESTED\n");
+    const char *json[] = {"verdict",   "--journal", f->journal,
+                          "--effects", f->effects,  "--require=overlap,window=5s",
+                          "--json"};
+    assert_int_equal(run_verdict(f, 7, json), VERDICT_EXIT_UNTESTED);
+    assert_contains(f->out, "\"required_short\": true,\n");
+    assert_contains(f->out, "\"verdict\": \"UNTESTED\", \"copies\": 2");
+    assert_contains(f->out, "\"overlapping_copies\": 0, \"sequential_copies\": 2, "
+                            "\"overlap_unknown_copies\": 0, \"overlap_ms\": null, "
+                            "\"overlap_examples\": [], \"evidence_missing\": [\"overlap\"], "
+                            "\"required_short\": true");
+    const char *bad[] = {"verdict",  "--journal", f->journal, "--effects",
+                         f->effects, "--require", "overlapp"};
+    assert_int_equal(run_verdict(f, 7, bad), VERDICT_EXIT_ERROR);
+    assert_contains(f->err, "--require 'overlapp': expected copies[=N], overlap[=N] or window=D");
+    const char *badw[] = {"verdict",  "--journal", f->journal,   "--effects",
+                          f->effects, "--require", "window=soon"};
+    assert_int_equal(run_verdict(f, 7, badw), VERDICT_EXIT_ERROR);
+}
+
+/* An effects list that names nothing of the journal is an error, not a pass: empty, order
+ * amounts instead of ids, a CSV export; mostly unknown lines too.  A few unknown lines are a
+ * warning. */
+static void test_command_checks_the_effects_list(void **state)
+{
+    struct fixture *f = *state;
+    write_journal(f->journal, sequential_journal, N_SEQ);
+    const char *argv[] = {"verdict", "--journal", f->journal, "--effects", f->effects};
+    write_file(f->effects, "# exported from payments\n\n");
+    assert_int_equal(run_verdict(f, 5, argv), VERDICT_EXIT_EFFECTS);
+    assert_contains(f->out, "error: the effects list is empty while the journal has 2 messages");
+    write_file(f->effects, "1999.00\n25.50\n25.50\n");
+    assert_int_equal(run_verdict(f, 5, argv), VERDICT_EXIT_EFFECTS);
+    assert_contains(f->out, "error: none of the 3 effect lines names a message of the journal");
+    assert_null(strstr(f->out, "CSV"));
+    write_file(f->effects, "1,1999.00\n2,25.50\n2,25.50\n");
+    assert_int_equal(run_verdict(f, 5, argv), VERDICT_EXIT_EFFECTS);
+    assert_contains(f->out, "its lines hold commas or semicolons: a CSV export?");
+    write_file(f->effects, "1\nx1\nx2\n");
+    assert_int_equal(run_verdict(f, 5, argv), VERDICT_EXIT_EFFECTS);
+    assert_contains(f->out, "error: 2 of the 3 effect lines name messages the journal never saw");
+    write_file(f->effects, "1\n2\nx1\n");
+    assert_int_equal(run_verdict(f, 5, argv), 0);
+    assert_contains(f->out, "warning: 1 message ids in the effects list (1 lines) never appear");
+    const char *json[] = {"verdict", "--journal", f->journal, "--effects", f->effects, "--json"};
+    write_file(f->effects, "");
+    assert_int_equal(run_verdict(f, 6, json), VERDICT_EXIT_EFFECTS);
+    assert_contains(f->out, "\"effects_check\": \"empty\",");
+    assert_contains(f->err, "error: the effects list does not match the journal");
+    /* the first that applies: a broken list before a double effect */
+    write_file(f->effects, "1\n1\nx1\nx2\nx3\n");
+    assert_int_equal(run_verdict(f, 5, argv), VERDICT_EXIT_EFFECTS);
+}
+
+/* A task whose consumers stopped with work outstanding: STALLED in the text and the JSON, and
+ * exit 5; a double effect still exits 1 first. */
+static void test_command_stalled(void **state)
+{
+    struct fixture *f = *state;
+    const struct rec recs[] = {
+        {PUBLISH, "1", "nightly", NULL, 1, 0, MS(0)},
+        {PUBLISH, "2", "nightly", NULL, 1, 0, MS(0)},
+        {DELIVER, "1", "nightly", NULL, 2, 0, MS(10)},
+        {ACK, "1", "nightly", NULL, 2, 0, MS(500)},
+        {DELIVER, "2", "nightly", NULL, 2, 0, MS(600)},
+        {CLOSE, NULL, NULL, NULL, 2, 0, MS(40000)},
+    };
+    write_journal(f->journal, recs, sizeof(recs) / sizeof(recs[0]));
+    write_file(f->effects, "1\n");
+    const char *argv[] = {"verdict", "--journal", f->journal, "--effects", f->effects};
+    assert_int_equal(run_verdict(f, 5, argv), VERDICT_EXIT_STALLED);
+    assert_contains(f->out, "warning: nightly: STALLED since 2025-11-29T09:00:00.600Z: nothing "
+                            "delivered or settled in the last 39s of the journal (--stall-after "
+                            "30s), 1 message outstanding: 0 published and never delivered, 1 "
+                            "delivered and never settled");
+    assert_contains(f->out, "UNTESTED        STALLED\n");
+    assert_contains(f->out, "\nverdict: UNTESTED\nstalled: nightly\n");
+    const char *longer[] = {"verdict",  "--journal",     f->journal, "--effects",
+                            f->effects, "--stall-after", "1m"};
+    assert_int_equal(run_verdict(f, 7, longer), 0);
+    assert_contains(f->out, "note: nightly: at the end of the journal, 1 message outstanding");
+    const char *json[] = {"verdict", "--journal", f->journal, "--effects", f->effects, "--json"};
+    assert_int_equal(run_verdict(f, 6, json), VERDICT_EXIT_STALLED);
+    assert_contains(f->out, "\"never_delivered\": 0, \"unfinished\": 1, \"outstanding_examples\": "
+                            "[\"2\"], \"stalled\": true, \"last_progress_unix_us\": "
+                            "1764406800600000");
+    write_file(f->effects, "1\n1\n");
+    assert_int_equal(run_verdict(f, 5, argv), VERDICT_EXIT_NOT_IDEMPOTENT);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_overlap_by_connection),
+        cmocka_unit_test(test_overlap_across_listeners),
+        cmocka_unit_test(test_settled_by_nack_or_failure),
+        cmocka_unit_test(test_same_millisecond_is_after),
+        cmocka_unit_test(test_cut_before_settling_is_set_aside),
+        cmocka_unit_test(test_refused_settlement_ends_the_delivery),
+        cmocka_unit_test(test_running_reports_prove_overlap),
+        cmocka_unit_test(test_work_that_stopped),
+        cmocka_unit_test(test_require_makes_short_rows_untested),
+        cmocka_unit_test_setup_teardown(test_command_names_missing_overlap, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_command_checks_the_effects_list, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_command_stalled, setup, teardown),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
