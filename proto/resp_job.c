@@ -133,6 +133,52 @@ int resp_job_sidekiq(const void *json, size_t len, struct resp_job *j)
     return 0;
 }
 
+/* Sidekiq's work state: the job in progress under "payload", its start under "run_at". */
+enum { SW_PAYLOAD, SW_RUN_AT, SW_PATHS };
+
+static const struct json_pick_path resp_job_sidekiq_work_paths[SW_PATHS] = {
+    [SW_PAYLOAD] = {1, {"payload"}},
+    [SW_RUN_AT] = {1, {"run_at"}},
+};
+
+/* The end of the second (or millisecond) a JSON number names since the epoch, in microseconds:
+ * a time no earlier than the one it was cut from.  Seconds, or milliseconds for a number past
+ * 10^11 (Sidekiq 8 writes milliseconds where 6 and 7 wrote seconds); 0 when it is not a plain
+ * non-negative number. */
+static uint64_t resp_job_epoch_end_us(const char *p, size_t n)
+{
+    uint64_t v = 0;
+    size_t i = 0;
+    for (; i < n && p[i] >= '0' && p[i] <= '9'; i++) {
+        if (v > UINT64_MAX / 10 / 1000000u)
+            return 0;
+        v = v * 10 + (uint64_t)(p[i] - '0');
+    }
+    if (i == 0)
+        return 0;
+    return v > 100000000000ull ? (v + 1) * 1000u : (v + 1) * 1000000u;
+}
+
+int resp_job_sidekiq_work(const void *json, size_t len, struct resp_job *j, uint64_t *started_by_us)
+{
+    struct json_pick_value v[SW_PATHS];
+    memset(j, 0, sizeof(*j));
+    *started_by_us = 0;
+    if (resp_job_pick(json, len, resp_job_sidekiq_work_paths, SW_PATHS, v) != 0)
+        return -1;
+    int rc = -1;
+    if (v[SW_PAYLOAD].type == JSON_PICK_STRING) {
+        char *payload = json_pick_strdup(json, &v[SW_PAYLOAD]);
+        if (payload != NULL)
+            rc = resp_job_sidekiq(payload, strlen(payload), j);
+        free(payload);
+    }
+    if (rc == 0 && v[SW_RUN_AT].type == JSON_PICK_NUMBER)
+        *started_by_us =
+            resp_job_epoch_end_us((const char *)json + v[SW_RUN_AT].off, v[SW_RUN_AT].len);
+    return rc;
+}
+
 /* ---- Celery (kombu) ---------------------------------------------------------------------- */
 
 enum {

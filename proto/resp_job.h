@@ -24,6 +24,7 @@
 
 #include <stdbool.h>
 #include <stddef.h>
+#include <stdint.h>
 
 #define RESP_JOB_WARN_UNUSED __attribute__((warn_unused_result))
 
@@ -75,6 +76,18 @@ void resp_job_clear(struct resp_job *j);
  * *j's previous contents are overwritten, not freed.
  */
 int resp_job_sidekiq(const void *json, size_t len, struct resp_job *j) RESP_JOB_WARN_UNUSED;
+
+/*
+ * Reads one entry of Sidekiq's work state, the value its heartbeat writes for each job in
+ * progress (`HSET <identity>:workers <tid> <value>` in Sidekiq 6, `<identity>:work` in 7 and
+ * later; lib/sidekiq/launcher.rb, processor.rb): {"queue": ..., "payload": <the job's JSON, as a
+ * string>, "run_at": <when the job started: seconds since the epoch, or milliseconds when the
+ * number is that large>}.  Returns 0 with *j the job read from the payload (resp_job_sidekiq())
+ * and *started_by_us the end of the second (or millisecond) run_at names, in microseconds since
+ * the epoch: the job started no later (0 when run_at is absent); or -1 with *j zeroed.
+ */
+int resp_job_sidekiq_work(const void *json, size_t len, struct resp_job *j,
+                          uint64_t *started_by_us) RESP_JOB_WARN_UNUSED;
 
 /*
  * Reads a Celery task message as kombu's Redis transport stores it (the element of the queue

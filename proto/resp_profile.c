@@ -587,6 +587,23 @@ bool rprof_rq_job_ran(enum rprof p, const struct rprof_cmdview *cv)
     return ran;
 }
 
+bool rprof_sidekiq_work(enum rprof p, const struct rprof_cmdview *cv, size_t *identity_len)
+{
+    static const char *const suffix[] = {":workers", ":work"};
+    if (p != RPROF_SIDEKIQ || !is(cv, RPROF_CMD_HSET) || !cv->has_key || cv->m->nelem < 4 ||
+        cv->m->nelem % 2 != 0)
+        return false;
+    size_t n = strlen(cv->key);
+    for (size_t i = 0; i < 2; i++) {
+        size_t s = strlen(suffix[i]);
+        if (n > s && memcmp(cv->key + n - s, suffix[i], s) == 0) {
+            *identity_len = n - s;
+            return true;
+        }
+    }
+    return false;
+}
+
 /* ---- the reply a command will get -------------------------------------------------------- */
 
 /* XCLAIM and XAUTOCLAIM with JUSTID answer ids only: nothing is delivered. */

@@ -289,6 +289,12 @@ bool rprof_rq_job_heartbeat(enum rprof p, const struct rprof_cmdview *cv, const 
  * again.  A requeue of a failed job clears started_at first. */
 bool rprof_rq_job_ran(enum rprof p, const struct rprof_cmdview *cv);
 
+/* Whether cv is Sidekiq's heartbeat writing its work state: HSET <identity>:workers (Sidekiq 6)
+ * or <identity>:work (7 and later) with field/value pairs, one per job in progress: the thread
+ * id, and the entry resp_job_sidekiq_work() reads (lib/sidekiq/launcher.rb).  *identity_len is
+ * the length of the identity at the start of cv->key. */
+bool rprof_sidekiq_work(enum rprof p, const struct rprof_cmdview *cv, size_t *identity_len);
+
 /* ---- the reply a command will get -------------------------------------------------------- */
 
 /* What twice must read in the reply to a command. */

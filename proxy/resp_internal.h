@@ -291,9 +291,12 @@ struct job_event {
     char *queue;
     const char *key;
     bool redelivered;
-    unsigned retries; /* the app's retries before (struct resp_job) */
-    bool retry;       /* a publish of a job the app ran before */
-    bool oom;         /* a field could not be copied: the event is skipped (job_event_oom()) */
+    unsigned retries;         /* the app's retries before (struct resp_job) */
+    bool retry;               /* a publish of a job the app ran before */
+    bool refused;             /* ACK, NACK: the framework refused the settlement (journal.proto) */
+    uint64_t started_unix_us; /* RUNNING: the run started no later than this (journal.proto) */
+    const char *run;          /* RUNNING: which run of the job */
+    bool oom; /* a field could not be copied: the event is skipped (job_event_oom()) */
 };
 
 /* A copy of s for a field of j; NULL for NULL, and on allocation failure, which j->oom
@@ -304,6 +307,10 @@ char *rpx_jdup(struct job_event *j, const char *s);
 char *rpx_known_task(struct rpx *rx, struct job_event *j, const char *id, size_t n);
 void rpx_job_event_clear(struct job_event *j);
 void rpx_journal_job(struct rpx *rx, enum journal_kind kind, const struct job_event *j);
+/* Journals a RUNNING record for each job in progress that Sidekiq's heartbeat cv lists
+ * (rprof_sidekiq_work(); the process identity is cv->key[0..identity_len)). */
+void rpx_sidekiq_journal_running(struct rpx *rx, const struct rprof_cmdview *cv,
+                                 size_t identity_len);
 /* Whether the journal or a rule on job events needs what a job's payload holds. */
 bool rpx_jobs_needed(struct rpx *rx);
 void rpx_job_engine_event(struct rpx *rx, const struct job_event *j, struct engine_event *ev,

@@ -91,6 +91,9 @@ void rpx_journal_job(struct rpx *rx, enum journal_kind kind, const struct job_ev
         .redelivered = j->redelivered,
         .retries = j->retries,
         .retry = j->retry,
+        .refused = j->refused,
+        .started_unix_us = j->started_unix_us,
+        .run = j->run,
     };
     journal_record(jr, &r);
 }
@@ -1169,5 +1172,31 @@ void rpx_tag_reply(struct rpx *rx, struct rprof_cmdview *cv, struct entry *e)
         log_msg(LOG_WARN, "event skipped", "sid=%llu listener=%s reason=\"out of memory\"",
                 (unsigned long long)rx->s->id, rpx_scope(rx));
         e->kind = RPROF_REPLY_PLAIN;
+    }
+}
+
+/* Run keys: the process identity and the thread id, "<identity> <tid>". */
+#define RPX_RUN_MAX (RPROF_KEY_MAX + 64)
+
+void rpx_sidekiq_journal_running(struct rpx *rx, const struct rprof_cmdview *cv,
+                                 size_t identity_len)
+{
+    struct resp_view f, v;
+    for (size_t i = 2; rprof_arg(cv, i, &f) && rprof_arg(cv, i + 1, &v); i += 2) {
+        struct resp_job job;
+        uint64_t started = 0;
+        if (f.type != '$' || v.type != '$' || f.len > 64 ||
+            resp_job_sidekiq_work(cv->buf + v.off, v.len, &job, &started) != 0)
+            continue;
+        char run[RPX_RUN_MAX];
+        snprintf(run, sizeof(run), "%.*s %.*s", (int)identity_len, cv->key, (int)f.len,
+                 (const char *)cv->buf + f.off);
+        struct job_event j = {.kind = RULE_EV_LEASE, .started_unix_us = started, .run = run};
+        j.id = rpx_jdup(&j, job.id);
+        j.task = rpx_jdup(&j, job.task);
+        j.queue = job.queue != NULL ? rpx_jdup(&j, job.queue) : NULL;
+        resp_job_clear(&job);
+        rpx_journal_job(rx, JOURNAL_KIND_RUNNING, &j);
+        rpx_job_event_clear(&j);
     }
 }

@@ -628,6 +628,13 @@ static enum cmd_result command(struct rpx *rx, const uint8_t *buf, const struct 
 
     remember_setup(rx, &cv);
 
+    /* Sidekiq's heartbeat lists the jobs in progress: journaled as they pass (in its MULTI),
+     * for the verdict to see two runs of one job at once; then on as any command. */
+    size_t identity_len = 0;
+    if (rx->decided < DECIDED_ALL && rx->s->px->journal != NULL &&
+        rprof_sidekiq_work(rx->prof, &cv, &identity_len))
+        rpx_sidekiq_journal_running(rx, &cv, identity_len);
+
     if (!rx->tx.active && (resp_cmd_name_flags(cv.name, strlen(cv.name)) & RESP_CMD_SYNC))
         return replication_start(rx, &cv, len);
 

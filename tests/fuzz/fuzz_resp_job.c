@@ -204,6 +204,19 @@ static void fuzz_sidekiq(const uint8_t *p, size_t len)
     CHECK(job_is_zero(&j));
 }
 
+/* Sidekiq's work state: a job read from it is a Sidekiq job (the same invariants), and a start
+ * time is a whole second or millisecond end. */
+static void fuzz_sidekiq_work(const uint8_t *p, size_t len)
+{
+    struct resp_job j;
+    uint64_t by = 7;
+    int rc = resp_job_sidekiq_work(p, len, &j, &by);
+    check_job(rc, &j);
+    CHECK(rc == 0 || (by == 0 && job_is_zero(&j)));
+    CHECK(by % 1000u == 0);
+    resp_job_clear(&j);
+}
+
 /* A kombu rewrite of p (tag NULL: redelivered, else retagged with tag) must read as the same
  * job j (rc: how p read), redelivered or with the new tag; a redelivered one restored again
  * must not change. */
@@ -276,6 +289,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         return 0;
     memcpy(p, data, size);
     fuzz_sidekiq(p, size);
+    fuzz_sidekiq_work(p, size);
     fuzz_celery(p, size);
     fuzz_rq(p, size);
     free(p);

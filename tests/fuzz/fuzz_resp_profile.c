@@ -238,6 +238,11 @@ static void command(enum rprof p, const uint8_t *buf, size_t len, const struct r
         CHECK(p == RPROF_RQ && cv.id == RPROF_CMD_ZADD && lv.off + lv.len <= m->len);
     CHECK(!rprof_rq_reaps(p, &cv) || cv.id == RPROF_CMD_ZREMRANGEBYSCORE);
     CHECK(!rprof_rq_job_heartbeat(p, &cv, "x") || cv.id == RPROF_CMD_HSET);
+    /* Sidekiq's work state: an HSET of pairs whose key names an identity before the suffix. */
+    size_t ident = 0;
+    if (rprof_sidekiq_work(p, &cv, &ident))
+        CHECK(p == RPROF_SIDEKIQ && cv.id == RPROF_CMD_HSET && ident > 0 &&
+              ident < strlen(cv.key) && m->nelem % 2 == 0);
     if (cv.id == RPROF_CMD_MULTI) {
         struct resp_scanner sc;
         resp_scanner_init(&sc, RESP_SIDE_CLIENT);

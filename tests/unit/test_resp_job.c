@@ -371,6 +371,54 @@ static void test_sidekiq_fields(void **state)
 
 /* ---- Celery -------------------------------------------------------------------------------- */
 
+/* Sidekiq's work state, as its heartbeat writes each job in progress: the job is the payload
+ * string's JSON; run_at whole seconds (6, 7) or milliseconds (8), read as the end of that
+ * second or millisecond: the job started no later. */
+static void test_sidekiq_work_state(void **state)
+{
+    (void)state;
+    struct resp_job j;
+    uint64_t by = 0;
+    static const char six[] =
+        "{\"queue\":\"default\",\"payload\":\"{\\\"retry\\\":0,\\\"queue\\\":\\\"default\\\","
+        "\\\"class\\\":\\\"Charge\\\",\\\"args\\\":[\\\"order-1\\\"],\\\"jid\\\":"
+        "\\\"0ee7ca08fcd9f25a8a05bb01\\\",\\\"created_at\\\":1796183652.18}\","
+        "\"run_at\":1796183653}";
+    assert_int_equal(resp_job_sidekiq_work(six, sizeof(six) - 1, &j, &by), 0);
+    expect_job(&j, "0ee7ca08fcd9f25a8a05bb01", "Charge", "default", NULL, false);
+    assert_int_equal(by, 1796183654000000ull);
+    static const char eight[] = "{\"queue\":\"q\",\"payload\":\"{\\\"class\\\":\\\"A\\\","
+                                "\\\"jid\\\":\\\"j\\\"}\",\"run_at\":1796183653123}";
+    assert_int_equal(resp_job_sidekiq_work(eight, sizeof(eight) - 1, &j, &by), 0);
+    expect_job(&j, "j", "A", NULL, NULL, false);
+    assert_int_equal(by, 1796183653124000ull);
+    static const char no_run_at[] =
+        "{\"payload\":\"{\\\"class\\\":\\\"A\\\",\\\"jid\\\":\\\"j\\\"}\"}";
+    assert_int_equal(resp_job_sidekiq_work(no_run_at, sizeof(no_run_at) - 1, &j, &by), 0);
+    assert_int_equal(by, 0);
+    resp_job_clear(&j);
+    /* Not a work entry: no payload, a payload that is no job, an object, not JSON. */
+    static const char *const bad[] = {
+        "{\"queue\":\"q\",\"run_at\":1}",
+        "{\"payload\":\"{\\\"class\\\":\\\"A\\\"}\",\"run_at\":1}",
+        "{\"payload\":{\"class\":\"A\",\"jid\":\"j\"},\"run_at\":1}",
+        "{\"payload\":\"not json\"}",
+        "[1,2]",
+        "",
+    };
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        assert_int_equal(resp_job_sidekiq_work(bad[i], strlen(bad[i]), &j, &by), -1);
+        assert_null(j.id);
+        assert_int_equal(by, 0);
+    }
+    /* A run_at that is no time */
+    static const char neg[] = "{\"payload\":\"{\\\"class\\\":\\\"A\\\",\\\"jid\\\":\\\"j\\\"}\","
+                              "\"run_at\":-5}";
+    assert_int_equal(resp_job_sidekiq_work(neg, sizeof(neg) - 1, &j, &by), 0);
+    assert_int_equal(by, 0);
+    resp_job_clear(&j);
+}
+
 static void test_celery_golden(void **state)
 {
     (void)state;
@@ -1137,6 +1185,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_sidekiq_golden),
+        cmocka_unit_test(test_sidekiq_work_state),
         cmocka_unit_test(test_sidekiq_activejob_task),
         cmocka_unit_test(test_sidekiq_fields),
         cmocka_unit_test(test_retries),
