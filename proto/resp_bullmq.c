@@ -5,6 +5,7 @@
  */
 #include "proto/resp_bullmq.h"
 
+#include <stdio.h>
 #include <string.h>
 
 #include "proto/msgpack.h"
@@ -398,4 +399,50 @@ int bmq_stalled_ids(const uint8_t *buf, const struct resp_msg *m, bmq_id_fn fn, 
         }
     }
     return count;
+}
+
+/* The script of bmq_requeue_cmd().  KEYS: active, wait, paused, meta, marker, events, the job;
+ * ARGV: the job's id.  Written for twice from what moveStalledJobsToWait does to each job it
+ * moves (BullMQ 5.x, src/commands/moveStalledJobsToWait-9.lua and its includes). */
+static const char bmq_requeue_script[] =
+    "-- twice: hand an active job out again now, as the stalled-job check does\n"
+    "local id = ARGV[1]\n"
+    "if redis.call('LREM', KEYS[1], 1, id) == 0 then return 0 end\n"
+    "redis.call('DEL', KEYS[7] .. ':lock')\n"
+    "redis.call('HINCRBY', KEYS[7], 'stc', 1)\n"
+    "local meta = redis.call('HMGET', KEYS[4], 'paused', 'concurrency')\n"
+    "local target, held = KEYS[2], false\n"
+    "if meta[1] then\n"
+    "  target, held = KEYS[3], true\n"
+    "elseif meta[2] and redis.call('LLEN', KEYS[1]) >= tonumber(meta[2]) then\n"
+    "  held = true\n"
+    "end\n"
+    "redis.call('RPUSH', target, id)\n"
+    "if not held then redis.call('ZADD', KEYS[5], 0, '0') end\n"
+    "redis.call('XADD', KEYS[6], '*', 'event', 'waiting', 'jobId', id, 'prev', 'active')\n"
+    "redis.call('XADD', KEYS[6], '*', 'event', 'stalled', 'jobId', id)\n"
+    "return 1\n";
+
+size_t bmq_requeue_cmd(const char *prefix, const char *id, char *keys, size_t cap,
+                       const char *argv[BMQ_REQUEUE_ARGC], size_t lens[BMQ_REQUEUE_ARGC])
+{
+    static const char *const suffix[] = {"active", "wait", "paused", "meta", "marker", "events"};
+    argv[0] = "EVAL";
+    argv[1] = bmq_requeue_script;
+    argv[2] = "7";
+    size_t used = 0;
+    for (size_t k = 0; k < 7; k++) {
+        const char *tail = k < 6 ? suffix[k] : id;
+        int n = snprintf(keys + used, cap - used, "%s%s", prefix, tail);
+        if (n < 0 || (size_t)n >= cap - used)
+            return 0;
+        argv[3 + k] = keys + used;
+        lens[3 + k] = (size_t)n;
+        used += (size_t)n + 1;
+    }
+    argv[10] = id;
+    for (size_t i = 0; i < 3; i++)
+        lens[i] = strlen(argv[i]);
+    lens[10] = strlen(id);
+    return BMQ_REQUEUE_ARGC;
 }

@@ -160,4 +160,22 @@ int bmq_lock_ids(const struct rprof_cmdview *cv, const struct bmq_call *c, enum 
  * count, or -1 for another shape. */
 int bmq_stalled_ids(const uint8_t *buf, const struct resp_msg *m, bmq_id_fn fn, void *arg);
 
+/*
+ * What twice sends to hand a job out again at once, while the worker that has it still runs it
+ * (`duplicate` on a delivery): one EVAL of a script that does for this one job what BullMQ's
+ * stalled-job check does for a job whose lock is gone (moveStalledJobsToWait): off the active
+ * list, its lock deleted, its stalled count one up, onto the end of the wait list workers take
+ * from next (the paused list when the queue is paused), the marker that wakes a blocked worker
+ * set unless the queue is paused or at its concurrency, and the `waiting` and `stalled` events.
+ * A job no longer active (finished meanwhile) is left alone; the script answers 1 or 0.
+ */
+#define BMQ_REQUEUE_ARGC 11
+/* Room for the keys of one such command: seven keys of a prefix and the id. */
+#define BMQ_REQUEUE_KEYS_MAX (7u * (BMQ_PREFIX_MAX + BMQ_ID_MAX))
+
+/* The command's arguments for job id under prefix into argv/lens (the keys written into
+ * keys[0..cap)): its argument count, BMQ_REQUEUE_ARGC, or 0 when they do not fit. */
+size_t bmq_requeue_cmd(const char *prefix, const char *id, char *keys, size_t cap,
+                       const char *argv[BMQ_REQUEUE_ARGC], size_t lens[BMQ_REQUEUE_ARGC]);
+
 #endif

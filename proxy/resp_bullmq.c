@@ -13,10 +13,10 @@
  * queue, its keys do not.
  *
  * The faults, each one BullMQ would make itself:
- *   duplicate on deliver  the job's lock is deleted at once and the first worker's renewals of it
- *                         answered, never applied: BullMQ's stalled-job checker hands the job to
- *                         a worker again while the first still runs it, and the first one's
- *                         completion is refused ("Missing lock", "Lock mismatch").
+ *   duplicate on deliver  the job is moved back to wait at once, as the stalled-job checker moves
+ *                         a job whose lock is gone, and the first worker's renewals of it
+ *                         answered, never applied: another worker takes it while the first still
+ *                         runs it, and the first one's completion is refused ("Lock mismatch").
  *   drop on deliver       the worker is answered "no job": the job stays active, locked, never
  *                         renewed, and stalls.
  *   redeliver/drop on ack the completion is answered as BullMQ's script answers it (0) but not
@@ -195,26 +195,32 @@ static void mark_lease(struct rpx *rx, const char *key, const char *token, bool 
     idmap_unlock();
 }
 
-/* A `duplicate` on a delivery: the job's lock goes at once, and the renewals of this worker's
- * token are answered and never applied, so that the worker believes it still holds the job
- * while BullMQ's stalled checker hands it out again. */
-static void lose_lock(struct rpx *rx, const char *prefix, const char *id, const char *key,
-                      const char *token)
+/* A `duplicate` on a delivery: the job is handed out again at once (bmq_requeue_cmd, on twice's
+ * own connection), while this worker still runs it, as a second worker takes a job whose lock
+ * lapsed; the renewals of this worker's token are answered and never applied, so that it
+ * believes it still holds the job until the other worker has it (its lock then refuses them, and
+ * this worker's completion). */
+static void requeue_now(struct rpx *rx, const char *prefix, const char *id, const char *key,
+                        const char *token)
 {
-    char lock[BMQ_KEY_MAX + 8];
-    int n = snprintf(lock, sizeof(lock), "%s%s:lock", prefix, id);
+    char *keys = malloc(BMQ_REQUEUE_KEYS_MAX);
+    const char *argv[BMQ_REQUEUE_ARGC];
+    size_t lens[BMQ_REQUEUE_ARGC];
     struct evbuffer *b = evbuffer_new();
-    if (b == NULL || n <= 0 || (size_t)n >= sizeof(lock)) {
-        if (b != NULL)
-            evbuffer_free(b);
-        return;
-    }
-    const char *argv[2] = {"DEL", lock};
-    size_t lens[2] = {3, (size_t)n};
-    if (rpx_encode_cmd(b, 2, argv, lens) == 0)
+    bool ok = keys != NULL && b != NULL &&
+              bmq_requeue_cmd(prefix, id, keys, BMQ_REQUEUE_KEYS_MAX, argv, lens) != 0 &&
+              rpx_encode_cmd(b, BMQ_REQUEUE_ARGC, argv, lens) == 0;
+    if (ok)
         send_own(rx, b, 0);
-    evbuffer_free(b);
-    mark_lease(rx, key, token, false, 0);
+    else
+        log_msg(LOG_WARN, "duplicate not made", "sid=%llu listener=%s job=%s reason=\"%s\"",
+                (unsigned long long)rx->s->id, rpx_scope(rx), key,
+                keys == NULL || b == NULL ? "out of memory" : "key too long");
+    if (b != NULL)
+        evbuffer_free(b);
+    free(keys);
+    if (ok)
+        mark_lease(rx, key, token, false, 0);
 }
 
 /* ---- deliveries ------------------------------------------------------------------------------ */
@@ -259,7 +265,7 @@ static void on_next(struct rpx *rx, struct entry *e, const uint8_t *buf, const s
         return;
     switch (r->action.kind) {
     case RULE_ACT_DUPLICATE:
-        lose_lock(rx, pd->prefix, bj.id, key, pd->token);
+        requeue_now(rx, pd->prefix, bj.id, key, pd->token);
         break;
     case RULE_ACT_DROP: {
         /* As moveToActive answers when there is nothing to do; a settle with no next job. */
@@ -297,7 +303,8 @@ static void on_finish(struct rpx *rx, struct entry *e, const uint8_t *buf, const
     if (!job_key(pd->prefix, pd->id, key, sizeof(key)))
         return;
     bool integer = bmq_finish_code(buf, m, &code);
-    if (integer && code < 0) {
+    bool refused = integer && code < 0;
+    if (refused)
         log_msg(LOG_INFO, "bullmq settle refused",
                 "sid=%llu listener=%s job=%s code=%lld reason=\"%s\"",
                 (unsigned long long)rx->s->id, rpx_scope(rx), key, (long long)code,
@@ -305,14 +312,18 @@ static void on_finish(struct rpx *rx, struct entry *e, const uint8_t *buf, const
                 : code == -6 ? "lock held by another worker"
                 : code == -3 ? "job not active"
                              : "other");
-        return;
-    }
     if (m->type == '-')
         return;
+    /* A refused completion is journaled too, marked: BullMQ did not apply it, but the worker
+     * had finished its run of the job then, which the verdict needs to know (did a copy run
+     * beside it?). */
     struct job_event j;
     job_event_of(rx, &j, RULE_EV_ACK, pd->prefix, pd->id, key, NULL);
+    j.refused = refused;
     rpx_journal_job(rx, pd->failed ? JOURNAL_KIND_NACK : JOURNAL_KIND_ACK, &j);
     rpx_job_event_clear(&j);
+    if (refused)
+        return;
     idmap_lock();
     idmap_del(rpx_scope(rx), key, strlen(key));
     idmap_unlock();

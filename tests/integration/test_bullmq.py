@@ -15,13 +15,16 @@ also work WORK_MS, longer than a lock lasts, with room for more jobs than there 
                                           journaled under its id, its name as task
   when lease task=charge; do drop       every charge job runs twice, the two runs at once (their
                                           spans overlap), BullMQ's `stalled` event for it, and its
-                                          first worker told "Missing lock" or "Lock mismatch";
-                                          the verdict: charge NOT IDEMPOTENT
+                                          first worker told "Missing lock" or "Lock mismatch"
+                                          (its completion journaled as refused); the verdict:
+                                          charge NOT IDEMPOTENT
   when lease; do drop                   every job twice: charge NOT IDEMPOTENT, charge_safe
                                           IDEMPOTENT, on lease faults alone
   when lease task=charge; do delay D    (D past the lock) every charge job twice
-  when deliver, first 2; do duplicate   exactly 2 jobs twice, their second delivery marked
-                                          redelivered (BullMQ's stalled count)
+  when deliver task=charge, first 2;    exactly 2 jobs twice, the copy handed out at once (with
+    do duplicate                          BullMQ's own 30 s lock, the two 6 s runs overlap), marked
+                                          redelivered (BullMQ's stalled count); the first
+                                          worker's completion refused, journaled as refused
   when deliver, first 2; do drop        every job once: the 2 dropped deliveries come back
   when ack task=charge, first 2;        those 2 jobs twice: their completion answered, not
     do redeliver                          applied, the lock lapses
@@ -170,6 +173,9 @@ class BullMQ(dk.FrameworkCase):
         recs = self.records(tw)
         faulted = fault_ids(recs, "lapse")
         self.assertEqual(faulted, sorted(charge), "one lease fault per charge job")
+        # the first worker's refused completion is journaled, marked refused: it ends that run
+        refused = {r.get("message_id") for k, r in recs if k == "ack" and r.get("refused")}
+        self.assertEqual(sorted(refused), sorted(charge), "refused completions journaled")
         rows = self.verdict(run)
         self.assertEqual(rows["charge"]["verdict"], "NOT IDEMPOTENT", rows)
 
@@ -192,17 +198,30 @@ class BullMQ(dk.FrameworkCase):
     # -- deliver ---------------------------------------------------------------------------------
 
     def test_deliver_duplicate_a_second_worker_takes_it(self):
-        tw, port = self.start_twice("rule racing on jobs {\n  when deliver\n  first 2\n"
-                                    "  do duplicate\n}\n")
-        run, _, _ = self.run_app(port, extra_runs=2)
+        """duplicate hands the job out again at once, while the first worker still runs it:
+        with BullMQ's own 30 s lock and stalled check, only an immediate requeue can start a
+        second run inside a 6 s job.  The copy is marked as BullMQ marks a stalled job's; the
+        first worker's completion is refused (the lock is the second's) and journaled as
+        refused, like the copy's applied one after both deliveries."""
+        tw, port = self.start_twice("rule racing on jobs {\n  when deliver task=charge\n"
+                                    "  first 2\n  do duplicate\n}\n")
+        run, spans, logs = self.run_app(port, lock=False, work=True, extra_runs=2, concurrency=8)
         recs = self.records(tw)
         faulted = fault_ids(recs, "racing")
         self.assertEqual(len(faulted), 2, recs)
         self.assert_runs(run, twice=faulted)
+        self.assert_overlap(spans, faulted)
         for m in faulted:
-            d = [r for k, r in recs if k == "deliver" and r.get("message_id") == m]
+            mine = [(k, r) for k, r in recs if r.get("message_id") == m]
+            d = [r for k, r in mine if k == "deliver"]
             self.assertEqual([bool(r.get("redelivered")) for r in d], [False, True],
                              "deliveries of %s" % m)
+            self.assertRegex(logs, r"error (Lock mismatch|Missing lock) for job %s\b" % m,
+                             "the first worker's completion of %s refused" % m)
+            # both deliveries before either completion; one completion refused, one applied
+            order = [(k, bool(r.get("refused"))) for k, r in mine if k in ("deliver", "ack")]
+            self.assertEqual(order[:2], [("deliver", False), ("deliver", False)], mine)
+            self.assertEqual(sorted(order[2:]), [("ack", False), ("ack", True)], mine)
 
     def test_deliver_drop_the_job_comes_back(self):
         tw, port = self.start_twice("rule lost on jobs {\n  when deliver\n  first 2\n"

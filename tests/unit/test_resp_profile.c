@@ -845,6 +845,71 @@ static void make_cmd(uint8_t *buf, size_t cap, struct resp_msg *m, struct rprof_
     make_cmd(buf, sizeof(buf), &m, &cv, sizeof((const char *[]){__VA_ARGS__}) / sizeof(char *),    \
              (const char *[]){__VA_ARGS__})
 
+/* Sidekiq's heartbeat writing its work state: HSET <identity>:workers (6) or :work (7+), one
+ * field/value pair per job in progress; nothing else, and on no other profile. */
+static void test_sidekiq_work_hash(void **state)
+{
+    (void)state;
+    uint8_t buf[4096];
+    struct resp_msg m;
+    struct rprof_cmdview cv;
+    size_t n = 0;
+    CMD("hset", "vm:11834:e90caba8846c:workers", "1x3", "{}");
+    assert_true(rprof_sidekiq_work(RPROF_SIDEKIQ, &cv, &n));
+    assert_int_equal(n, strlen("vm:11834:e90caba8846c"));
+    assert_false(rprof_sidekiq_work(RPROF_CELERY, &cv, &n));
+    assert_false(rprof_sidekiq_work(RPROF_RQ, &cv, &n));
+    CMD("HSET", "host:7:abc:work", "t1", "{}", "t2", "{}");
+    assert_true(rprof_sidekiq_work(RPROF_SIDEKIQ, &cv, &n));
+    assert_int_equal(n, strlen("host:7:abc"));
+    CMD("HSET", "host:7:abc:work", "t1", "{}", "t2"); /* a field without its value */
+    assert_false(rprof_sidekiq_work(RPROF_SIDEKIQ, &cv, &n));
+    CMD("HSET", "host:7:abc:work", "t1");
+    assert_false(rprof_sidekiq_work(RPROF_SIDEKIQ, &cv, &n));
+    CMD("HSET", ":workers", "t1", "{}"); /* no identity */
+    assert_false(rprof_sidekiq_work(RPROF_SIDEKIQ, &cv, &n));
+    CMD("HSET", "host:7:abc:workers:x", "t1", "{}");
+    assert_false(rprof_sidekiq_work(RPROF_SIDEKIQ, &cv, &n));
+    CMD("HMSET", "host:7:abc:workers", "t1", "{}"); /* the process's own hash is HMSET */
+    assert_false(rprof_sidekiq_work(RPROF_SIDEKIQ, &cv, &n));
+}
+
+/* The command that hands a BullMQ job out again at once: EVAL of twice's script over the seven
+ * keys of the job's queue and the job, its id the one argument; refused when the keys do not
+ * fit. */
+static void test_bullmq_requeue_cmd(void **state)
+{
+    (void)state;
+    char keys[BMQ_REQUEUE_KEYS_MAX];
+    const char *argv[BMQ_REQUEUE_ARGC];
+    size_t lens[BMQ_REQUEUE_ARGC];
+    assert_int_equal(bmq_requeue_cmd("bull:twice:", "17", keys, sizeof(keys), argv, lens),
+                     BMQ_REQUEUE_ARGC);
+    assert_string_equal(argv[0], "EVAL");
+    assert_int_equal(lens[1], strlen(argv[1]));
+    assert_non_null(strstr(argv[1], "-- twice: hand an active job out again now"));
+    assert_non_null(strstr(argv[1], "redis.call('LREM', KEYS[1], 1, id)"));
+    assert_int_equal(bmq_script_of((const uint8_t *)argv[1], lens[1]), BMQ_SCRIPT_UNKNOWN);
+    assert_string_equal(argv[2], "7");
+    static const char *const want[] = {
+        "bull:twice:active", "bull:twice:wait",   "bull:twice:paused", "bull:twice:meta",
+        "bull:twice:marker", "bull:twice:events", "bull:twice:17",     "17"};
+    for (size_t i = 0; i < 8; i++) {
+        assert_int_equal(lens[3 + i], strlen(want[i]));
+        assert_memory_equal(argv[3 + i], want[i], lens[3 + i]);
+    }
+    /* a room too small for the keys: nothing */
+    assert_int_equal(bmq_requeue_cmd("bull:twice:", "17", keys, 60, argv, lens), 0);
+    char prefix[BMQ_PREFIX_MAX];
+    memset(prefix, 'p', sizeof(prefix) - 1);
+    prefix[sizeof(prefix) - 1] = '\0';
+    char id[BMQ_ID_MAX];
+    memset(id, '9', sizeof(id) - 1);
+    id[sizeof(id) - 1] = '\0';
+    assert_int_equal(bmq_requeue_cmd(prefix, id, keys, sizeof(keys), argv, lens),
+                     BMQ_REQUEUE_ARGC); /* the longest prefix and id fit */
+}
+
 static void test_profiles_and_names(void **state)
 {
     (void)state;
@@ -1606,6 +1671,8 @@ int main(void)
         cmocka_unit_test(test_celery),
         cmocka_unit_test(test_rq),
         cmocka_unit_test(test_rq_lease_and_failed),
+        cmocka_unit_test(test_sidekiq_work_hash),
+        cmocka_unit_test(test_bullmq_requeue_cmd),
         cmocka_unit_test(test_streams),
         cmocka_unit_test(test_list),
         cmocka_unit_test(test_list_commands),
