@@ -759,34 +759,66 @@ static void classify_one(const struct verdict *v, struct vd_scratch *s, size_t i
     d[i].copy_delay_us = d[i].time_us > t0 ? d[i].time_us - t0 : 0;
 }
 
-/* Runs that the reports show beside an earlier-started one: each such run is a copy that
- * overlapped.  Upgrades that many copies whose standing was unknown; returns how many. */
-static size_t runs_upgrade(struct vd_scratch *s, size_t n)
+/* A run the reports show going on after copy c came, that had started before it: c reached a
+ * worker while an earlier run of the message still ran (the end of that run, at least, is
+ * known).  Its time beside c, or 0 when there is none. */
+static uint64_t run_beside(const struct vd_scratch *s, const struct verdict_delivery *c)
+{
+    uint64_t best = 0;
+    for (size_t r = 0; r < s->n_runs; r++) {
+        const struct vd_run *R = &s->runs[r];
+        if (R->from + VERDICT_OVERLAP_MARGIN_US < c->time_us &&
+            R->to > c->time_us + VERDICT_OVERLAP_MARGIN_US && R->to - c->time_us > best)
+            best = R->to - c->time_us;
+    }
+    return best;
+}
+
+/* Runs the reports show beside an earlier-started one, both surely running at once: how many,
+ * and the longest time seen together. */
+static size_t runs_together(const struct vd_scratch *s, uint64_t *longest)
 {
     size_t k = 0;
+    *longest = 0;
     for (size_t b = 0; b < s->n_runs; b++) {
-        uint64_t best = 0;
+        const struct vd_run *B = &s->runs[b];
         bool beside = false;
         for (size_t a = 0; a < s->n_runs; a++) {
-            const struct vd_run *A = &s->runs[a], *B = &s->runs[b];
+            const struct vd_run *A = &s->runs[a];
             bool earlier = A->from < B->from || (A->from == B->from && a < b);
             /* Both surely running at B->from: A started by A->from and was seen at A->to. */
             if (a != b && earlier && A->to >= B->from) {
                 beside = true;
-                if (A->to - B->from > best)
-                    best = A->to - B->from;
+                if (A->to - B->from > *longest)
+                    *longest = A->to - B->from;
             }
         }
-        for (size_t i = 0; beside && i < n; i++) {
-            if (s->d[i].overlap == VERDICT_COPY_UNKNOWN) {
-                s->d[i].overlap = VERDICT_COPY_OVERLAP;
-                s->d[i].overlap_us = best;
-                k++;
-                break;
-            }
-        }
+        k += beside;
     }
     return k;
+}
+
+/* Where the settlements leave a copy's standing unknown (Sidekiq settles nothing on the wire),
+ * the running reports may prove the overlap: an earlier run seen going on after the copy came,
+ * or two runs seen at once (each such run one copy). */
+static void runs_upgrade(struct vd_scratch *s, size_t n)
+{
+    uint64_t together_us = 0;
+    size_t together = runs_together(s, &together_us);
+    for (size_t i = 0; i < n; i++) {
+        struct verdict_delivery *d = &s->d[i];
+        if (d->overlap != VERDICT_COPY_UNKNOWN)
+            continue;
+        uint64_t us = run_beside(s, d);
+        if (us == 0 && together > 0) {
+            us = together_us;
+            together--;
+        }
+        if (us > 0) {
+            d->overlap = VERDICT_COPY_OVERLAP;
+            d->overlap_us = us;
+        }
+    }
 }
 
 /* Replays message m into s->d[0..*n): every field of struct verdict_delivery. */

@@ -80,9 +80,10 @@ static const struct verdict_hint verdict_hints[] = {
      "`when ack task=%s` + `do redeliver after D`, or `when deliver task=%s` + `do duplicate "
      "after D` (D below the listener's visibility-timeout, if it has one)"},
     {"resp", "sidekiq",
-     "`when deliver task=%s` + `do duplicate` (the copy is pushed back at once; Sidekiq settles "
-     "nothing on the wire, so twice sees two runs at once in its heartbeat, every 5 s: handlers "
-     "shorter than that show it in some copies only)",
+     "`when deliver task=%s` + `do duplicate after 2s` (Sidekiq settles nothing on the wire: "
+     "twice sees the overlap in its heartbeat, every 5 s with start times in whole seconds, as a "
+     "first run still going after its copy came more than a second later; handlers shorter than "
+     "the delay plus 5 s show it in some copies only)",
      "`when deliver task=%s` + `do duplicate after D`"},
     {"resp", "celery", "`when deliver task=%s` + `do duplicate` (the copy is pushed back at once)",
      "`when deliver task=%s` + `do duplicate after D`"},

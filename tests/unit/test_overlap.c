@@ -337,7 +337,9 @@ static void test_refused_settlement_ends_the_delivery(void **state)
 }
 
 /* Sidekiq settles nothing; its heartbeat lists each job in progress (RUNNING reports).  Two
- * runs seen at once prove the overlap; runs that never were both running prove nothing. */
+ * runs seen at once prove the overlap, and so does a run that had started before the copy came
+ * seen running after it; runs that never were both running prove nothing, nor does one run
+ * that may be the copy's own. */
 static void test_running_reports_prove_overlap(void **state)
 {
     (void)state;
@@ -356,16 +358,32 @@ static void test_running_reports_prove_overlap(void **state)
         {DELIVER, "j2", "Charge", "kiq", 1, 0, MS(4000)},
         {RUNNING, "j2", "Charge", "kiq", 2, 0, MS(6000), .started_us = MS(5000),
          .run = "host:1 tid-a"},
+        /* j3: a run that started before the copy came is seen running after it */
+        {DELIVER, "j3", "Charge", "kiq", 1, 0, MS(0)},
+        {DELIVER, "j3", "Charge", "kiq", 1, 0, MS(2000)},
+        {RUNNING, "j3", "Charge", "kiq", 2, 0, MS(5000), .started_us = MS(1000),
+         .run = "host:1 tid-a"},
+        /* j4: one run seen, started in the copy's second: it may be the copy's own */
+        {DELIVER, "j4", "Charge", "kiq", 1, 0, MS(0)},
+        {DELIVER, "j4", "Charge", "kiq", 1, 0, MS(5)},
+        {RUNNING, "j4", "Charge", "kiq", 2, 0, MS(3000), .started_us = MS(1000),
+         .run = "host:1 tid-a"},
     };
     feed(v, recs, sizeof(recs) / sizeof(recs[0]));
     struct verdict_result res;
     assert_int_equal(verdict_compute(v, &res), 0);
     const struct verdict_task *t = row(&res, "Charge");
-    assert_int_equal(t->copies, 2);
-    assert_int_equal(t->overlapping, 1);
-    assert_int_equal(t->overlap_unknown, 1);
-    assert_int_equal(t->overlap_examples.n, 1);
+    assert_int_equal(t->copies, 4);
+    assert_int_equal(t->overlapping, 2);
+    assert_int_equal(t->overlap_unknown, 2);
+    assert_int_equal(t->overlap_examples.n, 2);
     assert_string_equal(t->overlap_examples.ids[0], "j1");
+    assert_string_equal(t->overlap_examples.ids[1], "j3");
+    size_t n = 0;
+    struct verdict_delivery *d = deliveries(v, "j3", &n);
+    assert_int_equal(d[1].overlap, VERDICT_COPY_OVERLAP);
+    assert_int_equal(d[1].overlap_us, 3000000);
+    free(d);
     verdict_result_free(&res);
     verdict_free(v);
 }
