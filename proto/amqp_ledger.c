@@ -493,6 +493,19 @@ int amqp_ledger_settle_begin(struct amqp_ledger *l, enum amqp_settle_kind kind, 
     return AMQP_LEDGER_OK;
 }
 
+void amqp_ledger_settle_swallowed(const struct amqp_ledger *l, const struct amqp_plan *plan,
+                                  void (*fn)(void *arg, uint64_t tag, void *info), void *arg)
+{
+    size_t lo = 0, hi = 0;
+    if (plan->n_swallowed == 0 || !settle_range(l, plan, &lo, &hi))
+        return;
+    for (size_t i = lo; i < hi; i++) {
+        const struct ledger_entry *e = &l->tags.v[i];
+        if (e->state == LS_TWICE_SETTLED)
+            fn(arg, e->key, e->info);
+    }
+}
+
 bool amqp_ledger_ack_one(struct amqp_ledger *l, uint64_t tag)
 {
     size_t i = queue_find(&l->tags, tag);

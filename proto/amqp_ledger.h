@@ -188,6 +188,13 @@ int amqp_ledger_settle_begin(struct amqp_ledger *l, enum amqp_settle_kind kind, 
                              bool multiple, bool requeue,
                              struct amqp_plan *plan) AMQP_LEDGER_WARN_UNUSED;
 
+/* Calls fn with the tag and info of each delivery in the range of the open settle plan that
+ * twice had settled upstream already (plan->n_swallowed of them, in tag order): the commit
+ * swallows the client's settlement of them, which a caller may still want to note (the worker
+ * has finished with the message).  Read-only; call between settle_begin and commit. */
+void amqp_ledger_settle_swallowed(const struct amqp_ledger *l, const struct amqp_plan *plan,
+                                  void (*fn)(void *arg, uint64_t tag, void *info), void *arg);
+
 /* The usual settlement, without a plan: the client's basic.ack of one tag (not multiple) that
  * is outstanding, when every verdict would be AMQP_V_PASS (no rule looks at acks).  Returns
  * true when it settled the tag, as settle_begin and a commit passing it would (its info freed;

@@ -300,6 +300,19 @@ int apx_apply_plan(struct achan *ch, int from, struct amqp_plan *plan,
     return rc;
 }
 
+/* What journal_swallowed() journals a swallowed settlement as. */
+struct swallowed_ctx {
+    struct amqp_px *ax;
+    enum journal_kind kind;
+    bool requeue;
+};
+
+static void journal_swallowed(void *arg, uint64_t tag, void *info)
+{
+    struct swallowed_ctx *sw = arg;
+    apx_journal_event(sw->ax, sw->kind, info, tag, sw->requeue);
+}
+
 void apx_on_settle(struct amqp_px *ax, struct achan *ch, const struct amqp_method *m, size_t len)
 {
     enum amqp_settle_kind kind = m->id == AMQP_BASIC_ACK    ? AMQP_SETTLE_ACK
@@ -320,6 +333,13 @@ void apx_on_settle(struct amqp_px *ax, struct achan *ch, const struct amqp_metho
         apx_protocol_error(ax, "out of memory tracking delivery tags");
         return;
     }
+    /* The client's settlement of deliveries twice had settled upstream (a duplicate, an
+     * expire): swallowed, but journaled, for the worker had finished with them then.  A requeue
+     * it asks for is not journaled as one: the broker never gets it (twice requeued the
+     * message already), so no new attempt follows from it. */
+    struct swallowed_ctx sw = {ax, kind == AMQP_SETTLE_ACK ? JOURNAL_KIND_ACK : JOURNAL_KIND_NACK,
+                               false};
+    amqp_ledger_settle_swallowed(ch->ledger, &plan, journal_swallowed, &sw);
     const struct rule *close_after = NULL;
     const struct rule *error = NULL;
     for (size_t i = 0; i < plan.n; i++) {

@@ -395,10 +395,27 @@ static uint64_t frame_hi(const struct dsim *s, const struct test_frame *f)
     return f->multiple ? (f->tag == 0 ? s->next_tag - 1 : f->tag) : f->tag;
 }
 
+/* The swallowed tags amqp_ledger_settle_swallowed() hands out, in order. */
+struct swallowed_seen {
+    uint64_t tags[SIM_MAX_TAGS];
+    size_t n;
+};
+
+static void note_swallowed(void *arg, uint64_t tag, void *info)
+{
+    struct swallowed_seen *seen = arg;
+    assert_int_equal(info_tag(info), tag);
+    assert_true(seen->n < SIM_MAX_TAGS);
+    seen->tags[seen->n++] = tag;
+}
+
 /* The plan lists the client's tags that are outstanding at both ends, and
- * counts the ones twice settled. */
+ * counts the ones twice settled, which settle_swallowed() names with their
+ * infos. */
 static void check_plan(struct dsim *s, const struct test_frame *f, const struct amqp_plan *plan)
 {
+    struct swallowed_seen seen = {.n = 0};
+    amqp_ledger_settle_swallowed(s->l, plan, note_swallowed, &seen);
     size_t k = 0, swallowed = 0;
     assert_false(plan->unknown);
     assert_int_equal(plan->multiple, f->multiple);
@@ -406,6 +423,8 @@ static void check_plan(struct dsim *s, const struct test_frame *f, const struct 
         if (!client_covers(s, f, t))
             continue;
         if (s->state[t] == M_TS) {
+            assert_true(swallowed < seen.n);
+            assert_int_equal(seen.tags[swallowed], t);
             swallowed++;
             continue;
         }
@@ -418,6 +437,7 @@ static void check_plan(struct dsim *s, const struct test_frame *f, const struct 
     }
     assert_int_equal(plan->n, k);
     assert_int_equal(plan->n_swallowed, swallowed);
+    assert_int_equal(seen.n, swallowed);
 }
 
 static void choose_verdicts(struct dsim *s, struct amqp_plan *plan)
