@@ -35,6 +35,8 @@ struct idmap_info {
                     BullMQ job's: the lock token whose renewals are lost (IDMAP_LEASE_LOST) */
     uint32_t flags;
     uint32_t lease_ms; /* IDMAP_LEASE_LATE */
+    uint32_t pending;  /* a Celery tag's deliveries not settled yet: a copy of a message is
+                          delivered under its tag too, and the first ack must not forget it */
     uint64_t gen;      /* unique per entry made: tells a re-made entry from the one read earlier */
 };
 

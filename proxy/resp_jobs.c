@@ -231,6 +231,8 @@ static bool job_from_value(struct rpx *rx, const char *list, const uint8_t *v, s
             idmap_set_str(&in->id, j->id, j->id != NULL ? strlen(j->id) : 0);
             idmap_set_str(&in->task, j->task, j->task != NULL ? strlen(j->task) : 0);
             idmap_set_str(&in->queue, j->queue, j->queue != NULL ? strlen(j->queue) : 0);
+            if (in->pending < UINT32_MAX)
+                in->pending++;
         }
         idmap_unlock();
     }
@@ -586,12 +588,23 @@ static void ack_decide(struct rpx *rx, const struct rprof_cmdview *cv, const cha
         f->suppress = true;
         return;
     }
-    if (r == NULL) {
-        /* Settled for good: forget the entry, unless another connection's
-         * delivery of the same id made it anew or marked it meanwhile. */
+    if (r != NULL && rx->prof == RPROF_CELERY) {
+        /* Faulted: the entry stays for the delivery the fault brings back, this one is done. */
         idmap_lock();
         in = idmap_get(rpx_scope(rx), key, strlen(key));
-        if (in != NULL && in->gen == gen && (in->flags & IDMAP_SUPPRESS_ACK) == 0)
+        if (in != NULL && in->pending > 0)
+            in->pending--;
+        idmap_unlock();
+    }
+    if (r == NULL) {
+        /* Settled for good: forget the entry, unless another connection's
+         * delivery of the same id made it anew or marked it meanwhile, or another delivery of
+         * the tag (a copy) is still to be acked. */
+        idmap_lock();
+        in = idmap_get(rpx_scope(rx), key, strlen(key));
+        if (in != NULL && in->pending > 1)
+            in->pending--;
+        else if (in != NULL && in->gen == gen && (in->flags & IDMAP_SUPPRESS_ACK) == 0)
             idmap_del(rpx_scope(rx), key, strlen(key));
         idmap_unlock();
         return;
