@@ -4,7 +4,8 @@ Two halves, both standard library + python3-redis only:
 
 * The handler side, imported by the Python workers (Celery tasks, RQ jobs, the
   Streams consumer): `charge()` and `charge_safe()`, the two handlers every app
-  implements, and the files they write.  Sidekiq's app.rb does the same in Ruby.
+  implements, the race handlers `check_then_act()` and `claim_first()`, and the
+  files they write.  Sidekiq's app.rb and BullMQ's app.js do the same.
 
 * The driver side, imported by each <framework>/driver.py: the common command
   line, starting and always stopping worker processes, waiting until the broker
@@ -105,6 +106,42 @@ def charge_safe(message_id, task):
     return first
 
 
+# The two race handlers (`--handlers races`): both work TWICE_WORK_MS before their effect, so that
+# a copy can reach a worker while the first run still runs.  Their keys live in the real Redis,
+# as charge_safe's do.
+MARK_KEY = "twice:mark:%s"
+CLAIM_KEY = "twice:claim:%s"
+RACE_HANDLERS = ("check_then_act", "claim_first")
+
+
+def work():
+    """The race handlers' work: TWICE_WORK_MS milliseconds."""
+    ms = float(os.environ.get("TWICE_WORK_MS") or 0)
+    if ms > 0:
+        time.sleep(ms / 1000.0)
+
+
+def check_then_act(message_id, task):
+    """NOT idempotent against a copy that runs beside it: checks a done-marker, works, does its
+    effect, then sets the marker.  A copy that comes after the first run finished finds the
+    marker and does nothing; one that comes while the first still works passes the check too."""
+    r = effect_redis()
+    if not r.exists(MARK_KEY % message_id):
+        work()
+        append_line(os.environ["TWICE_EFFECTS"], message_id)
+        r.set(MARK_KEY % message_id, 1)
+    append_line(os.environ["TWICE_RUNS"], "%s %s" % (message_id, task))
+
+
+def claim_first(message_id, task):
+    """Idempotent against any copy: claims the message atomically (SET NX) before the work; only
+    the run that took the claim works and does the effect."""
+    if effect_redis().set(CLAIM_KEY % message_id, 1, nx=True):
+        work()
+        append_line(os.environ["TWICE_EFFECTS"], message_id)
+    append_line(os.environ["TWICE_RUNS"], "%s %s" % (message_id, task))
+
+
 # The handler that asks for a retry RETRIES times before it charges (`--retried`): each retry
 # is a new delivery of the same id that the app asked for, not a copy.
 RETRIES = 2
@@ -163,6 +200,15 @@ def parse_args(framework, description, defaults=None, extra=None):
                    help="also enqueue N jobs of the handler that fails RETRIES times, each time "
                         "asking its framework for a retry, before it charges once (celery_amqp, "
                         "rq, sidekiq; default 0)")
+    p.add_argument("--handlers", choices=("charge", "races"), default="charge",
+                   help="which pair of handlers the jobs name: charge and charge_safe (default), "
+                        "or the race handlers check_then_act (a done-marker set after the work) "
+                        "and claim_first (SET NX before the work), which work --work-ms first")
+    p.add_argument("--work-ms", type=float, default=0, metavar="MS",
+                   help="how long the race handlers work before their effect (default 0)")
+    p.add_argument("--pace", type=float, default=0, metavar="S",
+                   help="start the workers first, wait until each is ready, then enqueue one job "
+                        "every S seconds (default 0: enqueue everything, then start the workers)")
     if extra:
         extra(p)
     if defaults:
@@ -187,6 +233,7 @@ def worker_env(args, **more):
         "TWICE_RUNS": os.path.abspath(args.runs),
         "TWICE_EFFECT_REDIS": args.effect_redis,
         "TWICE_DONE_TTL": str(args.done_ttl or ""),
+        "TWICE_WORK_MS": str(args.work_ms or ""),
         "PYTHONDONTWRITEBYTECODE": "1",
         "PYTHONUNBUFFERED": "1",
     })
@@ -234,6 +281,22 @@ class Workers:
         self.procs.append((name, p, path))
         log("started %s (pid %d): %s; log %s" % (name, p.pid, " ".join(argv), path))
         return p
+
+    def wait_ready(self, marker, timeout=60.0):
+        """Wait until every worker's log holds `marker` (its framework's "ready" line); False
+        when one never says it within timeout or exits first."""
+        deadline = time.monotonic() + timeout
+        pending = {path for _, _, path in self.procs}
+        while pending and time.monotonic() < deadline and not self.dead():
+            for path in list(pending):
+                try:
+                    with open(path, "rb") as f:
+                        if marker.encode() in f.read():
+                            pending.discard(path)
+                except OSError:
+                    pass
+            time.sleep(0.05)
+        return not pending
 
     def dead(self):
         """[(name, returncode)] of workers that exited on their own."""
@@ -400,6 +463,39 @@ def summary(framework, args, enqueued, ok, reason, started, extra=None):
     if extra:
         out.update(extra)
     return out
+
+
+def job_tasks(args, charge, charge_safe, races):
+    """The task names the jobs of one round name, by --handlers: (charge, charge_safe) or the
+    pair `races` (check_then_act, claim_first)."""
+    return tuple(races) if args.handlers == "races" else (charge, charge_safe)
+
+
+def enqueue_rounds(args, workers, ready_marker, enqueue_round):
+    """Enqueues args.jobs rounds (enqueue_round(i) -> [(message_id, task)] for round i).  With
+    --pace, after the workers said `ready_marker`, one job of a round every --pace seconds, so
+    that a copy finds an idle worker; else all at once.  Returns the (message_id, task) list,
+    or None when a worker never got ready."""
+    if args.pace > 0 and not workers.wait_ready(ready_marker):
+        return None
+    enqueued = []
+    for i in range(args.jobs):
+        for job in enqueue_round(i):
+            enqueued.append(job)
+            if args.pace > 0:
+                time.sleep(args.pace)
+    return enqueued
+
+
+def run_jobs(args, start_workers, ready_marker, enqueue_round):
+    """Enqueues the jobs (enqueue_rounds()) and starts the workers (start_workers() -> Workers):
+    the jobs first, or with --pace the workers first.  Returns (workers, enqueued), enqueued
+    None when a worker never said it was ready."""
+    if args.pace > 0:
+        workers = start_workers()
+        return workers, enqueue_rounds(args, workers, ready_marker, enqueue_round)
+    enqueued = enqueue_rounds(args, None, ready_marker, enqueue_round)
+    return start_workers(), enqueued
 
 
 def write_enqueued(args, enqueued):

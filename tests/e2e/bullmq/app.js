@@ -57,7 +57,38 @@ function run(job, worker, effect) {
   };
 }
 
+// The race handlers: both work WORK_MS before their effect.  check_then_act checks a done-marker
+// first and sets it after the work (a copy that runs beside the first passes the check too);
+// claim_first takes `SET twice:claim:<id> NX` before the work (only the claimant works).
+async function checkThenAct(job, worker) {
+  const start = Date.now();
+  if ((await effects().exists(`twice:mark:${job.id}`)) === 0) {
+    if (WORK_MS > 0) await new Promise((resolve) => setTimeout(resolve, WORK_MS));
+    append(process.env.TWICE_EFFECTS, job.id);
+    await effects().set(`twice:mark:${job.id}`, "1");
+  }
+  finished(job, worker, start);
+}
+
+async function claimFirst(job, worker) {
+  const start = Date.now();
+  if ((await effects().set(`twice:claim:${job.id}`, "1", "NX")) === "OK") {
+    if (WORK_MS > 0) await new Promise((resolve) => setTimeout(resolve, WORK_MS));
+    append(process.env.TWICE_EFFECTS, job.id);
+  }
+  finished(job, worker, start);
+}
+
+// A run's lines: the runs file, and its span.
+function finished(job, worker, start) {
+  append(process.env.TWICE_RUNS, `${job.id} ${job.name}`);
+  if (WORK_MS > 0 && process.env.TWICE_SPANS)
+    append(process.env.TWICE_SPANS, `${job.id} ${job.name} ${start} ${Date.now()} ${worker}`);
+}
+
 const PROCESSORS = {
+  check_then_act: checkThenAct,
+  claim_first: claimFirst,
   charge(job, worker) {
     return run(job, worker, async () => append(process.env.TWICE_EFFECTS, job.id))();
   },

@@ -39,9 +39,6 @@ def extra(p):
                    help="the workers' stalledInterval (BullMQ's default 30000)")
     p.add_argument("--max-stalled", type=int, metavar="M",
                    help="the workers' maxStalledCount (BullMQ's default 1)")
-    p.add_argument("--work-ms", type=int, default=0, metavar="W",
-                   help="each execution works W ms before its effect, and writes its span to "
-                        "spans.txt beside --runs")
 
 
 def main():
@@ -52,33 +49,45 @@ def main():
                 "TWICE_MAX_STALLED": args.max_stalled}
     spans = os.path.join(os.path.dirname(os.path.abspath(args.runs)), "spans.txt")
     open(spans, "w").close()
-    env = k.worker_env(args, TWICE_BROKER=args.broker, TWICE_QUEUE=QUEUE,
-                       TWICE_WORK_MS=args.work_ms, TWICE_SPANS=spans,
+    # With --work-ms each execution works that long before its effect and writes its span to
+    # spans.txt beside --runs.
+    env = k.worker_env(args, TWICE_BROKER=args.broker, TWICE_QUEUE=QUEUE, TWICE_SPANS=spans,
                        **{n: v for n, v in settings.items() if v is not None})
 
     inspect = k.redis_client(args.inspect)
     stale = list(inspect.scan_iter(match="bull:%s:*" % QUEUE, count=1000))
     if stale:
         inspect.delete(*stale)
-    r = subprocess.run([NODE, os.path.join(HERE, "enqueue.js"), str(args.jobs)], env=env,
-                       cwd=HERE, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                       stderr=subprocess.PIPE, timeout=max(30, args.timeout / 2))
+    def start_workers():
+        workers = k.Workers(args.log_dir)
+        for i in range(1, args.workers + 1):
+            workers.start("worker%d" % i, [NODE, os.path.join(HERE, "worker.js"),
+                                           "worker%d" % i, str(args.concurrency)],
+                          env=env, cwd=HERE)
+        return workers
+
+    # BullMQ's ids start again at 1 in a fresh queue: the keys an earlier run's handlers left
+    # for the same ids would keep this run's from their effects.
+    effect_redis = k.redis_client(args.effect_redis)
+    stale = [key for pattern in ("twice:done:*", "twice:mark:*", "twice:claim:*")
+             for key in effect_redis.scan_iter(match=pattern, count=1000)]
+    if stale:
+        effect_redis.delete(*stale)
+    workers = start_workers() if args.pace > 0 else None
+    if workers is not None and not workers.wait_ready("consuming"):
+        return k.finish("bullmq", args, workers, [], False, "a worker never got ready", started)
+    r = subprocess.run([NODE, os.path.join(HERE, "enqueue.js"), str(args.jobs), args.handlers,
+                        str(int(args.pace * 1000))], env=env, cwd=HERE,
+                       stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                       timeout=max(30, args.timeout / 2))
     if r.returncode != 0:
         k.log("enqueue.js failed (rc=%d):\n%s" % (r.returncode, r.stderr.decode(errors="replace")))
         return 1
     enqueued = [tuple(l.split()) for l in r.stdout.decode().splitlines() if l.strip()]
     k.write_enqueued(args, enqueued)
-    # BullMQ's ids start again at 1 in a fresh queue: an idempotency key an earlier run left
-    # for the same id would keep charge_safe from its effect.
-    done = ["twice:done:%s" % m for m, _ in enqueued]
-    if done:
-        k.redis_client(args.effect_redis).delete(*done)
     k.log("added %d jobs" % len(enqueued))
-
-    workers = k.Workers(args.log_dir)
-    for i in range(1, args.workers + 1):
-        workers.start("worker%d" % i, [NODE, os.path.join(HERE, "worker.js"), "worker%d" % i,
-                                       str(args.concurrency)], env=env, cwd=HERE)
+    if workers is None:
+        workers = start_workers()
 
     prefix = "bull:%s:" % QUEUE
 

@@ -5,11 +5,13 @@
             --effect-redis 127.0.0.1:REDISPORT --jobs N --workers W \\
             [--inspect 127.0.0.1:RABBITPORT] [--rabbitmqctl "CMD ARGS"] [--timeout T]
 
-1. sends N `tasks.charge` and N `tasks.charge_safe` tasks (interleaved) with
+1. sends N `tasks.charge` and N `tasks.charge_safe` tasks (interleaved; with
+   --handlers races `tasks.check_then_act` and `tasks.claim_first`) with
    Celery's client (apply_async: basic.publish to the default exchange,
    routing key `celery`), through --broker;
 2. starts W worker nodes, each `python3 -m celery -A tasks worker --pool=solo`
-   (one task at a time, prefetch 4, task_acks_late=True);
+   (one task at a time, prefetch --prefetch, task_acks_late=True); with
+   --pace, the workers first, then one task every --pace seconds;
 3. waits until the `celery` queue has no ready message (a passive
    queue.declare on --inspect, which should be RabbitMQ itself: the message
    count it answers is the ready messages) and no unacknowledged one
@@ -40,6 +42,9 @@ RABBITMQCTL_EVERY = 1.5   # seconds between two rabbitmqctl calls (each starts a
 
 
 def extra(p):
+    p.add_argument("--prefetch", type=int, default=4, metavar="N",
+                   help="Celery's worker_prefetch_multiplier (default 4, Celery's own); 1 keeps a "
+                        "busy worker from holding a copy that another one could run")
     p.add_argument("--rabbitmqctl", metavar="CMD",
                    help="how to run rabbitmqctl for the node behind --inspect, e.g. "
                         "\"rabbitmqctl -n rabbit@host\" (split like a shell would; the driver's "
@@ -122,7 +127,8 @@ def main():
     args = k.parse_args("celery_amqp", __doc__.split("\n\n")[0], extra=extra)
     started = time.monotonic()
     env = k.worker_env(args, PYTHONPATH=os.pathsep.join([HERE, os.path.dirname(HERE)]),
-                       HOME=args.log_dir, TWICE_BROKER_URL=broker_url(args.broker))
+                       HOME=args.log_dir, TWICE_BROKER_URL=broker_url(args.broker),
+                       TWICE_PREFETCH=args.prefetch)
 
     # The producer: this process, through the same app (tasks.py reads the
     # broker URL at import, so set it first).
@@ -132,25 +138,31 @@ def main():
         # The producer only: the workers' connections keep their defaults.
         tasks.app.conf.broker_transport_options = {"confirm_publish": True,
                                                    "read_timeout": args.confirm_timeout}
-    enqueued = []
+    def start_workers():
+        workers = k.Workers(args.log_dir)
+        for i in range(1, args.workers + 1):
+            workers.start("celery%d" % i,
+                          [sys.executable, "-m", "celery", "-A", "tasks", "worker",
+                           "--pool=solo", "--concurrency=1", "-Q", tasks.QUEUE,
+                           "-n", "w%d@twice-e2e" % i, "--without-gossip", "--without-mingle",
+                           "--without-heartbeat", "-l", "info"], env=env, cwd=HERE)
+        return workers
+
+    pair = [getattr(tasks, n) for n in k.job_tasks(args, "charge", "charge_safe",
+                                                   k.RACE_HANDLERS)]
     with tasks.app.connection_for_write() as conn:
-        for i in range(args.jobs):
-            for t in (tasks.charge, tasks.charge_safe):
-                r = t.apply_async(("order-%d" % i,), connection=conn)
-                enqueued.append((r.id, t.name))
+        def enqueue_round(i):
+            return [(t.apply_async(("order-%d" % i,), connection=conn).id, t.name) for t in pair]
+
+        workers, enqueued = k.run_jobs(args, start_workers, " ready.", enqueue_round)
+        if enqueued is None:
+            return k.finish("celery_amqp", args, workers, [], False, "a worker never got ready",
+                            started)
         for i in range(args.retried):
             r = tasks.charge_retried.apply_async(("retried-%d" % i,), connection=conn)
             enqueued.append((r.id, tasks.charge_retried.name))
     k.write_enqueued(args, enqueued)
     k.log("enqueued %d tasks" % len(enqueued))
-
-    workers = k.Workers(args.log_dir)
-    for i in range(1, args.workers + 1):
-        workers.start("celery%d" % i,
-                      [sys.executable, "-m", "celery", "-A", "tasks", "worker", "--pool=solo",
-                       "--concurrency=1", "-Q", tasks.QUEUE, "-n", "w%d@twice-e2e" % i,
-                       "--without-gossip", "--without-mingle", "--without-heartbeat",
-                       "-l", "info"], env=env, cwd=HERE)
 
     state = QueueState(args.inspect, tasks.QUEUE, args.rabbitmqctl)
     ids = set(m for m, _ in enqueued)

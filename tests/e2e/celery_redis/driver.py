@@ -5,8 +5,10 @@
             --effect-redis 127.0.0.1:REALPORT --jobs N --workers W \\
             [--visibility-timeout S] [--restore-every R] [--timeout T]
 
-1. sends N `tasks.charge` and N `tasks.charge_safe` tasks (interleaved) with
-   Celery's client (apply_async: LPUSH celery <json>), through --broker;
+1. sends N `tasks.charge` and N `tasks.charge_safe` tasks (interleaved; with
+   --handlers races `tasks.check_then_act` and `tasks.claim_first`) with
+   Celery's client (apply_async: LPUSH celery <json>), through --broker (with
+   --pace, one every --pace seconds once the workers are ready);
 2. starts W worker nodes, each `python3 -m celery -A tasks worker --pool=solo`
    (one task at a time, prefetch 1, task_acks_late=True, visibility timeout S,
    unacked messages swept every R seconds: see tasks.py);
@@ -27,6 +29,8 @@ import e2ekit as k  # noqa: E402
 
 
 def extra(p):
+    p.add_argument("--prefetch", type=int, default=4, metavar="N",
+                   help="Celery's worker_prefetch_multiplier (default 4, Celery's own)")
     p.add_argument("--restore-every", type=float, default=1.0, metavar="R",
                    help="seconds between sweeps of unacked messages (default 1; 0 = kombu's "
                         "own schedule, up to ~100 s late)")
@@ -41,6 +45,7 @@ def main():
         "TWICE_BROKER_URL": "redis://%s/0" % args.broker,
         "TWICE_VISIBILITY_TIMEOUT": args.visibility_timeout,
         "TWICE_RESTORE_EVERY": args.restore_every,
+        "TWICE_PREFETCH": args.prefetch,
     }
     env = k.worker_env(args, PYTHONPATH=os.pathsep.join([HERE, os.path.dirname(HERE)]),
                        HOME=args.log_dir, **settings)
@@ -49,22 +54,29 @@ def main():
     # settings at import, so set them first).
     os.environ.update({key: str(v) for key, v in settings.items()})
     import tasks
-    enqueued = []
+
+    def start_workers():
+        workers = k.Workers(args.log_dir)
+        for i in range(1, args.workers + 1):
+            workers.start("celery%d" % i,
+                          [sys.executable, "-m", "celery", "-A", "tasks", "worker",
+                           "--pool=solo", "--concurrency=1", "-Q", tasks.QUEUE,
+                           "-n", "w%d@twice-e2e" % i, "--without-gossip", "--without-mingle",
+                           "--without-heartbeat", "-l", "info"], env=env, cwd=HERE)
+        return workers
+
+    pair = [getattr(tasks, n) for n in k.job_tasks(args, "charge", "charge_safe",
+                                                   k.RACE_HANDLERS)]
     with tasks.app.connection_for_write() as conn:
-        for i in range(args.jobs):
-            for t in (tasks.charge, tasks.charge_safe):
-                r = t.apply_async(("order-%d" % i,), connection=conn)
-                enqueued.append((r.id, t.name))
+        def enqueue_round(i):
+            return [(t.apply_async(("order-%d" % i,), connection=conn).id, t.name) for t in pair]
+
+        workers, enqueued = k.run_jobs(args, start_workers, " ready.", enqueue_round)
+    if enqueued is None:
+        return k.finish("celery_redis", args, workers, [], False, "a worker never got ready",
+                        started)
     k.write_enqueued(args, enqueued)
     k.log("enqueued %d tasks" % len(enqueued))
-
-    workers = k.Workers(args.log_dir)
-    for i in range(1, args.workers + 1):
-        workers.start("celery%d" % i,
-                      [sys.executable, "-m", "celery", "-A", "tasks", "worker", "--pool=solo",
-                       "--concurrency=1", "-Q", tasks.QUEUE, "-n", "w%d@twice-e2e" % i,
-                       "--without-gossip", "--without-mingle", "--without-heartbeat",
-                       "-l", "info"], env=env, cwd=HERE)
 
     inspect = k.redis_client(args.inspect)
 

@@ -54,7 +54,7 @@ app.conf.update(
     task_ignore_result=True,
     result_backend=None,
     task_default_queue=QUEUE,
-    worker_prefetch_multiplier=4,
+    worker_prefetch_multiplier=int(os.environ.get("TWICE_PREFETCH") or 4),
     broker_transport_options={"visibility_timeout": VISIBILITY_TIMEOUT},
     broker_connection_max_retries=3,
     accept_content=["json"],
@@ -74,6 +74,20 @@ def charge(self, order_id):
 def charge_safe(self, order_id):
     """Idempotent: SET twice:done:<task id> NX on the real Redis first."""
     e2ekit.charge_safe(self.request.id, self.name)
+    return order_id
+
+
+@app.task(bind=True, name="tasks.check_then_act")
+def check_then_act(self, order_id):
+    """A done-marker checked first, set after the work: races a copy that runs beside it."""
+    e2ekit.check_then_act(self.request.id, self.name)
+    return order_id
+
+
+@app.task(bind=True, name="tasks.claim_first")
+def claim_first(self, order_id):
+    """SET NX claim before the work: idempotent against any copy."""
+    e2ekit.claim_first(self.request.id, self.name)
     return order_id
 
 

@@ -32,6 +32,7 @@ sys.path.insert(0, os.path.dirname(HERE))
 import e2ekit as k  # noqa: E402
 
 TASKS = ("App\\Jobs\\Charge", "App\\Jobs\\ChargeSafe")
+RACE_TASKS = ("App\\Jobs\\CheckThenAct", "App\\Jobs\\ClaimFirst")
 
 
 def payload(task, order_id):
@@ -69,22 +70,32 @@ def main():
 
     producer = k.redis_client(args.broker)
     producer.delete(args.queue, args.processing)
-    enqueued = []
-    for i in range(args.jobs):
-        for task in TASKS:
+    env = k.worker_env(args)
+
+    def start_workers():
+        workers = k.Workers(args.log_dir)
+        for i in range(1, args.workers + 1):
+            workers.start("worker%d" % i,
+                          [sys.executable, os.path.join(HERE, "worker.py"), "--broker",
+                           args.broker, "--queue", args.queue, "--processing", args.processing,
+                           "--name", "worker%d" % i], env=env, cwd=HERE)
+        return workers
+
+    tasks = k.job_tasks(args, TASKS[0], TASKS[1], RACE_TASKS)
+
+    def enqueue_round(i):
+        out = []
+        for task in tasks:
             job = payload(task, "order-%d" % i)
             producer.lpush(args.queue, json.dumps(job))
-            enqueued.append((job["uuid"], task))
+            out.append((job["uuid"], task))
+        return out
+
+    workers, enqueued = k.run_jobs(args, start_workers, "consuming", enqueue_round)
+    if enqueued is None:
+        return k.finish("lists", args, workers, [], False, "a worker never got ready", started)
     k.write_enqueued(args, enqueued)
     k.log("pushed %d jobs onto %s" % (len(enqueued), args.queue))
-
-    env = k.worker_env(args)
-    workers = k.Workers(args.log_dir)
-    for i in range(1, args.workers + 1):
-        workers.start("worker%d" % i,
-                      [sys.executable, os.path.join(HERE, "worker.py"), "--broker", args.broker,
-                       "--queue", args.queue, "--processing", args.processing,
-                       "--name", "worker%d" % i], env=env, cwd=HERE)
 
     inspect = k.redis_client(args.inspect)
 

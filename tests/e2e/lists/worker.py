@@ -25,7 +25,9 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.dirname(HERE))
 import e2ekit  # noqa: E402
 
-HANDLERS = {"App\\Jobs\\Charge": e2ekit.charge, "App\\Jobs\\ChargeSafe": e2ekit.charge_safe}
+HANDLERS = {"App\\Jobs\\Charge": e2ekit.charge, "App\\Jobs\\ChargeSafe": e2ekit.charge_safe,
+            "App\\Jobs\\CheckThenAct": e2ekit.check_then_act,
+            "App\\Jobs\\ClaimFirst": e2ekit.claim_first}
 
 stopping = False
 

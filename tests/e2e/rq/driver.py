@@ -4,8 +4,10 @@
   driver.py --broker 127.0.0.1:PORT --effects FILE --runs FILE \\
             --effect-redis 127.0.0.1:REALPORT --jobs N --workers W [--timeout T]
 
-1. enqueues N `tasks.charge` and N `tasks.charge_safe` jobs (interleaved) with
-   RQ's Queue.enqueue, through --broker;
+1. enqueues N `tasks.charge` and N `tasks.charge_safe` jobs (interleaved; with
+   --handlers races `tasks.check_then_act` and `tasks.claim_first`) with RQ's
+   Queue.enqueue, through --broker (with --pace, one every --pace seconds once
+   the workers are listening);
 2. starts W `rq worker` processes (`python3 -m rq.cli worker --url
    redis://BROKER/0 --path <this folder> default`; each forks a work horse
    per job);
@@ -37,23 +39,30 @@ def main():
 
     from rq import Queue, Retry
     q = Queue(QUEUE, connection=k.redis_client(args.broker))
-    enqueued = []
-    for i in range(args.jobs):
-        for name in ("tasks.charge", "tasks.charge_safe"):
-            job = q.enqueue(name, "order-%d" % i)
-            enqueued.append((job.id, name))
+
+    def start_workers():
+        workers = k.Workers(args.log_dir)
+        for i in range(1, args.workers + 1):
+            workers.start("rq%d" % i,
+                          [sys.executable, "-m", "rq.cli", "worker", "--url",
+                           "redis://%s/0" % args.broker, "--path", HERE,
+                           "--name", "rq%d-%d" % (i, os.getpid()), QUEUE],
+                          env=env, cwd=HERE)
+        return workers
+
+    names = ["tasks." + n for n in k.job_tasks(args, "charge", "charge_safe", k.RACE_HANDLERS)]
+
+    def enqueue_round(i):
+        return [(q.enqueue(name, "order-%d" % i).id, name) for name in names]
+
+    workers, enqueued = k.run_jobs(args, start_workers, "Listening on", enqueue_round)
+    if enqueued is None:
+        return k.finish("rq", args, workers, [], False, "a worker never got ready", started)
     for i in range(args.retried):
         job = q.enqueue("tasks.charge_retried", "retried-%d" % i, retry=Retry(max=k.RETRIES))
         enqueued.append((job.id, "tasks.charge_retried"))
     k.write_enqueued(args, enqueued)
     k.log("enqueued %d jobs" % len(enqueued))
-
-    workers = k.Workers(args.log_dir)
-    for i in range(1, args.workers + 1):
-        workers.start("rq%d" % i,
-                      [sys.executable, "-m", "rq.cli", "worker", "--url", "redis://%s/0" % args.broker,
-                       "--path", HERE, "--name", "rq%d-%d" % (i, os.getpid()), QUEUE],
-                      env=env, cwd=HERE)
 
     inspect = k.redis_client(args.inspect)
 

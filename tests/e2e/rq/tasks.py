@@ -46,6 +46,18 @@ def charge_safe(order_id):
     return order_id
 
 
+def check_then_act(order_id):
+    """A done-marker checked first, set after the work: races a copy that runs beside it."""
+    e2ekit.check_then_act(get_current_job().id, "tasks.check_then_act")
+    return order_id
+
+
+def claim_first(order_id):
+    """SET NX claim before the work: idempotent against any copy."""
+    e2ekit.claim_first(get_current_job().id, "tasks.claim_first")
+    return order_id
+
+
 def _held(order_id, handler):
     """Runs handler (its runs line says the job started) and then works until the file
     TWICE_RELEASE exists (at most TWICE_HOLD_S, 180 s by default): a job that outlives its lease

@@ -123,3 +123,41 @@ class ChargeSafe
     TwiceEffects.ran(jid, self.class.name)
   end
 end
+
+# The race handlers (`--handlers races`): both work TWICE_WORK_MS before their effect.
+# CheckThenAct checks a done-marker first and sets it after the work, so a copy that runs beside
+# the first passes the check too; ClaimFirst takes `SET twice:claim:<jid> NX` before the work,
+# so only the claimant works.
+module TwiceRaces
+  def self.work
+    ms = Float(ENV.fetch("TWICE_WORK_MS", "0").then { |v| v.empty? ? "0" : v })
+    sleep(ms / 1000.0) if ms > 0
+  end
+end
+
+class CheckThenAct
+  include Sidekiq::Worker
+  sidekiq_options queue: "default", retry: 0
+
+  def perform(order_id)
+    unless TwiceEffects.redis.exists?("twice:mark:#{jid}")
+      TwiceRaces.work
+      TwiceEffects.effect(jid)
+      TwiceEffects.redis.set("twice:mark:#{jid}", "1")
+    end
+    TwiceEffects.ran(jid, self.class.name)
+  end
+end
+
+class ClaimFirst
+  include Sidekiq::Worker
+  sidekiq_options queue: "default", retry: 0
+
+  def perform(order_id)
+    if TwiceEffects.redis.set("twice:claim:#{jid}", "1", nx: true)
+      TwiceRaces.work
+      TwiceEffects.effect(jid)
+    end
+    TwiceEffects.ran(jid, self.class.name)
+  end
+end

@@ -37,7 +37,17 @@ def main():
     started = time.monotonic()
     env = k.worker_env(args, TWICE_BROKER_URL="redis://%s/0" % args.broker)
 
-    r = subprocess.run([RUBY, os.path.join(HERE, "enqueue.rb"), str(args.jobs), str(args.retried)],
+    def start_workers():
+        workers = k.Workers(args.log_dir)
+        workers.start("sidekiq", [SIDEKIQ, "-r", os.path.join(HERE, "app.rb"), "-c",
+                                  str(args.workers), "-q", QUEUE, "-t", "5"], env=env, cwd=HERE)
+        return workers
+
+    workers = start_workers() if args.pace > 0 else None
+    if workers is not None and not workers.wait_ready("Starting processing"):
+        return k.finish("sidekiq", args, workers, [], False, "Sidekiq never got ready", started)
+    r = subprocess.run([RUBY, os.path.join(HERE, "enqueue.rb"), str(args.jobs), str(args.retried),
+                        args.handlers, str(args.pace)],
                        env=env, cwd=HERE,
                        stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                        timeout=max(30, args.timeout / 2))
@@ -47,10 +57,8 @@ def main():
     enqueued = [tuple(l.split()) for l in r.stdout.decode().splitlines() if l.strip()]
     k.write_enqueued(args, enqueued)
     k.log("enqueued %d jobs" % len(enqueued))
-
-    workers = k.Workers(args.log_dir)
-    workers.start("sidekiq", [SIDEKIQ, "-r", os.path.join(HERE, "app.rb"), "-c", str(args.workers),
-                              "-q", QUEUE, "-t", "5"], env=env, cwd=HERE)
+    if workers is None:
+        workers = start_workers()
 
     inspect = k.redis_client(args.inspect)
 
