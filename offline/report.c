@@ -21,18 +21,20 @@
 #include "offline/verdict.h"
 #include "rules/rule.h"
 
-/* by_kind slots: Record.Kind codes 0..10, then one for codes a newer writer added. */
-#define REPORT_KINDS 11
+/* by_kind slots: Record.Kind codes 0..11, then one for codes a newer writer added. */
+#define REPORT_KINDS 12
 /* by_event slots: enum rule_event codes, then one for unknown codes. */
 #define REPORT_EVENTS (RULE_EV_COUNT + 1)
 /* Room for error messages and formatted times. */
 #define REPORT_ERR_MAX 512
 #define REPORT_TIME_MAX 40
 
-static const char *const report_kind_names[REPORT_KINDS] = {
+static const char *const report_kind_names[] = {
     "unspecified", "connect", "close", "deliver", "ack",     "nack",
-    "publish",     "confirm", "fault", "command", "running",
+    "publish",     "confirm", "fault", "command", "running", "stop",
 };
+_Static_assert(sizeof(report_kind_names) / sizeof(report_kind_names[0]) == REPORT_KINDS,
+               "one name per Record.Kind code");
 
 struct report_rule {
     uint64_t count;

@@ -647,6 +647,10 @@ void proxy_free(struct proxy *px)
     loop_free_all(px);
     px->base = NULL;
     idmap_clear();
+    /* The last record says the run ended in good order (its time ends the run for the verdict:
+     * work that stopped long before it stalled). */
+    struct journal_record stop = {.kind = JOURNAL_KIND_STOP};
+    journal_record(px->journal, &stop);
     journal_close(px->journal);
     px->journal = NULL;
     free(px->journal_path);

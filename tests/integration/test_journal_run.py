@@ -144,10 +144,10 @@ class JournalRun(unittest.TestCase):
         m = re.search(r"(?m)^records\s+(\d+) \((.*)\)$", out)
         self.assertIsNotNone(m, out)
         n_faults = len(self.faults)
-        self.assertEqual(int(m.group(1)), 2 * self.n_conn + n_faults)
+        self.assertEqual(int(m.group(1)), 2 * self.n_conn + n_faults + 1)
         kinds = dict(kv.split(" ") for kv in m.group(2).split(", "))
         self.assertEqual(kinds, {"connect": str(self.n_conn), "close": str(self.n_conn),
-                                 "fault": str(n_faults)})
+                                 "fault": str(n_faults), "stop": "1"})
         # Faults per rule
         sec = out.split("\nFaults per rule\n", 1)[1].split("\n\n", 1)[0].splitlines()
         self.assertRegex(sec[0], r"^\s+RULE\s+FAULTS\s+ACTION\s+BY EVENT$")
@@ -184,7 +184,8 @@ class JournalRun(unittest.TestCase):
         self.assertEqual(rep["config_path"], self.conf_path)
         self.assertEqual(rep["version"], 1)
         self.assertFalse(rep["truncated"])
-        self.assertEqual(rep["records"], 2 * self.n_conn + len(self.faults))
+        self.assertEqual(rep["records"], 2 * self.n_conn + len(self.faults) + 1)  # + stop
+        self.assertEqual(rep["by_kind"]["stop"], 1)
         self.assertEqual(rep["by_kind"]["connect"], self.n_conn)
         self.assertEqual(rep["by_kind"]["close"], self.n_conn)
         self.assertEqual(rep["by_kind"]["fault"], len(self.faults))
@@ -205,12 +206,14 @@ class JournalRun(unittest.TestCase):
         self.assertRegex(text, r"(?m)^records\s+%d " % rep["records"])
 
     def test_report_message_unknown(self):
+        # an id no record names: said, and exit 1, so that a script notices a wrong id
         rc, out, err = self.run_twice("report", self.journal, "--message", "no-such-id")
-        self.assertEqual(rc, 0, err)
+        self.assertEqual(rc, 1, err)
+        self.assertIn("no record of the journal names message id 'no-such-id'", err)
         self.assertIn("Timeline of message no-such-id (0 records)", out)
         self.assertIn("(no record has this message id)", out)
         rc, out, err = self.run_twice("report", self.journal, "--json", "--message=no-such-id")
-        self.assertEqual(rc, 0, err)
+        self.assertEqual(rc, 1, err)
         rep = json.loads(out)
         self.assertEqual(rep["message"]["message_id"], "no-such-id")
         self.assertEqual(rep["message"]["records"], [])
@@ -222,8 +225,11 @@ class JournalRun(unittest.TestCase):
         self.assertFalse(truncated)
         header, recs, _ = fk.decode_journal(self.journal)
         self.assertEqual(len(frames), 1 + len(recs))
-        self.assertEqual(len(recs), 2 * self.n_conn + len(self.faults))
+        self.assertEqual(len(recs), 2 * self.n_conn + len(self.faults) + 1)
         self.assertEqual(header["version"], 1)
+        # the listeners of the configuration, as the verdict reads them
+        self.assertEqual([(l["name"], l["protocol"]) for l in header["listeners"]],
+                         [(n, "tcp") for n in self.ports])
         self.assertEqual(header["seed"], SEED)
         self.assertEqual(header["config_sha256"].hex(), self.conf_sha)
         self.assertEqual(header["config_path"], self.conf_path)
@@ -235,7 +241,11 @@ class JournalRun(unittest.TestCase):
             self.assertIn(r.get("kind"), fk.KIND_NAMES, r)
             self.assertGreaterEqual(r.get("time_unix_us", 0), start_us - 1000000, r)
             by_kind[fk.KIND_NAMES[r["kind"]]].append(r)
-        self.assertEqual(set(by_kind), {"connect", "close", "fault"})
+        self.assertEqual(set(by_kind), {"connect", "close", "fault", "stop"})
+        # the clean stop is the last record
+        self.assertEqual(fk.KIND_NAMES[recs[-1]["kind"]], "stop")
+        stop = by_kind.pop("stop")
+        self.assertEqual(len(stop), 1)
         # every session: one connect, one close, with the log's facts
         self.assertEqual(sorted(r["session"] for r in by_kind["connect"]), list(range(1, self.n_conn + 1)))
         log_close = {int(r["sid"]): r for r in self.closes}
@@ -257,7 +267,7 @@ class JournalRun(unittest.TestCase):
             self.assertTrue(r.get("detail"))
         # a session's records are in order: connect, fault(s), close
         order = collections.defaultdict(list)
-        for r in recs:
+        for r in recs[:-1]:
             order[r["session"]].append(fk.KIND_NAMES[r["kind"]])
         for sid, kinds in order.items():
             self.assertEqual(kinds[0], "connect", (sid, kinds))
