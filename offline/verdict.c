@@ -719,6 +719,9 @@ static enum verdict_overlap copy_stand(const struct verdict_delivery *e,
         return VERDICT_COPY_AFTER;
     if (e->session == c->session)
         return VERDICT_COPY_UNKNOWN; /* it may have waited behind e in that worker */
+    if (e->closed_us != 0 && e->closed_us <= c->time_us)
+        return VERDICT_COPY_UNKNOWN; /* e's worker lost that connection first: the copy may
+                                        have gone to it, reconnected, and waited behind e */
     *overlap_us = e->settled_us - c->time_us;
     return VERDICT_COPY_OVERLAP;
 }

@@ -72,7 +72,8 @@ enum verdict_overlap {
                                  workers had the message at once */
     VERDICT_COPY_UNKNOWN = 3, /* an earlier one was never settled on the wire (Sidekiq, lists
                                  without a processing list), or was unsettled on the same
-                                 connection (the copy may have waited behind it) */
+                                 connection, or on one closed before the copy came (the copy may
+                                 have waited behind it in that worker, reconnected) */
 };
 
 /* "after", "overlap", "unknown", or "" for VERDICT_COPY_NONE. */
