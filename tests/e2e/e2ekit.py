@@ -84,8 +84,16 @@ def effect_redis():
     return r
 
 
+def work():
+    """A handler's work before its effect: TWICE_WORK_MS milliseconds (0 by default)."""
+    ms = float(os.environ.get("TWICE_WORK_MS") or 0)
+    if ms > 0:
+        time.sleep(ms / 1000.0)
+
+
 def charge(message_id, task):
-    """NOT idempotent: every execution records one effect."""
+    """NOT idempotent: every execution records one effect (after TWICE_WORK_MS of work)."""
+    work()
     append_line(os.environ["TWICE_EFFECTS"], message_id)
     append_line(os.environ["TWICE_RUNS"], "%s %s" % (message_id, task))
 
@@ -97,6 +105,7 @@ def charge_safe(message_id, task):
     TWICE_DONE_TTL (seconds) the key expires that long after it was taken, as
     a "dedup with a TTL" does: idempotent only against copies that come
     sooner."""
+    work()
     ttl = float(os.environ.get("TWICE_DONE_TTL") or 0)
     px = int(ttl * 1000) if ttl > 0 else None
     first = bool(effect_redis().set(DONE_KEY % message_id, 1, nx=True, px=px))
@@ -112,13 +121,6 @@ def charge_safe(message_id, task):
 MARK_KEY = "twice:mark:%s"
 CLAIM_KEY = "twice:claim:%s"
 RACE_HANDLERS = ("check_then_act", "claim_first")
-
-
-def work():
-    """The race handlers' work: TWICE_WORK_MS milliseconds."""
-    ms = float(os.environ.get("TWICE_WORK_MS") or 0)
-    if ms > 0:
-        time.sleep(ms / 1000.0)
 
 
 def check_then_act(message_id, task):
@@ -205,7 +207,9 @@ def parse_args(framework, description, defaults=None, extra=None):
                         "or the race handlers check_then_act (a done-marker set after the work) "
                         "and claim_first (SET NX before the work), which work --work-ms first")
     p.add_argument("--work-ms", type=float, default=0, metavar="MS",
-                   help="how long the race handlers work before their effect (default 0)")
+                   help="how long each handler works before its effect (default 0; the Python "
+                        "apps' charge handlers too, BullMQ's every handler, Sidekiq's race "
+                        "handlers)")
     p.add_argument("--pace", type=float, default=0, metavar="S",
                    help="start the workers first, wait until each is ready, then enqueue one job "
                         "every S seconds (default 0: enqueue everything, then start the workers)")

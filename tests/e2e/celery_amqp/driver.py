@@ -42,6 +42,10 @@ RABBITMQCTL_EVERY = 1.5   # seconds between two rabbitmqctl calls (each starts a
 
 
 def extra(p):
+    p.add_argument("--pool", choices=("solo", "prefork", "threads"), default="solo",
+                   help="the workers' pool, each of concurrency 1 (default solo: tasks run in "
+                        "the worker's event loop, which sends their acks once its buffer is "
+                        "done; prefork: a child runs them while the worker reads and acks)")
     p.add_argument("--prefetch", type=int, default=4, metavar="N",
                    help="Celery's worker_prefetch_multiplier (default 4, Celery's own); 1 keeps a "
                         "busy worker from holding a copy that another one could run")
@@ -143,7 +147,7 @@ def main():
         for i in range(1, args.workers + 1):
             workers.start("celery%d" % i,
                           [sys.executable, "-m", "celery", "-A", "tasks", "worker",
-                           "--pool=solo", "--concurrency=1", "-Q", tasks.QUEUE,
+                           "--pool=%s" % args.pool, "--concurrency=1", "-Q", tasks.QUEUE,
                            "-n", "w%d@twice-e2e" % i, "--without-gossip", "--without-mingle",
                            "--without-heartbeat", "-l", "info"], env=env, cwd=HERE)
         return workers
