@@ -72,6 +72,14 @@ struct verdict_msg {
     uint8_t last;       /* enum verdict_last */
 };
 
+/* A delivery's time out on its connection: from its delivery to its settlement (or to its
+ * connection's close, or for ever); maxend: the latest end of it and the connection's earlier
+ * spans. */
+struct vd_span {
+    uint32_t session;
+    uint64_t t, end, maxend;
+};
+
 /* A CLOSE record: the connection's id and when. */
 struct vd_close {
     uint32_t session;
@@ -92,6 +100,12 @@ struct verdict {
     struct vd_close *closes;
     size_t n_closes, cap_closes;
     bool closes_sorted;
+    /* Every live delivery's span on its connection, by connection and time (vd_index_build()):
+     * whether a worker still had an earlier delivery out when another came.  Built on first
+     * need, after the records. */
+    struct vd_span *spans;
+    size_t n_spans;
+    bool spans_built;
     struct strmap msgs;      /* message id -> struct verdict_msg * (owned) */
     struct strmap tasks;     /* task name -> index + 1, as a pointer */
     const char **task_names; /* owned array; names borrowed from `tasks` */
@@ -155,6 +169,7 @@ void verdict_free(struct verdict *v)
     }
     free(v->evs);
     free(v->closes);
+    free(v->spans);
     free(v->task_names);
     free(v);
 }
@@ -471,6 +486,7 @@ static int note_task(struct verdict *v, struct verdict_msg *m, const Twice__Jour
 
 int verdict_add_record(struct verdict *v, const Twice__Journal__Record *r)
 {
+    v->spans_built = false;
     if (r->time_unix_us > v->end_us)
         v->end_us = r->time_unix_us;
     if (r->kind == TWICE__JOURNAL__RECORD__KIND__CLOSE)
@@ -708,9 +724,30 @@ static bool listener_settles(const struct verdict *v, uint8_t li)
     return v->listeners[li].settles_by_header || v->listeners[li].settle_seen;
 }
 
-/* How copy d[i] stood to the earlier delivery d[j] of its attempt, and for an overlap, for how
- * long (at least) both were out. */
-static enum verdict_overlap copy_stand(const struct verdict_delivery *e,
+/* Whether connection `session` had a delivery out at time `at` that came before `before`:
+ * its worker was busy with it, so one delivered at `before` may wait in its buffer.  Spans
+ * built (vd_index_build()). */
+static bool conn_busy(const struct verdict *v, uint32_t session, uint64_t before, uint64_t at)
+{
+    size_t lo = 0, hi = v->n_spans;
+    while (lo < hi) { /* the first span past (session, before - 1) */
+        size_t mid = lo + (hi - lo) / 2;
+        const struct vd_span *p = &v->spans[mid];
+        if (p->session < session || (p->session == session && p->t < before))
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    if (lo == 0 || v->spans[lo - 1].session != session)
+        return false;
+    return v->spans[lo - 1].maxend > at + VERDICT_OVERLAP_MARGIN_US;
+}
+
+/* How copy c stood to the earlier delivery e of its attempt, and for an overlap, for how long
+ * (at least) both ran.  An overlap is claimed only when both were surely running at c's time:
+ * e unsettled then, on another connection still open, with nothing of e's connection before it
+ * still out (e was not waiting in its worker's buffer), nor anything of c's (c did not wait). */
+static enum verdict_overlap copy_stand(const struct verdict *v, const struct verdict_delivery *e,
                                        const struct verdict_delivery *c, uint64_t *overlap_us)
 {
     if (!e->settled)
@@ -722,6 +759,9 @@ static enum verdict_overlap copy_stand(const struct verdict_delivery *e,
     if (e->closed_us != 0 && e->closed_us <= c->time_us)
         return VERDICT_COPY_UNKNOWN; /* e's worker lost that connection first: the copy may
                                         have gone to it, reconnected, and waited behind e */
+    if (conn_busy(v, (uint32_t)e->session, e->time_us, c->time_us) ||
+        conn_busy(v, (uint32_t)c->session, c->time_us, c->time_us))
+        return VERDICT_COPY_UNKNOWN; /* one of them may still have waited in a buffer */
     *overlap_us = e->settled_us - c->time_us;
     return VERDICT_COPY_OVERLAP;
 }
@@ -751,7 +791,7 @@ static void classify_one(const struct verdict *v, struct vd_scratch *s, size_t i
         if (d[j].withheld || !d[j].reached || d[j].attempt != d[i].attempt)
             continue;
         uint64_t us = 0;
-        enum verdict_overlap o = copy_stand(&d[j], &d[i], &us);
+        enum verdict_overlap o = copy_stand(v, &d[j], &d[i], &us);
         if (o == VERDICT_COPY_OVERLAP && (st != VERDICT_COPY_OVERLAP || us > d[i].overlap_us))
             d[i].overlap_us = us;
         if (o == VERDICT_COPY_OVERLAP || (o == VERDICT_COPY_UNKNOWN && st == VERDICT_COPY_AFTER))
@@ -835,6 +875,69 @@ static int replay_message(const struct verdict *v, const struct verdict_msg *m,
             classify_one(v, s, i);
     }
     runs_upgrade(s, *n);
+    return 0;
+}
+
+static int span_cmp(const void *a, const void *b)
+{
+    const struct vd_span *x = a, *y = b;
+    if (x->session != y->session)
+        return x->session < y->session ? -1 : 1;
+    return x->t < y->t ? -1 : x->t > y->t;
+}
+
+/* Appends the spans of the live deliveries d[0..n) to v->spans.  -1 when out of memory. */
+static int spans_add(struct verdict *v, const struct verdict_delivery *d, size_t n, size_t *cap)
+{
+    for (size_t i = 0; i < n; i++) {
+        if (d[i].withheld)
+            continue;
+        if (v->n_spans == *cap) {
+            size_t c = *cap != 0 ? *cap * 2 : 256;
+            struct vd_span *p = realloc(v->spans, c * sizeof(*p));
+            if (p == NULL)
+                return -1;
+            v->spans = p;
+            *cap = c;
+        }
+        uint64_t end = d[i].settled          ? d[i].settled_us
+                       : d[i].closed_us != 0 ? d[i].closed_us
+                                             : UINT64_MAX;
+        v->spans[v->n_spans++] = (struct vd_span){(uint32_t)d[i].session, d[i].time_us, end, 0};
+    }
+    return 0;
+}
+
+/* Sorts the CLOSE records and builds the connections' spans (verdict.spans), once after the
+ * records: no change a caller sees, v stays const as far as what it answers goes.  0, or -1
+ * when out of memory. */
+static int vd_prepare(const struct verdict *v)
+{
+    struct verdict *mv = (struct verdict *)v;
+    sort_closes(v);
+    if (mv->spans_built)
+        return 0;
+    mv->n_spans = 0;
+    size_t cap = 0, pos = 0, n = 0;
+    struct vd_scratch s = {0};
+    const struct strmap_slot *slot = NULL;
+    int rc = 0;
+    while (rc == 0 && strmap_next(&v->msgs, &pos, &slot)) {
+        const struct verdict_msg *m = slot->value;
+        if (m != NULL && m->first_ev != VD_NONE)
+            rc = replay_events(v, m, &s, &n) == 0 ? spans_add(mv, s.d, n, &cap) : -1;
+    }
+    scratch_free(&s);
+    if (rc != 0)
+        return -1;
+    if (mv->n_spans > 1)
+        qsort(mv->spans, mv->n_spans, sizeof(*mv->spans), span_cmp);
+    for (size_t i = 0; i < mv->n_spans; i++) {
+        struct vd_span *p = &mv->spans[i];
+        bool same = i > 0 && p[-1].session == p->session;
+        p->maxend = same && p[-1].maxend > p->end ? p[-1].maxend : p->end;
+    }
+    mv->spans_built = true;
     return 0;
 }
 
@@ -1143,7 +1246,8 @@ int verdict_compute_with(const struct verdict *v, const struct verdict_options *
         o.stall_after_us = VERDICT_STALL_AFTER_US;
     memset(out, 0, sizeof(*out));
     out->end_us = v->end_us;
-    sort_closes(v);
+    if (vd_prepare(v) != 0)
+        return -1;
     size_t rows = v->n_tasks + 1; /* the last row collects messages with no task */
     out->tasks = calloc(rows, sizeof(*out->tasks));
     struct vd_row_acc *acc = calloc(rows, sizeof(*acc));
@@ -1190,7 +1294,8 @@ int verdict_message_deliveries(const struct verdict *v, const char *id,
     const struct verdict_msg *m = strmap_get(&v->msgs, id);
     if (m == NULL || !m->in_journal)
         return 0;
-    sort_closes(v);
+    if (vd_prepare(v) != 0)
+        return -1;
     struct vd_scratch s = {0};
     int rc = replay_message(v, m, &s, n);
     if (rc == 0 && *n > 0) {

@@ -68,12 +68,14 @@ const char *verdict_kind_name(enum verdict_kind k);
 enum verdict_overlap {
     VERDICT_COPY_NONE = 0,    /* not a copy: a first delivery, withheld, or set aside */
     VERDICT_COPY_AFTER = 1,   /* each earlier one had been settled when the copy came */
-    VERDICT_COPY_OVERLAP = 2, /* an earlier one, on another connection, was still unsettled: two
-                                 workers had the message at once */
+    VERDICT_COPY_OVERLAP = 2, /* an earlier one, on another connection, was still unsettled, and
+                                 both surely ran then: neither connection had anything earlier
+                                 still out (nothing waited in a prefetch buffer) */
     VERDICT_COPY_UNKNOWN = 3, /* an earlier one was never settled on the wire (Sidekiq, lists
                                  without a processing list), or was unsettled on the same
                                  connection, or on one closed before the copy came (the copy may
-                                 have waited behind it in that worker, reconnected) */
+                                 have waited behind it in that worker, reconnected), or one of
+                                 the two may have waited behind other work of its worker */
 };
 
 /* "after", "overlap", "unknown", or "" for VERDICT_COPY_NONE. */

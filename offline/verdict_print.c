@@ -401,9 +401,9 @@ static void print_legend(FILE *out)
           "(a drop), or missing from the list\n"
           "RETRIED         messages the app retried itself (a Celery retry, a Sidekiq or RQ "
           "retry, a nack with requeue): new attempts, not copies\n"
-          "OVERLAPPED      copies that reached a worker while an earlier delivery of the "
-          "message, on another connection, was still unsettled / all copies: only those test "
-          "a check-then-act guard\n"
+          "OVERLAPPED      copies that ran while an earlier delivery of the message, on "
+          "another connection, was still unsettled (neither waiting behind other work of its "
+          "worker) / all copies: only those test a check-then-act guard\n"
           "COPY DELAYS     the copy delays tested: how long after a message's first delivery "
           "its copies reached the handler (shortest-longest)\n"
           "NOT IDEMPOTENT  some message produced more than one side effect (EXAMPLES: up to 5)\n"
@@ -560,8 +560,9 @@ static void print_overlap_line(FILE *out, const struct verdict_task *t)
         fputs("; ", out);
     if (t->overlap_unknown > 0)
         fprintf(out,
-                "%llu unknown: the earlier delivery was never settled on the wire, or was on "
-                "the same connection",
+                "%llu unknown: the earlier delivery was never settled on the wire, or the two "
+                "shared a connection, or one of them may have waited behind its worker's other "
+                "work",
                 (unsigned long long)t->overlap_unknown);
     fputs("); to test them ", out);
     print_listener(out, t);

@@ -162,6 +162,52 @@ static void test_overlap_by_connection(void **state)
     verdict_free(v);
 }
 
+/* Prefetch buffers: a copy delivered to a worker still busy with an earlier delivery may wait
+ * behind it, and a first delivery queued behind another on its own connection may not have
+ * started yet; either way the two runs need not overlap: unknown, not an overlap.  Once the
+ * earlier work of both connections was settled, they did. */
+static void test_buffered_is_no_overlap(void **state)
+{
+    (void)state;
+    struct verdict *v = new_verdict();
+    const struct rec recs[] = {
+        /* worker 2 is busy with x when a's copy comes to it */
+        {DELIVER, "x", "other", "rabbit", 2, 1, MS(0)},
+        {DELIVER, "a", "pay", "rabbit", 1, 1, MS(10)},
+        {DELIVER, "a", "pay", "rabbit", 2, 2, MS(20)},
+        {ACK, "x", "other", "rabbit", 2, 1, MS(3000)},
+        {ACK, "a", "pay", "rabbit", 1, 1, MS(2500)},
+        {ACK, "a", "pay", "rabbit", 2, 2, MS(5000)},
+        /* b's first delivery waits in worker 3's buffer behind y when its copy runs on 4 */
+        {DELIVER, "y", "other", "rabbit", 3, 1, MS(0)},
+        {DELIVER, "b", "pay", "rabbit", 3, 2, MS(10)},
+        {DELIVER, "b", "pay", "rabbit", 4, 1, MS(20)},
+        {ACK, "b", "pay", "rabbit", 4, 1, MS(1000)},
+        {ACK, "y", "other", "rabbit", 3, 1, MS(3000)},
+        {ACK, "b", "pay", "rabbit", 3, 2, MS(6000)},
+        /* c: worker 5 had finished z before c came, worker 6 is idle: both ran at once */
+        {DELIVER, "z", "other", "rabbit", 5, 1, MS(0)},
+        {ACK, "z", "other", "rabbit", 5, 1, MS(5)},
+        {DELIVER, "c", "pay", "rabbit", 5, 2, MS(10)},
+        {DELIVER, "c", "pay", "rabbit", 6, 1, MS(20)},
+        {ACK, "c", "pay", "rabbit", 5, 2, MS(2500)},
+        {ACK, "c", "pay", "rabbit", 6, 1, MS(2600)},
+    };
+    feed(v, recs, sizeof(recs) / sizeof(recs[0]));
+    size_t n = 0;
+    struct verdict_delivery *d = deliveries(v, "a", &n);
+    assert_int_equal(d[1].overlap, VERDICT_COPY_UNKNOWN);
+    free(d);
+    d = deliveries(v, "b", &n);
+    assert_int_equal(d[1].overlap, VERDICT_COPY_UNKNOWN);
+    free(d);
+    d = deliveries(v, "c", &n);
+    assert_int_equal(d[1].overlap, VERDICT_COPY_OVERLAP);
+    assert_int_equal(d[1].overlap_us, 2480000);
+    free(d);
+    verdict_free(v);
+}
+
 /* Settlements on other connections (kombu's acks go over a pooled connection, RQ's work horse
  * opens one per job): each settles the oldest unsettled delivery whose connection is still
  * open; copies through two listeners of one process are one message. */
@@ -672,6 +718,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_overlap_by_connection),
         cmocka_unit_test(test_overlap_across_listeners),
+        cmocka_unit_test(test_buffered_is_no_overlap),
         cmocka_unit_test(test_settled_by_nack_or_failure),
         cmocka_unit_test(test_same_millisecond_is_after),
         cmocka_unit_test(test_cut_before_settling_is_set_aside),

@@ -655,8 +655,9 @@ static void test_verdict_prints_the_window(void **state)
     assert_contains(f->out, "long: IDEMPOTENT for copies 90s-90s after the first delivery "
                             "(median 90s, 1 copy)\n  no copy ran while an earlier one was running: "
                             "check-then-act races untested (1 unknown: the earlier delivery was "
-                            "never settled on the wire, or was on the same connection); to test "
-                            "them `when deliver task=long` + `do duplicate`\nshort: IDEMPOTENT");
+                            "never settled on the wire, or the two shared a connection, or one of "
+                            "them may have waited behind its worker's other work); to test them "
+                            "`when deliver task=long` + `do duplicate`\nshort: IDEMPOTENT");
     assert_contains(f->out, "  0.4s-1.6s      IDEMPOTENT*     missing: overlap, window\n");
     assert_contains(f->out, "  90s-90s        IDEMPOTENT*     missing: overlap\n");
 }
