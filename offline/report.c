@@ -548,6 +548,8 @@ static void print_timeline_record_text(FILE *out, const Twice__Journal__Record *
         fputs(r->kind == TWICE__JOURNAL__RECORD__KIND__NACK ? " requeue" : " retry", out);
     if (r->refused)
         fputs(" refused", out);
+    if (r->kept_back)
+        fputs(" kept_back", out);
     print_field_text(out, "rule", r->rule);
     if (r->kind == TWICE__JOURNAL__RECORD__KIND__FAULT) {
         print_field_text(out, "action", r->action_name);
@@ -846,9 +848,10 @@ static void print_timeline_record_json(FILE *out, const Twice__Journal__Record *
     json_field(out, ", ", "task", r->task);
     fprintf(out,
             ", \"delivery_tag\": %llu, \"redelivered\": %s, \"retries\": %u, \"retry\": %s, "
-            "\"refused\": %s",
+            "\"refused\": %s, \"kept_back\": %s",
             (unsigned long long)r->delivery_tag, r->redelivered ? "true" : "false",
-            (unsigned)r->retries, r->retry ? "true" : "false", r->refused ? "true" : "false");
+            (unsigned)r->retries, r->retry ? "true" : "false", r->refused ? "true" : "false",
+            r->kept_back ? "true" : "false");
     json_field(out, ", ", "rule", r->rule);
     json_field(out, ", ", "action", r->action_name);
     json_field(out, ", ", "event",

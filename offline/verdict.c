@@ -403,7 +403,7 @@ static int add_settle(struct verdict *v, struct verdict_msg *m, const Twice__Jou
         return -1;
     if (r->time_unix_us > m->progress_us)
         m->progress_us = r->time_unix_us;
-    if (r->refused)
+    if (r->refused || r->kept_back)
         return 0; /* the framework did not apply it: the message's state is unchanged */
     if (!nack && m->failed)
         m->abandoned = true;

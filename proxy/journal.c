@@ -191,6 +191,7 @@ static void record_numbers(Twice__Journal__Record *pr, const struct journal_reco
     pr->retry = r->retry;
     pr->refused = r->refused;
     pr->started_unix_us = r->started_unix_us;
+    pr->kept_back = r->kept_back;
 }
 
 /* Makes room for need more bytes in b, doubling up to JOURNAL_BUFFER_CAP. */

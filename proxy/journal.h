@@ -88,6 +88,7 @@ struct journal_record {
     bool refused; /* ACK, NACK: the framework refused the settlement (journal.proto) */
     uint64_t started_unix_us; /* RUNNING: the run started no later than this; 0: not said */
     const char *run;          /* RUNNING: which run of the message (journal.proto) */
+    bool kept_back;           /* ACK, NACK: a rule kept it from the broker (journal.proto) */
 };
 
 struct journal;

@@ -360,7 +360,10 @@ static enum cmd_result command_finish(struct rpx *rx, struct rprof_cmdview *cv,
         struct job_event j;
         job_event_of(rx, &j, RULE_EV_ACK, pd->prefix, pd->id, key, NULL);
         r = rpx_decide_job(rx, &j);
-        /* An ack twice keeps back is journaled now: Redis never answers it. */
+        /* An ack twice keeps back is journaled now: Redis never answers it.  Marked kept back
+         * when it is never applied: BullMQ recorded no completion, nor failure. */
+        j.kept_back =
+            r != NULL && (r->action.kind == RULE_ACT_REDELIVER || r->action.kind == RULE_ACT_DROP);
         if (r != NULL && r->action.kind != RULE_ACT_CLOSE)
             rpx_journal_job(rx, pd->failed ? JOURNAL_KIND_NACK : JOURNAL_KIND_ACK, &j);
         rpx_job_event_clear(&j);

@@ -294,6 +294,7 @@ struct job_event {
     unsigned retries;         /* the app's retries before (struct resp_job) */
     bool retry;               /* a publish of a job the app ran before */
     bool refused;             /* ACK, NACK: the framework refused the settlement (journal.proto) */
+    bool kept_back;           /* ACK, NACK: a rule kept it from the broker (journal.proto) */
     uint64_t started_unix_us; /* RUNNING: the run started no later than this (journal.proto) */
     const char *run;          /* RUNNING: which run of the job */
     bool oom; /* a field could not be copied: the event is skipped (job_event_oom()) */

@@ -92,6 +92,7 @@ void rpx_journal_job(struct rpx *rx, enum journal_kind kind, const struct job_ev
         .retries = j->retries,
         .retry = j->retry,
         .refused = j->refused,
+        .kept_back = j->kept_back,
         .started_unix_us = j->started_unix_us,
         .run = j->run,
     };

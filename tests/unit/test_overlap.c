@@ -68,7 +68,7 @@ struct rec {
     Twice__Journal__Record__Kind kind;
     const char *id, *task, *listener;
     uint64_t session, tag, at_us;
-    bool retry, refused;
+    bool retry, refused, kept_back;
     uint64_t started_us;
     const char *run;
     uint32_t action, event;
@@ -87,6 +87,7 @@ static void feed(struct verdict *v, const struct rec *r, size_t n)
         x.time_unix_us = r[i].at_us;
         x.retry = r[i].retry;
         x.refused = r[i].refused;
+        x.kept_back = r[i].kept_back;
         x.started_unix_us = r[i].started_us;
         x.run = (char *)(r[i].run != NULL ? r[i].run : "");
         x.action = r[i].action;
@@ -359,7 +360,8 @@ static void test_cut_before_settling_is_set_aside(void **state)
 }
 
 /* BullMQ refused the first worker's completion (the lock another worker took): the record
- * ends that delivery all the same, and changes nothing else (no failure undone, no abandon). */
+ * ends that delivery all the same, and changes nothing else (no failure undone, no abandon);
+ * nor does a failure a rule kept from Redis. */
 static void test_refused_settlement_ends_the_delivery(void **state)
 {
     (void)state;
@@ -372,6 +374,13 @@ static void test_refused_settlement_ends_the_delivery(void **state)
         {DELIVER, "8", "charge", "redis", 1, 0, MS(0)},
         {NACK, "8", "charge", "redis", 3, 0, MS(100)},
         {ACK, "8", "charge", "redis", 1, 0, MS(200), .refused = true},
+        /* 9: completed by its copy; the first run's failure, which a rule kept from Redis,
+         * changes nothing (BullMQ never failed it) */
+        {DELIVER, "9", "charge", "redis", 1, 0, MS(0)},
+        {DELIVER, "9", "charge", "redis", 2, 0, MS(1)},
+        {ACK, "9", "charge", "redis", 1, 0, MS(2), .refused = true},
+        {ACK, "9", "charge", "redis", 2, 0, MS(3)},
+        {NACK, "9", "charge", "redis", 1, 0, MS(4), .kept_back = true},
     };
     feed(v, recs, sizeof(recs) / sizeof(recs[0]));
     struct verdict_result res;
