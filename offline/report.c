@@ -572,8 +572,9 @@ static void print_deliveries_table(FILE *out, const struct verdict_delivery *d, 
     for (size_t i = 0; i < n; i++) {
         char ended[64];
         if (d[i].settled)
-            snprintf(ended, sizeof(ended), "%s%s at %+.3fs", d[i].refused ? "refused " : "",
-                     d[i].nack ? "nack" : "ack", (double)(int64_t)(d[i].settled_us - t0) / 1e6);
+            snprintf(ended, sizeof(ended), "%s%s at %+.3fs%s", d[i].refused ? "refused " : "",
+                     d[i].nack ? "nack" : "ack", (double)(int64_t)(d[i].settled_us - t0) / 1e6,
+                     d[i].settled_guess ? " (guess)" : "");
         else if (d[i].closed_us != 0)
             snprintf(ended, sizeof(ended), "never settled, closed at %+.3fs",
                      (double)(int64_t)(d[i].closed_us - t0) / 1e6);
@@ -882,7 +883,8 @@ static void print_delivery_json(FILE *out, const struct verdict_delivery *d)
             : d->refused ? (d->nack ? "refused nack" : "refused ack")
                          : (d->nack ? "nack" : "ack"));
     json_u64_or_null(out, d->settled, d->settled_us);
-    fputs(", \"closed_unix_us\": ", out);
+    fprintf(out,
+            ", \"settled_guess\": %s, \"closed_unix_us\": ", d->settled_guess ? "true" : "false");
     json_u64_or_null(out, d->closed_us != 0, d->closed_us);
     fprintf(out, ", \"counted\": \"%s\", \"copy_delay_us\": ", delivery_counted(d));
     json_u64_or_null(out, d->overlap != VERDICT_COPY_NONE, d->copy_delay_us);

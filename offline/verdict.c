@@ -67,8 +67,9 @@ struct verdict_msg {
     bool failed;        /* its last settlement failed it for good (a NACK without retry) */
     bool abandoned;     /* an ACK came after such a NACK, no delivery between */
     bool published;     /* a PUBLISH record names it */
-    bool waiting;       /* at this point of the journal it waits for a delivery: published,
-                           requeued, or a copy of it due after a fault */
+    bool waiting;       /* at this point of the journal it waits for a delivery: published, or
+                           requeued by its consumer (a copy a fault makes due is not counted:
+                           another settlement may have cleared it, as kombu's shared tag does) */
     uint8_t last;       /* enum verdict_last */
 };
 
@@ -315,13 +316,6 @@ static bool fault_keeps_back(const Twice__Journal__Record *r, enum rule_event ev
            strcmp(r->detail, "close before") == 0;
 }
 
-/* A fault that makes the broker hand the message out again: a copy is due. */
-static bool fault_makes_copy(const Twice__Journal__Record *r)
-{
-    return r->action == RULE_ACT_REDELIVER || r->action == RULE_ACT_DUPLICATE ||
-           r->action == RULE_ACT_EXPIRE;
-}
-
 /* A DELIVER of m carrying `retries`: the first of an attempt (the message's first, the first
  * after the app asked for a retry, or one whose retry count is above every earlier record's),
  * or a later one of the current attempt. */
@@ -452,8 +446,6 @@ static int add_fault(struct verdict *v, struct verdict_msg *m, const Twice__Jour
         m->retry_pending = false;
         m->waiting = false;
     }
-    if (fault_makes_copy(r))
-        m->waiting = true;
     return 0;
 }
 
@@ -626,17 +618,21 @@ static int scratch_room(struct vd_scratch *s, size_t n)
 /* Which unsettled, live delivery among d[0..n) a settlement e settles: the one of its
  * connection and delivery tag, else the oldest of its connection, else the oldest whose
  * connection was still open when e came, else the oldest.  -1: none (its delivery came before
- * the journal did). */
+ * the journal did).  *guess: chosen among two or more without a connection naming it. */
 static long settle_match(const struct verdict *v, const struct verdict_delivery *d, size_t n,
-                         const struct vd_ev *e)
+                         const struct vd_ev *e, bool *guess)
 {
     long same_conn = -1, open = -1, any = -1;
+    size_t candidates = 0;
     for (size_t i = 0; i < n; i++) {
         if (d[i].settled || d[i].withheld)
             continue;
+        candidates++;
         if (d[i].session == e->session && e->session != 0) {
-            if (e->key != 0 && (uint32_t)d[i].tag == e->key)
+            if (e->key != 0 && (uint32_t)d[i].tag == e->key) {
+                *guess = false;
                 return (long)i;
+            }
             if (same_conn < 0)
                 same_conn = (long)i;
         }
@@ -646,6 +642,7 @@ static long settle_match(const struct verdict *v, const struct verdict_delivery 
         if (any < 0)
             any = (long)i;
     }
+    *guess = same_conn < 0 && candidates > 1;
     return same_conn >= 0 ? same_conn : open >= 0 ? open : any;
 }
 
@@ -699,9 +696,11 @@ static int replay_events(const struct verdict *v, const struct verdict_msg *m, s
             };
             s->listener[(*n)++] = (uint8_t)e->aux;
         } else if (e->kind == VD_SETTLE) {
-            long k = settle_match(v, s->d, *n, e);
+            bool guess = false;
+            long k = settle_match(v, s->d, *n, e, &guess);
             if (k >= 0) {
                 s->d[k].settled = true;
+                s->d[k].settled_guess = guess;
                 s->d[k].settled_us = e->t;
                 s->d[k].refused = (e->flags & VD_REFUSED) != 0;
                 s->d[k].nack = (e->flags & VD_NACK) != 0;
@@ -753,7 +752,8 @@ static enum verdict_overlap copy_stand(const struct verdict *v, const struct ver
     if (!e->settled)
         return VERDICT_COPY_UNKNOWN;
     if (e->settled_us <= c->time_us + VERDICT_OVERLAP_MARGIN_US)
-        return VERDICT_COPY_AFTER;
+        return e->settled_guess ? VERDICT_COPY_UNKNOWN /* that end may be c's own */
+                                : VERDICT_COPY_AFTER;
     if (e->session == c->session)
         return VERDICT_COPY_UNKNOWN; /* it may have waited behind e in that worker */
     if (e->closed_us != 0 && e->closed_us <= c->time_us)

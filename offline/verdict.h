@@ -200,12 +200,15 @@ struct verdict_delivery {
     uint32_t attempt; /* 1: the first attempt; one more per retry the app asked for */
     bool withheld;    /* a fault kept it from the worker */
     bool settled;
-    bool refused;                 /* its settlement was refused by the framework (journal.proto) */
-    bool nack;                    /* settled by a NACK record */
-    uint64_t settled_us;          /* settled: when */
-    uint64_t closed_us;           /* its connection closed before it was settled: when; else 0 */
-    bool reached;                 /* counted as having reached a handler */
-    bool set_aside;               /* a redelivery not counted as a copy */
+    bool refused;        /* its settlement was refused by the framework (journal.proto) */
+    bool settled_guess;  /* the settlement could be another delivery's (no tag or connection
+                            named it, and another delivery of the message was out): taken as
+                            this one's, the oldest's, its earliest possible end */
+    bool nack;           /* settled by a NACK record */
+    uint64_t settled_us; /* settled: when */
+    uint64_t closed_us;  /* its connection closed before it was settled: when; else 0 */
+    bool reached;        /* counted as having reached a handler */
+    bool set_aside;      /* a redelivery not counted as a copy */
     enum verdict_overlap overlap; /* for a copy */
     uint64_t copy_delay_us;       /* for a copy: since its attempt's first */
     uint64_t overlap_us;          /* VERDICT_COPY_OVERLAP: how long it ran beside the earlier */

@@ -1057,8 +1057,9 @@ static void test_report_json(void **state)
     assert_contains(f->out, "\"kind\": \"ack\", \"session\": 2");
     assert_contains(f->out, "], \"deliveries\": [\n      {\"time_unix_us\": 1764406801700000, "
                             "\"session\": 2, \"delivery_tag\": 0, \"attempt\": 1, \"settlement\": "
-                            "\"ack\", \"settled_unix_us\": 1764406801800000, \"closed_unix_us\": "
-                            "null, \"counted\": \"first\", \"copy_delay_us\": null, \"overlap\": "
+                            "\"ack\", \"settled_unix_us\": 1764406801800000, \"settled_guess\": "
+                            "false, \"closed_unix_us\": null, \"counted\": \"first\", "
+                            "\"copy_delay_us\": null, \"overlap\": "
                             "null, \"overlap_us\": null}]}");
     /* --messages: every message with its deliveries */
     const char *margv[] = {"report", "--json", f->journal, "--messages"};
