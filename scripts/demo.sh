@@ -6,8 +6,11 @@
 # its journal path replaced); the Celery example app (tests/e2e/celery_redis:
 # `tasks.charge`, which is not idempotent, and `tasks.charge_safe`, which is)
 # run with real Celery workers through twice; then `twice verdict`, which
-# names the task that did its side effect twice.  Everything it starts is
-# stopped on exit; the files stay in the folder it prints.
+# names the task that did its side effect twice and the evidence it had.
+# Then a second, shorter act with rules/examples/redis-celery-races.conf: a
+# check-then-act task and an atomic claim, each copied while it runs, and the
+# verdict that tells them apart by the copies that overlapped.  Everything it
+# starts is stopped on exit; the files stay in the folder it prints.
 set -euo pipefail
 
 twice=${1:-build/twice}
@@ -44,15 +47,23 @@ redis-server --port "$redis_port" --bind 127.0.0.1 --save '' --appendonly no \
 redis_pid=$!
 wait_for 10 redis-cli -p "$redis_port" ping || { echo "demo: redis did not start" >&2; exit 1; }
 
-# The example file, pointed at this Redis: the two addresses and the journal.
-sed -e "s/^\(  *\)bind 127\.0\.0\.1:6380/\1bind 127.0.0.1:$twice_port/" \
-    -e "s/^\(  *\)upstream 127\.0\.0\.1:6379/\1upstream 127.0.0.1:$redis_port/" \
-    -e "s|^journal twice-journal\.pb|journal $work/journal.pb|" \
-    "$src/rules/examples/redis-celery.conf" > "$work/twice.conf"
-"$twice" check -c "$work/twice.conf" >/dev/null
-"$twice" run -c "$work/twice.conf" 2>"$work/twice.log" &
-twice_pid=$!
-wait_for 10 grep -q 'msg=listening' "$work/twice.log" || { cat "$work/twice.log" >&2; exit 1; }
+# start_twice EXAMPLE NAME: twice with rules/examples/EXAMPLE pointed at this Redis (the two
+# addresses and the journal, $work/NAME.pb), its log $work/NAME.log.
+start_twice() {
+    sed -e "s/^\(  *\)bind 127\.0\.0\.1:6380/\1bind 127.0.0.1:$twice_port/" \
+        -e "s/^\(  *\)upstream 127\.0\.0\.1:6379/\1upstream 127.0.0.1:$redis_port/" \
+        -e "s|^journal twice-journal\.pb|journal $work/$2.pb|" \
+        "$src/rules/examples/$1" > "$work/$2.conf"
+    "$twice" check -c "$work/$2.conf" >/dev/null
+    "$twice" run -c "$work/$2.conf" 2>"$work/$2.log" &
+    twice_pid=$!
+    wait_for 10 grep -q 'msg=listening' "$work/$2.log" || { cat "$work/$2.log" >&2; exit 1; }
+}
+stop_twice() {
+    kill -TERM "$twice_pid"; wait "$twice_pid" || true; twice_pid=
+}
+
+start_twice redis-celery.conf twice
 
 cat <<EOF
 twice demo: find the Celery task that is not idempotent
@@ -77,7 +88,7 @@ set +e
     > "$work/summary.json" 2> "$work/driver.log"
 drv=$?
 set -e
-kill -TERM "$twice_pid"; wait "$twice_pid" || true; twice_pid=
+stop_twice
 if [ $drv -ne 0 ]; then
     echo "demo: the load did not drain (driver exit $drv); see $work/driver.log" >&2
     tail -20 "$work/driver.log" >&2
@@ -95,21 +106,59 @@ for t in sorted(s["jobs"]):
           % (t, s["jobs"][t], runs.get(t, 0), eff.get(t, 0)))
 EOF
 echo
-"$twice" report "$work/journal.pb" | sed -n '/^Faults per rule/,/^$/p'
-echo "twice verdict --journal journal.pb --effects effects.txt"
+"$twice" report "$work/twice.pb" | sed -n '/^Faults per rule/,/^$/p'
+echo "twice verdict --journal twice.pb --effects effects.txt"
 set +e
-"$twice" verdict --journal "$work/journal.pb" --effects "$work/effects.txt"
+"$twice" verdict --journal "$work/twice.pb" --effects "$work/effects.txt"
 verdict=$?
 set -e
 cat <<EOF
 
 Read it as: tasks.charge did its side effect twice for some tasks that were delivered twice, so
 it is NOT IDEMPOTENT; tasks.charge_safe was delivered twice just as often and still did it once.
+But no copy of it ran beside its first run (OVERLAPPED 0/N): that tests its dedup key, not a
+guard that two runs at once could both pass.  The verdict says so (IDEMPOTENT*) and which rule
+would test it.  So, a second act: two tasks copied while they run, with free workers for the
+copies (rules/examples/redis-celery-races.conf):
+
+  tasks.check_then_act  checks a done-marker, works 2 s, charges, then sets the marker
+  tasks.claim_first     takes SET NX on a claim key first, then works and charges
+
+running them through twice (about 20 s)...
+EOF
+
+start_twice redis-celery-races.conf races
+set +e
+"$py" "$src/tests/e2e/celery_redis/driver.py" --broker "127.0.0.1:$twice_port" \
+    --inspect "127.0.0.1:$redis_port" --effect-redis "127.0.0.1:$redis_port" \
+    --effects "$work/races-effects.txt" --runs "$work/races-runs.txt" \
+    --enqueued "$work/races-enqueued.txt" --handlers races --work-ms 2000 --jobs 4 \
+    --workers 5 --prefetch 1 --pace 1 --visibility-timeout 5 --timeout 100 \
+    --log-dir "$work/races" > "$work/races-summary.json" 2> "$work/races-driver.log"
+drv=$?
+set -e
+stop_twice
+if [ $drv -ne 0 ]; then
+    echo "demo: the second load did not drain (driver exit $drv); see $work/races-driver.log" >&2
+    tail -20 "$work/races-driver.log" >&2
+    exit 1
+fi
+echo
+echo "twice verdict --journal races.pb --effects races-effects.txt"
+set +e
+"$twice" verdict --journal "$work/races.pb" --effects "$work/races-effects.txt" |
+    sed '/^MESSAGES  /,/^$/d'
+races=${PIPESTATUS[0]}
+set -e
+cat <<EOF
+
+Read it as: the copies ran beside their first runs (OVERLAPPED), so both tasks were tested
+against a race: tasks.check_then_act charged twice (NOT IDEMPOTENT), tasks.claim_first did not.
 (The verdict exits 1 when a task is not idempotent, as a CI step would want; the demo expects
-exactly that.)
+exactly that, both times.)
 
 Files: $work
-  twice.conf   the rules used          journal.pb   every delivery, ack and fault (twice report)
-  effects.txt  one task id per charge  twice.log    twice's log (one line per fault)
+  twice.conf, races.conf  the rules used         twice.pb, races.pb  every delivery, ack, fault
+  effects.txt             one task id per charge twice.log           twice's log (one per fault)
 EOF
-[ $verdict -eq 1 ]
+[ $verdict -eq 1 ] && [ $races -eq 1 ]
