@@ -34,18 +34,17 @@
 #define FAULT TWICE__JOURNAL__RECORD__KIND__FAULT
 
 /* A verdict whose header names the listeners "rabbit" (amqp), "redis" (resp, celery),
- * "kiq" (resp, sidekiq) and "other" (amqp). */
+ * "kiq" (resp, sidekiq), "other" (amqp), "bull" (resp, bullmq) and "lists" (resp, list). */
 static struct verdict *new_verdict(void)
 {
     struct verdict *v = verdict_new();
     assert_non_null(v);
-    Twice__Journal__Listener ls[4];
-    Twice__Journal__Listener *lp[4];
-    const char *names[4][3] = {{"rabbit", "amqp", ""},
-                               {"redis", "resp", "celery"},
-                               {"kiq", "resp", "sidekiq"},
-                               {"other", "amqp", ""}};
-    for (size_t i = 0; i < 4; i++) {
+    Twice__Journal__Listener ls[6];
+    Twice__Journal__Listener *lp[6];
+    const char *names[6][3] = {{"rabbit", "amqp", ""},     {"redis", "resp", "celery"},
+                               {"kiq", "resp", "sidekiq"}, {"other", "amqp", ""},
+                               {"bull", "resp", "bullmq"}, {"lists", "resp", "list"}};
+    for (size_t i = 0; i < 6; i++) {
         twice__journal__listener__init(&ls[i]);
         ls[i].name = (char *)names[i][0];
         ls[i].protocol = (char *)names[i][1];
@@ -53,7 +52,7 @@ static struct verdict *new_verdict(void)
         lp[i] = &ls[i];
     }
     Twice__Journal__Header h = TWICE__JOURNAL__HEADER__INIT;
-    h.n_listeners = 4;
+    h.n_listeners = 6;
     h.listeners = lp;
     assert_int_equal(verdict_add_header(v, &h), 0);
     return v;
@@ -368,6 +367,57 @@ static void test_cut_before_settling_is_set_aside(void **state)
     assert_false(d[0].reached);
     assert_true(d[1].set_aside && d[1].reached);
     free(d);
+    verdict_result_free(&res);
+    verdict_free(v);
+}
+
+/* The same reasoning on the Redis frameworks: a BullMQ job whose worker died right after taking
+ * it (its lock lapsed, the stalled checker handed it out again, redelivered), and a list job a
+ * worker moved to its processing list and never finished before its connection went (the app's
+ * recovery pushed it back): neither first delivery was seen finished, so their redeliveries are
+ * set aside.  A list app without acks (no processing list) settles nothing: a copy counts. */
+static void test_set_aside_on_redis_frameworks(void **state)
+{
+    (void)state;
+    struct verdict *v = new_verdict();
+    const struct rec recs[] = {
+        {DELIVER, "41", "send", "bull", 1, 0, MS(0)},
+        {CLOSE, NULL, NULL, "bull", 1, 0, MS(50)},
+        {DELIVER, "41", "send", "bull", 2, 0, MS(3000)},
+        {ACK, "41", "send", "bull", 2, 0, MS(3100)},
+        {DELIVER, "u1", "App\\Jobs\\Mail", "lists", 3, 0, MS(0)},
+        {CLOSE, NULL, NULL, "lists", 3, 0, MS(20)},
+        {DELIVER, "u1", "App\\Jobs\\Mail", "lists", 4, 0, MS(900)},
+        {ACK, "u1", "App\\Jobs\\Mail", "lists", 4, 0, MS(950)},
+    };
+    feed(v, recs, sizeof(recs) / sizeof(recs[0]));
+    assert_int_equal(verdict_add_effect(v, "41"), 0);
+    assert_int_equal(verdict_add_effect(v, "u1"), 0);
+    struct verdict_result res;
+    assert_int_equal(verdict_compute(v, &res), 0);
+    const struct verdict_task *t = row(&res, "send");
+    assert_int_equal(t->verdict, VERDICT_UNTESTED);
+    assert_int_equal(t->set_aside, 1);
+    assert_string_equal(t->protocol, "resp");
+    assert_string_equal(t->profile, "bullmq");
+    t = row(&res, "App\\Jobs\\Mail");
+    assert_int_equal(t->verdict, VERDICT_UNTESTED); /* its listener settles: it acked */
+    assert_int_equal(t->set_aside, 1);
+    verdict_result_free(&res);
+    verdict_free(v);
+    /* On a list listener that never settles (BRPOP alone), the redelivery is a copy. */
+    v = new_verdict();
+    const struct rec plain[] = {
+        {DELIVER, "u2", "App\\Jobs\\Mail", "lists", 3, 0, MS(0)},
+        {DELIVER, "u2", "App\\Jobs\\Mail", "lists", 4, 0, MS(900)},
+    };
+    feed(v, plain, sizeof(plain) / sizeof(plain[0]));
+    assert_int_equal(verdict_add_effect(v, "u2"), 0);
+    assert_int_equal(verdict_compute(v, &res), 0);
+    t = row(&res, "App\\Jobs\\Mail");
+    assert_int_equal(t->verdict, VERDICT_IDEMPOTENT);
+    assert_int_equal(t->copies, 1);
+    assert_int_equal(t->overlap_unknown, 1);
     verdict_result_free(&res);
     verdict_free(v);
 }
@@ -744,6 +794,7 @@ int main(void)
         cmocka_unit_test(test_settled_by_nack_or_failure),
         cmocka_unit_test(test_same_millisecond_is_after),
         cmocka_unit_test(test_cut_before_settling_is_set_aside),
+        cmocka_unit_test(test_set_aside_on_redis_frameworks),
         cmocka_unit_test(test_refused_settlement_ends_the_delivery),
         cmocka_unit_test(test_running_reports_prove_overlap),
         cmocka_unit_test(test_work_that_stopped),
