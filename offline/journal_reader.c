@@ -142,7 +142,7 @@ struct record_field {
 };
 
 /* Fields of a Record (journal.proto). */
-#define RECORD_FIELDS 25
+#define RECORD_FIELDS 26
 
 /* r's fields that are not at their default, in field order, into f[]; returns how many.  Only
  * those are written to f[]: most of a record's fields are left at 0 or empty. */
@@ -186,6 +186,7 @@ static size_t record_fields(const Twice__Journal__Record *r, struct record_field
     RECORD_V(23, r->started_unix_us);
     RECORD_S(24, r->run);
     RECORD_V(25, r->kept_back ? 1u : 0u);
+    RECORD_V(26, r->auto_ack ? 1u : 0u);
 #undef RECORD_V
 #undef RECORD_S
     return n;

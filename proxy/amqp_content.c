@@ -494,7 +494,8 @@ static void content_decide(struct amqp_px *ax, struct achan *ch, int from, struc
             return;
         }
     }
-    apx_journal_event(ax, deliver ? JOURNAL_KIND_DELIVER : JOURNAL_KIND_PUBLISH, mi, c->tag, false);
+    apx_journal_event(ax, deliver ? JOURNAL_KIND_DELIVER : JOURNAL_KIND_PUBLISH, mi, c->tag,
+                      deliver && !c->ack_required ? APX_J_AUTO_ACK : 0);
     size_t hits[SESSION_MAX_RULE_HITS];
     size_t n = apx_decide_msg(ax, deliver ? RULE_EV_DELIVER : RULE_EV_PUBLISH, mi, &hdrs,
                               c->needs_body ? c->body : NULL, hits);

@@ -235,8 +235,14 @@ void apx_event_from_info(struct engine_event *ev, enum rule_event kind, const st
 size_t apx_decide_msg(struct amqp_px *ax, enum rule_event kind, const struct msg_info *mi,
                       const struct amqp_bytes *hdrs, struct evbuffer *body, size_t *hits);
 const struct rule *apx_hit_rule(struct amqp_px *ax, size_t idx);
+/* What apx_journal_event() marks a record with (journal.proto), bits. */
+enum {
+    APX_J_REQUEUE = 1,   /* a NACK with requeue: the consumer asks for a new attempt */
+    APX_J_KEPT_BACK = 2, /* a settlement twice kept from the broker */
+    APX_J_AUTO_ACK = 4,  /* a delivery to a no-ack consumer */
+};
 void apx_journal_event(struct amqp_px *ax, enum journal_kind kind, const struct msg_info *mi,
-                       uint64_t tag, bool requeue);
+                       uint64_t tag, unsigned flags);
 void apx_close_channel(struct achan *ch, uint16_t code, const char *text, uint16_t class_id,
                        uint16_t method_id);
 void apx_inject_error(struct amqp_px *ax, struct achan *ch, const struct rule *r, uint16_t class_id,

@@ -585,9 +585,9 @@ const struct rule *apx_hit_rule(struct amqp_px *ax, size_t idx)
     return ruleset_rule(ax->s->loop->rules, idx);
 }
 
-/* requeue: a NACK the consumer sent with requeue set, which asks for a new attempt. */
+/* flags: APX_J_* (a NACK's requeue, a settlement kept back, a no-ack delivery). */
 void apx_journal_event(struct amqp_px *ax, enum journal_kind kind, const struct msg_info *mi,
-                       uint64_t tag, bool requeue)
+                       uint64_t tag, unsigned flags)
 {
     struct journal *j = ax->s->px->journal;
     if (j == NULL)
@@ -609,7 +609,9 @@ void apx_journal_event(struct amqp_px *ax, enum journal_kind kind, const struct 
          * the same id and its `retries` header one up. */
         r.retry = kind == JOURNAL_KIND_PUBLISH && mi->retries > 0;
     }
-    r.retry |= kind == JOURNAL_KIND_NACK && requeue;
+    r.retry |= kind == JOURNAL_KIND_NACK && (flags & APX_J_REQUEUE) != 0;
+    r.kept_back = (flags & APX_J_KEPT_BACK) != 0;
+    r.auto_ack = (flags & APX_J_AUTO_ACK) != 0;
     journal_record(j, &r);
 }
 
@@ -867,7 +869,7 @@ static void on_confirm(struct amqp_px *ax, struct achan *ch, const struct amqp_m
     const struct rule *close_after = NULL;
     for (size_t i = 0; i < plan.n; i++) {
         struct msg_info *mi = plan.tags[i].info;
-        apx_journal_event(ax, JOURNAL_KIND_CONFIRM, mi, plan.tags[i].tag, false);
+        apx_journal_event(ax, JOURNAL_KIND_CONFIRM, mi, plan.tags[i].tag, 0);
         size_t hits[SESSION_MAX_RULE_HITS];
         size_t n = apx_decide_msg(ax, RULE_EV_CONFIRM, mi, NULL, NULL, hits);
         for (size_t k = 0; k < n; k++) {

@@ -304,13 +304,12 @@ int apx_apply_plan(struct achan *ch, int from, struct amqp_plan *plan,
 struct swallowed_ctx {
     struct amqp_px *ax;
     enum journal_kind kind;
-    bool requeue;
 };
 
 static void journal_swallowed(void *arg, uint64_t tag, void *info)
 {
     struct swallowed_ctx *sw = arg;
-    apx_journal_event(sw->ax, sw->kind, info, tag, sw->requeue);
+    apx_journal_event(sw->ax, sw->kind, info, tag, APX_J_KEPT_BACK);
 }
 
 void apx_on_settle(struct amqp_px *ax, struct achan *ch, const struct amqp_method *m, size_t len)
@@ -334,11 +333,10 @@ void apx_on_settle(struct amqp_px *ax, struct achan *ch, const struct amqp_metho
         return;
     }
     /* The client's settlement of deliveries twice had settled upstream (a duplicate, an
-     * expire): swallowed, but journaled, for the worker had finished with them then.  A requeue
-     * it asks for is not journaled as one: the broker never gets it (twice requeued the
-     * message already), so no new attempt follows from it. */
-    struct swallowed_ctx sw = {ax, kind == AMQP_SETTLE_ACK ? JOURNAL_KIND_ACK : JOURNAL_KIND_NACK,
-                               false};
+     * expire): swallowed, but journaled, for the worker had finished with them then, as kept
+     * back: the broker never gets it (twice requeued the message already), so it fails nothing
+     * and asks for no new attempt. */
+    struct swallowed_ctx sw = {ax, kind == AMQP_SETTLE_ACK ? JOURNAL_KIND_ACK : JOURNAL_KIND_NACK};
     amqp_ledger_settle_swallowed(ch->ledger, &plan, journal_swallowed, &sw);
     const struct rule *close_after = NULL;
     const struct rule *error = NULL;
@@ -346,7 +344,7 @@ void apx_on_settle(struct amqp_px *ax, struct achan *ch, const struct amqp_metho
         struct amqp_plan_tag *t = &plan.tags[i];
         struct msg_info *mi = t->info;
         apx_journal_event(ax, kind == AMQP_SETTLE_ACK ? JOURNAL_KIND_ACK : JOURNAL_KIND_NACK, mi,
-                          t->tag, kind != AMQP_SETTLE_ACK && m->ack.requeue);
+                          t->tag, kind != AMQP_SETTLE_ACK && m->ack.requeue ? APX_J_REQUEUE : 0);
         if (mi != NULL && mi->hold_ack) {
             /* A late duplicate is due: the settlement waits for it, and no rule sees it (one
              * that fired would be journaled as a fault it never made). */

@@ -192,6 +192,7 @@ static void record_numbers(Twice__Journal__Record *pr, const struct journal_reco
     pr->refused = r->refused;
     pr->started_unix_us = r->started_unix_us;
     pr->kept_back = r->kept_back;
+    pr->auto_ack = r->auto_ack;
 }
 
 /* Makes room for need more bytes in b, doubling up to JOURNAL_BUFFER_CAP. */

@@ -89,6 +89,7 @@ struct journal_record {
     uint64_t started_unix_us; /* RUNNING: the run started no later than this; 0: not said */
     const char *run;          /* RUNNING: which run of the message (journal.proto) */
     bool kept_back;           /* ACK, NACK: a rule kept it from the broker (journal.proto) */
+    bool auto_ack;            /* DELIVER: taken without an ack (journal.proto) */
 };
 
 struct journal;

@@ -129,6 +129,7 @@ static struct journal_record full_record(uint64_t i, char *buf, size_t len)
         .detail = "delay 45000ms",
         .refused = i % 3 == 1,
         .kept_back = i % 5 == 2,
+        .auto_ack = i % 7 == 3,
         .started_unix_us = i % 2 == 0 ? 1764406700000000ull + i : 0,
         .run = i % 2 == 0 ? "host:1:abc tid-7" : NULL,
     };
@@ -158,6 +159,7 @@ static void assert_record_equal(const Twice__Journal__Record *p, const struct jo
     assert_string_equal(p->detail, r->detail);
     assert_int_equal(p->refused, r->refused);
     assert_int_equal(p->kept_back, r->kept_back);
+    assert_int_equal(p->auto_ack, r->auto_ack);
     assert_int_equal(p->started_unix_us, r->started_unix_us);
     assert_string_equal(p->run, r->run != NULL ? r->run : "");
 }
@@ -435,7 +437,7 @@ static void test_record_encoding_matches_protobuf_c(void **state)
         x = (Twice__Journal__Record)TWICE__JOURNAL__RECORD__INIT;
         x.session = x.delivery_tag = x.bytes_up = x.bytes_down = v;
         x.action = x.event = x.close_reason = x.retries = (uint32_t)v;
-        x.redelivered = x.retry = x.refused = x.kept_back = v != 0;
+        x.redelivered = x.retry = x.refused = x.kept_back = x.auto_ack = v != 0;
         assert_record_encodes_as_protobuf_c(&x);
     }
     for (size_t i = 0; i < sizeof(strs) / sizeof(strs[0]); i++) {
@@ -460,6 +462,7 @@ static void test_record_encoding_matches_protobuf_c(void **state)
         x.retry = rand() % 2;
         x.refused = rand() % 2;
         x.kept_back = rand() % 2;
+        x.auto_ack = rand() % 2;
         for (size_t i = 0; i < 6; i++)
             *u64[i] = rand() % 3 == 0 ? 0 : nums[(size_t)rand() % 10] >> (rand() % 64);
         for (size_t i = 0; i < 4; i++)
