@@ -550,6 +550,8 @@ static void print_timeline_record_text(FILE *out, const Twice__Journal__Record *
         fputs(" refused", out);
     if (r->kept_back)
         fputs(" kept_back", out);
+    if (r->auto_ack)
+        fputs(" auto_ack", out);
     print_field_text(out, "rule", r->rule);
     if (r->kind == TWICE__JOURNAL__RECORD__KIND__FAULT) {
         print_field_text(out, "action", r->action_name);
@@ -648,11 +650,13 @@ static int print_one_message_text(void *ctx, const char *id, const char *task)
         text_write_safe(w->out, task != NULL ? task : "-");
         fprintf(w->out, " #%zu %s session=%llu tag=%llu %s", i + 1, when,
                 (unsigned long long)d[i].session, (unsigned long long)d[i].tag,
-                d[i].settled ? (d[i].nack ? "nack" : "ack") : "unsettled");
+                d[i].settled    ? (d[i].nack ? "nack" : "ack")
+                : d[i].auto_ack ? "auto-ack"
+                                : "unsettled");
         if (d[i].refused)
             fputs("(refused)", w->out);
         if (d[i].settled)
-            fprintf(w->out, "=+%.3fs", (double)(int64_t)(d[i].settled_us - d[i].time_us) / 1e6);
+            fprintf(w->out, "=%+.3fs", (double)(int64_t)(d[i].settled_us - d[i].time_us) / 1e6);
         fprintf(w->out, " counted=%s", delivery_counted(&d[i]));
         if (d[i].overlap != VERDICT_COPY_NONE)
             fprintf(w->out, " overlap=%s", verdict_overlap_name(d[i].overlap));
@@ -675,7 +679,10 @@ static int print_text(FILE *out, const struct report *rep)
     if (rep->message != NULL) {
         /* --message asks for one message's story: the journal's header
          * (which run), then its timeline, not the whole report before it. */
-        return print_timeline_text(out, rep);
+        int rc = print_timeline_text(out, rep);
+        if (rc >= 0 && rep->all_messages && print_messages_text(out, rep) != 0)
+            return -1;
+        return rc;
     }
     if (print_faults_text(out, rep) != 0)
         return -1;
@@ -849,10 +856,10 @@ static void print_timeline_record_json(FILE *out, const Twice__Journal__Record *
     json_field(out, ", ", "task", r->task);
     fprintf(out,
             ", \"delivery_tag\": %llu, \"redelivered\": %s, \"retries\": %u, \"retry\": %s, "
-            "\"refused\": %s, \"kept_back\": %s",
+            "\"refused\": %s, \"kept_back\": %s, \"auto_ack\": %s",
             (unsigned long long)r->delivery_tag, r->redelivered ? "true" : "false",
             (unsigned)r->retries, r->retry ? "true" : "false", r->refused ? "true" : "false",
-            r->kept_back ? "true" : "false");
+            r->kept_back ? "true" : "false", r->auto_ack ? "true" : "false");
     json_field(out, ", ", "rule", r->rule);
     json_field(out, ", ", "action", r->action_name);
     json_field(out, ", ", "event",

@@ -38,15 +38,16 @@ enum vd_kind { VD_DELIVER = 1, VD_SETTLE = 2, VD_RUNNING = 3 };
 #define VD_WITHHELD 1u /* DELIVER: a fault kept it from the worker */
 #define VD_NACK 2u     /* SETTLE: a NACK record */
 #define VD_REFUSED 4u  /* SETTLE: the framework refused it (journal.proto) */
+#define VD_AUTO_ACK 8u /* DELIVER: taken without an ack (journal.proto) */
 
 /* One delivery, settlement or running report of a message, in journal order. */
 struct vd_ev {
     uint64_t t;
-    uint64_t aux;     /* DELIVER: listener index; RUNNING: started_unix_us */
+    uint64_t aux;     /* DELIVER: listener index | attempt << 8 (the attempt it belongs to,
+                         1-based); RUNNING: started_unix_us */
     uint32_t session; /* the connection's id (its low 32 bits) */
     uint32_t key;     /* DELIVER, SETTLE: the delivery tag's low 32 bits; RUNNING: run hash */
     uint32_t next;    /* the message's next event, or VD_NONE */
-    uint16_t attempt; /* DELIVER: the attempt it belongs to (1-based, saturating) */
     uint8_t kind;     /* enum vd_kind */
     uint8_t flags;
 };
@@ -60,7 +61,7 @@ struct verdict_msg {
     uint32_t first_ev, last_ev; /* its events in verdict.evs */
     uint32_t last_dl;           /* its last DELIVER event, VD_NONE */
     uint64_t progress_us;       /* its last delivery or settlement */
-    uint64_t publish_us;        /* its last publish */
+    uint64_t publish_us;        /* its first publish: since when it waits, if never delivered */
     bool in_journal;
     bool has_first;     /* an attempt has started */
     bool retry_pending; /* the app asked for a new attempt: its next delivery starts it */
@@ -78,6 +79,7 @@ struct verdict_msg {
  * spans. */
 struct vd_span {
     uint32_t session;
+    uint32_t ev; /* its DELIVER event (verdict.evs): tells it from another of the same time */
     uint64_t t, end, maxend;
 };
 
@@ -363,11 +365,11 @@ static int add_deliver(struct verdict *v, struct verdict_msg *m, const Twice__Jo
     attempt_note(m, r->retries);
     struct vd_ev e = {
         .t = r->time_unix_us,
-        .aux = li,
+        .aux = li | (uint64_t)m->attempts << 8,
         .session = (uint32_t)r->session,
         .key = (uint32_t)r->delivery_tag,
-        .attempt = (uint16_t)(m->attempts < UINT16_MAX ? m->attempts : UINT16_MAX),
         .kind = VD_DELIVER,
+        .flags = r->auto_ack ? VD_AUTO_ACK : 0,
     };
     m->last_dl = ev_push(v, m, &e);
     if (m->last_dl == VD_NONE)
@@ -512,7 +514,7 @@ int verdict_add_record(struct verdict *v, const Twice__Journal__Record *r)
         }
         m->published = true;
         m->waiting = true;
-        if (r->time_unix_us > m->publish_us)
+        if (m->publish_us == 0 || r->time_unix_us < m->publish_us)
             m->publish_us = r->time_unix_us;
         return 0;
     case TWICE__JOURNAL__RECORD__KIND__FAULT:
@@ -580,13 +582,19 @@ struct vd_scratch {
     size_t cap;
     struct vd_run *runs;
     size_t n_runs, cap_runs;
+    uint32_t report_session; /* the last RUNNING report's connection and time, and its run */
+    uint64_t report_t;
+    size_t report_run;
+    uint64_t last_settle_us; /* the message's last settlement */
 };
 
 /* A run of the message as its RUNNING reports show it: running from `from` (it started no
- * later) to `to` (its last report). */
+ * later) to `to` (its last report); `beside`: one report listed it with another run of the
+ * message (one heartbeat of one process, so one clock: both ran then). */
 struct vd_run {
     uint32_t key;
     uint64_t from, to;
+    bool beside;
 };
 
 static void scratch_free(struct vd_scratch *s)
@@ -618,13 +626,14 @@ static int scratch_room(struct vd_scratch *s, size_t n)
 /* Which unsettled, live delivery among d[0..n) a settlement e settles: the one of its
  * connection and delivery tag, else the oldest of its connection, else the oldest whose
  * connection was still open when e came, else the oldest.  -1: none (its delivery came before
- * the journal did).  *guess: chosen among two or more without a connection naming it. */
-static long settle_match(const struct verdict *v, const struct verdict_delivery *d, size_t n,
-                         const struct vd_ev *e, bool *guess)
+ * the journal did).  *guess: chosen among two or more without a connection naming it.  The
+ * deliveries before d[lo] are all settled or withheld. */
+static long settle_match(const struct verdict *v, const struct verdict_delivery *d, size_t lo,
+                         size_t n, const struct vd_ev *e, bool *guess)
 {
     long same_conn = -1, open = -1, any = -1;
     size_t candidates = 0;
-    for (size_t i = 0; i < n; i++) {
+    for (size_t i = lo; i < n; i++) {
         if (d[i].settled || d[i].withheld)
             continue;
         candidates++;
@@ -647,7 +656,8 @@ static long settle_match(const struct verdict *v, const struct verdict_delivery 
 }
 
 /* Adds a RUNNING report to the message's runs. */
-static int run_note(struct vd_scratch *s, const struct vd_ev *e)
+/* The index of e's run among s->runs, added when new.  SIZE_MAX when out of memory. */
+static size_t run_of(struct vd_scratch *s, const struct vd_ev *e)
 {
     for (size_t i = 0; i < s->n_runs; i++) {
         if (s->runs[i].key == e->key) {
@@ -655,21 +665,39 @@ static int run_note(struct vd_scratch *s, const struct vd_ev *e)
                 s->runs[i].from = e->t;
             if (e->t > s->runs[i].to)
                 s->runs[i].to = e->t;
-            return 0;
+            return i;
         }
     }
     if (s->n_runs == s->cap_runs) {
         size_t cap = s->cap_runs != 0 ? s->cap_runs * 2 : 4;
         struct vd_run *r = realloc(s->runs, cap * sizeof(*r));
         if (r == NULL)
-            return -1;
+            return SIZE_MAX;
         s->runs = r;
         s->cap_runs = cap;
     }
     /* It ran from its start at the latest: the start the worker reports, or its first
      * report, whichever is earlier. */
     uint64_t from = e->aux != 0 && e->aux < e->t ? e->aux : e->t;
-    s->runs[s->n_runs++] = (struct vd_run){e->key, from, e->t};
+    s->runs[s->n_runs] = (struct vd_run){e->key, from, e->t, false};
+    return s->n_runs++;
+}
+
+/* Adds a RUNNING report to the message's runs; two runs in one report (the same connection
+ * and time: one heartbeat) ran at once. */
+static int run_note(struct vd_scratch *s, const struct vd_ev *e)
+{
+    size_t i = run_of(s, e);
+    if (i == SIZE_MAX)
+        return -1;
+    if (s->n_runs > 1 && s->report_t == e->t && s->report_session == e->session &&
+        s->report_run != i) {
+        s->runs[i].beside = true;
+        s->runs[s->report_run].beside = true;
+    }
+    s->report_t = e->t;
+    s->report_session = e->session;
+    s->report_run = i;
     return 0;
 }
 
@@ -678,7 +706,10 @@ static int replay_events(const struct verdict *v, const struct verdict_msg *m, s
                          size_t *n)
 {
     *n = 0;
+    size_t open_from = 0; /* every delivery before it is settled or withheld */
     s->n_runs = 0;
+    s->report_t = 0;
+    s->last_settle_us = 0;
     for (uint32_t i = m->first_ev; i != VD_NONE; i = v->evs[i].next) {
         const struct vd_ev *e = &v->evs[i];
         if (e->kind == VD_RUNNING) {
@@ -691,13 +722,19 @@ static int replay_events(const struct verdict *v, const struct verdict_msg *m, s
                 .time_us = e->t,
                 .session = e->session,
                 .tag = e->key,
-                .attempt = e->attempt,
+                .attempt = (uint32_t)(e->aux >> 8),
+                .ev = i,
                 .withheld = (e->flags & VD_WITHHELD) != 0,
+                .auto_ack = (e->flags & VD_AUTO_ACK) != 0,
             };
-            s->listener[(*n)++] = (uint8_t)e->aux;
+            s->listener[(*n)++] = (uint8_t)(e->aux & 0xff);
         } else if (e->kind == VD_SETTLE) {
+            if (e->t > s->last_settle_us)
+                s->last_settle_us = e->t;
             bool guess = false;
-            long k = settle_match(v, s->d, *n, e, &guess);
+            while (open_from < *n && (s->d[open_from].settled || s->d[open_from].withheld))
+                open_from++; /* a message delivered again and again stays linear */
+            long k = settle_match(v, s->d, open_from, *n, e, &guess);
             if (k >= 0) {
                 s->d[k].settled = true;
                 s->d[k].settled_guess = guess;
@@ -723,10 +760,11 @@ static bool listener_settles(const struct verdict *v, uint8_t li)
     return v->listeners[li].settles_by_header || v->listeners[li].settle_seen;
 }
 
-/* Whether connection `session` had a delivery out at time `at` that came before `before`:
- * its worker was busy with it, so one delivered at `before` may wait in its buffer.  Spans
- * built (vd_index_build()). */
-static bool conn_busy(const struct verdict *v, uint32_t session, uint64_t before, uint64_t at)
+/* Whether connection `session` had a delivery out at time `at` that came before delivery `self`
+ * of time `before`: its worker was busy with it, so `self` may wait in its buffer.  Spans built
+ * (vd_prepare()). */
+static bool conn_busy(const struct verdict *v, uint32_t session, uint64_t before, uint32_t self,
+                      uint64_t at)
 {
     size_t lo = 0, hi = v->n_spans;
     while (lo < hi) { /* the first span past (session, before - 1) */
@@ -737,9 +775,16 @@ static bool conn_busy(const struct verdict *v, uint32_t session, uint64_t before
         else
             hi = mid;
     }
-    if (lo == 0 || v->spans[lo - 1].session != session)
-        return false;
-    return v->spans[lo - 1].maxend > at + VERDICT_OVERLAP_MARGIN_US;
+    if (lo > 0 && v->spans[lo - 1].session == session &&
+        v->spans[lo - 1].maxend > at + VERDICT_OVERLAP_MARGIN_US)
+        return true;
+    /* In the same microsecond, the journal's order is the connection's: its records are
+     * written by the one thread that serves it, as it reads. */
+    for (size_t i = lo; i < v->n_spans && v->spans[i].session == session && v->spans[i].t == before;
+         i++)
+        if (v->spans[i].ev < self && v->spans[i].end > at + VERDICT_OVERLAP_MARGIN_US)
+            return true;
+    return false;
 }
 
 /* How copy c stood to the earlier delivery e of its attempt, and for an overlap, for how long
@@ -759,37 +804,20 @@ static enum verdict_overlap copy_stand(const struct verdict *v, const struct ver
     if (e->closed_us != 0 && e->closed_us <= c->time_us)
         return VERDICT_COPY_UNKNOWN; /* e's worker lost that connection first: the copy may
                                         have gone to it, reconnected, and waited behind e */
-    if (conn_busy(v, (uint32_t)e->session, e->time_us, c->time_us) ||
-        conn_busy(v, (uint32_t)c->session, c->time_us, c->time_us))
+    if (conn_busy(v, (uint32_t)e->session, e->time_us, e->ev, c->time_us) ||
+        conn_busy(v, (uint32_t)c->session, c->time_us, c->ev, c->time_us))
         return VERDICT_COPY_UNKNOWN; /* one of them may still have waited in a buffer */
     *overlap_us = e->settled_us - c->time_us;
     return VERDICT_COPY_OVERLAP;
 }
 
-/* Marks d[i], a live delivery, as the attempt's first, a copy, or set aside. */
-static void classify_one(const struct verdict *v, struct vd_scratch *s, size_t i)
+/* How copy d[i] stood to the earlier reached deliveries of its attempt, linked from `from`
+ * through next[] (indices, SIZE_MAX ends). */
+static void copy_classify(const struct verdict *v, struct verdict_delivery *d, size_t i,
+                          size_t from, const size_t *next)
 {
-    struct verdict_delivery *d = s->d;
-    d[i].reached = d[i].settled || !listener_settles(v, s->listener[i]);
-    long first_live = -1, first_reached = -1;
-    for (size_t j = 0; j < i; j++) {
-        if (d[j].withheld || d[j].attempt != d[i].attempt)
-            continue;
-        if (first_live < 0)
-            first_live = (long)j;
-        if (first_reached < 0 && d[j].reached)
-            first_reached = (long)j;
-    }
-    if (first_live < 0)
-        return; /* the attempt's first */
-    if (!d[i].reached || first_reached < 0) {
-        d[i].set_aside = true; /* no worker was seen to finish it, or the one before it */
-        return;
-    }
     enum verdict_overlap st = VERDICT_COPY_AFTER;
-    for (size_t j = (size_t)first_reached; j < i; j++) {
-        if (d[j].withheld || !d[j].reached || d[j].attempt != d[i].attempt)
-            continue;
+    for (size_t j = from; j != SIZE_MAX; j = next[j]) {
         uint64_t us = 0;
         enum verdict_overlap o = copy_stand(v, &d[j], &d[i], &us);
         if (o == VERDICT_COPY_OVERLAP && (st != VERDICT_COPY_OVERLAP || us > d[i].overlap_us))
@@ -798,8 +826,58 @@ static void classify_one(const struct verdict *v, struct vd_scratch *s, size_t i
             st = o;
     }
     d[i].overlap = st;
-    uint64_t t0 = d[first_reached].time_us;
+    uint64_t t0 = d[from].time_us;
     d[i].copy_delay_us = d[i].time_us > t0 ? d[i].time_us - t0 : 0;
+}
+
+/* Per attempt of a message, while its deliveries are classified: whether one was live yet,
+ * and its reached deliveries as a list (first, last) through vd_classify.next. */
+struct vd_attempt {
+    bool live;
+    size_t first, last; /* SIZE_MAX: none reached yet */
+};
+
+/* Marks each live delivery of s->d[0..n) as its attempt's first, a copy, or set aside, in one
+ * pass: attempts are the message's own (1 to n).  -1 when out of memory. */
+static int classify_all(const struct verdict *v, struct vd_scratch *s, size_t n)
+{
+    uint32_t top = 0;
+    for (size_t i = 0; i < n; i++)
+        if (s->d[i].attempt > top)
+            top = s->d[i].attempt;
+    struct vd_attempt *at = malloc(((size_t)top + 1) * sizeof(*at));
+    size_t *next = malloc((n != 0 ? n : 1) * sizeof(*next));
+    if (at == NULL || next == NULL) {
+        free(at);
+        free(next);
+        return -1;
+    }
+    for (uint32_t a = 0; a <= top; a++)
+        at[a] = (struct vd_attempt){false, SIZE_MAX, SIZE_MAX};
+    struct verdict_delivery *d = s->d;
+    for (size_t i = 0; i < n; i++) {
+        if (d[i].withheld)
+            continue;
+        struct vd_attempt *a = &at[d[i].attempt];
+        d[i].reached = d[i].settled || d[i].auto_ack || !listener_settles(v, s->listener[i]);
+        bool first = !a->live;
+        a->live = true;
+        next[i] = SIZE_MAX;
+        if (!first && (!d[i].reached || a->first == SIZE_MAX))
+            d[i].set_aside = true; /* no worker was seen to finish it, or the one before it */
+        else if (!first)
+            copy_classify(v, d, i, a->first, next);
+        if (!d[i].reached)
+            continue;
+        if (a->first == SIZE_MAX)
+            a->first = i;
+        else
+            next[a->last] = i;
+        a->last = i;
+    }
+    free(at);
+    free(next);
+    return 0;
 }
 
 /* A run the reports show going on after copy c came, that had started before it: c reached a
@@ -810,35 +888,24 @@ static uint64_t run_beside(const struct vd_scratch *s, const struct verdict_deli
     uint64_t best = 0;
     for (size_t r = 0; r < s->n_runs; r++) {
         const struct vd_run *R = &s->runs[r];
-        if (R->from + VERDICT_OVERLAP_MARGIN_US < c->time_us &&
+        /* A start the worker reports is by its clock, the copy's delivery by twice's: the
+         * run must have started more than VERDICT_RUN_CLOCK_US before the copy came to be
+         * surely another's. */
+        if (R->from + VERDICT_RUN_CLOCK_US < c->time_us &&
             R->to > c->time_us + VERDICT_OVERLAP_MARGIN_US && R->to - c->time_us > best)
             best = R->to - c->time_us;
     }
     return best;
 }
 
-/* Runs the reports show beside an earlier-started one, both surely running at once: how many,
- * and the longest time seen together. */
-static size_t runs_together(const struct vd_scratch *s, uint64_t *longest)
+/* Copies the reports show beside another run of the message in one heartbeat: one less than
+ * the runs so seen (a lower bound when several groups were). */
+static size_t runs_together(const struct vd_scratch *s)
 {
     size_t k = 0;
-    *longest = 0;
-    for (size_t b = 0; b < s->n_runs; b++) {
-        const struct vd_run *B = &s->runs[b];
-        bool beside = false;
-        for (size_t a = 0; a < s->n_runs; a++) {
-            const struct vd_run *A = &s->runs[a];
-            bool earlier = A->from < B->from || (A->from == B->from && a < b);
-            /* Both surely running at B->from: A started by A->from and was seen at A->to. */
-            if (a != b && earlier && A->to >= B->from) {
-                beside = true;
-                if (A->to - B->from > *longest)
-                    *longest = A->to - B->from;
-            }
-        }
-        k += beside;
-    }
-    return k;
+    for (size_t r = 0; r < s->n_runs; r++)
+        k += s->runs[r].beside;
+    return k > 1 ? k - 1 : 0;
 }
 
 /* Where the settlements leave a copy's standing unknown (Sidekiq settles nothing on the wire),
@@ -846,16 +913,15 @@ static size_t runs_together(const struct vd_scratch *s, uint64_t *longest)
  * or two runs seen at once (each such run one copy). */
 static void runs_upgrade(struct vd_scratch *s, size_t n)
 {
-    uint64_t together_us = 0;
-    size_t together = runs_together(s, &together_us);
+    size_t together = runs_together(s);
     for (size_t i = 0; i < n; i++) {
         struct verdict_delivery *d = &s->d[i];
         if (d->overlap != VERDICT_COPY_UNKNOWN)
             continue;
         uint64_t us = run_beside(s, d);
         if (us == 0 && together > 0) {
-            us = together_us;
             together--;
+            us = 1; /* seen at once in one report: how long, not known */
         }
         if (us > 0) {
             d->overlap = VERDICT_COPY_OVERLAP;
@@ -868,12 +934,8 @@ static void runs_upgrade(struct vd_scratch *s, size_t n)
 static int replay_message(const struct verdict *v, const struct verdict_msg *m,
                           struct vd_scratch *s, size_t *n)
 {
-    if (replay_events(v, m, s, n) != 0)
+    if (replay_events(v, m, s, n) != 0 || classify_all(v, s, *n) != 0)
         return -1;
-    for (size_t i = 0; i < *n; i++) {
-        if (!s->d[i].withheld)
-            classify_one(v, s, i);
-    }
     runs_upgrade(s, *n);
     return 0;
 }
@@ -886,8 +948,11 @@ static int span_cmp(const void *a, const void *b)
     return x->t < y->t ? -1 : x->t > y->t;
 }
 
-/* Appends the spans of the live deliveries d[0..n) to v->spans.  -1 when out of memory. */
-static int spans_add(struct verdict *v, const struct verdict_delivery *d, size_t n, size_t *cap)
+/* Appends the spans of the live deliveries d[0..n) to v->spans, a span ending at its
+ * delivery's latest possible end: for a guessed settlement, the message's last (last_settle).
+ * -1 when out of memory. */
+static int spans_add(struct verdict *v, const struct verdict_delivery *d, size_t n, size_t *cap,
+                     uint64_t last_settle)
 {
     for (size_t i = 0; i < n; i++) {
         if (d[i].withheld)
@@ -900,10 +965,11 @@ static int spans_add(struct verdict *v, const struct verdict_delivery *d, size_t
             v->spans = p;
             *cap = c;
         }
-        uint64_t end = d[i].settled          ? d[i].settled_us
-                       : d[i].closed_us != 0 ? d[i].closed_us
-                                             : UINT64_MAX;
-        v->spans[v->n_spans++] = (struct vd_span){(uint32_t)d[i].session, d[i].time_us, end, 0};
+        uint64_t end = !d[i].settled        ? (d[i].closed_us != 0 ? d[i].closed_us : UINT64_MAX)
+                       : d[i].settled_guess ? last_settle
+                                            : d[i].settled_us;
+        v->spans[v->n_spans++] =
+            (struct vd_span){(uint32_t)d[i].session, d[i].ev, d[i].time_us, end, 0};
     }
     return 0;
 }
@@ -925,7 +991,8 @@ static int vd_prepare(const struct verdict *v)
     while (rc == 0 && strmap_next(&v->msgs, &pos, &slot)) {
         const struct verdict_msg *m = slot->value;
         if (m != NULL && m->first_ev != VD_NONE)
-            rc = replay_events(v, m, &s, &n) == 0 ? spans_add(mv, s.d, n, &cap) : -1;
+            rc = replay_events(v, m, &s, &n) == 0 ? spans_add(mv, s.d, n, &cap, s.last_settle_us)
+                                                  : -1;
     }
     scratch_free(&s);
     if (rc != 0)
@@ -1045,8 +1112,8 @@ static int sum_message(const struct verdict *v, struct vd_scratch *s, size_t n,
     }
     if (n > 0) {
         const struct verdict_delivery *last = &s->d[n - 1];
-        sum->unfinished_last =
-            !last->withheld && !last->settled && listener_settles(v, s->listener[n - 1]);
+        sum->unfinished_last = !last->withheld && !last->settled && !last->auto_ack &&
+                               listener_settles(v, s->listener[n - 1]);
     }
     return 0;
 }
@@ -1182,13 +1249,11 @@ static void finish_rows(struct verdict_result *res, size_t rows, const struct ve
 /* What the effects list says of itself against the journal. */
 static void effects_check(const struct verdict *v, struct verdict_result *res)
 {
-    uint64_t delivered = 0;
-    for (size_t i = 0; i < res->n_tasks; i++)
-        delivered += res->tasks[i].messages;
     uint64_t matched = res->effect_lines - res->unknown_effect_lines;
     res->effect_lines_with_comma = v->comma_lines;
     if (res->effect_lines == 0)
-        res->effects_check = delivered > 0 ? VERDICT_EFFECTS_EMPTY : VERDICT_EFFECTS_OK;
+        res->effects_check =
+            res->delivered_messages > 0 ? VERDICT_EFFECTS_EMPTY : VERDICT_EFFECTS_OK;
     else if (matched == 0)
         res->effects_check = VERDICT_EFFECTS_NO_MATCH;
     else if (res->unknown_effect_lines * 2 > res->effect_lines)
@@ -1231,6 +1296,7 @@ static int fold_messages(const struct verdict *v, struct verdict_result *out,
             continue;
         }
         size_t r = m->task == VERDICT_NO_TASK ? v->n_tasks : m->task;
+        out->delivered_messages += m->delivers > 0;
         rc = tally(v, &s, &out->tasks[r], &acc[r], slot->key, m);
     }
     scratch_free(&s);

@@ -48,6 +48,10 @@
 /* A copy delivered less than this before the settlement of an earlier delivery (the same
  * millisecond) came after it: that worker had done its work and was sending its ack. */
 #define VERDICT_OVERLAP_MARGIN_US 1000ull
+/* A run a worker reports (Sidekiq's heartbeat) counts as another's than a copy only when it
+ * started more than this before the copy came: its start is by the worker's clock, to the
+ * second, the copy's delivery by twice's. */
+#define VERDICT_RUN_CLOCK_US (1000ull * 1000)
 /* Copies within this of the first delivery test a short window only: said as missing
  * evidence ("window"). */
 #define VERDICT_SHORT_WINDOW_US (60ull * 1000 * 1000)
@@ -172,7 +176,8 @@ struct verdict_task {
 /* What the effects list says of itself against the journal. */
 enum verdict_effects_check {
     VERDICT_EFFECTS_OK = 0,
-    VERDICT_EFFECTS_EMPTY = 1,     /* no effect line, while messages were delivered */
+    VERDICT_EFFECTS_EMPTY = 1,     /* no effect line, while messages were delivered (a journal
+                                      of publishes only, a stalled run, is no mismatch) */
     VERDICT_EFFECTS_NO_MATCH = 2,  /* no line names a message of the journal */
     VERDICT_EFFECTS_MOSTLY_OFF = 3 /* more than half of the lines name none */
 };
@@ -186,9 +191,10 @@ struct verdict_result {
     uint64_t effect_lines_with_comma; /* lines holding a ',' or a ';' (a CSV export?) */
     struct verdict_examples unknown_examples;
     enum verdict_effects_check effects_check;
-    uint64_t end_us;           /* the journal's last record */
-    enum verdict_kind overall; /* NOT IDEMPOTENT > IDEMPOTENT > UNTESTED over the rows */
-    bool any_required_short;   /* a row fell short of the requirements */
+    uint64_t end_us;             /* the journal's last record */
+    uint64_t delivered_messages; /* ids delivered at least once */
+    enum verdict_kind overall;   /* NOT IDEMPOTENT > IDEMPOTENT > UNTESTED over the rows */
+    bool any_required_short;     /* a row fell short of the requirements */
     bool any_stalled;
 };
 
@@ -198,7 +204,9 @@ struct verdict_delivery {
     uint64_t session;
     uint64_t tag;     /* low 32 bits of the AMQP delivery tag */
     uint32_t attempt; /* 1: the first attempt; one more per retry the app asked for */
+    uint32_t ev;      /* its place among the accumulator's records: tells two deliveries apart */
     bool withheld;    /* a fault kept it from the worker */
+    bool auto_ack;    /* taken without an ack (AMQP no-ack): reached, never settled */
     bool settled;
     bool refused;        /* its settlement was refused by the framework (journal.proto) */
     bool settled_guess;  /* the settlement could be another delivery's (no tag or connection

@@ -441,16 +441,13 @@ static const char *plural(uint64_t n, const char *one, const char *many)
 static void print_effects_check(FILE *out, const struct verdict_result *res,
                                 const struct verdict_inputs *in)
 {
-    uint64_t delivered = 0;
-    for (size_t i = 0; i < res->n_tasks; i++)
-        delivered += res->tasks[i].messages;
     switch (res->effects_check) {
     case VERDICT_EFFECTS_EMPTY:
         fprintf(out,
-                "error: the effects list is empty while the journal has %llu messages: no side "
-                "effect recorded tests nothing (did the export run, and write one message id "
-                "per side effect?)\n",
-                (unsigned long long)delivered);
+                "error: the effects list is empty while the journal has %llu messages delivered: "
+                "no side effect recorded tests nothing (did the export run, and write one "
+                "message id per side effect?)\n",
+                (unsigned long long)res->delivered_messages);
         return;
     case VERDICT_EFFECTS_NO_MATCH:
         fprintf(out,
@@ -774,10 +771,17 @@ static int option_value(int argc, char **argv, int *i, const char *name, const c
 /* "250ms", "45s", "2m", "1h" (or "1.5s") into microseconds.  false when malformed. */
 static bool parse_duration(const char *s, uint64_t *us)
 {
+    /* digits with at most one dot, then a unit: strtod alone would take "nan", "inf",
+     * "0x1p3" and "-1" */
+    size_t digits = strspn(s, "0123456789.");
+    const char *dot = memchr(s, '.', digits);
+    if (digits == 0 || (dot != NULL && memchr(dot + 1, '.', digits - (size_t)(dot + 1 - s))) ||
+        !isdigit((unsigned char)s[0]))
+        return false;
     char *end = NULL;
     errno = 0;
     double x = strtod(s, &end);
-    if (end == s || errno != 0 || x < 0 || x > 1e7)
+    if (end != s + digits || errno != 0 || x > 1e7)
         return false;
     double scale = strcmp(end, "ms") == 0  ? 1e3
                    : strcmp(end, "s") == 0 ? 1e6
@@ -815,10 +819,13 @@ static bool parse_require_item(const char *item, size_t len, struct verdict_requ
         *eq++ = '\0';
     bool ok = false;
     if (strcmp(buf, "copies") == 0) {
-        rq->copies = 1;
+        /* a bare "copies" after "copies=3" keeps the 3 */
+        if (rq->copies == 0)
+            rq->copies = 1;
         ok = eq == NULL || parse_count(eq, &rq->copies);
     } else if (strcmp(buf, "overlap") == 0) {
-        rq->overlaps = 1;
+        if (rq->overlaps == 0)
+            rq->overlaps = 1;
         ok = eq == NULL || parse_count(eq, &rq->overlaps);
     } else if (strcmp(buf, "window") == 0) {
         ok = eq != NULL && parse_duration(eq, &rq->window_us) && rq->window_us > 0;

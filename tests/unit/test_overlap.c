@@ -67,7 +67,7 @@ struct rec {
     Twice__Journal__Record__Kind kind;
     const char *id, *task, *listener;
     uint64_t session, tag, at_us;
-    bool retry, refused, kept_back;
+    bool retry, refused, kept_back, auto_ack;
     uint64_t started_us;
     const char *run;
     uint32_t action, event;
@@ -87,6 +87,7 @@ static void feed(struct verdict *v, const struct rec *r, size_t n)
         x.retry = r[i].retry;
         x.refused = r[i].refused;
         x.kept_back = r[i].kept_back;
+        x.auto_ack = r[i].auto_ack;
         x.started_unix_us = r[i].started_us;
         x.run = (char *)(r[i].run != NULL ? r[i].run : "");
         x.action = r[i].action;
@@ -194,8 +195,24 @@ static void test_buffered_is_no_overlap(void **state)
         {ACK, "c", "pay", "rabbit", 6, 1, MS(2600)},
     };
     feed(v, recs, sizeof(recs) / sizeof(recs[0]));
+    /* Acks over a pooled connection: x's first ack may be either delivery's, so worker 11 may
+     * still have run x until its last ack, when y's copy came to it. */
+    const struct rec pooled[] = {
+        {DELIVER, "x2", "other", "redis", 11, 0, MS(0)},
+        {DELIVER, "x2", "other", "redis", 12, 0, MS(100)},
+        {ACK, "x2", "other", "redis", 19, 0, MS(1000)},
+        {DELIVER, "y2", "pay", "redis", 13, 0, MS(2000)},
+        {DELIVER, "y2", "pay", "redis", 11, 0, MS(3000)},
+        {ACK, "y2", "pay", "redis", 19, 0, MS(5000)},
+        {ACK, "x2", "other", "redis", 19, 0, MS(10000)},
+        {ACK, "y2", "pay", "redis", 19, 0, MS(11000)},
+    };
+    feed(v, pooled, sizeof(pooled) / sizeof(pooled[0]));
     size_t n = 0;
-    struct verdict_delivery *d = deliveries(v, "a", &n);
+    struct verdict_delivery *d = deliveries(v, "y2", &n);
+    assert_int_equal(d[1].overlap, VERDICT_COPY_UNKNOWN);
+    free(d);
+    d = deliveries(v, "a", &n);
     assert_int_equal(d[1].overlap, VERDICT_COPY_UNKNOWN);
     free(d);
     d = deliveries(v, "b", &n);
@@ -296,10 +313,10 @@ static void test_same_millisecond_is_after(void **state)
         {DELIVER, "s", "job", "rabbit", 2, 1, MS(1000) - 400},
         {ACK, "s", "job", "rabbit", 1, 1, MS(1000)},
         {ACK, "s", "job", "rabbit", 2, 1, MS(1500)},
-        {DELIVER, "o", "job", "rabbit", 1, 2, MS(0)},
-        {DELIVER, "o", "job", "rabbit", 2, 2, MS(1000) - 1100},
-        {ACK, "o", "job", "rabbit", 1, 2, MS(1000)},
-        {ACK, "o", "job", "rabbit", 2, 2, MS(1500)},
+        {DELIVER, "o", "job", "rabbit", 3, 2, MS(0)},
+        {DELIVER, "o", "job", "rabbit", 4, 2, MS(1000) - 1100},
+        {ACK, "o", "job", "rabbit", 3, 2, MS(1000)},
+        {ACK, "o", "job", "rabbit", 4, 2, MS(1500)},
     };
     feed(v, recs, sizeof(recs) / sizeof(recs[0]));
     size_t n = 0;
@@ -462,6 +479,64 @@ static void test_refused_settlement_ends_the_delivery(void **state)
     verdict_free(v);
 }
 
+/* A settlement a rule kept from the broker (an AMQP reject swallowed, journaled kept_back)
+ * ends the worker's delivery but leaves the message as it was: not failed, not abandoned when
+ * its redelivery is acked; that redelivery came after the first was done. */
+static void test_kept_back_settlement_is_the_workers_end(void **state)
+{
+    (void)state;
+    struct verdict *v = new_verdict();
+    const struct rec recs[] = {
+        {DELIVER, "m", "mail", "rabbit", 1, 1, MS(0)},
+        {NACK, "m", "mail", "rabbit", 1, 1, MS(400), .kept_back = true},
+        {CLOSE, NULL, NULL, "rabbit", 1, 0, MS(500)},
+        {DELIVER, "m", "mail", "rabbit", 2, 1, MS(600)},
+        {ACK, "m", "mail", "rabbit", 2, 1, MS(900)},
+    };
+    feed(v, recs, sizeof(recs) / sizeof(recs[0]));
+    struct verdict_result res;
+    assert_int_equal(verdict_compute(v, &res), 0);
+    const struct verdict_task *t = row(&res, "mail");
+    assert_int_equal(t->failed, 0);
+    assert_int_equal(t->abandoned, 0);
+    assert_int_equal(t->copies, 1);
+    assert_int_equal(t->sequential, 1);
+    size_t n = 0;
+    struct verdict_delivery *d = deliveries(v, "m", &n);
+    assert_int_equal(n, 2);
+    assert_true(d[0].settled && d[0].nack);
+    assert_int_equal(d[1].overlap, VERDICT_COPY_AFTER);
+    free(d);
+    verdict_result_free(&res);
+    verdict_free(v);
+}
+
+/* A delivery to a no-ack consumer is never settled on the wire: it reached its handler and
+ * is not outstanding work, so the task is not STALLED. */
+static void test_auto_ack_is_reached_not_outstanding(void **state)
+{
+    (void)state;
+    struct verdict *v = new_verdict();
+    const struct rec recs[] = {
+        {PUBLISH, "n", "notify", "rabbit", 1, 0, MS(0)},
+        {DELIVER, "n", "notify", "rabbit", 2, 1, MS(10), .auto_ack = true},
+        {PUBLISH, "k", "notify", "rabbit", 1, 0, MS(20)},
+        {DELIVER, "k", "notify", "rabbit", 3, 1, MS(30)},
+        {CLOSE, NULL, NULL, "rabbit", 3, 0, MS(60000)},
+    };
+    feed(v, recs, sizeof(recs) / sizeof(recs[0]));
+    struct verdict_result res;
+    assert_int_equal(verdict_compute(v, &res), 0);
+    const struct verdict_task *t = row(&res, "notify");
+    assert_int_equal(t->unfinished, 1); /* k, taken with an ack it never sent */
+    size_t n = 0;
+    struct verdict_delivery *d = deliveries(v, "n", &n);
+    assert_true(d[0].auto_ack && d[0].reached && !d[0].settled);
+    free(d);
+    verdict_result_free(&res);
+    verdict_free(v);
+}
+
 /* Sidekiq settles nothing; its heartbeat lists each job in progress (RUNNING reports).  Two
  * runs seen at once prove the overlap, and so does a run that had started before the copy came
  * seen running after it; runs that never were both running prove nothing, nor does one run
@@ -484,11 +559,18 @@ static void test_running_reports_prove_overlap(void **state)
         {DELIVER, "j2", "Charge", "kiq", 1, 0, MS(4000)},
         {RUNNING, "j2", "Charge", "kiq", 2, 0, MS(6000), .started_us = MS(5000),
          .run = "host:1 tid-a"},
-        /* j3: a run that started before the copy came is seen running after it */
+        /* j3: a run that started more than a second before the copy came (the worker's clock
+         * against twice's) is seen running after it */
         {DELIVER, "j3", "Charge", "kiq", 1, 0, MS(0)},
         {DELIVER, "j3", "Charge", "kiq", 1, 0, MS(2000)},
-        {RUNNING, "j3", "Charge", "kiq", 2, 0, MS(5000), .started_us = MS(1000),
+        {RUNNING, "j3", "Charge", "kiq", 2, 0, MS(5000), .started_us = MS(900),
          .run = "host:1 tid-a"},
+        /* j5: a run started 0.9 s before the copy came, by its worker's clock: it may be the
+         * copy's own, a clock a little behind */
+        {DELIVER, "j5", "Charge", "kiq", 1, 0, MS(0)},
+        {DELIVER, "j5", "Charge", "kiq", 1, 0, MS(2000)},
+        {RUNNING, "j5", "Charge", "kiq", 3, 0, MS(5000), .started_us = MS(1100),
+         .run = "host:2 tid-c"},
         /* j4: one run seen, started in the copy's second: it may be the copy's own */
         {DELIVER, "j4", "Charge", "kiq", 1, 0, MS(0)},
         {DELIVER, "j4", "Charge", "kiq", 1, 0, MS(5)},
@@ -499,9 +581,9 @@ static void test_running_reports_prove_overlap(void **state)
     struct verdict_result res;
     assert_int_equal(verdict_compute(v, &res), 0);
     const struct verdict_task *t = row(&res, "Charge");
-    assert_int_equal(t->copies, 4);
+    assert_int_equal(t->copies, 5);
     assert_int_equal(t->overlapping, 2);
-    assert_int_equal(t->overlap_unknown, 2);
+    assert_int_equal(t->overlap_unknown, 3);
     assert_int_equal(t->overlap_examples.n, 2);
     assert_string_equal(t->overlap_examples.ids[0], "j1");
     assert_string_equal(t->overlap_examples.ids[1], "j3");
@@ -562,6 +644,30 @@ static void test_work_that_stopped(void **state)
     verdict_free(v);
 }
 
+/* A poison message its consumer requeues 70,000 times: every delivery a new attempt the app
+ * asked for, none a copy (no counter of attempts runs out), and replayed in linear time. */
+static void test_many_attempts_are_no_copies(void **state)
+{
+    (void)state;
+    struct verdict *v = new_verdict();
+    for (uint64_t i = 0; i < 70000; i++) {
+        const struct rec pair[] = {
+            {DELIVER, "poison", "job", "rabbit", 1, i + 1, MS(i)},
+            {NACK, "poison", "job", "rabbit", 1, i + 1, MS(i) + 500, .retry = true},
+        };
+        feed(v, pair, 2);
+    }
+    struct verdict_result res;
+    assert_int_equal(verdict_compute(v, &res), 0);
+    const struct verdict_task *t = row(&res, "job");
+    assert_int_equal(t->copies, 0);
+    assert_int_equal(t->set_aside, 0);
+    assert_int_equal(t->verdict, VERDICT_UNTESTED);
+    assert_int_equal(t->max_retries, 69999);
+    verdict_result_free(&res);
+    verdict_free(v);
+}
+
 /* --require: a row short of the evidence asked for is UNTESTED; NOT IDEMPOTENT stays. */
 static void test_require_makes_short_rows_untested(void **state)
 {
@@ -572,14 +678,14 @@ static void test_require_makes_short_rows_untested(void **state)
         {ACK, "a", "seq", "rabbit", 1, 1, MS(100)},
         {DELIVER, "a", "seq", "rabbit", 2, 1, MS(90000)},
         {ACK, "a", "seq", "rabbit", 2, 1, MS(90100)},
-        {DELIVER, "b", "par", "rabbit", 1, 2, MS(0)},
-        {DELIVER, "b", "par", "rabbit", 2, 2, MS(10)},
-        {ACK, "b", "par", "rabbit", 1, 2, MS(1000)},
-        {ACK, "b", "par", "rabbit", 2, 2, MS(1100)},
-        {DELIVER, "c", "bad", "rabbit", 1, 3, MS(0)},
-        {ACK, "c", "bad", "rabbit", 1, 3, MS(100)},
-        {DELIVER, "c", "bad", "rabbit", 2, 3, MS(200)},
-        {ACK, "c", "bad", "rabbit", 2, 3, MS(300)},
+        {DELIVER, "b", "par", "rabbit", 3, 2, MS(0)},
+        {DELIVER, "b", "par", "rabbit", 4, 2, MS(10)},
+        {ACK, "b", "par", "rabbit", 3, 2, MS(1000)},
+        {ACK, "b", "par", "rabbit", 4, 2, MS(1100)},
+        {DELIVER, "c", "bad", "rabbit", 5, 3, MS(0)},
+        {ACK, "c", "bad", "rabbit", 5, 3, MS(100)},
+        {DELIVER, "c", "bad", "rabbit", 6, 3, MS(200)},
+        {ACK, "c", "bad", "rabbit", 6, 3, MS(300)},
     };
     feed(v, recs, sizeof(recs) / sizeof(recs[0]));
     for (const char *id = "abc"; *id != '\0'; id++) {
@@ -749,6 +855,50 @@ static void test_command_checks_the_effects_list(void **state)
     assert_int_equal(run_verdict(f, 5, argv), VERDICT_EXIT_EFFECTS);
 }
 
+/* --require and --stall-after take what they document and nothing else: a bare item after
+ * a count keeps the count; a duration is digits and a unit (not nan, hex or negative). */
+static void test_command_option_parsing(void **state)
+{
+    struct fixture *f = *state;
+    write_journal(f->journal, sequential_journal, N_SEQ);
+    write_file(f->effects, "1\n2\n");
+    const char *keep[] = {"verdict",  "--journal", f->journal,       "--effects",
+                          f->effects, "--require", "copies=3,copies"};
+    assert_int_equal(run_verdict(f, 7, keep), VERDICT_EXIT_UNTESTED);
+    const char *enough[] = {"verdict",  "--journal", f->journal,          "--effects",
+                            f->effects, "--require", "copies,window=4.5s"};
+    assert_int_equal(run_verdict(f, 7, enough), 0);
+    static const char *const bad_durations[] = {"nan",   "infs", "nans", "0x10s", "-1s",
+                                                "1..5s", ".5s",  "5",    "5 s",   "1e3s"};
+    for (size_t i = 0; i < sizeof(bad_durations) / sizeof(bad_durations[0]); i++) {
+        const char *stall[] = {"verdict",  "--journal",     f->journal,      "--effects",
+                               f->effects, "--stall-after", bad_durations[i]};
+        if (run_verdict(f, 7, stall) != VERDICT_EXIT_ERROR)
+            fail_msg("--stall-after %s was taken", bad_durations[i]);
+    }
+    const char *ms[] = {"verdict",  "--journal",     f->journal, "--effects",
+                        f->effects, "--stall-after", "1.5ms"};
+    assert_int_equal(run_verdict(f, 7, ms), 0);
+}
+
+/* Messages published and never delivered have no effects to list: an empty list is no error
+ * then; the work that stopped is what the run says (STALLED). */
+static void test_command_empty_effects_before_any_delivery(void **state)
+{
+    struct fixture *f = *state;
+    const struct rec recs[] = {
+        {PUBLISH, "1", "nightly", NULL, 1, 0, MS(0)},
+        {PUBLISH, "2", "nightly", NULL, 1, 0, MS(10)},
+        {CLOSE, NULL, NULL, NULL, 1, 0, MS(40000)},
+    };
+    write_journal(f->journal, recs, sizeof(recs) / sizeof(recs[0]));
+    write_file(f->effects, "");
+    const char *argv[] = {"verdict", "--journal", f->journal, "--effects", f->effects};
+    assert_int_equal(run_verdict(f, 5, argv), VERDICT_EXIT_STALLED);
+    assert_null(strstr(f->out, "effects list is empty"));
+    assert_contains(f->out, "2 published and never delivered");
+}
+
 /* A task whose consumers stopped with work outstanding: STALLED in the text and the JSON, and
  * exit 5; a double effect still exits 1 first. */
 static void test_command_stalled(void **state)
@@ -796,12 +946,18 @@ int main(void)
         cmocka_unit_test(test_cut_before_settling_is_set_aside),
         cmocka_unit_test(test_set_aside_on_redis_frameworks),
         cmocka_unit_test(test_refused_settlement_ends_the_delivery),
+        cmocka_unit_test(test_kept_back_settlement_is_the_workers_end),
+        cmocka_unit_test(test_auto_ack_is_reached_not_outstanding),
         cmocka_unit_test(test_running_reports_prove_overlap),
         cmocka_unit_test(test_work_that_stopped),
+        cmocka_unit_test(test_many_attempts_are_no_copies),
         cmocka_unit_test(test_require_makes_short_rows_untested),
         cmocka_unit_test_setup_teardown(test_command_names_missing_overlap, setup, teardown),
         cmocka_unit_test_setup_teardown(test_command_checks_the_effects_list, setup, teardown),
         cmocka_unit_test_setup_teardown(test_command_stalled, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_command_option_parsing, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_command_empty_effects_before_any_delivery, setup,
+                                        teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
