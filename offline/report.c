@@ -577,6 +577,8 @@ static void print_deliveries_table(FILE *out, const struct verdict_delivery *d, 
             snprintf(ended, sizeof(ended), "%s%s at %+.3fs%s", d[i].refused ? "refused " : "",
                      d[i].nack ? "nack" : "ack", (double)(int64_t)(d[i].settled_us - t0) / 1e6,
                      d[i].settled_guess ? " (guess)" : "");
+        else if (d[i].auto_ack)
+            snprintf(ended, sizeof(ended), "auto-ack (no ack asked)");
         else if (d[i].closed_us != 0)
             snprintf(ended, sizeof(ended), "never settled, closed at %+.3fs",
                      (double)(int64_t)(d[i].closed_us - t0) / 1e6);

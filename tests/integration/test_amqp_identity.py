@@ -222,6 +222,42 @@ class IdentityTest(unittest.TestCase):
             lambda effects, n: ["node", script, "127.0.0.1", str(self.port), self.queue, str(n),
                                 effects])
 
+    def test_swallowed_acks_and_no_ack_deliveries_are_marked(self):
+        """The journal tells the verdict what the wire alone does not: the worker's ack of a
+        delivery `duplicate` had already requeued is swallowed (RabbitMQ never gets it) and
+        journaled `kept_back`; a delivery to a no-ack consumer is journaled `auto_ack` (it is
+        never settled, and is no unfinished work)."""
+        self.start("", [fk.rule_block("dup", "app", "when deliver", "first 1", "do duplicate")])
+        c = conn(self.port)
+        ch = c.channel()
+        for mid in ("k-1", "k-2"):
+            ch.basic_publish("", self.queue, b"x", pika.BasicProperties(message_id=mid))
+        c.close()
+        runs = self.consume(3, lambda props, body, again: None)
+        self.assertEqual(runs.count(True), 1, runs)
+        c = conn(self.port)
+        ch = c.channel()
+        ch.basic_publish("", self.queue, b"y", pika.BasicProperties(message_id="n-1"))
+        got = []
+        ch.basic_consume(self.queue, lambda chan, m, p, b: got.append(p.message_id),
+                         auto_ack=True)
+        deadline = time.monotonic() + WAIT
+        while not got:
+            self.assertLess(time.monotonic(), deadline, "no delivery to the no-ack consumer")
+            c.process_data_events(time_limit=0.1)
+        c.close()
+        self.assertEqual(got, ["n-1"])
+        recs = self.records()
+        acks = [(r.get("message_id"), bool(r.get("kept_back"))) for k, r in recs if k == "ack"]
+        self.assertEqual(sorted(acks), [("k-1", False), ("k-1", True), ("k-2", False)])
+        delivered = [(r.get("message_id"), bool(r.get("auto_ack"))) for k, r in recs
+                     if k == "deliver"]
+        self.assertEqual(sorted(delivered),
+                         [("k-1", False), ("k-1", False), ("k-2", False), ("n-1", True)])
+        r = h.run_twice(["report", self.journal, "--message", "n-1"])
+        self.assertEqual(r.returncode, 0, r)
+        self.assertIn(b" auto-ack (no ack asked) ", r.stdout)
+
     def test_publish_duplicated_with_and_without_confirms(self):
         """`duplicate` on publishes: the queue gets each message twice, same id and body, after
         a plain publish and on a channel in confirm mode; there the broker numbers the copy
