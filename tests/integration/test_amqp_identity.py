@@ -18,8 +18,12 @@ the verdict use them.  Real RabbitMQ, pika producers and consumers through twice
   verdict names their handlers by type.
 - `duplicate` on publishes: the queue gets a publish twice, on a plain channel and on one in
   confirm mode, where the publisher still gets exactly one confirm per publish.
+- The evidence the journal adds for the verdict: a swallowed ack journaled `kept_back`, a
+  no-ack delivery `auto_ack`; a pika worker's connection cut with prefetched messages it never
+  started: their redeliveries set aside, not counted as copies.
 """
 
+import collections
 import json
 import os
 import subprocess
@@ -257,6 +261,66 @@ class IdentityTest(unittest.TestCase):
         r = h.run_twice(["report", self.journal, "--message", "n-1"])
         self.assertEqual(r.returncode, 0, r)
         self.assertIn(b" auto-ack (no ack asked) ", r.stdout)
+
+    def test_cut_with_prefetched_messages_sets_their_redeliveries_aside(self):
+        """Any AMQP worker, not only Celery: a pika consumer with a prefetch of 8 holds every
+        message when twice cuts its connection at its second ack (`when ack / nth 2 / do close
+        before`).  RabbitMQ requeues the six it never started and the one whose ack was cut;
+        a second consumer runs them.  Those six redeliveries are no copies: the verdict sets
+        them aside, charge_safe (once per id) is UNTESTED with nothing copied, and charge, whose
+        cut message did run twice, is NOT IDEMPOTENT."""
+        self.start("task property.type",
+                   [fk.rule_block("cut", "app", "when ack", "nth 2", "do close before")])
+        task_of = {"m-%d" % i: "charge" if i % 2 else "charge_safe" for i in range(8)}
+        c = conn(self.port)
+        ch = c.channel()
+        for mid, task in sorted(task_of.items()):
+            ch.basic_publish("", self.queue, b"x", pika.BasicProperties(message_id=mid, type=task))
+        c.close()
+        effects, seen, runs = [], set(), collections.Counter()
+
+        def run(props):
+            runs[props.message_id] += 1
+            if props.type == "charge" or props.message_id not in seen:
+                effects.append(props.message_id)
+            seen.add(props.message_id)
+
+        # the first worker: all eight in its buffer before it starts the first
+        c = conn(self.port)
+        ch = c.channel()
+        ch.basic_qos(prefetch_count=8)
+        buffered = []
+        ch.basic_consume(self.queue, lambda chan, m, p, b: buffered.append((m, p)))
+        deadline = time.monotonic() + WAIT
+        while len(buffered) < 8:
+            self.assertLess(time.monotonic(), deadline, "the prefetch never filled")
+            c.process_data_events(time_limit=0.1)
+        with self.assertRaises(pika.exceptions.AMQPError):
+            for m, p in buffered:
+                run(p)
+                ch.basic_ack(m.delivery_tag)
+                c.process_data_events(time_limit=0.2)
+            while True:  # the cut reaches pika at its next read
+                c.process_data_events(time_limit=0.1)
+                self.assertLess(time.monotonic(), deadline, "the connection was never cut")
+        self.assertEqual(sum(runs.values()), 2)
+        # the second worker runs what came back
+        self.consume(6 + 1, lambda props, body, again: run(props))
+        self.assertEqual(set(runs), set(task_of))
+        self.assertEqual(sorted(m for m in runs if runs[m] == 2), ["m-1"])
+        recs = self.records()
+        delivers = collections.Counter(r.get("message_id") for k, r in recs if k == "deliver")
+        self.assertEqual(sorted(m for m in delivers if delivers[m] == 2),
+                         ["m-%d" % i for i in range(1, 8)])
+        rows = self.verdict(effects)
+        safe, charge = rows["charge_safe"], rows["charge"]
+        self.assertEqual(safe["verdict"], "UNTESTED", safe)
+        self.assertEqual(safe["copies"], 0, safe)
+        self.assertEqual(safe["set_aside_messages"], 3, safe)
+        self.assertEqual(sorted(safe["set_aside_examples"]), ["m-2", "m-4", "m-6"])
+        self.assertEqual(charge["verdict"], "NOT IDEMPOTENT", charge)
+        self.assertEqual(charge["examples"], ["m-1"])
+        self.assertEqual(charge["set_aside_messages"], 3, charge)
 
     def test_publish_duplicated_with_and_without_confirms(self):
         """`duplicate` on publishes: the queue gets each message twice, same id and body, after

@@ -11,9 +11,10 @@
                ack task=tasks.charge / nth 2 / do close before`) while its prefetch buffer held
                tasks it had not started (Celery's default prefork pool: a child runs the task
                while the worker reads ahead and acks each one as it ends): the broker requeues
-               them, Celery drops its buffer and each runs once.  Their redeliveries are no copies: the verdict sets them aside
-               and says so, charge_safe is UNTESTED (nothing else copied it), and charge, whose
-               cut task did run twice, is still NOT IDEMPOTENT.  On RabbitMQ and on Redis
+               them, Celery drops its buffer and each runs once.  Their redeliveries are no
+               copies: the verdict sets them aside and says so, charge_safe is UNTESTED
+               (nothing else copied it), and charge, whose cut task did run twice, is still
+               NOT IDEMPOTENT.  On RabbitMQ and on Redis
                (kombu restores the dropped tasks after its visibility timeout).
 """
 
