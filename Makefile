@@ -92,10 +92,10 @@ demo:
 	@scripts/demo.sh $(BUILD)/twice
 
 format:
-	clang-format -i proxy/*.[ch] offline/*.[ch] rules/*.[ch] proto/*.[ch] tests/unit/*.c
+	clang-format -i proxy/*.[ch] offline/*.[ch] rules/*.[ch] $$(find proto -name "*.[ch]") tests/unit/*.c
 
 format-check:
-	clang-format --dry-run --Werror proxy/*.[ch] offline/*.[ch] rules/*.[ch] proto/*.[ch] tests/unit/*.c
+	clang-format --dry-run --Werror proxy/*.[ch] offline/*.[ch] rules/*.[ch] $$(find proto -name "*.[ch]") tests/unit/*.c
 
 clean:
 	rm -rf $(BUILD) $(ASAN_BUILD) $(TSAN_BUILD) build-fuzz

@@ -12,7 +12,7 @@ struct node {
     struct node *older, *newer; /* insertion order */
     uint64_t hash;
     size_t keylen;
-    struct idmap_info info;
+    struct job_memo info;
     char key[]; /* scope '\0' key, not NUL-terminated at the end */
 };
 
@@ -120,13 +120,13 @@ void idmap_unlock(void)
     pthread_mutex_unlock(&lock);
 }
 
-struct idmap_info *idmap_get(const char *scope, const char *key, size_t keylen)
+struct job_memo *idmap_get(const char *scope, const char *key, size_t keylen)
 {
     struct node **pp = find(scope, key, keylen, fnv(scope, key, keylen));
     return pp != NULL && *pp != NULL ? &(*pp)->info : NULL;
 }
 
-struct idmap_info *idmap_put(const char *scope, const char *key, size_t keylen)
+struct job_memo *idmap_put(const char *scope, const char *key, size_t keylen)
 {
     uint64_t h = fnv(scope, key, keylen);
     struct node **pp = find(scope, key, keylen, h);
@@ -164,20 +164,6 @@ void idmap_del(const char *scope, const char *key, size_t keylen)
     struct node **pp = find(scope, key, keylen, fnv(scope, key, keylen));
     if (pp != NULL && *pp != NULL)
         unlink_node(pp);
-}
-
-void idmap_set_str(char **dst, const char *src, size_t len)
-{
-    free(*dst);
-    *dst = NULL;
-    if (src == NULL)
-        return;
-    char *s = malloc(len + 1);
-    if (s == NULL)
-        return;
-    memcpy(s, src, len);
-    s[len] = '\0';
-    *dst = s;
 }
 
 size_t idmap_count(void)

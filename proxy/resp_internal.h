@@ -25,8 +25,8 @@
 #include <strings.h>
 #include <time.h>
 
+#include "proto/jobs/framework.h"
 #include "proto/resp.h"
-#include "proto/resp_bullmq.h"
 #include "proto/resp_job.h"
 #include "proto/resp_profile.h"
 #include "proxy/codec.h"
@@ -58,27 +58,17 @@ enum reply_kind {
     RK_EXEC = RPROF_REPLY_END, /* a transaction with commands twice answered */
     RK_ADD_INT,                /* an XACK with ids kept back: add them to the count */
     RK_STREAM,                 /* SYNC / PSYNC: the server's bytes from here on, as they come */
-    RK_BMQ_ADD,                /* a BullMQ add: the job's id (struct bmq_pending) */
-    RK_BMQ_NEXT,               /* moveToActive: the job a worker takes, or none */
-    RK_BMQ_FINISH,             /* moveToFinished: done, refused, or done with the next job */
-    RK_BMQ_RETRY,              /* moveToDelayed fetching the next job */
-};
-
-/* What a BullMQ call's reply is read with (entry.bmq). */
-struct bmq_pending {
-    char prefix[BMQ_PREFIX_MAX]; /* the queue's key prefix, "bull:orders:" */
-    char id[BMQ_ID_MAX];         /* RK_BMQ_FINISH: the job settled; RK_BMQ_ADD: its own id */
-    char token[BMQ_TOKEN_MAX];   /* the worker's lock token (for a next job); "" unknown */
-    char name[BMQ_NAME_MAX];     /* RK_BMQ_ADD: the job's name */
-    bool failed;                 /* RK_BMQ_FINISH: failed for good */
+    RK_FRAMEWORK,              /* read by the listener's framework module (entry.tag) */
 };
 
 /* One queued command of a transaction, as twice answers it in EXEC. */
 struct txcmd {
-    bool suppress;           /* kept back: twice answers it */
-    struct evbuffer *synth;  /* suppress: its element in EXEC's array */
-    int64_t add;             /* forwarded XACK with ids kept back */
-    struct bmq_pending *bmq; /* owned: a BullMQ add queued in it, journaled from its reply */
+    bool suppress;          /* kept back: twice answers it */
+    struct evbuffer *synth; /* suppress: its element in EXEC's array */
+    int64_t add;            /* forwarded XACK with ids kept back */
+    /* owned: what the framework module reads of its element in EXEC's reply */
+    struct resp_reply_tag tag;
+    const struct resp_framework *fw;
 };
 
 /* A reply owed to the client. */
@@ -99,10 +89,11 @@ struct entry {
     bool close_protocol; /* the session ends once this went out (protocol_error) */
     char
         *arg; /* RPROF_REPLY_POP: the list; RPROF_REPLY_RQ_HASH: job id; RPROF_REPLY_XADD: stream */
-    char *arg2;              /* RPROF_REPLY_XADD: task; RPROF_REPLY_POP (list profile): the list a
-                                move puts the job on (a processing list), NULL for a plain pop */
-    struct txcmd *tx;        /* RK_EXEC */
-    struct bmq_pending *bmq; /* RK_BMQ_*: owned */
+    char *arg2;                /* RPROF_REPLY_XADD: task; RPROF_REPLY_POP (list profile): the list a
+                                  move puts the job on (a processing list), NULL for a plain pop */
+    struct txcmd *tx;          /* RK_EXEC */
+    struct resp_reply_tag tag; /* RK_FRAMEWORK: owned, read by fw */
+    const struct resp_framework *fw; /* RK_FRAMEWORK */
     /* RK_EXEC: commands for twice's own connection once EXEC's reply shows the transaction
      * ran (copies of its pushes: the job's hash is saved by then), n_after of them */
     struct evbuffer *after;
@@ -141,6 +132,8 @@ struct rpx_window {
 struct rpx {
     struct session *s;
     enum rprof prof;
+    const struct resp_framework *fw; /* the profile's module (proto/jobs/), or NULL */
+    struct job_host host;            /* what the module asks of the session (resp_host.c) */
     bool stopped;
     struct resp_scanner sc[2];
     size_t need[2];           /* bytes pend[side] must hold before scanning again */
@@ -284,7 +277,7 @@ void rpx_on_reply(struct rpx *rx, const uint8_t *buf, const struct resp_msg *m);
 /* ---- resp_jobs.c ---- */
 
 /* A job event as the profiles read it: journaled and decided by the functions below. */
-struct job_event {
+struct rpx_job {
     enum rule_event kind;
     char *id;
     char *task;
@@ -302,23 +295,23 @@ struct job_event {
 
 /* A copy of s for a field of j; NULL for NULL, and on allocation failure, which j->oom
  * remembers. */
-char *rpx_jdup(struct job_event *j, const char *s);
+char *rpx_jdup(struct rpx_job *j, const char *s);
 /* A copy, for a field of j, of the task the map remembers for job id[0..n) on this listener;
  * NULL when it remembers none. */
-char *rpx_known_task(struct rpx *rx, struct job_event *j, const char *id, size_t n);
-void rpx_job_event_clear(struct job_event *j);
-void rpx_journal_job(struct rpx *rx, enum journal_kind kind, const struct job_event *j);
+char *rpx_known_task(struct rpx *rx, struct rpx_job *j, const char *id, size_t n);
+void rpx_job_event_clear(struct rpx_job *j);
+void rpx_journal_job(struct rpx *rx, enum journal_kind kind, const struct rpx_job *j);
 /* Journals a RUNNING record for each job in progress that Sidekiq's heartbeat cv lists
  * (rprof_sidekiq_work(); the process identity is cv->key[0..identity_len)). */
 void rpx_sidekiq_journal_running(struct rpx *rx, const struct rprof_cmdview *cv,
                                  size_t identity_len);
 /* Whether the journal or a rule on job events needs what a job's payload holds. */
 bool rpx_jobs_needed(struct rpx *rx);
-void rpx_job_engine_event(struct rpx *rx, const struct job_event *j, struct engine_event *ev,
+void rpx_job_engine_event(struct rpx *rx, const struct rpx_job *j, struct engine_event *ev,
                           char *anon);
 /* The rule that acts on a job event (the first that fires, in file order), or NULL; the event
  * is counted when no rule looks at its kind. */
-const struct rule *rpx_decide_job(struct rpx *rx, struct job_event *j);
+const struct rule *rpx_decide_job(struct rpx *rx, struct rpx_job *j);
 /* Sends cmd (one whole command, emptied) to Redis in place of the client's command at the head
  * of pend[CLIENT] (len bytes, dropped): its reply is owed to the client as the original's.
  * The entry, or NULL when cmd does not scan or the pairing refuses it (the caller forwards the
@@ -364,23 +357,25 @@ enum cmd_result rpx_command_list_ack(struct rpx *rx, struct rprof_cmdview *cv,
                                      const struct resp_view *job);
 void rpx_tag_reply(struct rpx *rx, struct rprof_cmdview *cv, struct entry *e);
 
-/* ---- resp_bullmq.c ---- */
+/* ---- resp_host.c ---- */
 
-/* A BullMQ script call (EVAL, EVALSHA) or SCRIPT LOAD on a `profile bullmq` listener, outside a
- * transaction. */
-enum cmd_result rpx_bmq_command(struct rpx *rx, struct rprof_cmdview *cv, const struct resp_msg *m,
-                                const uint8_t *buf);
-/* The reply to one (an entry of kind RK_BMQ_*), a copy in `reply` it may rewrite. */
-void rpx_bmq_on_reply(struct rpx *rx, struct entry *e, const uint8_t *buf, const struct resp_msg *m,
-                      struct evbuffer *reply);
-/* An add script queued in a transaction (FlowProducer.add): counted as a publish
- * (not decided: no rule acts on it), and what its reply in EXEC's array is journaled with (NULL
- * when there is no journal, or it is no add). */
-struct bmq_pending *rpx_bmq_tx_add(struct rpx *rx, const struct rprof_cmdview *cv);
-/* The add of pd answered v (its reply, or its element of EXEC's): journaled as a publish with
- * the id BullMQ gave the job. */
-void rpx_bmq_journal_add(struct rpx *rx, const struct bmq_pending *pd, const uint8_t *buf,
-                         const struct resp_view *v);
+/* The session as its framework module's host (proto/jobs/job.h), up to date with the rules. */
+const struct job_host *rpx_host(struct rpx *rx);
+/* Journals job event j as a record of kind (nothing without a journal). */
+void rpx_journal_event(struct rpx *rx, enum journal_kind kind, const struct job_event *j);
+/* Sets up rx->host (at open). */
+void rpx_host_init(struct rpx *rx);
+/* Carries out plan p of the command at the head of pend[CLIENT] (cv, m, buf); frees it. */
+enum cmd_result rpx_apply_cmd_plan(struct rpx *rx, const struct rprof_cmdview *cv,
+                                   const struct resp_msg *m, const uint8_t *buf,
+                                   struct resp_cmd_plan *p);
+/* Carries out plan p of the reply entry e awaited (a copy of it in `reply`, which the plan may
+ * replace); frees it. */
+void rpx_apply_reply_plan(struct rpx *rx, struct entry *e, struct evbuffer *reply,
+                          struct resp_reply_plan *p);
+/* The framework module reads reply m of entry e (RK_FRAMEWORK). */
+void rpx_framework_reply(struct rpx *rx, struct entry *e, const uint8_t *buf,
+                         const struct resp_msg *m, struct evbuffer *reply);
 
 /* ---- resp_rq.c ---- */
 

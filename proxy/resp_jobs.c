@@ -16,7 +16,7 @@
 
 /* A copy of s for a field of j; NULL for NULL, and on allocation failure, which j->oom
  * remembers: a job event that lost a field would match other rules than the job's. */
-char *rpx_jdup(struct job_event *j, const char *s)
+char *rpx_jdup(struct rpx_job *j, const char *s)
 {
     char *d = s != NULL ? strdup(s) : NULL;
     if (s != NULL && d == NULL)
@@ -24,17 +24,17 @@ char *rpx_jdup(struct job_event *j, const char *s)
     return d;
 }
 
-char *rpx_known_task(struct rpx *rx, struct job_event *j, const char *id, size_t n)
+char *rpx_known_task(struct rpx *rx, struct rpx_job *j, const char *id, size_t n)
 {
     idmap_lock();
-    struct idmap_info *in = idmap_get(rpx_scope(rx), id, n);
+    struct job_memo *in = idmap_get(rpx_scope(rx), id, n);
     char *task = in != NULL && in->task != NULL ? rpx_jdup(j, in->task) : NULL;
     idmap_unlock();
     return task;
 }
 
 /* Whether j lost a field; if so it is logged, and neither journaled nor decided. */
-static bool job_event_oom(struct rpx *rx, const struct job_event *j)
+static bool job_event_oom(struct rpx *rx, const struct rpx_job *j)
 {
     if (j->oom)
         log_msg(LOG_WARN, "event skipped", "sid=%llu listener=%s event=%s reason=\"out of memory\"",
@@ -42,7 +42,7 @@ static bool job_event_oom(struct rpx *rx, const struct job_event *j)
     return j->oom;
 }
 
-void rpx_job_event_clear(struct job_event *j)
+void rpx_job_event_clear(struct rpx_job *j)
 {
     free(j->id);
     free(j->task);
@@ -75,19 +75,14 @@ const struct rule *rpx_hit_rule(struct rpx *rx, size_t idx)
     return ruleset_rule(rs, idx);
 }
 
-void rpx_journal_job(struct rpx *rx, enum journal_kind kind, const struct job_event *j)
+void rpx_journal_job(struct rpx *rx, enum journal_kind kind, const struct rpx_job *j)
 {
-    struct journal *jr = rx->s->px->journal;
-    if (jr == NULL || j->oom)
+    if (j->oom)
         return;
-    struct journal_record r = {
-        .kind = kind,
-        .session = rx->s->id,
-        .listener = rx->s->cfg->l->name,
-        .client = rx->s->client_addr,
-        .queue = j->queue,
+    struct job_event ev = {
+        .id = j->id,
         .task = j->task,
-        .message_id = j->id,
+        .queue = j->queue,
         .redelivered = j->redelivered,
         .retries = j->retries,
         .retry = j->retry,
@@ -96,7 +91,7 @@ void rpx_journal_job(struct rpx *rx, enum journal_kind kind, const struct job_ev
         .started_unix_us = j->started_unix_us,
         .run = j->run,
     };
-    journal_record(jr, &r);
+    rpx_journal_event(rx, kind, &ev);
 }
 
 /* Whether anything needs what a profile reads from a job's JSON: the journal
@@ -112,7 +107,7 @@ bool rpx_jobs_needed(struct rpx *rx)
 
 /* The rules' view of a job event; anon (48 bytes) holds the identity of a
  * job without an id. */
-void rpx_job_engine_event(struct rpx *rx, const struct job_event *j, struct engine_event *ev,
+void rpx_job_engine_event(struct rpx *rx, const struct rpx_job *j, struct engine_event *ev,
                           char *anon)
 {
     memset(ev, 0, sizeof(*ev));
@@ -129,7 +124,7 @@ void rpx_job_engine_event(struct rpx *rx, const struct job_event *j, struct engi
 
 /* Decides a job event; returns the rule that acts on it (one action per
  * event: the first rule that fires, in file order). */
-const struct rule *rpx_decide_job(struct rpx *rx, struct job_event *j)
+const struct rule *rpx_decide_job(struct rpx *rx, struct rpx_job *j)
 {
     if (job_event_oom(rx, j))
         return NULL;
@@ -190,11 +185,11 @@ static void remember_processing(struct rpx *rx, const char *dst, const char *src
     if (!processing_key(dst, key, sizeof(key)))
         return;
     idmap_lock();
-    struct idmap_info *in = idmap_put(rpx_scope(rx), key, strlen(key));
+    struct job_memo *in = idmap_put(rpx_scope(rx), key, strlen(key));
     if (in != NULL) {
         if (in->queue == NULL || strcmp(in->queue, src) != 0)
-            idmap_set_str(&in->queue, src, strlen(src));
-        in->flags = head ? in->flags | IDMAP_POP_HEAD : in->flags & ~(uint32_t)IDMAP_POP_HEAD;
+            job_memo_set(&in->queue, src, strlen(src));
+        in->flags = head ? in->flags | JOB_MEMO_POP_HEAD : in->flags & ~(uint32_t)JOB_MEMO_POP_HEAD;
     }
     idmap_unlock();
 }
@@ -202,7 +197,7 @@ static void remember_processing(struct rpx *rx, const char *dst, const char *src
 /* A job from a popped value: decoded from its payload (Sidekiq, Celery, the list profile), or
  * its id with the task its RQ job hash gave (rpx_on_rq_hash()). */
 static bool job_from_value(struct rpx *rx, const char *list, const uint8_t *v, size_t n,
-                           struct job_event *j)
+                           struct rpx_job *j)
 {
     struct resp_job job;
     memset(&job, 0, sizeof(job));
@@ -227,11 +222,11 @@ static bool job_from_value(struct rpx *rx, const char *list, const uint8_t *v, s
     /* Celery acks by delivery tag: remember what the tag stands for. */
     if (rx->prof == RPROF_CELERY && job.tag != NULL) {
         idmap_lock();
-        struct idmap_info *in = idmap_put(rpx_scope(rx), job.tag, strlen(job.tag));
+        struct job_memo *in = idmap_put(rpx_scope(rx), job.tag, strlen(job.tag));
         if (in != NULL) {
-            idmap_set_str(&in->id, j->id, j->id != NULL ? strlen(j->id) : 0);
-            idmap_set_str(&in->task, j->task, j->task != NULL ? strlen(j->task) : 0);
-            idmap_set_str(&in->queue, j->queue, j->queue != NULL ? strlen(j->queue) : 0);
+            job_memo_set(&in->id, j->id, j->id != NULL ? strlen(j->id) : 0);
+            job_memo_set(&in->task, j->task, j->task != NULL ? strlen(j->task) : 0);
+            job_memo_set(&in->queue, j->queue, j->queue != NULL ? strlen(j->queue) : 0);
             if (in->pending < UINT32_MAX)
                 in->pending++;
         }
@@ -276,7 +271,7 @@ void rpx_on_pop_reply(struct rpx *rx, struct entry *e, const uint8_t *buf, const
         rpx_rq_forget_lease(rx); /* the worker is on to its next job */
     if (rx->prof == RPROF_LIST && e->arg2 != NULL)
         remember_processing(rx, e->arg2, list, e->head);
-    struct job_event j = {.kind = RULE_EV_DELIVER};
+    struct rpx_job j = {.kind = RULE_EV_DELIVER};
     if (!job_from_value(rx, list, buf + val.off, val.len, &j))
         return;
     j.key = list;
@@ -356,11 +351,11 @@ static const struct rule *stream_delivery(struct rpx *rx, const char *stream, co
     const char *id = ent.id, *task = ent.task;
     bool has_task = task[0] != '\0';
     snprintf(key, sizeof(key), "%s %s", stream, id);
-    struct job_event j = {.kind = RULE_EV_DELIVER, .redelivered = redelivered};
+    struct rpx_job j = {.kind = RULE_EV_DELIVER, .redelivered = redelivered};
     idmap_lock();
-    struct idmap_info *in = idmap_put(rpx_scope(rx), key, strlen(key));
+    struct job_memo *in = idmap_put(rpx_scope(rx), key, strlen(key));
     if (in != NULL && has_task)
-        idmap_set_str(&in->task, task, strlen(task));
+        job_memo_set(&in->task, task, strlen(task));
     if (has_task)
         j.task = rpx_jdup(&j, task);
     else if (in != NULL && in->task != NULL)
@@ -376,9 +371,9 @@ static const struct rule *stream_delivery(struct rpx *rx, const char *stream, co
         idmap_lock();
         in = idmap_put(rpx_scope(rx), key, strlen(key));
         if (in != NULL) {
-            in->flags |= IDMAP_SUPPRESS_ACK;
+            in->flags |= JOB_MEMO_SUPPRESS_ACK;
             if (in->task == NULL && j.task != NULL) /* an ack removed it meanwhile */
-                idmap_set_str(&in->task, j.task, strlen(j.task));
+                job_memo_set(&in->task, j.task, strlen(j.task));
         }
         idmap_unlock();
     }
@@ -503,9 +498,9 @@ void rpx_on_rq_hash(struct rpx *rx, struct entry *e, const uint8_t *buf, const s
     if (e->arg == NULL || rprof_rq_hash_task(buf, m, &task) != 0)
         return;
     idmap_lock();
-    struct idmap_info *in = idmap_put(rpx_scope(rx), e->arg, strlen(e->arg));
+    struct job_memo *in = idmap_put(rpx_scope(rx), e->arg, strlen(e->arg));
     if (in != NULL && in->task == NULL)
-        idmap_set_str(&in->task, task, strlen(task));
+        job_memo_set(&in->task, task, strlen(task));
     idmap_unlock();
     free(task);
 }
@@ -520,7 +515,7 @@ void rpx_on_xadd_reply(struct rpx *rx, struct entry *e, const uint8_t *buf,
         say_too_long(rx, "stream entry id", n, sizeof(id));
     if (got != RPROF_FOUND)
         return;
-    struct job_event j = {.kind = RULE_EV_PUBLISH};
+    struct rpx_job j = {.kind = RULE_EV_PUBLISH};
     j.id = rpx_jdup(&j, id);
     j.queue = e->arg != NULL ? rpx_jdup(&j, e->arg) : NULL;
     j.task = e->arg2 != NULL ? rpx_jdup(&j, e->arg2) : NULL;
@@ -529,9 +524,9 @@ void rpx_on_xadd_reply(struct rpx *rx, struct entry *e, const uint8_t *buf,
         char key[RPROF_KEY_MAX + RPROF_ID_MAX + 2];
         snprintf(key, sizeof(key), "%s %s", e->arg, id);
         idmap_lock();
-        struct idmap_info *in = idmap_put(rpx_scope(rx), key, strlen(key));
+        struct job_memo *in = idmap_put(rpx_scope(rx), key, strlen(key));
         if (in != NULL)
-            idmap_set_str(&in->task, e->arg2, strlen(e->arg2));
+            job_memo_set(&in->task, e->arg2, strlen(e->arg2));
         idmap_unlock();
     }
     rpx_job_event_clear(&j);
@@ -556,10 +551,10 @@ static void ack_decide(struct rpx *rx, const struct rprof_cmdview *cv, const cha
         snprintf(key, sizeof(key), "%s %s", cv->key, id);
     else
         snprintf(key, sizeof(key), "%s", id);
-    struct job_event j = {.kind = RULE_EV_ACK};
+    struct rpx_job j = {.kind = RULE_EV_ACK};
     j.key = cv->key;
     idmap_lock();
-    struct idmap_info *in = idmap_get(rpx_scope(rx), key, strlen(key));
+    struct job_memo *in = idmap_get(rpx_scope(rx), key, strlen(key));
     if (rx->prof == RPROF_CELERY) {
         j.id = in != NULL && in->id != NULL ? rpx_jdup(&j, in->id) : NULL;
         j.queue = in != NULL && in->queue != NULL ? rpx_jdup(&j, in->queue) : NULL;
@@ -571,9 +566,9 @@ static void ack_decide(struct rpx *rx, const struct rprof_cmdview *cv, const cha
     j.task = in != NULL && in->task != NULL ? rpx_jdup(&j, in->task) : NULL;
     /* A duplicate decided at delivery: this ack never lands, so the entry
      * stays pending for the next XAUTOCLAIM (the mark is used up here). */
-    bool swallow_dup = in != NULL && (in->flags & IDMAP_SUPPRESS_ACK) != 0;
+    bool swallow_dup = in != NULL && (in->flags & JOB_MEMO_SUPPRESS_ACK) != 0;
     if (swallow_dup)
-        in->flags &= ~(uint32_t)IDMAP_SUPPRESS_ACK;
+        in->flags &= ~(uint32_t)JOB_MEMO_SUPPRESS_ACK;
     uint64_t gen = in != NULL ? in->gen : 0;
     idmap_unlock();
     rpx_journal_job(rx, JOURNAL_KIND_ACK, &j);
@@ -605,7 +600,7 @@ static void ack_decide(struct rpx *rx, const struct rprof_cmdview *cv, const cha
         in = idmap_get(rpx_scope(rx), key, strlen(key));
         if (in != NULL && in->pending > 1)
             in->pending--;
-        else if (in != NULL && in->gen == gen && (in->flags & IDMAP_SUPPRESS_ACK) == 0)
+        else if (in != NULL && in->gen == gen && (in->flags & JOB_MEMO_SUPPRESS_ACK) == 0)
             idmap_del(rpx_scope(rx), key, strlen(key));
         idmap_unlock();
         return;
@@ -757,7 +752,7 @@ const struct rule *rpx_stream_publish_decide(struct rpx *rx, const struct rprof_
     uint64_t tlen;
     if (rprof_xadd_task(cv, task, sizeof(task), &tlen) == RPROF_TOO_LONG)
         say_too_long(rx, "task", tlen, sizeof(task));
-    struct job_event j = {.kind = RULE_EV_PUBLISH};
+    struct rpx_job j = {.kind = RULE_EV_PUBLISH};
     j.key = cv->key;
     j.id = chosen ? rpx_jdup(&j, id) : NULL;
     j.queue = rpx_jdup(&j, cv->key);
@@ -888,11 +883,11 @@ static const struct rule *publish_jobs(struct rpx *rx, const struct rprof_cmdvie
         /* A job that carries a retry count is one its app sends again: Sidekiq's retry poller
          * pushes a failed job back with retry_count set, Celery's retry sends the task with its
          * retries one up. */
-        struct job_event j = {.kind = RULE_EV_PUBLISH,
-                              .id = job.id,
-                              .task = job.task,
-                              .retries = job.retries,
-                              .retry = job.retries > 0};
+        struct rpx_job j = {.kind = RULE_EV_PUBLISH,
+                            .id = job.id,
+                            .task = job.task,
+                            .retries = job.retries,
+                            .retry = job.retries > 0};
         j.key = cv->key;
         j.queue = rprof_queue_of(rx->prof, cv->key);
         j.oom |= j.queue == NULL;
@@ -919,7 +914,7 @@ static const struct rule *publish_rq(struct rpx *rx, const struct rprof_cmdview 
     struct resp_view v;
     if (!rprof_arg(cv, 2, &v) || !rprof_view_str(cv->buf, cv->len, &v, id, sizeof(id)))
         return NULL;
-    struct job_event j = {.kind = RULE_EV_PUBLISH, .key = cv->key};
+    struct rpx_job j = {.kind = RULE_EV_PUBLISH, .key = cv->key};
     j.id = rpx_jdup(&j, id);
     j.queue = rprof_queue_of(rx->prof, cv->key);
     j.oom |= j.queue == NULL;
@@ -929,9 +924,9 @@ static const struct rule *publish_rq(struct rpx *rx, const struct rprof_cmdview 
          * it again and pushes its id): its next delivery needs the task again. */
         j.task = rpx_jdup(&j, rq->task);
         idmap_lock();
-        struct idmap_info *in = idmap_put(rpx_scope(rx), id, strlen(id));
+        struct job_memo *in = idmap_put(rpx_scope(rx), id, strlen(id));
         if (in != NULL && in->task == NULL)
-            idmap_set_str(&in->task, rq->task, strlen(rq->task));
+            job_memo_set(&in->task, rq->task, strlen(rq->task));
         idmap_unlock();
     }
     /* A job the started registry's cleanup requeues ran before too, but its lease lapsed: RQ
@@ -1036,10 +1031,10 @@ static bool processing_source(struct rpx *rx, const char *list, char **src, bool
     if (!processing_key(list, key, sizeof(key)))
         return false;
     idmap_lock();
-    struct idmap_info *in = idmap_get(rpx_scope(rx), key, strlen(key));
+    struct job_memo *in = idmap_get(rpx_scope(rx), key, strlen(key));
     if (in != NULL && in->queue != NULL) {
         *src = strdup(in->queue);
-        *head = (in->flags & IDMAP_POP_HEAD) != 0;
+        *head = (in->flags & JOB_MEMO_POP_HEAD) != 0;
     }
     idmap_unlock();
     return *src != NULL;
@@ -1057,7 +1052,7 @@ static const struct rule *list_ack_decide(struct rpx *rx, const struct rprof_cmd
     struct resp_job rj;
     if (read_job(rx, cv->buf + job->off, job->len, &rj) != 0)
         return NULL;
-    struct job_event j = {.kind = RULE_EV_ACK, .key = cv->key, .id = rj.id, .task = rj.task};
+    struct rpx_job j = {.kind = RULE_EV_ACK, .key = cv->key, .id = rj.id, .task = rj.task};
     /* The queue is the list it was delivered from, as the delivery's record names it. */
     j.queue = rpx_jdup(&j, src);
     rpx_journal_job(rx, JOURNAL_KIND_ACK, &j);
@@ -1205,7 +1200,7 @@ void rpx_sidekiq_journal_running(struct rpx *rx, const struct rprof_cmdview *cv,
         char run[RPX_RUN_MAX];
         snprintf(run, sizeof(run), "%.*s %.*s", (int)identity_len, cv->key, (int)f.len,
                  (const char *)cv->buf + f.off);
-        struct job_event j = {.kind = RULE_EV_LEASE, .started_unix_us = started, .run = run};
+        struct rpx_job j = {.kind = RULE_EV_LEASE, .started_unix_us = started, .run = run};
         j.id = rpx_jdup(&j, job.id);
         j.task = rpx_jdup(&j, job.task);
         j.queue = job.queue != NULL ? rpx_jdup(&j, job.queue) : NULL;

@@ -646,10 +646,13 @@ static enum cmd_result command(struct rpx *rx, const uint8_t *buf, const struct 
         return rpx_tx_end(rx, &cv, m, buf);
     if (rx->tx.active)
         return rpx_tx_queue(rx, &cv, m, buf);
-    if (rx->prof == RPROF_BULLMQ &&
-        (rpx_is_cmd(&cv, RPROF_CMD_EVAL) || rpx_is_cmd(&cv, RPROF_CMD_EVALSHA) ||
-         rpx_is_cmd(&cv, RPROF_CMD_SCRIPT)))
-        return rpx_bmq_command(rx, &cv, m, buf);
+    if (rx->fw != NULL) {
+        struct resp_cmd_plan plan;
+        memset(&plan, 0, sizeof(plan));
+        if (rx->fw->command(rpx_host(rx), &cv, rx->decided >= DECIDED_ALL, &plan) == 1)
+            return rpx_apply_cmd_plan(rx, &cv, m, buf, &plan);
+        resp_cmd_plan_free(&plan);
+    }
     struct resp_view id;
     if (rx->decided < DECIDED_ALL && rprof_rq_lease(rx->prof, &cv, &id))
         return rpx_rq_command_lease(rx, &cv, m, buf, &id);
@@ -1022,6 +1025,8 @@ static void *rpx_open(struct session *s)
         return NULL;
     rx->s = s;
     rx->prof = rprof_of(s->cfg->l->profile);
+    rx->fw = resp_framework_of(rx->prof);
+    rpx_host_init(rx);
     resp_scanner_init(&rx->sc[SIDE_CLIENT], RESP_SIDE_CLIENT);
     resp_scanner_init(&rx->sc[SIDE_UPSTREAM], RESP_SIDE_SERVER);
     uint64_t max_message = s->cfg->l->max_message;

@@ -80,12 +80,11 @@ static void entry_clear_args(struct entry *e)
 {
     free(e->arg);
     free(e->arg2);
-    free(e->bmq);
-    e->bmq = NULL;
+    resp_framework_free_tag(e->fw, &e->tag);
     for (size_t i = 0; i < e->ntx; i++) {
         if (e->tx[i].synth != NULL)
             evbuffer_free(e->tx[i].synth);
-        free(e->tx[i].bmq);
+        resp_framework_free_tag(e->tx[i].fw, &e->tx[i].tag);
     }
     free(e->tx);
     if (e->after != NULL)
@@ -368,11 +367,8 @@ static void read_reply(struct rpx *rx, struct entry *e, const uint8_t *buf,
     case RK_EXEC:
         rpx_on_exec_reply(rx, e, buf, m, reply);
         break;
-    case RK_BMQ_ADD:
-    case RK_BMQ_NEXT:
-    case RK_BMQ_FINISH:
-    case RK_BMQ_RETRY:
-        rpx_bmq_on_reply(rx, e, buf, m, reply);
+    case RK_FRAMEWORK:
+        rpx_framework_reply(rx, e, buf, m, reply);
         break;
     case RK_ADD_INT: {
         int64_t n;

@@ -28,7 +28,7 @@
 #include "proxy/resp_internal.h"
 
 /* The job event of a renewal or a failure of job `id` on registry key cv->key. */
-static void rq_event(struct rpx *rx, struct job_event *j, enum rule_event kind,
+static void rq_event(struct rpx *rx, struct rpx_job *j, enum rule_event kind,
                      const struct rprof_cmdview *cv, const char *id)
 {
     memset(j, 0, sizeof(*j));
@@ -68,7 +68,7 @@ struct rpx_lease rpx_rq_lease_decide(struct rpx *rx, const struct rprof_cmdview 
         f.ms = rx->rq_lost_ms;
         return f;
     }
-    struct job_event j;
+    struct rpx_job j;
     rq_event(rx, &j, RULE_EV_LEASE, cv, id);
     const struct rule *r = rpx_decide_job(rx, &j);
     rpx_job_event_clear(&j);
@@ -106,7 +106,7 @@ void rpx_rq_journal_failed(struct rpx *rx, const struct rprof_cmdview *cv,
     char id[RPROF_KEY_MAX];
     if (rx->s->px->journal == NULL || !view_id(cv, idv, id, sizeof(id)))
         return;
-    struct job_event j;
+    struct rpx_job j;
     rq_event(rx, &j, RULE_EV_NACK, cv, id);
     rpx_journal_job(rx, JOURNAL_KIND_NACK, &j);
     rpx_job_event_clear(&j);

@@ -38,8 +38,9 @@ void rpx_on_exec_reply(struct rpx *rx, struct entry *e, const uint8_t *buf,
             evbuffer_free(out);
             return; /* not the shape expected: pass the server's reply on */
         }
-        if (e->tx[i].bmq != NULL)
-            rpx_bmq_journal_add(rx, e->tx[i].bmq, buf, &v);
+        const struct txcmd *c = &e->tx[i];
+        if (c->tag.kind != 0 && c->fw != NULL && c->fw->element != NULL)
+            c->fw->element(rpx_host(rx), &c->tag, buf, &v);
         int64_t n;
         if (e->tx[i].add != 0 && v.type == ':' && resp_view_int(buf, m->len, &v, &n) == 0)
             evbuffer_add_printf(out, ":%lld\r\n", (long long)(n + e->tx[i].add));
@@ -61,7 +62,7 @@ void rpx_tx_reset(struct tx *t)
     for (size_t i = 0; i < t->n; i++) {
         if (t->cmds[i].synth != NULL)
             evbuffer_free(t->cmds[i].synth);
-        free(t->cmds[i].bmq);
+        resp_framework_free_tag(t->cmds[i].fw, &t->cmds[i].tag);
     }
     free(t->cmds);
     if (t->later != NULL)
@@ -145,9 +146,9 @@ static void tx_first_cmd(void *arg, const struct rprof_cmdview *cv)
     if (rprof_rq_job_ran(f->rx->prof, cv) && f->rq.n_ran < RPX_RQ_RAN_MAX)
         snprintf(f->rq.ran[f->rq.n_ran++], sizeof(f->rq.ran[0]), "%s", id);
     idmap_lock();
-    struct idmap_info *in = idmap_put(rpx_scope(f->rx), id, strlen(id));
+    struct job_memo *in = idmap_put(rpx_scope(f->rx), id, strlen(id));
     if (in != NULL)
-        idmap_set_str(&in->task, task, strlen(task));
+        job_memo_set(&in->task, task, strlen(task));
     idmap_unlock();
     free(task);
 }
@@ -389,7 +390,9 @@ static int tx_plan(struct rpx *rx, const uint8_t *buf, size_t len, size_t off,
             beat.cv.m = &beat_m;
         } else if (rx->prof == RPROF_RQ || xadd) {
             tx_plan_publish(rx, c, &cv, xadd, &seen.rq, close_before, delay_rule);
-        } else if (rx->prof == RPROF_BULLMQ && (c->bmq = rpx_bmq_tx_add(rx, &cv)) != NULL) {
+        } else if (rx->fw != NULL && rx->fw->queued != NULL &&
+                   (c->tag = rx->fw->queued(rpx_host(rx), &cv)).kind != 0) {
+            c->fw = rx->fw;
             t->any = true; /* EXEC's reply is read */
         }
     }
@@ -420,7 +423,7 @@ enum cmd_result rpx_tx_begin(struct rpx *rx, struct rprof_cmdview *cv, const str
                       ((rx->prof == RPROF_RQ || rx->prof == RPROF_STREAMS) &&
                        codec_wants(rx->s, RULE_EV_PUBLISH)) ||
                       (rx->prof == RPROF_RQ && codec_wants(rx->s, RULE_EV_LEASE)) ||
-                      (rx->prof == RPROF_BULLMQ && rx->s->px->journal != NULL);
+                      (rx->fw != NULL && rx->fw->queued != NULL && rx->s->px->journal != NULL);
         if (rc == 0 && !rx->tx_waited && (avail > len || judged)) {
             rpx_tx_reset(&rx->tx);
             if (rx->tx_wait_until == 0)
@@ -485,7 +488,7 @@ enum cmd_result rpx_tx_end(struct rpx *rx, struct rprof_cmdview *cv, const struc
             for (size_t i = e->ntx; i < t->n; i++) {
                 if (t->cmds[i].synth != NULL)
                     evbuffer_free(t->cmds[i].synth);
-                free(t->cmds[i].bmq);
+                resp_framework_free_tag(t->cmds[i].fw, &t->cmds[i].tag);
             }
             if (t->idx > e->ntx) {
                 struct txcmd *c = realloc(t->cmds, t->idx * sizeof(*c));

@@ -8,18 +8,19 @@
 # Usage: scripts/check_layers.sh SOURCE_DIR
 cd "${1:-.}" || exit 2
 inc='^[[:space:]]*#[[:space:]]*include[[:space:]]*[<"]'
-bad=$(grep -nE "$inc(rules/|offline/|proxy/|event2/|openssl/)" proto/*.c proto/*.h;
+proto_files=$(find proto -name '*.[ch]' | sort)
+bad=$(grep -nE "$inc(rules/|offline/|proxy/|event2/|openssl/)" $proto_files;
       grep -nE "$inc(offline/|proxy/|event2/|openssl/)" rules/*.c rules/*.h;
       grep -nE "$inc(proxy/|event2/|openssl/|sys/socket|netinet/)" offline/*.c offline/*.h)
 # proto/ and rules/ are handed bytes or a stream; they open no file
-opens=$(grep -nE '(^|[^_[:alnum:]])(fopen|open|opendir|socket)[[:space:]]*\(' proto/*.c rules/*.c)
+opens=$(grep -nE '(^|[^_[:alnum:]])(fopen|open|opendir|socket)[[:space:]]*\(' $proto_files rules/*.c)
 [ -z "$opens" ] || bad="$bad${bad:+
 }$opens"
 # a codec's internal header (proxy/resp_internal.h) is for the files of that codec only
 for h in proxy/*_internal.h; do
     [ -e "$h" ] || continue
     stem=$(basename "$h" _internal.h)
-    for f in $(grep -lE "$inc$h\"" proto/*.[ch] rules/*.[ch] offline/*.[ch] proxy/*.[ch] tests/unit/*.c 2>/dev/null); do
+    for f in $(grep -lE "$inc$h\"" $proto_files rules/*.[ch] offline/*.[ch] proxy/*.[ch] tests/unit/*.c 2>/dev/null); do
         case $(basename "$f") in
         "$stem"*.c | "$stem"_internal.h) ;;
         *) bad="$bad${bad:+

@@ -21,7 +21,7 @@ LIBS := -ljansson -lprotobuf-c
 
 GEN_C := $(W)/gen/proto/journal.pb-c.c
 # offline/: the journal tools, which need neither libevent nor OpenSSL.
-LIB_SRC := $(wildcard proto/*.c rules/*.c offline/*.c)
+LIB_SRC := $(wildcard proto/*.c proto/*/*.c rules/*.c offline/*.c)
 LIB_OBJ := $(patsubst %.c,$(W)/obj/%.o,$(LIB_SRC)) $(W)/obj/gen/journal.pb-c.o
 LIB := $(W)/libtwice_fuzz.a
 BINS := $(patsubst %,$(W)/bin/fuzz_%,$(HARNESSES))

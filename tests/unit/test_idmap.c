@@ -21,12 +21,12 @@ static int teardown(void **state)
     return 0;
 }
 
-static struct idmap_info *put(const char *scope, const char *key)
+static struct job_memo *put(const char *scope, const char *key)
 {
     return idmap_put(scope, key, strlen(key));
 }
 
-static struct idmap_info *get(const char *scope, const char *key)
+static struct job_memo *get(const char *scope, const char *key)
 {
     return idmap_get(scope, key, strlen(key));
 }
@@ -35,10 +35,10 @@ static struct idmap_info *get(const char *scope, const char *key)
 static void test_scopes_apart(void **state)
 {
     (void)state;
-    struct idmap_info *a = put("amqp", "job-1");
+    struct job_memo *a = put("amqp", "job-1");
     assert_non_null(a);
-    idmap_set_str(&a->task, "charge", 6);
-    struct idmap_info *b = put("redis", "job-1");
+    job_memo_set(&a->task, "charge", 6);
+    struct job_memo *b = put("redis", "job-1");
     assert_non_null(b);
     assert_ptr_not_equal(a, b);
     assert_null(b->task);
@@ -57,7 +57,7 @@ static void test_scopes_apart(void **state)
 static void test_remade_entry_has_new_gen(void **state)
 {
     (void)state;
-    struct idmap_info *a = put("s", "job");
+    struct job_memo *a = put("s", "job");
     uint64_t gen = a->gen;
     assert_ptr_equal(put("s", "job"), a);
     assert_int_equal(put("s", "job")->gen, gen);

@@ -1,0 +1,29 @@
+/*
+ * frameworks.c - the framework modules, by profile (proto/jobs/framework.h).  A new framework
+ * is a module and one line here.
+ */
+#include "proto/jobs/framework.h"
+
+#include <stddef.h>
+
+extern const struct resp_framework resp_framework_bullmq;
+
+static const struct resp_framework *const frameworks[] = {
+    &resp_framework_bullmq,
+};
+
+const struct resp_framework *resp_framework_of(enum rprof p)
+{
+    for (size_t i = 0; i < sizeof(frameworks) / sizeof(frameworks[0]); i++)
+        if (frameworks[i]->prof == p)
+            return frameworks[i];
+    return NULL;
+}
+
+void resp_framework_free_tag(const struct resp_framework *fw, struct resp_reply_tag *tag)
+{
+    if (fw != NULL && tag->state != NULL && fw->free_state != NULL)
+        fw->free_state(tag->kind, tag->state);
+    tag->kind = 0;
+    tag->state = NULL;
+}

@@ -1,0 +1,399 @@
+/*
+ * resp_host.c - a RESP session as the host of its listener's framework module
+ * (proto/jobs/job.h, proto/jobs/framework.h), and the one place that carries out the plans a
+ * module makes (proto/resp_plan.h).
+ *
+ * The host answers what a module asks: whether a rule looks at an event, the rule's fault
+ * (rules/plan.h), the journal, the log, and the listener's job memory (proxy/idmap.h).  Scripts
+ * a module knows by their bodies are remembered by sha1 for the whole process: a sha names one
+ * body wherever it is seen.
+ *
+ * A plan's bytes that could not be made (out of memory) are not half sent: the command or reply
+ * goes on as it came, and a line says so.
+ */
+#include "proxy/resp_internal.h"
+
+#include <openssl/evp.h>
+#include <pthread.h>
+
+#include "rules/plan.h"
+
+/* ---- scripts by sha ----------------------------------------------------------------------- */
+
+/* Bodies remembered: BullMQ has a dozen scripts twice reads; a few versions of them side by
+ * side stay far below this. */
+#define RPX_SCRIPTS_MAX 256u
+
+static struct {
+    char hex[41];
+    unsigned tag;
+} scripts[RPX_SCRIPTS_MAX];
+static size_t n_scripts;
+static bool scripts_full_said;
+static pthread_mutex_t scripts_mu = PTHREAD_MUTEX_INITIALIZER;
+
+static void h_script_learn(void *ctx, const uint8_t *body, size_t n, unsigned tag)
+{
+    (void)ctx;
+    unsigned char d[EVP_MAX_MD_SIZE];
+    unsigned int dl = 0;
+    char hex[41];
+    if (EVP_Digest(body, n, d, &dl, EVP_sha1(), NULL) != 1 || dl != 20)
+        return;
+    for (unsigned i = 0; i < 20; i++)
+        snprintf(hex + 2 * i, 3, "%02x", d[i]);
+    pthread_mutex_lock(&scripts_mu);
+    bool known = false;
+    for (size_t i = 0; i < n_scripts && !known; i++)
+        known = memcmp(scripts[i].hex, hex, 40) == 0;
+    if (!known && n_scripts < RPX_SCRIPTS_MAX) {
+        memcpy(scripts[n_scripts].hex, hex, sizeof(hex));
+        scripts[n_scripts++].tag = tag;
+    } else if (!known && !scripts_full_said) {
+        scripts_full_said = true;
+        log_msg(LOG_WARN, "scripts not learnt", "reason=\"more than %u script bodies\"",
+                RPX_SCRIPTS_MAX);
+    }
+    pthread_mutex_unlock(&scripts_mu);
+}
+
+static unsigned h_script_tag(void *ctx, const uint8_t *p, size_t n)
+{
+    (void)ctx;
+    if (n != 40)
+        return 0;
+    char hex[41];
+    for (size_t i = 0; i < 40; i++)
+        hex[i] = (char)(p[i] >= 'A' && p[i] <= 'F' ? p[i] - 'A' + 'a' : p[i]);
+    hex[40] = '\0';
+    unsigned tag = 0;
+    pthread_mutex_lock(&scripts_mu);
+    for (size_t i = 0; i < n_scripts && tag == 0; i++)
+        if (memcmp(scripts[i].hex, hex, 40) == 0)
+            tag = scripts[i].tag;
+    pthread_mutex_unlock(&scripts_mu);
+    return tag;
+}
+
+/* ---- events, rules, journal ------------------------------------------------------------ */
+
+static bool h_wants(void *ctx, enum job_ev k)
+{
+    struct rpx *rx = ctx;
+    return codec_wants(rx->s, rule_event_of_job(k));
+}
+
+static void h_count(void *ctx, enum job_ev k)
+{
+    struct rpx *rx = ctx;
+    codec_count(rx->s, rule_event_of_job(k));
+}
+
+/* The rules' view of a job event (no identity: decide() adds it). */
+static void engine_event_of(const struct job_event *j, struct engine_event *ev)
+{
+    memset(ev, 0, sizeof(*ev));
+    ev->event = rule_event_of_job(j->kind);
+    ev->queue = j->queue;
+    ev->message_id = j->id;
+    ev->task = j->task;
+    ev->key = j->key;
+    ev->redelivered = j->redelivered;
+}
+
+static struct job_fault decide(struct rpx *rx, const struct job_event *j, bool note)
+{
+    struct job_fault none = {.kind = JOB_FAULT_NONE};
+    enum rule_event kind = rule_event_of_job(j->kind);
+    if (!codec_wants(rx->s, kind)) {
+        /* No rule of this listener looks at the event: counted, without naming an anonymous
+         * job first. */
+        codec_count(rx->s, kind);
+        return none;
+    }
+    struct engine_event ev;
+    char anon[48];
+    engine_event_of(j, &ev);
+    /* No id: each event is its own identity (session, a counter). */
+    uint64_t seq = j->id == NULL ? ++rx->anon : 0;
+    codec_event_identity(&ev, anon, sizeof(anon), (const uint64_t[]){rx->s->id, seq}, 2);
+    size_t hit = 0;
+    size_t n =
+        note ? codec_decide_first(rx->s, &ev, &hit) : codec_decide_first_unnoted(rx->s, &ev, &hit);
+    if (n == 0)
+        return none;
+    const struct rule *r = rpx_hit_rule(rx, hit);
+    return rule_action_is_stream(r->action.kind) ? none : rule_job_fault(r);
+}
+
+static struct job_fault h_decide(void *ctx, const struct job_event *j)
+{
+    return decide(ctx, j, true);
+}
+
+static struct job_fault h_decide_unnoted(void *ctx, const struct job_event *j)
+{
+    return decide(ctx, j, false);
+}
+
+static void h_note(void *ctx, const struct job_fault *f, const struct job_event *j)
+{
+    struct rpx *rx = ctx;
+    struct engine_event ev;
+    engine_event_of(j, &ev);
+    if (f->rule != NULL)
+        fault_note(rx->s, f->rule, &ev);
+}
+
+static enum journal_kind journal_kind_of(enum job_rec r)
+{
+    switch (r) {
+    case JOB_REC_PUBLISH:
+        return JOURNAL_KIND_PUBLISH;
+    case JOB_REC_DELIVER:
+        return JOURNAL_KIND_DELIVER;
+    case JOB_REC_ACK:
+        return JOURNAL_KIND_ACK;
+    case JOB_REC_NACK:
+        return JOURNAL_KIND_NACK;
+    default:
+        return JOURNAL_KIND_RUNNING;
+    }
+}
+
+void rpx_journal_event(struct rpx *rx, enum journal_kind kind, const struct job_event *j)
+{
+    struct journal *jr = rx->s->px->journal;
+    if (jr == NULL)
+        return;
+    struct journal_record r = {
+        .kind = kind,
+        .session = rx->s->id,
+        .listener = rx->s->cfg->l->name,
+        .client = rx->s->client_addr,
+        .queue = j->queue,
+        .task = j->task,
+        .message_id = j->id,
+        .redelivered = j->redelivered,
+        .retries = j->retries,
+        .retry = j->retry,
+        .refused = j->refused,
+        .kept_back = j->kept_back,
+        .started_unix_us = j->started_unix_us,
+        .run = j->run,
+    };
+    journal_record(jr, &r);
+}
+
+static void h_record(void *ctx, enum job_rec rec, const struct job_event *j)
+{
+    rpx_journal_event(ctx, journal_kind_of(rec), j);
+}
+
+static void h_log(void *ctx, enum job_log_level level, const char *msg, const char *fields)
+{
+    struct rpx *rx = ctx;
+    log_msg(level == JOB_LOG_WARN ? LOG_WARN : LOG_INFO, msg, "sid=%llu listener=%s %s",
+            (unsigned long long)rx->s->id, rpx_scope(rx), fields);
+}
+
+static uint64_t h_next_seq(void *ctx)
+{
+    struct rpx *rx = ctx;
+    return ++rx->anon;
+}
+
+/* ---- the job memory ------------------------------------------------------------------------ */
+
+static void h_memo_lock(void *ctx)
+{
+    (void)ctx;
+    idmap_lock();
+}
+
+static void h_memo_unlock(void *ctx)
+{
+    (void)ctx;
+    idmap_unlock();
+}
+
+static struct job_memo *h_memo_get(void *ctx, const char *key, size_t n)
+{
+    return idmap_get(rpx_scope(ctx), key, n);
+}
+
+static struct job_memo *h_memo_put(void *ctx, const char *key, size_t n)
+{
+    return idmap_put(rpx_scope(ctx), key, n);
+}
+
+static void h_memo_del(void *ctx, const char *key, size_t n)
+{
+    idmap_del(rpx_scope(ctx), key, n);
+}
+
+void rpx_host_init(struct rpx *rx)
+{
+    rx->host = (struct job_host){
+        .ctx = rx,
+        .session = rx->s->id,
+        .wants = h_wants,
+        .count = h_count,
+        .decide = h_decide,
+        .decide_unnoted = h_decide_unnoted,
+        .note = h_note,
+        .record = h_record,
+        .log = h_log,
+        .next_seq = h_next_seq,
+        .memo_lock = h_memo_lock,
+        .memo_unlock = h_memo_unlock,
+        .memo_get = h_memo_get,
+        .memo_put = h_memo_put,
+        .memo_del = h_memo_del,
+        .script_learn = h_script_learn,
+        .script_tag = h_script_tag,
+    };
+}
+
+const struct job_host *rpx_host(struct rpx *rx)
+{
+    /* The rules change between events (a reload): what reads jobs is asked anew. */
+    rx->host.journal = rx->s->px->journal != NULL;
+    rx->host.needed = rpx_jobs_needed(rx);
+    return &rx->host;
+}
+
+/* ---- carrying plans out -------------------------------------------------------------------- */
+
+/* Sends a plan's own commands on twice's own connection. */
+static void send_own(struct rpx *rx, const struct resp_own *own, size_t n_own)
+{
+    for (size_t i = 0; i < n_own; i++) {
+        if (own[i].n == 0 || own[i].cmds.oom)
+            continue;
+        struct evbuffer *b = evbuffer_new();
+        if (b == NULL || evbuffer_add(b, own[i].cmds.p, own[i].cmds.len) != 0)
+            log_msg(LOG_WARN, "own commands not sent",
+                    "sid=%llu listener=%s reason=\"out of memory\" commands=%zu",
+                    (unsigned long long)rx->s->id, rpx_scope(rx), own[i].n);
+        else
+            rpx_aux_send_at(rx, b, own[i].n, own[i].ms);
+        if (b != NULL)
+            evbuffer_free(b);
+    }
+}
+
+static void say_not_carried_out(struct rpx *rx, const char *what)
+{
+    log_msg(LOG_WARN, "fault not carried out", "sid=%llu listener=%s reason=\"out of memory\" %s",
+            (unsigned long long)rx->s->id, rpx_scope(rx), what);
+}
+
+/* The command Redis gets instead of the client's (REWRITE): its entry, or NULL when it could
+ * not be sent (the caller forwards the client's). */
+static struct entry *rewrite(struct rpx *rx, const struct resp_bytes *bytes, size_t len,
+                             int64_t add)
+{
+    struct evbuffer *b = evbuffer_new();
+    struct entry *e = NULL;
+    if (b != NULL && evbuffer_add(b, bytes->p, bytes->len) == 0)
+        e = rpx_forward_instead(rx, b, len);
+    if (b != NULL)
+        evbuffer_free(b);
+    if (e != NULL && add != 0) {
+        e->kind = RK_ADD_INT;
+        e->add = add;
+    }
+    return e;
+}
+
+enum cmd_result rpx_apply_cmd_plan(struct rpx *rx, const struct rprof_cmdview *cv,
+                                   const struct resp_msg *m, const uint8_t *buf,
+                                   struct resp_cmd_plan *p)
+{
+    size_t len = m->len;
+    if (p->bytes.oom) {
+        say_not_carried_out(rx, "detail=\"the command goes on as it came\"");
+        resp_bytes_free(&p->bytes);
+        p->fate = RESP_CMD_FORWARD;
+    }
+    struct entry *e = NULL;
+    enum cmd_result res = CMD_DONE;
+    switch (p->fate) {
+    case RESP_CMD_HOLD:
+        rx->decided = DECIDED_ALL;
+        rx->hold_until = proxy_now_ms() + p->hold_ms;
+        res = CMD_WAIT;
+        break;
+    case RESP_CMD_CUT:
+        rpx_swallow(rx, len);
+        rpx_cut_at_turn(rx, p->cut, NULL);
+        res = CMD_STOP;
+        break;
+    case RESP_CMD_ANSWER:
+        rpx_swallow(rx, len);
+        if (rpx_owe_reply(rx))
+            rpx_answer(rx, p->bytes.p, p->bytes.len);
+        break;
+    case RESP_CMD_REWRITE:
+        if ((e = rewrite(rx, &p->bytes, len, p->reply_add)) == NULL) {
+            log_msg(LOG_WARN, "command not rewritten",
+                    "sid=%llu listener=%s reason=\"cannot send the rewritten command\"",
+                    (unsigned long long)rx->s->id, rpx_scope(rx));
+            e = rpx_forward(rx, cv, m, buf, len);
+        }
+        break;
+    default:
+        e = rpx_forward(rx, cv, m, buf, len);
+        break;
+    }
+    if (e != NULL && p->reply.kind != 0) {
+        e->kind = RK_FRAMEWORK;
+        e->tag = p->reply;
+        e->fw = rx->fw;
+        p->reply = (struct resp_reply_tag){0};
+    }
+    resp_framework_free_tag(rx->fw, &p->reply);
+    send_own(rx, p->own, p->n_own);
+    if (res != CMD_WAIT)
+        rx->decided = 0;
+    if (res == CMD_DONE && p->cut != NULL) {
+        rpx_cut_at_turn(rx, p->cut, e); /* `close after`: once its reply went out */
+        res = CMD_STOP;
+    }
+    resp_cmd_plan_free(p);
+    return res;
+}
+
+void rpx_apply_reply_plan(struct rpx *rx, struct entry *e, struct evbuffer *reply,
+                          struct resp_reply_plan *p)
+{
+    if (p->replace && p->bytes.oom) {
+        say_not_carried_out(rx, "detail=\"the reply goes on as it came\"");
+        p->replace = false;
+    }
+    if (p->replace) {
+        evbuffer_drain(reply, evbuffer_get_length(reply));
+        evbuffer_add(reply, p->bytes.p, p->bytes.len);
+    }
+    if (p->delay_ms != 0)
+        e->release_ms = proxy_now_ms() + p->delay_ms;
+    if (p->cut != NULL) {
+        if (p->cut_before)
+            evbuffer_drain(reply, evbuffer_get_length(reply)); /* nothing of it goes out */
+        e->close_after = p->cut;
+    }
+    send_own(rx, p->own, p->n_own);
+    resp_reply_plan_free(p);
+}
+
+void rpx_framework_reply(struct rpx *rx, struct entry *e, const uint8_t *buf,
+                         const struct resp_msg *m, struct evbuffer *reply)
+{
+    if (e->fw == NULL || e->fw->reply == NULL)
+        return;
+    struct resp_reply_plan p;
+    memset(&p, 0, sizeof(p));
+    e->fw->reply(rpx_host(rx), &e->tag, buf, m, &p);
+    rpx_apply_reply_plan(rx, e, reply, &p);
+}

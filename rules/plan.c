@@ -1,0 +1,69 @@
+/*
+ * plan.c - rules that fired, as the faults framework modules carry out (rules/plan.h).
+ */
+#include "rules/plan.h"
+
+struct job_fault rule_job_fault(const struct rule *r)
+{
+    struct job_fault f = {.kind = JOB_FAULT_NONE};
+    if (r == NULL)
+        return f;
+    f.rule = r;
+    f.ms = r->action.duration_ms;
+    switch (r->action.kind) {
+    case RULE_ACT_DROP:
+        f.kind = JOB_FAULT_DROP;
+        break;
+    case RULE_ACT_DELAY:
+        f.kind = JOB_FAULT_DELAY;
+        break;
+    case RULE_ACT_REDELIVER:
+        f.kind = JOB_FAULT_REDELIVER;
+        break;
+    case RULE_ACT_DUPLICATE:
+        f.kind = JOB_FAULT_DUPLICATE;
+        break;
+    case RULE_ACT_CLOSE:
+        f.kind = JOB_FAULT_CLOSE;
+        f.before = r->action.close_when == RULE_CLOSE_BEFORE;
+        break;
+    default:
+        f.kind = JOB_FAULT_OTHER;
+        break;
+    }
+    return f;
+}
+
+enum rule_event rule_event_of_job(enum job_ev k)
+{
+    switch (k) {
+    case JOB_EV_PUBLISH:
+        return RULE_EV_PUBLISH;
+    case JOB_EV_DELIVER:
+        return RULE_EV_DELIVER;
+    case JOB_EV_ACK:
+        return RULE_EV_ACK;
+    case JOB_EV_NACK:
+        return RULE_EV_NACK;
+    default:
+        return RULE_EV_LEASE;
+    }
+}
+
+enum job_ev job_ev_of_rule(enum rule_event e)
+{
+    switch (e) {
+    case RULE_EV_PUBLISH:
+        return JOB_EV_PUBLISH;
+    case RULE_EV_DELIVER:
+        return JOB_EV_DELIVER;
+    case RULE_EV_ACK:
+        return JOB_EV_ACK;
+    case RULE_EV_NACK:
+        return JOB_EV_NACK;
+    case RULE_EV_LEASE:
+        return JOB_EV_LEASE;
+    default:
+        return JOB_EV_COUNT;
+    }
+}

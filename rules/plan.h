@@ -1,0 +1,23 @@
+/*
+ * plan.h - the rule that fired on a job event, as the fault a framework module carries out
+ * (proto/jobs/job.h).
+ *
+ * The engine (rules/engine.h) says which rules fire on an event; for a job event the first one
+ * whose action acts on events (not on the byte stream) decides it, and this turns it into a
+ * struct job_fault: the module needs the kind of fault, its time and, for a cut, which side of
+ * the frame, never the rule itself (it gets it back as an opaque handle).
+ */
+#ifndef TWICE_RULES_PLAN_H
+#define TWICE_RULES_PLAN_H
+
+#include "proto/jobs/job.h"
+#include "rules/rule.h"
+
+/* The fault rule r asks of a job event; JOB_FAULT_NONE for NULL. */
+struct job_fault rule_job_fault(const struct rule *r);
+
+/* The rules' event of a module's event, and back. */
+enum rule_event rule_event_of_job(enum job_ev k);
+enum job_ev job_ev_of_rule(enum rule_event e);
+
+#endif
