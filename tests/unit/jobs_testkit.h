@@ -639,7 +639,8 @@ static void kit_replay(const struct resp_framework *fw, struct fake_host *host,
     __real_free(r);
 }
 
-/* The bytes of tests/unit/data/frameworks/<fw>/<name> (the caller frees), NULL when absent. */
+/* The bytes of tests/unit/data/frameworks/<fw>/<name>, NUL-terminated (the caller frees), NULL
+ * when absent. */
 static uint8_t *kit_data(const char *fw, const char *name, size_t *len)
 {
     char path[1024];
@@ -656,6 +657,7 @@ static uint8_t *kit_data(const char *fw, const char *name, size_t *len)
     uint8_t *buf = __real_malloc((size_t)n + 1);
     assert_non_null(buf);
     assert_int_equal(fread(buf, 1, (size_t)n, fp), (size_t)n);
+    buf[n] = '\0';
     fclose(fp);
     *len = (size_t)n;
     return buf;
