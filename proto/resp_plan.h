@@ -43,7 +43,7 @@ struct resp_own {
 };
 
 /* The most groups of own commands one plan carries. */
-#define RESP_PLAN_OWN_MAX 2u
+#define RESP_PLAN_OWN_MAX 3u
 
 /* What becomes of a command. */
 enum resp_cmd_fate {

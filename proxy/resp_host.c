@@ -15,6 +15,7 @@
 
 #include <openssl/evp.h>
 #include <pthread.h>
+#include <sys/random.h>
 
 #include "rules/plan.h"
 
@@ -203,6 +204,32 @@ static uint64_t h_next_seq(void *ctx)
     return ++rx->anon;
 }
 
+/* A field longer than its limit: the session's first is logged with the field, its length and
+ * the limit. */
+static void h_too_long(void *ctx, const char *field, uint64_t len, size_t cap)
+{
+    struct rpx *rx = ctx;
+    if (rx->said_too_long)
+        return;
+    rx->said_too_long = true;
+    log_msg(LOG_WARN, "resp field too long", "sid=%llu listener=%s field=%s bytes=%llu limit=%zu",
+            (unsigned long long)rx->s->id, rpx_scope(rx), field, (unsigned long long)len, cap - 1);
+}
+
+static bool h_random(void *ctx, void *buf, size_t n)
+{
+    (void)ctx;
+    return getrandom(buf, n, 0) == (ssize_t)n;
+}
+
+static uint64_t h_wall_ms(void *ctx)
+{
+    (void)ctx;
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
+}
+
 /* ---- the job memory ------------------------------------------------------------------------ */
 
 static void h_memo_lock(void *ctx)
@@ -232,11 +259,53 @@ static void h_memo_del(void *ctx, const char *key, size_t n)
     idmap_del(rpx_scope(ctx), key, n);
 }
 
-void rpx_host_init(struct rpx *rx)
+/* Whether anything needs what a profile reads from a job's payload: the journal (every publish,
+ * delivery and ack is recorded with the job's identity) or a rule on those events.  Without
+ * either, jobs are still counted as events (/stats) but not decoded: jansson was a third of a
+ * profiled listener's CPU. */
+bool rpx_jobs_needed(struct rpx *rx)
 {
+    return rx->s->px->journal != NULL || codec_wants(rx->s, RULE_EV_PUBLISH) ||
+           codec_wants(rx->s, RULE_EV_DELIVER) || codec_wants(rx->s, RULE_EV_ACK) ||
+           codec_wants(rx->s, RULE_EV_NACK) || codec_wants(rx->s, RULE_EV_LEASE);
+}
+
+/* One action per event (a reply cannot be both dropped and duplicated): the first rule that
+ * fires, in file order. */
+size_t rpx_decide(struct rpx *rx, struct engine_event *ev, size_t *hits)
+{
+    return codec_decide_first(rx->s, ev, hits);
+}
+
+const struct rule *rpx_hit_rule(struct rpx *rx, size_t idx)
+{
+    struct ruleset *rs = rx->s->loop->rules;
+    if (rx->n_pinned == 0 || rx->pinned[rx->n_pinned - 1] != rs) {
+        struct ruleset **p = realloc(rx->pinned, (rx->n_pinned + 1) * sizeof(*p));
+        if (p == NULL) {
+            /* The rule is valid now; the session ends before any later use. */
+            session_set_error(rx->s, "out of memory");
+            session_abort(rx->s, SESSION_CLOSE_INTERNAL_ERROR, -1);
+        } else {
+            ruleset_get(rs);
+            p[rx->n_pinned++] = rs;
+            rx->pinned = p;
+        }
+    }
+    return ruleset_rule(rs, idx);
+}
+
+int rpx_host_init(struct rpx *rx)
+{
+    const struct conf_listener *l = rx->s->cfg->l;
     rx->host = (struct job_host){
         .ctx = rx,
         .session = rx->s->id,
+        .ids = &l->message_id,
+        .tasks = &l->task,
+        .too_long = h_too_long,
+        .random = h_random,
+        .wall_ms = h_wall_ms,
         .wants = h_wants,
         .count = h_count,
         .decide = h_decide,
@@ -253,6 +322,16 @@ void rpx_host_init(struct rpx *rx)
         .script_learn = h_script_learn,
         .script_tag = h_script_tag,
     };
+    if (rx->fw != NULL && rx->fw->open != NULL && (rx->host.state = rx->fw->open()) == NULL)
+        return -1;
+    return 0;
+}
+
+void rpx_host_free(struct rpx *rx)
+{
+    if (rx->fw != NULL && rx->fw->close != NULL && rx->host.state != NULL)
+        rx->fw->close(rx->host.state);
+    rx->host.state = NULL;
 }
 
 const struct job_host *rpx_host(struct rpx *rx)
@@ -260,6 +339,7 @@ const struct job_host *rpx_host(struct rpx *rx)
     /* The rules change between events (a reload): what reads jobs is asked anew. */
     rx->host.journal = rx->s->px->journal != NULL;
     rx->host.needed = rpx_jobs_needed(rx);
+    rx->host.resp = rx->pairing.proto == 3 ? 3 : 2;
     return &rx->host;
 }
 
@@ -396,4 +476,16 @@ void rpx_framework_reply(struct rpx *rx, struct entry *e, const uint8_t *buf,
     memset(&p, 0, sizeof(p));
     e->fw->reply(rpx_host(rx), &e->tag, buf, m, &p);
     rpx_apply_reply_plan(rx, e, reply, &p);
+}
+
+bool rpx_framework_counted(struct rpx *rx, struct entry *e, const uint8_t *buf,
+                           const struct resp_msg *m)
+{
+    if (e->fw == NULL || e->fw->count_pop == NULL || rpx_jobs_needed(rx) || e != rx->head ||
+        e->release_ms != 0 || e->hide || evbuffer_get_length(e->bytes) > 0)
+        return false;
+    if (e->fw->count_pop(rpx_host(rx), &e->tag, buf, m))
+        codec_count(rx->s, RULE_EV_DELIVER); /* as a decision would count it */
+    rx->run[SIDE_UPSTREAM] += m->len;
+    return true;
 }

@@ -12,28 +12,23 @@
  * reply twice fakes lands exactly where the client expects it, and a reply
  * twice delays holds back the ones behind it, as a slow server would.
  *
- * Events: `command` for every command; with a profile (sidekiq, celery, rq,
- * streams: docs/redis.md, Profiles), `publish` for the commands that
- * enqueue a job, `deliver` for the replies that hand one to a worker (read
- * from the reply, where the job is), `ack` for the commands that settle one.
- * Which commands and replies those are, and the job's fields in them, is
- * proto/resp_profile.h's to say; this file decides what to do about them.
- * An ack is usually a MULTI ... EXEC transaction: twice reads the whole
- * transaction ahead before it forwards MULTI (waiting up to RPX_TX_WAIT_MS
- * for the rest of it), decides once, and then keeps back the commands a
- * fault suppresses, answering +QUEUED for them and splicing their results
- * into the server's EXEC array.
- *
- * Acks arrive on another connection than their delivery (kombu's sync pool,
- * RQ's forked work horse), so what a delivery says about a message (task,
- * queue) is kept per listener in proxy/idmap.h until its ack.  Commands a
- * fault adds go out on twice's own connection (proxy/resp_aux.h).
+ * Events: `command` for every command, decided here; with a profile, the job events
+ * (`publish`, `deliver`, `ack`, `nack`, `lease`) are the listener's framework module's
+ * (proto/jobs/: one per framework, docs/architecture.md): it reads each command, reply and
+ * transaction, asks the rules through its host (resp_host.c), and answers with a plan, which
+ * resp_host.c carries out here: a command forwarded, rewritten, answered by twice, held or cut;
+ * a reply replaced, held or cut; commands for twice's own connection (proxy/resp_aux.h).  An
+ * ack is usually a MULTI ... EXEC transaction: twice reads the whole transaction ahead before it
+ * forwards MULTI (waiting up to RPX_TX_WAIT_MS for the rest of it), the module plans it once,
+ * and resp_tx.c keeps back the commands a fault suppresses, answering +QUEUED for them and
+ * splicing their results into the server's EXEC array.  What a delivery says about a job for
+ * its ack on another connection is kept per listener in proxy/idmap.h.
  *
  * Bad input: a malformed command or reply closes the session with a logged
  * reason; every other session carries on.
  *
  * This file has the codec's ops, the byte loops and the commands; the replies
- * owed to the client are resp_replies.c's, the job events resp_jobs.c's, the
+ * owed to the client are resp_replies.c's, the modules' host resp_host.c, the
  * transactions resp_tx.c's (what they share: resp_internal.h).
  */
 #include "proxy/resp_internal.h"
@@ -195,21 +190,6 @@ void rpx_aux_send_at(struct rpx *rx, struct evbuffer *cmds, size_t n, uint32_t m
         log_msg(LOG_WARN, "cannot schedule twice's own redis commands",
                 "sid=%llu listener=%s commands=%zu delay_ms=%u", (unsigned long long)rx->s->id,
                 rpx_scope(rx), n, ms);
-}
-
-/* Pushes a job back onto `list` (RPUSH: the next BRPOP takes it; LPUSH: the
- * next BLPOP) on twice's own connection, now or (later_ms) that much later. */
-void rpx_repush(struct rpx *rx, const char *cmd, const char *list, const void *val, size_t len,
-                uint32_t later_ms)
-{
-    struct evbuffer *b = evbuffer_new();
-    if (b == NULL)
-        return;
-    const char *argv[3] = {cmd, list, val};
-    size_t lens[3] = {strlen(cmd), strlen(list), len};
-    if (rpx_encode_cmd(b, 3, argv, lens) == 0)
-        rpx_aux_send_at(rx, b, 1, later_ms);
-    evbuffer_free(b);
 }
 
 /* ---- commands ---------------------------------------------------------- */
@@ -399,6 +379,21 @@ void rpx_swallow(struct rpx *rx, size_t len)
     evbuffer_drain(rx->pend[SIDE_CLIENT], len);
 }
 
+struct entry *rpx_forward_instead(struct rpx *rx, struct evbuffer *cmd, size_t len)
+{
+    struct resp_msg km;
+    struct resp_scanner ks;
+    resp_scanner_init(&ks, RESP_SIDE_CLIENT);
+    size_t klen = evbuffer_get_length(cmd);
+    const uint8_t *kb = evbuffer_pullup(cmd, (ev_ssize_t)klen);
+    if (kb == NULL || resp_scan(&ks, kb, klen, &km) != 1 ||
+        resp_pairing_command(&rx->pairing, &km, kb, 0, NULL) != 1)
+        return NULL;
+    rpx_swallow(rx, len); /* moves the run first */
+    evbuffer_add_buffer(rx->out[SIDE_UPSTREAM], cmd);
+    return rpx_entry_add(rx, true);
+}
+
 /* One line about a session whose bytes twice stops parsing: msg, with key=value and detail. */
 static void log_unparsed(struct rpx *rx, enum log_level level, const char *msg, const char *key,
                          const char *value, const char *detail)
@@ -540,69 +535,16 @@ static bool command_event(struct rpx *rx, struct rprof_cmdview *cv, const struct
     return false;
 }
 
-/* The copies a `duplicate` rule made of a publish (rx->pub_copies): sent on twice's own
- * connection once the publish went on, forgotten when it did not. */
-static void pub_copies_done(struct rpx *rx, bool send)
-{
-    if (rx->n_pub_copies > 0 && send)
-        rpx_aux_send_at(rx, rx->pub_copies, rx->n_pub_copies, 0);
-    else if (rx->pub_copies != NULL)
-        evbuffer_drain(rx->pub_copies, evbuffer_get_length(rx->pub_copies));
-    rx->n_pub_copies = 0;
-}
-
-/* Any other command outside a transaction: a publish its rules may drop, delay or cut, or a
- * plain command; forwarded, its reply tagged. */
+/* A command no module planned: GET, SET, INCR... on the plain path (its reply may join the last
+ * entry), anything else forwarded with an entry of its own. */
 static enum cmd_result command_other(struct rpx *rx, struct rprof_cmdview *cv,
                                      const struct resp_msg *m, const uint8_t *buf)
 {
-    size_t len = m->len;
-    const struct rule *pub = NULL;
-    if (rx->decided < DECIDED_ALL && rx->prof != RPROF_NONE)
-        pub = rpx_publish_decide(rx, cv, NULL);
-    if (pub == NULL && !rprof_cmd_matters(rx->prof, cv->id)) {
-        /* GET, SET, INCR...: no reply kind, no rule on it. */
-        forward_plain(rx, cv, m, buf, len);
-        rx->decided = 0;
-        return CMD_DONE;
-    }
-    if (pub != NULL) {
-        switch (pub->action.kind) {
-        case RULE_ACT_DROP:
-            pub_copies_done(rx, false);
-            rpx_swallow(rx, len);
-            /* Asked once: under CLIENT REPLY SKIP it sends Redis a PING. */
-            if (rpx_owe_reply(rx)) {
-                char reply[sizeof(rx->xadd_answer) + 32];
-                rpx_answer(rx, reply, rpx_drop_reply(rx, reply, sizeof(reply)));
-            }
-            rx->decided = 0;
-            return CMD_DONE;
-        case RULE_ACT_DELAY:
-            rx->decided = DECIDED_ALL;
-            rx->hold_until = proxy_now_ms() + pub->action.duration_ms;
-            return CMD_WAIT;
-        case RULE_ACT_CLOSE:
-            if (pub->action.close_when == RULE_CLOSE_BEFORE) {
-                pub_copies_done(rx, false);
-                rpx_swallow(rx, len);
-                rpx_cut_at_turn(rx, pub, NULL);
-                return CMD_STOP;
-            }
-            break;
-        default:
-            break;
-        }
-    }
-    struct entry *e = rpx_forward(rx, cv, m, buf, len);
-    pub_copies_done(rx, true); /* behind the original on the wire; on another connection */
+    if (!rprof_cmd_matters(rx->prof, cv->id))
+        forward_plain(rx, cv, m, buf, m->len);
+    else
+        rpx_forward(rx, cv, m, buf, m->len);
     rx->decided = 0;
-    if (pub != NULL && pub->action.kind == RULE_ACT_CLOSE) {
-        rpx_cut_at_turn(rx, pub, e);
-        return CMD_STOP;
-    }
-    if (e != NULL)
-        rpx_tag_reply(rx, cv, e);
     return CMD_DONE;
 }
 
@@ -628,12 +570,9 @@ static enum cmd_result command(struct rpx *rx, const uint8_t *buf, const struct 
 
     remember_setup(rx, &cv);
 
-    /* Sidekiq's heartbeat lists the jobs in progress: journaled as they pass (in its MULTI),
-     * for the verdict to see two runs of one job at once; then on as any command. */
-    size_t identity_len = 0;
-    if (rx->decided < DECIDED_ALL && rx->s->px->journal != NULL &&
-        rprof_sidekiq_work(rx->prof, &cv, &identity_len))
-        rpx_sidekiq_journal_running(rx, &cv, identity_len);
+    /* A module sees every command as it passes (Sidekiq's heartbeat, in its MULTI), once. */
+    if (rx->fw != NULL && rx->fw->seen != NULL && rx->decided < DECIDED_ALL)
+        rx->fw->seen(rpx_host(rx), &cv);
 
     if (!rx->tx.active && (resp_cmd_name_flags(cv.name, strlen(cv.name)) & RESP_CMD_SYNC))
         return replication_start(rx, &cv, len);
@@ -653,17 +592,6 @@ static enum cmd_result command(struct rpx *rx, const uint8_t *buf, const struct 
             return rpx_apply_cmd_plan(rx, &cv, m, buf, &plan);
         resp_cmd_plan_free(&plan);
     }
-    struct resp_view id;
-    if (rx->decided < DECIDED_ALL && rprof_rq_lease(rx->prof, &cv, &id))
-        return rpx_rq_command_lease(rx, &cv, m, buf, &id);
-    if (rx->decided < DECIDED_ALL && rprof_rq_failed(rx->prof, &cv, &id))
-        rpx_rq_journal_failed(rx, &cv, &id); /* then on as any command */
-    size_t first;
-    if (rprof_ack_args(rx->prof, &cv, &first))
-        return rpx_command_ack(rx, &cv, m, buf, first);
-    struct resp_view job;
-    if (rprof_list_ack(rx->prof, &cv, &job))
-        return rpx_command_list_ack(rx, &cv, m, buf, &job);
     return command_other(rx, &cv, m, buf);
 }
 
@@ -1026,7 +954,6 @@ static void *rpx_open(struct session *s)
     rx->s = s;
     rx->prof = rprof_of(s->cfg->l->profile);
     rx->fw = resp_framework_of(rx->prof);
-    rpx_host_init(rx);
     resp_scanner_init(&rx->sc[SIDE_CLIENT], RESP_SIDE_CLIENT);
     resp_scanner_init(&rx->sc[SIDE_UPSTREAM], RESP_SIDE_SERVER);
     uint64_t max_message = s->cfg->l->max_message;
@@ -1046,6 +973,10 @@ static void *rpx_open(struct session *s)
         return NULL;
     }
     resp_pairing_init(&rx->pairing, rx->slots, RPX_PIPELINE_MIN);
+    if (rpx_host_init(rx) != 0) {
+        rpx_free(rx);
+        return NULL;
+    }
     return rx;
 }
 
@@ -1071,8 +1002,6 @@ static void rpx_free(void *state)
         rpx_entry_free(e);
     }
     rpx_tx_reset(&rx->tx);
-    if (rx->pub_copies != NULL)
-        evbuffer_free(rx->pub_copies);
     for (int i = 0; i < 2; i++) {
         if (rx->pend[i] != NULL)
             evbuffer_free(rx->pend[i]);
@@ -1089,7 +1018,7 @@ static void rpx_free(void *state)
         ruleset_put(rx->pinned[i]);
     free(rx->pinned);
     free(rx->slots);
-    rpx_rq_forget_lease(rx);
+    rpx_host_free(rx);
     free(rx);
 }
 

@@ -6,7 +6,7 @@
  * count of an ack it swallowed).  An entry goes out once every entry before it has: a reply
  * twice delays holds back the ones behind it, as a slow server would, and a cut (`close
  * after`) happens exactly at its entry's turn.  Replies from the server are matched to their
- * commands by the pairing (proto/resp.h) and handed to the job events (resp_jobs.c) or the
+ * commands by the pairing (proto/resp.h) and handed to the framework module (resp_host.c) or the
  * transaction (resp_tx.c) when their command asked for it.
  */
 #include "proxy/resp_internal.h"
@@ -78,8 +78,6 @@ static void pop_head(struct rpx *rx)
 
 static void entry_clear_args(struct entry *e)
 {
-    free(e->arg);
-    free(e->arg2);
     resp_framework_free_tag(e->fw, &e->tag);
     for (size_t i = 0; i < e->ntx; i++) {
         if (e->tx[i].synth != NULL)
@@ -91,7 +89,7 @@ static void entry_clear_args(struct entry *e)
         evbuffer_free(e->after);
     e->after = NULL;
     e->n_after = 0;
-    e->arg = e->arg2 = NULL;
+    e->fw = NULL;
     e->tx = NULL;
     e->ntx = 0;
 }
@@ -350,20 +348,6 @@ static void read_reply(struct rpx *rx, struct entry *e, const uint8_t *buf,
                        const struct resp_msg *m, struct evbuffer *reply)
 {
     switch (e->kind) {
-    case RPROF_REPLY_POP:
-        rpx_on_pop_reply(rx, e, buf, m, reply);
-        break;
-    case RPROF_REPLY_XREAD:
-    case RPROF_REPLY_XCLAIM:
-    case RPROF_REPLY_XAUTOCLAIM:
-        rpx_on_stream_reply(rx, e, buf, m, reply);
-        break;
-    case RPROF_REPLY_XADD:
-        rpx_on_xadd_reply(rx, e, buf, m);
-        break;
-    case RPROF_REPLY_RQ_HASH:
-        rpx_on_rq_hash(rx, e, buf, m);
-        break;
     case RK_EXEC:
         rpx_on_exec_reply(rx, e, buf, m, reply);
         break;
@@ -405,7 +389,7 @@ void rpx_on_reply(struct rpx *rx, const uint8_t *buf, const struct resp_msg *m)
         rx->held += m->len;
         rpx_run_move(rx, SIDE_UPSTREAM);
         evbuffer_remove_buffer(pend, e->bytes, m->len);
-    } else if (e->kind == RPROF_REPLY_POP && rpx_pop_reply_counted(rx, e, buf, m)) {
+    } else if (e->kind == RK_FRAMEWORK && rpx_framework_counted(rx, e, buf, m)) {
         if (match.last)
             rpx_entry_answered(rx, e, true);
         return;

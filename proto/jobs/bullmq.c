@@ -30,7 +30,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "proto/jobs/framework.h"
+#include "proto/jobs/common.h"
 #include "proto/msgpack.h"
 #include "proto/resp_bullmq.h"
 
@@ -773,7 +773,7 @@ static void bmq_reply(const struct job_host *h, const struct resp_reply_tag *tag
 
 /* An add script queued in a transaction (FlowProducer.add): counted as a publish (not decided:
  * no rule acts on it), and journaled from its element of EXEC's reply. */
-static struct resp_reply_tag bmq_queued(const struct job_host *h, const struct rprof_cmdview *cv)
+static struct resp_reply_tag queued_add(const struct job_host *h, const struct rprof_cmdview *cv)
 {
     struct resp_reply_tag none = {0};
     struct bmq_call c;
@@ -789,6 +789,25 @@ static struct resp_reply_tag bmq_queued(const struct job_host *h, const struct r
     memcpy(pd->prefix, bj.prefix, sizeof(pd->prefix));
     memcpy(pd->name, bj.name, sizeof(pd->name));
     return (struct resp_reply_tag){.kind = BMQ_R_ADD, .state = pd};
+}
+
+static int tx_command(void *st, const struct rprof_cmdview *cv, size_t i, struct resp_tx_plan *p)
+{
+    p->cmds[i].tag = queued_add(st, cv);
+    return 0;
+}
+
+static int bmq_transaction(const struct job_host *h, const uint8_t *buf, size_t len, size_t off,
+                           uint64_t max_bulk, struct resp_tx_plan *p)
+{
+    struct rprof_tx scan;
+    return jobs_tx_walk(buf, len, off, max_bulk, &scan, NULL, tx_command, (void *)h, p);
+}
+
+/* A flow's adds are journaled from EXEC's reply. */
+static bool bmq_tx_judged(const struct job_host *h)
+{
+    return h->journal;
 }
 
 static void bmq_element(const struct job_host *h, const struct resp_reply_tag *tag,
@@ -809,7 +828,8 @@ const struct resp_framework resp_framework_bullmq = {
     .prof = RPROF_BULLMQ,
     .command = bmq_command,
     .reply = bmq_reply,
-    .queued = bmq_queued,
+    .transaction = bmq_transaction,
+    .tx_judged = bmq_tx_judged,
     .element = bmq_element,
     .free_state = bmq_free_state,
 };

@@ -6,10 +6,12 @@
 
 #include <stddef.h>
 
-extern const struct resp_framework resp_framework_bullmq;
+extern const struct resp_framework resp_framework_bullmq, resp_framework_celery,
+    resp_framework_list, resp_framework_rq, resp_framework_sidekiq, resp_framework_streams;
 
 static const struct resp_framework *const frameworks[] = {
-    &resp_framework_bullmq,
+    &resp_framework_sidekiq, &resp_framework_celery, &resp_framework_rq,
+    &resp_framework_streams, &resp_framework_list,   &resp_framework_bullmq,
 };
 
 const struct resp_framework *resp_framework_of(enum rprof p)

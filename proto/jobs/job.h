@@ -22,6 +22,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "proto/msg_field.h"
+
 /* The events a module reports: the rules' `publish`, `deliver`, `ack`, `nack`, `lease`. */
 enum job_ev {
     JOB_EV_PUBLISH,
@@ -112,6 +114,12 @@ struct job_host {
     bool journal;     /* records are kept */
     bool needed;      /* something reads jobs (the journal, a rule on job events): without it a
                          module only counts its events and decodes nothing */
+    uint8_t resp;     /* the connection's RESP version, 2 or 3 (HELLO) */
+    void *state;      /* the module's own state for this session (struct resp_framework's
+                         open), or NULL */
+    /* The listener's `message-id` and `task` sources (docs/any-app.md); NULL: none set. */
+    const struct msg_fields *ids;
+    const struct msg_fields *tasks;
     /* A rule of the listener looks at events of kind k. */
     bool (*wants)(void *ctx, enum job_ev k);
     /* The event counted (/stats) without a decision. */
@@ -129,6 +137,12 @@ struct job_host {
     void (*log)(void *ctx, enum job_log_level level, const char *msg, const char *fields);
     /* A number unique in the session, for the ids twice makes. */
     uint64_t (*next_seq)(void *ctx);
+    /* A field longer than its limit (cap, NUL included) was not read: logged once a session. */
+    void (*too_long)(void *ctx, const char *field, uint64_t len, size_t cap);
+    /* n random bytes (a delivery tag as a framework draws one); false when there are none. */
+    bool (*random)(void *ctx, void *buf, size_t n);
+    /* The wall clock in milliseconds (an id as Redis makes one). */
+    uint64_t (*wall_ms)(void *ctx);
     /* The job memory of the listener, keyed by bytes. */
     void (*memo_lock)(void *ctx);
     void (*memo_unlock)(void *ctx);

@@ -4,17 +4,20 @@
  * and the plans it makes checked.  Not part of the default build (scripts/fuzz.sh builds and
  * runs it).
  *
- * The input is a sequence of steps: a control byte, then one RESP message (cut by the scanner
- * of its side).  Control bits: 0 the message is a reply (else a command); 1-3 the fault every
+ * The first byte picks the framework (mod 6: Sidekiq, Celery, RQ, Streams, the list profile,
+ * BullMQ); the rest is a sequence of steps: a control byte, then one RESP message (cut by the
+ * scanner of its side).  Control bits: 0 the message is a reply (else a command); 1-3 the fault every
  * decision of the step gets (enum job_fault_kind, mod 7); 4 `decided`; 5 a cut is before the
  * frame; 6-7 which of the module's events a rule looks at (none, all, or half).  A reply is read
- * by the module when the oldest command that awaits one was tagged, as the host reads it.  Seeds:
- * the recorded BullMQ sessions in that form (tests/fuzz/corpus/jobs/, made by
- * tests/fuzz/seed_jobs.py).
+ * by the module when the oldest command that awaits one was tagged, as the host reads it.  A
+ * MULTI's transaction (the commands of the steps after it, as far as EXEC) is planned whole, as
+ * the host plans it, and every command is seen as it passes.  Seeds: the recorded sessions of
+ * every framework in that form (tests/fuzz/corpus/jobs/, made by tests/fuzz/seed_jobs.py).
  *
  * Invariants, checked with abort(): a plan's fate is one of the five; an answer is one whole
  * reply and a rewrite one whole command; own commands are whole commands, as many as they say;
- * a replaced reply is one whole reply; the job memory is held only between its lock and unlock
+ * a replaced reply is one whole reply; a transaction's kept-back commands are answered by one
+ * whole reply each; the job memory is held only between its lock and unlock
  * and never across another host call; every record's strings are NUL-terminated; and nothing
  * leaks (ASan).
  */
@@ -117,6 +120,25 @@ static uint64_t h_next_seq(void *ctx)
     return ++fz.seq;
 }
 
+static void h_too_long(void *ctx, const char *field, uint64_t len, size_t cap)
+{
+    (void)ctx;
+    CHECK(!fz.held && strlen(field) > 0 && len + 1 >= cap);
+}
+
+static bool h_random(void *ctx, void *buf, size_t n)
+{
+    (void)ctx;
+    memset(buf, (int)(fz.seq & 0xff), n);
+    return fz.seq % 5 != 4;
+}
+
+static uint64_t h_wall_ms(void *ctx)
+{
+    (void)ctx;
+    return 1700000000000ull + fz.seq;
+}
+
 static void h_lock(void *ctx)
 {
     (void)ctx;
@@ -211,7 +233,7 @@ static unsigned h_tag(void *ctx, const uint8_t *sha, size_t n)
     return 0;
 }
 
-static const struct job_host host = {
+static struct job_host host = {
     .ctx = NULL,
     .session = 9,
     .journal = true,
@@ -224,6 +246,9 @@ static const struct job_host host = {
     .record = h_record,
     .log = h_log,
     .next_seq = h_next_seq,
+    .too_long = h_too_long,
+    .random = h_random,
+    .wall_ms = h_wall_ms,
     .memo_lock = h_lock,
     .memo_unlock = h_unlock,
     .memo_get = h_get,
@@ -287,18 +312,73 @@ static void check_reply_plan(const struct resp_reply_plan *p)
 
 #define FZ_PENDING 64u
 
+static const enum rprof fz_profiles[] = {RPROF_SIDEKIQ, RPROF_CELERY, RPROF_RQ,
+                                         RPROF_STREAMS, RPROF_LIST,   RPROF_BULLMQ};
+
+static void check_tx_plan(const struct resp_tx_plan *p)
+{
+    for (size_t i = 0; i < p->n; i++)
+        if (p->cmds[i].keep_back && !p->cmds[i].answer.oom)
+            CHECK(whole(p->cmds[i].answer.p, p->cmds[i].answer.len, 1, RESP_SIDE_SERVER));
+    check_own(p->own, p->n_own);
+    if (p->after_exec.n > 0)
+        CHECK(whole(p->after_exec.cmds.p, p->after_exec.cmds.len, p->after_exec.n,
+                    RESP_SIDE_CLIENT));
+    CHECK(p->cut_before == NULL || p->cut_before == &fz_rule);
+    CHECK(p->cut_after == NULL || p->cut_after == &fz_rule);
+}
+
+/* The transaction a MULTI (buf, its m.len bytes) opens: the commands of the steps after it in
+ * data[off..size), as far as EXEC, made contiguous and planned. */
+static void transaction(const struct resp_framework *fw, const uint8_t *buf,
+                        const struct resp_msg *m, const uint8_t *data, size_t off, size_t size)
+{
+    if (fw->transaction == NULL)
+        return;
+    uint8_t *tx = malloc(size + m->len);
+    CHECK(tx != NULL);
+    memcpy(tx, buf, m->len);
+    size_t len = m->len;
+    struct resp_scanner sc;
+    resp_scanner_init(&sc, RESP_SIDE_CLIENT);
+    while (off + 1 < size) {
+        bool reply = data[off++] & 1;
+        struct resp_msg q;
+        if (resp_scan(&sc, data + off, size - off, &q) != 1)
+            break;
+        resp_scanner_reset(&sc);
+        if (!reply) {
+            memcpy(tx + len, data + off, q.len);
+            len += q.len;
+        }
+        off += q.len;
+    }
+    struct resp_tx_plan p;
+    memset(&p, 0, sizeof(p));
+    int rc = fw->transaction(&host, tx, len, m->len, RESP_MAX_BULK, &p);
+    CHECK(rc >= -1 && rc <= 1);
+    if (rc == 1)
+        check_tx_plan(&p);
+    resp_tx_plan_free(fw, &p);
+    free(tx);
+}
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
-    const struct resp_framework *fw = resp_framework_of(RPROF_BULLMQ);
+    if (size == 0)
+        return 0;
+    const struct resp_framework *fw =
+        resp_framework_of(fz_profiles[data[0] % (sizeof(fz_profiles) / sizeof(fz_profiles[0]))]);
     CHECK(fw != NULL);
     memset(&fz, 0, sizeof(fz));
+    host.state = fw->open != NULL ? fw->open() : NULL;
+    host.resp = (data[0] & 0x80) ? 3 : 2;
     struct resp_reply_tag pending[FZ_PENDING];
     size_t n_pending = 0;
     struct resp_scanner cs, ss;
     resp_scanner_init(&cs, RESP_SIDE_CLIENT);
     resp_scanner_init(&ss, RESP_SIDE_SERVER);
-    size_t off = 0;
+    size_t off = 1;
     while (off + 1 < size) {
         uint8_t c = data[off++];
         fz.fault = (struct job_fault){.kind = (enum job_fault_kind)((c >> 1 & 7) % 7),
@@ -331,6 +411,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         }
         struct rprof_cmdview cv;
         rprof_cmdview_init(&cv, buf, &m, true);
+        if (fw->seen != NULL)
+            fw->seen(&host, &cv);
+        if (cv.id == RPROF_CMD_MULTI)
+            transaction(fw, buf, &m, data, off, size);
         struct resp_cmd_plan p;
         memset(&p, 0, sizeof(p));
         if (fw->command(&host, &cv, (c & 0x10) != 0, &p) == 1) {
@@ -345,12 +429,13 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
             CHECK(p.fate == RESP_CMD_FORWARD && p.reply.kind == 0 && p.n_own == 0);
         }
         resp_cmd_plan_free(&p);
-        struct resp_reply_tag q = fw->queued(&host, &cv);
-        resp_framework_free_tag(fw, &q);
     }
     for (size_t i = 0; i < n_pending; i++)
         resp_framework_free_tag(fw, &pending[i]);
     for (size_t i = 0; i < FZ_MEMO; i++)
         memo_free(&fz.memo[i].m);
+    if (fw->close != NULL && host.state != NULL)
+        fw->close(host.state);
+    host.state = NULL;
     return 0;
 }

@@ -3,17 +3,20 @@
 
     tests/fuzz/seed_jobs.py OUT_DIR
 
-Each recorded BullMQ connection (tests/unit/data/frameworks/bullmq/NN-{client,server}.bin) as
-steps: a control byte, then one RESP message; commands in order, each followed by the replies to
+Each recorded connection of each framework (tests/unit/data/frameworks/NAME/NN-{client,
+server}.bin) as the harness reads it: a byte naming the framework, then steps: a control byte,
+then one RESP message; commands in order, each followed by the replies to
 the commands sent so far (a worker gets its job before it finishes it).  One seed without a
-fault, and one each with drop, delay and duplicate decided, every rule looking (control bits 1-3 the kind, bits 6-7 = 1).
+fault, and one with every rule looking and deciding `duplicate` (control bits 1-3 the kind, bits 6-7 = 1).
 Run it again after the recordings change.
 """
 import os
 import sys
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-DATA = os.path.join(HERE, "..", "unit", "data", "frameworks", "bullmq")
+DATA = os.path.join(HERE, "..", "unit", "data", "frameworks")
+# In fuzz_jobs.c's order (the first byte of an input, mod 6).
+FRAMEWORKS = ["sidekiq", "celery_redis", "rq", "streams", "lists", "bullmq"]
 
 
 def message_end(b, i):
@@ -63,17 +66,18 @@ def steps(cmds, replies, control):
 def main():
     out = sys.argv[1]
     os.makedirs(out, exist_ok=True)
-    n = 1
-    while os.path.exists(os.path.join(DATA, "%02d-client.bin" % n)):
-        with open(os.path.join(DATA, "%02d-client.bin" % n), "rb") as f:
-            cmds = messages(f.read())
-        with open(os.path.join(DATA, "%02d-server.bin" % n), "rb") as f:
-            replies = messages(f.read())
-        for kind in (0, 1, 2, 4):  # none, drop, delay, duplicate
-            control = 0 if kind == 0 else (kind << 1) | (1 << 6)
-            with open(os.path.join(out, "bullmq-%02d-%d" % (n, kind)), "wb") as f:
-                f.write(steps(cmds, replies, control))
-        n += 1
+    for index, name in enumerate(FRAMEWORKS):
+        n = 1
+        while os.path.exists(os.path.join(DATA, name, "%02d-client.bin" % n)):
+            with open(os.path.join(DATA, name, "%02d-client.bin" % n), "rb") as f:
+                cmds = messages(f.read())
+            with open(os.path.join(DATA, name, "%02d-server.bin" % n), "rb") as f:
+                replies = messages(f.read())
+            for kind in (0, 4):  # none, duplicate (the fuzzer finds the others)
+                control = 0 if kind == 0 else (kind << 1) | (1 << 6)
+                with open(os.path.join(out, "%s-%02d-%d" % (name, n, kind)), "wb") as f:
+                    f.write(bytes([index]) + steps(cmds, replies, control))
+            n += 1
 
 
 if __name__ == "__main__":

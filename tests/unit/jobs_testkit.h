@@ -26,6 +26,10 @@
 #include "proto/jobs/framework.h"
 #include "proto/resp.h"
 
+/* Each test uses some of the kit. */
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wunused-function"
+
 /* ---- the failing allocator ------------------------------------------------------------------ */
 
 void *__real_malloc(size_t n);
@@ -131,6 +135,33 @@ static size_t kit_disarm(void)
 static size_t kit_live(void)
 {
     return kit_alloc.n_live;
+}
+
+/* A path that makes and frees everything it allocates. */
+typedef void (*kit_scenario_fn)(void);
+
+/* Runs fn with its allocation `fail` failing (0: none): returns whether that one was reached.
+ * Nothing it allocated may outlive it. */
+static bool kit_run_failing(kit_scenario_fn fn, size_t fail)
+{
+    kit_arm(fail);
+    fn();
+    bool reached = kit_alloc.failed || fail == 0;
+    size_t live = kit_live();
+    kit_disarm();
+    if (live != 0)
+        fail_msg("%zu allocations leaked with allocation %zu failing", live, fail);
+    return reached;
+}
+
+/* Runs fn with every one of its allocations failing in turn. */
+static void kit_every_allocation_fails(kit_scenario_fn fn)
+{
+    assert_true(kit_run_failing(fn, 0));
+    size_t total = kit_alloc.n;
+    assert_true(total > 0);
+    for (size_t k = 1; k <= total; k++)
+        (void)kit_run_failing(fn, k);
 }
 
 /* ---- text -------------------------------------------------------------------------------- */
@@ -275,7 +306,7 @@ static struct job_fault kit_decide_unnoted(void *ctx, const struct job_event *ev
 static void kit_note(void *ctx, const struct job_fault *fault, const struct job_event *ev)
 {
     struct fake_host *f = ctx;
-    kit_say(&f->said, "fault %s %s id=%s", kit_fault_names[fault->kind], kit_ev_names[ev->kind],
+    kit_say(&f->said, "FAULT %s %s id=%s", kit_fault_names[fault->kind], kit_ev_names[ev->kind],
             ev->id != NULL ? ev->id : "-");
 }
 
@@ -303,6 +334,26 @@ static void kit_log(void *ctx, enum job_log_level level, const char *msg, const 
     struct fake_host *f = ctx;
     kit_say(&f->said, "log %s msg=\"%s\" %s", level == JOB_LOG_WARN ? "warn" : "info", msg,
             fields);
+}
+
+static bool kit_random(void *ctx, void *buf, size_t n)
+{
+    struct fake_host *f = ctx;
+    for (size_t i = 0; i < n; i++)
+        ((uint8_t *)buf)[i] = (uint8_t)(0x11 * (i + 1) + f->seq);
+    return true;
+}
+
+static uint64_t kit_wall_ms(void *ctx)
+{
+    (void)ctx;
+    return 1700000000000ull;
+}
+
+static void kit_too_long(void *ctx, const char *field, uint64_t len, size_t cap)
+{
+    struct fake_host *f = ctx;
+    kit_say(&f->said, "too long %s bytes=%llu limit=%zu", field, (unsigned long long)len, cap - 1);
 }
 
 static uint64_t kit_next_seq(void *ctx)
@@ -430,6 +481,9 @@ static void fake_host_init(struct fake_host *f)
         .record = kit_record,
         .log = kit_log,
         .next_seq = kit_next_seq,
+        .too_long = kit_too_long,
+        .random = kit_random,
+        .wall_ms = kit_wall_ms,
         .memo_lock = kit_memo_lock,
         .memo_unlock = kit_memo_unlock,
         .memo_get = kit_memo_get,
@@ -499,6 +553,16 @@ static void kit_bytes_text(const struct resp_bytes *b, char *out, size_t cap)
 
 static const char *const kit_fates[] = {"forward", "rewrite", "answer", "hold", "cut"};
 
+/* Own command groups, one line each: when, how many, and their bytes. */
+static void kit_say_own(struct kit_text *t, const struct resp_own *own, size_t n_own)
+{
+    for (size_t i = 0; i < n_own; i++) {
+        char bytes[2048];
+        kit_bytes_text(&own[i].cmds, bytes, sizeof(bytes));
+        kit_say(t, "own ms=%u n=%zu %s", own[i].ms, own[i].n, bytes);
+    }
+}
+
 /* A command's plan, one line: its fate, bytes, hold, cut, reply tag and own commands. */
 static void kit_say_cmd_plan(struct kit_text *t, const struct resp_cmd_plan *p)
 {
@@ -507,8 +571,7 @@ static void kit_say_cmd_plan(struct kit_text *t, const struct resp_cmd_plan *p)
     kit_say(t, "plan %s bytes=%s hold=%u cut=%s reply=%u own=%zu", kit_fates[p->fate], bytes,
             p->hold_ms, p->cut != NULL ? ((const struct kit_rule *)p->cut)->name : "-",
             p->reply.kind, p->n_own);
-    for (size_t i = 0; i < p->n_own; i++)
-        kit_say(t, "own ms=%u n=%zu", p->own[i].ms, p->own[i].n);
+    kit_say_own(t, p->own, p->n_own);
 }
 
 static void kit_say_reply_plan(struct kit_text *t, const struct resp_reply_plan *p)
@@ -518,8 +581,7 @@ static void kit_say_reply_plan(struct kit_text *t, const struct resp_reply_plan 
     kit_say(t, "reply replace=%d bytes=%s delay=%u cut=%s%s own=%zu", p->replace, bytes,
             p->delay_ms, p->cut != NULL ? ((const struct kit_rule *)p->cut)->name : "-",
             p->cut_before ? " before" : "", p->n_own);
-    for (size_t i = 0; i < p->n_own; i++)
-        kit_say(t, "own ms=%u n=%zu", p->own[i].ms, p->own[i].n);
+    kit_say_own(t, p->own, p->n_own);
 }
 
 /* ---- replaying a recorded session ---------------------------------------------------------- */
@@ -536,7 +598,33 @@ struct kit_replay {
     struct resp_reply_tag tags[KIT_CMDS_MAX]; /* by the command's pairing tag */
     size_t ncmds;
     bool in_tx;
+    struct resp_tx_plan tx; /* the transaction's plan, its tags taken as its commands go */
+    size_t tx_next;
 };
+
+/* A transaction's plan, said: each queued command kept back (with its answer) or read. */
+static void kit_say_tx_plan(struct kit_text *t, int rc, const struct resp_tx_plan *p)
+{
+    kit_say(t, "tx rc=%d n=%zu own=%zu after_exec=%zu cut_before=%s cut_after=%s hold=%u", rc,
+            p->n, p->n_own, p->after_exec.n,
+            p->cut_before != NULL ? ((const struct kit_rule *)p->cut_before)->name : "-",
+            p->cut_after != NULL ? ((const struct kit_rule *)p->cut_after)->name : "-",
+            p->hold ? p->hold_ms : 0);
+    for (size_t i = 0; i < p->n; i++) {
+        char bytes[512];
+        kit_bytes_text(&p->cmds[i].answer, bytes, sizeof(bytes));
+        if (p->cmds[i].keep_back || p->cmds[i].tag.kind != 0 || p->cmds[i].reply_add != 0)
+            kit_say(t, "queued %zu keep_back=%d answer=%s add=%lld tag=%u", i,
+                    p->cmds[i].keep_back, bytes, (long long)p->cmds[i].reply_add,
+                    p->cmds[i].tag.kind);
+    }
+    kit_say_own(t, p->own, p->n_own);
+    if (p->after_exec.n > 0) {
+        char bytes[2048];
+        kit_bytes_text(&p->after_exec.cmds, bytes, sizeof(bytes));
+        kit_say(t, "after_exec n=%zu %s", p->after_exec.n, bytes);
+    }
+}
 
 static void kit_replay_reply(struct kit_replay *r, const uint8_t *buf, const struct resp_msg *m)
 {
@@ -570,18 +658,30 @@ static void kit_replay_reply(struct kit_replay *r, const uint8_t *buf, const str
     resp_framework_free_tag(r->fw, tag);
 }
 
-static void kit_replay_command(struct kit_replay *r, const uint8_t *buf, const struct resp_msg *m)
+/* One command; rest bytes of the client's stream follow it (a transaction is planned whole). */
+static void kit_replay_command(struct kit_replay *r, const uint8_t *buf, const struct resp_msg *m,
+                               size_t rest)
 {
     struct rprof_cmdview cv;
     rprof_cmdview_init(&cv, buf, m, true);
     struct resp_reply_tag tag = {0};
     if (cv.id == RPROF_CMD_MULTI) {
         r->in_tx = true;
+        resp_tx_plan_free(r->fw, &r->tx);
+        r->tx_next = 0;
+        if (r->fw->transaction != NULL) {
+            int rc = r->fw->transaction(&r->host->h, buf, m->len + rest, m->len, RESP_MAX_BULK,
+                                        &r->tx);
+            kit_say_tx_plan(r->plans, rc, &r->tx);
+        }
     } else if (cv.id == RPROF_CMD_EXEC || cv.id == RPROF_CMD_DISCARD) {
         r->in_tx = false;
     } else if (r->in_tx) {
-        if (r->fw->queued != NULL)
-            tag = r->fw->queued(&r->host->h, &cv);
+        if (r->tx_next < r->tx.n) {
+            tag = r->tx.cmds[r->tx_next].tag;
+            r->tx.cmds[r->tx_next].tag = (struct resp_reply_tag){0};
+        }
+        r->tx_next++;
     } else {
         struct resp_cmd_plan p;
         memset(&p, 0, sizeof(p));
@@ -620,22 +720,24 @@ static void kit_replay(const struct resp_framework *fw, struct fake_host *host,
     while (co < cn || so < sn) {
         struct resp_msg m;
         if (co < cn && resp_scan(&cs, cli + co, cn - co, &m) == 1) {
-            kit_replay_command(r, cli + co, &m);
+            kit_replay_command(r, cli + co, &m, cn - co - m.len);
             co += m.len;
         } else {
             co = cn;
         }
-        while (so < sn && r->pairing.count > 0 && resp_scan(&ss, srv + so, sn - so, &m) == 1) {
+        while (so < sn && r->pairing.count > r->pairing.kept &&
+               resp_scan(&ss, srv + so, sn - so, &m) == 1) {
             kit_replay_reply(r, srv + so, &m);
             so += m.len;
         }
-        if (co >= cn && r->pairing.count == 0)
+        if (co >= cn && r->pairing.count <= r->pairing.kept)
             break;
         if (co >= cn && so < sn && resp_scan(&ss, srv + so, sn - so, &m) != 1)
             break;
     }
     for (size_t i = 0; i < r->ncmds; i++)
         resp_framework_free_tag(fw, &r->tags[i]);
+    resp_tx_plan_free(fw, &r->tx);
     __real_free(r);
 }
 
@@ -683,5 +785,7 @@ static void kit_replay_all(const struct resp_framework *fw, const char *name,
         __real_free(s);
     }
 }
+
+#pragma GCC diagnostic pop
 
 #endif

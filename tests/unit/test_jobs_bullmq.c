@@ -81,7 +81,7 @@ static void test_recorded_sessions_without_a_rule(void **state)
     }
     assert_int_equal(jobs, 4);
     free(enq);
-    kit_lacks(&r.host.said, "fault ");
+    kit_lacks(&r.host.said, "FAULT ");
     kit_lacks(&r.plans, "plan answer");
     kit_lacks(&r.plans, "plan rewrite");
     kit_lacks(&r.plans, "own ");
@@ -131,7 +131,7 @@ static void test_duplicate_requeues_at_once_and_loses_the_lease(void **state)
     fake_fault(&r.host, JOB_EV_DELIVER, NULL, fault(JOB_FAULT_DUPLICATE, 0));
     kit_replay_all(FW, "bullmq", &r.host, &r.plans);
     kit_contains(&r.plans, "reply replace=0 bytes= delay=0 cut=- own=1\nown ms=0 n=1");
-    kit_contains(&r.host.said, "fault duplicate deliver id=1");
+    kit_contains(&r.host.said, "FAULT duplicate deliver id=1");
     run_free(&r);
 }
 
@@ -170,7 +170,7 @@ static void test_publish_dropped_held_or_cut(void **state)
     fake_fault(&r.host, JOB_EV_PUBLISH, NULL, fault(JOB_FAULT_DROP, 0));
     kit_replay_all(FW, "bullmq", &r.host, &r.plans);
     kit_contains(&r.plans, "plan answer bytes=$17|twice-dropped-7-1| hold=0");
-    kit_contains(&r.host.said, "fault drop publish id=twice-dropped-7-1\n"
+    kit_contains(&r.host.said, "FAULT drop publish id=twice-dropped-7-1\n"
                                "PUBLISH twice-dropped-7-1 task=charge queue=twice");
     run_free(&r);
 
@@ -333,32 +333,6 @@ static void test_duplicate_then_the_first_workers_renewals_are_lost(void **state
 
 /* One faulted path run with allocation `fail` failing: returns whether that allocation was
  * reached.  Nothing it allocated may outlive it. */
-typedef void (*scenario_fn)(struct run *r);
-
-static bool run_failing(scenario_fn fn, size_t fail)
-{
-    struct run r;
-    run_init(&r);
-    kit_arm(fail);
-    fn(&r);
-    run_free(&r);
-    bool reached = kit_alloc.failed || fail == 0;
-    size_t live = kit_live();
-    kit_disarm();
-    if (live != 0)
-        fail_msg("%zu allocations leaked with allocation %zu failing", live, fail);
-    return reached;
-}
-
-/* Runs fn with every one of its allocations failing in turn. */
-static void every_allocation_fails(scenario_fn fn)
-{
-    assert_true(run_failing(fn, 0));
-    size_t total = kit_alloc.n;
-    assert_true(total > 0);
-    for (size_t k = 1; k <= total; k++)
-        (void)run_failing(fn, k);
-}
 
 static void replay_with(struct run *r, enum job_ev kind, struct job_fault f)
 {
@@ -366,23 +340,34 @@ static void replay_with(struct run *r, enum job_ev kind, struct job_fault f)
     kit_replay_all(FW, "bullmq", &r->host, &r->plans);
 }
 
-static void s_ack_delay(struct run *r)
+static void s_ack_delay(void)
 {
+    struct run run, *r = &run;
+    run_init(r);
     replay_with(r, JOB_EV_ACK, fault(JOB_FAULT_DELAY, 2500));
+    run_free(r);
 }
 
-static void s_duplicate(struct run *r)
+static void s_duplicate(void)
 {
+    struct run run, *r = &run;
+    run_init(r);
     replay_with(r, JOB_EV_DELIVER, fault(JOB_FAULT_DUPLICATE, 0));
+    run_free(r);
 }
 
-static void s_publish_drop(struct run *r)
+static void s_publish_drop(void)
 {
+    struct run run, *r = &run;
+    run_init(r);
     replay_with(r, JOB_EV_PUBLISH, fault(JOB_FAULT_DROP, 0));
+    run_free(r);
 }
 
-static void s_lease(struct run *r)
+static void s_lease(void)
 {
+    struct run run, *r = &run;
+    run_init(r);
     const char *ids[] = {"1", "2", "3"}, *tokens[] = {"w:1", "w:2", "w:3"};
     fake_fault(&r->host, JOB_EV_LEASE, "2", fault(JOB_FAULT_DROP, 0));
     fake_fault(&r->host, JOB_EV_LEASE, "3", fault(JOB_FAULT_DELAY, 100));
@@ -392,15 +377,16 @@ static void s_lease(struct run *r)
     if (p.fate == RESP_CMD_REWRITE)
         assert_true(p.bytes.len > 0 || p.bytes.oom);
     resp_cmd_plan_free(&p);
+    run_free(r);
 }
 
 static void test_every_allocation_fails(void **state)
 {
     (void)state;
-    every_allocation_fails(s_ack_delay);
-    every_allocation_fails(s_duplicate);
-    every_allocation_fails(s_publish_drop);
-    every_allocation_fails(s_lease);
+    kit_every_allocation_fails(s_ack_delay);
+    kit_every_allocation_fails(s_duplicate);
+    kit_every_allocation_fails(s_publish_drop);
+    kit_every_allocation_fails(s_lease);
 }
 
 int main(void)
