@@ -95,16 +95,25 @@ void resp_bytes_free(struct resp_bytes *b)
     memset(b, 0, sizeof(*b));
 }
 
-/* The plan's group of own commands due ms from now, made on first use (*made says so); NULL
- * when the plan has no room for another. */
+/* The plan's group of own commands due ms from now, made on first use (*made says so).  With
+ * RESP_PLAN_OWN_MAX groups already, the one due nearest to ms takes them: commands are sent a
+ * little early or late rather than not at all. */
 static struct resp_own *own_group(struct resp_own *own, size_t *n_own, uint32_t ms, bool *made)
 {
     *made = false;
     for (size_t i = 0; i < *n_own; i++)
         if (own[i].ms == ms)
             return &own[i];
-    if (*n_own >= RESP_PLAN_OWN_MAX)
-        return NULL;
+    if (*n_own >= RESP_PLAN_OWN_MAX) {
+        struct resp_own *near = &own[0];
+        for (size_t i = 1; i < *n_own; i++) {
+            uint32_t d = own[i].ms > ms ? own[i].ms - ms : ms - own[i].ms;
+            uint32_t dn = near->ms > ms ? near->ms - ms : ms - near->ms;
+            if (d < dn)
+                near = &own[i];
+        }
+        return near;
+    }
     struct resp_own *g = &own[(*n_own)++];
     memset(g, 0, sizeof(*g));
     g->ms = ms;

@@ -42,7 +42,7 @@ struct resp_own {
     uint32_t ms;
 };
 
-/* The most groups of own commands one plan carries. */
+/* The most groups of own commands one plan carries (by when they are due). */
 #define RESP_PLAN_OWN_MAX 3u
 
 /* What becomes of a command. */
@@ -86,9 +86,9 @@ struct resp_reply_plan {
     size_t n_own;
 };
 
-/* Appends one own command to the plan's group that goes out ms from now (made on first use).
- * False, the plan unchanged, when the command could not be made or the plan has no room for
- * another group. */
+/* Appends one own command to the plan's group that goes out ms from now (made on first use;
+ * past RESP_PLAN_OWN_MAX groups, the one due nearest takes it).  False, the plan unchanged,
+ * when the command could not be made. */
 bool resp_plan_own(struct resp_own *own, size_t *n_own, uint32_t ms, size_t argc,
                    const char *const *argv, const size_t *lens);
 /* The same with a command already encoded (bytes[0..n), k commands). */

@@ -363,6 +363,22 @@ static void send_own(struct rpx *rx, const struct resp_own *own, size_t n_own)
     }
 }
 
+/* The own commands of a held command's plan, kept until it goes on. */
+static void keep_own(struct rpx *rx, struct resp_cmd_plan *p)
+{
+    rpx_held_own_free(rx);
+    memcpy(rx->held_own, p->own, sizeof(rx->held_own));
+    rx->n_held_own = p->n_own;
+    p->n_own = 0;
+}
+
+void rpx_held_own_free(struct rpx *rx)
+{
+    for (size_t i = 0; i < rx->n_held_own; i++)
+        resp_bytes_free(&rx->held_own[i].cmds);
+    rx->n_held_own = 0;
+}
+
 static void say_not_carried_out(struct rpx *rx, const char *what)
 {
     log_msg(LOG_WARN, "fault not carried out", "sid=%llu listener=%s reason=\"out of memory\" %s",
@@ -393,8 +409,9 @@ enum cmd_result rpx_apply_cmd_plan(struct rpx *rx, const struct rprof_cmdview *c
 {
     size_t len = m->len;
     if (p->bytes.oom) {
+        /* Nothing of it: no command of twice's own either. */
         say_not_carried_out(rx, "detail=\"the command goes on as it came\"");
-        resp_bytes_free(&p->bytes);
+        resp_cmd_plan_free(p);
         p->fate = RESP_CMD_FORWARD;
     }
     struct entry *e = NULL;
@@ -434,9 +451,15 @@ enum cmd_result rpx_apply_cmd_plan(struct rpx *rx, const struct rprof_cmdview *c
         p->reply = (struct resp_reply_tag){0};
     }
     resp_framework_free_tag(rx->fw, &p->reply);
-    send_own(rx, p->own, p->n_own);
-    if (res != CMD_WAIT)
+    if (res == CMD_WAIT) {
+        /* Held: its own commands go once it does (copies of the jobs of a publish). */
+        keep_own(rx, p);
+    } else {
+        send_own(rx, p->own, p->n_own);
+        send_own(rx, rx->held_own, rx->n_held_own);
+        rpx_held_own_free(rx);
         rx->decided = 0;
+    }
     if (res == CMD_DONE && p->cut != NULL) {
         rpx_cut_at_turn(rx, p->cut, e); /* `close after`: once its reply went out */
         res = CMD_STOP;

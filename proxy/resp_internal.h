@@ -122,6 +122,9 @@ struct rpx {
     enum rprof prof;
     const struct resp_framework *fw; /* the profile's module (proto/jobs/), or NULL */
     struct job_host host;            /* what the module asks of the session (resp_host.c) */
+    /* The own commands of a command held (a publish with a `delay` rule), sent once it goes. */
+    struct resp_own held_own[RESP_PLAN_OWN_MAX];
+    size_t n_held_own;
     bool stopped;
     struct resp_scanner sc[2];
     size_t need[2];           /* bytes pend[side] must hold before scanning again */
@@ -251,6 +254,8 @@ void rpx_journal_event(struct rpx *rx, enum journal_kind kind, const struct job_
 int rpx_host_init(struct rpx *rx);
 /* Frees the module's state (at the session's end). */
 void rpx_host_free(struct rpx *rx);
+/* Forgets the own commands of a held command. */
+void rpx_held_own_free(struct rpx *rx);
 /* Whether the journal or a rule on job events needs what a job's payload holds. */
 bool rpx_jobs_needed(struct rpx *rx);
 /* The first rule that fires on ev (codec_decide_first()). */

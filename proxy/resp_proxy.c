@@ -1018,6 +1018,7 @@ static void rpx_free(void *state)
         ruleset_put(rx->pinned[i]);
     free(rx->pinned);
     free(rx->slots);
+    rpx_held_own_free(rx);
     rpx_host_free(rx);
     free(rx);
 }

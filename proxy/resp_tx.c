@@ -81,7 +81,9 @@ static int tx_take_plan(struct rpx *rx, struct resp_tx_plan *p)
     for (size_t i = 0; i < p->n; i++) {
         struct resp_queued *q = &p->cmds[i];
         struct txcmd *c = &t->cmds[i];
-        if (q->keep_back && !q->answer.oom) {
+        if (q->keep_back && q->answer.oom)
+            return -1; /* not half of it: the transaction goes on as it came */
+        if (q->keep_back) {
             c->suppress = true;
             c->synth = evbuffer_new();
             if (c->synth == NULL || evbuffer_add(c->synth, q->answer.p, q->answer.len) != 0)
@@ -103,6 +105,12 @@ static int tx_take_plan(struct rpx *rx, struct resp_tx_plan *p)
     t->close_after = p->cut_after;
     t->planned = true;
     return 0;
+}
+
+static void say_not_planned(struct rpx *rx)
+{
+    log_msg(LOG_WARN, "transaction not planned", "sid=%llu listener=%s reason=\"out of memory\"",
+            (unsigned long long)rx->s->id, rpx_scope(rx));
 }
 
 /* The plan of the transaction that starts after MULTI (len bytes) at the head of pend[CLIENT],
@@ -139,14 +147,18 @@ static int tx_plan(struct rpx *rx, size_t len, enum cmd_result *res)
         *res = CMD_STOP;
         rc = 0;
     } else if (rc == 1 && p.hold) {
+        /* Held whole (a delayed publish in it): the plan made now is the one carried out when
+         * MULTI is read again, decided (its other events were decided, journaled and noted). */
+        if (tx_take_plan(rx, &p) != 0) {
+            say_not_planned(rx);
+            rpx_tx_reset(&rx->tx);
+        }
         rx->decided = DECIDED_ALL;
         rx->hold_until = proxy_now_ms() + p.hold_ms;
         *res = CMD_WAIT;
         rc = 0;
     } else if (rc == 1 && tx_take_plan(rx, &p) != 0) {
-        log_msg(LOG_WARN, "transaction not planned",
-                "sid=%llu listener=%s reason=\"out of memory\"", (unsigned long long)rx->s->id,
-                rpx_scope(rx));
+        say_not_planned(rx);
         rpx_tx_reset(&rx->tx);
         rc = 1;
     }

@@ -476,6 +476,7 @@ void jobs_publish_plan(const struct job_host *h, enum rprof prof, const struct r
                        const struct job_fault *f, const struct resp_bytes *drop_answer,
                        struct resp_own *copies, struct resp_cmd_plan *p)
 {
+    bool copy = copies != NULL && copies->n > 0;
     switch (f->kind) {
     case JOB_FAULT_DROP:
         p->fate = RESP_CMD_ANSWER;
@@ -483,8 +484,12 @@ void jobs_publish_plan(const struct job_host *h, enum rprof prof, const struct r
         p->bytes.oom |= drop_answer->oom;
         return;
     case JOB_FAULT_DELAY:
+        /* Held; the copies other jobs of it got go out once it does (the host keeps them). */
         p->fate = RESP_CMD_HOLD;
         p->hold_ms = f->ms;
+        if (copy)
+            (void)resp_plan_own_raw(p->own, &p->n_own, 0, copies->cmds.p, copies->cmds.len,
+                                    copies->n);
         return;
     case JOB_FAULT_CLOSE:
         p->cut = f->rule;
@@ -496,7 +501,7 @@ void jobs_publish_plan(const struct job_host *h, enum rprof prof, const struct r
     default:
         break;
     }
-    if (copies != NULL && copies->n > 0)
+    if (copy)
         (void)resp_plan_own_raw(p->own, &p->n_own, 0, copies->cmds.p, copies->cmds.len, copies->n);
     (void)jobs_tag_reply(h, prof, cv, &p->reply);
 }
@@ -671,6 +676,12 @@ void jobs_keep_back(struct resp_queued *q, const void *answer, size_t n)
     q->keep_back = true;
     resp_bytes_free(&q->answer);
     resp_bytes_add(&q->answer, answer, n);
+}
+
+void jobs_keep_back_bytes(struct resp_queued *q, const struct resp_bytes *answer)
+{
+    jobs_keep_back(q, answer->p, answer->len);
+    q->answer.oom |= answer->oom; /* the host then plans nothing of the transaction */
 }
 
 void jobs_keep_back_count(struct resp_queued *q, const struct rprof_cmdview *cv)

@@ -216,6 +216,8 @@ int jobs_tx_walk(const uint8_t *buf, size_t len, size_t off, uint64_t max_bulk,
 
 /* Queued command q is kept back: EXEC's array gets `answer` (n bytes) for it. */
 void jobs_keep_back(struct resp_queued *q, const void *answer, size_t n);
+/* ... with an answer made in a resp_bytes (one that could not be made is marked so). */
+void jobs_keep_back_bytes(struct resp_queued *q, const struct resp_bytes *answer);
 /* ... with Redis's integer reply for an ack (ZREM, HDEL, XACK...). */
 void jobs_keep_back_count(struct resp_queued *q, const struct rprof_cmdview *cv);
 /* Adds an ack command's plan a to the transaction's: kept back when all its acks are, later

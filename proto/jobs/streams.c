@@ -379,7 +379,7 @@ static int tx_command(void *st, const struct rprof_cmdview *cv, size_t i, struct
     struct resp_bytes answer = {0};
     struct job_fault f = publish_decide(h, cv, &answer);
     if (f.kind == JOB_FAULT_DROP)
-        jobs_keep_back(&p->cmds[i], answer.p, answer.len);
+        jobs_keep_back_bytes(&p->cmds[i], &answer);
     else if (f.kind == JOB_FAULT_DELAY && !p->hold)
         tx_hold(p, f.ms);
     else if (f.kind == JOB_FAULT_CLOSE && f.before && p->cut_before == NULL)

@@ -1046,7 +1046,9 @@ class PublishFaults(h.TestCase):
         sk, st = h.free_port(), h.free_port()
         rules = [fk.rule_block("skdrop", "sk", "when publish task=Drop*", "do drop"),
                  fk.rule_block("stdrop", "st", "when publish task=dropme", "do drop"),
-                 fk.rule_block("stlate", "st", "when publish task=late", "do delay 1s")]
+                 fk.rule_block("stlate", "st", "when publish task=late", "do delay 1s"),
+                 fk.rule_block("skdup", "sk", "when publish task=Dup", "do duplicate"),
+                 fk.rule_block("sklate", "sk", "when publish task=Late", "do delay 500ms")]
         journal = os.path.join(self.tmp, "publish.pb")
         tw = self.twice(fk.conf_text([rk.resp_listen_block("sk", sk, rd.port, profile="sidekiq"),
                                       rk.resp_listen_block("st", st, rd.port, profile="streams")],
@@ -1066,6 +1068,17 @@ class PublishFaults(h.TestCase):
         with rk.Conn(rd.port) as direct:
             self.assertEqual(direct.cmd("LRANGE", "queue:default", "0", "-1"),
                              [job("Keep", "b" * 24).encode()])
+        # One push of two jobs (Sidekiq's push_bulk): the first delayed holds the push, and the
+        # copy the second's `duplicate` made goes out once the push does.
+        with rk.Conn(sk) as c:
+            self.assertEqual(c.cmd("LPUSH", "queue:bulk", job("Late", "l" * 24),
+                                   job("Dup", "u" * 24)), 2)
+        with rk.Conn(rd.port) as direct:
+            h.wait_until(lambda: direct.cmd("LLEN", "queue:bulk") == 3, 10,
+                         what="the held push and the copy of its second job")
+            self.assertEqual(sorted(direct.cmd("LRANGE", "queue:bulk", "0", "-1")),
+                             sorted([job("Late", "l" * 24).encode()] +
+                                    [job("Dup", "u" * 24).encode()] * 2))
         with rk.Conn(st) as c:
             made = c.cmd("XADD", "jobs", "*", "task", "dropme", "n", "1")
             self.assertRegex(made, rb"^[0-9]+-[0-9]+$")
@@ -1083,16 +1096,26 @@ class PublishFaults(h.TestCase):
             c.send(enc("MULTI"), enc("XADD", "jobs", "*", "task", "dropme"),
                    enc("XADD", "jobs", "*", "task", "keep"), enc("EXEC"))
             got = c.read_n_values(4)
+            # A delayed publish holds its whole transaction, and the rest of the transaction's
+            # plan stands when it goes on: the dropped XADD in it still never reaches Redis.
+            t1 = time.monotonic()
+            c.send(enc("MULTI"), enc("XADD", "jobs", "*", "task", "late"),
+                   enc("XADD", "jobs", "*", "task", "dropme"), enc("EXEC"))
+            held = c.read_n_values(4)
+            held_took = time.monotonic() - t1
         self.assertGreaterEqual(took, 0.9, "the delayed XADD was answered after %.2fs" % took)
         self.assertEqual([v[0] for v in got[:3]], [b"OK", b"QUEUED", b"QUEUED"], got)
         made_in_tx, batched = got[3][0]
         self.assertRegex(made_in_tx, rb"^[0-9]+-[0-9]+$")
+        self.assertGreaterEqual(held_took, 0.9, "the held transaction went after %.2fs" % held_took)
+        late_in_tx, made_in_held = held[3][0]
+        self.assertRegex(made_in_held, rb"^[0-9]+-[0-9]+$")
         with rk.Conn(rd.port) as direct:
             self.assertEqual([e[0] for e in direct.cmd("XRANGE", "jobs", "-", "+")],
-                             [kept, late, batched])
+                             [kept, late, batched, late_in_tx])
         self.assertEqual(len(fk.fault_records(tw, rule="skdrop")), 2)
-        self.assertEqual(len(fk.fault_records(tw, rule="stdrop")), 5)
-        self.assertEqual(len(fk.fault_records(tw, rule="stlate")), 1)
+        self.assertEqual(len(fk.fault_records(tw, rule="stdrop")), 6)
+        self.assertEqual(len(fk.fault_records(tw, rule="stlate")), 2)
         # The id twice made for a dropped XADD is on its fault record and its publish record
         # alike: the verdict's NO EFFECT counts it as a lost enqueue.
         tw.stop()

@@ -331,6 +331,65 @@ static void test_sidekiq_heartbeat_is_journaled(void **state)
     run_free(&r, &resp_framework_sidekiq);
 }
 
+/* A plan's own commands due at more distinct times than it has groups for: none is lost, the
+ * later ones join the group due nearest. */
+static void test_own_commands_past_the_groups(void **state)
+{
+    (void)state;
+    struct resp_cmd_plan p;
+    memset(&p, 0, sizeof(p));
+    const char *argv[] = {"PING"};
+    size_t lens[] = {4}, total = 0;
+    const uint32_t due[] = {0, 1000, 5000, 4000, 0, 900};
+    for (size_t i = 0; i < sizeof(due) / sizeof(due[0]); i++)
+        assert_true(resp_plan_own(p.own, &p.n_own, due[i], 1, argv, lens));
+    assert_int_equal(p.n_own, RESP_PLAN_OWN_MAX);
+    for (size_t i = 0; i < p.n_own; i++)
+        total += p.own[i].n;
+    assert_int_equal(total, 6);
+    assert_int_equal(p.own[2].n, 2); /* 5000 took 4000 */
+    assert_int_equal(p.own[1].n, 2); /* 1000 took 900 */
+    resp_cmd_plan_free(&p);
+}
+
+/* A transaction of two XADDs, the second dropped: kept back and answered with the id Redis
+ * would give; with an allocation failing, its answer is whole or marked as not made (the host
+ * then plans nothing of it: never an EXEC reply short of an element). */
+static void plan_xadds(struct run *r, struct resp_tx_plan *p)
+{
+    static const char tx[] = "*1\r\n$5\r\nMULTI\r\n"
+                             "*5\r\n$4\r\nXADD\r\n$4\r\njobs\r\n$1\r\n*\r\n"
+                             "$4\r\ntask\r\n$4\r\nkeep\r\n"
+                             "*5\r\n$4\r\nXADD\r\n$4\r\njobs\r\n$1\r\n*\r\n"
+                             "$4\r\ntask\r\n$6\r\ndropme\r\n"
+                             "*1\r\n$4\r\nEXEC\r\n";
+    fake_fault(&r->host, JOB_EV_PUBLISH, NULL, (struct job_fault){.kind = JOB_FAULT_NONE});
+    fake_fault(&r->host, JOB_EV_PUBLISH, NULL, fault(JOB_FAULT_DROP, 0));
+    memset(p, 0, sizeof(*p));
+    int rc = resp_framework_streams.transaction(&r->host.h, (const uint8_t *)tx, sizeof(tx) - 1, 15,
+                                                RESP_MAX_BULK, p);
+    /* (an event whose strings could not be copied is not decided: then nothing is kept back) */
+    for (size_t i = 0; rc == 1 && i < p->n; i++)
+        if (p->cmds[i].keep_back)
+            assert_true(p->cmds[i].answer.oom || p->cmds[i].answer.len > 0);
+}
+
+static void test_streams_transaction_drop(void **state)
+{
+    (void)state;
+    struct run r;
+    run_init(&r, &resp_framework_streams);
+    struct resp_tx_plan p;
+    plan_xadds(&r, &p);
+    assert_int_equal(p.n, 2);
+    assert_false(p.cmds[0].keep_back);
+    assert_true(p.cmds[1].keep_back);
+    kit_say_tx_plan(&r.plans, 1, &p);
+    kit_contains(&r.plans, "queued 1 keep_back=1 answer=$15|1700000000000-1| add=0 tag=0");
+    resp_tx_plan_free(&resp_framework_streams, &p);
+    run_free(&r, &resp_framework_streams);
+}
+
 /* ---- allocation failures ----------------------------------------------------------------- */
 
 static void s_celery_ack(void)
@@ -375,6 +434,16 @@ static void s_streams_drop(void)
     run_free(r, &resp_framework_streams);
 }
 
+static void s_streams_tx(void)
+{
+    struct run run, *r = &run;
+    run_init(r, &resp_framework_streams);
+    struct resp_tx_plan p;
+    plan_xadds(r, &p);
+    resp_tx_plan_free(&resp_framework_streams, &p);
+    run_free(r, &resp_framework_streams);
+}
+
 static void s_list_redeliver(void)
 {
     struct run run, *r = &run;
@@ -392,6 +461,7 @@ static void test_every_allocation_fails(void **state)
     kit_every_allocation_fails(s_rq_beat);
     kit_every_allocation_fails(s_streams_drop);
     kit_every_allocation_fails(s_list_redeliver);
+    kit_every_allocation_fails(s_streams_tx);
 }
 
 int main(void)
@@ -405,6 +475,8 @@ int main(void)
         cmocka_unit_test(test_streams_faults),
         cmocka_unit_test(test_list_ack_faults),
         cmocka_unit_test(test_sidekiq_heartbeat_is_journaled),
+        cmocka_unit_test(test_own_commands_past_the_groups),
+        cmocka_unit_test(test_streams_transaction_drop),
         cmocka_unit_test(test_every_allocation_fails),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
