@@ -16,6 +16,8 @@
 #ifndef TWICE_JOURNAL_READER_H
 #define TWICE_JOURNAL_READER_H
 
+#include "proto/must_check.h"
+
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -29,8 +31,6 @@
 #define JOURNAL_VARINT_MAX 10u
 /* Journal format version this code writes and reads. */
 #define JOURNAL_FORMAT_VERSION 1u
-
-#define JOURNAL_WARN_UNUSED __attribute__((warn_unused_result))
 
 /* Status codes: 0 or negative, stable.  journal_strerror() names them. */
 #define JOURNAL_ERRORS(X)                                                                          \
@@ -63,7 +63,7 @@ const char *journal_strerror(int status);
  * (ERR_VARINT, ERR_TOO_LARGE, ERR_DECODE, ERR_NOMEM).  Never reads past len.
  */
 int journal_decode_entry(const uint8_t *buf, size_t len, size_t *used,
-                         Twice__Journal__Entry **out) JOURNAL_WARN_UNUSED;
+                         Twice__Journal__Entry **out) TWICE_MUST_CHECK;
 
 /* Bytes journal_encode_entry() writes for e: the varint prefix plus the message. */
 size_t journal_entry_encoded_size(const Twice__Journal__Entry *e);
@@ -75,7 +75,7 @@ size_t journal_entry_encoded_size(const Twice__Journal__Entry *e);
  * small (nothing is written in either case).
  */
 int journal_encode_entry(const Twice__Journal__Entry *e, uint8_t *out, size_t cap,
-                         size_t *written) JOURNAL_WARN_UNUSED;
+                         size_t *written) TWICE_MUST_CHECK;
 
 /*
  * The same for an entry holding record r, written field by field: the bytes protobuf-c's
@@ -84,7 +84,7 @@ int journal_encode_entry(const Twice__Journal__Entry *e, uint8_t *out, size_t ca
  * instructions).  On JOURNAL_ERR_SPACE, *written is the room needed.
  */
 int journal_encode_record_entry(const Twice__Journal__Record *r, uint8_t *out, size_t cap,
-                                size_t *written) JOURNAL_WARN_UNUSED;
+                                size_t *written) TWICE_MUST_CHECK;
 
 /* Appends the varint form of v to out (JOURNAL_VARINT_MAX bytes of room);
  * returns the number of bytes written. */
@@ -107,7 +107,7 @@ struct journal_reader;
  * unsupported version, or a decoding error).
  */
 struct journal_reader *journal_reader_open(const char *path, char *err,
-                                           size_t errlen) JOURNAL_WARN_UNUSED;
+                                           size_t errlen) TWICE_MUST_CHECK;
 
 /* The header read by journal_reader_open(); owned by the reader. */
 const Twice__Journal__Header *journal_reader_header(const struct journal_reader *r);
@@ -122,7 +122,7 @@ const Twice__Journal__Header *journal_reader_header(const struct journal_reader 
  * newer writer added are returned with body_case NOT_SET: skip them.
  */
 int journal_reader_next(struct journal_reader *r,
-                        const Twice__Journal__Entry **out) JOURNAL_WARN_UNUSED;
+                        const Twice__Journal__Entry **out) TWICE_MUST_CHECK;
 
 /* True once journal_reader_next() hit a last entry that was cut short. */
 bool journal_reader_truncated(const struct journal_reader *r);

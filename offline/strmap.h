@@ -9,6 +9,8 @@
 #ifndef TWICE_STRMAP_H
 #define TWICE_STRMAP_H
 
+#include "proto/must_check.h"
+
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -38,8 +40,7 @@ void strmap_init(struct strmap *m);
  * new; *inserted says which.  The pointer is valid until the next insert.
  * NULL when out of memory or past STRMAP_MAX_COUNT (the map is unchanged).
  */
-void **strmap_put(struct strmap *m, const char *key, bool *inserted)
-    __attribute__((warn_unused_result));
+void **strmap_put(struct strmap *m, const char *key, bool *inserted) TWICE_MUST_CHECK;
 
 /* The value stored for key, or NULL when key is absent. */
 void *strmap_get(const struct strmap *m, const char *key);

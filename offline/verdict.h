@@ -34,6 +34,8 @@
 #ifndef TWICE_VERDICT_H
 #define TWICE_VERDICT_H
 
+#include "proto/must_check.h"
+
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -225,27 +227,24 @@ struct verdict_delivery {
 struct verdict;
 
 /* An empty accumulator, or NULL when out of memory.  Free with verdict_free(). */
-struct verdict *verdict_new(void) __attribute__((warn_unused_result));
+struct verdict *verdict_new(void) TWICE_MUST_CHECK;
 
 /*
  * Notes the journal header's listeners (their protocol and profile say whether deliveries
  * are settled on the wire, and which rule brings missing evidence).  Optional; call before
  * the records.  Returns 0, or -1 when out of memory.
  */
-int verdict_add_header(struct verdict *v, const Twice__Journal__Header *h)
-    __attribute__((warn_unused_result));
+int verdict_add_header(struct verdict *v, const Twice__Journal__Header *h) TWICE_MUST_CHECK;
 
 /*
  * Accounts one journal record, in journal order.  Records without a message id count only
  * for their time and, for CLOSE, their session.  A message's task is the first non-empty task
  * any of its records names.  Returns 0, or -1 when out of memory.
  */
-int verdict_add_record(struct verdict *v, const Twice__Journal__Record *r)
-    __attribute__((warn_unused_result));
+int verdict_add_record(struct verdict *v, const Twice__Journal__Record *r) TWICE_MUST_CHECK;
 
 /* Accounts one side effect of message_id.  Returns 0, or -1 when out of memory. */
-int verdict_add_effect(struct verdict *v, const char *message_id)
-    __attribute__((warn_unused_result));
+int verdict_add_effect(struct verdict *v, const char *message_id) TWICE_MUST_CHECK;
 
 /* Counts an effect line that holds a ',' or ';' (verdict_result.effect_lines_with_comma). */
 void verdict_note_effect_line_shape(struct verdict *v, const char *line);
@@ -256,11 +255,10 @@ void verdict_note_effect_line_shape(struct verdict *v, const char *line);
  * 0, or -1 when out of memory.
  */
 int verdict_compute_with(const struct verdict *v, const struct verdict_options *opt,
-                         struct verdict_result *out) __attribute__((warn_unused_result));
+                         struct verdict_result *out) TWICE_MUST_CHECK;
 
 /* verdict_compute_with(v, NULL, out). */
-int verdict_compute(const struct verdict *v, struct verdict_result *out)
-    __attribute__((warn_unused_result));
+int verdict_compute(const struct verdict *v, struct verdict_result *out) TWICE_MUST_CHECK;
 
 void verdict_result_free(struct verdict_result *res);
 
@@ -269,8 +267,7 @@ void verdict_result_free(struct verdict_result *res);
  * *n.  Returns 1, 0 when the journal never named id (*out NULL), or -1 when out of memory.
  */
 int verdict_message_deliveries(const struct verdict *v, const char *id,
-                               struct verdict_delivery **out, size_t *n)
-    __attribute__((warn_unused_result));
+                               struct verdict_delivery **out, size_t *n) TWICE_MUST_CHECK;
 
 /* Calls fn for every message id in the journal, in strcmp order, with its task (or NULL).
  * Stops at and returns fn's first non-zero return; -1 when out of memory. */
@@ -287,7 +284,7 @@ void verdict_free(struct verdict *v);
  * message in err.
  */
 int verdict_load_effects(struct verdict *v, const char *path, uint64_t *lines, char *err,
-                         size_t errlen) __attribute__((warn_unused_result));
+                         size_t errlen) TWICE_MUST_CHECK;
 
 /* Exit codes of `twice verdict` (docs/journal.md): the first that applies, in this order. */
 #define VERDICT_EXIT_ERROR 2          /* usage, an unreadable journal or effects file */

@@ -26,12 +26,12 @@
 #ifndef TWICE_AMQP_H
 #define TWICE_AMQP_H
 
+#include "proto/must_check.h"
+
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <string.h>
-
-#define AMQP_WARN_UNUSED __attribute__((warn_unused_result))
 
 /* ---- limits ----------------------------------------------------------------------------- */
 
@@ -129,7 +129,7 @@ bool amqp_bytes_eq(struct amqp_bytes b, const char *s);
  * HTTP or a TLS ClientHello); AMQP_E_VERSION for "AMQP" followed by another version (AMQP 1.0,
  * 0-8).  Rejects as soon as a byte disagrees.
  */
-int amqp_protocol_header_check(const uint8_t *buf, size_t len) AMQP_WARN_UNUSED;
+int amqp_protocol_header_check(const uint8_t *buf, size_t len) TWICE_MUST_CHECK;
 
 /* ---- frames -------------------------------------------------------------------------------- */
 
@@ -174,7 +174,7 @@ static inline uint32_t amqp_frame_payload_max(uint32_t frame_max)
  * The payload is not decoded: see amqp_method_decode() and amqp_content_header_decode().
  */
 int amqp_frame_parse(const uint8_t *buf, size_t len, uint32_t frame_max,
-                     struct amqp_frame *f) AMQP_WARN_UNUSED;
+                     struct amqp_frame *f) TWICE_MUST_CHECK;
 
 /* ---- methods ------------------------------------------------------------------------------- */
 
@@ -380,7 +380,7 @@ struct amqp_method {
  * first; reserved bits are ignored.  Views in *m point into payload.
  */
 int amqp_method_decode(const uint8_t *payload, uint32_t size,
-                       struct amqp_method *m) AMQP_WARN_UNUSED;
+                       struct amqp_method *m) TWICE_MUST_CHECK;
 
 /* True for the methods followed by a content header and body: basic.publish, basic.return,
  * basic.deliver and basic.get-ok. */
@@ -451,14 +451,14 @@ struct amqp_props {
  * point into payload.
  */
 int amqp_content_header_decode(const uint8_t *payload, uint32_t size,
-                               struct amqp_props *p) AMQP_WARN_UNUSED;
+                               struct amqp_props *p) TWICE_MUST_CHECK;
 
 /*
  * Walks a table's entries (a view as in struct amqp_props.headers, without the length prefix)
  * and checks every entry, nested tables and arrays included, to AMQP_TABLE_MAX_DEPTH.
  * Returns 0, AMQP_E_BAD_TABLE or AMQP_E_TABLE_DEPTH.
  */
-int amqp_table_validate(struct amqp_bytes table) AMQP_WARN_UNUSED;
+int amqp_table_validate(struct amqp_bytes table) TWICE_MUST_CHECK;
 
 /* One field value found in a table. */
 struct amqp_field {
@@ -477,21 +477,21 @@ struct amqp_field {
  * tables are skipped by their length, not validated.
  */
 int amqp_table_find(struct amqp_bytes table, const char *key,
-                    struct amqp_field *out) AMQP_WARN_UNUSED;
+                    struct amqp_field *out) TWICE_MUST_CHECK;
 
 /*
  * amqp_table_find() for a longstr ('S') value, e.g. Celery's "id" and "task" headers.  Returns
  * 1 with *out set, 0 when the key is absent or holds another type, or AMQP_E_BAD_TABLE.
  */
 int amqp_table_find_string(struct amqp_bytes table, const char *key,
-                           struct amqp_bytes *out) AMQP_WARN_UNUSED;
+                           struct amqp_bytes *out) TWICE_MUST_CHECK;
 
 /*
  * amqp_table_find() for an integer value (b B s u I i l L; not a boolean 't' nor a timestamp
  * 'T'), e.g. Celery's "retries" header: returns 1 with *out its value ('L' as its bit pattern),
  * 0 when the key is absent or holds another type, or AMQP_E_BAD_TABLE.
  */
-int amqp_table_find_int(struct amqp_bytes table, const char *key, int64_t *out) AMQP_WARN_UNUSED;
+int amqp_table_find_int(struct amqp_bytes table, const char *key, int64_t *out) TWICE_MUST_CHECK;
 
 /* ---- encoders ------------------------------------------------------------------------------ */
 
@@ -502,26 +502,26 @@ int amqp_table_find_int(struct amqp_bytes table, const char *key, int64_t *out) 
  * text over 255 bytes.  Nothing is promised about buf's contents after an error.
  */
 int amqp_encode_basic_ack(uint8_t *buf, size_t cap, uint16_t channel, uint64_t delivery_tag,
-                          bool multiple) AMQP_WARN_UNUSED;
+                          bool multiple) TWICE_MUST_CHECK;
 int amqp_encode_basic_reject(uint8_t *buf, size_t cap, uint16_t channel, uint64_t delivery_tag,
-                             bool requeue) AMQP_WARN_UNUSED;
+                             bool requeue) TWICE_MUST_CHECK;
 int amqp_encode_basic_nack(uint8_t *buf, size_t cap, uint16_t channel, uint64_t delivery_tag,
-                           bool multiple, bool requeue) AMQP_WARN_UNUSED;
+                           bool multiple, bool requeue) TWICE_MUST_CHECK;
 /* The longest basic.publish frame: frame overhead, class and method ids, the reserved short,
  * two short strings of up to 255 bytes with their length octets, and the flag octet. */
 #define AMQP_ENCODE_PUBLISH_MAX (AMQP_FRAME_OVERHEAD + 4u + 2u + 2u * 256u + 1u)
 /* basic.publish with p's exchange, routing key and flags (a copy of a client's publish). */
 int amqp_encode_basic_publish(uint8_t *buf, size_t cap, uint16_t channel,
-                              const struct amqp_publish *p) AMQP_WARN_UNUSED;
+                              const struct amqp_publish *p) TWICE_MUST_CHECK;
 int amqp_encode_channel_close(uint8_t *buf, size_t cap, uint16_t channel, uint16_t reply_code,
                               struct amqp_bytes reply_text, uint16_t class_id,
-                              uint16_t method_id) AMQP_WARN_UNUSED;
-int amqp_encode_channel_close_ok(uint8_t *buf, size_t cap, uint16_t channel) AMQP_WARN_UNUSED;
+                              uint16_t method_id) TWICE_MUST_CHECK;
+int amqp_encode_channel_close_ok(uint8_t *buf, size_t cap, uint16_t channel) TWICE_MUST_CHECK;
 int amqp_encode_connection_close(uint8_t *buf, size_t cap, uint16_t reply_code,
                                  struct amqp_bytes reply_text, uint16_t class_id,
-                                 uint16_t method_id) AMQP_WARN_UNUSED;
-int amqp_encode_connection_close_ok(uint8_t *buf, size_t cap) AMQP_WARN_UNUSED;
-int amqp_encode_heartbeat(uint8_t *buf, size_t cap) AMQP_WARN_UNUSED;
+                                 uint16_t method_id) TWICE_MUST_CHECK;
+int amqp_encode_connection_close_ok(uint8_t *buf, size_t cap) TWICE_MUST_CHECK;
+int amqp_encode_heartbeat(uint8_t *buf, size_t cap) TWICE_MUST_CHECK;
 
 /* ---- in-place patchers ----------------------------------------------------------------------- */
 

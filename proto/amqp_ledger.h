@@ -52,11 +52,11 @@
 #ifndef TWICE_AMQP_LEDGER_H
 #define TWICE_AMQP_LEDGER_H
 
+#include "proto/must_check.h"
+
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
-
-#define AMQP_LEDGER_WARN_UNUSED __attribute__((warn_unused_result))
 
 /* Deliveries one channel may have recorded at once (outstanding, held,
  * dropped or twice-settled), and publishes awaiting a confirm; past this the
@@ -153,7 +153,7 @@ void amqp_ledger_recover(struct amqp_ledger *l);
  * previous one since the last reset, AMQP_LEDGER_E_FULL past
  * AMQP_LEDGER_MAX_OUTSTANDING, AMQP_LEDGER_E_NOMEM.  After an error the
  * channel is beyond what twice follows: close it. */
-int amqp_ledger_deliver(struct amqp_ledger *l, uint64_t tag, void *info) AMQP_LEDGER_WARN_UNUSED;
+int amqp_ledger_deliver(struct amqp_ledger *l, uint64_t tag, void *info) TWICE_MUST_CHECK;
 
 /* The info of a tag the ledger still records (outstanding, held, dropped or
  * twice-settled), or NULL.  Still owned by the ledger. */
@@ -175,7 +175,7 @@ void *amqp_ledger_info(const struct amqp_ledger *l, uint64_t tag);
 bool amqp_ledger_twice_settleable(const struct amqp_ledger *l, uint64_t tag);
 
 int amqp_ledger_twice_settle(struct amqp_ledger *l, uint16_t channel, uint64_t tag, bool requeue,
-                             uint8_t *out, size_t cap) AMQP_LEDGER_WARN_UNUSED;
+                             uint8_t *out, size_t cap) TWICE_MUST_CHECK;
 
 /* A client's basic.ack/nack/reject: list the tags it settles (outstanding
  * at both ends, verdict AMQP_V_PASS) and count the ones twice already
@@ -185,8 +185,7 @@ int amqp_ledger_twice_settle(struct amqp_ledger *l, uint16_t channel, uint64_t t
  * basic.reject, `requeue` for basic.ack.  Returns 0 or
  * AMQP_LEDGER_E_NOMEM. */
 int amqp_ledger_settle_begin(struct amqp_ledger *l, enum amqp_settle_kind kind, uint64_t tag,
-                             bool multiple, bool requeue,
-                             struct amqp_plan *plan) AMQP_LEDGER_WARN_UNUSED;
+                             bool multiple, bool requeue, struct amqp_plan *plan) TWICE_MUST_CHECK;
 
 /* Calls fn with the tag and info of each delivery in the range of the open settle plan that
  * twice had settled upstream already (plan->n_swallowed of them, in tag order): the commit
@@ -220,14 +219,14 @@ size_t amqp_ledger_plan_space(const struct amqp_plan *plan);
  * amqp_ledger_plan_space() bytes always suffice), AMQP_LEDGER_E_STALE,
  * AMQP_LEDGER_E_VERDICT. */
 int amqp_ledger_settle_commit(struct amqp_ledger *l, uint16_t channel, struct amqp_plan *plan,
-                              uint8_t *out, size_t cap, size_t *len) AMQP_LEDGER_WARN_UNUSED;
+                              uint8_t *out, size_t cap, size_t *len) TWICE_MUST_CHECK;
 
 /* Release a held settlement of `tag`: writes the frame the client meant
  * (ack, nack or reject, never `multiple`) and returns its length; 0 when the
  * tag is no longer held (the ledger was reset); AMQP_LEDGER_E_BUFFER when
  * `cap` is too small (nothing changed). */
 int amqp_ledger_release(struct amqp_ledger *l, uint16_t channel, uint64_t tag, uint8_t *out,
-                        size_t cap) AMQP_LEDGER_WARN_UNUSED;
+                        size_t cap) TWICE_MUST_CHECK;
 
 /* Tags currently held, ascending, into `tags` (at most `max`); returns how
  * many are held in all.  Used to flush before a channel.close. */
@@ -251,13 +250,13 @@ bool amqp_ledger_in_confirm_mode(const struct amqp_ledger *l);
  * be recorded: the numbering stays in step, but its confirm will be seen as
  * unknown; the channel is beyond what twice follows. */
 int amqp_ledger_publish(struct amqp_ledger *l, bool dropped, void *info,
-                        uint64_t *client_seq) AMQP_LEDGER_WARN_UNUSED;
+                        uint64_t *client_seq) TWICE_MUST_CHECK;
 
 /* twice sent a copy of the publish recorded last (a `duplicate` rule) right behind it: the
  * broker numbers the copy too, but the client never published it, so no confirm of it reaches
  * the client.  Nothing outside confirm mode.  Returns 0, or AMQP_LEDGER_E_FULL /
  * AMQP_LEDGER_E_NOMEM as amqp_ledger_publish() does. */
-int amqp_ledger_publish_copy(struct amqp_ledger *l) AMQP_LEDGER_WARN_UNUSED;
+int amqp_ledger_publish_copy(struct amqp_ledger *l) TWICE_MUST_CHECK;
 
 /* The client sequence number (and info, when `info` is not NULL) behind the
  * unconfirmed broker sequence `broker_seq`, or 0 (info NULL; a copy twice sent has none). */
@@ -270,7 +269,7 @@ uint64_t amqp_ledger_confirm_seq(const struct amqp_ledger *l, uint64_t broker_se
  * for a single confirm of a sequence number not awaiting one, or a multiple beyond the last
  * publish.  Returns 0 or AMQP_LEDGER_E_NOMEM.  Plan validity as for amqp_ledger_settle_begin(). */
 int amqp_ledger_confirm_begin(struct amqp_ledger *l, bool nack, uint64_t seq, bool multiple,
-                              struct amqp_plan *plan) AMQP_LEDGER_WARN_UNUSED;
+                              struct amqp_plan *plan) TWICE_MUST_CHECK;
 
 /* Writes the frames for the client: returns 1 (forward the broker's frame
  * unchanged) when every verdict is PASS and the frame means exactly the
@@ -281,6 +280,6 @@ int amqp_ledger_confirm_begin(struct amqp_ledger *l, bool nack, uint64_t seq, bo
  * (a `multiple` one only where it confirms exactly the numbers meant), sets
  * *len and returns 0.  Errors as for amqp_ledger_settle_commit(). */
 int amqp_ledger_confirm_commit(struct amqp_ledger *l, uint16_t channel, struct amqp_plan *plan,
-                               uint8_t *out, size_t cap, size_t *len) AMQP_LEDGER_WARN_UNUSED;
+                               uint8_t *out, size_t cap, size_t *len) TWICE_MUST_CHECK;
 
 #endif

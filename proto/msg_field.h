@@ -23,14 +23,14 @@
 #ifndef TWICE_MSG_FIELD_H
 #define TWICE_MSG_FIELD_H
 
+#include "proto/must_check.h"
+
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
 #include "proto/amqp.h"
 #include "proto/json_pick.h"
-
-#define MSG_FIELD_WARN_UNUSED __attribute__((warn_unused_result))
 
 /* Sources in one `message-id` or `task` setting. */
 #define MSG_FIELD_MAX_SOURCES 4u
@@ -85,7 +85,7 @@ struct msg_fields {
  * string: "unknown property 'typ' (expected message_id, correlation_id, ...)" is composed into
  * why_buf[0..cap)). */
 int msg_field_parse(const char *text, struct msg_field *f, char *why_buf,
-                    size_t cap) MSG_FIELD_WARN_UNUSED;
+                    size_t cap) TWICE_MUST_CHECK;
 
 /* Whether reading any source of fs needs the message's body. */
 bool msg_fields_need_body(const struct msg_fields *fs);

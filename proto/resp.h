@@ -31,12 +31,12 @@
 #ifndef TWICE_RESP_H
 #define TWICE_RESP_H
 
+#include "proto/must_check.h"
+
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <string.h>
-
-#define RESP_WARN_UNUSED __attribute__((warn_unused_result))
 
 /* ---- limits ------------------------------------------------------------------------------ */
 
@@ -203,7 +203,7 @@ void resp_scanner_reset(struct resp_scanner *sc);
  * client's "*0", "*-1" and blank inline lines are empty commands (nelem 0) that Redis ignores.
  */
 int resp_scan(struct resp_scanner *sc, const uint8_t *buf, size_t len,
-              struct resp_msg *out) RESP_WARN_UNUSED;
+              struct resp_msg *out) TWICE_MUST_CHECK;
 
 /*
  * The length of the command at the start of buf[0..len) when it is the common kind, a multibulk
@@ -289,7 +289,7 @@ void resp_args_init(struct resp_args *it, const uint8_t *buf, const struct resp_
  * nested aggregates are stepped over whole.  Returns 1, 0 after the last element, or
  * RESP_E_MISMATCH when buf does not hold the message that was scanned.
  */
-int resp_args_next(struct resp_args *it, struct resp_view *v) RESP_WARN_UNUSED;
+int resp_args_next(struct resp_args *it, struct resp_view *v) TWICE_MUST_CHECK;
 
 /*
  * Copies the bytes of view v of the message in buf (whose length is len) into out[0..cap),
@@ -298,7 +298,7 @@ int resp_args_next(struct resp_args *it, struct resp_view *v) RESP_WARN_UNUSED;
  * snprintf); 0 for nulls and aggregates; RESP_E_MISMATCH when v is not inside buf[0..len).
  */
 int resp_view_copy(const uint8_t *buf, size_t len, const struct resp_view *v, uint8_t *out,
-                   size_t cap) RESP_WARN_UNUSED;
+                   size_t cap) TWICE_MUST_CHECK;
 
 /* True when view v holds s (a NUL-terminated ASCII string), compared case-insensitively, after
  * unquoting an inline word. */
@@ -307,7 +307,7 @@ bool resp_view_equals(const uint8_t *buf, size_t len, const struct resp_view *v,
 /* Parses view v (an integer reply, a bulk string or an inline word) as a strict integer.
  * Returns 0 with *out set, or RESP_E_INTEGER. */
 int resp_view_int(const uint8_t *buf, size_t len, const struct resp_view *v,
-                  int64_t *out) RESP_WARN_UNUSED;
+                  int64_t *out) TWICE_MUST_CHECK;
 
 /* ---- pairing replies with commands ------------------------------------------------------- */
 
@@ -403,13 +403,13 @@ void resp_pairing_init(struct resp_pairing *p, struct resp_cmd *slots, size_t ca
  * Inside MULTI, CLIENT REPLY and HELLO take effect at EXEC, which is not modelled.
  */
 int resp_pairing_command(struct resp_pairing *p, const struct resp_msg *m, const uint8_t *buf,
-                         uint64_t tag, struct resp_cmd *cmd) RESP_WARN_UNUSED;
+                         uint64_t tag, struct resp_cmd *cmd) TWICE_MUST_CHECK;
 /* The same, for a caller that has already read the command's name: `name` is its first element
  * upper-cased (ASCII) and cut to RESP_CMD_NAME_MAX - 1 bytes, as resp_pairing_command() would
  * make it. */
 int resp_pairing_command_named(struct resp_pairing *p, const struct resp_msg *m, const uint8_t *buf,
                                const char *name, uint64_t tag,
-                               struct resp_cmd *cmd) RESP_WARN_UNUSED;
+                               struct resp_cmd *cmd) TWICE_MUST_CHECK;
 
 /* The same for a command known by its name alone (n bytes, upper-cased as above, no NUL), with
  * at least one element: when it is plain (answered by exactly one reply, changing no state:
@@ -418,7 +418,7 @@ int resp_pairing_command_named(struct resp_pairing *p, const struct resp_msg *m,
  * resp_pairing_command_named() would; RESP_E_PAIRING_FULL as there; 0, recording nothing, for
  * any other command or state (then call resp_pairing_command_named()). */
 int resp_pairing_simple(struct resp_pairing *p, const char *name, size_t n, uint64_t tag,
-                        struct resp_cmd *cmd) RESP_WARN_UNUSED;
+                        struct resp_cmd *cmd) TWICE_MUST_CHECK;
 
 /* The command's name as the pairing reads it: its first element upper-cased (ASCII), cut to
  * RESP_CMD_NAME_MAX - 1 bytes, into name[RESP_CMD_NAME_MAX]; empty when it holds a NUL byte (Redis
@@ -482,14 +482,14 @@ struct resp_match {
  * while subscribed, a MONITOR line; RESP_E_UNEXPECTED_REPLY when no command awaits a reply.
  */
 int resp_pairing_reply(struct resp_pairing *p, const struct resp_msg *m, const uint8_t *buf,
-                       struct resp_match *match) RESP_WARN_UNUSED;
+                       struct resp_match *match) TWICE_MUST_CHECK;
 
 /* The same for a reply known by its first byte alone (type; '>' a RESP3 push, '|' an
  * attribute): when the command at the head is a plain one (one reply, no state, as
  * resp_pairing_simple() records) and nothing can come out of band (no subscription, no MONITOR,
  * not a push), removes that command and returns 1, as resp_pairing_reply() would with
  * match.last; otherwise 0, changing nothing (then call resp_pairing_reply()). */
-int resp_pairing_reply_simple(struct resp_pairing *p, uint8_t type) RESP_WARN_UNUSED;
+int resp_pairing_reply_simple(struct resp_pairing *p, uint8_t type) TWICE_MUST_CHECK;
 
 /* After resp_pairing_reply() matched an EXEC array: the queued command its element i answers
  * (i < match->ntx), or NULL.  Valid until the next call on p. */
@@ -512,26 +512,26 @@ size_t resp_pairing_pending(const struct resp_pairing *p);
 
 /* A command: *argc then argc bulk strings.  argvlen may be NULL for NUL-terminated argv. */
 int resp_encode_command(uint8_t *buf, size_t cap, size_t argc, const char *const *argv,
-                        const size_t *argvlen) RESP_WARN_UNUSED;
+                        const size_t *argvlen) TWICE_MUST_CHECK;
 /* +s\r\n, e.g. "OK", "QUEUED". */
-int resp_encode_simple(uint8_t *buf, size_t cap, const char *s) RESP_WARN_UNUSED;
+int resp_encode_simple(uint8_t *buf, size_t cap, const char *s) TWICE_MUST_CHECK;
 /* -s\r\n, s being "CODE message", e.g. "READONLY You can't write against a read only
  * replica.". */
-int resp_encode_error(uint8_t *buf, size_t cap, const char *s) RESP_WARN_UNUSED;
+int resp_encode_error(uint8_t *buf, size_t cap, const char *s) TWICE_MUST_CHECK;
 /* :v\r\n. */
-int resp_encode_integer(uint8_t *buf, size_t cap, int64_t v) RESP_WARN_UNUSED;
+int resp_encode_integer(uint8_t *buf, size_t cap, int64_t v) TWICE_MUST_CHECK;
 /* $len\r\n<bytes>\r\n. */
-int resp_encode_bulk(uint8_t *buf, size_t cap, const void *p, size_t len) RESP_WARN_UNUSED;
+int resp_encode_bulk(uint8_t *buf, size_t cap, const void *p, size_t len) TWICE_MUST_CHECK;
 /* A null bulk string: $-1 in RESP2, _ in RESP3. */
-int resp_encode_null(uint8_t *buf, size_t cap, int proto) RESP_WARN_UNUSED;
+int resp_encode_null(uint8_t *buf, size_t cap, int proto) TWICE_MUST_CHECK;
 /* A null array (BRPOP/XREAD timeout, EXEC after WATCH): *-1 in RESP2, _ in RESP3. */
-int resp_encode_null_array(uint8_t *buf, size_t cap, int proto) RESP_WARN_UNUSED;
+int resp_encode_null_array(uint8_t *buf, size_t cap, int proto) TWICE_MUST_CHECK;
 /* *n\r\n: an array header; the caller appends the n elements. */
-int resp_encode_array(uint8_t *buf, size_t cap, uint64_t n) RESP_WARN_UNUSED;
+int resp_encode_array(uint8_t *buf, size_t cap, uint64_t n) TWICE_MUST_CHECK;
 /* +QUEUED\r\n: the reply to a command inside MULTI. */
-int resp_encode_queued(uint8_t *buf, size_t cap) RESP_WARN_UNUSED;
+int resp_encode_queued(uint8_t *buf, size_t cap) TWICE_MUST_CHECK;
 /* An EXEC reply: *n then the n already-encoded replies replies[i][0..lens[i]). */
 int resp_encode_exec(uint8_t *buf, size_t cap, size_t n, const uint8_t *const *replies,
-                     const size_t *lens) RESP_WARN_UNUSED;
+                     const size_t *lens) TWICE_MUST_CHECK;
 
 #endif

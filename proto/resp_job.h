@@ -22,11 +22,11 @@
 #ifndef TWICE_RESP_JOB_H
 #define TWICE_RESP_JOB_H
 
+#include "proto/must_check.h"
+
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
-
-#define RESP_JOB_WARN_UNUSED __attribute__((warn_unused_result))
 
 /* ---- limits ------------------------------------------------------------------------------ */
 
@@ -75,7 +75,7 @@ void resp_job_clear(struct resp_job *j);
  * too large for 64 bits are read (as reals), since Ruby writes Bignum arguments as plain numbers.
  * *j's previous contents are overwritten, not freed.
  */
-int resp_job_sidekiq(const void *json, size_t len, struct resp_job *j) RESP_JOB_WARN_UNUSED;
+int resp_job_sidekiq(const void *json, size_t len, struct resp_job *j) TWICE_MUST_CHECK;
 
 /*
  * Reads one entry of Sidekiq's work state, the value its heartbeat writes for each job in
@@ -87,7 +87,7 @@ int resp_job_sidekiq(const void *json, size_t len, struct resp_job *j) RESP_JOB_
  * the epoch: the job started no later (0 when run_at is absent); or -1 with *j zeroed.
  */
 int resp_job_sidekiq_work(const void *json, size_t len, struct resp_job *j,
-                          uint64_t *started_by_us) RESP_JOB_WARN_UNUSED;
+                          uint64_t *started_by_us) TWICE_MUST_CHECK;
 
 /*
  * Reads a Celery task message as kombu's Redis transport stores it (the element of the queue
@@ -99,7 +99,7 @@ int resp_job_sidekiq_work(const void *json, size_t len, struct resp_job *j,
  * Optional fields (task, queue, tag) are NULL when absent.  *j's previous contents are
  * overwritten, not freed.
  */
-int resp_job_celery(const void *json, size_t len, struct resp_job *j) RESP_JOB_WARN_UNUSED;
+int resp_job_celery(const void *json, size_t len, struct resp_job *j) TWICE_MUST_CHECK;
 
 /*
  * The task of an RQ job from its description (the `description` field of the rq:job:<id>
@@ -108,7 +108,7 @@ int resp_job_celery(const void *json, size_t len, struct resp_job *j) RESP_JOB_W
  * NUL-terminated string, or -1 with *task NULL when len is 0 or over RESP_JOB_MAX_DESCRIPTION,
  * when the task would be empty ("(x)") or contain a NUL byte, or on allocation failure.
  */
-int resp_job_rq_task(const void *description, size_t len, char **task) RESP_JOB_WARN_UNUSED;
+int resp_job_rq_task(const void *description, size_t len, char **task) TWICE_MUST_CHECK;
 
 /*
  * The kombu message in json[0..len) as Celery's visibility-timeout restore (kombu's
@@ -122,7 +122,7 @@ int resp_job_rq_task(const void *description, size_t len, char **task) RESP_JOB_
  * not be written back unchanged), or on allocation failure.
  */
 int resp_job_celery_redelivered(const void *json, size_t len, char **out,
-                                size_t *outlen) RESP_JOB_WARN_UNUSED;
+                                size_t *outlen) TWICE_MUST_CHECK;
 
 /*
  * The kombu message in json[0..len) as a producer that retried its publish would push it again:
@@ -132,6 +132,6 @@ int resp_job_celery_redelivered(const void *json, size_t len, char **out,
  * resp_job_celery_redelivered() does (and -1 for a NULL or invalid tag).
  */
 int resp_job_celery_retagged(const void *json, size_t len, const char *tag, char **out,
-                             size_t *outlen) RESP_JOB_WARN_UNUSED;
+                             size_t *outlen) TWICE_MUST_CHECK;
 
 #endif

@@ -22,14 +22,14 @@
 #ifndef TWICE_RESP_PROFILE_H
 #define TWICE_RESP_PROFILE_H
 
+#include "proto/must_check.h"
+
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
 #include "proto/msg_field.h"
 #include "proto/resp.h"
-
-#define RPROF_WARN_UNUSED __attribute__((warn_unused_result))
 
 /* ---- limits ------------------------------------------------------------------------------ */
 
@@ -203,7 +203,7 @@ struct resp_job;
  * (resp_job_sidekiq(), resp_job_celery()), or on a list of the list profile with its default
  * sources (rprof_list_job()): 0 with *j filled (the caller frees it with resp_job_clear()), -1
  * when it is not one, or for another profile. */
-int rprof_job(enum rprof p, const void *v, size_t n, struct resp_job *j) RPROF_WARN_UNUSED;
+int rprof_job(enum rprof p, const void *v, size_t n, struct resp_job *j) TWICE_MUST_CHECK;
 
 /* The list profile's sources when a listener sets none: `message-id body.json.id
  * body.json.uuid body.json.jid` and `task body.json.task body.json.displayName body.json.name
@@ -217,13 +217,13 @@ const struct msg_fields *rprof_list_default_tasks(void);
  * MSG_FIELD_VALUE_MAX or longer is not used, and its length goes to *too_long (may be NULL;
  * 0 when none was). */
 int rprof_list_job(const struct msg_fields *ids, const struct msg_fields *tasks, const void *v,
-                   size_t n, struct resp_job *j, uint64_t *too_long) RPROF_WARN_UNUSED;
+                   size_t n, struct resp_job *j, uint64_t *too_long) TWICE_MUST_CHECK;
 
 /* The queue a list (or registry, or stream) key stands for, as the journal and the `queue=`
  * matcher name it: Sidekiq's queue:NAME and RQ's rq:queue:NAME, rq:wip:NAME and rq:failed:NAME
  * give NAME, Celery's priority lists "<queue>\x06\x16<n>" give <queue>, anything else the key
  * itself. Returns a malloc'd string the caller frees, NULL on allocation failure. */
-char *rprof_queue_of(enum rprof p, const char *key) RPROF_WARN_UNUSED;
+char *rprof_queue_of(enum rprof p, const char *key) TWICE_MUST_CHECK;
 
 /* The command a framework's own push of a popped job would be, for a copy twice sends back:
  * "LPUSH" for RQ (a job is pushed to the head of its queue when it is requeued); for the others
@@ -343,7 +343,7 @@ enum rprof_field rprof_xadd_reply_id(const uint8_t *buf, const struct resp_msg *
 
 /* The task of the RQ job whose hash HGETALL returned (m, in buf): from its `description`
  * field, malloc'd into *task.  0 on success, -1 (and *task NULL) when there is none. */
-int rprof_rq_hash_task(const uint8_t *buf, const struct resp_msg *m, char **task) RPROF_WARN_UNUSED;
+int rprof_rq_hash_task(const uint8_t *buf, const struct resp_msg *m, char **task) TWICE_MUST_CHECK;
 
 /* ---- transactions ------------------------------------------------------------------------ */
 

@@ -16,13 +16,15 @@
 #ifndef TWICE_ADMIN_H
 #define TWICE_ADMIN_H
 
+#include "proto/must_check.h"
+
 #include <stddef.h>
 
 struct proxy;
 
 /* Start (or move) the admin API to match px->conf; stop it when the
  * configuration has no `admin`.  Returns 0, or -1 with a reason in err. */
-int admin_apply(struct proxy *px, char *err, size_t errlen) __attribute__((warn_unused_result));
+int admin_apply(struct proxy *px, char *err, size_t errlen) TWICE_MUST_CHECK;
 void admin_stop(struct proxy *px);
 
 #endif

@@ -15,6 +15,8 @@
 #ifndef TWICE_JOURNAL_H
 #define TWICE_JOURNAL_H
 
+#include "proto/must_check.h"
+
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -101,7 +103,7 @@ struct journal;
  * it at startup, not from the event loop.
  */
 struct journal *journal_open(const char *path, const struct journal_header_info *hdr, char *err,
-                             size_t errlen) __attribute__((warn_unused_result));
+                             size_t errlen) TWICE_MUST_CHECK;
 
 /*
  * Queues one record; thread-safe, never blocks on the disk.  Copies what it

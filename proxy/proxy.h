@@ -26,6 +26,8 @@
 #ifndef TWICE_PROXY_H
 #define TWICE_PROXY_H
 
+#include "proto/must_check.h"
+
 #include <event2/event.h>
 #include <event2/listener.h>
 #include <openssl/ssl.h>
@@ -173,7 +175,7 @@ void listener_put(struct listener *l);
 
 /* The process (proxy.c).  proxy_init parses and applies `conf_path`;
  * returns 0, or -1 after printing why. */
-int proxy_init(struct proxy *px, const char *conf_path) __attribute__((warn_unused_result));
+int proxy_init(struct proxy *px, const char *conf_path) TWICE_MUST_CHECK;
 int proxy_run(struct proxy *px);
 void proxy_free(struct proxy *px);
 

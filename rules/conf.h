@@ -27,6 +27,8 @@
 #ifndef TWICE_CONF_H
 #define TWICE_CONF_H
 
+#include "proto/must_check.h"
+
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -167,8 +169,8 @@ struct conf_diags {
  * error, a file too large, each mistake in the text).  Warnings may be
  * present either way.  `diags` must be zeroed or conf_diags_init()ed by the
  * caller and freed with conf_diags_free().  `f` is not closed. */
-int conf_parse_stream(const char *name, FILE *f, struct conf **out, struct conf_diags *diags)
-    __attribute__((warn_unused_result));
+int conf_parse_stream(const char *name, FILE *f, struct conf **out,
+                      struct conf_diags *diags) TWICE_MUST_CHECK;
 
 /* Records that `path` could not be opened (errno value `err`) in `diags`, as
  * the one error of that file.  Returns -1. */
@@ -176,7 +178,7 @@ int conf_cannot_open(const char *path, int err, struct conf_diags *diags);
 
 /* Same as conf_parse_stream over an in-memory text. */
 int conf_parse_string(const char *name, const char *text, size_t len, struct conf **out,
-                      struct conf_diags *diags) __attribute__((warn_unused_result));
+                      struct conf_diags *diags) TWICE_MUST_CHECK;
 
 /* Parse a text made only of `rule` blocks and comments (the body of the
  * admin API's PUT /rules).  Listener names and what each listener's protocol
@@ -186,8 +188,7 @@ int conf_parse_string(const char *name, const char *text, size_t len, struct con
  * is NULL, *n_out is 0 and `diags` says why; `name` is the file name shown in
  * diagnostics. */
 int conf_parse_rules(const char *name, const char *text, size_t len, const struct conf *base,
-                     struct rule **out, size_t *n_out, struct conf_diags *diags)
-    __attribute__((warn_unused_result));
+                     struct rule **out, size_t *n_out, struct conf_diags *diags) TWICE_MUST_CHECK;
 
 /* Free a configuration and everything it owns, rules included.  NULL is fine. */
 void conf_free(struct conf *conf);

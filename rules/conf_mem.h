@@ -10,22 +10,24 @@
 #ifndef TWICE_CONF_MEM_H
 #define TWICE_CONF_MEM_H
 
+#include "proto/must_check.h"
+
 #include <stdarg.h>
 #include <stdbool.h>
 #include <stddef.h>
 
 /* malloc/calloc/realloc lookalikes; NULL on failure.  Free with free(). */
-void *conf_mem_alloc(size_t size) __attribute__((warn_unused_result));
-void *conf_mem_calloc(size_t n, size_t size) __attribute__((warn_unused_result));
-void *conf_mem_realloc(void *ptr, size_t size) __attribute__((warn_unused_result));
+void *conf_mem_alloc(size_t size) TWICE_MUST_CHECK;
+void *conf_mem_calloc(size_t n, size_t size) TWICE_MUST_CHECK;
+void *conf_mem_realloc(void *ptr, size_t size) TWICE_MUST_CHECK;
 
 /* A new NUL-terminated copy of the `len` bytes at `s`, owned by the caller. */
-char *conf_mem_strndup(const char *s, size_t len) __attribute__((warn_unused_result));
+char *conf_mem_strndup(const char *s, size_t len) TWICE_MUST_CHECK;
 /* A new copy of the string `s`, owned by the caller. */
-char *conf_mem_strdup(const char *s) __attribute__((warn_unused_result));
+char *conf_mem_strdup(const char *s) TWICE_MUST_CHECK;
 /* A new string formatted like vsprintf, owned by the caller; NULL on failure. */
-char *conf_mem_vprintf(const char *fmt, va_list ap)
-    __attribute__((warn_unused_result, format(printf, 1, 0)));
+char *conf_mem_vprintf(const char *fmt, va_list ap) TWICE_MUST_CHECK
+    __attribute__((format(printf, 1, 0)));
 
 /* Tests only: make the allocation `nth` calls from now (0 = the next one)
  * fail, once; a negative value disables the fault.  Not thread safe. */

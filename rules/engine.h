@@ -32,6 +32,8 @@
 #ifndef TWICE_ENGINE_H
 #define TWICE_ENGINE_H
 
+#include "proto/must_check.h"
+
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -82,8 +84,8 @@ struct ruleset;
  * e.g. owned by the same configuration) with `seed`.  `start_ms` is the
  * monotonic time of the process start, for `between`.  NULL on allocation
  * failure.  The caller holds one reference. */
-struct ruleset *ruleset_new(const struct rule *rules, uint64_t seed, uint64_t start_ms)
-    __attribute__((warn_unused_result));
+struct ruleset *ruleset_new(const struct rule *rules, uint64_t seed,
+                            uint64_t start_ms) TWICE_MUST_CHECK;
 void ruleset_get(struct ruleset *rs);
 void ruleset_put(struct ruleset *rs);
 

@@ -12,6 +12,8 @@
 #ifndef TWICE_RULES_INTERP_H
 #define TWICE_RULES_INTERP_H
 
+#include "proto/must_check.h"
+
 #include "rules/conf.h"
 #include "rules/tree.h"
 
@@ -58,19 +60,19 @@ extern const size_t conf_n_listen_keywords;
 void conf_parser_oom(struct conf_parser *p);
 
 /* A copy of `s` owned by the caller, or NULL after conf_parser_oom(). */
-char *conf_parser_strdup(struct conf_parser *p, const char *s) __attribute__((warn_unused_result));
+char *conf_parser_strdup(struct conf_parser *p, const char *s) TWICE_MUST_CHECK;
 
 /* Check a block-less directive against `spec`: a block given to it is an
  * error (interpretation goes on), a wrong argument count is an error that
  * stops it.  Returns whether the arguments may be interpreted. */
 bool conf_check_shape(struct conf_parser *p, const struct conf_node *n,
-                      const struct conf_dirspec *spec) __attribute__((warn_unused_result));
+                      const struct conf_dirspec *spec) TWICE_MUST_CHECK;
 
 /* Check that a single-valued directive is not repeated in its block.
  * `first` (line 0 when unset) is where it was first set; updated.  Returns
  * false after reporting a duplicate. */
-bool conf_check_duplicate(struct conf_parser *p, const struct conf_node *n, struct conf_loc *first)
-    __attribute__((warn_unused_result));
+bool conf_check_duplicate(struct conf_parser *p, const struct conf_node *n,
+                          struct conf_loc *first) TWICE_MUST_CHECK;
 
 /* Report an unknown directive `n` in a scope whose keywords are `known`;
  * when it is a keyword of the other scope, `elsewhere` (a format with one
@@ -82,7 +84,7 @@ void conf_unknown_directive(struct conf_parser *p, const struct conf_node *n,
 /* Typed arguments.  Each reports its own error at the word and returns false
  * (or -1), leaving its output untouched.  Since the error is already
  * reported, callers that only store the value may ignore the result (no
- * warn_unused_result on these, except where the result is the value). */
+ * TWICE_MUST_CHECK on these, except where the result is the value). */
 
 /* DURATION: an integer and a unit (ms, s, m, h), 1ms..24h, in milliseconds. */
 bool conf_value_duration(struct conf_parser *p, const struct conf_word *w, uint32_t *ms);
@@ -96,8 +98,7 @@ bool conf_value_threads(struct conf_parser *p, const struct conf_word *w, unsign
 /* The index in `names` of the word, or -1 after "unknown WHAT 'x'" with a
  * "did you mean" hint, else `expected` as the hint. */
 int conf_value_enum(struct conf_parser *p, const struct conf_word *w, const char *what,
-                    const char *const *names, size_t n, const char *expected)
-    __attribute__((warn_unused_result));
+                    const char *const *names, size_t n, const char *expected) TWICE_MUST_CHECK;
 /* A listener or rule name (`what` is "listener" or "rule"). */
 bool conf_value_name(struct conf_parser *p, const struct conf_word *w, const char *what);
 /* `bind ADDR:PORT` into *out (host allocated, owned by *out). */
@@ -117,7 +118,7 @@ void conf_listen_finish(struct conf_parser *p);
 void conf_rule_directive(struct conf_parser *p, const struct conf_node *n);
 
 /* Whether `word` is a directive of rule blocks (for hints elsewhere). */
-bool conf_is_rule_keyword(const char *word) __attribute__((warn_unused_result));
+bool conf_is_rule_keyword(const char *word) TWICE_MUST_CHECK;
 extern const char *const conf_rule_keywords[];
 extern const size_t conf_n_rule_keywords;
 

@@ -12,6 +12,8 @@
 #ifndef TWICE_RULES_LEXER_H
 #define TWICE_RULES_LEXER_H
 
+#include "proto/must_check.h"
+
 #include "rules/conf.h"
 
 enum conf_tok_kind {
@@ -49,7 +51,6 @@ void conf_lexer_init(struct conf_lexer *lx, const char *text, size_t len, struct
 /* Read the next token into *tok.  Returns 0, or -1 when out of memory (an
  * "out of memory" diagnostic is then recorded).  After EOF it keeps
  * returning EOF. */
-int conf_lexer_next(struct conf_lexer *lx, struct conf_token *tok)
-    __attribute__((warn_unused_result));
+int conf_lexer_next(struct conf_lexer *lx, struct conf_token *tok) TWICE_MUST_CHECK;
 
 #endif

@@ -11,6 +11,8 @@
 #ifndef TWICE_RULES_TREE_H
 #define TWICE_RULES_TREE_H
 
+#include "proto/must_check.h"
+
 #include "rules/conf.h"
 
 /* Deepest nesting of blocks; a `listen` block is depth 1. */
@@ -40,8 +42,8 @@ struct conf_node {
  * directives, stored in *out and owned by the caller (conf_tree_free).
  * Syntax errors are added to `diags` and do not stop the pass.  Returns 0,
  * or -1 when out of memory (then *out is NULL and "out of memory" recorded). */
-int conf_tree_parse(const char *text, size_t len, struct conf_diags *diags, struct conf_node **out)
-    __attribute__((warn_unused_result));
+int conf_tree_parse(const char *text, size_t len, struct conf_diags *diags,
+                    struct conf_node **out) TWICE_MUST_CHECK;
 
 /* Free a list of directives and their blocks. */
 void conf_tree_free(struct conf_node *list);
