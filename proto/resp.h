@@ -9,6 +9,7 @@
  * evbuffer, and asks:
  *
  *     resp_scan()               one whole message at the start of buf  -> 1 / 0 need more / <0
+ *     resp_scan_release()       forget the start of a long message passed on as it came
  *     resp_scan_command_len()   the length and name of a common command, without a full scan
  *     resp_scan_reply_len()     the length of a common reply, the same way
  *     resp_args_next()          every element of a scanned command or top-level aggregate
@@ -191,7 +192,9 @@ void resp_scanner_reset(struct resp_scanner *sc);
  * boundary.  Returns 1 with *out filled when a whole message is present: consume out->len bytes.
  * Only out->elem[0 .. max(3, min(nelem, RESP_MSG_VIEWS))) are written: read no view past nelem.
  * Returns 0 when more bytes are needed; nothing is consumed and out->len is a lower bound of the
- * message's length (the whole of it once a bulk header has been read).  Call again with the same
+ * message's length (the whole of it once a bulk header has been read); out->type, out->push and
+ * out->attribute are set once the first value's header has been read (type 0 before, and while
+ * inside a leading attribute), the rest of *out is zero.  Call again with the same
  * bytes followed by more: the scanner resumes where it stopped, so feeding a 64 MiB bulk in 16 KiB
  * pieces costs O(total).  Passing fewer bytes than before restarts the message.
  * Returns a negative code as soon as the bytes seen prove the message invalid; the error is
@@ -204,6 +207,19 @@ void resp_scanner_reset(struct resp_scanner *sc);
  */
 int resp_scan(struct resp_scanner *sc, const uint8_t *buf, size_t len,
               struct resp_msg *out) TWICE_MUST_CHECK;
+
+/*
+ * Streaming a long server message (a 3,000,000-element LRANGE reply) that the caller passes on
+ * unread: after resp_scan() returned 0 on buf[0..len), resp_scan_releasable() is how many bytes
+ * at the message's start no later call needs (whole values and headers, the part of a bulk
+ * payload already here).  The caller drops n of them (n up to that) and calls
+ * resp_scan_release(sc, n); the next resp_scan() is given the bytes after them and resumes as if
+ * they were still there.  The message's type byte and count stay in the scanner (out->type,
+ * out->push, out->attribute of the next call); its views and out->len then count from the new
+ * start, so they do not locate anything the caller dropped: read no view of such a message.
+ */
+size_t resp_scan_releasable(const struct resp_scanner *sc, size_t len);
+void resp_scan_release(struct resp_scanner *sc, size_t n);
 
 /*
  * The length of the command at the start of buf[0..len) when it is the common kind, a multibulk
@@ -490,6 +506,10 @@ int resp_pairing_reply(struct resp_pairing *p, const struct resp_msg *m, const u
  * not a push), removes that command and returns 1, as resp_pairing_reply() would with
  * match.last; otherwise 0, changing nothing (then call resp_pairing_reply()). */
 int resp_pairing_reply_simple(struct resp_pairing *p, uint8_t type) TWICE_MUST_CHECK;
+
+/* Whether resp_pairing_reply_simple() would take a reply of this type now, changing nothing: a
+ * caller that passes a long reply on before its end checks here at its start. */
+bool resp_pairing_reply_plain(const struct resp_pairing *p, uint8_t type);
 
 /* After resp_pairing_reply() matched an EXEC array: the queued command its element i answers
  * (i < match->ntx), or NULL.  Valid until the next call on p. */

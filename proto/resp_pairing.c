@@ -674,6 +674,12 @@ static bool resp_plain_turn(const struct resp_pairing *p, const struct resp_cmd 
            !p->general;
 }
 
+bool resp_pairing_reply_plain(const struct resp_pairing *p, uint8_t type)
+{
+    const struct resp_cmd *head = p->count > p->kept ? resp_slot(p, p->kept) : NULL;
+    return type != '|' && resp_plain_turn(p, head, type == '>');
+}
+
 int resp_pairing_reply_simple(struct resp_pairing *p, uint8_t type)
 {
     struct resp_cmd *head = p->count > p->kept ? resp_slot(p, p->kept) : NULL;

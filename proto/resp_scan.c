@@ -1013,6 +1013,9 @@ int resp_scan(struct resp_scanner *sc, const uint8_t *buf, size_t len, struct re
     if (rc == 0) {
         memset(out, 0, offsetof(struct resp_msg, elem));
         out->len = sc->in_bulk ? sc->bulk_end + 2 : len + 1;
+        out->type = sc->cur.type; /* once its header is read: a caller may pass it on early */
+        out->push = sc->cur.push;
+        out->attribute = sc->cur.attribute;
         return 0;
     }
     /* The header and the views filled (at least three, zeros past nelem,
@@ -1024,6 +1027,36 @@ int resp_scan(struct resp_scanner *sc, const uint8_t *buf, size_t len, struct re
     out->len = sc->pos;
     resp_restart(sc);
     return 1;
+}
+
+/* ---- streaming a long message -------------------------------------------------------------- */
+
+size_t resp_scan_releasable(const struct resp_scanner *sc, size_t len)
+{
+    if (sc->err < 0 || !sc->started || sc->done || sc->side != RESP_SIDE_SERVER)
+        return 0;
+    if (!sc->in_bulk)
+        return sc->pos; /* the values and headers before the item being read */
+    /* A verbatim string's "txt:" is checked at its end: kept until then. */
+    if (sc->bulk_type == '=')
+        return sc->bulk_off;
+    return len < sc->bulk_end ? len : sc->bulk_end; /* its CRLF is checked as it comes */
+}
+
+/* An offset into the message, n bytes of its start gone. */
+static size_t resp_rebase(size_t off, size_t n)
+{
+    return off > n ? off - n : 0;
+}
+
+void resp_scan_release(struct resp_scanner *sc, size_t n)
+{
+    if (n == 0)
+        return;
+    sc->pos = resp_rebase(sc->pos, n);
+    sc->scan_from = resp_rebase(sc->scan_from, n);
+    sc->bulk_off = resp_rebase(sc->bulk_off, n);
+    sc->bulk_end = resp_rebase(sc->bulk_end, n);
 }
 
 /* ---- re-reading a scanned message ---------------------------------------------------------- */

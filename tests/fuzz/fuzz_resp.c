@@ -232,6 +232,46 @@ static void scan_stream(const struct resp_scanner *proto, const uint8_t *buf, si
     }
 }
 
+/* The stream as a proxy passing long replies on reads it: pieces of `chunk` bytes, and after each
+ * "need more" every byte resp_scan_releasable() allows dropped.  Lengths count the dropped bytes
+ * of a message too; the type, once read, stays the whole message's. */
+static void scan_released(const struct resp_scanner *proto, const uint8_t *buf, size_t len,
+                          size_t chunk, struct run *r)
+{
+    struct resp_scanner sc = *proto;
+    size_t start = 0, have = 0, dropped = 0;
+    uint8_t type = 0;
+    memset(r, 0, sizeof(*r));
+    while (start < len && r->n < MAX_MSGS) {
+        have = have + chunk < len ? have + chunk : len;
+        while (start < have && r->n < MAX_MSGS) {
+            struct resp_msg m;
+            int rc = resp_scan(&sc, buf + start, have - start, &m);
+            if (rc < 0) {
+                r->rc = rc;
+                return;
+            }
+            if (rc == 0) {
+                size_t k = resp_scan_releasable(&sc, have - start);
+                check(k <= have - start && (k == 0 || sc.side == RESP_SIDE_SERVER));
+                check(type == 0 || type == m.type);
+                type = m.type;
+                resp_scan_release(&sc, k);
+                start += k;
+                dropped += k;
+                if (have == len)
+                    return;
+                break;
+            }
+            check(type == 0 || type == m.type);
+            r->lens[r->n++] = dropped + m.len;
+            start += m.len;
+            dropped = 0;
+            type = 0;
+        }
+    }
+}
+
 /* A conversation: commands from the first half of buf, replies from the second, taken in the
  * turns the mode byte's bits give, through both pairings. */
 static void converse(const uint8_t *buf, size_t len, uint8_t mode)
@@ -293,6 +333,11 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     check(whole.n == split.n && whole.rc == split.rc);
     for (size_t i = 0; i < whole.n; i++)
         check(whole.lens[i] == split.lens[i] && whole.digests[i] == split.digests[i]);
+    struct run streamed;
+    scan_released(&proto, buf, len, 1 + (size_t)(mode >> 2), &streamed);
+    check(whole.n == streamed.n && whole.rc == streamed.rc);
+    for (size_t i = 0; i < whole.n; i++)
+        check(whole.lens[i] == streamed.lens[i]);
     if ((mode & 3) == 0)
         converse(buf, len, mode);
     return 0;

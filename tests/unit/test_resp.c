@@ -1747,6 +1747,108 @@ static void scan_all(const struct resp_scanner *proto, const uint8_t *buf, size_
     }
 }
 
+/* Scans buf[0..len) as a proxy passing long replies on does: pieces of up to `chunk` bytes arrive,
+ * and after each "need more" every byte resp_scan_releasable() allows is dropped
+ * (resp_scan_release()).  A message's length is what was dropped of it plus what the last call
+ * measured; its type, once read, stays what the whole message says. */
+static void scan_released(const struct resp_scanner *proto, const uint8_t *buf, size_t len,
+                          size_t chunk, struct outcome *o)
+{
+    struct resp_scanner sc = *proto;
+    size_t start = 0, have = 0, dropped = 0;
+    uint8_t type = 0;
+    memset(o, 0, sizeof(*o));
+    while (start < len && o->n < 64) {
+        have = have + chunk < len ? have + chunk : len;
+        for (;;) {
+            struct resp_msg m;
+            int rc = resp_scan(&sc, buf + start, have - start, &m);
+            if (rc < 0) {
+                o->rc = rc;
+                return;
+            }
+            if (rc == 0) {
+                size_t k = resp_scan_releasable(&sc, have - start);
+                assert_true(k <= have - start);
+                /* Known once read (not inside a leading attribute), and then kept. */
+                if (type == 0)
+                    type = m.type;
+                assert_int_equal(type, m.type);
+                resp_scan_release(&sc, k);
+                start += k;
+                dropped += k;
+                if (have == len) {
+                    o->rc = 0;
+                    return;
+                }
+                break;
+            }
+            if (type != 0)
+                assert_int_equal(type, m.type);
+            o->lens[o->n++] = dropped + m.len;
+            start += m.len;
+            dropped = 0;
+            type = 0;
+            if (start == have || o->n == 64)
+                break;
+        }
+    }
+}
+
+/* A server's streams passed on as they come (resp_scan_release after every "need more"), in
+ * pieces of 1 to 9 bytes and, for the 100 KiB one, of 509 and 4096: the same messages, the same
+ * lengths, and most of a long message released before its end. */
+static void test_release_golden(void **state)
+{
+    (void)state;
+    for (int s = 0; s < G_COUNT; s++) {
+        const struct golden *g = &g_streams[s];
+        if (g->side != RESP_SIDE_SERVER)
+            continue;
+        static const size_t chunks[] = {1, 2, 3, 5, 7, 9, 509, 4096};
+        for (size_t c = 0; c < sizeof(chunks) / sizeof(chunks[0]); c++) {
+            struct resp_scanner proto;
+            resp_scanner_init(&proto, g->side);
+            struct outcome o;
+            scan_released(&proto, g->buf, g->len, chunks[c], &o);
+            assert_int_equal(o.rc, 0);
+            size_t n = g->n < 64 ? g->n : 64;
+            assert_int_equal(o.n, n);
+            for (size_t i = 0; i < n; i++)
+                assert_int_equal(o.lens[i], g->msgs[i].m.len);
+        }
+    }
+    /* An array of 1,000 bulks fed 100 bytes at a time: never more than a piece and an item
+     * kept. */
+    uint8_t *big = malloc(32 * 1000 + 16);
+    assert_non_null(big);
+    size_t len = (size_t)sprintf((char *)big, "*1000\r\n");
+    for (int i = 0; i < 1000; i++)
+        len += (size_t)sprintf((char *)big + len, "$%d\r\n%0*d\r\n", 10 + i % 7, 10 + i % 7, i);
+    struct resp_scanner sc;
+    resp_scanner_init(&sc, RESP_SIDE_SERVER);
+    size_t start = 0, have = 0, most = 0, dropped = 0;
+    struct resp_msg m;
+    int rc = 0;
+    while (rc == 0 && have < len) {
+        have = have + 100 < len ? have + 100 : len;
+        rc = resp_scan(&sc, big + start, have - start, &m);
+        assert_true(rc >= 0);
+        if (rc == 0) {
+            assert_int_equal(m.type, '*');
+            size_t k = resp_scan_releasable(&sc, have - start);
+            resp_scan_release(&sc, k);
+            start += k;
+            dropped += k;
+        }
+        most = have - start > most ? have - start : most;
+    }
+    assert_int_equal(rc, 1);
+    assert_int_equal(dropped + m.len, len);
+    assert_true(most < 100 + 32);
+    free(big);
+}
+
 static const uint8_t interesting[] = "\r\n*$:+-_,#(=~%|>!0123456789-\"' \\x";
 
 static size_t mutate(uint8_t *buf, size_t len, size_t cap)
@@ -1821,13 +1923,19 @@ static void mutate_one(int k, size_t *accepted, size_t *rejected)
     struct resp_cmd slots[8];
     struct resp_pairing pair;
     resp_pairing_init(&pair, slots, 8);
-    struct outcome whole, split;
+    struct outcome whole, split, streamed;
     scan_all(&proto, exact, len, 0, &whole, &pair);
     scan_all(&proto, exact, len, len > 0 ? (size_t)(rng() % len) : 0, &split, &pair);
     assert_int_equal(whole.n, split.n);
     assert_int_equal(whole.rc, split.rc);
     for (size_t i = 0; i < whole.n; i++)
         assert_int_equal(whole.lens[i], split.lens[i]);
+    /* Passed on as it comes: the same messages, the same verdict on the bytes. */
+    scan_released(&proto, exact, len, 1 + (size_t)(rng() % 16), &streamed);
+    assert_int_equal(whole.n, streamed.n);
+    assert_int_equal(whole.rc, streamed.rc);
+    for (size_t i = 0; i < whole.n; i++)
+        assert_int_equal(whole.lens[i], streamed.lens[i]);
     if (whole.rc < 0)
         (*rejected)++;
     else
@@ -2010,6 +2118,7 @@ int main(void)
         cmocka_unit_test(test_golden_iterator),
         cmocka_unit_test(test_split_every_offset),
         cmocka_unit_test(test_split_big),
+        cmocka_unit_test(test_release_golden),
         cmocka_unit_test(test_huge_bulk_resumes),
         cmocka_unit_test(test_pairing_golden),
         cmocka_unit_test(test_pairing_rules),
