@@ -48,6 +48,8 @@
  * longer than RPROF_TX_PEEK_MAX bytes or RPROF_TX_MAX commands is forwarded without faults on
  * its commands. */
 #define RPX_TX_WAIT_MS 100u
+/* A reply passed on unread goes on before its end once this much of it is here (stream_part). */
+#define RPX_STREAM_MIN (16u * 1024u)
 /* Stream entry ids (RPROF_ID_MAX) and task names (RPROF_TASK_MAX) longer than their limits
  * are logged once per session (`msg="resp field too long"`): such an entry is relayed with no
  * event, and such a task name is not used (a cut name would be another task's). */
@@ -131,6 +133,7 @@ struct rpx {
     struct evbuffer *pend[2]; /* read from side, not processed yet */
     size_t run[2];            /* head of pend[side] passed on already, not yet moved */
     struct rpx_window win[2]; /* pend[side]'s first chain while its head is unchanged */
+    bool streaming;           /* the reply being read is passed on as it comes (stream_part) */
     bool said_too_long;       /* "resp field too long" was logged for this session */
     struct evbuffer *out[2];  /* batched toward side */
     struct resp_pairing pairing;

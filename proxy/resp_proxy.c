@@ -343,8 +343,8 @@ static int big_try(struct rpx *rx, enum session_side side)
     struct entry *e = rx->await;
     if (side == SIDE_CLIENT
             ? rx->decided != 0 || rx->tx.active || codec_wants(rx->s, RULE_EV_COMMAND)
-            : e == NULL || !rpx_straight_out(rx, e) || rx->held != 0)
-        return -1;
+            : e == NULL || !rpx_straight_out(rx, e) || rx->held != 0 || rx->streaming)
+        return -1; /* (a streamed reply's head is gone: pend starts inside it) */
     struct resp_walk w;
     char name[RESP_CMD_NAME_MAX];
     size_t name_len = 0, n = evbuffer_get_length(pend);
@@ -353,6 +353,8 @@ static int big_try(struct rpx *rx, enum session_side side)
                               (name_len = big_name(rx->prof, pend, 0, &w, name)) == 0))
         return -1;
     if (r == RESP_WALK_WAIT) {
+        if (side == SIDE_UPSTREAM && w.len > RPX_STREAM_MIN)
+            return -1; /* long: passed on as it comes (stream_part), not waited for whole */
         resp_scanner_reset(&rx->sc[side]); /* the walker measures it again then */
         rx->need[side] = w.len;
         return 0;
@@ -415,6 +417,20 @@ static void relay_unparsed(struct rpx *rx, struct entry *e, enum log_level level
     e->kind = RK_STREAM;
     rx->raw = true;
     log_unparsed(rx, level, msg, key, value, "relayed unparsed from here on, both ways");
+}
+
+/* The session relayed unparsed from the reply being read on (server_raw, whole_too_long): the
+ * entry it answers becomes the stream, or, for one that answers nothing (a MONITOR line, a
+ * pub/sub message), a new entry behind those owed. */
+static void relay_reply(struct rpx *rx, const char *msg, const char *key, const char *value)
+{
+    struct entry *e = rx->await != NULL ? rx->await : rpx_entry_add(rx, true);
+    if (e == NULL) {
+        session_set_error(rx->s, "out of memory");
+        session_abort(rx->s, SESSION_CLOSE_INTERNAL_ERROR, -1);
+        return;
+    }
+    relay_unparsed(rx, e, LOG_WARN, msg, key, value);
 }
 
 /*
@@ -653,7 +669,7 @@ static void client_over_limit(struct rpx *rx, uint64_t max_message)
  * client gets what Redis sent, and rules see no more of the session. */
 static void server_raw(struct rpx *rx, int rc)
 {
-    relay_unparsed(rx, rx->await, LOG_WARN, "resp reply not followed", "error", resp_strerror(rc));
+    relay_reply(rx, "resp reply not followed", "error", resp_strerror(rc));
 }
 
 /* A peer broke RESP.  A client's bytes go on to Redis as they are, from the
@@ -672,7 +688,9 @@ static int scan_error(struct rpx *rx, enum session_side side, int rc)
         return -1;
     }
     if (side == SIDE_UPSTREAM) {
-        if ((rc == RESP_E_TOO_DEEP || rc == RESP_E_VALUE) && rx->await != NULL) {
+        /* Redis writes status and error lines of any length (a MONITOR line of a big SET, a
+         * script's status reply): past max_line, relayed as they are, never the session's end. */
+        if (rc == RESP_E_TOO_DEEP || rc == RESP_E_VALUE || rc == RESP_E_LINE_TOO_LONG) {
             server_raw(rx, rc);
             return -1;
         }
@@ -683,6 +701,59 @@ static int scan_error(struct rpx *rx, enum session_side side, int rc)
     log_unparsed(rx, LOG_WARN, "resp protocol error", "error", resp_strerror(rc),
                  "client bytes passed on unparsed from here; redis will refuse them");
     rx->raw = true;
+    return -1;
+}
+
+/*
+ * A long reply nothing reads (an LRANGE of a big list, KEYS *, a big GET: the reply to a plain
+ * command, due to the client now, nothing held before it) goes on as it comes.  What the
+ * scanner has checked of it joins the run, and only the item being read stays in pend: a session
+ * holds a few reads of a reply of any size, the client gets its first bytes at once, and a client
+ * that does not read stops twice reading Redis (session_send's backpressure), as on a tcp
+ * listener.  Once begun, the reply streams to its end (stream_end).  True when part of it went
+ * on; m is resp_scan()'s "need more" over len bytes at the head of pend.
+ */
+static bool stream_part(struct rpx *rx, const struct resp_msg *m, size_t len)
+{
+    struct resp_scanner *sc = &rx->sc[SIDE_UPSTREAM];
+    struct entry *e = rx->await;
+    if (!rx->streaming &&
+        (m->type == 0 || m->attribute || e == NULL || !rpx_straight_out(rx, e) || rx->held != 0 ||
+         evbuffer_get_length(e->bytes) != 0 || !resp_pairing_reply_plain(&rx->pairing, m->type)))
+        return false;
+    size_t k = resp_scan_releasable(sc, len);
+    if (k == 0 || (!rx->streaming && k < RPX_STREAM_MIN))
+        return false;
+    rx->streaming = true;
+    resp_scan_release(sc, k);
+    rx->run[SIDE_UPSTREAM] += k;
+    rx->need[SIDE_UPSTREAM] = 0;
+    return true;
+}
+
+/* The end of a reply stream_part() began: the rest of it goes on, and it answers its command, as
+ * rpx_on_reply() would have for it whole (its views count from a start that is gone). */
+static void stream_end(struct rpx *rx, const struct resp_msg *m)
+{
+    rx->streaming = false;
+    rx->run[SIDE_UPSTREAM] += m->len;
+    /* Checked at its start, and nothing pairs replies meanwhile. */
+    if (resp_pairing_reply_simple(&rx->pairing, m->type) != 1) {
+        protocol_error(rx, SIDE_UPSTREAM, "streamed reply answers no command");
+        return;
+    }
+    rpx_entry_answered(rx, rx->await, true);
+}
+
+/* A reply twice must read whole (a job the module reads, a reply a rule holds, one behind a held
+ * reply, a pub/sub message) that grew past max-held before its end.  Not held whole: the session
+ * is relayed unparsed from that reply on, as for replies twice cannot follow (server_raw), so the
+ * client still gets every byte Redis sent and memory stays bounded (max-held). */
+static int whole_too_long(struct rpx *rx, size_t n)
+{
+    char got[32];
+    snprintf(got, sizeof(got), "%zu", n);
+    relay_reply(rx, "resp reply too long to read whole", "bytes", got);
     return -1;
 }
 
@@ -726,6 +797,8 @@ static int scan_one(struct rpx *rx, enum session_side side, struct resp_msg *m, 
     int rc = resp_scan(&rx->sc[side], *buf, len, m);
     if (rc < 0)
         return scan_error(rx, side, rc);
+    if (rc == 0 && side == SIDE_UPSTREAM && stream_part(rx, m, len))
+        return 2;
     if (rc == 0) {
         size_t need = m->len > len ? m->len : len + 1;
         if (need <= n && len < n) {
@@ -738,9 +811,13 @@ static int scan_one(struct rpx *rx, enum session_side side, struct resp_msg *m, 
             rc = resp_scan(&rx->sc[side], *buf, n, m);
             if (rc < 0)
                 return scan_error(rx, side, rc);
+            if (rc == 0 && side == SIDE_UPSTREAM && stream_part(rx, m, n))
+                return 2;
             if (rc == 0)
                 need = m->len > n ? m->len : n + 1;
         }
+        if (rc == 0 && side == SIDE_UPSTREAM && n > rpx_held_max(rx))
+            return whole_too_long(rx, n);
         if (rc == 0) {
             rx->need[side] = need;
             return 0;
@@ -797,7 +874,10 @@ static void process_server(struct rpx *rx)
             continue; /* server_raw(): relayed from here */
         if (rc <= 0)
             break;
-        rpx_on_reply(rx, buf, &m);
+        if (rx->streaming)
+            stream_end(rx, &m);
+        else
+            rpx_on_reply(rx, buf, &m);
     }
     /* The run goes on in rpx_flush_replies(), which always follows. */
 }
