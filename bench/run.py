@@ -32,6 +32,10 @@ slowest target did in round 1) for latency, so that latency measures the path an
 queue.  For each run the proxy's CPU (utime + stime from /proc/PID/stat) and its RSS (VmRSS
 sampled every 50 ms) are read.
 
+Then big replies: one client reads an LRANGE of 3,000,000 elements (about 37 MB) and five
+clients send it and read nothing for 4 s; per target, the first and last byte's time and the
+proxy's RSS growth in each case.
+
 Then the cost curves: proxy CPU per message against the message size (16 B to 1 MiB) of AMQP
 messages and of Redis SET and GET values (redis-benchmark -d, no pipeline), each point the
 median of 3 runs; and against the number of open connections (1 to 10 000 idle Redis
@@ -832,6 +836,109 @@ def charts(outdir, summary, sizes, conns):
     return [p for p in pngs if p]
 
 
+# ---------------------------------------------------------------------------------------------
+# Big replies: one LRANGE of BIG_LIST elements (about 37 MB), read at once by one client, and
+# sent by BIG_IDLE clients that read nothing for BIG_STALL_S seconds.
+
+BIG_LIST = 3000000
+BIG_IDLE = 5
+BIG_STALL_S = 4.0
+
+
+def big_list(port):
+    """The list (built once, directly) and the length of its LRANGE reply."""
+    s = socket.create_connection(("127.0.0.1", port), timeout=120)
+    script = ("local t = {} for i = 1, tonumber(ARGV[1]) do t[#t + 1] = i "
+              "if #t == 5000 then redis.call('RPUSH', KEYS[1], unpack(t)) t = {} end end "
+              "if #t > 0 then redis.call('RPUSH', KEYS[1], unpack(t)) end return 1")
+    for a in ([b"DEL", b"bench:big"],
+              [b"EVAL", script.encode(), b"1", b"bench:big", str(BIG_LIST).encode()]):
+        s.sendall(b"*%d\r\n" % len(a) + b"".join(b"$%d\r\n%s\r\n" % (len(x), x) for x in a))
+        buf = b""
+        while not buf.endswith(b"\r\n"):
+            buf += s.recv(100)
+    s.close()
+    # "$L\r\n" (L < 10 digits), the digits, "\r\n": L + 6 bytes an element.
+    return len(b"*%d\r\n" % BIG_LIST) + sum(len(str(i)) + 6 for i in range(1, BIG_LIST + 1))
+
+
+LRANGE = b"*4\r\n$6\r\nLRANGE\r\n$9\r\nbench:big\r\n$1\r\n0\r\n$2\r\n-1\r\n"
+
+
+def read_n(sock, n):
+    """n bytes from sock: (seconds to the first byte, seconds to the last)."""
+    t0 = time.monotonic()
+    first, got = None, 0
+    while got < n:
+        d = sock.recv(min(1 << 20, n - got))
+        if not d:
+            raise OSError("closed after %d of %d bytes" % (got, n))
+        if first is None:
+            first = time.monotonic() - t0
+        got += len(d)
+    return first, time.monotonic() - t0
+
+
+def big_replies(servers, want):
+    """Per target: first-byte and last-byte time of one big reply read at once, the proxy's RSS
+    growth while passing it, and while BIG_IDLE clients do not read theirs."""
+    out = []
+    s = socket.create_connection(("127.0.0.1", servers["ports_direct"]["redis"]), timeout=120)
+    s.sendall(LRANGE)
+    read_n(s, want)   # warm: the first LRANGE of a list is slower in Redis itself
+    s.close()
+    for t in ("direct", "haproxy", "twice-tcp", "twice-parse"):
+        port = servers["ports_direct"]["redis"] if t == "direct" else servers[t].ports["redis"]
+        pid = None if t == "direct" else servers[t].pid
+        e = {"target": t}
+        try:
+            base = status_kib(pid, "VmRSS") if pid else None
+            with Probe(pid) as pr:
+                s = socket.create_connection(("127.0.0.1", port), timeout=120)
+                s.sendall(LRANGE)
+                e["first_byte_s"], e["last_byte_s"] = read_n(s, want)
+                s.close()
+            if pid:
+                e["rss_growth_kib"] = pr.peak_kib - base
+            socks = []
+            with Probe(pid) as pr:
+                for _ in range(BIG_IDLE):
+                    s = socket.create_connection(("127.0.0.1", port), timeout=120)
+                    s.sendall(LRANGE)
+                    socks.append(s)
+                time.sleep(BIG_STALL_S)   # the scenario: clients that do not read
+            if pid:
+                e["idle_rss_growth_kib"] = pr.peak_kib - base
+            for s in socks:
+                read_n(s, want)
+                s.close()
+        except OSError as err:
+            e["error"] = str(err)
+        out.append(e)
+    return out
+
+
+def print_big(big, want):
+    print("\nbig reply: LRANGE of %d elements (%.1f MB); %d clients not reading it for %.0f s"
+          % (BIG_LIST, want / 1e6, BIG_IDLE, BIG_STALL_S))
+    direct = next((e for e in big if e["target"] == "direct"), {})
+    hap = next((e for e in big if e["target"] == "haproxy"), {})
+    print("%12s %12s %12s %10s %16s %20s %12s" % ("target", "first byte", "last byte", "x direct",
+                                                   "RSS growth", "RSS, 5 not reading", "x haproxy"))
+    for e in big:
+        if e.get("error"):
+            print("%12s  error: %s" % (e["target"], e["error"]))
+            continue
+        ratio = e["last_byte_s"] / direct["last_byte_s"] if direct.get("last_byte_s") else None
+        hr = (e.get("idle_rss_growth_kib") or 0) / max(1, hap.get("idle_rss_growth_kib") or 1) \
+            if e.get("idle_rss_growth_kib") is not None and hap else None
+        print("%12s %11.3fs %11.3fs %10s %12s KiB %16s KiB %12s" % (
+            e["target"], e["first_byte_s"], e["last_byte_s"], fmt(ratio, ".2f"),
+            fmt(e.get("rss_growth_kib"), "d"), fmt(e.get("idle_rss_growth_kib"), "d"),
+            fmt(hr, ".1f")))
+    sys.stdout.flush()
+
+
 def print_curves(sizes, conns):
     titles = {"amqp": "proxy CPU per AMQP message vs size (closed loop",
               "redis": "proxy CPU per Redis SET or GET vs value size (redis-benchmark -P1, closed loop"}
@@ -978,6 +1085,10 @@ def main():
         sizes = size_curve(bench, plan, servers, up)
         log("cost curve: Redis value size")
         sizes += size_curve(bench, plan, servers, up, proto="redis")
+    log("big replies")
+    want = big_list(up["redis"])
+    big = big_replies(servers, want)
+    print_big(big, want)
     problems = {name: log_problems(servers[name]) for name in PROXIES}
     exited = {name: servers[name].proc.returncode for name in PROXIES if not servers[name].alive()}
     hwm = {name: status_kib(servers[name].pid, "VmHWM") for name in PROXIES
@@ -993,7 +1104,8 @@ def main():
     meta["seconds"] = round(time.monotonic() - t0, 1)
     meta["loadavg_after"] = os.getloadavg()
     result = {"meta": meta, "paced_rates": paced, "summary": summary, "runs": runs,
-              "cost_size": sizes, "cost_conns": conns, "proxy_vm_hwm_kib": hwm,
+              "cost_size": sizes, "cost_conns": conns, "big_replies": big,
+              "proxy_vm_hwm_kib": hwm,
               "proxy_exits": exited, "twice_log_problems": problems}
     path = os.path.join(args.out, "results.json")
     with open(path, "w") as f:
