@@ -1,10 +1,17 @@
 /*
- * addr.c - HOST:PORT arguments of `bind` and `upstream`, and their printing.
+ * addr.c - HOST:PORT arguments of `bind` and `upstream`, their printing, and
+ * which sockets they meet.
  *
  * The file syntax is "1.2.3.4:80", "[::1]:80" or (upstream only)
  * "name.example:80".  Literal addresses are checked with inet_pton and stored
  * in canonical inet_ntop form, so that "[0::1]:80" and "[::1]:80" are seen
  * as the same bind address.
+ *
+ * Two binds clash, and an upstream reaches a bind, as Linux has it: a
+ * wildcard bind (0.0.0.0, *) takes its port on every IPv4 address of the
+ * host, and [::] on every address, IPv4 too (the default
+ * net.ipv6.bindv6only=0; twice does not set IPV6_V6ONLY).  An IPv4-mapped
+ * IPv6 address is the IPv4 address it maps.
  */
 #include "rules/diag.h"
 #include "rules/interp.h"
@@ -258,4 +265,71 @@ void conf_addr_format(const struct conf_addr *a, char *buf, size_t size)
     } else {
         snprintf(buf, size, "%s:%u", host, (unsigned)a->port);
     }
+}
+
+/* A literal address in binary; IPv4-mapped IPv6 addresses are AF_INET. */
+struct conf_ip {
+    int family;          /* AF_INET or AF_INET6 */
+    unsigned char b[16]; /* the first 4 bytes for AF_INET */
+};
+
+/* Parse the canonical literal `host`; false for a DNS name. */
+static bool conf_ip_parse(const char *host, struct conf_ip *ip)
+{
+    struct in6_addr v6;
+
+    memset(ip, 0, sizeof(*ip));
+    if (host == NULL) {
+        return false;
+    }
+    if (inet_pton(AF_INET, host, ip->b) == 1) {
+        ip->family = AF_INET;
+        return true;
+    }
+    if (inet_pton(AF_INET6, host, &v6) != 1) {
+        return false;
+    }
+    if (IN6_IS_ADDR_V4MAPPED(&v6)) {
+        ip->family = AF_INET;
+        memcpy(ip->b, &v6.s6_addr[12], 4);
+        return true;
+    }
+    ip->family = AF_INET6;
+    memcpy(ip->b, v6.s6_addr, 16);
+    return true;
+}
+
+static size_t conf_ip_len(const struct conf_ip *ip)
+{
+    return ip->family == AF_INET ? 4 : 16;
+}
+
+/* 0.0.0.0 or [::]: a wildcard bind. */
+static bool conf_ip_unspecified(const struct conf_ip *ip)
+{
+    static const unsigned char zero[16];
+
+    return memcmp(ip->b, zero, conf_ip_len(ip)) == 0;
+}
+
+static bool conf_ip_equal(const struct conf_ip *a, const struct conf_ip *b)
+{
+    return a->family == b->family && memcmp(a->b, b->b, conf_ip_len(a)) == 0;
+}
+
+/* Whether a socket bound to `w` takes every address of `family` (see the top). */
+static bool conf_ip_wildcard_takes(const struct conf_ip *w, int family)
+{
+    return conf_ip_unspecified(w) && (w->family == AF_INET6 || family == AF_INET);
+}
+
+bool conf_binds_clash(const struct conf_addr *a, const struct conf_addr *b)
+{
+    struct conf_ip x, y;
+
+    if (a->port != b->port || !conf_ip_parse(a->host, &x) || !conf_ip_parse(b->host, &y)) {
+        return false;
+    }
+    return conf_ip_equal(&x, &y) || conf_ip_wildcard_takes(&x, y.family) ||
+           conf_ip_wildcard_takes(&y, x.family);
 }

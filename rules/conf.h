@@ -215,6 +215,12 @@ const char *conf_log_level_name(enum conf_log_level l);
 /* "host:port" with IPv6 literals bracketed; writes at most `size` bytes. */
 void conf_addr_format(const struct conf_addr *a, char *buf, size_t size);
 
+/* Whether two bind addresses cannot both listen on Linux: the same port, and
+ * the same address or one of them a wildcard that takes the other's (0.0.0.0
+ * every IPv4 address, [::] every address, IPv4 too: net.ipv6.bindv6only=0).
+ * False when either host is not a literal. */
+bool conf_binds_clash(const struct conf_addr *a, const struct conf_addr *b);
+
 /* Find a listener by name, or NULL. */
 const struct conf_listener *conf_find_listener(const struct conf *conf, const char *name);
 

@@ -140,20 +140,29 @@ static bool conf_is_loopback(const char *host)
     return IN6_IS_ADDR_LOOPBACK(&v6) || (IN6_IS_ADDR_V4MAPPED(&v6) && v6.s6_addr[12] == 127);
 }
 
-/* The admin API on a listener's address. */
+/* The admin API on a listener's address, or on one a wildcard takes. */
 static void conf_admin_check_listeners(struct conf_parser *p, const char *addr)
 {
     const struct conf_addr *admin = &p->conf->admin;
-    char shown[CONF_SHOW_BYTES];
+    char shown[CONF_SHOW_BYTES], bind[CONF_ADMIN_TEXT_BYTES];
 
     for (const struct conf_listener *l = p->conf->listeners; l != NULL; l = l->next) {
-        if (l->bind.host != NULL && l->bind.port == admin->port &&
-            strcmp(l->bind.host, admin->host) == 0) {
-            conf_diag_add(p->diags, CONF_ERROR, admin->loc, NULL,
-                          "admin API on %s, already bound by listener '%s'", addr,
-                          conf_show(l->name, shown));
-            return;
+        if (!conf_binds_clash(admin, &l->bind)) {
+            continue;
         }
+        conf_addr_format(&l->bind, bind, sizeof(bind));
+        if (strcmp(addr, bind) == 0) {
+            conf_diag_add(p->diags, CONF_ERROR, admin->loc, NULL,
+                          "admin API on %s, already bound by listener '%s' at %u:%u", addr,
+                          conf_show(l->name, shown), l->bind.loc.line, l->bind.loc.col);
+        } else {
+            conf_diag_add(p->diags, CONF_ERROR, admin->loc,
+                          "a wildcard address (0.0.0.0, *, [::]) takes its port on every "
+                          "address: only one of them can listen",
+                          "admin API on %s clashes with %s of listener '%s' at %u:%u", addr, bind,
+                          conf_show(l->name, shown), l->bind.loc.line, l->bind.loc.col);
+        }
+        return;
     }
 }
 

@@ -323,11 +323,48 @@ static void conf_listen_check_block(struct conf_parser *p, const struct conf_lis
     }
 }
 
+/* The hint for binds `a` and `b` that clash without being written alike:
+ * which wildcard takes the other (NULL: an IPv4-mapped address, no wildcard). */
+static const char *conf_clash_hint(const struct conf_addr *a, const struct conf_addr *b)
+{
+    if (strcmp(a->host, "::") == 0 || strcmp(b->host, "::") == 0) {
+        return "[::] takes its port on every address, IPv4 too (Linux's default "
+               "net.ipv6.bindv6only=0): only one of them can listen";
+    }
+    if (strcmp(a->host, "0.0.0.0") == 0 || strcmp(b->host, "0.0.0.0") == 0) {
+        return "0.0.0.0 (or *) takes its port on every IPv4 address: only one of them can "
+               "listen";
+    }
+    return NULL;
+}
+
+/* Report that `l` binds an address that listener `o`'s bind already takes. */
+static void conf_listen_clash(struct conf_parser *p, const struct conf_listener *l,
+                              const struct conf_listener *o)
+{
+    char shown[CONF_SHOW_BYTES], other[CONF_SHOW_BYTES];
+    char addr[CONF_ADDR_TEXT_BYTES], taken[CONF_ADDR_TEXT_BYTES];
+
+    conf_addr_format(&l->bind, addr, sizeof(addr));
+    conf_addr_format(&o->bind, taken, sizeof(taken));
+    if (strcmp(addr, taken) == 0) {
+        conf_diag_add(p->diags, CONF_ERROR, l->bind.loc, NULL,
+                      "listener '%s' binds %s, already bound by listener '%s' at %u:%u",
+                      conf_show(l->name, shown), addr, conf_show(o->name, other), o->bind.loc.line,
+                      o->bind.loc.col);
+        return;
+    }
+    conf_diag_add(p->diags, CONF_ERROR, l->bind.loc, conf_clash_hint(&l->bind, &o->bind),
+                  "listener '%s' binds %s, which clashes with %s of listener '%s' at %u:%u",
+                  conf_show(l->name, shown), addr, taken, conf_show(o->name, other),
+                  o->bind.loc.line, o->bind.loc.col);
+}
+
 /* Report a listener whose name or bind address an earlier one already has. */
 static void conf_listen_check_unique(struct conf_parser *p, const struct conf_listener *l,
                                      const struct conf_word *name)
 {
-    char shown[CONF_SHOW_BYTES], other[CONF_SHOW_BYTES], addr[CONF_ADDR_TEXT_BYTES];
+    char shown[CONF_SHOW_BYTES];
     bool name_reported = false, bind_reported = false;
 
     for (const struct conf_listener *o = p->conf->listeners; o != l; o = o->next) {
@@ -337,12 +374,8 @@ static void conf_listen_check_unique(struct conf_parser *p, const struct conf_li
                           o->loc.line, o->loc.col);
             name_reported = true;
         }
-        if (!bind_reported && l->bind.host != NULL && o->bind.host != NULL &&
-            l->bind.port == o->bind.port && strcmp(l->bind.host, o->bind.host) == 0) {
-            conf_addr_format(&l->bind, addr, sizeof(addr));
-            conf_diag_add(p->diags, CONF_ERROR, l->bind.loc, NULL,
-                          "listener '%s' binds %s, already bound by listener '%s'",
-                          conf_show(l->name, shown), addr, conf_show(o->name, other));
+        if (!bind_reported && conf_binds_clash(&l->bind, &o->bind)) {
+            conf_listen_clash(p, l, o);
             bind_reported = true;
         }
     }

@@ -616,16 +616,97 @@ static void test_duplicates(void **state)
            E(2, 8, "listener 'a' is already defined at 1:1"));
 }
 
+/* A listener block binding `addr` on one line, its address at column 31. */
+#define BINDS(name, addr) "listen " name " { protocol tcp; bind " addr "; upstream 127.0.0.1:2 }\n"
+
 static void test_bind_conflicts(void **state)
 {
     (void)state;
     EXPECT(LISTENER "listen b { protocol tcp; bind 127.0.0.1:1; upstream 127.0.0.1:2 }\n", -1,
-           E(2, 31, "listener 'b' binds 127.0.0.1:1, already bound by listener 'a'"));
+           E(2, 31, "listener 'b' binds 127.0.0.1:1, already bound by listener 'a' at 1:31"));
     EXPECT("listen a { protocol tcp; bind [::1]:1; upstream 127.0.0.1:2 }\n"
            "listen b { protocol tcp; bind [0:0::1]:1; upstream 127.0.0.1:2 }\n",
-           -1, E(2, 31, "listener 'b' binds [::1]:1, already bound by listener 'a'"));
+           -1, E(2, 31, "listener 'b' binds [::1]:1, already bound by listener 'a' at 1:31"));
     EXPECT(LISTENER "listen b { protocol tcp; bind localhost:1; upstream 127.0.0.1:2 }\n", -1,
-           E(2, 31, "listener 'b' binds 127.0.0.1:1, already bound by listener 'a'"));
+           E(2, 31, "listener 'b' binds 127.0.0.1:1, already bound by listener 'a' at 1:31"));
+}
+
+/* A wildcard bind takes its port on every address (of its family, or of both for [::]): a
+ * second listener on that port fails at `run` with "Address already in use", so `check`
+ * says it first, naming both. */
+static void test_bind_conflicts_through_wildcards(void **state)
+{
+    static const char *const v4 =
+        "0.0.0.0 (or *) takes its port on every IPv4 address: only one of them can listen";
+    static const char *const v6 = "[::] takes its port on every address, IPv4 too (Linux's "
+                                  "default net.ipv6.bindv6only=0): only one of them can listen";
+
+    (void)state;
+    EXPECT(BINDS("a", "127.0.0.1:1") BINDS("b", "0.0.0.0:1"), -1,
+           EH(2, 31,
+              "listener 'b' binds 0.0.0.0:1, which clashes with 127.0.0.1:1 of listener "
+              "'a' at 1:31",
+              v4));
+    EXPECT(BINDS("a", "*:1") BINDS("b", "127.0.0.1:1"), -1,
+           EH(2, 31,
+              "listener 'b' binds 127.0.0.1:1, which clashes with 0.0.0.0:1 of listener "
+              "'a' at 1:31",
+              v4));
+    EXPECT(BINDS("a", "*:1") BINDS("b", "0.0.0.0:1"), -1,
+           E(2, 31, "listener 'b' binds 0.0.0.0:1, already bound by listener 'a' at 1:31"));
+    EXPECT(BINDS("a", "[::]:1") BINDS("b", "0.0.0.0:1"), -1,
+           EH(2, 31,
+              "listener 'b' binds 0.0.0.0:1, which clashes with [::]:1 of listener 'a' "
+              "at 1:31",
+              v6));
+    EXPECT(BINDS("a", "0.0.0.0:1") BINDS("b", "[::]:1"), -1,
+           EH(2, 31,
+              "listener 'b' binds [::]:1, which clashes with 0.0.0.0:1 of listener 'a' "
+              "at 1:31",
+              v6));
+    EXPECT(BINDS("a", "[::]:1") BINDS("b", "127.0.0.1:1"), -1,
+           EH(2, 31,
+              "listener 'b' binds 127.0.0.1:1, which clashes with [::]:1 of listener 'a' "
+              "at 1:31",
+              v6));
+    EXPECT(BINDS("a", "[::1]:1") BINDS("b", "[::]:1"), -1,
+           EH(2, 31,
+              "listener 'b' binds [::]:1, which clashes with [::1]:1 of listener 'a' "
+              "at 1:31",
+              v6));
+    /* an IPv4-mapped address is its IPv4 address */
+    EXPECT(BINDS("a", "127.0.0.1:1") BINDS("b", "[::ffff:127.0.0.1]:1"), -1,
+           E(2, 31,
+             "listener 'b' binds [::ffff:127.0.0.1]:1, which clashes with 127.0.0.1:1 of "
+             "listener 'a' at 1:31"));
+    /* reported once per listener, against the first it clashes with */
+    EXPECT(BINDS("a", "127.0.0.1:1") BINDS("b", "127.0.0.2:1") BINDS("c", "*:1"), -1,
+           EH(3, 31,
+              "listener 'c' binds 0.0.0.0:1, which clashes with 127.0.0.1:1 of listener "
+              "'a' at 1:31",
+              v4));
+    /* what Linux lets listen side by side */
+    EXPECT_CLEAN(BINDS("a", "127.0.0.1:1") BINDS("b", "127.0.0.2:1"));
+    EXPECT_CLEAN(BINDS("a", "0.0.0.0:1") BINDS("b", "[::1]:1"));
+    EXPECT_CLEAN(BINDS("a", "0.0.0.0:1") BINDS("b", "0.0.0.0:3"));
+    EXPECT_CLEAN(BINDS("a", "[::1]:1") BINDS("b", "127.0.0.1:1"));
+}
+
+/* The admin API's address clashes with a listener's like two listeners'. */
+static void test_admin_bind_conflicts(void **state)
+{
+    (void)state;
+    EXPECT("admin 127.0.0.1:1\n" LISTENER, -1,
+           E(1, 7, "admin API on 127.0.0.1:1, already bound by listener 'a' at 2:31"));
+    EXPECT("admin *:1\nadmin-token 0123456789abcdef\n" LISTENER, -1,
+           EH(1, 7, "admin API on 0.0.0.0:1 clashes with 127.0.0.1:1 of listener 'a' at 3:31",
+              "a wildcard address (0.0.0.0, *, [::]) takes its port on every address: only one "
+              "of them can listen"));
+    EXPECT("admin 127.0.0.1:1\n" BINDS("a", "[::]:1"), -1,
+           EH(1, 7, "admin API on 127.0.0.1:1 clashes with [::]:1 of listener 'a' at 2:31",
+              "a wildcard address (0.0.0.0, *, [::]) takes its port on every address: only one "
+              "of them can listen"));
+    EXPECT_CLEAN("admin 127.0.0.1:3\n" BINDS("a", "0.0.0.0:1"));
 }
 
 static void test_missing_required(void **state)
@@ -1547,6 +1628,8 @@ int main(void)
         cmocka_unit_test(test_block_shape),
         cmocka_unit_test(test_duplicates),
         cmocka_unit_test(test_bind_conflicts),
+        cmocka_unit_test(test_bind_conflicts_through_wildcards),
+        cmocka_unit_test(test_admin_bind_conflicts),
         cmocka_unit_test(test_missing_required),
         cmocka_unit_test(test_no_listener),
         cmocka_unit_test(test_listener_names),

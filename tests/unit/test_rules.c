@@ -280,7 +280,7 @@ static void test_global_errors(void **state)
         "admin [2001:db8::1]:8474\n" TCP, -1,
         E(1, 7, "admin API on [2001:db8::1]:8474 is reachable from the network: set admin-token"));
     EXPECT("admin 127.0.0.1:1\n" TCP, -1,
-           E(1, 7, "admin API on 127.0.0.1:1, already bound by listener 't'"));
+           E(1, 7, "admin API on 127.0.0.1:1, already bound by listener 't' at 2:31"));
     EXPECT("admin-token 0123456789abcdef\n" TCP, 0,
            W(1, 1, "admin-token has no effect without admin"));
     /* a bad token is reported once, not again as a missing one */
@@ -1493,7 +1493,7 @@ static void test_out_of_memory(void **state)
     run_with_failing_allocations(NULL, stream_rules, 0);
     run_with_failing_allocations(NULL, many, 0);
     run_with_failing_allocations(NULL,
-                                 "seed 1\njournal j\nadmin 0.0.0.0:1\n"
+                                 "seed 1\njournal j\nadmin 0.0.0.0:3\n"
                                  "admin-token 0123456789abcdefg\n" TCP,
                                  0);
     run_with_failing_allocations(NULL,
