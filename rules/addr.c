@@ -304,12 +304,19 @@ static size_t conf_ip_len(const struct conf_ip *ip)
     return ip->family == AF_INET ? 4 : 16;
 }
 
-/* 0.0.0.0 or [::]: a wildcard bind. */
+/* 0.0.0.0 or [::]: a wildcard bind, or a connect() to this host. */
 static bool conf_ip_unspecified(const struct conf_ip *ip)
 {
     static const unsigned char zero[16];
 
     return memcmp(ip->b, zero, conf_ip_len(ip)) == 0;
+}
+
+static bool conf_ip_loopback(const struct conf_ip *ip)
+{
+    static const unsigned char v6_loopback[16] = {[15] = 1};
+
+    return ip->family == AF_INET ? ip->b[0] == 127 : memcmp(ip->b, v6_loopback, 16) == 0;
 }
 
 static bool conf_ip_equal(const struct conf_ip *a, const struct conf_ip *b)
@@ -332,4 +339,24 @@ bool conf_binds_clash(const struct conf_addr *a, const struct conf_addr *b)
     }
     return conf_ip_equal(&x, &y) || conf_ip_wildcard_takes(&x, y.family) ||
            conf_ip_wildcard_takes(&y, x.family);
+}
+
+bool conf_bind_takes(const struct conf_addr *bind, const char *host, uint16_t port, bool here)
+{
+    struct conf_ip b, t;
+
+    if (bind->port != port || !conf_ip_parse(bind->host, &b) || !conf_ip_parse(host, &t)) {
+        return false;
+    }
+    /* A connect() to 0.0.0.0 or :: goes to the loopback address. */
+    if (conf_ip_unspecified(&t) && t.family == AF_INET) {
+        t.b[0] = 127;
+        t.b[3] = 1;
+    } else if (conf_ip_unspecified(&t)) {
+        t.b[15] = 1;
+    }
+    if (conf_ip_equal(&b, &t)) {
+        return true;
+    }
+    return conf_ip_wildcard_takes(&b, t.family) && (here || conf_ip_loopback(&t));
 }

@@ -221,6 +221,14 @@ void conf_addr_format(const struct conf_addr *a, char *buf, size_t size);
  * False when either host is not a literal. */
 bool conf_binds_clash(const struct conf_addr *a, const struct conf_addr *b);
 
+/* Whether a connection to the literal address `host` (canonical, as stored
+ * in a conf_addr) and `port` reaches a socket bound to `bind`: the same port,
+ * and the same address, or `bind` a wildcard that takes `host`'s family while
+ * `host` is an address of this host (loopback always is; `here` says so of
+ * any other).  A connect() to 0.0.0.0 or :: goes to loopback.  False when
+ * either host is not a literal. */
+bool conf_bind_takes(const struct conf_addr *bind, const char *host, uint16_t port, bool here);
+
 /* Find a listener by name, or NULL. */
 const struct conf_listener *conf_find_listener(const struct conf *conf, const char *name);
 

@@ -109,8 +109,8 @@ bool conf_value_upstream(struct conf_parser *p, const struct conf_word *w, struc
 /* Interpret a top-level `listen NAME { ... }` and link the new listener. */
 void conf_listen_directive(struct conf_parser *p, const struct conf_node *n);
 
-/* After the whole file is read: fill in inherited values and report
- * conflicts between listeners. */
+/* After the whole file is read (the admin API's address included): fill in
+ * inherited values and report upstreams that reach twice's own sockets. */
 void conf_listen_finish(struct conf_parser *p);
 
 /* Interpret `rule NAME on LISTENER { ... }` and link the new rule at

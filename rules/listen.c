@@ -15,6 +15,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 
 /* Room for "host:port" with a bracketed IPv6 host or a long DNS name. */
 #define CONF_ADDR_TEXT_BYTES (CONF_HOST_BYTES + 8)
@@ -435,11 +436,81 @@ void conf_listen_directive(struct conf_parser *p, const struct conf_node *n)
     }
 }
 
+/* Report that listener `l`'s upstream reaches twice itself: the bind of listener `o` (maybe
+ * `l`), or the admin API's when `o` is NULL. */
+static void conf_listen_loop(struct conf_parser *p, const struct conf_listener *l,
+                             const struct conf_listener *o)
+{
+    static const char *const hint =
+        "upstream names the broker; to combine faults, put several rules on one listener";
+    char shown[CONF_SHOW_BYTES], other[CONF_SHOW_BYTES];
+    char up[CONF_ADDR_TEXT_BYTES], bind[CONF_ADDR_TEXT_BYTES];
+    const struct conf_addr *b = o != NULL ? &o->bind : &p->conf->admin;
+
+    conf_addr_format(&l->upstream, up, sizeof(up));
+    conf_addr_format(b, bind, sizeof(bind));
+    if (o == l) {
+        conf_diag_add(p->diags, CONF_ERROR, l->upstream.loc, hint,
+                      "listener '%s' would connect to itself: upstream %s reaches its own bind %s "
+                      "at %u:%u",
+                      conf_show(l->name, shown), up, bind, b->loc.line, b->loc.col);
+    } else if (o != NULL) {
+        conf_diag_add(p->diags, CONF_ERROR, l->upstream.loc, hint,
+                      "listener '%s' would connect to twice itself: upstream %s reaches listener "
+                      "'%s' (bind %s at %u:%u)",
+                      conf_show(l->name, shown), up, conf_show(o->name, other), bind, b->loc.line,
+                      b->loc.col);
+    } else {
+        conf_diag_add(p->diags, CONF_ERROR, l->upstream.loc, hint,
+                      "listener '%s' would connect to twice itself: upstream %s reaches the admin "
+                      "API (admin %s at %u:%u)",
+                      conf_show(l->name, shown), up, bind, b->loc.line, b->loc.col);
+    }
+}
+
+/* Whether a connection to `host`:`port` reaches one of twice's own sockets; reported. */
+static bool conf_listen_check_target(struct conf_parser *p, const struct conf_listener *l,
+                                     const char *host, uint16_t port)
+{
+    for (const struct conf_listener *o = p->conf->listeners; o != NULL; o = o->next) {
+        if (conf_bind_takes(&o->bind, host, port, false)) {
+            conf_listen_loop(p, l, o);
+            return true;
+        }
+    }
+    if (p->conf->has_admin && conf_bind_takes(&p->conf->admin, host, port, false)) {
+        conf_listen_loop(p, l, NULL);
+        return true;
+    }
+    return false;
+}
+
+/* An upstream that is twice itself: each connection would make another, until every
+ * descriptor is taken.  A literal address is checked here (and again at run time, with the
+ * host's other addresses), `localhost` as both loopback addresses; other names only at run
+ * time, once resolved (proxy/session_connect.c). */
+static void conf_listen_check_loop(struct conf_parser *p, const struct conf_listener *l)
+{
+    const char *host = l->upstream.host;
+
+    if (host == NULL) {
+        return;
+    }
+    if (strcasecmp(host, "localhost") == 0) {
+        if (!conf_listen_check_target(p, l, "127.0.0.1", l->upstream.port)) {
+            conf_listen_check_target(p, l, "::1", l->upstream.port);
+        }
+        return;
+    }
+    conf_listen_check_target(p, l, host, l->upstream.port);
+}
+
 void conf_listen_finish(struct conf_parser *p)
 {
     for (struct conf_listener *l = p->conf->listeners; l != NULL; l = l->next) {
         if (l->connect_timeout_ms == 0) {
             l->connect_timeout_ms = p->conf->connect_timeout_ms;
         }
+        conf_listen_check_loop(p, l);
     }
 }

@@ -709,6 +709,92 @@ static void test_admin_bind_conflicts(void **state)
     EXPECT_CLEAN("admin 127.0.0.1:3\n" BINDS("a", "0.0.0.0:1"));
 }
 
+/* A listener block binding `addr` with upstream `up`, on one line; UP_COL is the column of
+ * its upstream address (the length of what comes before it, plus one). */
+#define LOOPS(name, addr, up) "listen " name " { protocol tcp; bind " addr "; upstream " up " }\n"
+#define UP_COL(addr) (unsigned)(sizeof("listen a { protocol tcp; bind " addr "; upstream "))
+#define LOOP_HINT "upstream names the broker; to combine faults, put several rules on one listener"
+
+/* An upstream that is twice itself: one client connection would make twice connect to itself
+ * until every descriptor is taken.  Refused, wildcards and the admin API included. */
+static void test_upstream_loops(void **state)
+{
+    (void)state;
+    EXPECT(LOOPS("a", "127.0.0.1:1", "127.0.0.1:1"), -1,
+           EH(1, UP_COL("127.0.0.1:1"),
+              "listener 'a' would connect to itself: upstream 127.0.0.1:1 reaches its own bind "
+              "127.0.0.1:1 at 1:31",
+              LOOP_HINT));
+    EXPECT(LOOPS("a", "0.0.0.0:1", "127.0.0.1:1"), -1,
+           EH(1, UP_COL("0.0.0.0:1"),
+              "listener 'a' would connect to itself: upstream 127.0.0.1:1 reaches its own bind "
+              "0.0.0.0:1 at 1:31",
+              LOOP_HINT));
+    EXPECT(LOOPS("a", "*:1", "127.3.2.1:1"), -1,
+           EH(1, UP_COL("*:1"),
+              "listener 'a' would connect to itself: upstream 127.3.2.1:1 reaches its own bind "
+              "0.0.0.0:1 at 1:31",
+              LOOP_HINT));
+    EXPECT(LOOPS("a", "[::]:1", "127.0.0.1:1"), -1,
+           EH(1, UP_COL("[::]:1"),
+              "listener 'a' would connect to itself: upstream 127.0.0.1:1 reaches its own bind "
+              "[::]:1 at 1:31",
+              LOOP_HINT));
+    EXPECT(LOOPS("a", "[::]:1", "[::1]:1"), -1,
+           EH(1, UP_COL("[::]:1"),
+              "listener 'a' would connect to itself: upstream [::1]:1 reaches its own bind [::]:1 "
+              "at 1:31",
+              LOOP_HINT));
+    /* a connect() to 0.0.0.0 goes to loopback */
+    EXPECT(LOOPS("a", "127.0.0.1:1", "0.0.0.0:1"), -1,
+           EH(1, UP_COL("127.0.0.1:1"),
+              "listener 'a' would connect to itself: upstream 0.0.0.0:1 reaches its own bind "
+              "127.0.0.1:1 at 1:31",
+              LOOP_HINT));
+    /* localhost is a loopback address, whichever the resolver gives */
+    EXPECT(LOOPS("a", "127.0.0.1:1", "localhost:1"), -1,
+           EH(1, UP_COL("127.0.0.1:1"),
+              "listener 'a' would connect to itself: upstream localhost:1 reaches its own bind "
+              "127.0.0.1:1 at 1:31",
+              LOOP_HINT));
+    EXPECT(LOOPS("a", "[::1]:1", "LocalHost:1"), -1,
+           EH(1, UP_COL("[::1]:1"),
+              "listener 'a' would connect to itself: upstream LocalHost:1 reaches its own bind "
+              "[::1]:1 at 1:31",
+              LOOP_HINT));
+}
+
+static void test_upstream_loops_through_others(void **state)
+{
+    (void)state;
+    /* into another listener, written later in the file */
+    EXPECT(LOOPS("a", "127.0.0.1:1", "127.0.0.1:7") LOOPS("b", "*:7", "127.0.0.1:2"), -1,
+           EH(1, UP_COL("127.0.0.1:1"),
+              "listener 'a' would connect to twice itself: upstream 127.0.0.1:7 reaches listener "
+              "'b' (bind 0.0.0.0:7 at 2:31)",
+              LOOP_HINT));
+    /* into the admin API */
+    EXPECT("admin 127.0.0.1:8474\n" LOOPS("a", "127.0.0.1:1", "127.0.0.1:8474"), -1,
+           EH(2, UP_COL("127.0.0.1:1"),
+              "listener 'a' would connect to twice itself: upstream 127.0.0.1:8474 reaches the "
+              "admin API (admin 127.0.0.1:8474 at 1:7)",
+              LOOP_HINT));
+    EXPECT("admin [::]:8474\nadmin-token 0123456789abcdef\n" LOOPS("a", "127.0.0.1:1",
+                                                                   "localhost:8474"),
+           -1,
+           EH(3, UP_COL("127.0.0.1:1"),
+              "listener 'a' would connect to twice itself: upstream localhost:8474 reaches the "
+              "admin API (admin [::]:8474 at 1:7)",
+              LOOP_HINT));
+    /* not twice: another address, another family, a name, a host that may be another */
+    EXPECT_CLEAN(LOOPS("a", "127.0.0.1:1", "127.0.0.2:1"));
+    EXPECT_CLEAN(LOOPS("a", "[::1]:1", "127.0.0.1:1"));
+    EXPECT_CLEAN(LOOPS("a", "0.0.0.0:1", "[::1]:1"));
+    EXPECT_CLEAN(LOOPS("a", "0.0.0.0:1", "10.0.0.5:1"));
+    EXPECT_CLEAN(LOOPS("a", "0.0.0.0:1", "broker.example:1"));
+    EXPECT_CLEAN("admin 127.0.0.1:8474\n" LOOPS("a", "127.0.0.1:1", "127.0.0.1:8475"));
+}
+
 static void test_missing_required(void **state)
 {
     (void)state;
@@ -1630,6 +1716,8 @@ int main(void)
         cmocka_unit_test(test_bind_conflicts),
         cmocka_unit_test(test_bind_conflicts_through_wildcards),
         cmocka_unit_test(test_admin_bind_conflicts),
+        cmocka_unit_test(test_upstream_loops),
+        cmocka_unit_test(test_upstream_loops_through_others),
         cmocka_unit_test(test_missing_required),
         cmocka_unit_test(test_no_listener),
         cmocka_unit_test(test_listener_names),
