@@ -10,6 +10,9 @@
  */
 #include "proxy/session_internal.h"
 
+#include <arpa/inet.h>
+#include <ifaddrs.h>
+
 /* ---- connecting ------------------------------------------------------------------------ */
 
 void sess_set_nodelay(evutil_socket_t fd)
@@ -97,13 +100,101 @@ void sess_start_relaying(struct session *s)
     }
 }
 
+/* ---- an upstream that is twice itself ------------------------------------------------- */
+
+/* The address of `sa` as AF_INET (IPv4-mapped IPv6 included) or AF_INET6 bytes; its length. */
+static size_t sa_bytes(const struct sockaddr *sa, int *family, const void **bytes)
+{
+    if (sa->sa_family == AF_INET) {
+        *family = AF_INET;
+        *bytes = &((const struct sockaddr_in *)sa)->sin_addr;
+        return 4;
+    }
+    const struct in6_addr *a6 = &((const struct sockaddr_in6 *)sa)->sin6_addr;
+    if (IN6_IS_ADDR_V4MAPPED(a6)) {
+        *family = AF_INET;
+        *bytes = &a6->s6_addr[12];
+        return 4;
+    }
+    *family = AF_INET6;
+    *bytes = a6;
+    return 16;
+}
+
+/* Whether `sa` is an address of one of this host's interfaces (what a wildcard bind takes). */
+static bool addr_is_here(const struct sockaddr *sa)
+{
+    int family, ifamily;
+    const void *want, *have;
+    size_t len = sa_bytes(sa, &family, &want);
+    struct ifaddrs *ifs;
+    if (getifaddrs(&ifs) != 0)
+        return false;
+    bool here = false;
+    for (const struct ifaddrs *i = ifs; i != NULL && !here; i = i->ifa_next) {
+        if (i->ifa_addr == NULL ||
+            (i->ifa_addr->sa_family != AF_INET && i->ifa_addr->sa_family != AF_INET6))
+            continue;
+        here = sa_bytes(i->ifa_addr, &ifamily, &have) == len && ifamily == family &&
+               memcmp(want, have, len) == 0;
+    }
+    freeifaddrs(ifs);
+    return here;
+}
+
+/* Whether a connection to `sa` would reach one of twice's own sockets (a listener's bind or
+ * the admin API, as the session's configuration has them); if so, says which in `what`.
+ * `twice check` refuses a literal upstream that loopback makes twice; a name is known only
+ * once resolved, and a wildcard bind also takes the host's other addresses: both are caught
+ * here, before connecting, so that no chain of sessions starts.  getifaddrs() runs only when
+ * a wildcard bind has the upstream's port and the address is not loopback. */
+static bool reaches_twice(const struct session *s, const struct sockaddr *sa, char *what,
+                          size_t len)
+{
+    const struct conf *c = s->cfg->root->conf;
+    char host[INET6_ADDRSTRLEN];
+    int family;
+    const void *bytes;
+    sa_bytes(sa, &family, &bytes);
+    uint16_t port = ntohs(sa->sa_family == AF_INET ? ((const struct sockaddr_in *)sa)->sin_port
+                                                   : ((const struct sockaddr_in6 *)sa)->sin6_port);
+    if (inet_ntop(family, bytes, host, sizeof(host)) == NULL)
+        return false;
+    const struct conf_listener *hit = NULL;
+    const struct conf_addr *bind = NULL;
+    for (const struct conf_listener *l = c->listeners; l != NULL && hit == NULL; l = l->next)
+        if (conf_bind_takes(&l->bind, host, port, true))
+            hit = l;
+    if (hit != NULL)
+        bind = &hit->bind;
+    if (bind == NULL && c->has_admin && conf_bind_takes(&c->admin, host, port, true))
+        bind = &c->admin;
+    if (bind == NULL || (!conf_bind_takes(bind, host, port, false) && !addr_is_here(sa)))
+        return false;
+    char at[128];
+    conf_addr_format(bind, at, sizeof(at));
+    if (hit != NULL)
+        snprintf(what, len, "%s:%u is twice's own listener '%s' (bind %s at %s:%u:%u)", host, port,
+                 hit->name, at, c->path, bind->loc.line, bind->loc.col);
+    else
+        snprintf(what, len, "%s:%u is twice's own admin API (admin %s at %s:%u:%u)", host, port, at,
+                 c->path, bind->loc.line, bind->loc.col);
+    return true;
+}
+
 static void connect_upstream(struct session *s, const struct sockaddr *sa, socklen_t salen)
 {
     struct event_base *base = s->loop->base;
     const struct lconf *cfg = s->cfg;
     struct bufferevent *bev;
     int opts = BEV_OPT_CLOSE_ON_FREE | BEV_OPT_DEFER_CALLBACKS;
+    char loop[sizeof(s->error)];
 
+    if (reaches_twice(s, sa, loop, sizeof(loop))) {
+        session_set_error(s, "%s", loop);
+        sess_fail_upstream(s, SESSION_CLOSE_UPSTREAM_CONNECT_FAILED, "upstream is twice itself");
+        return;
+    }
     session_set_state(s, SESSION_CONNECTING);
     if (cfg->client_ctx != NULL) {
         SSL *ssl =

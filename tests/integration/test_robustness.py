@@ -395,6 +395,55 @@ class UpstreamFailureTest(h.TestCase):
         tw.stop()
 
 
+class OwnSocketsTest(h.TestCase):
+    """twice never connects to itself, and one listener never takes every descriptor."""
+
+    @staticmethod
+    def _loopback_name():
+        """A name other than localhost (which `twice check` refuses outright) that this host
+        resolves to a loopback address, or None."""
+        name = socket.gethostname()
+        try:
+            addrs = {ai[4][0] for ai in socket.getaddrinfo(name, None, socket.AF_INET)}
+        except OSError:
+            return None
+        return name if addrs and all(a.startswith("127.") for a in addrs) else None
+
+    def test_loop_through_a_name_is_cut_before_connecting(self):
+        """An upstream name that resolves to the listener's own bind: `check` cannot know it,
+        but the first client's session is closed before twice connects anywhere, with a log line
+        naming the listener and where it binds; no second session starts, and twice keeps
+        serving its other listener."""
+        name = self._loopback_name()
+        if name is None:
+            self.skipTest("this host's name does not resolve to a loopback address only")
+        echo = h.EchoServer(name="echo-own")
+        self.addCleanup(echo.close)
+        port, p_other = h.free_port(), h.free_port()
+        conf = h.config(h.listen_block("me", port, "%s:%d" % (name, port)),
+                        h.listen_block("other", p_other, echo.port))
+        # Few descriptors: were the loop not cut, it would stop at ~120 sessions, not 10,000.
+        tw = self.twice(conf, nofile=(256, 256))
+        mark = tw.log_mark()
+        s = h.connect(port)
+        self.addCleanup(s.close)
+        client = h.client_addr(s)
+        self.assertLess(h.wait_closed(s, 15), 10)
+        rec = tw.wait_sessions([client], since=mark)[client]
+        self.assertEqual(rec["reason"], "upstream_connect_failed", rec)
+        bind_line = conf.count("\n", 0, conf.index("bind 127.0.0.1:%d" % port)) + 1
+        loops = tw.wait_for_records("upstream is twice itself", listener="me")
+        self.assertEqual(loops[0]["error"],
+                         "127.0.0.1:%d is twice's own listener 'me' (bind 127.0.0.1:%d at %s:%d:8)"
+                         % (port, port, tw.conf_path, bind_line), loops[0])
+        # one session, the client's own: twice did not accept a connection from itself
+        opened = tw.log_records("session closed", listener="me")
+        self.assertEqual([r["client"] for r in opened], [client], "sessions on 'me': %r" % opened)
+        with h.connect(p_other) as o:
+            self.assertEqual(echo_roundtrip(o, b"still here\n"), b"still here\n")
+        tw.stop()
+
+
 class TlsTest(h.TestCase):
     def test_upstream_untrusted_certificate(self):
         """The upstream presents a self-signed certificate: verification
