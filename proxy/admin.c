@@ -424,7 +424,9 @@ int admin_apply(struct proxy *px, char *err, size_t errlen)
     evhttp_set_allowed_methods(http, EVHTTP_REQ_GET | EVHTTP_REQ_PUT | EVHTTP_REQ_POST);
     evhttp_set_gencb(http, on_request, px);
     if (evhttp_bind_socket_with_handle(http, c->admin.host, c->admin.port) == NULL) {
-        snprintf(err, errlen, "cannot listen on %s for the admin API", addr);
+        snprintf(err, errlen, "%s:%u:%u: admin API cannot listen on %s: %s", c->path,
+                 c->admin.loc.line, c->admin.loc.col, addr,
+                 evutil_socket_error_to_string(EVUTIL_SOCKET_ERROR()));
         evhttp_free(http);
         return -1;
     }

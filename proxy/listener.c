@@ -72,13 +72,15 @@ struct listener *listener_open(struct proxy *px, struct lconf *cfg, char *err, s
 {
     struct sockaddr_storage ss;
     int salen;
+    const char *path = cfg->root->conf->path;
     if (bind_address(cfg, &ss, &salen) != 0) {
-        snprintf(err, errlen, "invalid bind address %s", cfg->bind_str);
+        snprintf(err, errlen, "%s: listener '%s': invalid bind address %s", path, cfg->l->name,
+                 cfg->bind_str);
         return NULL;
     }
     struct listener *l = calloc(1, sizeof(*l));
     if (l == NULL) {
-        snprintf(err, errlen, "out of memory");
+        snprintf(err, errlen, "%s: out of memory", path);
         return NULL;
     }
     l->px = px;
@@ -91,7 +93,10 @@ struct listener *listener_open(struct proxy *px, struct lconf *cfg, char *err, s
     l->evl = evconnlistener_new_bind(px->base, on_accept, l, flags, LISTENER_BACKLOG,
                                      (struct sockaddr *)&ss, salen);
     if (l->evl == NULL || l->retry_timer == NULL) {
-        snprintf(err, errlen, "cannot listen on %s: %s", cfg->bind_str,
+        /* Where, as `twice check` says it: the port may be another process's. */
+        const struct conf_loc *at = &cfg->l->bind.loc;
+        snprintf(err, errlen, "%s:%u:%u: listener '%s' cannot listen on %s: %s", path, at->line,
+                 at->col, cfg->l->name, cfg->bind_str,
                  evutil_socket_error_to_string(EVUTIL_SOCKET_ERROR()));
         listener_close(l);
         listener_put(l);

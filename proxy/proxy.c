@@ -77,7 +77,7 @@ static struct lconf *lconf_new(struct conf_ref *root, const struct conf_listener
 {
     struct lconf *lc = calloc(1, sizeof(*lc));
     if (lc == NULL) {
-        snprintf(err, errlen, "out of memory");
+        snprintf(err, errlen, "%s: out of memory", root->conf->path);
         return NULL;
     }
     lc->refs = 1;
@@ -100,7 +100,8 @@ static struct lconf *lconf_new(struct conf_ref *root, const struct conf_listener
         goto fail;
     return lc;
 fail:
-    snprintf(err, errlen, "listener '%s': %s", l->name, why);
+    snprintf(err, errlen, "%s:%u:%u: listener '%s': %s", root->conf->path, l->loc.line, l->loc.col,
+             l->name, why);
     lconf_put(lc);
     return NULL;
 }
@@ -110,7 +111,7 @@ struct lconf **lconf_build_all(struct conf_ref *ref, char *err, size_t errlen)
     size_t n = ref->conf->n_listeners;
     struct lconf **all = calloc(n ? n : 1, sizeof(*all));
     if (all == NULL) {
-        snprintf(err, errlen, "out of memory");
+        snprintf(err, errlen, "%s: out of memory", ref->conf->path);
         return NULL;
     }
     size_t i = 0;
@@ -166,7 +167,9 @@ static struct listener *find_reusable(struct proxy *px, const struct lconf *lc)
 }
 
 /* Make `ref` the running configuration.  On failure nothing changes and
- * -1 is returned with the reason in `err`. */
+ * -1 is returned with the reason in `err`, which starts with the file's
+ * name, and its line where a listener is concerned (a port another process
+ * holds): the same words at start, at reload and in POST /reload's answer. */
 static struct ruleset *ruleset_of(struct proxy *px, struct conf_ref *ref);
 
 static int apply_conf(struct proxy *px, struct conf_ref *ref, char *err, size_t errlen)
@@ -182,7 +185,7 @@ static int apply_conf(struct proxy *px, struct conf_ref *ref, char *err, size_t 
     bool *reused = calloc(n ? n : 1, sizeof(*reused));
     int rc = -1;
     if (next == NULL || reused == NULL || rs == NULL) {
-        snprintf(err, errlen, "out of memory");
+        snprintf(err, errlen, "%s: out of memory", ref->conf->path);
         goto out;
     }
     /* Bind every new address first: a failure must leave nothing changed. */
@@ -298,7 +301,8 @@ int proxy_reload(struct proxy *px, char **diag)
     }
     conf_diags_free(&d);
     struct conf_ref *ref = conf_ref_new(c);
-    char err[512] = "out of memory";
+    char err[512];
+    snprintf(err, sizeof(err), "%s: out of memory", px->conf_path);
     if (ref == NULL || apply_conf(px, ref, err, sizeof(err)) != 0) {
         if (ref == NULL)
             conf_free(c);
@@ -306,7 +310,7 @@ int proxy_reload(struct proxy *px, char **diag)
         log_begin(&line, LOG_ERROR, "reload failed");
         log_str(&line, "error", err);
         log_end(&line);
-        if (diag != NULL && asprintf(diag, "%s: %s\n", px->conf_path, err) < 0)
+        if (diag != NULL && asprintf(diag, "%s\n", err) < 0)
             *diag = NULL;
         conf_ref_put(ref);
         return -1;

@@ -21,6 +21,7 @@ import unittest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import harness as h  # noqa: E402
+import faultkit as fk  # noqa: E402
 
 RSS_LIMIT_KIB = h.rss_limit(64 * 1024)
 
@@ -441,6 +442,43 @@ class OwnSocketsTest(h.TestCase):
         self.assertEqual([r["client"] for r in opened], [client], "sessions on 'me': %r" % opened)
         with h.connect(p_other) as o:
             self.assertEqual(echo_roundtrip(o, b"still here\n"), b"still here\n")
+        tw.stop()
+
+
+    def _with_admin(self, listeners, rules=()):
+        """Start twice with the admin API; returns (twice, its Admin, the file's text)."""
+        admin_port = h.free_port()
+        conf = fk.conf_text(listeners, rules, admin_port=admin_port, token=fk.TOKEN)
+        tw = self.twice(conf)
+        tw.wait_for_log(r"msg=\"admin listening\"")
+        return tw, fk.Admin(admin_port, fk.TOKEN), conf
+
+    @staticmethod
+    def _line_of(text, needle):
+        return text.count("\n", 0, text.index(needle)) + 1
+
+    def test_reload_onto_a_taken_port_names_the_listener(self):
+        """A reload that adds a listener on a port another process holds is refused: POST
+        /reload and the log name the listener and FILE:LINE:COL of its bind, and the running
+        listener keeps serving."""
+        echo = h.EchoServer(name="echo-taken")
+        self.addCleanup(echo.close)
+        blocker = socket.socket()
+        self.addCleanup(blocker.close)
+        taken, p_a = h.free_port(), h.free_port()
+        blocker.bind(("127.0.0.1", taken))
+        blocker.listen(1)
+        tw, api, conf = self._with_admin([h.listen_block("a", p_a, echo.port)])
+        new = conf + h.listen_block("b", taken, echo.port)
+        tw.write_config(new)
+        st, _, text = api.post("/reload")
+        want = "%s:%d:8: listener 'b' cannot listen on 127.0.0.1:%d: Address already in use" % (
+            tw.conf_path, self._line_of(new, "bind 127.0.0.1:%d" % taken), taken)
+        self.assertEqual((st, text), (400, want + "\n"))
+        self.assertEqual(tw.wait_for_records("reload failed", error=want)[0]["error"], want)
+        with h.connect(p_a) as s:
+            self.assertEqual(echo_roundtrip(s, b"a\n"), b"a\n")
+        self.assertEqual(blocker.getsockname()[1], taken)
         tw.stop()
 
 
@@ -989,7 +1027,9 @@ class CliTest(h.TestCase):
         except subprocess.TimeoutExpired:
             self.fail("twice run kept running although its only listener could not bind")
         self.assertNotEqual(r.returncode, 0)
-        self.assertIn(str(port), r.stderr.decode(errors="replace"))
+        # The listener and its line, as `twice check` would say it: the port is another's.
+        self.assertIn('error="%s:6:8: listener \'busy\' cannot listen on 127.0.0.1:%d: Address '
+                      'already in use"' % (conf, port), r.stderr.decode(errors="replace"))
 
     def test_check_missing_file(self):
         path = os.path.join(self.tmp, "nope.conf")
