@@ -481,6 +481,38 @@ class OwnSocketsTest(h.TestCase):
         self.assertEqual(blocker.getsockname()[1], taken)
         tw.stop()
 
+    def test_reload_to_a_self_loop_is_refused(self):
+        """A reload to a file whose listener is its own upstream is refused, naming the listener
+        and FILE:LINE:COL, over the admin API and SIGHUP; the old listeners and rules stay."""
+        echo = h.EchoServer(banner=b"A>", name="echo-kept")
+        self.addCleanup(echo.close)
+        port = h.free_port()
+        kept = fk.rule_block("kept", "a", "stream downstream", "do latency 1ms")
+        tw, api, conf = self._with_admin([h.listen_block("a", port, echo.port)], [kept])
+        looping = conf.replace("upstream 127.0.0.1:%d" % echo.port, "upstream 127.0.0.1:%d" % port)
+        looping = looping.replace(kept, fk.rule_block("new", "a", "stream downstream",
+                                                      "do latency 1ms"))
+        self.assertNotEqual(looping, conf)
+        tw.write_config(looping)
+        st, _, text = api.post("/reload")
+        line = self._line_of(looping, "upstream 127.0.0.1:%d" % port)
+        self.assertEqual(st, 400, text)
+        self.assertIn("%s:%d:12: error: listener 'a' would connect to itself: upstream "
+                      "127.0.0.1:%d reaches its own bind 127.0.0.1:%d at %d:8"
+                      % (tw.conf_path, line, port, port, line - 1), text)
+        mark = tw.log_mark()
+        tw.signal(signal.SIGHUP)
+        tw.wait_for_log(r'msg="reload failed"', start=mark)
+        self.assertTrue(any(r.get("at") == "%s:%d:12" % (tw.conf_path, line)
+                            and "would connect to itself" in r.get("problem", "")
+                            for r in tw.log_records("config")[-5:]), tw.log_tail(10))
+        self.assertEqual([r["name"] for r in api.json("/rules")["rules"]], ["kept"])
+        with h.connect(port) as s:
+            s.settimeout(10)
+            self.assertEqual(h.recv_exact(s, 2), b"A>", "listener 'a' left its old upstream")
+            self.assertEqual(echo_roundtrip(s, b"old rules\n"), b"old rules\n")
+        tw.stop()
+
 
 class TlsTest(h.TestCase):
     def test_upstream_untrusted_certificate(self):
