@@ -291,8 +291,9 @@ def start_haproxy(tmp, name, upstreams, maxconn, threads):
 TWICE_THREADS = 1
 
 
-def twice_config(mode, ports, upstreams):
-    """The configuration of one twice process: mode is tcp, parse or faults."""
+def twice_config(mode, ports, upstreams, max_connections=None):
+    """The configuration of one twice process: mode is tcp, parse or faults.  Without
+    max_connections a listener takes half of what twice's open-file limit allows."""
     head = "seed 1\nshutdown-grace 1s\nthreads %d\n" % TWICE_THREADS
     blocks, rules = [], ""
     if "amqp" in upstreams:
@@ -312,13 +313,16 @@ def twice_config(mode, ports, upstreams):
         text += "listen %s {\n  protocol %s\n" % (name, proto)
         if profile:
             text += "  profile %s\n" % profile
-        text += "  bind 127.0.0.1:%d\n  upstream 127.0.0.1:%d\n}\n" % (ports[name], upstreams[name])
+        text += "  bind 127.0.0.1:%d\n  upstream 127.0.0.1:%d\n" % (ports[name], upstreams[name])
+        if max_connections:
+            text += "  max-connections %d\n" % max_connections
+        text += "}\n"
     return text + rules
 
 
-def start_twice(tmp, name, mode, upstreams):
+def start_twice(tmp, name, mode, upstreams, max_connections=None):
     ports = {b: harness.free_port() for b in upstreams}
-    t = harness.start_twice(twice_config(mode, ports, upstreams), tmp,
+    t = harness.start_twice(twice_config(mode, ports, upstreams, max_connections), tmp,
                             nofile=(harness.raise_nofile_limit(),) * 2)
 
     def stop():
@@ -718,8 +722,10 @@ def connection_curve(bench, plan, tmp, redis_port, levels, haproxy_threads, prob
     starters = {
         "haproxy": lambda: start_haproxy(tmp, "haproxy-conns", up, levels[-1] + 64,
                                          haproxy_threads),
-        "twice-tcp": lambda: start_twice(tmp, "twice-tcp-conns", "tcp", up),
-        "twice-parse": lambda: start_twice(tmp, "twice-parse-conns", "parse", up),
+        # One listener holding (nearly) every session the descriptors allow, as HAProxy's maxconn.
+        "twice-tcp": lambda: start_twice(tmp, "twice-tcp-conns", "tcp", up, levels[-1] + 64),
+        "twice-parse": lambda: start_twice(tmp, "twice-parse-conns", "parse", up,
+                                           levels[-1] + 64),
     }
     active = ["--producers", "1", "--consumers", "2"]
     for target, start in starters.items():

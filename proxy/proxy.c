@@ -25,6 +25,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/random.h>
+#include <sys/resource.h>
 #include <sys/time.h>
 #include <time.h>
 #include <unistd.h>
@@ -72,8 +73,8 @@ void lconf_put(struct lconf *lc)
     free(lc);
 }
 
-static struct lconf *lconf_new(struct conf_ref *root, const struct conf_listener *l, char *err,
-                               size_t errlen)
+static struct lconf *lconf_new(struct conf_ref *root, const struct conf_listener *l,
+                               unsigned process_max, char *err, size_t errlen)
 {
     struct lconf *lc = calloc(1, sizeof(*lc));
     if (lc == NULL) {
@@ -84,6 +85,11 @@ static struct lconf *lconf_new(struct conf_ref *root, const struct conf_listener
     lc->root = root;
     atomic_fetch_add(&root->refs, 1);
     lc->l = l;
+    lc->process_max = process_max;
+    lc->max_sessions =
+        l->max_connections != 0 ? l->max_connections : process_max / PROXY_LISTENER_SHARE;
+    if (lc->max_sessions == 0)
+        lc->max_sessions = 1;
     conf_addr_format(&l->bind, lc->bind_str, sizeof(lc->bind_str));
     conf_addr_format(&l->upstream, lc->upstream_str, sizeof(lc->upstream_str));
     int salen = (int)sizeof(lc->upstream_sa);
@@ -106,7 +112,7 @@ fail:
     return NULL;
 }
 
-struct lconf **lconf_build_all(struct conf_ref *ref, char *err, size_t errlen)
+struct lconf **lconf_build_all(struct conf_ref *ref, unsigned process_max, char *err, size_t errlen)
 {
     size_t n = ref->conf->n_listeners;
     struct lconf **all = calloc(n ? n : 1, sizeof(*all));
@@ -116,7 +122,7 @@ struct lconf **lconf_build_all(struct conf_ref *ref, char *err, size_t errlen)
     }
     size_t i = 0;
     for (const struct conf_listener *l = ref->conf->listeners; l != NULL; l = l->next, i++) {
-        all[i] = lconf_new(ref, l, err, errlen);
+        all[i] = lconf_new(ref, l, process_max, err, errlen);
         if (all[i] == NULL) {
             while (i-- > 0)
                 lconf_put(all[i]);
@@ -136,6 +142,7 @@ static void log_listening(const struct listener *l)
     log_str(&line, "protocol", conf_protocol_name(c->l->protocol));
     log_str(&line, "bind", c->bind_str);
     log_str(&line, "upstream", c->upstream_str);
+    log_fmt(&line, "max_connections", "%u", c->max_sessions);
     if (c->server_ctx != NULL)
         log_str(&line, "tls", "on");
     if (c->client_ctx != NULL)
@@ -166,6 +173,32 @@ static struct listener *find_reusable(struct proxy *px, const struct lconf *lc)
     return NULL;
 }
 
+/* The sessions the open-file limit leaves room for, with PROXY_FDS_* kept
+ * for the rest of the process, when `c` is applied. */
+static unsigned session_limit(const struct proxy *px, const struct conf *c)
+{
+    struct rlimit rl;
+    uint64_t nofile = UINT32_MAX; /* no limit: count as many as a cap can say */
+    if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY && rl.rlim_cur < nofile)
+        nofile = rl.rlim_cur;
+    uint64_t reserved = PROXY_FDS_RESERVED + (uint64_t)PROXY_FDS_PER_LOOP * px->n_loops +
+                        2 * (uint64_t)c->n_listeners;
+    if (nofile < reserved + PROXY_FDS_PER_SESSION)
+        return 1;
+    return (unsigned)((nofile - reserved) / PROXY_FDS_PER_SESSION);
+}
+
+/* Warn about a `max-connections` that the process-wide limit will cut first. */
+static void warn_caps(struct lconf **lcs, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        if (lcs[i]->max_sessions > lcs[i]->process_max)
+            log_msg(LOG_WARN, "max-connections above the open-file limit",
+                    "listener=%s max_connections=%u process_max_connections=%u "
+                    "hint=\"raise the open-file limit (ulimit -n, LimitNOFILE=)\"",
+                    lcs[i]->l->name, lcs[i]->max_sessions, lcs[i]->process_max);
+}
+
 /* Make `ref` the running configuration.  On failure nothing changes and
  * -1 is returned with the reason in `err`, which starts with the file's
  * name, and its line where a listener is concerned (a port another process
@@ -174,7 +207,8 @@ static struct ruleset *ruleset_of(struct proxy *px, struct conf_ref *ref);
 
 static int apply_conf(struct proxy *px, struct conf_ref *ref, char *err, size_t errlen)
 {
-    struct lconf **lcs = lconf_build_all(ref, err, errlen);
+    unsigned process_max = session_limit(px, ref->conf);
+    struct lconf **lcs = lconf_build_all(ref, process_max, err, errlen);
     if (lcs == NULL)
         return -1;
     if (ref->conf->has_seed)
@@ -227,6 +261,8 @@ static int apply_conf(struct proxy *px, struct conf_ref *ref, char *err, size_t 
     for (size_t i = 0; i < n; i++)
         if (!reused[i])
             log_listening(next[i]);
+    warn_caps(lcs, n);
+    px->session_max = process_max;
     conf_ref_put(px->conf);
     px->conf = ref;
     atomic_fetch_add(&ref->refs, 1);
@@ -615,8 +651,10 @@ int proxy_run(struct proxy *px)
     for (unsigned i = 1; i < px->n_loops; i++)
         if (loop_start(&px->loops[i]) != 0)
             break; /* the loops that did not start leave their share to loop 0 */
-    log_msg(LOG_INFO, "started", "version=%s pid=%ld seed=%llu rules=%zu threads=%u", TWICE_VERSION,
-            (long)getpid(), (unsigned long long)px->seed, ruleset_count(px->rules), px->n_loops);
+    log_msg(LOG_INFO, "started",
+            "version=%s pid=%ld seed=%llu rules=%zu threads=%u max_connections=%u", TWICE_VERSION,
+            (long)getpid(), (unsigned long long)px->seed, ruleset_count(px->rules), px->n_loops,
+            px->session_max);
     if (event_base_dispatch(px->base) < 0) {
         log_msg(LOG_ERROR, "event loop failed", NULL);
         return 1;

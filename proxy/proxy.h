@@ -62,6 +62,8 @@ struct lconf {
     bool upstream_is_literal;      /* upstream host is an IP: no DNS */
     struct sockaddr_storage upstream_sa;
     socklen_t upstream_salen;
+    unsigned max_sessions; /* this listener's cap: `max-connections`, or its default */
+    unsigned process_max;  /* sessions of every listener together (the open-file limit's) */
     char bind_str[128];
     char upstream_str[300];
 };
@@ -152,9 +154,24 @@ struct proxy {
     unsigned admin_retired_n;
     char admin_addr[300];
     uint64_t next_session_id; /* drawn by the main thread at accept */
+    unsigned session_max;     /* sessions the open-file limit allows, as last applied */
     bool shutting_down;
     int exit_code;
 };
+
+/* Descriptors the session limit leaves to the rest of the process: the
+ * listening sockets (two per listener: a reload binds a new address before
+ * it closes the old one), each loop's epoll, eventfd and DNS sockets
+ * (PROXY_FDS_PER_LOOP), and the admin API, its clients, the journal and the
+ * files a reload reads (PROXY_FDS_RESERVED). */
+#define PROXY_FDS_RESERVED 64
+#define PROXY_FDS_PER_LOOP 8
+/* A session holds two: its client's and its upstream's. */
+#define PROXY_FDS_PER_SESSION 2
+/* A listener without `max-connections` may hold 1/PROXY_LISTENER_SHARE of
+ * the sessions the open-file limit allows: a loop or a flood on one
+ * listener leaves the rest to the others. */
+#define PROXY_LISTENER_SHARE 2
 
 /* Reference counting of configuration objects. */
 struct conf_ref *conf_ref_new(struct conf *conf);
@@ -163,10 +180,13 @@ void lconf_get(struct lconf *lc);
 void lconf_put(struct lconf *lc);
 
 /* Build the runtime form of every listen block of `ref->conf`: TLS
- * contexts and literal upstream addresses.  Returns an array of
- * `ref->conf->n_listeners` lconfs (each holding a reference) or NULL with a
- * reason in `err`. */
-struct lconf **lconf_build_all(struct conf_ref *ref, char *err, size_t errlen);
+ * contexts, literal upstream addresses, and session caps out of
+ * `process_max`, the sessions the open-file limit allows (a listener without
+ * `max-connections` gets PROXY_LISTENER_SHARE of them).  Returns an array
+ * of `ref->conf->n_listeners` lconfs (each holding a reference) or NULL with
+ * a reason in `err`. */
+struct lconf **lconf_build_all(struct conf_ref *ref, unsigned process_max, char *err,
+                               size_t errlen);
 
 /* Listeners (listener.c). */
 struct listener *listener_open(struct proxy *px, struct lconf *cfg, char *err, size_t errlen);

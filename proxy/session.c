@@ -718,6 +718,35 @@ static struct session *session_new(struct loop *lp, struct listener *l, struct l
     return s;
 }
 
+/* Whether the new session `s`, the n_listener-th open on its listener, is one too many, first
+ * for its listener (`max-connections`, by default a share of what the open-file limit allows,
+ * so that a loop or a flood on one listener leaves room for the others), then for the process
+ * (what the open-file limit allows, less what the listeners and the admin API need).  Says why
+ * in s->error. */
+static bool over_limits(struct session *s, unsigned n_listener)
+{
+    const struct lconf *cfg = s->cfg;
+    if (n_listener > cfg->max_sessions && cfg->l->max_connections != 0) {
+        session_set_error(s, "listener has %u connections (max-connections %u)", n_listener - 1,
+                          cfg->max_sessions);
+        return true;
+    }
+    if (n_listener > cfg->max_sessions) {
+        session_set_error(s,
+                          "listener has %u connections (max-connections %u by default: a share "
+                          "of the open-file limit)",
+                          n_listener - 1, cfg->max_sessions);
+        return true;
+    }
+    unsigned total = proxy_sessions(s->px); /* this one included */
+    if (total > cfg->process_max) {
+        session_set_error(s, "twice has %u connections (its open-file limit allows %u)", total - 1,
+                          cfg->process_max);
+        return true;
+    }
+    return false;
+}
+
 void session_accept(struct loop *lp, struct listener *l, struct lconf *cfg, evutil_socket_t fd,
                     const struct sockaddr *sa, int salen, uint64_t sid)
 {
@@ -742,10 +771,7 @@ void session_accept(struct loop *lp, struct listener *l, struct lconf *cfg, evut
                                      .client = s->client_addr};
         journal_record(l->px->journal, &rec);
     }
-    const struct conf_listener *lc = s->cfg->l;
-    if (lc->max_connections != 0 && n_listener > lc->max_connections) {
-        session_set_error(s, "listener has %u connections (max-connections %u)", n_listener - 1,
-                          lc->max_connections);
+    if (over_limits(s, n_listener)) {
         evutil_closesocket(fd);
         session_close(s, SESSION_CLOSE_MAX_CONNECTIONS);
         return;

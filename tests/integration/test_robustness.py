@@ -1,6 +1,8 @@
 #!/usr/bin/python3
 """Robustness of twice's tcp listeners: many connections, slow peers,
-upstream failures, TLS verification, signals, and the CLI.
+upstream failures, TLS verification, signals, the CLI, and twice's own
+sockets (loops back into twice, ports another process holds, the
+descriptors one listener may take).
 
 Each test starts its own twice (and its own upstream servers) on free
 ports; see harness.py."""
@@ -445,11 +447,11 @@ class OwnSocketsTest(h.TestCase):
         tw.stop()
 
 
-    def _with_admin(self, listeners, rules=()):
+    def _with_admin(self, listeners, rules=(), nofile=None):
         """Start twice with the admin API; returns (twice, its Admin, the file's text)."""
         admin_port = h.free_port()
         conf = fk.conf_text(listeners, rules, admin_port=admin_port, token=fk.TOKEN)
-        tw = self.twice(conf)
+        tw = self.twice(conf, nofile=nofile)
         tw.wait_for_log(r"msg=\"admin listening\"")
         return tw, fk.Admin(admin_port, fk.TOKEN), conf
 
@@ -511,6 +513,107 @@ class OwnSocketsTest(h.TestCase):
             s.settimeout(10)
             self.assertEqual(h.recv_exact(s, 2), b"A>", "listener 'a' left its old upstream")
             self.assertEqual(echo_roundtrip(s, b"old rules\n"), b"old rules\n")
+        tw.stop()
+
+
+    NOFILE = 256  # descriptors twice gets in the cap tests: ~120 sessions at most
+
+    def _fill(self, ports, limit):
+        """Connect to `ports` in turn, each client served (an echo), until twice closes one;
+        returns (the clients served, the refused one's address).  At most `limit` clients."""
+        served = []
+        self.addCleanup(lambda: [c.close() for c in served])
+        for i in range(limit):
+            c = h.connect(ports[i % len(ports)], timeout=10)
+            c.settimeout(10)
+            try:
+                c.sendall(b"x")
+                got = c.recv(1)
+            except socket.timeout:
+                got = None  # neither: twice is stuck
+            except OSError:
+                got = b""
+            if got == b"":
+                addr = h.client_addr(c)
+                c.close()
+                return served, addr
+            self.assertEqual(got, b"x", "client %d was neither served nor refused" % i)
+            served.append(c)
+        self.fail("%d clients served: twice refused none" % limit)
+
+    def test_listener_default_cap_leaves_room_for_others(self):
+        """A listener without max-connections holds at most half the sessions twice's open-file
+        limit allows (as a loop would try): the next client is closed with a log line, and
+        another listener and the admin API still answer."""
+        echo = h.EchoServer(name="echo-cap")
+        self.addCleanup(echo.close)
+        p_flood, p_other = h.free_port(), h.free_port()
+        tw, api, _ = self._with_admin([h.listen_block("flood", p_flood, echo.port),
+                                       h.listen_block("other", p_other, echo.port)],
+                                      nofile=(self.NOFILE, self.NOFILE))
+        mark = tw.log_mark()
+        served, refused = self._fill([p_flood], self.NOFILE // 2)
+        cap = int(tw.log_records("listening", listener="flood")[0]["max_connections"])
+        self.assertEqual(len(served), cap)
+        self.assertLessEqual(cap, self.NOFILE // 2 // 2, "one listener may take half at most")
+        rec = tw.wait_sessions([refused], since=mark)[refused]
+        self.assertEqual(rec["reason"], "max_connections", rec)
+        self.assertEqual(rec["error"], "listener has %d connections (max-connections %d by "
+                         "default: a share of the open-file limit)" % (cap, cap))
+        with h.connect(p_other, timeout=10) as o:
+            self.assertEqual(echo_roundtrip(o, b"other\n"), b"other\n")
+        self.assertEqual(api.get("/healthz")[0], 200)
+        h.wait_until(lambda: api.json("/stats")["listeners"]["flood"]["open"] == cap, 30,
+                     what="GET /stats to count %d sessions open on 'flood'" % cap)
+        tw.stop()
+
+    def test_loop_through_another_proxy_stops_at_the_cap(self):
+        """Two twice processes, each the other's upstream: neither can see the loop, but one
+        client's chain stops at a listener's default cap, the client gets EOF, and both give
+        their descriptors back and keep serving."""
+        echo = h.EchoServer(name="echo-2loop")
+        self.addCleanup(echo.close)
+        pa, pb, p_other = h.free_port(), h.free_port(), h.free_port()
+        nofile = (self.NOFILE, self.NOFILE)
+        ta = self.twice(h.config(h.listen_block("a", pa, pb),
+                                 h.listen_block("other", p_other, echo.port), log_level="info"),
+                        nofile=nofile)
+        tb = self.twice(h.config(h.listen_block("b", pb, pa), log_level="info"), nofile=nofile)
+        fds = lambda t: len(os.listdir("/proc/%d/fd" % t.pid))
+        base = (fds(ta), fds(tb))
+        with h.connect(pa) as s:
+            self.assertLess(h.wait_closed(s, 30), 30)
+        capped = ta.log_records("session closed", reason="max_connections") + \
+            tb.log_records("session closed", reason="max_connections")
+        self.assertEqual(len(capped), 1, capped)
+        h.wait_until(lambda: (fds(ta), fds(tb)) == base, 30,
+                     what="both processes' descriptors back to %r" % (base,))
+        with h.connect(p_other, timeout=10) as o:
+            self.assertEqual(echo_roundtrip(o, b"other\n"), b"other\n")
+        ta.stop()
+        tb.stop()
+
+    def test_process_cap_keeps_the_admin_api_answering(self):
+        """Listeners whose max-connections are above what the open-file limit allows: twice
+        warns at start, and refuses sessions beyond its own limit, with a log line, before
+        descriptors run out: the admin API still answers."""
+        echo = h.EchoServer(name="echo-pcap")
+        self.addCleanup(echo.close)
+        p_a, p_b = h.free_port(), h.free_port()
+        tw, api, _ = self._with_admin([h.listen_block("a", p_a, echo.port, "max-connections 1000"),
+                                       h.listen_block("b", p_b, echo.port, "max-connections 1000")],
+                                      nofile=(self.NOFILE, self.NOFILE))
+        mark = tw.log_mark()
+        served, refused = self._fill([p_a, p_b], self.NOFILE // 2)
+        limit = int(tw.wait_for_records("started")[0]["max_connections"])
+        warned = tw.log_records("max-connections above the open-file limit")
+        self.assertEqual(sorted(r["listener"] for r in warned), ["a", "b"])
+        self.assertEqual(len(served), limit)
+        rec = tw.wait_sessions([refused], since=mark)[refused]
+        self.assertEqual(rec["reason"], "max_connections", rec)
+        self.assertEqual(rec["error"], "twice has %d connections (its open-file limit allows %d)"
+                         % (limit, limit))
+        self.assertEqual(api.get("/healthz")[0], 200)
         tw.stop()
 
 
