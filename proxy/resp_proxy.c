@@ -713,16 +713,30 @@ static int scan_error(struct rpx *rx, enum session_side side, int rc)
  * listener.  Once begun, the reply streams to its end (stream_end).  True when part of it went
  * on; m is resp_scan()'s "need more" over len bytes at the head of pend.
  */
+static bool stream_may(const struct rpx *rx, const struct resp_msg *m)
+{
+    const struct entry *e = rx->await;
+    return rx->streaming ||
+           (m->type != 0 && !m->attribute && e != NULL && rpx_straight_out(rx, e) &&
+            rx->held == 0 && evbuffer_get_length(e->bytes) == 0 &&
+            resp_pairing_reply_plain(&rx->pairing, m->type));
+}
+
+/* What of a reply must be here before it starts to stream: RPX_STREAM_MIN, less under a small
+ * max-held (which bounds what is read whole). */
+static size_t stream_min(const struct rpx *rx)
+{
+    size_t half = rpx_held_max(rx) / 2;
+    return half < RPX_STREAM_MIN ? (half > 0 ? half : 1) : RPX_STREAM_MIN;
+}
+
 static bool stream_part(struct rpx *rx, const struct resp_msg *m, size_t len)
 {
     struct resp_scanner *sc = &rx->sc[SIDE_UPSTREAM];
-    struct entry *e = rx->await;
-    if (!rx->streaming &&
-        (m->type == 0 || m->attribute || e == NULL || !rpx_straight_out(rx, e) || rx->held != 0 ||
-         evbuffer_get_length(e->bytes) != 0 || !resp_pairing_reply_plain(&rx->pairing, m->type)))
+    if (!stream_may(rx, m))
         return false;
     size_t k = resp_scan_releasable(sc, len);
-    if (k == 0 || (!rx->streaming && k < RPX_STREAM_MIN))
+    if (k == 0 || (!rx->streaming && k < stream_min(rx)))
         return false;
     rx->streaming = true;
     resp_scan_release(sc, k);
@@ -816,8 +830,13 @@ static int scan_one(struct rpx *rx, enum session_side side, struct resp_msg *m, 
             if (rc == 0)
                 need = m->len > n ? m->len : n + 1;
         }
-        if (rc == 0 && side == SIDE_UPSTREAM && n > rpx_held_max(rx))
-            return whole_too_long(rx, n);
+        if (rc == 0 && side == SIDE_UPSTREAM) {
+            /* Scanned again when it may stream a piece, or when it outgrows max-held. */
+            if (n > rpx_held_max(rx))
+                return whole_too_long(rx, n);
+            size_t cap = stream_may(rx, m) ? n + stream_min(rx) : rpx_held_max(rx) + 1;
+            need = need < cap ? need : cap;
+        }
         if (rc == 0) {
             rx->need[side] = need;
             return 0;

@@ -75,6 +75,8 @@ DescriptorStorm  10,000 short connections (connect, PING, +PONG, close; 200
 No durations are asserted; every wait has a generous timeout.
 """
 
+import base64
+import json
 import os
 import random
 import socket
@@ -697,6 +699,38 @@ class SlowReaders(HostileCase):
             self.assertTrue(got == want, "client %d: the reply differs (%d of %d bytes)"
                             % (i, len(got), len(want)))
         self.assert_bystanders_fine(*by)
+        self.assert_alive(tw)
+        tw.stop()
+
+    def test_resp_whole_reply_over_max_held(self):
+        """A reply twice must read whole (a Celery job a `profile celery` listener reads from a
+        BRPOP) that is longer than `max-held 1MiB`: not held whole; the session is relayed
+        unparsed from it on (a warn line says so), the worker gets the job intact, the session
+        goes on."""
+        rd = REDIS[0]
+        port = h.free_port()
+        tmp = h.make_tmpdir("twice-it-whole-")
+        tw = self.twice(fk.conf_text([hk.resp_listen("celery", port, rd.port, profile="celery",
+                                                     extra="max-held 1MiB")], log_level="info",
+                                     journal=os.path.join(tmp, "journal.twj")))
+        body = base64.b64encode(b"x" * (3 * h.MiB)).decode()
+        job = json.dumps({"body": body, "content-encoding": "utf-8",
+                          "content-type": "application/json",
+                          "headers": {"lang": "py", "task": "tasks.big", "id": "big-1",
+                                      "retries": 0, "root_id": "big-1", "parent_id": None},
+                          "properties": {"correlation_id": "big-1", "delivery_tag": "t-big-1",
+                                         "delivery_info": {"exchange": "",
+                                                           "routing_key": "hostile-big"},
+                                         "body_encoding": "base64", "priority": 0}}).encode()
+        with rk.Conn(rd.port) as c:
+            c.cmd("DEL", "hostile-big")
+            self.assertEqual(c.cmd("LPUSH", "hostile-big", job), 1)
+        with rk.Conn(port, timeout=60) as w:
+            got = w.cmd("BRPOP", "hostile-big", "1")
+            self.assertEqual(got[1] if isinstance(got, list) else got, job, "the job the worker got")
+            self.assertEqual(w.cmd("PING"), b"PONG", "the session after it")
+        lines = tw.wait_for_log(r'msg="resp reply too long to read whole"')
+        self.assertIn(" level=warn ", lines[0])
         self.assert_alive(tw)
         tw.stop()
 
