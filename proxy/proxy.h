@@ -141,6 +141,7 @@ struct proxy {
     unsigned conf_threads;     /* `threads` as configured at start (0: auto) */
     struct event *sig_term, *sig_int, *sig_hup;
     struct event *grace_timer;
+    struct event *log_timer; /* writes the counts of repeated log lines */
     struct ruleset *rules;   /* current rules (main thread); each loop holds its own reference */
     struct journal *journal; /* NULL without `journal` */
     char *journal_path;      /* as opened at start */

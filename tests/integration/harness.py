@@ -1247,6 +1247,17 @@ class Twice:
                     regex, count, len(hits), timeout, self.log_tail()))
             time.sleep(0.05)
 
+    def event_count(self, msg, since=0, **match):
+        """How many events the log's `msg` lines (from line index `since` on,
+        filtered by key=value) stand for: twice writes a line that repeats
+        faster than its limit once with `repeated=N` for N of them."""
+        n = 0
+        for line in self.log_lines()[since:]:
+            rec = parse_logfmt(line)
+            if rec.get("msg") == msg and all(rec.get(k) == str(v) for k, v in match.items()):
+                n += int(rec.get("repeated", 1))
+        return n
+
     def wait_for_records(self, msg, timeout=60, count=1, **match):
         deadline = time.monotonic() + timeout
         while True:
