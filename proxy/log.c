@@ -8,6 +8,7 @@
  */
 #include "proxy/log.h"
 
+#include <event2/event.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -333,6 +334,26 @@ void log_repeat_flush(int all)
             write_held(r);
     }
     pthread_mutex_unlock(&repeat_lock);
+}
+
+/* Runs on whichever thread libevent logs from; calls nothing of libevent. */
+static void on_libevent_log(int severity, const char *text)
+{
+    enum log_level level = severity >= EVENT_LOG_ERR    ? LOG_ERROR
+                           : severity == EVENT_LOG_WARN ? LOG_WARN
+                           : severity == EVENT_LOG_MSG  ? LOG_INFO
+                                                        : LOG_DEBUG;
+    if (!log_enabled(level))
+        return;
+    struct log_line line;
+    log_begin(&line, level, "libevent");
+    log_str(&line, "detail", text);
+    log_end(&line);
+}
+
+void log_libevent_install(void)
+{
+    event_set_log_callback(on_libevent_log);
 }
 
 void log_set_clock(uint64_t (*now_ms)(void))

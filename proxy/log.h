@@ -82,6 +82,12 @@ const char *log_level_name(enum log_level level);
  * stopped is written too.  Thread-safe, like every function here. */
 void log_repeat_flush(int all);
 
+/* From now on, libevent's own messages (its warnings, such as "Error from
+ * accept() call") are lines of this log: msg=libevent with the text in
+ * detail=, at the level libevent gives, limited like any warning.  Without
+ * it libevent writes `[warn] ...` to stderr, as often as it likes. */
+void log_libevent_install(void);
+
 /* Tests: the clock of the repeat limit, in milliseconds (NULL: the monotonic
  * clock). */
 void log_set_clock(uint64_t (*now_ms)(void));

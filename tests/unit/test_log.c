@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include <cmocka.h>
+#include <event2/util.h>
 
 #include "proxy/log.h"
 
@@ -314,6 +315,25 @@ static void test_threads_lose_no_count(void **state)
     free(text);
 }
 
+static void test_libevent_warnings_are_lines(void **state)
+{
+    (void)state;
+    log_libevent_install();
+    struct capture c;
+    capture_start(&c);
+    /* libevent warns "fcntl(-1, F_GETFL): Bad file descriptor" each time. */
+    for (int i = 0; i < 100; i++)
+        assert_int_equal(evutil_make_socket_nonblocking(-1), -1);
+    log_repeat_flush(1);
+    char *text = capture_end(&c);
+    assert_null(strstr(text, "[warn]"));
+    assert_int_equal(count_lines(text, NULL), LOG_REPEAT_BURST + 1);
+    assert_int_equal(count_lines(text, " level=warn msg=libevent detail=\"fcntl(-1, F_GETFL): "),
+                     LOG_REPEAT_BURST + 1);
+    assert_int_equal(count_events(text, "msg=libevent"), 100);
+    free(text);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -331,6 +351,8 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_next_interval_writes_again, repeat_setup,
                                         repeat_teardown),
         cmocka_unit_test_setup_teardown(test_threads_lose_no_count, repeat_setup, repeat_teardown),
+        cmocka_unit_test_setup_teardown(test_libevent_warnings_are_lines, repeat_setup,
+                                        repeat_teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
