@@ -1308,6 +1308,16 @@ class Twice:
                     return int(line.split()[1])
         raise RuntimeError("no VmRSS for pid %d" % self.proc.pid)
 
+    def fd_count(self):
+        """Descriptors twice has open now."""
+        return len(os.listdir("/proc/%d/fd" % self.proc.pid))
+
+    def cpu_seconds(self):
+        """CPU time twice has used so far (user + system, all threads)."""
+        with open("/proc/%d/stat" % self.proc.pid) as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
     def signal(self, sig):
         self.proc.send_signal(sig)
 
