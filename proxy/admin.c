@@ -5,13 +5,15 @@
  * parsed and checked completely, then the new ruleset replaces the old one
  * by a pointer swap between two events, so no event ever sees half a rule
  * set.  Rule counters and enabled flags carry over for rules that keep
- * their name.
+ * their name.  When accept() runs out of descriptors, the API stops
+ * accepting for a second, as the proxy's listeners do, instead of spinning.
  */
 #include "proxy/admin.h"
 
 #include <event2/buffer.h>
 #include <event2/http.h>
 #include <event2/keyvalq_struct.h>
+#include <event2/listener.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -370,23 +372,104 @@ static void on_request(struct evhttp_request *req, void *arg)
     route(px, req, evhttp_request_get_command(req), path);
 }
 
+/* One admin HTTP server: the evhttp, the socket it accepts on (the evhttp
+ * owns it) and the timer that has it accept again after accept() ran out of
+ * descriptors.  Freed together, by server_free, on the main thread. */
+struct admin_server {
+    struct evhttp *http;
+    struct evconnlistener *evl;
+    struct event *retry;
+    char addr[300];
+    struct admin_server *next; /* in `servers` */
+};
+
+/* The servers alive.  evhttp gives its socket's error callback the evhttp as
+ * argument, not ours: the server is found by it here. */
+static struct admin_server *servers;
+
+static void on_accept_error(struct evconnlistener *evl, void *arg)
+{
+    for (struct admin_server *srv = servers; srv != NULL; srv = srv->next) {
+        if (srv->http == arg) {
+            listener_accept_failed(evl, srv->retry, "admin", srv->addr);
+            return;
+        }
+    }
+}
+
+static void on_retry(evutil_socket_t fd, short what, void *arg)
+{
+    (void)fd;
+    (void)what;
+    struct admin_server *srv = arg;
+    evconnlistener_enable(srv->evl);
+}
+
+static void server_free(struct admin_server *srv)
+{
+    if (srv == NULL)
+        return;
+    for (struct admin_server **pp = &servers; *pp != NULL; pp = &(*pp)->next) {
+        if (*pp == srv) {
+            *pp = srv->next;
+            break;
+        }
+    }
+    if (srv->retry != NULL)
+        event_free(srv->retry);
+    if (srv->http != NULL)
+        evhttp_free(srv->http);
+    free(srv);
+}
+
+/* A server answering on `addr` (c->admin), or NULL with a reason in err. */
+static struct admin_server *server_new(struct proxy *px, const struct conf *c, const char *addr,
+                                       char *err, size_t errlen)
+{
+    struct admin_server *srv = calloc(1, sizeof(*srv));
+    if (srv == NULL || (srv->http = evhttp_new(px->base)) == NULL ||
+        (srv->retry = evtimer_new(px->base, on_retry, srv)) == NULL) {
+        snprintf(err, errlen, "cannot create the admin HTTP server");
+        server_free(srv);
+        return NULL;
+    }
+    snprintf(srv->addr, sizeof(srv->addr), "%s", addr);
+    srv->next = servers;
+    servers = srv;
+    evhttp_set_max_body_size(srv->http, ADMIN_MAX_BODY);
+    evhttp_set_allowed_methods(srv->http, EVHTTP_REQ_GET | EVHTTP_REQ_PUT | EVHTTP_REQ_POST);
+    evhttp_set_gencb(srv->http, on_request, px);
+    struct evhttp_bound_socket *bound =
+        evhttp_bind_socket_with_handle(srv->http, c->admin.host, c->admin.port);
+    if (bound == NULL) {
+        snprintf(err, errlen, "%s:%u:%u: admin API cannot listen on %s: %s", c->path,
+                 c->admin.loc.line, c->admin.loc.col, addr,
+                 evutil_socket_error_to_string(EVUTIL_SOCKET_ERROR()));
+        server_free(srv);
+        return NULL;
+    }
+    srv->evl = evhttp_bound_socket_get_listener(bound);
+    evconnlistener_set_error_cb(srv->evl, on_accept_error);
+    return srv;
+}
+
 static void free_retired(evutil_socket_t fd, short what, void *arg)
 {
     (void)fd;
     (void)what;
     struct proxy *px = arg;
     while (px->admin_retired_n > 0)
-        evhttp_free(px->admin_retired[--px->admin_retired_n]);
+        server_free(px->admin_retired[--px->admin_retired_n]);
 }
 
-/* Free the server `http` once the current request (possibly one of its
+/* Free the server `srv` once the current request (possibly one of its
  * own, e.g. a POST /reload that moved the API) has been answered: freeing
  * it from inside its own callback would take the reply down with it. */
-static void retire(struct proxy *px, struct evhttp *http)
+static void retire(struct proxy *px, struct admin_server *srv)
 {
     if (px->admin_retired_n == ADMIN_MAX_RETIRED)
         free_retired(-1, 0, px);
-    px->admin_retired[px->admin_retired_n++] = http;
+    px->admin_retired[px->admin_retired_n++] = srv;
     struct timeval tv = {.tv_sec = 1, .tv_usec = 0};
     event_base_once(px->base, -1, EV_TIMEOUT, free_retired, px, &tv);
 }
@@ -394,46 +477,29 @@ static void retire(struct proxy *px, struct evhttp *http)
 void admin_stop(struct proxy *px)
 {
     free_retired(-1, 0, px);
-    if (px->admin_http != NULL) {
-        evhttp_free(px->admin_http);
-        px->admin_http = NULL;
-    }
-    px->admin_addr[0] = '\0';
+    server_free(px->admin);
+    px->admin = NULL;
 }
 
 int admin_apply(struct proxy *px, char *err, size_t errlen)
 {
     const struct conf *c = px->conf->conf;
     if (!c->has_admin) {
-        if (px->admin_http != NULL)
-            retire(px, px->admin_http);
-        px->admin_http = NULL;
-        px->admin_addr[0] = '\0';
+        if (px->admin != NULL)
+            retire(px, px->admin);
+        px->admin = NULL;
         return 0;
     }
     char addr[300];
     conf_addr_format(&c->admin, addr, sizeof(addr));
-    if (px->admin_http != NULL && strcmp(addr, px->admin_addr) == 0)
+    if (px->admin != NULL && strcmp(addr, px->admin->addr) == 0)
         return 0;
-    struct evhttp *http = evhttp_new(px->base);
-    if (http == NULL) {
-        snprintf(err, errlen, "cannot create the admin HTTP server");
+    struct admin_server *srv = server_new(px, c, addr, err, errlen);
+    if (srv == NULL)
         return -1;
-    }
-    evhttp_set_max_body_size(http, ADMIN_MAX_BODY);
-    evhttp_set_allowed_methods(http, EVHTTP_REQ_GET | EVHTTP_REQ_PUT | EVHTTP_REQ_POST);
-    evhttp_set_gencb(http, on_request, px);
-    if (evhttp_bind_socket_with_handle(http, c->admin.host, c->admin.port) == NULL) {
-        snprintf(err, errlen, "%s:%u:%u: admin API cannot listen on %s: %s", c->path,
-                 c->admin.loc.line, c->admin.loc.col, addr,
-                 evutil_socket_error_to_string(EVUTIL_SOCKET_ERROR()));
-        evhttp_free(http);
-        return -1;
-    }
-    if (px->admin_http != NULL)
-        retire(px, px->admin_http);
-    px->admin_http = http;
-    snprintf(px->admin_addr, sizeof(px->admin_addr), "%s", addr);
+    if (px->admin != NULL)
+        retire(px, px->admin);
+    px->admin = srv;
     log_msg(LOG_INFO, "admin listening", "addr=%s auth=%s", addr,
             c->admin_token != NULL ? "bearer" : "none");
     return 0;

@@ -5,7 +5,8 @@
  * list and by each session accepted on it, so sessions keep a valid pointer
  * after a reload or shutdown closed the socket.  When accept() fails for
  * lack of file descriptors, the listener pauses for a second instead of
- * spinning on a socket that stays readable (as pgbouncer does).
+ * spinning on a socket that stays readable (as pgbouncer does); the admin
+ * API's socket does the same (listener_accept_failed).
  *
  * Listeners run on the main thread; sessions of other loops hold references
  * and drop them from their threads (atomic count; the last one only frees
@@ -46,17 +47,29 @@ static void on_retry(evutil_socket_t fd, short what, void *arg)
         evconnlistener_enable(l->evl);
 }
 
+void listener_accept_failed(struct evconnlistener *evl, struct event *retry, const char *key,
+                            const char *value)
+{
+    int err = EVUTIL_SOCKET_ERROR();
+    bool pause = err == EMFILE || err == ENFILE || err == ENOBUFS || err == ENOMEM;
+    struct log_line line;
+    log_begin(&line, LOG_WARN, "accept failed");
+    log_str(&line, key, value);
+    log_str(&line, "error", evutil_socket_error_to_string(err));
+    if (pause)
+        log_u64(&line, "retry_ms", LISTENER_RETRY_MS);
+    log_end(&line);
+    if (pause) {
+        struct timeval tv = {.tv_sec = LISTENER_RETRY_MS / 1000, .tv_usec = 0};
+        evconnlistener_disable(evl);
+        evtimer_add(retry, &tv);
+    }
+}
+
 static void on_accept_error(struct evconnlistener *evl, void *arg)
 {
     struct listener *l = arg;
-    int err = EVUTIL_SOCKET_ERROR();
-    log_msg(LOG_WARN, "accept failed", "listener=%s error=\"%s\" retry_ms=%d", l->cfg->l->name,
-            evutil_socket_error_to_string(err), LISTENER_RETRY_MS);
-    if (err == EMFILE || err == ENFILE || err == ENOBUFS || err == ENOMEM) {
-        struct timeval tv = {.tv_sec = LISTENER_RETRY_MS / 1000, .tv_usec = 0};
-        evconnlistener_disable(evl);
-        evtimer_add(l->retry_timer, &tv);
-    }
+    listener_accept_failed(evl, l->retry_timer, "listener", l->cfg->l->name);
 }
 
 /* Resolve the literal bind address of `cfg` into `ss`. */

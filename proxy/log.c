@@ -1,8 +1,15 @@
 /*
  * log.c - logfmt lines on stderr.  See log.h.
+ *
+ * The repeat limit keeps, per key, the count of the current interval and the
+ * last line held back, in a small table under one lock.  Only limited lines
+ * (warnings, errors, lines a caller marked) take the lock; in a storm most of
+ * them end there as a copy into the table instead of a write(2).
  */
 #include "proxy/log.h"
 
+#include <event2/event.h>
+#include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <string.h>
@@ -10,7 +17,36 @@
 #include <time.h>
 #include <unistd.h>
 
+/* Keys tracked at once; when they are all taken, the one seen least recently
+ * gives way (its held lines are written first). */
+#define LOG_REPEAT_KEYS 32
+/* msg, listener and reason as written; keys that differ only past this many
+ * bytes share a count. */
+#define LOG_KEY_MAX 192
+
+struct repeat_slot {
+    size_t key_len; /* 0: free */
+    char key[LOG_KEY_MAX];
+    uint64_t window_ms; /* start of its current interval */
+    uint64_t seen_ms;   /* its last line */
+    unsigned written;   /* lines written in the current interval */
+    uint64_t held;      /* lines held back since the last one written */
+    size_t last_len;
+    char last[LOG_LINE_MAX]; /* the last line held back, from " level=" on */
+};
+
 static _Atomic int log_level = LOG_INFO;
+
+static uint64_t monotonic_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
+}
+
+static pthread_mutex_t repeat_lock = PTHREAD_MUTEX_INITIALIZER;
+static struct repeat_slot repeat_slots[LOG_REPEAT_KEYS];
+static uint64_t (*repeat_clock)(void) = monotonic_ms;
 
 static const char *const level_names[] = {"error", "warn", "info", "debug"};
 
@@ -116,24 +152,159 @@ void log_fmt(struct log_line *line, const char *key, const char *fmt, ...)
     log_str(line, key, value);
 }
 
-void log_begin(struct log_line *line, enum log_level level, const char *msg)
+/* `ts=2026-11-29T09:00:00.123Z` into buf (size 48 or more); returns its length. */
+static size_t format_ts(char *buf, size_t size)
 {
     struct timeval tv;
     struct tm tm;
-    char ts[40];
 
     gettimeofday(&tv, NULL);
     gmtime_r(&tv.tv_sec, &tm);
-    size_t n = strftime(ts, sizeof(ts), "%Y-%m-%dT%H:%M:%S", &tm);
-    snprintf(ts + n, sizeof(ts) - n, ".%03dZ", (int)(tv.tv_usec / 1000));
+    size_t n = strftime(buf, size, "ts=%Y-%m-%dT%H:%M:%S", &tm);
+    n += (size_t)snprintf(buf + n, size - n, ".%03dZ", (int)(tv.tv_usec / 1000));
+    return n;
+}
+
+void log_begin(struct log_line *line, enum log_level level, const char *msg)
+{
+    char ts[48];
+    size_t n = format_ts(ts, sizeof(ts));
 
     line->level = level;
     line->len = 0;
     line->truncated = 0;
-    line_append(line, "ts=", 3);
-    line_append(line, ts, strlen(ts));
+    line->limited = level <= LOG_WARN;
+    line_append(line, ts, n);
     log_str(line, "level", log_level_name(level));
     log_str(line, "msg", msg);
+}
+
+void log_repeat_limit(struct log_line *line, int on)
+{
+    line->limited = on;
+}
+
+/* One write per line; a short write on a pipe of this size does not happen,
+ * and a failed log write must not take the proxy down. */
+static void write_line(const char *buf, size_t len)
+{
+    ssize_t w = write(STDERR_FILENO, buf, len);
+    (void)w;
+}
+
+/* The value of `key` in the line (a quoted value with its quotes), or NULL.
+ * The line is logfmt: keys hold no '=' or space, values are bare or quoted. */
+static const char *line_field(const struct log_line *line, const char *key, size_t *len)
+{
+    const char *p = line->buf, *end = line->buf + line->len;
+    size_t klen = strlen(key);
+    while (p < end) {
+        const char *eq = memchr(p, '=', (size_t)(end - p));
+        if (eq == NULL)
+            return NULL;
+        const char *v = eq + 1, *ve = v;
+        if (ve < end && *ve == '"') {
+            for (ve++; ve < end && *ve != '"'; ve++)
+                if (*ve == '\\' && ve + 1 < end)
+                    ve++;
+            if (ve < end)
+                ve++;
+        } else {
+            while (ve < end && *ve != ' ')
+                ve++;
+        }
+        if ((size_t)(eq - p) == klen && memcmp(p, key, klen) == 0) {
+            *len = (size_t)(ve - v);
+            return v;
+        }
+        p = ve + 1;
+    }
+    return NULL;
+}
+
+/* The repeat key of a line: its msg, listener and reason, separated by a
+ * byte no value holds. */
+static size_t line_key(const struct log_line *line, char key[LOG_KEY_MAX])
+{
+    static const char *const fields[] = {"msg", "listener", "reason"};
+    size_t n = 0;
+    for (size_t i = 0; i < sizeof(fields) / sizeof(fields[0]); i++) {
+        size_t vlen = 0;
+        const char *v = line_field(line, fields[i], &vlen);
+        if (v != NULL && vlen > LOG_KEY_MAX - 1 - n)
+            vlen = LOG_KEY_MAX - 1 - n;
+        if (v != NULL)
+            memcpy(key + n, v, vlen);
+        n += vlen;
+        if (n < LOG_KEY_MAX - 1)
+            key[n++] = '\x1f';
+    }
+    return n;
+}
+
+/* Write the last line `r` held back, stamped now, with the count of the held
+ * lines it stands for. */
+static void write_held(struct repeat_slot *r)
+{
+    char out[LOG_LINE_MAX + 96];
+    size_t n = format_ts(out, 48);
+    memcpy(out + n, r->last, r->last_len);
+    n += r->last_len;
+    n +=
+        (size_t)snprintf(out + n, sizeof(out) - n, " repeated=%llu\n", (unsigned long long)r->held);
+    write_line(out, n);
+    r->held = 0;
+}
+
+/* The slot of `key`: its own, a free one, or the one seen least recently. */
+static struct repeat_slot *repeat_slot(const char *key, size_t key_len, uint64_t now)
+{
+    struct repeat_slot *oldest = &repeat_slots[0];
+    for (size_t i = 0; i < LOG_REPEAT_KEYS; i++) {
+        struct repeat_slot *r = &repeat_slots[i];
+        if (r->key_len == key_len && memcmp(r->key, key, key_len) == 0)
+            return r;
+        if (r->key_len == 0 || (oldest->key_len != 0 && r->seen_ms < oldest->seen_ms))
+            oldest = r;
+    }
+    if (oldest->held > 0)
+        write_held(oldest);
+    memcpy(oldest->key, key, key_len);
+    oldest->key_len = key_len;
+    oldest->window_ms = now;
+    oldest->written = 0;
+    return oldest;
+}
+
+/* Write a limited line, or hold it back when its key is over the burst. */
+static void repeat_filter(struct log_line *line)
+{
+    char key[LOG_KEY_MAX];
+    size_t key_len = line_key(line, key);
+    pthread_mutex_lock(&repeat_lock);
+    uint64_t now = repeat_clock();
+    struct repeat_slot *r = repeat_slot(key, key_len, now);
+    if (now - r->window_ms >= LOG_REPEAT_INTERVAL_MS) {
+        if (r->held > 0)
+            write_held(r);
+        r->window_ms = now;
+        r->written = 0;
+    }
+    r->seen_ms = now;
+    if (r->written < LOG_REPEAT_BURST) {
+        r->written++;
+        line->buf[line->len++] = '\n';
+        write_line(line->buf, line->len);
+    } else {
+        /* Kept from after the timestamp: the held line is stamped when written. */
+        const char *rest = memchr(line->buf, ' ', line->len);
+        if (rest == NULL)
+            rest = line->buf + line->len;
+        r->last_len = line->len - (size_t)(rest - line->buf);
+        memcpy(r->last, rest, r->last_len);
+        r->held++;
+    }
+    pthread_mutex_unlock(&repeat_lock);
 }
 
 void log_end(struct log_line *line)
@@ -145,11 +316,51 @@ void log_end(struct log_line *line)
         memcpy(line->buf + line->len, t, sizeof(t) - 1);
         line->len += sizeof(t) - 1;
     }
+    if (line->limited) {
+        repeat_filter(line);
+        return;
+    }
     line->buf[line->len++] = '\n';
-    /* One write per line; a short write on a pipe of this size does not
-     * happen, and a failed log write must not take the proxy down. */
-    ssize_t w = write(STDERR_FILENO, line->buf, line->len);
-    (void)w;
+    write_line(line->buf, line->len);
+}
+
+void log_repeat_flush(int all)
+{
+    pthread_mutex_lock(&repeat_lock);
+    uint64_t now = repeat_clock();
+    for (size_t i = 0; i < LOG_REPEAT_KEYS; i++) {
+        struct repeat_slot *r = &repeat_slots[i];
+        if (r->held > 0 && (all || now - r->window_ms >= LOG_REPEAT_INTERVAL_MS))
+            write_held(r);
+    }
+    pthread_mutex_unlock(&repeat_lock);
+}
+
+/* Runs on whichever thread libevent logs from; calls nothing of libevent. */
+static void on_libevent_log(int severity, const char *text)
+{
+    enum log_level level = severity >= EVENT_LOG_ERR    ? LOG_ERROR
+                           : severity == EVENT_LOG_WARN ? LOG_WARN
+                           : severity == EVENT_LOG_MSG  ? LOG_INFO
+                                                        : LOG_DEBUG;
+    if (!log_enabled(level))
+        return;
+    struct log_line line;
+    log_begin(&line, level, "libevent");
+    log_str(&line, "detail", text);
+    log_end(&line);
+}
+
+void log_libevent_install(void)
+{
+    event_set_log_callback(on_libevent_log);
+}
+
+void log_set_clock(uint64_t (*now_ms)(void))
+{
+    pthread_mutex_lock(&repeat_lock);
+    repeat_clock = now_ms != NULL ? now_ms : monotonic_ms;
+    pthread_mutex_unlock(&repeat_lock);
 }
 
 void log_msg(enum log_level level, const char *msg, const char *fmt, ...)

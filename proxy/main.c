@@ -121,6 +121,7 @@ static int cmd_run(const char *path)
 {
     struct proxy px;
     signal(SIGPIPE, SIG_IGN);
+    log_libevent_install();
     raise_fd_limit();
     /* Relayed bytes live in evbuffer chains of 1 KiB to 256 KiB, allocated
      * per read and freed per write.  With glibc's defaults each free of

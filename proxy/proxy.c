@@ -155,6 +155,7 @@ static void log_diags(const struct conf_diags *d)
     for (const struct conf_diag *g = d->head; g != NULL; g = g->next) {
         struct log_line line;
         log_begin(&line, g->severity == CONF_ERROR ? LOG_ERROR : LOG_WARN, "config");
+        log_repeat_limit(&line, 0); /* every diagnostic of the file */
         log_fmt(&line, "at", "%s:%u:%u", d->file ? d->file : "?", g->loc.line, g->loc.col);
         log_str(&line, "problem", g->msg);
         if (g->hint != NULL)
@@ -485,8 +486,23 @@ static int make_loops(struct proxy *px, unsigned threads)
     return 0;
 }
 
+/* Repeated log lines held back are counted in a line once their interval is
+ * over, even when nothing is logged after them. */
+static void on_log_tick(evutil_socket_t fd, short what, void *arg)
+{
+    (void)fd;
+    (void)what;
+    (void)arg;
+    log_repeat_flush(0);
+}
+
 static int setup_events(struct proxy *px)
 {
+    struct timeval tick = {.tv_sec = LOG_REPEAT_INTERVAL_MS / 1000,
+                           .tv_usec = (LOG_REPEAT_INTERVAL_MS % 1000) * 1000};
+    px->log_timer = event_new(px->base, -1, EV_PERSIST, on_log_tick, px);
+    if (px->log_timer == NULL || evtimer_add(px->log_timer, &tick) != 0)
+        return -1;
     px->grace_timer = evtimer_new(px->base, on_grace_over, px);
     px->sig_term = evsignal_new(px->base, SIGTERM, on_signal, px);
     px->sig_int = evsignal_new(px->base, SIGINT, on_signal, px);
@@ -659,6 +675,7 @@ int proxy_run(struct proxy *px)
         log_msg(LOG_ERROR, "event loop failed", NULL);
         return 1;
     }
+    log_repeat_flush(1);
     log_msg(LOG_INFO, "stopped", NULL);
     return px->exit_code;
 }
@@ -683,11 +700,13 @@ void proxy_free(struct proxy *px)
     }
     admin_stop(px);
     free_event(&px->grace_timer);
+    free_event(&px->log_timer);
     free_event(&px->sig_term);
     free_event(&px->sig_int);
     free_event(&px->sig_hup);
     loop_free_all(px);
     px->base = NULL;
+    log_repeat_flush(1); /* the sessions closed just now */
     idmap_clear();
     /* The last record says the run ended in good order (its time ends the run for the verdict:
      * work that stopped long before it stalled). */

@@ -40,6 +40,7 @@
 #include "rules/conf.h"
 #include "rules/rule.h"
 
+struct admin_server;
 struct session;
 struct session_end;
 struct ruleset;
@@ -143,16 +144,16 @@ struct proxy {
     unsigned conf_threads;     /* `threads` as configured at start (0: auto) */
     struct event *sig_term, *sig_int, *sig_hup;
     struct event *grace_timer;
+    struct event *log_timer; /* writes the counts of repeated log lines */
     struct ruleset *rules;   /* current rules (main thread); each loop holds its own reference */
     struct journal *journal; /* NULL without `journal` */
     char *journal_path;      /* as opened at start */
     uint64_t start_ms;       /* monotonic, for `between` */
     uint64_t seed;           /* the configured seed, or one drawn at start */
-    struct listener_stats *stats; /* created by the main thread only */
-    struct evhttp *admin_http;
-    struct evhttp *admin_retired[ADMIN_MAX_RETIRED]; /* freed after their last reply */
+    struct listener_stats *stats;                          /* created by the main thread only */
+    struct admin_server *admin;                            /* NULL without `admin` */
+    struct admin_server *admin_retired[ADMIN_MAX_RETIRED]; /* freed after their last reply */
     unsigned admin_retired_n;
-    char admin_addr[300];
     uint64_t next_session_id; /* drawn by the main thread at accept */
     unsigned session_max;     /* sessions the open-file limit allows, as last applied */
     bool shutting_down;
@@ -192,6 +193,13 @@ struct lconf **lconf_build_all(struct conf_ref *ref, unsigned process_max, char 
 struct listener *listener_open(struct proxy *px, struct lconf *cfg, char *err, size_t errlen);
 void listener_close(struct listener *l);
 void listener_put(struct listener *l);
+/* accept() on `evl` failed (EVUTIL_SOCKET_ERROR() says why): log it, naming
+ * the socket by ` key=value`, and when descriptors or memory ran out, stop
+ * accepting and add `retry`, a timer that enables `evl` again, a second
+ * later: the socket stays readable, and accepting again at once would spin.
+ * For the admin API's socket too. */
+void listener_accept_failed(struct evconnlistener *evl, struct event *retry, const char *key,
+                            const char *value);
 
 /* The process (proxy.c).  proxy_init parses and applies `conf_path`;
  * returns 0, or -1 after printing why. */

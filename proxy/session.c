@@ -97,6 +97,9 @@ static void log_close(const struct session *s)
     monotonic_now(&now);
     struct log_line line;
     session_log_begin(&line, s, LOG_INFO, "session closed");
+    /* A client retrying at once while the upstream is down makes one such
+     * session per attempt: its line is limited like the warning before it. */
+    log_repeat_limit(&line, s->upstream_failed);
     log_str(&line, "client", s->client_addr);
     log_u64(&line, "bytes_up", s->bytes_up);
     log_u64(&line, "bytes_down", s->bytes_down);
@@ -264,6 +267,7 @@ void sess_fail_upstream(struct session *s, enum session_close_reason reason, con
     log_str(&line, "upstream", s->cfg->upstream_str);
     log_str(&line, "error", s->error);
     log_end(&line);
+    s->upstream_failed = true;
     s->reason = reason; /* even if the client already sent its EOF */
     session_close(s, reason);
 }

@@ -143,6 +143,7 @@ struct session {
     struct event *connect_timer;
     char client_addr[64];
     char error[256];            /* detail of a failure, for the close log */
+    bool upstream_failed;       /* never reached the upstream; a warning said why */
     uint64_t bytes_up;          /* client -> upstream */
     uint64_t bytes_down;        /* upstream -> client */
     struct timeval started;     /* monotonic */

@@ -1247,6 +1247,17 @@ class Twice:
                     regex, count, len(hits), timeout, self.log_tail()))
             time.sleep(0.05)
 
+    def event_count(self, msg, since=0, **match):
+        """How many events the log's `msg` lines (from line index `since` on,
+        filtered by key=value) stand for: twice writes a line that repeats
+        faster than its limit once with `repeated=N` for N of them."""
+        n = 0
+        for line in self.log_lines()[since:]:
+            rec = parse_logfmt(line)
+            if rec.get("msg") == msg and all(rec.get(k) == str(v) for k, v in match.items()):
+                n += int(rec.get("repeated", 1))
+        return n
+
     def wait_for_records(self, msg, timeout=60, count=1, **match):
         deadline = time.monotonic() + timeout
         while True:
@@ -1296,6 +1307,16 @@ class Twice:
                 if line.startswith("VmRSS:"):
                     return int(line.split()[1])
         raise RuntimeError("no VmRSS for pid %d" % self.proc.pid)
+
+    def fd_count(self):
+        """Descriptors twice has open now."""
+        return len(os.listdir("/proc/%d/fd" % self.proc.pid))
+
+    def cpu_seconds(self):
+        """CPU time twice has used so far (user + system, all threads)."""
+        with open("/proc/%d/stat" % self.proc.pid) as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
     def signal(self, sig):
         self.proc.send_signal(sig)

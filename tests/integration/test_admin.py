@@ -15,13 +15,16 @@ on the proxied connections (an echo upstream behind `protocol tcp`):
 - POST /reload and SIGHUP after editing the file; a broken file is a 400 /
   `reload failed` and the old behaviour stays;
 - ~20 MB through twice while it reloads a dozen times: intact, no session
-  closed abnormally.
+  closed abnormally;
+- every descriptor in use: a request to the API waits for one without
+  spinning or flooding the log, and is answered once a session ends.
 """
 
 import json
 import os
 import re
 import signal
+import socket
 import sys
 import time
 import unittest
@@ -45,13 +48,13 @@ class AdminTest(h.TestCase):
         self.echo = h.EchoServer(name="admin-echo")
         self.addCleanup(self.echo.close)
 
-    def start(self, rules=(LAT_RULE,), token=fk.TOKEN, extra_listeners=(), seed=3):
+    def start(self, rules=(LAT_RULE,), token=fk.TOKEN, extra_listeners=(), seed=3, **kw):
         self.admin_port = h.free_port()
         self.echo_port = h.free_port()
         blocks = [h.listen_block("echo", self.echo_port, self.echo.port)]
         blocks += list(extra_listeners)
         self.conf = fk.conf_text(blocks, rules, seed=seed, admin_port=self.admin_port, token=token)
-        t = self.twice(self.conf)
+        t = self.twice(self.conf, **kw)
         t.wait_for_log(r"msg=\"admin listening\"")
         self.api = fk.Admin(self.admin_port, token)
         return t
@@ -388,6 +391,65 @@ class AdminTest(h.TestCase):
         h.wait_until(lambda: h.port_open(a3), 60, what="admin API on its third port")
         self.assertEqual(self.ok(api3.get("/healthz")).strip(), "ok")
         self.assert_slow(what="after POST /reload moved the admin API")
+        t.stop()
+
+    def test_descriptors_run_out(self):
+        """Every descriptor twice may open is in use (idle sessions through a listener, an
+        idle API connection), and a request comes to the API: twice waits for a descriptor
+        without spinning or flooding its log (libevent retried accept() at once and logged
+        each failure: a core at 100 % and 6.5 GB of log in 80 s once), says once a second
+        that accept failed, and answers the request once a session ends."""
+        limit = 96
+        t = self.start(rules=(), nofile=(limit, limit))
+        sessions, idle = [], []
+        self.addCleanup(lambda: [s.close() for s in sessions + idle])
+        while t.fd_count() < limit - 1:   # two descriptors each
+            s = h.connect(self.echo_port)
+            sessions.append(s)
+            s.sendall(b"x")
+            self.assertEqual(h.recv_exact(s, 1), b"x")
+        while t.fd_count() < limit:       # one each
+            n = t.fd_count()
+            idle.append(socket.create_connection(("127.0.0.1", self.admin_port), timeout=30))
+            h.wait_until(lambda: t.fd_count() > n, 30, what="twice accepting an API connection")
+        mark, size0, cpu0 = t.log_mark(), os.path.getsize(t.log_path), t.cpu_seconds()
+        pending = socket.create_connection(("127.0.0.1", self.admin_port), timeout=30)
+        self.addCleanup(pending.close)
+        pending.sendall(b"GET /healthz HTTP/1.1\r\nHost: twice\r\nConnection: close\r\n"
+                        b"Authorization: Bearer %s\r\n\r\n" % fk.TOKEN.encode())
+
+        def accept_failures():
+            return [l for l in t.log_lines()[mark:] if 'msg="accept failed" admin=' in l]
+
+        def waited_or_spinning():
+            if os.path.getsize(t.log_path) - size0 > h.MiB or t.cpu_seconds() - cpu0 > 5:
+                return "spinning"
+            return len(accept_failures()) >= 3   # two seconds at least
+        h.eventually(waited_or_spinning, 60)
+        cpu = t.cpu_seconds() - cpu0
+        grown = os.path.getsize(t.log_path) - size0
+        lines = t.log_lines()[mark:]
+        h.log("%d sessions, %d idle API connections; while the request waited: %.2f s of CPU, "
+              "%d log lines (%d bytes)" % (len(sessions), len(idle), cpu, len(lines), grown))
+        self.assertLess(grown, 64 * h.KiB, "the log grew by %d bytes while the request waited; "
+                        "it ends:\n%s" % (grown, "\n".join(lines[-5:])))
+        fails = accept_failures()
+        self.assertGreaterEqual(len(fails), 3, "no `accept failed` for the API once a second: "
+                                "%s" % lines[-5:])
+        self.assertLess(len(lines), 20, lines)
+        rec = h.parse_logfmt(fails[0])
+        self.assertEqual((rec["level"], rec["admin"], rec["error"], rec["retry_ms"]),
+                         ("warn", "127.0.0.1:%d" % self.admin_port, "Too many open files", "1000"))
+        self.assertLess(cpu, 1.0, "twice used %.2f s of CPU waiting for a descriptor" % cpu)
+
+        sessions.pop().close()
+        pending.settimeout(30)
+        reply = h.recv_all(pending)
+        self.assertTrue(reply.startswith(b"HTTP/1.1 200 "), reply)
+        self.assertTrue(reply.endswith(b"\r\n\r\nok\n"), reply)
+        for s in idle:
+            s.close()
+        self.assertEqual(self.ok(self.api.get("/healthz")).strip(), "ok")
         t.stop()
 
     def test_reload_under_traffic(self):

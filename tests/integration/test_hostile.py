@@ -61,6 +61,10 @@ BrokerKilled     Redis (own redis-server on a fixed port) and RabbitMQ (own
                  deliveries and expiries twice holds on AMQP timers when
                  RabbitMQ dies are dropped without a crash, and
                  twice keeps running with its descriptors back to baseline.
+                 A client reconnecting in a tight loop while Redis is down:
+                 every attempt is counted in the log, in a bounded number of
+                 lines (`repeated=N`), and the first connection once Redis is
+                 back gets through.
 BrokenBrokers    fake brokers that break RESP (unknown type byte, a bulk over
                  512 MiB, a bulk not ended by CRLF) or AMQP
                  (a frame over frame_max, a bad frame-end, no frame at all):
@@ -1118,6 +1122,49 @@ class BrokerKilled(HostileCase):
         h.log("redis outage: the client saw %d failures, then went on" % client.failures)
         tw.stop()
 
+    def test_client_retrying_at_once_while_redis_is_down(self):
+        """A client that reconnects at once when its connection fails (redis-rb under Sidekiq
+        did 14,853 times in a 5 s outage): every attempt through twice is accepted and closed
+        as `upstream_connect_failed`, and logged, but in a bounded number of lines that carry
+        the count of the ones held back.  The first connection after Redis is back gets
+        through: twice does not refuse clients on its own while the upstream was down."""
+        fr = hk.FixedRedis(self.tmp).start()
+        port = h.free_port()
+        tw = self.twice(fk.conf_text([hk.resp_listen("redis", port, fr.port, profile="sidekiq")],
+                                     log_level="info"))
+        with rk.Conn(port) as c:
+            self.assertEqual(c.cmd("PING"), b"PONG")
+        fr.kill9()
+        h.log("redis killed (SIGKILL)")
+        mark = tw.log_mark()
+        n = 4000
+        t0 = time.monotonic()
+        for _ in range(n):
+            got, closed, _addr = exchange(port, rk.enc("PING"), timeout=30)
+            self.assertTrue(closed and got == b"", "an attempt while Redis is down: %r" % got)
+        took = time.monotonic() - t0
+
+        def counted():
+            return (tw.event_count("upstream connect failed", since=mark, listener="redis"),
+                    tw.event_count("session closed", since=mark, listener="redis",
+                                   reason="upstream_connect_failed"))
+        h.eventually(lambda: counted() == (n, n), 30)
+        self.assertEqual(counted(), (n, n), "attempts accounted for in the log (warnings, "
+                         "session closes), %d made" % n)
+        lines = tw.log_lines()[mark:]
+        repeated = [l for l in lines if " repeated=" in l]
+        h.log("%d attempts in %.1fs: %d log lines, %d with repeated=, e.g.\n%s" % (
+            n, took, len(lines), len(repeated), repeated[0] if repeated else "-"))
+        self.assertLess(len(lines), n // 5, "log lines for %d attempts in %.1fs" % (n, took))
+        self.assertTrue(repeated, "no line counts the lines held back")
+
+        fr.start()
+        h.log("redis restarted on port %d" % fr.port)
+        with rk.Conn(port) as c:
+            self.assertEqual(c.cmd("PING"), b"PONG", "the first connection after the outage")
+        self.assert_alive(tw)
+        tw.stop()
+
     def test_rabbitmq_killed_and_restarted(self):
         rabbit = h.start_rabbitmq(self.tmp)
         self.addCleanup(rabbit.stop)
@@ -1279,8 +1326,11 @@ class DescriptorStorm(HostileCase):
             self.assertEqual(errors[:5], [], "%d connections failed" % len(errors))
         tw.wait_for_records("session closed", count=2 * n, timeout=60)
         self.assertEqual(len(tw.log_records("session closed")), 2 * n)
-        self.assertGreaterEqual(len(tw.log_records("amqp protocol error")), n // 2)
-        self.assertGreaterEqual(len(tw.log_records("resp protocol error")), n // 2)
+        # Warnings that repeat this fast are written in fewer lines that count them (repeated=N).
+        h.eventually(lambda: tw.event_count("amqp protocol error") >= n // 2
+                     and tw.event_count("resp protocol error") >= n // 2, 30)
+        self.assertGreaterEqual(tw.event_count("amqp protocol error"), n // 2)
+        self.assertGreaterEqual(tw.event_count("resp protocol error"), n // 2)
         hk.wait_fds(tw.pid, base, 30)
         self.assertEqual(hk.fd_count(tw.pid), base)
         self.assertLess(tw.rss_kib(), RSS_CAP_KIB)

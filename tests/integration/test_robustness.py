@@ -890,10 +890,13 @@ class ChurnTest(h.TestCase):
             s.close()
         for i in range(200):                       # upstream refuses
             s = h.connect(p_dead)
-            clients.append(h.client_addr(s))
             h.wait_closed(s, 10)
             s.close()
         tw.wait_sessions(clients, timeout=60)
+        # Those that never reached their upstream are counted, not each logged (repeated=N).
+        h.wait_until(lambda: tw.event_count("session closed", listener="dead",
+                                            reason="upstream_connect_failed") == 200,
+                     60, what="the 200 refused sessions in the log")
         h.wait_until(lambda: self._fds(tw) <= base + 2, 60, what="twice's descriptors back to %d" % base)
         h.log("descriptors: %d before, %d after %d sessions; RSS %d KiB" % (
             base, self._fds(tw), len(clients), tw.rss_kib()))
