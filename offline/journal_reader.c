@@ -28,6 +28,7 @@ struct journal_reader {
     size_t cap, start, end;
     bool eof;                       /* fread() returned 0 at the end of the file */
     bool truncated;                 /* the last entry was cut short */
+    bool clean_stop;                /* the last entry read is a stop record */
     int status;                     /* sticky: 0 or a JOURNAL_ERR_* code */
     int sys_errno;                  /* errno of the last JOURNAL_ERR_IO */
     uint64_t offset;                /* file offset of buf[start] */
@@ -318,6 +319,8 @@ int journal_reader_next(struct journal_reader *r, const Twice__Journal__Entry **
     if (rc == 0)
         return 0;
     r->count++;
+    r->clean_stop = r->current->body_case == TWICE__JOURNAL__ENTRY__BODY_RECORD &&
+                    r->current->record->kind == TWICE__JOURNAL__RECORD__KIND__STOP;
     *out = r->current;
     return 1;
 }
@@ -380,6 +383,11 @@ const Twice__Journal__Header *journal_reader_header(const struct journal_reader 
 bool journal_reader_truncated(const struct journal_reader *r)
 {
     return r->truncated;
+}
+
+bool journal_reader_clean_stop(const struct journal_reader *r)
+{
+    return r->clean_stop;
 }
 
 uint64_t journal_reader_offset(const struct journal_reader *r)

@@ -127,6 +127,10 @@ int journal_reader_next(struct journal_reader *r,
 /* True once journal_reader_next() hit a last entry that was cut short. */
 bool journal_reader_truncated(const struct journal_reader *r);
 
+/* True when the last entry read is a `stop` record: the writer stopped in good order.  A
+ * journal read to its end without one was cut short by a kill or a crash. */
+bool journal_reader_clean_stop(const struct journal_reader *r);
+
 /* Bytes of the file consumed by complete entries so far. */
 uint64_t journal_reader_offset(const struct journal_reader *r);
 

@@ -28,6 +28,7 @@ struct verdict_inputs {
     const char *journal, *effects;
     uint64_t seed, start_unix_ms, records, effect_lines;
     bool truncated;
+    bool clean_stop; /* the journal ends with its stop record */
 };
 
 struct verdict_args {
@@ -58,6 +59,7 @@ static int load_journal(struct verdict *v, struct verdict_inputs *in, char *err,
                  journal_reader_error(r) != NULL ? journal_reader_error(r) : journal_strerror(rc));
     in->records = journal_reader_count(r);
     in->truncated = journal_reader_truncated(r);
+    in->clean_stop = journal_reader_clean_stop(r);
     journal_reader_close(r);
     return rc < 0 ? -1 : 0;
 }
@@ -255,14 +257,15 @@ static void print_json(FILE *out, const struct verdict_result *res, const struct
     json_write_string(out, in->effects);
     fprintf(out,
             ",\n  \"seed\": \"%llu\",\n  \"start_unix_ms\": %llu,\n  \"records\": %llu,\n"
-            "  \"journal_truncated\": %s,\n  \"effect_lines\": %llu,\n  \"effects_check\": \"%s\","
+            "  \"journal_truncated\": %s,\n  \"journal_clean_stop\": %s,\n"
+            "  \"effect_lines\": %llu,\n  \"effects_check\": \"%s\","
             "\n  \"end_unix_us\": %llu,\n  \"stalled\": %s,\n  \"required_short\": %s,\n"
             "  \"verdict\": ",
             (unsigned long long)in->seed, (unsigned long long)in->start_unix_ms,
             (unsigned long long)in->records, in->truncated ? "true" : "false",
-            (unsigned long long)in->effect_lines, effects_check_name(res->effects_check),
-            (unsigned long long)res->end_us, res->any_stalled ? "true" : "false",
-            res->any_required_short ? "true" : "false");
+            in->clean_stop ? "true" : "false", (unsigned long long)in->effect_lines,
+            effects_check_name(res->effects_check), (unsigned long long)res->end_us,
+            res->any_stalled ? "true" : "false", res->any_required_short ? "true" : "false");
     json_write_string(out, verdict_kind_name(res->overall));
     fputs(",\n  \"tasks\": [", out);
     for (size_t i = 0; i < res->n_tasks; i++) {
@@ -480,6 +483,8 @@ static void print_warnings(FILE *out, const struct verdict_result *res,
         fputs("warning: the journal's last record is cut short (the proxy died while "
               "writing); the records before it are counted\n",
               out);
+    if (!in->clean_stop)
+        fputs(REPORT_NO_CLEAN_STOP "\n", out);
     if (res->unknown_effect_ids > 0 && res->effects_check == VERDICT_EFFECTS_OK) {
         fprintf(out,
                 "warning: %llu message ids in the effects list (%llu lines) never appear in "
@@ -943,6 +948,8 @@ static int verdict_execute(const struct verdict_args *a, FILE *out, FILE *err)
     if (code != VERDICT_EXIT_ERROR && a->json) {
         if (in.truncated)
             fputs("twice verdict: warning: the journal's last record is cut short\n", err);
+        if (!in.clean_stop)
+            fputs("twice verdict: warning: the journal ended without a clean stop\n", err);
         if (res.effects_check != VERDICT_EFFECTS_OK)
             fprintf(err,
                     "twice verdict: error: the effects list does not match the journal "
