@@ -11,6 +11,7 @@
 #include "proto/utf8.h"
 
 #include <errno.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -29,6 +30,7 @@ struct journal_reader {
     bool eof;                       /* fread() returned 0 at the end of the file */
     bool truncated;                 /* the last entry was cut short */
     bool clean_stop;                /* the last entry read is a stop record */
+    bool crc;                       /* entries end with their checksum (header entry_crc32c) */
     int status;                     /* sticky: 0 or a JOURNAL_ERR_* code */
     int sys_errno;                  /* errno of the last JOURNAL_ERR_IO */
     uint64_t offset;                /* file offset of buf[start] */
@@ -72,7 +74,102 @@ static int read_length(const uint8_t *buf, size_t len, uint64_t *v, size_t *n)
     return JOURNAL_ERR_VARINT;
 }
 
-int journal_decode_entry(const uint8_t *buf, size_t len, size_t *used, Twice__Journal__Entry **out)
+/* ---- CRC-32C ----------------------------------------------------------------------------- */
+
+/* CRC-32C (Castagnoli): the checksum LevelDB and RocksDB give their log records, for what it is
+ * here too, finding damage and the next record after it.  x86-64's SSE4.2 computes it 8 bytes
+ * per instruction (a few ns per entry, where slicing by 8 takes ~50: as much as encoding the
+ * record); elsewhere, or on an x86-64 without SSE4.2, slicing by 8 (Intel's, as zlib and the
+ * Linux kernel use it), with eight tables of 256 built once.  The reflected polynomial. */
+#define JOURNAL_CRC_POLY 0x82f63b78u
+
+static uint32_t crc_table[8][256];
+static bool crc_hw;
+static pthread_once_t crc_once = PTHREAD_ONCE_INIT;
+
+static void crc_init(void)
+{
+    for (uint32_t i = 0; i < 256; i++) {
+        uint32_t c = i;
+        for (int k = 0; k < 8; k++)
+            c = c & 1 ? JOURNAL_CRC_POLY ^ (c >> 1) : c >> 1;
+        crc_table[0][i] = c;
+    }
+    for (uint32_t i = 0; i < 256; i++)
+        for (int t = 1; t < 8; t++)
+            crc_table[t][i] = (crc_table[t - 1][i] >> 8) ^ crc_table[0][crc_table[t - 1][i] & 0xff];
+#if defined(__x86_64__)
+    crc_hw = __builtin_cpu_supports("sse4.2");
+#endif
+}
+
+static uint32_t load_le32(const uint8_t *p)
+{
+    return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
+}
+
+/* c carried on over p[0..n), without the final inversion. */
+static uint32_t crc_sliced(uint32_t c, const uint8_t *p, size_t n)
+{
+    const uint32_t(*t)[256] = crc_table;
+    for (; n >= 8; p += 8, n -= 8) {
+        uint32_t a = load_le32(p) ^ c, b = load_le32(p + 4);
+        c = t[7][a & 0xff] ^ t[6][(a >> 8) & 0xff] ^ t[5][(a >> 16) & 0xff] ^ t[4][a >> 24] ^
+            t[3][b & 0xff] ^ t[2][(b >> 8) & 0xff] ^ t[1][(b >> 16) & 0xff] ^ t[0][b >> 24];
+    }
+    for (; n > 0; p++, n--)
+        c = t[0][(c ^ *p) & 0xff] ^ (c >> 8);
+    return c;
+}
+
+#if defined(__x86_64__)
+__attribute__((target("sse4.2"))) static uint32_t crc_sse42(uint32_t c, const uint8_t *p, size_t n)
+{
+    for (; n >= 8; p += 8, n -= 8) {
+        uint64_t v;
+        memcpy(&v, p, sizeof(v)); /* little-endian, as the instruction reads it */
+        c = (uint32_t)__builtin_ia32_crc32di(c, v);
+    }
+    for (; n > 0; p++, n--)
+        c = __builtin_ia32_crc32qi(c, *p);
+    return c;
+}
+#endif
+
+uint32_t journal_crc32c(const uint8_t *p, size_t n)
+{
+    pthread_once(&crc_once, crc_init);
+#if defined(__x86_64__)
+    if (crc_hw)
+        return crc_sse42(0xffffffffu, p, n) ^ 0xffffffffu;
+#endif
+    return crc_sliced(0xffffffffu, p, n) ^ 0xffffffffu;
+}
+
+uint32_t journal_crc32c_portable(const uint8_t *p, size_t n)
+{
+    pthread_once(&crc_once, crc_init);
+    return crc_sliced(0xffffffffu, p, n) ^ 0xffffffffu;
+}
+
+/* Writes the checksum of body[0..n) after it (JOURNAL_CRC_LEN bytes). */
+static void put_crc(uint8_t *body, size_t n)
+{
+    uint32_t c = journal_crc32c(body, n);
+    body[n] = JOURNAL_CRC_TAG;
+    for (size_t i = 0; i < 4; i++)
+        body[n + 1 + i] = (uint8_t)(c >> (8 * i));
+}
+
+/* Whether body[0..n) ends with the checksum of the bytes before it. */
+static bool crc_ok(const uint8_t *body, size_t n)
+{
+    return n >= JOURNAL_CRC_LEN && body[n - JOURNAL_CRC_LEN] == JOURNAL_CRC_TAG &&
+           load_le32(body + n - 4) == journal_crc32c(body, n - JOURNAL_CRC_LEN);
+}
+
+int journal_decode_entry(const uint8_t *buf, size_t len, bool crc, size_t *used,
+                         Twice__Journal__Entry **out)
 {
     uint64_t body_len = 0;
     size_t prefix_len = 0;
@@ -81,12 +178,18 @@ int journal_decode_entry(const uint8_t *buf, size_t len, size_t *used, Twice__Jo
         return rc;
     if (len - prefix_len < body_len)
         return 0;
-    Twice__Journal__Entry *e =
-        twice__journal__entry__unpack(NULL, (size_t)body_len, buf + prefix_len);
+    *used = prefix_len + (size_t)body_len;
+    const uint8_t *body = buf + prefix_len;
+    size_t n = (size_t)body_len;
+    if (crc) {
+        if (!crc_ok(body, n))
+            return JOURNAL_ERR_CHECKSUM;
+        n -= JOURNAL_CRC_LEN;
+    }
+    Twice__Journal__Entry *e = twice__journal__entry__unpack(NULL, n, body);
     if (e == NULL)
         return JOURNAL_ERR_DECODE;
     *out = e;
-    *used = prefix_len + (size_t)body_len;
     return 1;
 }
 
@@ -111,23 +214,35 @@ static size_t varint_size(uint64_t v)
     return n;
 }
 
+/* e without its crc32c field: protobuf-c writes the other fields; the checksum is ours to add. */
+static Twice__Journal__Entry without_crc(const Twice__Journal__Entry *e)
+{
+    Twice__Journal__Entry copy = *e;
+    copy.crc32c = 0;
+    return copy;
+}
+
 size_t journal_entry_encoded_size(const Twice__Journal__Entry *e)
 {
-    size_t body = twice__journal__entry__get_packed_size(e);
+    Twice__Journal__Entry copy = without_crc(e);
+    size_t body = twice__journal__entry__get_packed_size(&copy) + JOURNAL_CRC_LEN;
     return varint_size(body) + body;
 }
 
 int journal_encode_entry(const Twice__Journal__Entry *e, uint8_t *out, size_t cap, size_t *written)
 {
-    size_t body = twice__journal__entry__get_packed_size(e);
+    Twice__Journal__Entry copy = without_crc(e);
+    size_t msg = twice__journal__entry__get_packed_size(&copy);
+    size_t body = msg + JOURNAL_CRC_LEN;
     if (body > JOURNAL_RECORD_MAX)
         return JOURNAL_ERR_TOO_LARGE;
     size_t need = varint_size(body) + body;
     if (cap < need)
         return JOURNAL_ERR_SPACE;
     size_t n = journal_put_varint(out, body);
-    n += twice__journal__entry__pack(e, out + n);
-    *written = n;
+    twice__journal__entry__pack(&copy, out + n);
+    put_crc(out + n, msg);
+    *written = need;
     return 0;
 }
 
@@ -202,7 +317,8 @@ int journal_encode_record_entry(const Twice__Journal__Record *r, uint8_t *out, s
     for (size_t i = 0; i < n; i++)
         rec += varint_size((uint64_t)f[i].number << 3) + varint_size(f[i].v) +
                (f[i].s != NULL ? f[i].v : 0);
-    size_t body = 1 + varint_size(rec) + rec; /* Entry: field 2, length-delimited */
+    /* Entry: field 2, length-delimited, then the checksum */
+    size_t body = 1 + varint_size(rec) + rec + JOURNAL_CRC_LEN;
     if (body > JOURNAL_RECORD_MAX)
         return JOURNAL_ERR_TOO_LARGE;
     if (cap < varint_size(body) + body) {
@@ -210,6 +326,7 @@ int journal_encode_record_entry(const Twice__Journal__Record *r, uint8_t *out, s
         return JOURNAL_ERR_SPACE;
     }
     size_t o = journal_put_varint(out, body);
+    size_t start = o;
     out[o++] = 2 << 3 | 2;
     o += journal_put_varint(out + o, rec);
     for (size_t i = 0; i < n; i++) {
@@ -221,7 +338,8 @@ int journal_encode_record_entry(const Twice__Journal__Record *r, uint8_t *out, s
             o += f[i].v;
         }
     }
-    *written = o;
+    put_crc(out + start, o - start);
+    *written = o + JOURNAL_CRC_LEN;
     return 0;
 }
 
@@ -289,7 +407,7 @@ static int reader_decode(struct journal_reader *r)
     for (;;) {
         Twice__Journal__Entry *e = NULL;
         size_t used = 0;
-        int rc = journal_decode_entry(r->buf + r->start, r->end - r->start, &used, &e);
+        int rc = journal_decode_entry(r->buf + r->start, r->end - r->start, r->crc, &used, &e);
         if (rc < 0)
             return rc;
         if (rc == 1) {
@@ -325,10 +443,20 @@ int journal_reader_next(struct journal_reader *r, const Twice__Journal__Entry **
     return 1;
 }
 
-/* Reads and checks the first entry.  Returns 0 or an error code. */
+/* Reads and checks the first entry.  Returns 0 or an error code.  A header whose checksum
+ * fails is read again as one of a journal without checksums: if it says it has them, it is
+ * damaged. */
 static int reader_read_header(struct journal_reader *r)
 {
+    r->crc = true;
     int rc = reader_decode(r);
+    if (rc == JOURNAL_ERR_CHECKSUM || rc == JOURNAL_ERR_DECODE) {
+        r->crc = false;
+        rc = reader_decode(r);
+        if (rc == 1 && r->current->body_case == TWICE__JOURNAL__ENTRY__BODY_HEADER &&
+            r->current->header->entry_crc32c)
+            return JOURNAL_ERR_CHECKSUM;
+    }
     if (rc < 0)
         return rc;
     if (rc == 0)
@@ -337,6 +465,7 @@ static int reader_read_header(struct journal_reader *r)
         return JOURNAL_ERR_NO_HEADER;
     if (r->current->header->version != JOURNAL_FORMAT_VERSION)
         return JOURNAL_ERR_VERSION;
+    r->crc = r->current->header->entry_crc32c;
     r->header = r->current;
     r->current = NULL;
     return 0;

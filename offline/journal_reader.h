@@ -24,9 +24,14 @@
 
 #include "proto/journal.pb-c.h"
 
-/* Largest encoded Entry (without its length prefix).  A length prefix above
- * it is an error, whatever the bytes after it. */
+/* Largest encoded Entry (without its length prefix, with its checksum).  A
+ * length prefix above it is an error, whatever the bytes after it. */
 #define JOURNAL_RECORD_MAX (1024u * 1024u)
+/* The checksum every entry ends with (journal.proto's Entry.crc32c): the tag
+ * byte of field 15 as a fixed32, then the CRC-32C of the entry's bytes before
+ * it, little-endian. */
+#define JOURNAL_CRC_TAG 0x7du
+#define JOURNAL_CRC_LEN 5u
 /* A varint length prefix is at most this long (a uint64). */
 #define JOURNAL_VARINT_MAX 10u
 /* Journal format version this code writes and reads. */
@@ -44,7 +49,8 @@
     X(ERR_VERSION, -7, "unsupported journal format version")                                       \
     X(ERR_SPACE, -8, "output buffer too small")                                                    \
     X(ERR_EMPTY, -9, "journal is empty (no header)")                                               \
-    X(ERR_TRUNCATED, -10, "journal ends inside its header")
+    X(ERR_TRUNCATED, -10, "journal ends inside its header")                                        \
+    X(ERR_CHECKSUM, -11, "entry fails its checksum")
 
 enum journal_status {
 #define JOURNAL_STATUS_ENUM(name, code, str) JOURNAL_##name = code,
@@ -56,23 +62,35 @@ enum journal_status {
 const char *journal_strerror(int status);
 
 /*
- * Decodes the entry at the start of buf[0..len).
+ * Decodes the entry at the start of buf[0..len); with `crc`, it must end with
+ * its checksum (a journal whose header has entry_crc32c), which is checked and
+ * left out of *out.
  * Returns 1 and sets *out (caller frees with twice__journal__entry__free_unpacked)
  * and *used (bytes consumed, prefix included); 0 when buf holds only a prefix of
  * an entry (feed more bytes, nothing consumed); or a negative JOURNAL_ERR_*
- * (ERR_VARINT, ERR_TOO_LARGE, ERR_DECODE, ERR_NOMEM).  Never reads past len.
+ * (ERR_VARINT, ERR_TOO_LARGE, ERR_CHECKSUM, ERR_DECODE, ERR_NOMEM).  On
+ * ERR_CHECKSUM and ERR_DECODE the entry's bytes were all there: *used is how
+ * many its prefix announced.  Never reads past len.
  */
-int journal_decode_entry(const uint8_t *buf, size_t len, size_t *used,
+int journal_decode_entry(const uint8_t *buf, size_t len, bool crc, size_t *used,
                          Twice__Journal__Entry **out) TWICE_MUST_CHECK;
 
-/* Bytes journal_encode_entry() writes for e: the varint prefix plus the message. */
+/* CRC-32C (Castagnoli) of p[0..n): the checksum of an entry.  With SSE4.2 on x86-64, where
+ * the CPU has it; journal_crc32c_portable() is the table-driven code every other CPU runs (the
+ * tests compare the two). */
+uint32_t journal_crc32c(const uint8_t *p, size_t n);
+uint32_t journal_crc32c_portable(const uint8_t *p, size_t n);
+
+/* Bytes journal_encode_entry() writes for e: the varint prefix, the message and
+ * its checksum. */
 size_t journal_entry_encoded_size(const Twice__Journal__Entry *e);
 
 /*
- * Writes the length-delimited form of e (varint byte count, then the message)
- * into out[0..cap) and sets *written.  Returns 0, JOURNAL_ERR_TOO_LARGE when
- * the message exceeds JOURNAL_RECORD_MAX, or JOURNAL_ERR_SPACE when cap is too
- * small (nothing is written in either case).
+ * Writes the length-delimited form of e (varint byte count, then the message
+ * ending with its checksum; e->crc32c is ignored) into out[0..cap) and sets
+ * *written.  Returns 0, JOURNAL_ERR_TOO_LARGE when the message exceeds
+ * JOURNAL_RECORD_MAX, or JOURNAL_ERR_SPACE when cap is too small (nothing is
+ * written in either case).
  */
 int journal_encode_entry(const Twice__Journal__Entry *e, uint8_t *out, size_t cap,
                          size_t *written) TWICE_MUST_CHECK;

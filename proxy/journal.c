@@ -390,6 +390,7 @@ static int write_header(int fd, const struct journal_header_info *hdr)
     h.config_sha256.len = sizeof(hdr->config_sha256);
     h.start_unix_ms = hdr->start_unix_ms != 0 ? hdr->start_unix_ms : now_unix_us() / 1000u;
     h.twice_version = (char *)TWICE_VERSION;
+    h.entry_crc32c = true;
     char *owned = NULL;
     h.config_path = field_text(hdr->config_path, &owned);
     size_t n = hdr->n_listeners;

@@ -9,7 +9,8 @@
  *         tests/fuzz/fuzz_journal.c proto/ *.c rules/ *.c offline/ *.c \
  *         GEN/proto/journal.pb-c.c -ljansson -lprotobuf-c
  *
- * Seeds are journals written by a real twice (tests/fuzz/corpus/journal/).  The input is the
+ * Seeds are journals written by a real twice (tests/fuzz/corpus/journal/; nocrc-*.pb by one
+ * before entries carried their checksum).  The input is the
  * content of a journal file: the reader opens it by path, so it is written to a memfd and opened
  * as /proc/self/fd/N.  The same bytes also go through the span decoder, entry by entry.
  *
@@ -44,9 +45,8 @@ static struct fz_file fz_journal, fz_effects;
 static FILE *fz_devnull;
 /* Command lines are char *[]: their words must be writable. */
 static char arg_report[] = "report", arg_verdict[] = "verdict", arg_json[] = "--json",
-            arg_journal[] = "--journal", arg_effects[] = "--effects",
-            arg_messages[] = "--messages", arg_require[] = "--require=overlap,window=1s",
-            arg_stall[] = "--stall-after=1ms";
+            arg_journal[] = "--journal", arg_effects[] = "--effects", arg_messages[] = "--messages",
+            arg_require[] = "--require=overlap,window=1s", arg_stall[] = "--stall-after=1ms";
 
 /* Failed invariants name themselves: the reproducer's log says which one. */
 #define CHECK(ok) check_at((ok), __LINE__, #ok)
@@ -83,6 +83,7 @@ struct walk {
     size_t offset;  /* bytes consumed by them */
     int rc;         /* 0: stopped for want of bytes (or at the end); else the error */
     bool header_ok; /* the first entry is a version-1 header */
+    bool crc;       /* its entries end with their checksum (the header's entry_crc32c) */
     bool no_copy;   /* some entry does not survive protobuf-c's pack and unpack */
     char message_id[128];
 };
@@ -118,7 +119,7 @@ static bool check_round_trip(const Twice__Journal__Entry *e)
     CHECK(rc == 0 && written == need);
     Twice__Journal__Entry *again = NULL;
     size_t used = 0;
-    if (journal_decode_entry(buf, need, &used, &again) != 1) {
+    if (journal_decode_entry(buf, need, true, &used, &again) != 1) {
         CHECK(has_unknown_fields(e));
         free(buf);
         return false;
@@ -145,14 +146,35 @@ static void walk_note(struct walk *w, const Twice__Journal__Entry *e)
         snprintf(w->message_id, sizeof(w->message_id), "%s", e->record->message_id);
 }
 
+/* The first entry: with its checksum, else (a journal of twice before checksums) without; a
+ * header read that way that says it has them is damaged.  Sets w->crc. */
+static int walk_first(const uint8_t *p, size_t len, struct walk *w, size_t *used,
+                      Twice__Journal__Entry **e)
+{
+    int rc = journal_decode_entry(p, len, true, used, e);
+    if (rc == JOURNAL_ERR_CHECKSUM || rc == JOURNAL_ERR_DECODE) {
+        rc = journal_decode_entry(p, len, false, used, e);
+        if (rc == 1 && (*e)->body_case == TWICE__JOURNAL__ENTRY__BODY_HEADER &&
+            (*e)->header->entry_crc32c) {
+            twice__journal__entry__free_unpacked(*e, NULL);
+            return JOURNAL_ERR_CHECKSUM;
+        }
+    }
+    w->crc = rc == 1 && (*e)->body_case == TWICE__JOURNAL__ENTRY__BODY_HEADER &&
+             (*e)->header->entry_crc32c;
+    return rc;
+}
+
 static void walk_spans(const uint8_t *p, size_t len, struct walk *w)
 {
     memset(w, 0, sizeof(*w));
     for (;;) {
         Twice__Journal__Entry *e = NULL;
         size_t used = 0;
-        int rc = journal_decode_entry(p + w->offset, len - w->offset, &used, &e);
-        CHECK(rc <= 1 && rc >= JOURNAL_ERR_DECODE);
+        int rc = w->entries == 0
+                     ? walk_first(p, len, w, &used, &e)
+                     : journal_decode_entry(p + w->offset, len - w->offset, w->crc, &used, &e);
+        CHECK(rc <= 1 && rc >= JOURNAL_ERR_CHECKSUM);
         if (rc <= 0) {
             w->rc = rc;
             return;
@@ -161,8 +183,8 @@ static void walk_spans(const uint8_t *p, size_t len, struct walk *w)
         /* Strict prefixes of a whole entry ask for more. */
         Twice__Journal__Entry *none = NULL;
         size_t none_used = 0;
-        CHECK(journal_decode_entry(p + w->offset, used - 1, &none_used, &none) == 0);
-        CHECK(journal_decode_entry(p + w->offset, used / 2, &none_used, &none) == 0);
+        CHECK(journal_decode_entry(p + w->offset, used - 1, w->crc, &none_used, &none) == 0);
+        CHECK(journal_decode_entry(p + w->offset, used / 2, w->crc, &none_used, &none) == 0);
         CHECK(none == NULL);
         if (!check_round_trip(e))
             w->no_copy = true;
@@ -268,7 +290,7 @@ static void write_effects(const uint8_t *p, size_t len, const struct walk *w)
     for (size_t k = 0; k < w->entries && lines < FZ_EFFECTS_MAX; k++) {
         Twice__Journal__Entry *e = NULL;
         size_t used = 0;
-        CHECK(journal_decode_entry(p + off, len - off, &used, &e) == 1);
+        CHECK(journal_decode_entry(p + off, len - off, k > 0 && w->crc, &used, &e) == 1);
         if (e->body_case == TWICE__JOURNAL__ENTRY__BODY_RECORD &&
             e->record->message_id[0] != '\0') {
             fprintf(f, " %s\r\n", e->record->message_id);
@@ -290,7 +312,7 @@ static void check_verdict(const uint8_t *p, size_t len, const struct walk *w)
     char *json[] = {arg_verdict, arg_journal, fz_journal.path, arg_effects, fz_effects.path,
                     arg_json,    NULL};
     char *strict[] = {arg_verdict, arg_journal, fz_journal.path, arg_effects, fz_effects.path,
-                      arg_require, arg_stall, arg_json, NULL};
+                      arg_require, arg_stall,   arg_json,        NULL};
     int code = fz_run(verdict_run, 5, text, false);
     CHECK(code >= 0 && code <= VERDICT_EXIT_STALLED);
     CHECK((code != VERDICT_EXIT_ERROR) == reads);

@@ -194,6 +194,7 @@ static void test_header_round_trips(void **state)
     const Twice__Journal__Header *h = journal_reader_header(r);
     struct journal_header_info want = test_header();
     assert_int_equal(h->version, 1);
+    assert_true(h->entry_crc32c);
     assert_int_equal(h->seed, want.seed);
     assert_int_equal(h->start_unix_ms, want.start_unix_ms);
     assert_int_equal(h->config_sha256.len, 32);
@@ -482,6 +483,20 @@ static void test_bad_headers(void **state)
     assert_open_fails(f->other, "empty");
     copy_prefix(f->path, f->other, 5);
     assert_open_fails(f->other, "inside its header");
+    /* One byte of the header changed (the config path's last): it fails its checksum, and
+     * nothing after it can be trusted to be this run's. */
+    size_t size = file_size(f->path);
+    copy_prefix(f->path, f->other, size);
+    FILE *hp = fopen(f->other, "r+b");
+    uint8_t *whole = malloc(size);
+    assert_int_equal(fread(whole, 1, size, hp), size);
+    uint8_t *at = memmem(whole, size, "staging.twice", 13);
+    assert_non_null(at);
+    fseek(hp, (long)(at - whole) + 12, SEEK_SET);
+    fputc('X', hp);
+    fclose(hp);
+    free(whole);
+    assert_open_fails(f->other, "fails its checksum");
 
     /* A record where the header should be. */
     Twice__Journal__Record rec = TWICE__JOURNAL__RECORD__INIT;
@@ -547,27 +562,27 @@ static void test_entry_size_limit(void **state)
     size_t cap = JOURNAL_RECORD_MAX + 2 * JOURNAL_VARINT_MAX;
     uint8_t *buf = malloc(cap);
     char *detail = NULL;
-    /* Exactly the limit: encodes and decodes. */
-    Twice__Journal__Entry *e = entry_of_size(JOURNAL_RECORD_MAX, &detail);
+    /* Exactly the limit, with the checksum: encodes and decodes. */
+    Twice__Journal__Entry *e = entry_of_size(JOURNAL_RECORD_MAX - JOURNAL_CRC_LEN, &detail);
     size_t n = 0, used = 0;
     assert_int_equal(journal_encode_entry(e, buf, cap, &n), 0);
     assert_int_equal(n, journal_entry_encoded_size(e));
     assert_int_equal(journal_encode_entry(e, buf, n - 1, &n), JOURNAL_ERR_SPACE);
     Twice__Journal__Entry *out = NULL;
-    assert_int_equal(journal_decode_entry(buf, n, &used, &out), 1);
+    assert_int_equal(journal_decode_entry(buf, n, true, &used, &out), 1);
     assert_int_equal(used, n);
     assert_int_equal(strlen(out->record->detail), strlen(detail));
     twice__journal__entry__free_unpacked(out, NULL);
     free(detail);
     /* One byte more: refused both ways. */
-    e = entry_of_size(JOURNAL_RECORD_MAX + 1, &detail);
+    e = entry_of_size(JOURNAL_RECORD_MAX - JOURNAL_CRC_LEN + 1, &detail);
     assert_int_equal(journal_encode_entry(e, buf, cap, &n), JOURNAL_ERR_TOO_LARGE);
     /* Refused from the prefix alone, before the body arrives. */
     size_t p = journal_put_varint(buf, JOURNAL_RECORD_MAX + 1);
-    assert_int_equal(journal_decode_entry(buf, p, &used, &out), JOURNAL_ERR_TOO_LARGE);
+    assert_int_equal(journal_decode_entry(buf, p, true, &used, &out), JOURNAL_ERR_TOO_LARGE);
     /* Even from the first bytes of a longer prefix. */
     assert_int_equal(journal_put_varint(buf, 0xffffffffffull), 6);
-    assert_int_equal(journal_decode_entry(buf, 4, &used, &out), JOURNAL_ERR_TOO_LARGE);
+    assert_int_equal(journal_decode_entry(buf, 4, false, &used, &out), JOURNAL_ERR_TOO_LARGE);
     free(detail);
     free(buf);
 }
@@ -625,11 +640,11 @@ static void test_decode_at_every_split(void **state)
         for (size_t cut = start; cut < ends[i]; cut++) {
             Twice__Journal__Entry *out = NULL;
             size_t used = 0;
-            assert_int_equal(journal_decode_entry(buf + start, cut - start, &used, &out), 0);
+            assert_int_equal(journal_decode_entry(buf + start, cut - start, true, &used, &out), 0);
         }
         Twice__Journal__Entry *out = NULL;
         size_t used = 0;
-        assert_int_equal(journal_decode_entry(buf + start, len - start, &used, &out), 1);
+        assert_int_equal(journal_decode_entry(buf + start, len - start, true, &used, &out), 1);
         assert_int_equal(used, ends[i] - start);
         assert_string_equal(out->record->message_id, ids[i]);
         assert_int_equal(out->record->delivery_tag, 300 + i);
@@ -644,21 +659,149 @@ static void test_varint_prefix(void **state)
     uint8_t buf[16];
     size_t used = 0;
     Twice__Journal__Entry *out = NULL;
-    /* Overlong but in range: 0x80 0x80 0x00 is a zero length, an empty Entry. */
+    /* Overlong but in range: 0x80 0x80 0x00 is a zero length, an empty Entry; without its
+     * checksum, which a journal that has them refuses. */
     memcpy(buf, "\x80\x80\x00", 3);
-    assert_int_equal(journal_decode_entry(buf, 3, &used, &out), 1);
+    assert_int_equal(journal_decode_entry(buf, 3, false, &used, &out), 1);
     assert_int_equal(used, 3);
     assert_int_equal(out->body_case, TWICE__JOURNAL__ENTRY__BODY__NOT_SET);
     twice__journal__entry__free_unpacked(out, NULL);
+    assert_int_equal(journal_decode_entry(buf, 3, true, &used, &out), JOURNAL_ERR_CHECKSUM);
+    assert_int_equal(used, 3);
     /* Eleven continuation bytes of zeros: not a varint. */
     memset(buf, 0x80, 11);
-    assert_int_equal(journal_decode_entry(buf, 11, &used, &out), JOURNAL_ERR_VARINT);
+    assert_int_equal(journal_decode_entry(buf, 11, true, &used, &out), JOURNAL_ERR_VARINT);
     /* Body bytes that are not an Entry. */
     memcpy(buf, "\x02\xff\xff", 3);
-    assert_int_equal(journal_decode_entry(buf, 3, &used, &out), JOURNAL_ERR_DECODE);
+    assert_int_equal(journal_decode_entry(buf, 3, false, &used, &out), JOURNAL_ERR_DECODE);
     assert_string_equal(journal_strerror(JOURNAL_ERR_DECODE),
                         "entry is not a valid protobuf Entry");
     assert_string_equal(journal_strerror(-999), "unknown error");
+}
+
+/* CRC-32C bit by bit, as its polynomial defines it: what journal_crc32c() must give. */
+static uint32_t crc32c_bitwise(const uint8_t *p, size_t n)
+{
+    uint32_t c = 0xffffffffu;
+    for (size_t i = 0; i < n; i++) {
+        c ^= p[i];
+        for (int k = 0; k < 8; k++)
+            c = c & 1 ? 0x82f63b78u ^ (c >> 1) : c >> 1;
+    }
+    return ~c;
+}
+
+/* The check value of the CRC catalogue; every start (alignment) and length around the 8-byte
+ * steps, on the CPU's instruction and on the tables. */
+static void test_crc32c(void **state)
+{
+    (void)state;
+    assert_int_equal(journal_crc32c((const uint8_t *)"123456789", 9), 0xe3069283u);
+    assert_int_equal(journal_crc32c_portable((const uint8_t *)"123456789", 9), 0xe3069283u);
+    assert_int_equal(journal_crc32c((const uint8_t *)"", 0), 0);
+    uint8_t buf[300];
+    for (size_t i = 0; i < sizeof(buf); i++)
+        buf[i] = (uint8_t)(i * 131 + 7);
+    for (size_t at = 0; at < 8; at++) {
+        for (size_t n = 0; n + at <= sizeof(buf); n += n < 40 ? 1 : 37) {
+            uint32_t want = crc32c_bitwise(buf + at, n);
+            assert_int_equal(journal_crc32c(buf + at, n), want);
+            assert_int_equal(journal_crc32c_portable(buf + at, n), want);
+        }
+    }
+}
+
+/* Writes a journal of twice before checksums: the entries as protobuf-c packs them, no
+ * entry_crc32c in the header, no crc32c in any entry. */
+static void write_unchecked_journal(const char *path, const char **ids, size_t n)
+{
+    FILE *fp = fopen(path, "wb");
+    assert_non_null(fp);
+    Twice__Journal__Header h = TWICE__JOURNAL__HEADER__INIT;
+    h.version = JOURNAL_FORMAT_VERSION;
+    h.seed = 99;
+    Twice__Journal__Record rec = TWICE__JOURNAL__RECORD__INIT;
+    for (size_t i = 0; i <= n; i++) {
+        Twice__Journal__Entry e = TWICE__JOURNAL__ENTRY__INIT;
+        if (i == 0) {
+            e.body_case = TWICE__JOURNAL__ENTRY__BODY_HEADER;
+            e.header = &h;
+        } else {
+            rec.kind = TWICE__JOURNAL__RECORD__KIND__DELIVER;
+            rec.message_id = (char *)ids[i - 1];
+            e.body_case = TWICE__JOURNAL__ENTRY__BODY_RECORD;
+            e.record = &rec;
+        }
+        uint8_t buf[256];
+        size_t size = twice__journal__entry__get_packed_size(&e);
+        size_t o = journal_put_varint(buf, size);
+        assert_true(o + size <= sizeof(buf));
+        twice__journal__entry__pack(&e, buf + o);
+        fwrite(buf, 1, o + size, fp);
+    }
+    fclose(fp);
+}
+
+/* Every entry twice writes, the header's included, ends with the CRC-32C of its bytes before
+ * it; one changed byte anywhere after an entry's length prefix fails its checksum. */
+static void test_entries_end_with_their_checksum(void **state)
+{
+    struct fixture *f = *state;
+    struct journal *j = open_journal(f->path);
+    char ids[4][32];
+    for (uint64_t i = 0; i < 4; i++) {
+        struct journal_record rec = full_record(i, ids[i], sizeof(ids[i]));
+        journal_record(j, &rec);
+    }
+    journal_close(j);
+    size_t size = file_size(f->path);
+    uint8_t *buf = malloc(size);
+    FILE *fp = fopen(f->path, "rb");
+    assert_int_equal(fread(buf, 1, size, fp), size);
+    fclose(fp);
+    size_t entries = 0;
+    for (size_t off = 0; off < size; entries++) {
+        uint64_t body = 0;
+        size_t p = 0;
+        for (int shift = 0;; shift += 7) {
+            body |= (uint64_t)(buf[off + p] & 0x7f) << shift;
+            if ((buf[off + p++] & 0x80) == 0)
+                break;
+        }
+        const uint8_t *b = buf + off + p;
+        assert_true(body > JOURNAL_CRC_LEN && off + p + body <= size);
+        assert_int_equal(b[body - 5], 0x7d);
+        uint32_t c = crc32c_bitwise(b, body - 5);
+        assert_memory_equal(b + body - 4, ((uint8_t[]){c, c >> 8, c >> 16, c >> 24}), 4);
+        for (size_t k = 0; k < body; k++) {
+            uint8_t *x = buf + off + p + k;
+            *x ^= 0x10;
+            Twice__Journal__Entry *out = NULL;
+            size_t used = 0;
+            assert_int_equal(journal_decode_entry(buf + off, size - off, true, &used, &out),
+                             JOURNAL_ERR_CHECKSUM);
+            assert_int_equal(used, p + body);
+            *x ^= 0x10;
+        }
+        off += p + body;
+    }
+    assert_int_equal(entries, 5);
+    free(buf);
+}
+
+/* A journal of twice before checksums still reads, entry by entry, as before. */
+static void test_journal_without_checksums_reads(void **state)
+{
+    struct fixture *f = *state;
+    const char *ids[] = {"a", "bb", "ccc"};
+    write_unchecked_journal(f->path, ids, 3);
+    struct journal_reader *r = open_reader(f->path);
+    assert_false(journal_reader_header(r)->entry_crc32c);
+    assert_int_equal(journal_reader_header(r)->seed, 99);
+    for (size_t i = 0; i < 3; i++)
+        assert_string_equal(next_record(r)->message_id, ids[i]);
+    assert_end(r, false);
+    journal_reader_close(r);
 }
 
 static uint64_t rng_next(uint64_t *s)
@@ -670,14 +813,14 @@ static uint64_t rng_next(uint64_t *s)
 }
 
 /* Decodes buf until it is used up or an error; must never crash or overrun. */
-static void decode_all(const uint8_t *buf, size_t len)
+static void decode_all(const uint8_t *buf, size_t len, bool crc)
 {
     size_t off = 0;
     for (;;) {
         Twice__Journal__Entry *out = NULL;
         size_t used = 0;
-        int rc = journal_decode_entry(buf + off, len - off, &used, &out);
-        assert_true(rc >= JOURNAL_ERR_TRUNCATED && rc <= 1);
+        int rc = journal_decode_entry(buf + off, len - off, crc, &used, &out);
+        assert_true(rc >= JOURNAL_ERR_CHECKSUM && rc <= 1);
         if (rc != 1)
             return;
         assert_true(used >= 1 && used <= len - off);
@@ -698,7 +841,8 @@ static void test_garbage_never_crashes(void **state)
         /* Half the rounds: small plausible prefixes, so bodies get parsed. */
         if (round % 2 == 0 && len > 0)
             buf[0] = (uint8_t)(len - 1 < 0x80 ? len - 1 : 0x7f);
-        decode_all(buf, len);
+        decode_all(buf, len, false);
+        decode_all(buf, len, true);
     }
     free(buf);
 }
@@ -824,6 +968,9 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_oversized_record_in_file, setup, teardown),
         cmocka_unit_test(test_decode_at_every_split),
         cmocka_unit_test(test_varint_prefix),
+        cmocka_unit_test(test_crc32c),
+        cmocka_unit_test_setup_teardown(test_entries_end_with_their_checksum, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_journal_without_checksums_reads, setup, teardown),
         cmocka_unit_test(test_garbage_never_crashes),
         cmocka_unit_test(test_record_encoding_matches_protobuf_c),
         cmocka_unit_test_setup_teardown(test_mutated_journal_never_crashes, setup, teardown),
