@@ -4,7 +4,16 @@
  *
  * The file reader keeps one buffer holding the unread tail of the file and
  * refills it with fread(); an entry is decoded only once all of its bytes are
- * in the buffer, so the buffer never grows past the largest legal entry.
+ * in the buffer, so the buffer never grows past two of the largest legal
+ * entries (a damaged one and the one after it, see reader_damaged()).
+ *
+ * Damage.  An entry that does not decode, in a journal whose entries carry
+ * their checksum, is skipped: when the entry its length prefix announces
+ * after it checks out, the damage is that one record; otherwise the reader
+ * looks for the next position where a whole entry with a right checksum
+ * starts (a random match is 1 in 2^40: the tag byte and the CRC), and reads
+ * on from there.  Journals without checksums stop at their first damage:
+ * nothing tells where a record after it starts.
  */
 #include "offline/journal_reader.h"
 
@@ -18,8 +27,8 @@
 
 /* Bytes asked of fread() at a time, and the buffer's starting size. */
 #define JOURNAL_READ_CHUNK (64u * 1024u)
-/* The buffer never needs more than one whole entry with its prefix. */
-#define JOURNAL_READ_BUF_MAX (JOURNAL_RECORD_MAX + JOURNAL_VARINT_MAX)
+/* The buffer never needs more than two whole entries with their prefixes. */
+#define JOURNAL_READ_BUF_MAX (2 * (JOURNAL_RECORD_MAX + JOURNAL_VARINT_MAX))
 /* Room for the sticky error text. */
 #define JOURNAL_ERROR_MAX 256u
 
@@ -27,10 +36,13 @@ struct journal_reader {
     FILE *fp;     /* owned */
     uint8_t *buf; /* owned; unread bytes are buf[start..end) */
     size_t cap, start, end;
-    bool eof;                       /* fread() returned 0 at the end of the file */
-    bool truncated;                 /* the last entry was cut short */
-    bool clean_stop;                /* the last entry read is a stop record */
-    bool crc;                       /* entries end with their checksum (header entry_crc32c) */
+    bool eof;           /* fread() returned 0 at the end of the file */
+    bool truncated;     /* the last entry was cut short */
+    bool clean_stop;    /* the last entry read is a stop record */
+    bool crc;           /* entries end with their checksum (header entry_crc32c) */
+    size_t damaged_len; /* the damaged entry's announced length; 0: not known */
+    struct journal_damage damage[JOURNAL_DAMAGE_KEPT]; /* the first stretches of damage */
+    struct journal_damage_summary damage_sum;
     int status;                     /* sticky: 0 or a JOURNAL_ERR_* code */
     int sys_errno;                  /* errno of the last JOURNAL_ERR_IO */
     uint64_t offset;                /* file offset of buf[start] */
@@ -408,8 +420,10 @@ static int reader_decode(struct journal_reader *r)
         Twice__Journal__Entry *e = NULL;
         size_t used = 0;
         int rc = journal_decode_entry(r->buf + r->start, r->end - r->start, r->crc, &used, &e);
-        if (rc < 0)
+        if (rc < 0) {
+            r->damaged_len = rc == JOURNAL_ERR_CHECKSUM || rc == JOURNAL_ERR_DECODE ? used : 0;
             return rc;
+        }
         if (rc == 1) {
             twice__journal__entry__free_unpacked(r->current, NULL);
             r->current = e;
@@ -427,11 +441,168 @@ static int reader_decode(struct journal_reader *r)
     }
 }
 
+/* ---- damage ------------------------------------------------------------------------------ */
+
+static bool is_damage(int rc)
+{
+    return rc == JOURNAL_ERR_VARINT || rc == JOURNAL_ERR_TOO_LARGE || rc == JOURNAL_ERR_CHECKSUM ||
+           rc == JOURNAL_ERR_DECODE;
+}
+
+/* Whether a whole entry that checks out starts `off` bytes past r->start: 1, 0, or an error
+ * (I/O, memory).  Reads more of the file as needed; the bytes from r->start on stay. */
+static int reader_valid_at(struct journal_reader *r, size_t off)
+{
+    for (;;) {
+        size_t avail = r->end - r->start;
+        if (avail > off) {
+            Twice__Journal__Entry *e = NULL;
+            size_t used = 0;
+            int rc = journal_decode_entry(r->buf + r->start + off, avail - off, true, &used, &e);
+            if (rc == 1) {
+                twice__journal__entry__free_unpacked(e, NULL);
+                return 1;
+            }
+            if (rc < 0)
+                return 0;
+        }
+        if (r->eof)
+            return 0;
+        int rc = reader_fill(r);
+        if (rc < 0)
+            return rc;
+    }
+}
+
+/* Skips bytes from r->start, one at a time, until a whole entry that checks out starts there
+ * (1) or the file ends (0); or an error. */
+static int reader_scan(struct journal_reader *r)
+{
+    for (;;) {
+        if (r->start == r->end) {
+            if (r->eof)
+                return 0;
+            int rc = reader_fill(r);
+            if (rc < 0)
+                return rc;
+            continue;
+        }
+        r->start++;
+        r->offset++;
+        int rc = reader_valid_at(r, 0);
+        if (rc != 0)
+            return rc;
+    }
+}
+
+/* Skips the rest of the file, counting it. */
+static int reader_skip_rest(struct journal_reader *r)
+{
+    for (;;) {
+        r->offset += r->end - r->start;
+        r->start = r->end;
+        if (r->eof)
+            return 0;
+        int rc = reader_fill(r);
+        if (rc < 0)
+            return rc;
+    }
+}
+
+static void note_damage(struct journal_reader *r, const struct journal_damage *d)
+{
+    struct journal_damage_summary *sum = &r->damage_sum;
+    if (sum->stretches < JOURNAL_DAMAGE_KEPT)
+        r->damage[sum->stretches] = *d;
+    sum->stretches++;
+    sum->bytes += d->bytes;
+    if (d->records_lost >= 0)
+        sum->records_lost += (uint64_t)d->records_lost;
+    else
+        sum->records_unknown = true;
+    sum->stopped = !d->resumed;
+}
+
+/* The entry at r->start is damaged (reason, a JOURNAL_ERR_*): skips it, as said at the top of
+ * the file, and notes the stretch skipped.  Returns 1 when an entry that checks out follows,
+ * 0 when the file ended first, or an error. */
+static int reader_damaged(struct journal_reader *r, int reason)
+{
+    struct journal_damage d = {.offset = r->offset, .reason = reason, .records_lost = -1};
+    size_t len = r->damaged_len;
+    int rc = r->crc && len > 0 ? reader_valid_at(r, len) : 0;
+    if (rc < 0)
+        return rc;
+    if (!r->crc) {
+        rc = reader_skip_rest(r);
+    } else if (rc == 1) {
+        d.records_lost = 1; /* its length held: the next entry starts where it said */
+        r->start += len;
+        r->offset += len;
+    } else if (len > 0 && r->eof && r->end - r->start == len) {
+        d.records_lost = 1; /* the last entry, whole but damaged */
+        rc = reader_skip_rest(r);
+    } else {
+        rc = reader_scan(r);
+    }
+    if (rc < 0)
+        return rc;
+    d.bytes = r->offset - d.offset;
+    d.resumed = rc == 1;
+    note_damage(r, &d);
+    return rc;
+}
+
+/* At the end of the file, bytes that make no whole entry: the last one cut short (a writer
+ * killed inside a write), or, in a journal with checksums, damage after which whole entries
+ * still come.  Returns 1 when reading goes on, 0 at the end, or an error. */
+static int reader_tail(struct journal_reader *r)
+{
+    if (!r->crc)
+        return 0;
+    /* The rest of the file is in the buffer: scanning reads nothing and moves nothing. */
+    size_t start = r->start;
+    uint64_t offset = r->offset;
+    int rc = reader_scan(r);
+    if (rc <= 0) {
+        /* A cut-short last entry: put it back, so that the offset is where it starts. */
+        if (rc == 0) {
+            r->start = start;
+            r->offset = offset;
+        }
+        return rc;
+    }
+    struct journal_damage d = {.offset = offset,
+                               .bytes = r->offset - offset,
+                               .reason = JOURNAL_ERR_PAST_END,
+                               .records_lost = -1,
+                               .resumed = true};
+    r->truncated = false;
+    note_damage(r, &d);
+    return 1;
+}
+
+/* The next entry into r->current, past any damage: 1, 0 at the end, or an error. */
+static int reader_next_entry(struct journal_reader *r)
+{
+    for (;;) {
+        int rc = reader_decode(r);
+        if (rc == 0 && r->truncated)
+            rc = reader_tail(r);
+        else if (is_damage(rc))
+            rc = reader_damaged(r, rc);
+        else
+            return rc;
+        if (rc <= 0)
+            return rc;
+    }
+}
+
 int journal_reader_next(struct journal_reader *r, const Twice__Journal__Entry **out)
 {
     if (r->status < 0)
         return r->status;
-    int rc = reader_decode(r);
+    int rc = reader_next_entry(r);
     if (rc < 0)
         return reader_fail(r, rc);
     if (rc == 0)
@@ -517,6 +688,16 @@ bool journal_reader_truncated(const struct journal_reader *r)
 bool journal_reader_clean_stop(const struct journal_reader *r)
 {
     return r->clean_stop;
+}
+
+void journal_reader_damage(const struct journal_reader *r, struct journal_damage_summary *sum)
+{
+    *sum = r->damage_sum;
+}
+
+const struct journal_damage *journal_reader_damage_at(const struct journal_reader *r, size_t i)
+{
+    return i < r->damage_sum.stretches && i < JOURNAL_DAMAGE_KEPT ? &r->damage[i] : NULL;
 }
 
 uint64_t journal_reader_offset(const struct journal_reader *r)

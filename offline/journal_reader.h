@@ -9,7 +9,10 @@
  *     entry it asks for more.
  *   - struct journal_reader reads a file with stdio and hands out one entry at
  *     a time.  A file whose last entry is cut short (a writer killed
- *     mid-write) ends iteration cleanly and is reported as truncated.
+ *     mid-write) ends iteration cleanly and is reported as truncated.  A
+ *     damaged entry is skipped and reported (journal_reader_damage()): in a
+ *     journal whose entries carry their checksum, reading goes on at the next
+ *     entry that checks out; in one without, it stops there.
  *
  * Pure C over protobuf-c: no libevent, no OpenSSL.
  */
@@ -50,7 +53,8 @@
     X(ERR_SPACE, -8, "output buffer too small")                                                    \
     X(ERR_EMPTY, -9, "journal is empty (no header)")                                               \
     X(ERR_TRUNCATED, -10, "journal ends inside its header")                                        \
-    X(ERR_CHECKSUM, -11, "entry fails its checksum")
+    X(ERR_CHECKSUM, -11, "entry fails its checksum")                                               \
+    X(ERR_PAST_END, -12, "length prefix runs past the end of the file")
 
 enum journal_status {
 #define JOURNAL_STATUS_ENUM(name, code, str) JOURNAL_##name = code,
@@ -131,13 +135,13 @@ struct journal_reader *journal_reader_open(const char *path, char *err,
 const Twice__Journal__Header *journal_reader_header(const struct journal_reader *r);
 
 /*
- * Reads the next entry after the header.  Returns 1 and sets *out; 0 at the
- * end of the journal (clean, or a cut-short last entry: see
- * journal_reader_truncated()); or a negative JOURNAL_ERR_* code, which is
- * sticky: later calls return it again, and journal_reader_error() says what
- * and where.  The entry is owned by the reader and valid until the next call
- * to journal_reader_next() or journal_reader_close().  Entries whose body a
- * newer writer added are returned with body_case NOT_SET: skip them.
+ * Reads the next entry after the header, past any damage (journal_reader_damage()).
+ * Returns 1 and sets *out; 0 at the end of the journal (clean, or a cut-short
+ * last entry: see journal_reader_truncated()); or a negative JOURNAL_ERR_*
+ * code (I/O, memory), which is sticky: later calls return it again, and
+ * journal_reader_error() says what and where.  The entry is owned by the reader and valid until the
+ * next call to journal_reader_next() or journal_reader_close().  Entries whose body a newer writer
+ * added are returned with body_case NOT_SET: skip them.
  */
 int journal_reader_next(struct journal_reader *r,
                         const Twice__Journal__Entry **out) TWICE_MUST_CHECK;
@@ -149,8 +153,35 @@ bool journal_reader_truncated(const struct journal_reader *r);
  * journal read to its end without one was cut short by a kill or a crash. */
 bool journal_reader_clean_stop(const struct journal_reader *r);
 
-/* Bytes of the file consumed by complete entries so far. */
+/* Bytes of the file read so far: whole entries and the damaged bytes skipped. */
 uint64_t journal_reader_offset(const struct journal_reader *r);
+
+/* Stretches of damage kept for journal_reader_damage_at() (the summary counts them all). */
+#define JOURNAL_DAMAGE_KEPT 16
+
+/* One stretch of damaged bytes the reader skipped. */
+struct journal_damage {
+    uint64_t offset;      /* file offset of its first byte */
+    uint64_t bytes;       /* how many were skipped */
+    int64_t records_lost; /* 1 when the damaged entry's length prefix held; -1: not known */
+    int reason;           /* the JOURNAL_ERR_* its first entry gave */
+    bool resumed;         /* an entry that checks out follows: reading went on */
+};
+
+/* All the damage of the journal read so far. */
+struct journal_damage_summary {
+    uint64_t stretches;
+    uint64_t bytes;        /* skipped in all */
+    uint64_t records_lost; /* of the stretches that know it */
+    bool records_unknown;  /* some stretch lost an unknown number of records */
+    bool stopped;          /* the last stretch runs to the end of the file */
+};
+
+/* The damage met so far (all zero when none). */
+void journal_reader_damage(const struct journal_reader *r, struct journal_damage_summary *sum);
+
+/* The i-th stretch of damage, i < JOURNAL_DAMAGE_KEPT, or NULL; owned by the reader. */
+const struct journal_damage *journal_reader_damage_at(const struct journal_reader *r, size_t i);
 
 /* Entries returned by journal_reader_next() so far (the header not counted). */
 uint64_t journal_reader_count(const struct journal_reader *r);

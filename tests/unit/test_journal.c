@@ -587,7 +587,23 @@ static void test_entry_size_limit(void **state)
     free(buf);
 }
 
-/* A too-large prefix in the middle of a file is a sticky error with its offset. */
+/* Appends to path the entry of record r, as the writer encodes it. */
+static void append_record(const char *path, const struct journal_record *rec)
+{
+    Twice__Journal__Record pr = TWICE__JOURNAL__RECORD__INIT;
+    pr.kind = (Twice__Journal__Record__Kind)rec->kind;
+    pr.message_id = (char *)rec->message_id;
+    pr.session = rec->session;
+    uint8_t buf[256];
+    size_t n = 0;
+    assert_int_equal(journal_encode_record_entry(&pr, buf, sizeof(buf), &n), 0);
+    FILE *fp = fopen(path, "ab");
+    fwrite(buf, 1, n, fp);
+    fclose(fp);
+}
+
+/* A too-large prefix in the middle of a file is damage, with its offset; the record after
+ * the garbage is read. */
 static void test_oversized_record_in_file(void **state)
 {
     struct fixture *f = *state;
@@ -599,19 +615,28 @@ static void test_oversized_record_in_file(void **state)
     size_t size = file_size(f->path);
     FILE *fp = fopen(f->path, "ab");
     uint8_t prefix[JOURNAL_VARINT_MAX];
-    fwrite(prefix, 1, journal_put_varint(prefix, JOURNAL_RECORD_MAX + 1), fp);
+    size_t plen = journal_put_varint(prefix, JOURNAL_RECORD_MAX + 1);
+    fwrite(prefix, 1, plen, fp);
     fwrite("garbage", 1, 7, fp);
     fclose(fp);
+    struct journal_record after = {.kind = JOURNAL_KIND_ACK, .message_id = "after", .session = 9};
+    append_record(f->path, &after);
 
     struct journal_reader *r = open_reader(f->path);
     assert_record_equal(next_record(r), &rec);
-    const Twice__Journal__Entry *e = NULL;
-    assert_int_equal(journal_reader_next(r, &e), JOURNAL_ERR_TOO_LARGE);
-    assert_int_equal(journal_reader_next(r, &e), JOURNAL_ERR_TOO_LARGE);
-    char want[64];
-    snprintf(want, sizeof(want), "offset %zu: entry larger", size);
-    assert_non_null(journal_reader_error(r));
-    assert_non_null(strstr(journal_reader_error(r), want));
+    assert_string_equal(next_record(r)->message_id, "after");
+    assert_end(r, false);
+    struct journal_damage_summary sum;
+    journal_reader_damage(r, &sum);
+    assert_int_equal(sum.stretches, 1);
+    assert_int_equal(sum.bytes, plen + 7);
+    const struct journal_damage *d = journal_reader_damage_at(r, 0);
+    assert_int_equal(d->offset, size);
+    assert_int_equal(d->bytes, plen + 7);
+    assert_int_equal(d->reason, JOURNAL_ERR_TOO_LARGE);
+    assert_int_equal(d->records_lost, -1);
+    assert_true(d->resumed);
+    assert_null(journal_reader_damage_at(r, 1));
     journal_reader_close(r);
 }
 
@@ -847,6 +872,219 @@ static void test_garbage_never_crashes(void **state)
     free(buf);
 }
 
+/* Reads path to its end: the message ids of its records, in order, into ids (at most max),
+ * and its damage.  Returns how many records. */
+static size_t read_ids(const char *path, char ids[][32], size_t max,
+                       struct journal_damage_summary *sum, struct journal_damage *first,
+                       bool *truncated)
+{
+    struct journal_reader *r = open_reader(path);
+    const Twice__Journal__Entry *e = NULL;
+    size_t n = 0;
+    while (journal_reader_next(r, &e) == 1) {
+        assert_true(n < max);
+        snprintf(ids[n++], 32, "%s", e->record->message_id);
+    }
+    assert_null(journal_reader_error(r));
+    journal_reader_damage(r, sum);
+    if (sum->stretches > 0)
+        *first = *journal_reader_damage_at(r, 0);
+    *truncated = journal_reader_truncated(r);
+    journal_reader_close(r);
+    return n;
+}
+
+/* Writes n full records; ends[i] is where record i ends (ends[0]: the header). */
+static void write_records(const char *path, size_t n, size_t *ends)
+{
+    struct journal *j = open_journal(path);
+    for (uint64_t i = 0; i < n; i++) {
+        char id[32];
+        struct journal_record rec = full_record(i, id, sizeof(id));
+        journal_record(j, &rec);
+    }
+    journal_close(j);
+    struct journal_reader *r = open_reader(path);
+    ends[0] = journal_reader_offset(r);
+    for (size_t i = 0; i < n; i++) {
+        next_record(r);
+        ends[i + 1] = journal_reader_offset(r);
+    }
+    journal_reader_close(r);
+}
+
+static uint8_t *slurp(const char *path, size_t *size)
+{
+    *size = file_size(path);
+    uint8_t *buf = malloc(*size + 1);
+    FILE *fp = fopen(path, "rb");
+    assert_int_equal(fread(buf, 1, *size, fp), *size);
+    fclose(fp);
+    return buf;
+}
+
+static void spill(const char *path, const uint8_t *buf, size_t size)
+{
+    FILE *fp = fopen(path, "wb");
+    assert_int_equal(fwrite(buf, 1, size, fp), size);
+    fclose(fp);
+}
+
+/* One byte changed anywhere after the header, in any of 8 records: the reader returns the 7
+ * others, whole and in order, and names the damage: where the record starts, its length, one
+ * record lost when its length prefix held.  (The last record's prefix made to claim more than
+ * the file holds looks like a record cut short, and is reported so.) */
+static void test_every_changed_byte_loses_one_record(void **state)
+{
+    struct fixture *f = *state;
+    enum { N = 8 };
+    size_t ends[N + 1];
+    write_records(f->path, N, ends);
+    size_t size = 0;
+    uint8_t *buf = slurp(f->path, &size);
+    static const uint8_t flips[] = {0x01, 0x20, 0x80};
+    for (size_t b = ends[0]; b < size; b++) {
+        size_t k = 0;
+        while (b >= ends[k + 1])
+            k++;
+        for (size_t x = 0; x < sizeof(flips); x++) {
+            buf[b] ^= flips[x];
+            spill(f->other, buf, size);
+            buf[b] ^= flips[x];
+            char ids[N][32];
+            struct journal_damage_summary sum;
+            struct journal_damage d;
+            bool truncated = false;
+            size_t n = read_ids(f->other, ids, N, &sum, &d, &truncated);
+            assert_int_equal(n, N - 1);
+            for (size_t i = 0, want = 0; i < n; i++, want++) {
+                char id[32];
+                want += want == k;
+                snprintf(id, sizeof(id), "msg-%zu", want);
+                assert_string_equal(ids[i], id);
+            }
+            if (k == N - 1 && truncated) {
+                assert_int_equal(sum.stretches, 0);
+                continue;
+            }
+            assert_int_equal(sum.stretches, 1);
+            assert_int_equal(d.offset, ends[k]);
+            assert_int_equal(d.bytes, ends[k + 1] - ends[k]);
+            assert_true(d.records_lost == 1 || (d.records_lost == -1 && b < ends[k] + 2));
+            assert_int_equal(d.resumed, k < N - 1);
+        }
+    }
+    free(buf);
+}
+
+/* Bytes that belong to no record: garbage between two records is skipped and every record
+ * read; a tail of zeros (a file whose last blocks never reached the disk) is damage to the
+ * end, not a record cut short. */
+static void test_garbage_between_records_and_zeros_at_the_end(void **state)
+{
+    struct fixture *f = *state;
+    enum { N = 6 };
+    size_t ends[N + 1];
+    write_records(f->path, N, ends);
+    size_t size = 0;
+    uint8_t *buf = slurp(f->path, &size);
+    uint8_t *bad = malloc(size + 4096);
+    uint64_t seed = 7;
+    memcpy(bad, buf, ends[3]);
+    for (size_t i = 0; i < 100; i++)
+        bad[ends[3] + i] = (uint8_t)rng_next(&seed);
+    memcpy(bad + ends[3] + 100, buf + ends[3], size - ends[3]);
+    spill(f->other, bad, size + 100);
+    char ids[N][32];
+    struct journal_damage_summary sum;
+    struct journal_damage d;
+    bool truncated = false;
+    assert_int_equal(read_ids(f->other, ids, N, &sum, &d, &truncated), N);
+    assert_int_equal(sum.stretches, 1);
+    assert_int_equal(d.offset, ends[3]);
+    assert_int_equal(d.bytes, 100);
+    assert_true(d.resumed);
+    assert_false(truncated);
+
+    memcpy(bad, buf, size);
+    memset(bad + size, 0, 4096);
+    spill(f->other, bad, size + 4096);
+    assert_int_equal(read_ids(f->other, ids, N, &sum, &d, &truncated), N);
+    assert_int_equal(sum.stretches, 1);
+    assert_int_equal(d.offset, size);
+    assert_int_equal(d.bytes, 4096);
+    assert_int_equal(d.records_lost, -1);
+    assert_false(d.resumed);
+    assert_true(sum.stopped && sum.records_unknown);
+    assert_false(truncated);
+    free(bad);
+    free(buf);
+}
+
+/* Damage in every other record of 40: each stretch counted, the first JOURNAL_DAMAGE_KEPT
+ * kept, the other records all read. */
+static void test_many_stretches_are_counted(void **state)
+{
+    struct fixture *f = *state;
+    enum { N = 40 };
+    size_t ends[N + 1];
+    write_records(f->path, N, ends);
+    size_t size = 0;
+    uint8_t *buf = slurp(f->path, &size);
+    for (size_t k = 1; k < N; k += 2)
+        buf[ends[k] + 3] ^= 0x40;
+    spill(f->other, buf, size);
+    char ids[N][32];
+    struct journal_damage_summary sum;
+    struct journal_damage d;
+    bool truncated = false;
+    assert_int_equal(read_ids(f->other, ids, N, &sum, &d, &truncated), N / 2);
+    assert_int_equal(sum.stretches, N / 2);
+    assert_int_equal(sum.records_lost, N / 2);
+    assert_false(sum.records_unknown);
+    struct journal_reader *r = open_reader(f->other);
+    const Twice__Journal__Entry *e = NULL;
+    while (journal_reader_next(r, &e) == 1)
+        ;
+    for (size_t i = 0; i < JOURNAL_DAMAGE_KEPT; i++)
+        assert_int_equal(journal_reader_damage_at(r, i)->offset, ends[2 * i + 1]);
+    assert_null(journal_reader_damage_at(r, JOURNAL_DAMAGE_KEPT));
+    journal_reader_close(r);
+    free(buf);
+}
+
+/* A journal without checksums stops at its damage: the records before it are read, and the
+ * rest of the file is named as not read. */
+static void test_damage_without_checksums_stops(void **state)
+{
+    struct fixture *f = *state;
+    const char *ids3[] = {"a", "bb", "ccc"};
+    write_unchecked_journal(f->path, ids3, 3);
+    size_t size = 0;
+    uint8_t *buf = slurp(f->path, &size);
+    /* The second record's first byte made one no protobuf field starts with.  (A length
+     * prefix made larger than the rest of the file would read as a record cut short: without
+     * checksums, nothing tells them apart.) */
+    struct journal_reader *r = open_reader(f->path);
+    next_record(r);
+    size_t at = journal_reader_offset(r);
+    journal_reader_close(r);
+    buf[at + 1] = 0x07;
+    spill(f->other, buf, size);
+    char ids[3][32];
+    struct journal_damage_summary sum;
+    struct journal_damage d;
+    bool truncated = false;
+    assert_int_equal(read_ids(f->other, ids, 3, &sum, &d, &truncated), 1);
+    assert_string_equal(ids[0], "a");
+    assert_int_equal(sum.stretches, 1);
+    assert_int_equal(d.offset, at);
+    assert_int_equal(d.bytes, size - at);
+    assert_false(d.resumed);
+    assert_int_equal(d.records_lost, -1);
+    free(buf);
+}
+
 /* Bit flips in a real journal: the reader returns entries, an end or an
  * error, never crashes. */
 static void test_mutated_journal_never_crashes(void **state)
@@ -974,6 +1212,11 @@ int main(void)
         cmocka_unit_test(test_garbage_never_crashes),
         cmocka_unit_test(test_record_encoding_matches_protobuf_c),
         cmocka_unit_test_setup_teardown(test_mutated_journal_never_crashes, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_every_changed_byte_loses_one_record, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_garbage_between_records_and_zeros_at_the_end, setup,
+                                        teardown),
+        cmocka_unit_test_setup_teardown(test_many_stretches_are_counted, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_damage_without_checksums_stops, setup, teardown),
         cmocka_unit_test_setup_teardown(test_stuck_disk_drops_not_blocks, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
