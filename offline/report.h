@@ -28,7 +28,8 @@
  * records before the end are sound). */
 #define REPORT_NO_CLEAN_STOP                                                                       \
     "warning: the journal ended without a clean stop (no stop record: twice was killed or "        \
-    "crashed); the records it had not written to the file yet are missing"
+    "crashed); the records it had not yet written are missing (by default the last second of "     \
+    "them: see journal-flush)"
 
 /*
  * `twice report`, printing to out and diagnostics to err.  argv[0] is the

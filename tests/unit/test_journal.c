@@ -352,6 +352,66 @@ static size_t file_size(const char *path)
     return (size_t)st.st_size;
 }
 
+static struct journal *open_journal_flush(const char *path, struct journal_flush flush)
+{
+    struct journal_header_info h = test_header();
+    char err[256] = "";
+    struct journal *j = journal_open_with(path, &h, &flush, err, sizeof(err));
+    if (j == NULL)
+        fail_msg("journal_open_with: %s", err);
+    return j;
+}
+
+/* Records in the file at path now, read to its end (it must end on a record boundary). */
+static uint64_t records_on_disk(const char *path)
+{
+    struct journal_reader *r = open_reader(path);
+    const Twice__Journal__Entry *e = NULL;
+    while (journal_reader_next(r, &e) == 1)
+        ;
+    assert_false(journal_reader_truncated(r));
+    assert_null(journal_reader_error(r));
+    uint64_t n = journal_reader_count(r);
+    journal_reader_close(r);
+    return n;
+}
+
+/* every_record: each record is in the file when journal_record() returns (a kill after it
+ * loses nothing), whole. */
+static void test_every_record_is_written_before_it_returns(void **state)
+{
+    struct fixture *f = *state;
+    struct journal *j = open_journal_flush(f->path, (struct journal_flush){.every_record = true});
+    char id[32];
+    for (uint64_t i = 0; i < 50; i++) {
+        struct journal_record rec = full_record(i, id, sizeof(id));
+        journal_record(j, &rec);
+        assert_int_equal(records_on_disk(f->path), i + 1);
+    }
+    assert_int_equal(journal_records(j), 50);
+    assert_int_equal(journal_dropped(j), 0);
+    journal_close(j);
+    assert_int_equal(records_on_disk(f->path), 50);
+}
+
+/* The interval is the one given: with a day, nothing is written before the close (the writer
+ * thread sleeps), and everything at it. */
+static void test_flush_interval_is_the_one_given(void **state)
+{
+    struct fixture *f = *state;
+    struct journal *j =
+        open_journal_flush(f->path, (struct journal_flush){.interval_ms = 86400000});
+    size_t header = file_size(f->path);
+    char id[32];
+    for (uint64_t i = 0; i < 10; i++) {
+        struct journal_record rec = full_record(i, id, sizeof(id));
+        journal_record(j, &rec);
+    }
+    assert_int_equal(file_size(f->path), header);
+    journal_close(j);
+    assert_int_equal(records_on_disk(f->path), 10);
+}
+
 /* Cut at every byte of the last two records: the reader returns the complete
  * records and ends cleanly, reporting the truncation. */
 static void test_truncated_journal_ends_cleanly(void **state)
@@ -1199,6 +1259,9 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_strings_are_cleaned, setup, teardown),
         cmocka_unit_test_setup_teardown(test_many_records_in_order, setup, teardown),
         cmocka_unit_test_setup_teardown(test_flushes_every_interval, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_every_record_is_written_before_it_returns, setup,
+                                        teardown),
+        cmocka_unit_test_setup_teardown(test_flush_interval_is_the_one_given, setup, teardown),
         cmocka_unit_test_setup_teardown(test_truncated_journal_ends_cleanly, setup, teardown),
         cmocka_unit_test_setup_teardown(test_bad_headers, setup, teardown),
         cmocka_unit_test(test_writer_open_errors),
