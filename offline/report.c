@@ -15,6 +15,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "offline/damage.h"
 #include "offline/journal_reader.h"
 #include "offline/json_out.h"
 #include "offline/strmap.h"
@@ -49,6 +50,8 @@ struct report {
     Twice__Journal__Header *header; /* owned copy */
     uint64_t records;
     bool truncated;
+    bool clean_stop; /* the journal ends with its stop record */
+    struct damage_report damage;
     uint64_t by_kind[REPORT_KINDS + 1];
     struct strmap rules;    /* rule name -> struct report_rule * (owned) */
     struct strmap messages; /* message id -> DELIVER count, as uintptr_t */
@@ -222,6 +225,8 @@ static int report_load(struct report *rep, char *err, size_t errlen)
         snprintf(err, errlen, "%s: %s", rep->path,
                  journal_reader_error(r) != NULL ? journal_reader_error(r) : journal_strerror(rc));
     rep->truncated = journal_reader_truncated(r);
+    rep->clean_stop = journal_reader_clean_stop(r);
+    damage_report_take(&rep->damage, r);
     journal_reader_close(r);
     return rc < 0 ? -1 : 0;
 }
@@ -362,6 +367,9 @@ static void print_header_text(FILE *out, const struct report *rep)
         fputc('\n', out);
     if (rep->truncated)
         fputs("warning: the last record is cut short (the proxy died while writing it)\n", out);
+    if (!rep->clean_stop)
+        fputs(REPORT_NO_CLEAN_STOP "\n", out);
+    damage_print_text(out, &rep->damage, "warning");
 }
 
 static void print_rule_events_text(FILE *out, const struct report_rule *r)
@@ -728,8 +736,12 @@ static void print_header_json(FILE *out, const struct report *rep)
     json_field(out, ",\n  ", "twice_version", h->twice_version);
     fprintf(out, ",\n  \"start_unix_ms\": %llu", (unsigned long long)h->start_unix_ms);
     json_field(out, ",\n  ", "start", when);
-    fprintf(out, ",\n  \"records\": %llu,\n  \"truncated\": %s,\n  \"by_kind\": {",
-            (unsigned long long)rep->records, rep->truncated ? "true" : "false");
+    fprintf(out, ",\n  \"records\": %llu,\n  \"truncated\": %s,\n  \"clean_stop\": %s,\n",
+            (unsigned long long)rep->records, rep->truncated ? "true" : "false",
+            rep->clean_stop ? "true" : "false");
+    fputs("  \"damage\": ", out);
+    damage_print_json(out, &rep->damage);
+    fputs(",\n  \"by_kind\": {", out);
     for (size_t k = 1; k <= REPORT_KINDS; k++)
         fprintf(out, "%s\"%s\": %llu", k > 1 ? ", " : "",
                 k < REPORT_KINDS ? kind_name((uint32_t)k) : "other",
@@ -1051,6 +1063,11 @@ int report_run(int argc, char **argv, FILE *out, FILE *err)
     }
     if (code == 0 && json && rep.truncated)
         fputs("twice report: warning: the journal's last record is cut short\n", err);
+    if (code == 0 && json && !rep.clean_stop)
+        fputs("twice report: warning: the journal ended without a clean stop\n", err);
+    if (code == 0 && json && damage_any(&rep.damage))
+        fprintf(err, "twice report: warning: the journal is damaged (%llu bytes skipped)\n",
+                (unsigned long long)rep.damage.sum.bytes);
     report_free(&rep);
     return code;
 }

@@ -24,12 +24,18 @@
 #define REPORT_TOP_N 10
 /* Records of one message kept for --message; later ones are only counted. */
 #define REPORT_TIMELINE_MAX 10000
+/* What both commands say of a journal that ends without its `stop` record (a warning: the
+ * records before the end are sound). */
+#define REPORT_NO_CLEAN_STOP                                                                       \
+    "warning: the journal ended without a clean stop (no stop record: twice was killed or "        \
+    "crashed); the records it had not yet written are missing (by default the last second of "     \
+    "them: see journal-flush)"
 
 /*
  * `twice report`, printing to out and diagnostics to err.  argv[0] is the
  * subcommand name.  Returns 0; 1 when --message names an id no record has; or
- * 2 on usage, I/O or journal errors.  A journal cut short at the end is
- * reported with a warning, not an error.
+ * 2 on usage, I/O or journal errors.  A journal cut short at the end, or one
+ * that ended without a clean stop, is reported with a warning, not an error.
  */
 int report_run(int argc, char **argv, FILE *out, FILE *err);
 

@@ -272,6 +272,7 @@ static bool content_actions(struct amqp_px *ax, struct achan *ch, struct content
                 apx_arm_timer(ax, mi, &mi->late_timer, r->action.duration_ms, apx_on_late_copy)) {
                 mi->hold_ack = true; /* its ack waits for the copy */
                 mi->late_ms = r->action.duration_ms;
+                apx_note_late_rule(ax, mi, r);
                 ax->n_hold_ack++;
             } else {
                 apx_settle_now(ch, c->tag, true);

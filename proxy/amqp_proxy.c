@@ -108,6 +108,8 @@ static void info_free(void *p)
         ruleset_put(mi->expire_rules);
     if (mi->ack_rules != NULL)
         ruleset_put(mi->ack_rules);
+    if (mi->late_rules != NULL)
+        ruleset_put(mi->late_rules);
     if (mi->heap_strs) {
         char *strs[] = {mi->queue,        mi->exchange,   mi->routing_key,
                         mi->consumer_tag, mi->message_id, mi->task};
@@ -1271,6 +1273,8 @@ static void *amqp_open(struct session *s)
 static void amqp_stop(void *state)
 {
     struct amqp_px *ax = state;
+    if (!ax->stopped && ax->s->reason == SESSION_CLOSE_SHUTDOWN)
+        apx_log_held_at_shutdown(ax);
     ax->stopped = true;
     /* Timers may be on the stack: only disarm them here; free frees. */
     for (size_t i = 0; i < ax->n_chans; i++) {

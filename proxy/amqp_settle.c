@@ -226,6 +226,86 @@ static void note_ack_rule(struct amqp_px *ax, struct msg_info *mi, const struct 
     ruleset_get(mi->ack_rules);
 }
 
+void apx_note_late_rule(struct amqp_px *ax, struct msg_info *mi, const struct rule *r)
+{
+    if (mi->late_rules != NULL)
+        return;
+    mi->late_rule = r;
+    mi->late_rules = ax->s->loop->rules;
+    ruleset_get(mi->late_rules);
+}
+
+/* Delivery tags and rule names a shutdown line lists at most (`commands=` counts them all). */
+#define APX_SHUTDOWN_TAGS_MAX 32
+#define APX_SHUTDOWN_RULES_MAX 8
+/* Room for the lists: 32 tags of up to 20 digits, 8 rule names of up to 64 bytes, and commas. */
+#define APX_SHUTDOWN_LIST_BYTES 704
+
+/* Appends ",text" ("text" when buf is empty) to buf, a NUL-terminated string in cap bytes;
+ * what does not fit is left out. */
+static void list_add(char *buf, size_t cap, const char *text)
+{
+    size_t len = strlen(buf);
+    if (len + 1 < cap)
+        snprintf(buf + len, cap - len, "%s%s", len > 0 ? "," : "", text);
+}
+
+/* Adds name to names[] (at most APX_SHUTDOWN_RULES_MAX, each once). */
+static void add_rule_name(const char **names, size_t *n, const char *name)
+{
+    for (size_t i = 0; i < *n; i++)
+        if (strcmp(names[i], name) == 0)
+            return;
+    if (*n < APX_SHUTDOWN_RULES_MAX)
+        names[(*n)++] = name;
+}
+
+/* The rule that holds mi's settlement: a delay's, else a late copy's. */
+static const char *held_rule_name(const struct msg_info *mi)
+{
+    const struct rule *r = mi == NULL ? NULL : mi->ack_rule != NULL ? mi->ack_rule : mi->late_rule;
+    return r != NULL ? r->name : "-";
+}
+
+/* The line for one channel's held settlements: the one a Redis listener writes for the
+ * commands it had scheduled (resp_aux.c), with the tags and the rules that held them. */
+static void log_held_chan(const struct amqp_px *ax, const struct achan *ch)
+{
+    uint64_t tags[APX_SHUTDOWN_TAGS_MAX];
+    size_t total = amqp_ledger_held(ch->ledger, tags, APX_SHUTDOWN_TAGS_MAX);
+    if (total == 0)
+        return;
+    size_t shown = total < APX_SHUTDOWN_TAGS_MAX ? total : APX_SHUTDOWN_TAGS_MAX;
+    char list[APX_SHUTDOWN_LIST_BYTES] = "", rules[APX_SHUTDOWN_LIST_BYTES] = "";
+    const char *names[APX_SHUTDOWN_RULES_MAX];
+    size_t n_names = 0;
+    for (size_t i = 0; i < shown; i++) {
+        char tag[24];
+        snprintf(tag, sizeof(tag), "%llu", (unsigned long long)tags[i]);
+        list_add(list, sizeof(list), tag);
+        add_rule_name(names, &n_names, held_rule_name(amqp_ledger_info(ch->ledger, tags[i])));
+    }
+    if (shown < total)
+        list_add(list, sizeof(list), "...");
+    for (size_t i = 0; i < n_names; i++)
+        list_add(rules, sizeof(rules), names[i]);
+    struct log_line line;
+    log_begin(&line, LOG_WARN, "shutdown drops commands twice had scheduled");
+    log_u64(&line, "sid", ax->s->id);
+    log_str(&line, "listener", ax->s->cfg->l->name);
+    log_u64(&line, "channel", ch->id);
+    log_u64(&line, "commands", total);
+    log_str(&line, "delivery_tags", list);
+    log_str(&line, "rules", rules);
+    log_end(&line);
+}
+
+void apx_log_held_at_shutdown(const struct amqp_px *ax)
+{
+    for (size_t i = 0; i < ax->n_chans; i++)
+        log_held_chan(ax, ax->chans[i]);
+}
+
 /* Apply the rules that fired on one settled tag.  Returns false when the
  * session was cut (`close before`). */
 static bool settle_verdict(struct amqp_px *ax, struct achan *ch, struct amqp_plan_tag *t,
@@ -243,6 +323,7 @@ static bool settle_verdict(struct amqp_px *ax, struct achan *ch, struct amqp_pla
                 /* Held, then requeued at D instead of forwarded. */
                 t->verdict = AMQP_V_HOLD;
                 mi->late_ms = r->action.duration_ms;
+                apx_note_late_rule(ax, mi, r);
             }
             break;
         case RULE_ACT_DROP:

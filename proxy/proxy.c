@@ -353,11 +353,17 @@ int proxy_reload(struct proxy *px, char **diag)
         return -1;
     }
     conf_ref_put(ref);
-    const char *was = px->journal_path, *now = px->conf->conf->journal;
-    if ((was == NULL) != (now == NULL) || (was != NULL && strcmp(was, now) != 0))
+    const struct conf *nc = px->conf->conf;
+    const char *was = px->journal_path, *now = nc->journal;
+    struct journal_flush flush = {0};
+    if (px->journal != NULL)
+        flush = journal_flush_of(px->journal);
+    if ((was == NULL) != (now == NULL) || (was != NULL && strcmp(was, now) != 0) ||
+        (px->journal != NULL && (nc->journal_flush_ms != flush.interval_ms ||
+                                 nc->journal_every_record != flush.every_record)))
         log_msg(LOG_WARN, "journal unchanged",
-                "reason=\"the journal is chosen at start: restart "
-                "twice to change it\"");
+                "reason=\"the journal and its journal-flush are chosen at start: restart "
+                "twice to change them\"");
     if (admin_apply(px, err, sizeof(err)) != 0)
         log_msg(LOG_ERROR, "admin API not moved", "error=\"%s\"", err);
     unsigned n = 0;
@@ -536,6 +542,9 @@ static void config_digest(const char *path, uint8_t out[32])
     fclose(f);
 }
 
+_Static_assert(CONF_DEFAULT_JOURNAL_FLUSH_MS == JOURNAL_FLUSH_INTERVAL_MS,
+               "journal-flush's default is the writer's");
+
 /* Open the journal named by the configuration, if any. */
 static int open_journal(struct proxy *px, const struct conf *c)
 {
@@ -563,7 +572,9 @@ static int open_journal(struct proxy *px, const struct conf *c)
         hdr.listener_protocols = names + n;
         hdr.listener_profiles = names + 2 * n;
         hdr.n_listeners = i;
-        px->journal = journal_open(c->journal, &hdr, err, sizeof(err));
+        struct journal_flush flush = {.interval_ms = c->journal_flush_ms,
+                                      .every_record = c->journal_every_record};
+        px->journal = journal_open_with(c->journal, &hdr, &flush, err, sizeof(err));
     }
     free(names);
     if (px->journal == NULL) {
@@ -574,8 +585,13 @@ static int open_journal(struct proxy *px, const struct conf *c)
         log_end(&line);
         return -1;
     }
-    log_msg(LOG_INFO, "journal open", "path=\"%s\" seed=%llu", c->journal,
-            (unsigned long long)px->seed);
+    char flush[32];
+    if (c->journal_every_record)
+        snprintf(flush, sizeof(flush), "every-record");
+    else
+        snprintf(flush, sizeof(flush), "%ums", (unsigned)c->journal_flush_ms);
+    log_msg(LOG_INFO, "journal open", "path=\"%s\" seed=%llu flush=%s", c->journal,
+            (unsigned long long)px->seed, flush);
     return 0;
 }
 

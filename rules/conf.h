@@ -38,6 +38,8 @@
 
 #define CONF_DEFAULT_CONNECT_TIMEOUT_MS 5000u
 #define CONF_DEFAULT_GRACE_MS 10000u
+/* `journal-flush`: the writer writes what was queued at least this often by default. */
+#define CONF_DEFAULT_JOURNAL_FLUSH_MS 1000u
 /* Bytes of delayed frames or replies one session may hold per direction. */
 #define CONF_DEFAULT_MAX_HELD (64ull * 1024 * 1024)
 /* Most event-loop threads `threads N` may ask for. */
@@ -129,7 +131,11 @@ struct conf {
     bool has_seed;                 /* false: the proxy picks one and journals it */
     unsigned threads;              /* `threads N`: event loops; 0 (default, `auto`): one per core */
     char *journal;                 /* `journal PATH`; NULL when not set */
-    struct conf_addr admin;        /* `admin HOST:PORT`: the admin HTTP API */
+    /* `journal-flush D | every-record`: write the queued records at least every D (default
+     * CONF_DEFAULT_JOURNAL_FLUSH_MS), or each record as it comes */
+    uint32_t journal_flush_ms;
+    bool journal_every_record;
+    struct conf_addr admin; /* `admin HOST:PORT`: the admin HTTP API */
     bool has_admin;
     char *admin_token; /* `admin-token TOKEN`: bearer token; NULL when not set */
     char *user;        /* `user NAME`: drop root to this user after binding; NULL: stay */

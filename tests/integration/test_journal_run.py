@@ -11,7 +11,8 @@ connection, refusal of the first two connections, none).  Then:
   connections by close reason equal to the `session closed` log lines;
 - `twice report --json` parses and agrees;
 - the journal, decoded independently here (varint framing + protobuf wire
-  format by hand), has 1 header + N records and the same facts;
+  format by hand, each entry's CRC-32C checked), has 1 header + N
+  records and the same facts;
 - a journal cut mid-record is reported as truncated, not as an error;
 - `twice verdict --journal J --effects E` with an empty effects file exits 0.
 """
@@ -227,6 +228,9 @@ class JournalRun(unittest.TestCase):
         self.assertEqual(len(frames), 1 + len(recs))
         self.assertEqual(len(recs), 2 * self.n_conn + len(self.faults) + 1)
         self.assertEqual(header["version"], 1)
+        # every entry ends with its checksum (decode_journal checked each)
+        self.assertEqual(header.get("entry_crc32c"), 1)
+        self.assertTrue(all(fk.entry_checksum_ok(fr) for fr in frames))
         # the listeners of the configuration, as the verdict reads them
         self.assertEqual([(l["name"], l["protocol"]) for l in header["listeners"]],
                          [(n, "tcp") for n in self.ports])
