@@ -15,6 +15,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "offline/cli.h"
 #include "offline/damage.h"
 #include "offline/journal_reader.h"
 #include "offline/json_out.h"
@@ -1000,32 +1001,51 @@ static int print_json(FILE *out, const struct report *rep)
 static void usage(FILE *f)
 {
     fputs("usage: twice report JOURNAL [--json] [--message ID] [--messages]\n"
+          "  JOURNAL       the journal of a run (also --journal JOURNAL)\n"
+          "  --json        one JSON object instead of tables\n"
           "  --message ID  one message's records, and each delivery with how it ended and what\n"
           "                the verdict counted it as (exit 1 when no record names ID)\n"
           "  --messages    every message's deliveries, settlements and overlaps\n",
           f);
 }
 
+/* One option of report's own at argv[*i]: 1 taken, 0 not one of them, -1 error (said). */
+static int report_option(int argc, char **argv, int *i, struct report *rep, bool *json, FILE *err)
+{
+    const char *a = argv[*i];
+    if (strcmp(a, "--json") == 0) {
+        *json = true;
+    } else if (strncmp(a, "--message=", 10) == 0) {
+        rep->message = a + 10;
+    } else if (strcmp(a, "--message") == 0) {
+        if (*i + 1 >= argc) {
+            fputs("twice report: --message needs a value\n", err);
+            return -1;
+        }
+        rep->message = argv[++*i];
+    } else if (strcmp(a, "--messages") == 0) {
+        rep->all_messages = true;
+    } else {
+        return 0;
+    }
+    return 1;
+}
+
 /* Returns 0 to run, 1 after --help, -1 on a usage error. */
 static int parse_args(int argc, char **argv, struct report *rep, bool *json, FILE *out, FILE *err)
 {
+    static const char *const flags[] = {"--journal", NULL};
     for (int i = 1; i < argc; i++) {
-        const char *a = argv[i];
-        if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) {
+        if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) {
             usage(out);
             return 1;
-        } else if (strcmp(a, "--json") == 0) {
-            *json = true;
-        } else if (strncmp(a, "--message=", 10) == 0) {
-            rep->message = a + 10;
-        } else if (strcmp(a, "--message") == 0 && i + 1 < argc) {
-            rep->message = argv[++i];
-        } else if (strcmp(a, "--messages") == 0) {
-            rep->all_messages = true;
-        } else if (a[0] != '-' && rep->path == NULL) {
-            rep->path = a;
-        } else {
-            fprintf(err, "twice report: unexpected argument '%s'\n", a);
+        }
+        int rc = report_option(argc, argv, &i, rep, json, err);
+        if (rc == 0)
+            rc = cli_file_arg(argc, argv, &i, flags, "journal", &rep->path, err);
+        if (rc == 0)
+            fprintf(err, "twice report: unknown argument '%s'\n", argv[i]);
+        if (rc <= 0) {
             usage(err);
             return -1;
         }

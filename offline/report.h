@@ -6,13 +6,14 @@
  *       connections and close reasons; with --message the timeline of one
  *       message and each of its deliveries as the verdict counts it (how it
  *       ended, copy or not, overlap); with --messages that of every message.
- *   twice verdict --journal J --effects E [--json]
+ *   twice verdict JOURNAL --effects E [--json]
  *       per task type: was any message's side effect produced twice?
  *       (offline/verdict.h has the computation.)
  *
- * Both read the journal with offline/journal_reader.h in one streaming pass and
- * keep one hash-map entry per distinct message id, so a journal of millions
- * of records is fine.  --json output is one object whose keys and order are
+ * Both take the journal as their first argument, or as --journal JOURNAL
+ * (offline/cli.h).  Both read the journal with offline/journal_reader.h in
+ * one streaming pass and keep one hash-map entry per distinct message id, so
+ * a journal of millions of records is fine.  --json output is one object whose keys and order are
  * stable; fields are only ever added.
  */
 #ifndef TWICE_REPORT_H

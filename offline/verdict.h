@@ -296,7 +296,7 @@ int verdict_load_effects(struct verdict *v, const char *path, uint64_t *lines, c
 #define VERDICT_EXIT_STALLED 5  /* work stopped while messages were outstanding */
 
 /*
- * The `twice verdict --journal J --effects E [--json] [--require R]... [--stall-after D]
+ * The `twice verdict JOURNAL --effects E [--json] [--require R]... [--stall-after D]
  * [--allow-damaged]` command, printing to out and diagnostics to err.  argv[0] is the subcommand
  * name.  Returns 0, or one of the VERDICT_EXIT_* codes.
  */

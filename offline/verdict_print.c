@@ -14,6 +14,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "offline/cli.h"
 #include "offline/damage.h"
 #include "offline/journal_reader.h"
 #include "offline/json_out.h"
@@ -763,9 +764,10 @@ static void print_human(FILE *out, const struct verdict_result *res,
 
 static void usage(FILE *err)
 {
-    fputs("usage: twice verdict --journal JOURNAL --effects EFFECTS [--json]\n"
+    fputs("usage: twice verdict JOURNAL --effects EFFECTS [--json]\n"
           "                     [--require copies[=N] | overlap[=N] | window=D]...\n"
           "                     [--stall-after D] [--allow-damaged]\n"
+          "  JOURNAL: the journal of a run (also --journal JOURNAL)\n"
           "  EFFECTS: one message id per side effect, one per line ('#' comments)\n"
           "  --require: what every task must have been tested with, else it is UNTESTED\n"
           "  --allow-damaged: a damaged journal's verdict, on the records read, sets the exit\n"
@@ -881,10 +883,9 @@ static bool parse_require(const char *v, struct verdict_require *rq, FILE *err)
 /* One option at argv[*i]: 1 taken, 0 not an option of ours, -1 error (said). */
 static int parse_one(int argc, char **argv, int *i, struct verdict_args *a, FILE *err)
 {
+    static const char *const journal_flags[] = {"--journal", NULL};
     const char *value = NULL;
-    int rc = option_value(argc, argv, i, "--journal", &a->journal);
-    if (rc == 0)
-        rc = option_value(argc, argv, i, "--effects", &a->effects);
+    int rc = option_value(argc, argv, i, "--effects", &a->effects);
     if (rc == 0 && strcmp(argv[*i], "--json") == 0) {
         a->json = true;
         rc = 1;
@@ -901,11 +902,14 @@ static int parse_one(int argc, char **argv, int *i, struct verdict_args *a, FILE
         fprintf(err, "twice verdict: --stall-after '%s': expected a duration, e.g. 30s\n", value);
         return -1;
     }
-    if (rc <= 0)
-        fprintf(err,
-                rc == 0 ? "twice verdict: unknown argument '%s'\n"
-                        : "twice verdict: %s needs a value\n",
-                argv[*i]);
+    if (rc == -1) {
+        fprintf(err, "twice verdict: %s needs a value\n", argv[*i]);
+        return -1;
+    }
+    if (rc == 0)
+        rc = cli_file_arg(argc, argv, i, journal_flags, "journal", &a->journal, err);
+    if (rc == 0)
+        fprintf(err, "twice verdict: unknown argument '%s'\n", argv[*i]);
     return rc;
 }
 
@@ -924,7 +928,9 @@ static int parse_args(int argc, char **argv, struct verdict_args *a, FILE *out, 
         }
     }
     if (a->journal == NULL || a->effects == NULL) {
-        fputs("twice verdict: --journal and --effects are required\n", err);
+        fputs(a->journal == NULL ? "twice verdict: no journal given\n"
+                                 : "twice verdict: no effects list given: --effects EFFECTS\n",
+              err);
         usage(err);
         return -1;
     }

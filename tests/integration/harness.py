@@ -1372,8 +1372,9 @@ def listener_names(conf_text):
     return re.findall(r"^\s*listen\s+([A-Za-z0-9_.\-]+)\s*\{", conf_text, re.M)
 
 
-def start_twice(config_text, tmp, wait=True, timeout=60, args=None, nofile=None):
-    """Write config_text to a file in tmp and run `twice run -c FILE`.
+def start_twice(config_text, tmp, wait=True, timeout=60, args=None, nofile=None, file_args=None):
+    """Write config_text to a file in tmp and run `twice run -c FILE`
+    (file_args(FILE) gives other arguments that name it, e.g. ["run", FILE]).
 
     With wait=True, returns once every listener in the file has logged
     msg=listening."""
@@ -1385,7 +1386,7 @@ def start_twice(config_text, tmp, wait=True, timeout=60, args=None, nofile=None)
     log_path = os.path.join(tmp, "twice-%d.log" % n)
     with open(conf_path, "w") as f:
         f.write(config_text)
-    argv = [TWICE_BIN, "run", "-c", conf_path] + list(args or [])
+    argv = [TWICE_BIN] + (file_args or (lambda p: ["run", "-c", p]))(conf_path) + list(args or [])
     p = spawn(argv, log_path=log_path, cwd=tmp, nofile=nofile)
     t = Twice(p, conf_path, log_path, config_text)
     at_exit(t.kill)

@@ -318,6 +318,25 @@ class JournalRun(unittest.TestCase):
         self.assertEqual(rc, 2)
         self.assertIn("--effects", err)
 
+    def test_journal_first_or_by_flag(self):
+        """report and verdict take the journal as their first argument or by --journal: the
+        same output either way."""
+        effects = os.path.join(self.tmp, "effects-forms.txt")
+        open(effects, "w").close()
+        for cmd, more in (("report", ["--json"]), ("verdict", ["--effects", effects, "--json"])):
+            outs = []
+            for form in ([self.journal], ["--journal", self.journal],
+                         ["--journal=%s" % self.journal]):
+                rc, out, err = self.run_twice(cmd, *(form + more))
+                self.assertEqual((rc, err), (0, ""), (cmd, form, out))
+                outs.append(out)
+            self.assertEqual(outs[1:], outs[:1] * 2, cmd)
+            self.assertEqual(json.loads(outs[0])["seed"], str(SEED))
+        rc, out, err = self.run_twice("verdict", self.journal, "other.pb", "--effects", effects)
+        self.assertEqual(rc, 2, (out, err))
+        self.assertIn("twice verdict: more than one journal given: '%s' and 'other.pb'"
+                      % self.journal, err)
+
 
 if __name__ == "__main__":
     unittest.main(verbosity=2)

@@ -1169,6 +1169,70 @@ class CliTest(h.TestCase):
         self.assertIn('error="%s:6:8: listener \'busy\' cannot listen on 127.0.0.1:%d: Address '
                       'already in use"' % (conf, port), r.stderr.decode(errors="replace"))
 
+    def test_file_first_or_by_flag(self):
+        """run and check take their file as their first argument or by -c / --config, the
+        same file either way; a second, different file or none is a usage error (exit 2)
+        that says so and shows the command's usage."""
+        echo = h.EchoServer(name="echo-cli")
+        self.addCleanup(echo.close)
+        port = h.free_port()
+        path = os.path.join(self.tmp, "cli.conf")
+        with open(path, "w") as f:
+            f.write(h.config(h.listen_block("cli", port, echo.port)))
+        forms = [[path], ["-c", path], ["--config", path], ["--config=%s" % path],
+                 [path, "-c", path]]
+        outs = set()
+        for form in forms:
+            r = h.run_twice(["check"] + form)
+            self.assertEqual((r.returncode, r.stderr), (0, b""), (form, r))
+            outs.add(r.stdout)
+        self.assertEqual(len(outs), 1, "check printed different summaries: %r" % outs)
+        self.assertTrue(outs.pop().startswith(("%s: OK: 1 listener" % path).encode()))
+
+        other = os.path.join(self.tmp, "other.conf")
+        for argv, want in (
+                (["check", path, other],
+                 "twice check: more than one configuration file given: '%s' and '%s'\n"
+                 % (path, other)),
+                (["run", "-c", other, path],
+                 "twice run: more than one configuration file given: '%s' and '%s'\n"
+                 % (other, path)),
+                (["check"], "twice check: no configuration file given\n"),
+                (["run", "-c"], "twice run: -c needs a value\n"),
+                (["check", path, "--verbose"], "twice check: unknown argument '--verbose'\n")):
+            r = h.run_twice(argv, timeout=20)
+            err = r.stderr.decode()
+            self.assertEqual(r.returncode, 2, (argv, r))
+            self.assertTrue(err.startswith(want), (argv, err))
+            self.assertIn("usage: twice %s CONFIG\n" % argv[0], err)
+            self.assertFalse(h.port_open(port), "%r listened" % argv)
+
+        # run, the file first and by --config=: each serves its listener
+        for file_args in (lambda p: ["run", p], lambda p: ["run", "--config=%s" % p]):
+            tw = self.twice(h.config(h.listen_block("cli", port, echo.port)), file_args=file_args)
+            with h.connect(port) as s:
+                self.assertEqual(echo_roundtrip(s, b"cli\n"), b"cli\n")
+            tw.stop()
+
+    def test_help(self):
+        """`twice help` names every command with its file first; `twice help CMD` and
+        `twice CMD --help` print that command's usage, whose first line is the same form."""
+        r = h.run_twice(["help"])
+        self.assertEqual(r.returncode, 0, r)
+        text = r.stdout.decode()
+        forms = {"run": "CONFIG", "check": "CONFIG", "report": "JOURNAL", "verdict": "JOURNAL"}
+        for cmd, file in forms.items():
+            self.assertRegex(text, r"(?m)^(usage: |       )twice %s %s\b" % (cmd, file))
+            r = h.run_twice(["help", cmd])
+            self.assertEqual((r.returncode, r.stderr), (0, b""), (cmd, r))
+            self.assertTrue(r.stdout.decode().startswith("usage: twice %s %s" % (cmd, file)),
+                            (cmd, r.stdout))
+            self.assertEqual(h.run_twice([cmd, "--help"]).stdout, r.stdout, cmd)
+        self.assertEqual(h.run_twice(["--help"]).stdout.decode(), text)
+        r = h.run_twice(["help", "nope"])
+        self.assertEqual(r.returncode, 2, r)
+        self.assertTrue(r.stderr.decode().startswith("twice help: unknown command 'nope'\n"), r)
+
     def test_check_missing_file(self):
         path = os.path.join(self.tmp, "nope.conf")
         r = h.run_twice(["check", "-c", path])
