@@ -46,6 +46,9 @@
 #define CONF_MAX_THREADS 64
 /* Longest file `conf_parse_stream` reads; a bigger one is a mistake. */
 #define CONF_MAX_FILE_BYTES (4u * 1024u * 1024u)
+/* Most rules in one file, one PUT /rules, or after a PUT /rules/NAME; the
+ * duplicate check is quadratic. */
+#define CONF_MAX_RULES 4096
 
 struct conf_loc {
     unsigned line; /* 1-based */
@@ -201,6 +204,10 @@ void conf_free(struct conf *conf);
 
 /* Free a list of rules linked by `next` (from conf_parse_rules).  NULL is fine. */
 void rule_list_free(struct rule *r);
+
+/* A deep copy of rule `r` alone (its `next` NULL), owned by the caller
+ * (rule_list_free), or NULL when out of memory. */
+struct rule *rule_copy(const struct rule *r) TWICE_MUST_CHECK;
 
 void conf_diags_init(struct conf_diags *diags);
 void conf_diags_free(struct conf_diags *diags);
