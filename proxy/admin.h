@@ -1,7 +1,7 @@
 /*
  * admin.h - the admin HTTP API (libevent's evhttp), loopback by default.
  *
- *   GET  /healthz                     200 "ok"
+ *   GET  /healthz                     200 "ok" (no token needed)
  *   GET  /rules                       the rules, their state and counters (JSON)
  *   PUT  /rules                       replace the rules with the rule text in the body;
  *                                     400 with every diagnostic, and nothing changes
@@ -11,7 +11,10 @@
  *   GET  /stats                       counters (JSON)
  *   GET  /metrics                     counters (Prometheus text format)
  *
- * With `admin-token` set, every request needs `Authorization: Bearer TOKEN`.
+ * HEAD is answered wherever GET is.  Errors are JSON, {"error": "..."}:
+ * 404 for a path no route has, 405 with `Allow` for a method a path does not
+ * take.  With `admin-token` set, every request but GET /healthz needs
+ * `Authorization: Bearer TOKEN`.
  */
 #ifndef TWICE_ADMIN_H
 #define TWICE_ADMIN_H

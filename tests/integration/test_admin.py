@@ -2,10 +2,12 @@
 """The admin HTTP API, through real HTTP calls, judged by what a user notices
 on the proxied connections (an echo upstream behind `protocol tcp`):
 
-- /healthz; bearer token: 401 without / with a wrong token, even for POSTs
-  (which then change nothing), 200 with the right one;
+- bearer token: 401 without / with a wrong token, even for POSTs (which then
+  change nothing), 200 with the right one;
 - POST /rules/NAME/disable|enable: new connections fast / slow again, open
   connections keep what they got; 404 for an unknown rule;
+- every error is JSON with its status; 405 with `Allow` for a wrong method;
+  /healthz answers without the token and says nothing but "ok";
 - POST /faults/off|on: the kill switch, which also survives PUT and reload;
 - PUT /rules: new rules apply to new connections, counters of same-named
   rules carry over; a broken body is a 400 with every `PUT /rules:LINE:COL`
@@ -81,18 +83,31 @@ class AdminTest(h.TestCase):
 
     # ---------------------------------------------------------------------
 
+    def error(self, resp, code):
+        """The JSON error of an answer that must be one: {"error": "..."} with `code`."""
+        st, hdrs, body = resp
+        self.assertEqual(st, code, "HTTP %s (want %s): %s" % (st, code, body))
+        self.assertEqual(hdrs.get("content-type"), "application/json", (st, hdrs, body))
+        doc = json.loads(body)
+        self.assertIsInstance(doc.get("error"), str, body)
+        self.assertTrue(doc["error"], body)
+        return doc
+
     def test_healthz_and_token(self):
         t = self.start()
         body = self.ok(self.api.get("/healthz"))
         self.assertEqual(body.strip(), "ok")
         for tok in (None, "wrong-token-wrong-token", fk.TOKEN[:-1], fk.TOKEN + "x", ""):
+            # /healthz is for load balancers, which carry no token: it says "ok" and no more
             st, hdrs, body = self.api.get("/healthz", token=tok)
-            self.assertEqual(st, 401, "token %r: %s %s" % (tok, st, body))
-            self.assertIn("bearer", hdrs.get("www-authenticate", "").lower())
-            self.assertEqual(self.api.get("/rules", token=tok)[0], 401)
-            self.assertEqual(self.api.get("/metrics", token=tok)[0], 401)
+            self.assertEqual((st, body), (200, "ok\n"), "token %r" % tok)
+            for path in ("/rules", "/metrics", "/stats", "/rules/lat", "/nope"):
+                st, hdrs, body = self.api.get(path, token=tok)
+                self.assertEqual(st, 401, "token %r, %s: %s %s" % (tok, path, st, body))
+                self.assertIn("bearer", hdrs.get("www-authenticate", "").lower())
+                self.assertIn("Authorization: Bearer", self.error((st, hdrs, body), 401)["error"])
         # Basic auth with the token is not a bearer token
-        st, _, _ = self.api.get("/healthz", token=None,
+        st, _, _ = self.api.get("/rules", token=None,
                                 headers={"Authorization": "Basic %s" % fk.TOKEN})
         self.assertEqual(st, 401)
         # state-changing calls without the token change nothing
@@ -104,10 +119,75 @@ class AdminTest(h.TestCase):
         self.assertTrue(rules["faults_enabled"])
         self.assertEqual([(r["name"], r["enabled"]) for r in rules["rules"]], [("lat", True)])
         self.assert_slow(what="after unauthorized calls")
-        # unknown endpoints
-        self.assertEqual(self.api.get("/nope")[0], 404)
-        self.assertEqual(self.api.get("/rules/lat/disable")[0], 404)   # GET, not POST
-        self.assertNotEqual(self.api.request("DELETE", "/rules")[0], 200)
+        # unknown endpoints; known ones with the wrong method
+        self.error(self.api.get("/nope"), 404)
+        st, hdrs, _ = self.api.get("/rules/lat/disable")   # GET, not POST
+        self.assertEqual((st, hdrs.get("allow")), (405, "POST"))
+        st, hdrs, _ = self.api.request("DELETE", "/rules")
+        self.assertEqual((st, hdrs.get("allow")), (405, "GET, HEAD, PUT"))
+        t.stop()
+
+    def test_healthz_reveals_nothing(self):
+        """Without a token /healthz answers "ok" and nothing else: no counters, no version, no
+        rule; every other method on it is a 405 that names only GET and HEAD."""
+        t = self.start()
+        st, hdrs, body = self.api.get("/healthz", token=None)
+        self.assertEqual((st, body), (200, "ok\n"))
+        self.assertEqual(sorted(hdrs), ["cache-control", "content-length", "content-type", "date"])
+        st, hdrs, body = self.api.request("HEAD", "/healthz", token=None)
+        self.assertEqual((st, body, hdrs.get("content-length")), (200, "", "3"))
+        for method in ("POST", "PUT", "DELETE", "PATCH"):
+            resp = self.api.request(method, "/healthz", body=b"", token=None)
+            self.assertEqual(resp[1].get("allow"), "GET, HEAD", method)
+            self.assertNotIn("lat", self.error(resp, 405)["error"])
+        t.stop()
+
+    def test_errors_are_json(self):
+        """Every error is {"error": "..."} with its status: 401, 404 (no such path, no such
+        rule), 405 with `Allow` for every method a path does not take (never libevent's 501
+        page), 400 with the diagnostics of a rule text or of the file; and nothing changes."""
+        t = self.start()
+        allowed = {
+            "/rules": {"GET", "HEAD", "PUT"},
+            "/rules/lat/enable": {"POST"},
+            "/rules/lat/disable": {"POST"},
+            "/faults/off": {"POST"},
+            "/faults/on": {"POST"},
+            "/reload": {"POST"},
+            "/stats": {"GET", "HEAD"},
+            "/metrics": {"GET", "HEAD"},
+        }
+        order = ["GET", "HEAD", "POST", "PUT", "DELETE"]
+        for path, methods in allowed.items():
+            for method in order + ["OPTIONS", "PATCH", "TRACE"]:
+                if method in methods:
+                    continue
+                resp = self.api.request(method, path, body=b"")
+                doc = self.error(resp, 405) if method != "HEAD" else {"error": ""}
+                self.assertEqual(resp[1].get("allow"),
+                                 ", ".join(m for m in order if m in methods), (method, path))
+                if method != "HEAD":
+                    self.assertIn("%s is not allowed on %s" % (method, path), doc["error"])
+        self.assertEqual(self.api.request("HEAD", "/rules/lat/enable")[2], "", "a HEAD with a body")
+        for path in ("/nope", "/rules/", "/rules//disable", "/rules/lat/toggle", "/stats/x"):
+            self.assertIn("not found", self.error(self.api.get(path), 404)["error"], path)
+        for method, path in (("POST", "/rules/nosuch/enable"), ("POST", "/rules/nosuch/disable")):
+            doc = self.error(self.api.request(method, path, body=b""), 404)
+            self.assertEqual(doc["error"], "no rule named 'nosuch'")
+
+        doc = self.error(self.api.put("/rules", "rule x on echo {\n  do latncy 1ms\n}\n"), 400)
+        self.assertEqual(doc["error"], "1 error in the rules: nothing changed")
+        self.assertEqual(len(doc["diagnostics"]), 1, doc)
+        self.assertTrue(doc["diagnostics"][0].startswith("PUT /rules:2:6: error: unknown action "
+                                                         "'latncy'"), doc)
+        t.write_config(self.conf + "rule broken on echo {\n}\n")
+        doc = self.error(self.api.post("/reload"), 400)
+        self.assertEqual(doc["error"], "reload failed: nothing changed")
+        self.assertRegex(doc["diagnostics"][0], r"^%s:\d+:\d+: error: " % re.escape(t.conf_path))
+        t.write_config(self.conf)
+        self.assertEqual([(r["name"], r["enabled"]) for r in self.api.json("/rules")["rules"]],
+                         [("lat", True)])
+        self.assert_slow(what="after the errors")
         t.stop()
 
     def test_no_token_configured(self):
@@ -172,9 +252,9 @@ class AdminTest(h.TestCase):
         self.assertTrue(self.api.rule("lat")["enabled"])
         self.assert_slow(what="rule enabled again")
 
-        self.assertEqual(self.api.post("/rules/nosuch/disable")[0], 404)
-        self.assertEqual(self.api.post("/rules/lat/toggle")[0], 404)
-        self.assertEqual(self.api.post("/rules//disable")[0], 404)
+        self.error(self.api.post("/rules/nosuch/disable"), 404)
+        self.error(self.api.post("/rules/lat/toggle"), 404)
+        self.error(self.api.post("/rules//disable"), 404)
         self.assert_slow(what="after 404s")
         t.wait_for_log(r"msg=\"rule disabled\" rule=lat source=admin")
         early.close()
@@ -227,17 +307,17 @@ class AdminTest(h.TestCase):
                "rule worse on nosuch {\n"    # line 4: unknown listener
                "  do latency 100ms\n"
                "}\n")
-        st, _, text = self.api.put("/rules", bad)
-        self.assertEqual(st, 400, text)
-        self.assertRegex(text, r"(?m)^PUT /rules:2:6: error: ")
-        self.assertRegex(text, r"(?m)^PUT /rules:4:\d+: error: .*nosuch")
-        self.assertEqual(len(re.findall(r"(?m)^PUT /rules:\d+:\d+: error: ", text)), 2, text)
+        doc = self.error(self.api.put("/rules", bad), 400)
+        self.assertEqual(doc["error"], "2 errors in the rules: nothing changed")
+        diags = doc["diagnostics"]
+        self.assertEqual(len(diags), 2, diags)
+        self.assertRegex(diags[0], r"^PUT /rules:2:6: error: ")
+        self.assertRegex(diags[1], r"^PUT /rules:4:\d+: error: .*nosuch")
         self.assertEqual([r["name"] for r in self.api.json("/rules")["rules"]], ["lat2"])
         dt, _ = self.rtt()
         self.assertGreaterEqual(dt, 0.23, "the old rules stopped applying after a rejected PUT")
         # a listen block is not a rule
-        st, _, text = self.api.put("/rules", h.listen_block("x", h.free_port(), 1))
-        self.assertEqual(st, 400, text)
+        self.error(self.api.put("/rules", h.listen_block("x", h.free_port(), 1)), 400)
         self.assertEqual([r["name"] for r in self.api.json("/rules")["rules"]], ["lat2"])
 
         # same name again: counters carry over; a new rule starts at 0
@@ -334,9 +414,9 @@ class AdminTest(h.TestCase):
         broken = self.conf + added + "rule typo on other {\n  do latency\n}\n"
         t.write_config(broken)
         line = broken.count("\n", 0, broken.index("  do latency\n")) + 1
-        st, _, text = self.api.post("/reload")
-        self.assertEqual(st, 400, text)
-        self.assertRegex(text, r"%s:%d:\d+: error: " % (re.escape(t.conf_path), line))
+        diags = self.error(self.api.post("/reload"), 400)["diagnostics"]
+        self.assertEqual(len(diags), 1, diags)
+        self.assertRegex(diags[0], r"^%s:%d:\d+: error: " % (re.escape(t.conf_path), line))
         t.wait_for_log(r"msg=\"reload failed\"")
         self.assert_slow(other_port, "after a failed reload")
         # SIGHUP with the broken file: logged, nothing changes
@@ -370,7 +450,7 @@ class AdminTest(h.TestCase):
         api2 = fk.Admin(a2, tok2)
         h.wait_until(lambda: h.port_open(a2), 60, what="admin API on its new port")
         self.assertEqual(self.ok(api2.get("/healthz")).strip(), "ok")
-        self.assertEqual(api2.get("/healthz", token=fk.TOKEN)[0], 401, "the old token still works")
+        self.assertEqual(api2.get("/rules", token=fk.TOKEN)[0], 401, "the old token still works")
         h.wait_until(lambda: not h.port_open(self.admin_port), 60, what="old admin port closed")
         self.assert_slow(what="after moving the admin API")
         # POST /reload on the API that the reload itself moves

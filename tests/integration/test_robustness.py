@@ -8,6 +8,7 @@ Each test starts its own twice (and its own upstream servers) on free
 ports; see harness.py."""
 
 import hashlib
+import json
 import os
 import re
 import resource
@@ -476,7 +477,8 @@ class OwnSocketsTest(h.TestCase):
         st, _, text = api.post("/reload")
         want = "%s:%d:8: listener 'b' cannot listen on 127.0.0.1:%d: Address already in use" % (
             tw.conf_path, self._line_of(new, "bind 127.0.0.1:%d" % taken), taken)
-        self.assertEqual((st, text), (400, want + "\n"))
+        self.assertEqual((st, json.loads(text)),
+                         (400, {"error": "reload failed: nothing changed", "diagnostics": [want]}))
         self.assertEqual(tw.wait_for_records("reload failed", error=want)[0]["error"], want)
         with h.connect(p_a) as s:
             self.assertEqual(echo_roundtrip(s, b"a\n"), b"a\n")
@@ -501,7 +503,8 @@ class OwnSocketsTest(h.TestCase):
         self.assertEqual(st, 400, text)
         self.assertIn("%s:%d:12: error: listener 'a' would connect to itself: upstream "
                       "127.0.0.1:%d reaches its own bind 127.0.0.1:%d at %d:8"
-                      % (tw.conf_path, line, port, port, line - 1), text)
+                      % (tw.conf_path, line, port, port, line - 1),
+                      json.loads(text)["diagnostics"][0])
         mark = tw.log_mark()
         tw.signal(signal.SIGHUP)
         tw.wait_for_log(r'msg="reload failed"', start=mark)
