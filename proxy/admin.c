@@ -181,29 +181,37 @@ static bool authorized(struct proxy *px, struct evhttp_request *req)
     return diff == 0;
 }
 
+/* One rule of `rs`, as GET /rules lists it and GET /rules/NAME answers. */
+static void rule_json(struct evbuffer *b, struct ruleset *rs, size_t i)
+{
+    const struct rule *r = ruleset_rule(rs, i);
+    struct engine_rule_stats st = ruleset_stats(rs, i);
+    char detail[160];
+    fault_describe(r, detail, sizeof(detail));
+    evbuffer_add(b, "{\"name\":", 8);
+    json_str(b, r->name);
+    evbuffer_add(b, ",\"listener\":", 12);
+    json_str(b, r->listener);
+    evbuffer_add(b, ",\"event\":", 9);
+    json_str(b, rule_event_name(r->event));
+    evbuffer_add(b, ",\"action\":", 10);
+    json_str(b, rule_action_name(r->action.kind));
+    evbuffer_add(b, ",\"detail\":", 10);
+    json_str(b, detail);
+    evbuffer_add_printf(b, ",\"enabled\":%s,\"seen\":%llu,\"faults\":%llu}",
+                        ruleset_enabled(rs, i) ? "true" : "false", (unsigned long long)st.seen,
+                        (unsigned long long)st.faults);
+}
+
 static void rules_json(struct proxy *px, struct evbuffer *b)
 {
     struct ruleset *rs = px->rules;
     evbuffer_add_printf(b, "{\"faults_enabled\":%s,\"rules\":[",
                         rs == NULL || ruleset_faults_enabled(rs) ? "true" : "false");
     for (size_t i = 0; rs != NULL && i < ruleset_count(rs); i++) {
-        const struct rule *r = ruleset_rule(rs, i);
-        struct engine_rule_stats st = ruleset_stats(rs, i);
-        char detail[160];
-        fault_describe(r, detail, sizeof(detail));
-        evbuffer_add_printf(b, "%s{\"name\":", i ? "," : "");
-        json_str(b, r->name);
-        evbuffer_add(b, ",\"listener\":", 12);
-        json_str(b, r->listener);
-        evbuffer_add(b, ",\"event\":", 9);
-        json_str(b, rule_event_name(r->event));
-        evbuffer_add(b, ",\"action\":", 10);
-        json_str(b, rule_action_name(r->action.kind));
-        evbuffer_add(b, ",\"detail\":", 10);
-        json_str(b, detail);
-        evbuffer_add_printf(b, ",\"enabled\":%s,\"seen\":%llu,\"faults\":%llu}",
-                            ruleset_enabled(rs, i) ? "true" : "false", (unsigned long long)st.seen,
-                            (unsigned long long)st.faults);
+        if (i > 0)
+            evbuffer_add(b, ",", 1);
+        rule_json(b, rs, i);
     }
     evbuffer_add(b, "]}\n", 3);
 }
@@ -225,22 +233,25 @@ static void free_rule_list(void *p)
     rule_list_free(p);
 }
 
-static void put_rules(struct proxy *px, struct evhttp_request *req)
+/* The rules of the body of a PUT, checked against the configuration's
+ * listeners (`src` names the body in diagnostics), into *rules (owned by the
+ * caller) and *n.  Returns 0, or -1 after answering 400 with every
+ * diagnostic (or 500). */
+static int parse_body_rules(struct proxy *px, struct evhttp_request *req, const char *src,
+                            struct rule **rules, size_t *n)
 {
     struct evbuffer *in = evhttp_request_get_input_buffer(req);
     size_t len = evbuffer_get_length(in);
     char *text = malloc(len + 1);
     if (text == NULL) {
         reply_error(req, 500, "out of memory");
-        return;
+        return -1;
     }
     evbuffer_remove(in, text, len);
     text[len] = '\0';
     struct conf_diags d;
     conf_diags_init(&d);
-    struct rule *rules = NULL;
-    size_t n = 0;
-    int rc = conf_parse_rules("PUT /rules", text, len, px->conf->conf, &rules, &n, &d);
+    int rc = conf_parse_rules(src, text, len, px->conf->conf, rules, n, &d);
     free(text);
     if (rc != 0) {
         char *msg = NULL;
@@ -253,18 +264,33 @@ static void put_rules(struct proxy *px, struct evhttp_request *req)
         reply_error_diags(req, 400, msg, "%u error%s in the rules: nothing changed", d.errors,
                           d.errors == 1 ? "" : "s");
         free(msg);
-        conf_diags_free(&d);
-        return;
     }
     conf_diags_free(&d);
+    return rc;
+}
+
+/* Makes `rules` (taken: freed here on failure) the proxy's rules, each rule
+ * keeping the state of the rule of its name.  0, or -1 after answering 500. */
+static int install_rules(struct proxy *px, struct evhttp_request *req, struct rule *rules)
+{
     struct ruleset *rs = ruleset_new(rules, px->seed, px->start_ms);
     if (rs == NULL) {
         rule_list_free(rules);
         reply_error(req, 500, "out of memory");
-        return;
+        return -1;
     }
     ruleset_set_owner(rs, rules, free_rule_list);
     proxy_set_rules(px, rs);
+    return 0;
+}
+
+static void put_rules(struct proxy *px, struct evhttp_request *req)
+{
+    struct rule *rules = NULL;
+    size_t n = 0;
+    if (parse_body_rules(px, req, "PUT /rules", &rules, &n) != 0 ||
+        install_rules(px, req, rules) != 0)
+        return;
     log_msg(LOG_INFO, "rules replaced", "source=admin rules=%zu", n);
     reply_json(req, 200, "{\"rules\":%zu}\n", n);
 }
@@ -291,6 +317,98 @@ static long find_rule(struct proxy *px, struct evhttp_request *req, char name[AD
     if (i < 0)
         reply_error(req, 404, "no rule named '%s'", name);
     return i;
+}
+
+/* Answers `code` with the rule called `name`, as GET /rules/NAME does. */
+static void reply_rule(struct proxy *px, struct evhttp_request *req, int code, const char *name)
+{
+    long i = ruleset_find(px->rules, name);
+    struct evbuffer *b = evbuffer_new();
+    if (b == NULL) {
+        reply_oom(req);
+        return;
+    }
+    rule_json(b, px->rules, (size_t)i);
+    evbuffer_add(b, "\n", 1);
+    reply(req, code, "application/json", b);
+    evbuffer_free(b);
+}
+
+/* GET /rules/NAME */
+static void get_rule(struct proxy *px, struct evhttp_request *req)
+{
+    char name[ADMIN_NAME_MAX];
+    if (find_rule(px, req, name) >= 0)
+        reply_rule(px, req, 200, name);
+}
+
+/* The one rule of a PUT /rules/NAME body, checked to be called NAME and to
+ * fit in the rule set.  0, or -1 after answering 400 (rules freed). */
+static int check_put_rule(struct proxy *px, struct evhttp_request *req, const char *name,
+                          struct rule *rules, size_t n)
+{
+    bool known = px->rules != NULL && ruleset_find(px->rules, name) >= 0;
+    size_t count = px->rules != NULL ? ruleset_count(px->rules) : 0;
+    if (n != 1)
+        reply_error(req, 400,
+                    "the body has %zu rules: give one rule block, `rule %s on LISTENER "
+                    "{ ... }`",
+                    n, name);
+    else if (strcmp(rules->name, name) != 0)
+        reply_error(req, 400, "the body's rule is named '%s', the path's '%s'", rules->name, name);
+    else if (!known && count >= CONF_MAX_RULES)
+        reply_error(req, 400, "too many rules (at most %d): nothing changed", CONF_MAX_RULES);
+    else
+        return 0;
+    rule_list_free(rules);
+    return -1;
+}
+
+/* PUT /rules/NAME: the body's one rule replaces the rule called NAME in its
+ * place, or is added after the others. */
+static void put_rule(struct proxy *px, struct evhttp_request *req)
+{
+    char name[ADMIN_NAME_MAX], src[ADMIN_NAME_MAX + 16];
+    rule_name_of(req, name);
+    if (name[0] == '\0') {
+        reply_error(req, 400, "the path's rule name is too long");
+        return;
+    }
+    snprintf(src, sizeof(src), "PUT /rules/%s", name);
+    struct rule *rules = NULL, *list = NULL;
+    size_t n = 0;
+    if (parse_body_rules(px, req, src, &rules, &n) != 0 ||
+        check_put_rule(px, req, name, rules, n) != 0)
+        return;
+    bool known = px->rules != NULL && ruleset_find(px->rules, name) >= 0;
+    if (ruleset_edit(px->rules, name, rules, &list, &n) != 0) {
+        rule_list_free(rules);
+        reply_error(req, 500, "out of memory");
+        return;
+    }
+    if (install_rules(px, req, list) != 0)
+        return;
+    log_msg(LOG_INFO, known ? "rule replaced" : "rule added", "rule=%s source=admin rules=%zu",
+            name, n);
+    reply_rule(px, req, known ? 200 : 201, name);
+}
+
+/* DELETE /rules/NAME */
+static void delete_rule(struct proxy *px, struct evhttp_request *req)
+{
+    char name[ADMIN_NAME_MAX];
+    struct rule *list = NULL;
+    size_t n = 0;
+    if (find_rule(px, req, name) < 0)
+        return;
+    if (ruleset_edit(px->rules, name, NULL, &list, &n) != 0) {
+        reply_error(req, 500, "out of memory");
+        return;
+    }
+    if (install_rules(px, req, list) != 0)
+        return;
+    log_msg(LOG_INFO, "rule deleted", "rule=%s source=admin rules=%zu", name, n);
+    reply_json(req, 200, "{\"rule\":\"%s\",\"deleted\":true,\"rules\":%zu}\n", name, n);
 }
 
 /* POST /rules/NAME/enable|disable */
@@ -471,6 +589,9 @@ static const struct admin_route {
     {"/healthz", EVHTTP_REQ_GET, get_healthz},
     {"/rules", EVHTTP_REQ_GET, get_rules},
     {"/rules", EVHTTP_REQ_PUT, put_rules},
+    {"/rules/*", EVHTTP_REQ_GET, get_rule},
+    {"/rules/*", EVHTTP_REQ_PUT, put_rule},
+    {"/rules/*", EVHTTP_REQ_DELETE, delete_rule},
     {"/rules/*/enable", EVHTTP_REQ_POST, enable_rule},
     {"/rules/*/disable", EVHTTP_REQ_POST, disable_rule},
     {"/faults/off", EVHTTP_REQ_POST, faults_off},

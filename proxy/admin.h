@@ -5,6 +5,9 @@
  *   GET  /rules                       the rules, their state and counters (JSON)
  *   PUT  /rules                       replace the rules with the rule text in the body;
  *                                     400 with every diagnostic, and nothing changes
+ *   GET  /rules/NAME                  one rule, as GET /rules lists it
+ *   PUT  /rules/NAME                  replace (200) or add (201) the one rule of the body
+ *   DELETE /rules/NAME                remove one rule
  *   POST /rules/NAME/enable|disable   switch one rule
  *   POST /faults/off | /faults/on     the kill switch for every rule
  *   POST /reload                      re-read the configuration file (as SIGHUP)

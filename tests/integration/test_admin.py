@@ -6,6 +6,8 @@ on the proxied connections (an echo upstream behind `protocol tcp`):
   change nothing), 200 with the right one;
 - POST /rules/NAME/disable|enable: new connections fast / slow again, open
   connections keep what they got; 404 for an unknown rule;
+- GET/PUT/DELETE /rules/NAME: one rule read, replaced in place (counters and
+  switch kept), added, removed; 400 for a bad body and nothing changes;
 - every error is JSON with its status; 405 with `Allow` for a wrong method;
   /healthz answers without the token and says nothing but "ok";
 - POST /faults/off|on: the kill switch, which also survives PUT and reload;
@@ -149,6 +151,7 @@ class AdminTest(h.TestCase):
         t = self.start()
         allowed = {
             "/rules": {"GET", "HEAD", "PUT"},
+            "/rules/lat": {"GET", "HEAD", "PUT", "DELETE"},
             "/rules/lat/enable": {"POST"},
             "/rules/lat/disable": {"POST"},
             "/faults/off": {"POST"},
@@ -171,7 +174,8 @@ class AdminTest(h.TestCase):
         self.assertEqual(self.api.request("HEAD", "/rules/lat/enable")[2], "", "a HEAD with a body")
         for path in ("/nope", "/rules/", "/rules//disable", "/rules/lat/toggle", "/stats/x"):
             self.assertIn("not found", self.error(self.api.get(path), 404)["error"], path)
-        for method, path in (("POST", "/rules/nosuch/enable"), ("POST", "/rules/nosuch/disable")):
+        for method, path in (("GET", "/rules/nosuch"), ("DELETE", "/rules/nosuch"),
+                             ("POST", "/rules/nosuch/enable"), ("POST", "/rules/nosuch/disable")):
             doc = self.error(self.api.request(method, path, body=b""), 404)
             self.assertEqual(doc["error"], "no rule named 'nosuch'")
 
@@ -332,6 +336,102 @@ class AdminTest(h.TestCase):
         self.assertEqual(json.loads(self.ok(self.api.put("/rules", ""))), {"rules": 0})
         self.assertEqual(self.api.json("/rules")["rules"], [])
         self.assert_fast(what="all rules removed by PUT")
+        t.stop()
+
+    def test_rule_by_name(self):
+        """GET /rules/NAME is one rule with its switch and counters; PUT /rules/NAME replaces
+        that rule in its place (its counters and switch carry over, as with PUT /rules) or adds
+        it (201), validated like PUT /rules; DELETE /rules/NAME removes it. New connections
+        show each change; a rejected PUT changes nothing."""
+        other_port = h.free_port()
+        t = self.start(extra_listeners=(h.listen_block("other", other_port, self.echo.port),))
+        rule = self.api.json("/rules/lat")
+        self.assertEqual((rule["name"], rule["listener"], rule["action"], rule["enabled"]),
+                         ("lat", "echo", "latency", True))
+        self.assertIn("1000ms", rule["detail"])
+        self.ok(self.api.post("/rules/lat/disable"))
+        self.assertFalse(self.api.json("/rules/lat")["enabled"])
+        self.ok(self.api.post("/rules/lat/enable"))
+        self.assert_slow(what="before any PUT")
+        self.assertEqual(self.api.json("/rules/lat")["faults"], 1)
+
+        # replace: the new latency applies, the counters go on
+        body = fk.rule_block("lat", "echo", "stream downstream", "do latency 250ms")
+        st, hdrs, text = self.api.put("/rules/lat", body)
+        self.assertEqual(st, 200, text)
+        self.assertEqual(hdrs.get("content-type"), "application/json")
+        rule = json.loads(text)
+        self.assertEqual((rule["name"], rule["faults"], rule["enabled"]), ("lat", 1, True))
+        self.assertIn("250ms", rule["detail"])
+        t.wait_for_log(r"msg=\"rule replaced\" rule=lat source=admin rules=1")
+        dt, _ = self.rtt()
+        self.assertTrue(0.23 <= dt < SLOW_MIN, "a connection took %.3fs after lat became 250ms" % dt)
+        self.assertEqual(self.api.json("/rules/lat")["faults"], 2)
+        # the switch carries over too: a replaced rule stays off until enabled
+        self.ok(self.api.post("/rules/lat/disable"))
+        self.ok(self.api.put("/rules/lat", body))
+        self.assertFalse(self.api.json("/rules/lat")["enabled"])
+        self.assert_fast(what="lat replaced while disabled")
+        self.ok(self.api.post("/rules/lat/enable"))
+
+        # add: after the others, 201
+        added = fk.rule_block("lat_other", "other", "stream downstream", "do latency 1000ms")
+        st, _, text = self.api.put("/rules/lat_other", added)
+        self.assertEqual(st, 201, text)
+        self.assertEqual((json.loads(text)["name"], json.loads(text)["faults"]), ("lat_other", 0))
+        t.wait_for_log(r"msg=\"rule added\" rule=lat_other source=admin rules=2")
+        self.assertEqual([r["name"] for r in self.api.json("/rules")["rules"]], ["lat", "lat_other"])
+        self.assert_slow(other_port, "rule added by PUT /rules/lat_other")
+
+        # rejected: a mistake, another name, two rules, none; nothing changes
+        bad = fk.rule_block("lat", "nosuch", "stream downstream", "do latency 1ms")
+        doc = self.error(self.api.put("/rules/lat", bad), 400)
+        self.assertEqual(doc["error"], "1 error in the rules: nothing changed")
+        self.assertRegex(doc["diagnostics"][0], r"^PUT /rules/lat:1:\d+: error: unknown listener "
+                         r"'nosuch'")
+        doc = self.error(self.api.put("/rules/lat", added), 400)
+        self.assertEqual(doc["error"], "the body's rule is named 'lat_other', the path's 'lat'")
+        doc = self.error(self.api.put("/rules/lat", body + added), 400)
+        self.assertIn("the body has 2 rules", doc["error"])
+        self.error(self.api.put("/rules/lat", ""), 400)
+        self.assertEqual([(r["name"], r["enabled"], r["faults"])
+                          for r in self.api.json("/rules")["rules"]],
+                         [("lat", True, 2), ("lat_other", True, 1)])
+        dt, _ = self.rtt()
+        self.assertTrue(0.23 <= dt < SLOW_MIN, "lat changed after rejected PUTs: %.3fs" % dt)
+
+        # delete: gone from new connections; added again, it starts afresh
+        st, _, text = self.api.request("DELETE", "/rules/lat_other")
+        self.assertEqual((st, json.loads(text)), (200, {"rule": "lat_other", "deleted": True,
+                                                        "rules": 1}))
+        t.wait_for_log(r"msg=\"rule deleted\" rule=lat_other source=admin rules=1")
+        self.assert_fast(other_port, "rule deleted")
+        self.error(self.api.get("/rules/lat_other"), 404)
+        self.error(self.api.request("DELETE", "/rules/lat_other"), 404)
+        self.assertEqual(self.api.put("/rules/lat_other", added)[0], 201)
+        self.assertEqual(self.api.json("/rules/lat_other")["faults"], 0)
+        # the file's rules come back with a reload, as after PUT /rules
+        self.ok(self.api.post("/reload"))
+        self.assertEqual([r["name"] for r in self.api.json("/rules")["rules"]], ["lat"])
+        self.assert_slow(what="lat from the file again")
+        t.stop()
+
+    def test_rule_count_limit(self):
+        """PUT /rules/NAME adds no rule past the limit of a file (4096), and still replaces."""
+        t = self.start(rules=())
+        many = "".join(fk.rule_block("r%d" % i, "echo", "stream upstream", "nth 1000000000",
+                                     "do latency 1ms") for i in range(4096))
+        self.assertEqual(json.loads(self.ok(self.api.put("/rules", many))), {"rules": 4096})
+        one = fk.rule_block("one_more", "echo", "stream downstream", "do latency 1000ms")
+        doc = self.error(self.api.put("/rules/one_more", one), 400)
+        self.assertEqual(doc["error"], "too many rules (at most 4096): nothing changed")
+        self.assert_fast(what="a rule past the limit")
+        r0 = fk.rule_block("r0", "echo", "stream downstream", "do latency 1000ms")
+        self.assertEqual(self.api.put("/rules/r0", r0)[0], 200)
+        self.assert_slow(what="r0 replaced at the limit")
+        self.assertEqual(self.api.request("DELETE", "/rules/r1")[0], 200)
+        self.assertEqual(self.api.put("/rules/one_more", one)[0], 201)
+        self.assertEqual(len(self.api.json("/rules")["rules"]), 4096)
         t.stop()
 
     def test_counters_metrics_stats(self):
