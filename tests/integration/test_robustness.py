@@ -1236,6 +1236,35 @@ class CliTest(h.TestCase):
         self.assertEqual(r.returncode, 2, r)
         self.assertTrue(r.stderr.decode().startswith("twice help: unknown command 'nope'\n"), r)
 
+    def test_admin_bind_in_use(self):
+        """An admin address another process holds: twice run exits naming `admin`'s line and
+        the reason, as it does for a listener; a reload that would move the API there says
+        the same and keeps the API where it was."""
+        blocker = socket.socket()
+        self.addCleanup(blocker.close)
+        taken = h.free_port()
+        blocker.bind(("127.0.0.1", taken))
+        blocker.listen(1)
+        conf = os.path.join(self.tmp, "admin-busy.conf")
+        listen = h.listen_block("l", h.free_port(), 6379)
+        with open(conf, "w") as f:
+            f.write("admin 127.0.0.1:%d\n" % taken + listen)
+        r = h.run_twice(["run", conf], timeout=15)
+        self.assertNotEqual(r.returncode, 0)
+        self.assertIn('error="%s:1:7: admin API cannot listen on 127.0.0.1:%d: Address already in '
+                      'use"' % (conf, taken), r.stderr.decode(errors="replace"))
+
+        port = h.free_port()
+        tw = self.twice("admin 127.0.0.1:%d\n" % port + listen)
+        tw.wait_for_log(r"msg=\"admin listening\"")
+        tw.write_config("admin 127.0.0.1:%d\n" % taken + listen)
+        tw.signal(signal.SIGHUP)
+        rec = tw.wait_for_records("admin API not moved")[0]
+        self.assertEqual(rec["error"], "%s:1:7: admin API cannot listen on 127.0.0.1:%d: Address "
+                         "already in use" % (tw.conf_path, taken))
+        self.assertEqual(fk.Admin(port).get("/healthz")[:3:2], (200, "ok\n"))
+        tw.stop()
+
     def test_check_missing_file(self):
         path = os.path.join(self.tmp, "nope.conf")
         r = h.run_twice(["check", "-c", path])
