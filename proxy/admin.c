@@ -535,12 +535,18 @@ static void get_metrics(struct proxy *px, struct evhttp_request *req)
         evbuffer_add_printf(b, "\"} %llu\n",
                             (unsigned long long)ruleset_stats(px->rules, i).faults);
     }
-    evbuffer_add_printf(b, "# HELP twice_events_total Protocol events seen, per kind.\n"
+    evbuffer_add_printf(b, "# HELP twice_events_total Protocol events seen, per listener and "
+                           "kind.\n"
                            "# TYPE twice_events_total counter\n");
-    for (int e = 0; e < RULE_EV_COUNT; e++)
-        evbuffer_add_printf(b, "twice_events_total{kind=\"%s\"} %llu\n",
-                            rule_event_name((enum rule_event)e),
-                            (unsigned long long)proxy_events(px, (unsigned)e));
+    for (struct listener_stats *st = px->stats; st != NULL; st = st->next) {
+        struct listener_counts t = proxy_stats_total(px, st);
+        for (int e = 0; e < RULE_EV_COUNT; e++) {
+            evbuffer_add_printf(b, "twice_events_total{listener=\"");
+            prom_label(b, st->name);
+            evbuffer_add_printf(b, "\",kind=\"%s\"} %llu\n", rule_event_name((enum rule_event)e),
+                                (unsigned long long)t.events[e]);
+        }
+    }
     /* Prometheus wants each family's samples together, after its TYPE. */
     static const struct {
         const char *name, *type, *help;

@@ -69,7 +69,7 @@ static inline bool codec_wants(struct session *s, enum rule_event ev)
 
 static inline void codec_count(struct session *s, enum rule_event ev)
 {
-    stat_add(&s->loop->events[ev], 1); /* as codec_decide() counts it */
+    session_count_events(s, ev, 1); /* as codec_decide() counts it */
 }
 
 /* Logs that a peer broke the codec's protocol ("amqp protocol error") with

@@ -469,6 +469,8 @@ struct listener_counts proxy_stats_total(const struct proxy *px, const struct li
         t.open += stat_get(&c->open);
         t.bytes_up += stat_get(&c->bytes_up);
         t.bytes_down += stat_get(&c->bytes_down);
+        for (int e = 0; e < RULE_EV_COUNT; e++)
+            t.events[e] += stat_get(&c->events[e]);
     }
     return t;
 }

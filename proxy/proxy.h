@@ -88,8 +88,9 @@ struct listener {
 struct listener_counts {
     _Alignas(64) uint64_t connections; /* accepted */
     uint64_t open;
-    uint64_t bytes_up;   /* client -> upstream */
-    uint64_t bytes_down; /* upstream -> client */
+    uint64_t bytes_up;              /* client -> upstream */
+    uint64_t bytes_down;            /* upstream -> client */
+    uint64_t events[RULE_EV_COUNT]; /* protocol events seen, by kind */
 };
 
 /* Counters of one listener name, kept across reloads. */

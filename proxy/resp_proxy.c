@@ -293,7 +293,7 @@ static bool plain_command(struct rpx *rx, bool cmd_rules)
         taken++;
     }
     if (taken > 0)
-        stat_add(&rx->s->loop->events[RULE_EV_COMMAND], taken);
+        session_count_events(rx->s, RULE_EV_COMMAND, taken);
     return taken > 0;
 }
 

@@ -153,6 +153,15 @@ struct session {
     struct session *reap_next;   /* loop->reap once CLOSED */
 };
 
+/* Counts n protocol events of kind ev on s: for its loop (GET /stats) and for
+ * its listener (GET /metrics). */
+static inline void session_count_events(struct session *s, enum rule_event ev, uint64_t n)
+{
+    stat_add(&s->loop->events[ev], n);
+    if (s->stats != NULL)
+        stat_add(&s->stats->events[ev], n);
+}
+
 /* Accept `fd` (a connected client socket) on listener `l` with its settings
  * `cfg` (referenced by the session), on loop `lp` (the calling thread's), as
  * session `sid` (drawn at accept, in accept order).  Takes ownership of fd:

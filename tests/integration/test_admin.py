@@ -478,8 +478,16 @@ class AdminTest(h.TestCase):
         self.assertEqual(pv("twice_bytes_total", listener="echo", direction="upstream"), 4 * len(payload))
         self.assertEqual(pv("twice_bytes_total", listener="echo", direction="downstream"), 4 * len(payload))
         self.assertEqual(pv("twice_bytes_total", listener="other", direction="upstream"), 3 * len(payload))
-        self.assertEqual(pv("twice_events_total", kind="stream"), 7)
-        self.assertEqual(pv("twice_events_total", kind="connect"), 7)
+        # events per listener: each connection is a stream and a connect event of its own
+        for listener, n in (("echo", 4), ("other", 3)):
+            for kind in ("stream", "connect"):
+                self.assertEqual(pv("twice_events_total", listener=listener, kind=kind), n,
+                                 (listener, kind))
+            self.assertEqual(pv("twice_events_total", listener=listener, kind="deliver"), 0)
+        kinds = set(self.api.json("/stats")["events"])
+        for listener in ("echo", "other"):   # every kind, zeros too
+            self.assertEqual({lb["kind"] for nm, lb, _ in samples if nm == "twice_events_total"
+                              and lb["listener"] == listener}, kinds, listener)
 
         stats = self.api.json("/stats")
         self.assertGreater(stats["uptime_ms"], 0)
