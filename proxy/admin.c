@@ -524,6 +524,12 @@ static void get_metrics(struct proxy *px, struct evhttp_request *req)
         evhttp_send_error(req, 500, NULL);
         return;
     }
+    /* The version as a label, the way Prometheus exporters say what runs. */
+    evbuffer_add_printf(b, "# HELP twice_build_info The version of twice that runs.\n"
+                           "# TYPE twice_build_info gauge\n"
+                           "twice_build_info{version=\"");
+    prom_label(b, TWICE_VERSION);
+    evbuffer_add_printf(b, "\"} 1\n");
     evbuffer_add_printf(b, "# HELP twice_faults_total Faults injected, per rule and action.\n"
                            "# TYPE twice_faults_total counter\n");
     for (size_t i = 0; px->rules != NULL && i < ruleset_count(px->rules); i++) {

@@ -470,6 +470,11 @@ class AdminTest(h.TestCase):
         self.assertEqual(types.get("twice_connections_open"), "gauge")
         self.assertEqual(types.get("twice_bytes_total"), "counter")
         pv = lambda name, **lb: fk.prom_value(samples, name, **lb)  # noqa: E731
+        # the version that runs, as `twice --version` says it
+        version = h.run_twice(["--version"]).stdout.decode().split()[1]
+        self.assertEqual(types.get("twice_build_info"), "gauge")
+        self.assertEqual([(lb, v) for nm, lb, v in samples if nm == "twice_build_info"],
+                         [({"version": version}, 1)])
         self.assertEqual(pv("twice_faults_total", rule="lat", action="latency", listener="echo"), 2)
         self.assertEqual(pv("twice_connections_total", listener="echo"), 4)
         self.assertEqual(pv("twice_connections_total", listener="other"), 3)
