@@ -24,6 +24,7 @@
 
 #include "offline/json_out.h"
 #include "proxy/fault.h"
+#include "proxy/journal.h"
 #include "proxy/log.h"
 #include "proxy/proxy.h"
 #include "rules/engine.h"
@@ -530,6 +531,14 @@ static void get_metrics(struct proxy *px, struct evhttp_request *req)
                            "twice_build_info{version=\"");
     prom_label(b, TWICE_VERSION);
     evbuffer_add_printf(b, "\"} 1\n");
+    /* journal.h: the writer drops a record when its buffer is full (the disk
+     * too slow), after a write error, or out of memory. */
+    evbuffer_add_printf(b,
+                        "# HELP twice_journal_records_dropped_total Journal records lost: buffer "
+                        "full, write error or out of memory.\n"
+                        "# TYPE twice_journal_records_dropped_total counter\n"
+                        "twice_journal_records_dropped_total %llu\n",
+                        (unsigned long long)journal_dropped(px->journal));
     evbuffer_add_printf(b, "# HELP twice_faults_total Faults injected, per rule and action.\n"
                            "# TYPE twice_faults_total counter\n");
     for (size_t i = 0; px->rules != NULL && i < ruleset_count(px->rules); i++) {

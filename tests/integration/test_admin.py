@@ -14,7 +14,8 @@ on the proxied connections (an echo upstream behind `protocol tcp`):
 - PUT /rules: new rules apply to new connections, counters of same-named
   rules carry over; a broken body is a 400 with every `PUT /rules:LINE:COL`
   diagnostic and changes nothing;
-- GET /rules counters, GET /metrics (valid Prometheus text, right values),
+- GET /rules counters, GET /metrics (valid Prometheus text, right values;
+  journal records dropped when the journal's disk is full),
   GET /stats (JSON, connection counts);
 - POST /reload and SIGHUP after editing the file; a broken file is a 400 /
   `reload failed` and the old behaviour stays;
@@ -52,14 +53,19 @@ class AdminTest(h.TestCase):
         self.echo = h.EchoServer(name="admin-echo")
         self.addCleanup(self.echo.close)
 
-    def start(self, rules=(LAT_RULE,), token=fk.TOKEN, extra_listeners=(), seed=3, **kw):
+    def start(self, rules=(LAT_RULE,), token=fk.TOKEN, extra_listeners=(), seed=3, journal=None,
+              log_level="debug", **kw):
         self.admin_port = h.free_port()
         self.echo_port = h.free_port()
         blocks = [h.listen_block("echo", self.echo_port, self.echo.port)]
         blocks += list(extra_listeners)
-        self.conf = fk.conf_text(blocks, rules, seed=seed, admin_port=self.admin_port, token=token)
+        self.conf = fk.conf_text(blocks, rules, seed=seed, admin_port=self.admin_port, token=token,
+                                 journal=journal, log_level=log_level)
         t = self.twice(self.conf, **kw)
-        t.wait_for_log(r"msg=\"admin listening\"")
+        if log_level in ("info", "debug"):
+            t.wait_for_log(r"msg=\"admin listening\"")
+        else:
+            fk.wait_admin(self.admin_port)
         self.api = fk.Admin(self.admin_port, token)
         return t
 
@@ -508,6 +514,56 @@ class AdminTest(h.TestCase):
         h.wait_until(lambda: self.api.json("/stats")["sessions_open"] == 0, 60, what="sessions_open 0")
         time.sleep(0.05)   # uptime_ms must move on: at least 50 ms more
         self.assertGreater(self.api.json("/stats")["uptime_ms"], stats["uptime_ms"])
+        t.stop()
+
+    def test_journal_records_dropped(self):
+        """The journal's disk is full (RLIMIT_FSIZE keeps twice's files under 4 KiB): its
+        writer logs the failed write once and goes on, and
+        twice_journal_records_dropped_total counts every record that did not reach the file,
+        the records of later connections too; the proxy keeps serving."""
+        journal = os.path.join(self.tmp, "full.pb")
+        # log-level warn: the log, under the same limit, stays small
+        # (the admin API answers once the listeners are bound: no probe of the echo listener,
+        # which would be a connection of its own)
+        t = self.start(rules=(), journal=journal, log_level="warn", wait=False, fsize=4096)
+
+        def dropped():
+            types, samples = fk.parse_prometheus(self.ok(self.api.get("/metrics")))
+            self.assertEqual(types.get("twice_journal_records_dropped_total"), "counter")
+            return fk.prom_value(samples, "twice_journal_records_dropped_total")
+
+        def settled():
+            return self.api.json("/stats")["sessions_open"] == 0
+
+        self.assertEqual(dropped(), 0)
+        # a connect and a close record each: 100 connections write past 4 KiB
+        n = 100
+        for _ in range(n):
+            fk.echo_rtt(self.echo_port)
+        t.wait_for_log(r"level=error msg=\"journal write failed, dropping records\" path=%s "
+                       r"error=\"File too large\"" % re.escape(journal))
+        h.wait_until(settled, 60, what="the sessions to close")
+        before = dropped()
+        self.assertGreater(before, 0)
+        more = 10
+        for _ in range(more):
+            fk.echo_rtt(self.echo_port)
+        h.wait_until(settled, 60, what="the sessions to close")
+        total = 2 * (n + more)
+
+        def accounted():
+            with open(journal, "rb") as f:
+                frames, _ = fk.journal_frames(f.read())
+            return len(frames) - 1 + dropped()   # less the header
+
+        # every record made is in the file or counted (a record of the buffer whose write
+        # failed may be both), and each later connection's two are counted
+        h.wait_until(lambda: accounted() >= total, 60, what="every record in the file or counted")
+        self.assertGreaterEqual(dropped(), before + 2 * more)
+        self.assertLessEqual(dropped(), total)
+        self.assertLessEqual(os.path.getsize(journal), 4096)
+        self.assertEqual(len(t.log_records("journal write failed, dropping records")), 1)
+        self.assertLess(fk.echo_rtt(self.echo_port)[0], FAST_MAX)
         t.stop()
 
     def test_reload_from_file(self):
