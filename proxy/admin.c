@@ -19,6 +19,7 @@
 #include <string.h>
 
 #include "offline/json_out.h"
+#include "proxy/drain.h"
 #include "proxy/fault.h"
 #include "proxy/log.h"
 #include "proxy/proxy.h"
@@ -250,6 +251,7 @@ static void get_stats(struct proxy *px, struct evhttp_request *req)
                             (unsigned long long)proxy_events(px, (unsigned)e));
     evbuffer_add(b, "},", 2);
     evbuffer_drain(b, 0);
+    drain_stats_json(px, b);
     /* The rules part is the same document as GET /rules, without its braces. */
     struct evbuffer *r = evbuffer_new();
     if (r != NULL) {
@@ -326,6 +328,7 @@ static void get_metrics(struct proxy *px, struct evhttp_request *req)
             }
         }
     }
+    drain_metrics(px, b);
     reply(req, 200, "text/plain; version=0.0.4", b);
     evbuffer_free(b);
 }
@@ -351,6 +354,8 @@ static void route(struct proxy *px, struct evhttp_request *req, enum evhttp_cmd_
         get_stats(px, req);
     else if (m == EVHTTP_REQ_GET && strcmp(path, "/metrics") == 0)
         get_metrics(px, req);
+    else if (m == EVHTTP_REQ_POST && strcmp(path, "/drain") == 0)
+        drain_request(px, req);
     else
         reply_text(req, 404, "not found\n");
 }

@@ -10,6 +10,8 @@
  *   POST /reload                      re-read the configuration file (as SIGHUP)
  *   GET  /stats                       counters (JSON)
  *   GET  /metrics                     counters (Prometheus text format)
+ *   POST /drain[?timeout=D]           faults off, release what is only delayed, answer once
+ *                                     nothing is held or scheduled (drain.h)
  *
  * With `admin-token` set, every request needs `Authorization: Bearer TOKEN`.
  */

@@ -302,7 +302,7 @@ static bool content_actions(struct amqp_px *ax, struct achan *ch, struct content
             if (!c->ack_required)
                 break;
             if (r->action.duration_ms != 0 && mi != NULL && !mi->hold_ack &&
-                apx_arm_timer(ax, mi, &mi->late_timer, r->action.duration_ms, apx_on_late_copy)) {
+                apx_arm_late(ax, mi, r->action.duration_ms)) {
                 mi->hold_ack = true; /* its ack waits for the copy */
                 mi->late_ms = r->action.duration_ms;
                 ax->n_hold_ack++;

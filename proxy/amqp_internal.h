@@ -205,6 +205,7 @@ struct amqp_px {
     bool said_too_long; /* "message field too long" was logged for this connection */
     size_t n_live;      /* records in use (by contents, ledgers, timers) */
     size_t n_hold_ack;  /* of which, deliveries whose ack twice holds until a late copy */
+    size_t n_late;      /* late copies whose timer is armed (apx_arm_late) */
 };
 
 /* ---- amqp_proxy.c ---- */
@@ -263,6 +264,12 @@ struct achan *apx_timer_chan(const struct msg_info *mi);
 void apx_on_late_copy(evutil_socket_t fd, short what, void *arg);
 bool apx_arm_timer(struct amqp_px *ax, struct msg_info *mi, struct event **slot, uint32_t ms,
                    void (*cb)(evutil_socket_t, short, void *));
+/* Arms mi's late copy ms from now (counted in ax->n_late until it fires or mi is freed). */
+bool apx_arm_late(struct amqp_px *ax, struct msg_info *mi, uint32_t ms);
+/* The codec's drain ops (codec.h): what the connection holds back, releasing what a rule only
+ * delays. */
+void apx_pending(void *state, struct codec_pending *p);
+void apx_drain(void *state, struct codec_pending *released);
 void apx_release_all_held_acks(struct achan *ch);
 int apx_apply_plan(struct achan *ch, int from, struct amqp_plan *plan,
                    int (*commit)(struct amqp_ledger *, uint16_t, struct amqp_plan *, uint8_t *,

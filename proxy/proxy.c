@@ -32,6 +32,7 @@
 
 #include "proxy/admin.h"
 #include "proxy/conf_file.h"
+#include "proxy/drain.h"
 #include "proxy/idmap.h"
 #include "proxy/journal.h"
 #include "proxy/log.h"
@@ -442,12 +443,17 @@ struct listener_stats *proxy_stats(struct proxy *px, const char *name)
             return st;
     struct listener_stats *st = calloc(1, sizeof(*st));
     size_t size = px->n_loops * sizeof(*st->per_loop);
+    size_t psize = px->n_loops * sizeof(*st->pending);
     if (st == NULL ||
-        (st->per_loop = aligned_alloc(_Alignof(struct listener_counts), size)) == NULL) {
+        (st->per_loop = aligned_alloc(_Alignof(struct listener_counts), size)) == NULL ||
+        (st->pending = aligned_alloc(_Alignof(struct listener_pending), psize)) == NULL) {
+        if (st != NULL)
+            free(st->per_loop);
         free(st);
         return NULL;
     }
     memset(st->per_loop, 0, size);
+    memset(st->pending, 0, psize);
     snprintf(st->name, sizeof(st->name), "%s", name);
     st->next = px->stats;
     px->stats = st;
@@ -698,6 +704,7 @@ void proxy_free(struct proxy *px)
         listener_close(l);
         listener_put(l);
     }
+    drain_stop(px);
     admin_stop(px);
     free_event(&px->grace_timer);
     free_event(&px->log_timer);
@@ -721,6 +728,7 @@ void proxy_free(struct proxy *px)
         struct listener_stats *st = px->stats;
         px->stats = st->next;
         free(st->per_loop);
+        free(st->pending);
         free(st);
     }
     conf_ref_put(px->conf);

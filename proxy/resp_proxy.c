@@ -1122,6 +1122,44 @@ static void rpx_free(void *state)
     free(rx);
 }
 
+/* ---- drain (codec.h) --------------------------------------------------- */
+
+/* A delayed reply, or the client's command a `delay` holds.  Commands twice scheduled on its
+ * own connection (a delayed ack, a late copy) are its aux's, counted by the loop. */
+static void rpx_pending(void *state, struct codec_pending *p)
+{
+    struct rpx *rx = state;
+    uint64_t now = proxy_now_ms();
+    if (rx->hold_until > now)
+        p->held_messages++;
+    for (const struct entry *e = rx->head; e != NULL; e = e->next)
+        if (e->release_ms > now)
+            p->held_messages++;
+}
+
+/* A drain releases the replies and the command a `delay` holds: the delay is their only
+ * fault.  What twice scheduled on its own connection goes at its time: on a Redis listener a
+ * delayed ack and a late copy are both commands twice sends later, and the framework's own
+ * timeouts (a visibility timeout, a lock), which such a fault is usually aimed past, are the
+ * app's, not twice's to know. */
+static void rpx_drain(void *state, struct codec_pending *released)
+{
+    struct rpx *rx = state;
+    if (!rpx_alive(rx))
+        return;
+    uint64_t now = proxy_now_ms();
+    if (rx->hold_until > now)
+        released->held_messages++;
+    rx->hold_until = 0;
+    for (struct entry *e = rx->head; e != NULL; e = e->next) {
+        if (e->release_ms > now)
+            released->held_messages++;
+        e->release_ms = 0;
+    }
+    event_del(rx->timer);
+    on_timer(-1, 0, rx); /* what was held goes now, as if its time had come */
+}
+
 const struct codec_ops resp_codec_ops = {
     .name = "resp",
     .open = rpx_open,
@@ -1129,4 +1167,6 @@ const struct codec_ops resp_codec_ops = {
     .free = rpx_free,
     .process = rpx_process,
     .closed_by = NULL,
+    .pending = rpx_pending,
+    .drain = rpx_drain,
 };
