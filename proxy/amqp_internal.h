@@ -267,9 +267,10 @@ bool apx_arm_timer(struct amqp_px *ax, struct msg_info *mi, struct event **slot,
 /* Arms mi's late copy ms from now (counted in ax->n_late until it fires or mi is freed). */
 bool apx_arm_late(struct amqp_px *ax, struct msg_info *mi, uint32_t ms);
 /* The codec's drain ops (codec.h): what the connection holds back, releasing what a rule only
- * delays. */
+ * delays, and whether a message is under way. */
 void apx_pending(void *state, struct codec_pending *p);
 void apx_drain(void *state, struct codec_pending *released);
+bool apx_busy(void *state);
 void apx_release_all_held_acks(struct achan *ch);
 int apx_apply_plan(struct achan *ch, int from, struct amqp_plan *plan,
                    int (*commit)(struct amqp_ledger *, uint16_t, struct amqp_plan *, uint8_t *,

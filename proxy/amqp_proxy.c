@@ -1328,4 +1328,5 @@ const struct codec_ops amqp_codec_ops = {
     .tick = amqp_tick,
     .pending = apx_pending,
     .drain = apx_drain,
+    .busy = apx_busy,
 };

@@ -495,3 +495,35 @@ void apx_drain(void *state, struct codec_pending *released)
     if (apx_alive(ax))
         apx_held_limit(ax);
 }
+
+/* A dropped settlement whose message the visibility timeout is still to requeue. */
+static void note_expiring(void *arg, uint64_t tag, void *info, bool held)
+{
+    (void)tag;
+    struct msg_info *mi = info;
+    if (!held && mi != NULL && armed(mi->expire_timer, NULL))
+        *(bool *)arg = true;
+}
+
+bool apx_busy(void *state)
+{
+    struct amqp_px *ax = state;
+    if (ax->n_late > 0)
+        return true;
+    for (size_t i = 0; i < ax->n_chans; i++) {
+        struct achan *ch = ax->chans[i];
+        struct amqp_ledger_counts c;
+        amqp_ledger_counts(ch->ledger, &c);
+        if (c.client_unsettled > 0 || c.held > 0 || c.unconfirmed > 0)
+            return true;
+        if (ch->held[0] != NULL || ch->held[1] != NULL || ch->content[0].active ||
+            ch->content[1].active || evbuffer_get_length(ch->deferred) > 0)
+            return true;
+        bool expiring = false;
+        if (c.dropped > 0)
+            amqp_ledger_each_kept(ch->ledger, note_expiring, &expiring);
+        if (expiring)
+            return true;
+    }
+    return false;
+}

@@ -49,6 +49,11 @@ struct codec_ops {
      * stays until its time.  Counts what it released into *released.  May close the
      * session.  May be NULL. */
     void (*drain)(void *state, struct codec_pending *released);
+    /* Whether some message is under way on the session: a delivery its consumer has not
+     * settled, a publish awaiting its confirm, a command awaiting its reply (a blocking pop
+     * that waits for a job is not), or anything held or scheduled.  Shutdown closes a
+     * session that is not busy at once.  NULL: always busy (twice cannot tell). */
+    bool (*busy)(void *state);
 };
 
 /* What every codec does with a protocol event: count it, ask the rules of

@@ -37,7 +37,8 @@ struct loop_drain {
     atomic_uint want;            /* the drain the main thread asked for last */
     atomic_uint seen;            /* the last drain the loop carried out and counted */
     atomic_bool ended;           /* the loop's thread has ended */
-    struct event *timer;         /* every DRAIN_CHECK_MS while draining */
+    struct event *timer;         /* every DRAIN_CHECK_MS while draining or stopping */
+    bool stopping;
     /* Listener counters this loop has published to (they are zeroed before each count). */
     struct listener_stats **touched;
     size_t n_touched, cap_touched;
@@ -130,6 +131,14 @@ static void release_all(struct loop *lp)
                 (unsigned long long)rel.held_acks, (unsigned long long)rel.held_messages);
 }
 
+/* Shutdown: a session with no message under way is closed now rather than at the grace's end. */
+static void close_quiet(struct loop *lp)
+{
+    for (struct session *s = lp->sessions; s != NULL; s = s->next)
+        if (session_quiet(s))
+            session_close(s, SESSION_CLOSE_SHUTDOWN);
+}
+
 static void arm(struct loop_drain *d)
 {
     struct timeval tv = {.tv_sec = 0, .tv_usec = DRAIN_CHECK_MS * 1000};
@@ -142,8 +151,10 @@ static void on_check(evutil_socket_t fd, short what, void *arg)
     (void)what;
     struct loop *lp = arg;
     struct loop_drain *d = lp->drain;
+    if (d->stopping)
+        close_quiet(lp);
     count_loop(lp);
-    if (stat_get(&d->total) > 0)
+    if (d->stopping ? lp->sessions != NULL : stat_get(&d->total) > 0)
         arm(d);
 }
 
@@ -183,6 +194,17 @@ void drain_loop_wake(struct loop *lp)
     count_loop(lp);
     atomic_store(&d->seen, want);
     if (stat_get(&d->total) > 0)
+        arm(d);
+}
+
+void drain_loop_stopping(struct loop *lp)
+{
+    struct loop_drain *d = lp->drain;
+    d->stopping = true;
+    release_all(lp);
+    close_quiet(lp);
+    count_loop(lp);
+    if (lp->sessions != NULL)
         arm(d);
 }
 

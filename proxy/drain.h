@@ -12,7 +12,7 @@
  *                       own Redis connections: a delayed ack, a late copy (resp)
  *
  * Each loop counts its own sessions and Redis connections (drain_loop_count()): once a second,
- * and every DRAIN_CHECK_MS while it drains.  It publishes the counts per listener name
+ * and every DRAIN_CHECK_MS while it drains or stops.  It publishes the counts per listener name
  * (struct listener_pending, one per loop, in struct listener_stats) and its total, written by
  * that loop only and summed by the admin API, like the other counters.
  *
@@ -21,7 +21,8 @@
  * reply or command, and a delayed ack that would reach the broker before its visibility timeout
  * goes on now; a late copy and an ack held or dropped past the timeout come when they would
  * have), and answers once every loop has done so and counts nothing pending, or when its
- * timeout runs out.
+ * timeout runs out.  A shutdown does the same, and also closes each session that has no message
+ * under way (session_quiet()) instead of waiting out `shutdown-grace` for it.
  */
 #ifndef TWICE_DRAIN_H
 #define TWICE_DRAIN_H
@@ -34,7 +35,8 @@ struct proxy;
 struct loop;
 struct listener_stats;
 
-/* How often a loop that drains counts again, and how often POST /drain looks at the counts. */
+/* How often a loop that drains or stops counts again (and closes the sessions that became
+ * quiet), and how often POST /drain looks at the counts. */
 #define DRAIN_CHECK_MS 50u
 /* POST /drain's timeout when the request names none, and the longest it may name. */
 #define DRAIN_DEFAULT_TIMEOUT_MS 30000u
@@ -62,6 +64,9 @@ int drain_loop_init(struct loop *lp);
 void drain_loop_free(struct loop *lp);
 /* The loop was woken (loop.c): a drain asked for since its last is carried out now. */
 void drain_loop_wake(struct loop *lp);
+/* The loop stops (shutdown): what is held is released as by a drain, and each quiet session
+ * is closed, now and as others become quiet. */
+void drain_loop_stopping(struct loop *lp);
 /* Once a second (the loop's janitor): count. */
 void drain_loop_tick(struct loop *lp);
 /* The loop's thread has ended: it counts nothing any more. */

@@ -19,9 +19,10 @@
  * Shutdown and "close everything" are flags, not messages, so that telling
  * a loop to stop never needs memory.  A loop reads its flags before it
  * takes its inbox: every connection handed to it before the flag was set is
- * started first.  A stopping loop ends once it has no session and none of
- * its own Redis connections still has a command to send (a delayed ack is
- * sent within the grace period rather than lost).  A worker's thread tells
+ * started first.  A stopping loop closes each session with no message under
+ * way (drain.h), and ends once it has no session and none of its own Redis
+ * connections still has a command to send (a delayed ack is sent within the
+ * grace period rather than lost).  A worker's thread tells
  * loop 0 when its dispatch returned, however it returned.  Loop 0 ends when
  * it is done and every worker has ended; the grace timer and a second
  * signal raise "close everything", which also drops the Redis connections'
@@ -193,8 +194,10 @@ static void on_wake(evutil_socket_t fd, short what, void *arg)
     }
     if (close_all)
         close_everything(lp);
-    if (stop)
+    if (stop && !lp->stopping) {
         lp->stopping = true;
+        drain_loop_stopping(lp);
+    }
     drain_loop_wake(lp);
     maybe_done(lp); /* also: loop 0 woken by a worker that ended */
 }
@@ -345,6 +348,7 @@ void loop_shutdown_all(struct proxy *px)
         if (px->loops[i].thread_started)
             raise_flag(&px->loops[i], &px->loops[i].stop_flag);
     px->loops[0].stopping = true;
+    drain_loop_stopping(&px->loops[0]);
     maybe_done(&px->loops[0]);
 }
 

@@ -9,9 +9,11 @@
  * refused during a reload) and take the new settings for the sessions they
  * accept from then on.  Open sessions keep the settings they started with.
  *
- * Shutdown (SIGTERM/SIGINT) closes the listening sockets at once, lets open
- * sessions finish for `shutdown-grace`, then closes what is left.  A second
- * signal closes everything immediately.
+ * Shutdown (SIGTERM/SIGINT) closes the listening sockets at once and drains
+ * (drain.h): faults off, what a rule only delays goes on, and each session is
+ * closed once it has no message under way; what is left may finish for
+ * `shutdown-grace`, then is closed.  A second signal closes everything
+ * immediately.
  */
 #include "proxy/proxy.h"
 
@@ -396,6 +398,12 @@ static void begin_shutdown(struct proxy *px, const char *signame)
     uint32_t grace = px->conf->conf->grace_ms;
     log_msg(LOG_INFO, "shutting down", "signal=%s grace_ms=%u sessions=%u", signame, grace,
             proxy_sessions(px));
+    /* A drain: no new fault, what a rule only delays goes on now, each session is closed once
+     * it has no message under way (drain.h); what is still held or scheduled has the grace. */
+    if (px->rules != NULL && ruleset_faults_enabled(px->rules)) {
+        ruleset_set_faults_enabled(px->rules, false);
+        log_msg(LOG_INFO, "faults off", "source=shutdown");
+    }
     while (px->listeners != NULL) {
         struct listener *l = px->listeners;
         px->listeners = l->next;

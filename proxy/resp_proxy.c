@@ -1160,6 +1160,23 @@ static void rpx_drain(void *state, struct codec_pending *released)
     on_timer(-1, 0, rx); /* what was held goes now, as if its time had come */
 }
 
+/* A command awaits its reply, or something is held; a blocking pop waiting for a job (the
+ * worker is idle) is not a message under way. */
+static bool rpx_busy(void *state)
+{
+    const struct rpx *rx = state;
+    if (rx->raw || rx->tx.active || rx->pairing.in_multi || rx->hold_until != 0 ||
+        rx->decided != 0 || evbuffer_get_length(rx->pend[SIDE_CLIENT]) > 0 ||
+        evbuffer_get_length(rx->pend[SIDE_UPSTREAM]) > 0)
+        return true;
+    if (rx->pairing.count == 0)
+        return rx->head != NULL; /* an answer of twice's own not out yet */
+    const struct resp_cmd *c = resp_pairing_head(&rx->pairing);
+    const struct entry *e = rx->head;
+    return rx->pairing.count > 1 || c == NULL || (c->flags & RESP_CMD_BLOCKING) == 0 || e == NULL ||
+           e->next != NULL || e->release_ms != 0 || evbuffer_get_length(e->bytes) > 0;
+}
+
 const struct codec_ops resp_codec_ops = {
     .name = "resp",
     .open = rpx_open,
@@ -1169,4 +1186,5 @@ const struct codec_ops resp_codec_ops = {
     .closed_by = NULL,
     .pending = rpx_pending,
     .drain = rpx_drain,
+    .busy = rpx_busy,
 };

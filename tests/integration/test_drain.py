@@ -1,7 +1,7 @@
 #!/usr/bin/python3
 """When is a run finished: what twice still holds back or has scheduled, in GET /stats and
-GET /metrics, and POST /drain that waits for it.  Real RabbitMQ and Redis, pika and raw RESP
-clients:
+GET /metrics, POST /drain that waits for it, and a shutdown that does the same without
+waiting out `shutdown-grace`.  Real RabbitMQ and Redis, pika and raw RESP clients:
 
 - held acks (amqp, `delay 60s` on acks): /stats and /metrics count them; POST /drain answers
   200 at once with nothing pending, faults off (said in the answer and the log), and RabbitMQ
@@ -15,11 +15,16 @@ clients:
   answers;
 - Redis (`profile list`): a delayed ack and a late copy are commands twice scheduled on its own
   connection, counted, and sent at their time before the drain answers; a reply `delay` holds
-  is released to its worker at once.
+  is released to its worker at once;
+- SIGTERM with nothing pending: twice exits well before a 60 s `shutdown-grace`, though an
+  AMQP consumer and Redis workers (one blocked in BLMOVE) are still connected; with an ack
+  held, the ack reaches RabbitMQ first; with a delivery its worker has not acked, twice waits
+  for the ack, then exits.
 """
 
 import json
 import os
+import signal
 import sys
 import time
 import unittest
@@ -32,7 +37,9 @@ import respkit as rk  # noqa: E402
 import pika  # noqa: E402
 import redis  # noqa: E402
 
-WAIT = 60  # seconds a wait may take on a loaded, sanitized run
+WAIT = 60        # seconds a wait may take on a loaded, sanitized run
+GRACE = "60s"    # the shutdown tests' grace: twice must exit well before it
+EXIT_WITHIN = 25  # ... within this many seconds of SIGTERM
 
 
 def amqp_block(name, port, upstream, extra=""):
@@ -84,7 +91,7 @@ class DrainTest(h.TestCase):
         cls.redis = h.start_redis(cls.ctmp)
         c = conn(cls.rabbit.port)
         ch = c.channel()
-        for q in ("dr-held", "dr-late", "dr-vt"):
+        for q in ("dr-held", "dr-late", "dr-vt", "dr-term", "dr-busy", "dr-idle"):
             ch.queue_declare(q, durable=False)
         c.close()
 
@@ -288,6 +295,77 @@ class DrainTest(h.TestCase):
                          [("held-pop", "h1"), ("late-ack", "r1"), ("slow-ack", "a1")])
         self.assertEqual(sorted(r.get("message_id") for k, r in recs if k == "deliver"),
                          ["a1", "h1", "r1"])
+
+    # -- shutdown -------------------------------------------------------------------------
+
+    def test_sigterm_with_nothing_pending_exits_before_the_grace(self):
+        aport, rport = h.free_port(), h.free_port()
+        tw = self.start([amqp_block("rabbit", aport, self.rabbit.port),
+                         rk.resp_listen_block("jobs", rport, self.redis.port, profile="list")],
+                        grace=GRACE)
+        consumer = self.consumer(aport)
+        ch = consumer.channel()
+        ch.basic_consume("dr-idle", lambda *a: None)
+        consumer.process_data_events(time_limit=0.1)
+        idle, blocked = rk.Conn(rport), rk.Conn(rport)
+        self.addCleanup(idle.close)
+        self.addCleanup(blocked.close)
+        self.assertEqual(idle.cmd("PING"), b"PONG")
+        blocked.send(rk.enc("BLMOVE", "dr-empty", "dr-p", "LEFT", "LEFT", "0"))  # waits for a job
+        clients = [idle.addr, blocked.addr]
+        h.wait_until(lambda: self.api.json("/stats")["sessions_open"] == 3, WAIT,
+                     what="the three sessions open")
+        t0 = time.monotonic()
+        tw.signal(signal.SIGTERM)
+        try:
+            rc = tw.proc.wait(EXIT_WITHIN)
+        except Exception:
+            self.fail("twice still running %.0fs after SIGTERM (grace %s, nothing pending)" % (
+                time.monotonic() - t0, GRACE))
+        self.assertEqual(rc, 0)
+        h.log("twice exited %.1fs after SIGTERM" % (time.monotonic() - t0))
+        for rec in tw.wait_sessions(clients, timeout=1).values():
+            self.assertEqual(rec["reason"], "shutdown")
+        self.assertEqual(len(tw.log_records("session closed", listener="rabbit",
+                                            reason="shutdown")), 1)
+        self.assertEqual(tw.log_records("grace period over"), [])
+
+    def test_sigterm_releases_a_held_ack_and_waits_for_a_busy_worker(self):
+        port = h.free_port()
+        tw = self.start([amqp_block("rabbit", port, self.rabbit.port)],
+                        [fk.rule_block("slow-ack", "rabbit", "when ack queue=dr-term",
+                                       "do delay 60s")], grace=GRACE)
+        self.publish("dr-term", ["t-held"])
+        self.publish("dr-busy", ["t-busy"])
+        a, b = self.consumer(port), self.consumer(port)
+        cha, chb = a.channel(), b.channel()
+        m, _, _ = get_one(cha, "dr-term")
+        cha.basic_ack(m.delivery_tag)
+        self.wait_pending("rabbit", "held_acks", 1)
+        busy, _, _ = get_one(chb, "dr-busy")  # b's worker is still at it
+        t0 = time.monotonic()
+        tw.signal(signal.SIGTERM)
+        tw.wait_for_log(r"msg=\"shutting down\"")
+        tw.wait_for_log(r"msg=\"faults off\" source=shutdown")
+        # a: its held ack went to RabbitMQ, and its session was closed; b: still relayed
+        h.wait_until(lambda: len(tw.log_records("session closed", reason="shutdown")) == 1, WAIT,
+                     what="the quiet session closed")
+        self.assertIsNone(chb.basic_get("dr-term")[0])  # a round trip: b's session is open
+        self.assertIsNone(tw.proc.poll())
+        chb.basic_ack(busy.delivery_tag)
+        try:
+            rc = tw.proc.wait(EXIT_WITHIN)
+        except Exception:
+            self.fail("twice still running %.0fs after SIGTERM and the last ack" % (
+                time.monotonic() - t0))
+        self.assertEqual(rc, 0)
+        self.assertLess(time.monotonic() - t0, 50)
+        # had the held ack been lost with the connection, RabbitMQ would have it ready again
+        self.assertEqual(queue_counts(self.rabbit).get("dr-term"), (0, 0))
+        self.assertEqual(queue_counts(self.rabbit).get("dr-busy"), (0, 0))
+        _, recs, _ = fk.decode_journal(self.journal)
+        acks = sorted(r.get("message_id") for r in recs if fk.KIND_NAMES.get(r.get("kind")) == "ack")
+        self.assertEqual(acks, ["t-busy", "t-held"])
 
 
 if __name__ == "__main__":
