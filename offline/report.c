@@ -23,8 +23,8 @@
 #include "offline/verdict.h"
 #include "rules/rule.h"
 
-/* by_kind slots: Record.Kind codes 0..11, then one for codes a newer writer added. */
-#define REPORT_KINDS 12
+/* by_kind slots: Record.Kind codes 0..12, then one for codes a newer writer added. */
+#define REPORT_KINDS 13
 /* by_event slots: enum rule_event codes, then one for unknown codes. */
 #define REPORT_EVENTS (RULE_EV_COUNT + 1)
 /* Room for error messages and formatted times. */
@@ -32,8 +32,8 @@
 #define REPORT_TIME_MAX 40
 
 static const char *const report_kind_names[] = {
-    "unspecified", "connect", "close", "deliver", "ack",     "nack",
-    "publish",     "confirm", "fault", "command", "running", "stop",
+    "unspecified", "connect", "close",   "deliver", "ack",  "nack",    "publish",
+    "confirm",     "fault",   "command", "running", "stop", "expired",
 };
 _Static_assert(sizeof(report_kind_names) / sizeof(report_kind_names[0]) == REPORT_KINDS,
                "one name per Record.Kind code");
@@ -57,6 +57,8 @@ struct report {
     struct strmap rules;    /* rule name -> struct report_rule * (owned) */
     struct strmap messages; /* message id -> DELIVER count, as uintptr_t */
     struct strmap reasons;  /* close reason name -> count, as uintptr_t */
+    struct strmap expired;  /* rule that held or dropped the ack ("" for none) -> EXPIRED
+                               records, as uintptr_t: consequences of faults, not faults */
     uint64_t connections, closes, bytes_up, bytes_down;
     Twice__Journal__Record **timeline; /* owned copies of --message's records */
     size_t n_timeline, cap_timeline;
@@ -89,6 +91,7 @@ static void report_free(struct report *rep)
     strmap_free(&rep->rules, rule_free);
     strmap_free(&rep->messages, NULL);
     strmap_free(&rep->reasons, NULL);
+    strmap_free(&rep->expired, NULL);
     for (size_t i = 0; i < rep->n_timeline; i++)
         twice__journal__record__free_unpacked(rep->timeline[i], NULL);
     free(rep->timeline);
@@ -198,6 +201,8 @@ static int report_add(struct report *rep, const Twice__Journal__Record *r)
         rc = add_close(rep, r);
     else if (r->kind == TWICE__JOURNAL__RECORD__KIND__FAULT)
         rc = add_fault(rep, r);
+    else if (r->kind == TWICE__JOURNAL__RECORD__KIND__EXPIRED)
+        rc = map_count(&rep->expired, r->rule, 1);
     if (rc == 0 && r->message_id[0] != '\0')
         rc = add_message(rep, r);
     if (rc == 0)
@@ -405,6 +410,30 @@ static int print_faults_text(FILE *out, const struct report *rep)
         fprintf(out, "%*s ", n < 12 ? 12 - n : 0, "");
         print_rule_events_text(out, r);
         fputc('\n', out);
+    }
+    free(v);
+    return 0;
+}
+
+/* The requeues a listener's timeout made, by the rule that held or dropped the ack: each is
+ * the consequence of that rule's fault (counted above), not a fault of its own. */
+static int print_expired_text(FILE *out, const struct report *rep)
+{
+    if (rep->expired.count == 0)
+        return 0;
+    const struct strmap_slot **v = sorted_slots(&rep->expired);
+    if (v == NULL)
+        return -1;
+    sort_slots(v, rep->expired.count);
+    fputs("\nRequeued by a visibility or consumer timeout (consequences, not faults)\n", out);
+    fprintf(out, "  %-24s %8s  %s\n", "RULE", "EXPIRED", "WHY");
+    for (size_t i = 0; i < rep->expired.count; i++) {
+        bool rule = v[i]->key[0] != '\0';
+        fputs("  ", out);
+        int n = text_write_safe(out, rule ? v[i]->key : "-");
+        fprintf(out, "%*s %8llu  %s\n", n < 24 ? 24 - n : 0, "",
+                (unsigned long long)(uintptr_t)v[i]->value,
+                rule ? "the rule held or dropped the ack" : "the worker did not ack in time");
     }
     free(v);
     return 0;
@@ -695,7 +724,7 @@ static int print_text(FILE *out, const struct report *rep)
             return -1;
         return rc;
     }
-    if (print_faults_text(out, rep) != 0)
+    if (print_faults_text(out, rep) != 0 || print_expired_text(out, rep) != 0)
         return -1;
     print_deliveries_text(out, rep);
     /* One verdict of the journal's messages (rep->attempts) for both sections. */
@@ -779,6 +808,22 @@ static int print_faults_json(FILE *out, const struct report *rep)
         print_rule_json(out, v[i]);
     }
     fputs(rep->rules.count > 0 ? "\n  ]" : "]", out);
+    free(v);
+    return 0;
+}
+
+static int print_expired_json(FILE *out, const struct report *rep)
+{
+    const struct strmap_slot **v = sorted_slots(&rep->expired);
+    if (v == NULL)
+        return -1;
+    sort_slots(v, rep->expired.count);
+    fputs(",\n  \"expired\": [", out);
+    for (size_t i = 0; i < rep->expired.count; i++) {
+        json_field(out, i > 0 ? ", {" : "{", "rule", v[i]->key);
+        fprintf(out, ", \"expired\": %llu}", (unsigned long long)(uintptr_t)v[i]->value);
+    }
+    fputc(']', out);
     free(v);
     return 0;
 }
@@ -981,7 +1026,7 @@ static int print_messages_json(FILE *out, const struct report *rep)
 static int print_json(FILE *out, const struct report *rep)
 {
     print_header_json(out, rep);
-    if (print_faults_json(out, rep) != 0)
+    if (print_faults_json(out, rep) != 0 || print_expired_json(out, rep) != 0)
         return -1;
     print_deliveries_json(out, rep);
     if (rep->message == NULL && print_retries_json(out, rep) != 0)

@@ -23,6 +23,7 @@
 #include <string.h>
 
 #include "offline/json_out.h"
+#include "proxy/drain.h"
 #include "proxy/fault.h"
 #include "proxy/journal.h"
 #include "proxy/log.h"
@@ -494,6 +495,7 @@ static void get_stats(struct proxy *px, struct evhttp_request *req)
                             (unsigned long long)proxy_events(px, (unsigned)e));
     evbuffer_add(b, "},", 2);
     evbuffer_drain(b, 0);
+    drain_stats_json(px, b);
     /* The rules part is the same document as GET /rules, without its braces. */
     struct evbuffer *r = evbuffer_new();
     if (r != NULL) {
@@ -590,6 +592,7 @@ static void get_metrics(struct proxy *px, struct evhttp_request *req)
             }
         }
     }
+    drain_metrics(px, b);
     reply(req, 200, "text/plain; version=0.0.4", b);
     evbuffer_free(b);
 }
@@ -620,6 +623,7 @@ static const struct admin_route {
     {"/reload", EVHTTP_REQ_POST, post_reload},
     {"/stats", EVHTTP_REQ_GET, get_stats},
     {"/metrics", EVHTTP_REQ_GET, get_metrics},
+    {"/drain", EVHTTP_REQ_POST, drain_request},
 };
 
 /* Methods the server lets through to on_request: every one libevent knows,

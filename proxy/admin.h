@@ -13,6 +13,8 @@
  *   POST /reload                      re-read the configuration file (as SIGHUP)
  *   GET  /stats                       counters (JSON)
  *   GET  /metrics                     counters (Prometheus text format)
+ *   POST /drain[?timeout=D]           faults off, release what is only delayed, answer once
+ *                                     nothing is held or scheduled (drain.h)
  *
  * HEAD is answered wherever GET is.  Errors are JSON, {"error": "..."}:
  * 404 for a path no route has, 405 with `Allow` for a method a path does not

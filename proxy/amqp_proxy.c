@@ -100,8 +100,11 @@ static void info_free(void *p)
         event_free(mi->timer);
     if (mi->expire_timer != NULL)
         event_free(mi->expire_timer);
-    if (mi->late_timer != NULL)
+    if (mi->late_timer != NULL) {
+        if (evtimer_pending(mi->late_timer, NULL))
+            mi->ch->ax->n_late--;
         event_free(mi->late_timer);
+    }
     if (mi->hold_ack)
         mi->ch->ax->n_hold_ack--;
     if (mi->expire_rules != NULL)
@@ -1327,4 +1330,7 @@ const struct codec_ops amqp_codec_ops = {
     .process = amqp_process,
     .closed_by = amqp_closed_by,
     .tick = amqp_tick,
+    .pending = apx_pending,
+    .drain = apx_drain,
+    .busy = apx_busy,
 };

@@ -48,6 +48,8 @@ _Static_assert((int)JOURNAL_KIND_CONFIRM == (int)TWICE__JOURNAL__RECORD__KIND__C
 _Static_assert((int)JOURNAL_KIND_FAULT == (int)TWICE__JOURNAL__RECORD__KIND__FAULT, "kind codes");
 _Static_assert((int)JOURNAL_KIND_COMMAND == (int)TWICE__JOURNAL__RECORD__KIND__COMMAND,
                "kind codes");
+_Static_assert((int)JOURNAL_KIND_EXPIRED == (int)TWICE__JOURNAL__RECORD__KIND__EXPIRED,
+               "kind codes");
 
 struct journal_buf {
     uint8_t *data; /* owned */

@@ -48,6 +48,7 @@ enum journal_kind {
     JOURNAL_KIND_COMMAND = 9,
     JOURNAL_KIND_RUNNING = 10,
     JOURNAL_KIND_STOP = 11,
+    JOURNAL_KIND_EXPIRED = 12,
 };
 
 /* What journal_open() writes in the header. */

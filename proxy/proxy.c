@@ -9,9 +9,11 @@
  * refused during a reload) and take the new settings for the sessions they
  * accept from then on.  Open sessions keep the settings they started with.
  *
- * Shutdown (SIGTERM/SIGINT) closes the listening sockets at once, lets open
- * sessions finish for `shutdown-grace`, then closes what is left.  A second
- * signal closes everything immediately.
+ * Shutdown (SIGTERM/SIGINT) closes the listening sockets at once and drains
+ * (drain.h): faults off, what a rule only delays goes on, and each session is
+ * closed once it has no message under way; what is left may finish for
+ * `shutdown-grace`, then is closed.  A second signal closes everything
+ * immediately.
  */
 #include "proxy/proxy.h"
 
@@ -32,6 +34,7 @@
 
 #include "proxy/admin.h"
 #include "proxy/conf_file.h"
+#include "proxy/drain.h"
 #include "proxy/idmap.h"
 #include "proxy/journal.h"
 #include "proxy/log.h"
@@ -401,6 +404,12 @@ static void begin_shutdown(struct proxy *px, const char *signame)
     uint32_t grace = px->conf->conf->grace_ms;
     log_msg(LOG_INFO, "shutting down", "signal=%s grace_ms=%u sessions=%u", signame, grace,
             proxy_sessions(px));
+    /* A drain: no new fault, what a rule only delays goes on now, each session is closed once
+     * it has no message under way (drain.h); what is still held or scheduled has the grace. */
+    if (px->rules != NULL && ruleset_faults_enabled(px->rules)) {
+        ruleset_set_faults_enabled(px->rules, false);
+        log_msg(LOG_INFO, "faults off", "source=shutdown");
+    }
     while (px->listeners != NULL) {
         struct listener *l = px->listeners;
         px->listeners = l->next;
@@ -448,12 +457,17 @@ struct listener_stats *proxy_stats(struct proxy *px, const char *name)
             return st;
     struct listener_stats *st = calloc(1, sizeof(*st));
     size_t size = px->n_loops * sizeof(*st->per_loop);
+    size_t psize = px->n_loops * sizeof(*st->pending);
     if (st == NULL ||
-        (st->per_loop = aligned_alloc(_Alignof(struct listener_counts), size)) == NULL) {
+        (st->per_loop = aligned_alloc(_Alignof(struct listener_counts), size)) == NULL ||
+        (st->pending = aligned_alloc(_Alignof(struct listener_pending), psize)) == NULL) {
+        if (st != NULL)
+            free(st->per_loop);
         free(st);
         return NULL;
     }
     memset(st->per_loop, 0, size);
+    memset(st->pending, 0, psize);
     snprintf(st->name, sizeof(st->name), "%s", name);
     st->next = px->stats;
     px->stats = st;
@@ -716,6 +730,7 @@ void proxy_free(struct proxy *px)
         listener_close(l);
         listener_put(l);
     }
+    drain_stop(px);
     admin_stop(px);
     free_event(&px->grace_timer);
     free_event(&px->log_timer);
@@ -739,6 +754,7 @@ void proxy_free(struct proxy *px)
         struct listener_stats *st = px->stats;
         px->stats = st->next;
         free(st->per_loop);
+        free(st->pending);
         free(st);
     }
     conf_ref_put(px->conf);

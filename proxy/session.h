@@ -173,6 +173,11 @@ void session_accept(struct loop *lp, struct listener *l, struct lconf *cfg, evut
 /* Close the session now (e.g. at the end of the shutdown grace period). */
 void session_close(struct session *s, enum session_close_reason reason);
 
+/* Whether the session could be closed without cutting a message under way: it relays on a
+ * listener whose codec says nothing is busy (codec.h), and no byte waits to be read, written
+ * or released by a stream fault.  A `tcp` session never is: twice cannot tell. */
+bool session_quiet(const struct session *s);
+
 /* Periodic check of idle and drain timeouts, `now` monotonic. */
 void session_tick(struct session *s, const struct timeval *now);
 

@@ -457,7 +457,7 @@ RECORD_FIELDS = {1: "kind", 2: "time_unix_us", 3: "session", 4: "listener", 5: "
                  20: "retries", 21: "retry", 22: "refused", 23: "started_unix_us", 24: "run",
                  25: "kept_back", 26: "auto_ack"}
 KIND_NAMES = {1: "connect", 2: "close", 3: "deliver", 4: "ack", 5: "nack", 6: "publish",
-              7: "confirm", 8: "fault", 9: "command", 10: "running", 11: "stop"}
+              7: "confirm", 8: "fault", 9: "command", 10: "running", 11: "stop", 12: "expired"}
 _STRING_FIELDS = {"listener", "queue", "task", "message_id", "rule", "action_name", "client",
                   "close_reason_name", "detail", "twice_version", "config_path", "name",
                   "protocol", "profile", "run"}

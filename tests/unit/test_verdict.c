@@ -1076,6 +1076,66 @@ static void test_report_json(void **state)
     assert_int_equal(run(f, report_run, 5, nargv), 1);
 }
 
+/* A visibility timeout that runs out on an ack a rule held is the consequence of that rule's one
+ * fault (an EXPIRED record naming it), not a second fault: the report counts one fault per
+ * decision and lists the requeues apart, with those of a worker slower than the timeout (no
+ * rule); the verdict counts the held message faulted once, the slow one not at all. */
+static void test_report_expiry_is_no_fault(void **state)
+{
+    struct fixture *f = *state;
+    const struct jrec recs[] = {
+        {.kind = JOURNAL_KIND_DELIVER, .id = "h1", .task = "email", .at_ms = 0, .session = 1},
+        {.kind = JOURNAL_KIND_ACK, .id = "h1", .task = "email", .at_ms = 100, .session = 1},
+        {.kind = JOURNAL_KIND_FAULT,
+         .id = "h1",
+         .task = "email",
+         .rule = "slow-ack",
+         .action = "delay",
+         .event = 3,
+         .at_ms = 100,
+         .session = 1},
+        {.kind = JOURNAL_KIND_DELIVER, .id = "s1", .task = "email", .at_ms = 200, .session = 1},
+        {.kind = JOURNAL_KIND_EXPIRED,
+         .id = "h1",
+         .task = "email",
+         .rule = "slow-ack",
+         .at_ms = 3000,
+         .session = 1},
+        {.kind = JOURNAL_KIND_DELIVER, .id = "h1", .task = "email", .at_ms = 3010, .session = 2},
+        {.kind = JOURNAL_KIND_ACK, .id = "h1", .task = "email", .at_ms = 3100, .session = 2},
+        {.kind = JOURNAL_KIND_EXPIRED, .id = "s1", .task = "email", .at_ms = 3200, .session = 1},
+        {.kind = JOURNAL_KIND_DELIVER, .id = "s1", .task = "email", .at_ms = 3210, .session = 2},
+        {.kind = JOURNAL_KIND_ACK, .id = "s1", .task = "email", .at_ms = 3300, .session = 2},
+    };
+    write_journal(f->journal, recs, sizeof(recs) / sizeof(recs[0]));
+    const char *argv[] = {"report", f->journal};
+    assert_int_equal(run(f, report_run, 2, argv), 0);
+    assert_contains(f->out, "records   10 (deliver 4, ack 3, fault 1, expired 2)\n");
+    assert_contains(f->out, "  RULE                       FAULTS  ACTION       BY EVENT\n"
+                            "  slow-ack                        1  delay        ack=1\n");
+    assert_contains(f->out,
+                    "\nRequeued by a visibility or consumer timeout (consequences, not faults)\n"
+                    "  RULE                      EXPIRED  WHY\n"
+                    "  -                               1  the worker did not ack in time\n"
+                    "  slow-ack                        1  the rule held or dropped the ack\n");
+    const char *jargv[] = {"report", f->journal, "--json"};
+    assert_int_equal(run(f, report_run, 3, jargv), 0);
+    assert_contains(f->out, "\"faults\": [\n    {\"rule\": \"slow-ack\", \"faults\": 1, "
+                            "\"action\": \"delay\", \"action_code\": 0, \"by_event\": "
+                            "{\"ack\": 1}}\n  ],\n  \"expired\": [{\"rule\": \"\", "
+                            "\"expired\": 1}, {\"rule\": \"slow-ack\", \"expired\": 1}],");
+    assert_contains(f->out, "\"expired\": 2, \"other\": 0}");
+    /* the timeline says what the requeue was, and whose */
+    const char *targv[] = {"report", f->journal, "--message", "h1"};
+    assert_int_equal(run(f, report_run, 4, targv), 0);
+    assert_contains(f->out, "expired  session=1 listener=amqp queue=jobs task=email "
+                            "rule=slow-ack\n");
+    write_file(f->effects, "h1\ns1\n");
+    const char *vargv[] = {"verdict", "--json", "--journal", f->journal, "--effects", f->effects};
+    assert_int_equal(run(f, verdict_run, 6, vargv), 0);
+    assert_contains(f->out, "{\"task\": \"email\", \"messages\": 2, \"faulted\": 1, ");
+}
+
 static void test_report_errors(void **state)
 {
     struct fixture *f = *state;
@@ -1241,6 +1301,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_verdict_truncated_journal_warns, setup, teardown),
         cmocka_unit_test_setup_teardown(test_report_human, setup, teardown),
         cmocka_unit_test_setup_teardown(test_report_json, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_report_expiry_is_no_fault, setup, teardown),
         cmocka_unit_test_setup_teardown(test_report_errors, setup, teardown),
         cmocka_unit_test_setup_teardown(test_journal_given_every_way, setup, teardown),
         cmocka_unit_test_setup_teardown(test_report_empty_journal, setup, teardown),
