@@ -88,6 +88,12 @@ enum rule_action_kind {
         RULE_ACT_COUNT
 };
 
+/* Whether rule `earlier`, written before `later`, may fault events `later` would otherwise
+ * act on: the same listener and message or command event (one rule acts on each: the first
+ * that fires), matchers and `between` windows that do not exclude each other
+ * (rules/rule_overlap.c). */
+bool rule_takes_before(const struct rule *earlier, const struct rule *later);
+
 /* True for latency, bandwidth, slice, reset, blackhole, slow-close, limit. */
 bool rule_action_is_stream(enum rule_action_kind k);
 

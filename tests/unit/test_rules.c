@@ -1017,20 +1017,21 @@ static void test_caps_tables(void **state)
 /* ---- the real amqp table (rules/caps_amqp.c) ---- */
 
 /* Every event of protocol amqp, each with actions it can take, and every
- * matcher a delivery offers. */
+ * matcher a delivery offers; each rule on a queue of its own (one rule acts
+ * on an event: rules that share events would be warned about). */
 static const char *const amqp_rules =
     MQ "rule dup on mq { when deliver queue=payments; do duplicate }\n" /* 2 */
-       "rule exp on mq { when deliver; do expire 2s }\n"                /* 3 */
-       "rule dly on mq { when deliver; do delay 500ms }\n"              /* 4 */
-       "rule ddrop on mq { when deliver; do drop }\n"                   /* 5 */
-       "rule derr on mq { when deliver; do error 406 }\n"               /* 6 */
+       "rule exp on mq { when deliver queue=e; do expire 2s }\n"        /* 3 */
+       "rule dly on mq { when deliver queue=dl; do delay 500ms }\n"     /* 4 */
+       "rule ddrop on mq { when deliver queue=dd; do drop }\n"          /* 5 */
+       "rule derr on mq { when deliver queue=de; do error 406 }\n"      /* 6 */
        "rule lost on mq { when ack queue=payments; do redeliver }\n"    /* 7 */
-       "rule adly on mq { when ack; do delay 3s }\n"                    /* 8 */
-       "rule adrop on mq { when ack; do drop }\n"                       /* 9 */
-       "rule aclose on mq { when ack; do close before }\n"              /* 10 */
+       "rule adly on mq { when ack queue=ad; do delay 3s }\n"           /* 8 */
+       "rule adrop on mq { when ack queue=ap; do drop }\n"              /* 9 */
+       "rule aclose on mq { when ack queue=ac; do close before }\n"     /* 10 */
        "rule ndrop on mq { when nack; do drop }\n"                      /* 11 */
-       "rule pdrop on mq { when publish; do drop }\n"                   /* 12 */
-       "rule pdly on mq { when publish; do delay 1s }\n"                /* 13 */
+       "rule pdrop on mq { when publish queue=pp; do drop }\n"          /* 12 */
+       "rule pdly on mq { when publish queue=pd; do delay 1s }\n"       /* 13 */
        "rule cdrop on mq { when confirm; do drop }\n"                   /* 14 */
        "rule match on mq {\n"                                           /* 15 */
        "    when deliver queue=q task=t message_id=m header.x-tenant=acme "
@@ -1064,11 +1065,11 @@ static void test_caps_resp(void **state)
                  "rule b on sk { when deliver queue=default; do drop }\n"
                  "rule c on sk { when publish; do delay 1s }\n"
                  "rule d on ce { when ack task=tasks.charge; do redeliver }\n"
-                 "rule e on ce { when ack; do delay 8s }\n"
+                 "rule e on ce { when ack task=tasks.mail; do delay 8s }\n"
                  "rule f on ce { when deliver redelivered=false; do close before }\n"
                  "rule g on rp { when command command=LPUSH key=queue:*; do error READONLY }\n"
                  "rule h on rp { when command command=GET; do delay 1s }\n"
-                 "rule i on rp { when command; do drop }\n"
+                 "rule i on rp { when command command=DEL; do drop }\n"
                  "rule j on rp { do latency 5ms }\n");
     EXPECT(SK "rule r on sk { when ack; do redeliver }\n", -1,
            EH(2, 21,
@@ -1213,7 +1214,7 @@ static void test_caps_late(void **state)
     EXPECT_CLEAN(CE "rule r on ce { when publish; do duplicate }\n");
     /* BullMQ: leases, and what its stalled checker decides */
     EXPECT_CLEAN(BQ "rule r on bq { when lease task=charge; do drop }\n"
-                    "rule s on bq { when lease; do delay 3s }\n"
+                    "rule s on bq { when lease task=mail; do delay 3s }\n"
                     "rule t on bq { when deliver; do duplicate }\n"
                     "rule u on bq { when ack; do redeliver }\n");
     EXPECT(BQ "rule r on bq { when deliver; do duplicate after 5s }\n", -1,
@@ -1233,8 +1234,8 @@ static void test_caps_late(void **state)
               "it can do: delay, drop, close"));
     /* RQ: its heartbeat is a lease too */
     EXPECT_CLEAN(RQL "rule r on rq { when lease task=tasks.charge; do drop }\n"
-                     "rule s on rq { when lease; do delay 90s }\n"
-                     "rule t on rq { when lease; do close before }\n");
+                     "rule s on rq { when lease task=tasks.mail; do delay 90s }\n"
+                     "rule t on rq { when lease task=tasks.sms; do close before }\n");
     EXPECT(RQL "rule r on rq { when lease; do duplicate }\n", -1,
            EH(2, 31,
               "listener 'rq' (protocol resp/rq) cannot do 'duplicate' on 'lease' events: a "
@@ -1368,6 +1369,68 @@ static struct conf *base_conf(struct conf_diags *d)
     return parse_ok(TCP MQ "rule old on t { do latency 1ms }\n", d);
 }
 
+/* One rule acts on an event, the first that fires: a rule that shares its events with an earlier
+ * rule without a trigger never acts on them, and twice check says so, naming both. */
+#define OVERLAP_HINT                                                                               \
+    "one rule acts on an event, the first in the file that fires: narrow one 'when', give the "    \
+    "earlier rule a trigger, or put this one first"
+#define SHARED(later, ev, earlier)                                                                 \
+    "rule '" later "' never acts on the '" ev "' events it shares with rule " earlier              \
+    ", which comes first and faults each of them (only copies past max-per-message are left to "   \
+    "it)"
+
+static void test_overlapping_rules(void **state)
+{
+    (void)state;
+    EXPECT(MQ "rule lost on mq { when ack queue=pay*; do redeliver }\n"
+              "rule slow on mq { when ack; probability 5%; do delay 5s }\n",
+           0, {3, 1, CONF_WARNING, SHARED("slow", "ack", "'lost' (t.conf:2)"), OVERLAP_HINT});
+    EXPECT(MQ "rule a on mq { when deliver; do duplicate }\n"
+              "rule b on mq { when deliver task=x; do drop }\n"
+              "rule c on mq { when deliver queue=q; every 2; do delay 1s }\n",
+           0, {3, 1, CONF_WARNING, SHARED("b", "deliver", "'a' (t.conf:2)"), OVERLAP_HINT},
+           {4, 1, CONF_WARNING,
+            "rule 'c' never acts on the 'deliver' events it shares with rules 'a' (t.conf:2) or "
+            "'b' (t.conf:3), which come first and fault each of them (only copies past "
+            "max-per-message are left to it)",
+            OVERLAP_HINT});
+    /* an earlier rule with a trigger leaves events to the later one */
+    EXPECT_CLEAN(MQ "rule lost on mq { when ack; probability 8%; do redeliver }\n"
+                    "rule cut on mq { when ack; first 3; do close before }\n"
+                    "rule late on mq { when ack; between 0s 1m; do drop }\n"
+                    "rule last on mq { when ack; limit 9; do drop }\n"
+                    "rule slow on mq { when ack; do delay 5s }\n");
+    /* rules that exclude each other, or do not share an event */
+    static const char *const apart[][2] = {
+        {"when ack queue=a", "when ack queue=b"},
+        {"when ack queue=pay*", "when ack queue=emails"},
+        {"when ack queue=emails", "when ack queue=pay*"},
+        {"when ack queue=payments", "when ack queue!=pay*"},
+        {"when ack queue!=payments", "when ack queue=payments task=t"},
+        {"when deliver redelivered=true", "when deliver redelivered=false"},
+        {"when deliver redelivered=true", "when deliver redelivered!=true"},
+        {"when deliver client=10.0.0.0/8", "when deliver client=192.168.0.0/16"},
+        {"when ack", "when nack"},
+        {"when connect", "when connect"},
+        {"when publish header.x=1", "when publish header.x=2"},
+    };
+    for (size_t i = 0; i < sizeof(apart) / sizeof(apart[0]); i++) {
+        char text[512];
+        snprintf(text, sizeof(text),
+                 MQ "rule a on mq { %s; do drop }\nrule b on mq { %s; do close before }\n",
+                 apart[i][0], apart[i][1]);
+        EXPECT_CLEAN(text);
+    }
+    EXPECT_CLEAN(MQ "listen mq2 { protocol amqp; bind 127.0.0.1:5; upstream 127.0.0.1:6 }\n"
+                    "rule a on mq { when ack; do drop }\n"
+                    "rule b on mq2 { when ack; do drop }\n"
+                    "rule c on mq { do latency 1ms }\n"
+                    "rule d on mq { do bandwidth 1MB/s }\n");
+    EXPECT(MQ "rule a on mq { when deliver redelivered=false; do duplicate }\n"
+              "rule b on mq { when deliver redelivered!=true; do drop }\n",
+           0, {3, 1, CONF_WARNING, SHARED("b", "deliver", "'a' (t.conf:2)"), OVERLAP_HINT});
+}
+
 static void test_parse_rules(void **state)
 {
     struct conf_diags d, bd;
@@ -1398,6 +1461,10 @@ static void test_parse_rules(void **state)
     /* the base is only read */
     assert_int_equal(base->n_rules, 1);
     assert_string_equal(base->rules->name, "old");
+    /* the new rules are judged among themselves: one that never acts is a warning */
+    EXPECT_RULES(base,
+                 "rule a on mq { when ack; do drop }\nrule b on mq { when ack; do redeliver }\n", 0,
+                 {2, 1, CONF_WARNING, SHARED("b", "ack", "'a' (t.rules:1)"), OVERLAP_HINT});
     rule_list_free(rules);
     conf_diags_free(&d);
 
@@ -1733,6 +1800,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_caps_amqp_valid, use_real_amqp, use_everything_amqp),
         cmocka_unit_test_setup_teardown(test_caps_late, use_real_tables, use_test_tables),
         cmocka_unit_test_setup_teardown(test_caps_amqp_errors, use_real_amqp, use_everything_amqp),
+        cmocka_unit_test(test_overlapping_rules),
         cmocka_unit_test(test_parse_rules),
         cmocka_unit_test(test_parse_rules_errors),
         cmocka_unit_test(test_out_of_memory),
