@@ -125,6 +125,37 @@ static void free_rule_list(void *p)
     rule_list_free(p);
 }
 
+/* `{"rules":N}`, with `"warnings":["PUT /rules:L:C: warning: ..."]` when the rules have some. */
+static void reply_rules_replaced(struct evhttp_request *req, size_t n, const struct conf_diags *d)
+{
+    struct evbuffer *b = evbuffer_new();
+    if (b == NULL) {
+        evhttp_send_error(req, 500, NULL);
+        return;
+    }
+    evbuffer_add_printf(b, "{\"rules\":%zu", n);
+    if (d->warnings > 0) {
+        evbuffer_add(b, ",\"warnings\":[", 13);
+        bool first = true;
+        for (const struct conf_diag *g = d->head; g != NULL; g = g->next) {
+            char *line = NULL;
+            if (g->severity != CONF_WARNING ||
+                asprintf(&line, "%s:%u:%u: warning: %s%s%s%s", d->file, g->loc.line, g->loc.col,
+                         g->msg, g->hint != NULL ? " (" : "", g->hint != NULL ? g->hint : "",
+                         g->hint != NULL ? ")" : "") < 0)
+                continue;
+            evbuffer_add(b, ",", first ? 0 : 1);
+            first = false;
+            json_str(b, line);
+            free(line);
+        }
+        evbuffer_add(b, "]", 1);
+    }
+    evbuffer_add(b, "}\n", 2);
+    reply(req, 200, "application/json", b);
+    evbuffer_free(b);
+}
+
 static void put_rules(struct proxy *px, struct evhttp_request *req)
 {
     struct evbuffer *in = evhttp_request_get_input_buffer(req);
@@ -155,9 +186,9 @@ static void put_rules(struct proxy *px, struct evhttp_request *req)
         conf_diags_free(&d);
         return;
     }
-    conf_diags_free(&d);
     struct ruleset *rs = ruleset_new(rules, px->seed, px->start_ms);
     if (rs == NULL) {
+        conf_diags_free(&d);
         rule_list_free(rules);
         evhttp_send_error(req, 500, NULL);
         return;
@@ -165,7 +196,9 @@ static void put_rules(struct proxy *px, struct evhttp_request *req)
     ruleset_set_owner(rs, rules, free_rule_list);
     proxy_set_rules(px, rs);
     log_msg(LOG_INFO, "rules replaced", "source=admin rules=%zu", n);
-    reply_text(req, 200, "{\"rules\":%zu}\n", n);
+    proxy_log_diags(&d);
+    reply_rules_replaced(req, n, &d);
+    conf_diags_free(&d);
 }
 
 /* POST /rules/NAME/enable|disable */

@@ -150,7 +150,7 @@ static void log_listening(const struct listener *l)
     log_end(&line);
 }
 
-static void log_diags(const struct conf_diags *d)
+void proxy_log_diags(const struct conf_diags *d)
 {
     for (const struct conf_diag *g = d->head; g != NULL; g = g->next) {
         struct log_line line;
@@ -327,7 +327,7 @@ int proxy_reload(struct proxy *px, char **diag)
     log_msg(LOG_INFO, "reloading", "file=\"%s\"", px->conf_path);
     if (conf_parse_file(px->conf_path, &c, &d) == 0)
         tls_check_conf(c, &d);
-    log_diags(&d);
+    proxy_log_diags(&d);
     if (d.errors != 0) {
         log_msg(LOG_ERROR, "reload failed", "errors=%u", d.errors);
         if (diag != NULL)
@@ -619,14 +619,17 @@ int proxy_init(struct proxy *px, const char *conf_path)
     int rc = conf_parse_file(conf_path, &c, &d);
     if (rc == 0)
         tls_check_conf(c, &d);
-    conf_diags_print(&d, stderr);
     rc = d.errors ? -1 : 0;
-    conf_diags_free(&d);
     if (rc != 0) {
+        /* As `twice check` prints them: the file's mistakes, for the person who started it. */
+        conf_diags_print(&d, stderr);
+        conf_diags_free(&d);
         conf_free(c);
         return -1;
     }
     log_set_level((enum log_level)c->log_level);
+    proxy_log_diags(&d); /* warnings: in the log, as at a reload */
+    conf_diags_free(&d);
     px->start_ms = proxy_now_ms();
     px->seed = c->has_seed ? c->seed : random_seed();
     px->conf_path = strdup(conf_path);

@@ -254,6 +254,24 @@ class AdminTest(h.TestCase):
         self.assert_fast(what="all rules removed by PUT")
         t.stop()
 
+    def test_put_rules_warnings(self):
+        """A PUT /rules whose rules are valid but warned about: they replace the old ones, the
+        answer lists each warning as `twice check` prints it, and the log has each one."""
+        mq = h.listen_block("mq", h.free_port(), 1).replace("protocol tcp", "protocol amqp")
+        t = self.start(extra_listeners=(mq,))
+        rules = (fk.rule_block("lost", "mq", "when ack", "do redeliver") +    # line 1
+                 fk.rule_block("slow", "mq", "when ack", "do delay 5s"))      # line 5
+        body = json.loads(self.ok(self.api.put("/rules", rules)))
+        self.assertEqual(body["rules"], 2)
+        self.assertEqual(len(body["warnings"]), 1, body)
+        self.assertTrue(body["warnings"][0].startswith(
+            "PUT /rules:5:1: warning: rule 'slow' never acts on the 'ack' events it shares with "
+            "rule 'lost' (PUT /rules:1)"), body)
+        self.assertEqual([r["name"] for r in self.api.json("/rules")["rules"]], ["lost", "slow"])
+        warned = t.wait_for_log(r"level=warn msg=config at=\"PUT /rules:5:1\"")
+        self.assertIn("rule 'slow' never acts", warned[0])
+        t.stop()
+
     def test_counters_metrics_stats(self):
         other_port = h.free_port()
         rule = fk.rule_block("lat", "echo", "stream downstream", "every 2", "do latency 100ms")

@@ -6,7 +6,8 @@
   once, on the same open channel, and its copy's ack settles it (nothing left at the broker).
   `dropped` never saw the ack: no fault of it in the log or the journal, `seen` 0 in
   GET /rules.  Before, both acted on the ack: the drop won (the message stayed unacked until the
-  channel closed) and both were journaled as faults.
+  channel closed) and both were journaled as faults.  At start, the log warns that `dropped`
+  never acts on what it shares with `lost`, naming both and where they are.
 - Redis (`protocol resp`): `refused` (first 1, error LOADING) and then `readonly` (error
   READONLY), both on `INCR hits`.  The first INCR is answered LOADING, the second READONLY;
   Redis never got either; each rule saw what it faulted.
@@ -64,6 +65,15 @@ class RuleOrder(h.TestCase):
             fk.rule_block("lost", "a", "when ack queue=order redelivered=false", "do redeliver"),
             fk.rule_block("dropped", "a", "when ack queue=order redelivered=false", "do drop"),
         ])
+        # the start says which rule will not act, and where both are
+        lost_line = tw.conf_text.splitlines().index("rule lost on a {") + 1
+        warned = tw.log_records("config", level="warn")
+        self.assertEqual(len(warned), 1, tw.log_text())
+        self.assertTrue(warned[0]["at"].startswith("%s:%d:1" % (
+            tw.conf_path, lost_line + 4)), warned[0])
+        self.assertIn("rule 'dropped' never acts on the 'ack' events it shares with rule 'lost' "
+                      "(%s:%d)" % (tw.conf_path, lost_line), warned[0]["problem"])
+
         direct = conn(rabbit.port)
         direct.channel().queue_declare("order", durable=False)
         direct.channel().basic_publish("", "order", b"charge",
@@ -100,6 +110,7 @@ class RuleOrder(h.TestCase):
             fk.rule_block("readonly", "r", "when command command=INCR key=hits",
                           "do error READONLY"),
         ])
+        self.assertEqual(tw.log_records("config"), [])  # `refused` leaves events: no warning
         with rk.Conn(port) as c:
             first, second = c.cmd("INCR", "hits"), c.cmd("INCR", "hits")
             self.assertIsInstance(first, rk.Err)
