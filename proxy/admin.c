@@ -81,6 +81,30 @@ static bool authorized(struct proxy *px, struct evhttp_request *req)
     return diff == 0;
 }
 
+/* A rule's triggers as a JSON object: those written, and max_per_message always (1 when not
+ * written); a probability as the fraction the engine draws against (0.05 is 5%). */
+static void triggers_json(const struct rule *r, struct evbuffer *b)
+{
+    const struct rule_trigger *t = &r->trigger;
+    const struct {
+        const char *name;
+        uint64_t v;
+    } counts[] = {{"every", t->every},
+                  {"nth", t->nth},
+                  {"first", t->first},
+                  {"after", t->after},
+                  {"limit", t->limit}};
+    evbuffer_add(b, "{", 1);
+    if (t->has_probability)
+        evbuffer_add_printf(b, "\"probability\":%.10g,", t->probability);
+    for (size_t i = 0; i < sizeof(counts) / sizeof(counts[0]); i++)
+        if (counts[i].v != 0)
+            evbuffer_add_printf(b, "\"%s\":%llu,", counts[i].name, (unsigned long long)counts[i].v);
+    if (t->has_between)
+        evbuffer_add_printf(b, "\"between_ms\":[%u,%u],", t->between_start_ms, t->between_end_ms);
+    evbuffer_add_printf(b, "\"max_per_message\":%u}", t->max_per_message ? t->max_per_message : 1);
+}
+
 static void rules_json(struct proxy *px, struct evbuffer *b)
 {
     struct ruleset *rs = px->rules;
@@ -101,6 +125,15 @@ static void rules_json(struct proxy *px, struct evbuffer *b)
         json_str(b, rule_action_name(r->action.kind));
         evbuffer_add(b, ",\"detail\":", 10);
         json_str(b, detail);
+        char text[512];
+        rule_matchers_text(r, text, sizeof(text));
+        evbuffer_add(b, ",\"matchers\":", 12);
+        json_str(b, text);
+        evbuffer_add(b, ",\"triggers\":", 12);
+        triggers_json(r, b);
+        rule_triggers_text(r, text, sizeof(text));
+        evbuffer_add(b, ",\"triggers_text\":", 17);
+        json_str(b, text);
         evbuffer_add_printf(b, ",\"enabled\":%s,\"seen\":%llu,\"faults\":%llu}",
                             ruleset_enabled(rs, i) ? "true" : "false", (unsigned long long)st.seen,
                             (unsigned long long)st.faults);

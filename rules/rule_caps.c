@@ -143,19 +143,6 @@ static void rule_caps_action(struct conf_parser *p, const struct rule *r,
                   why != NULL ? ": " : "", why != NULL ? why : "");
 }
 
-/* A duration as a rule file would write it: "3s", "1m", "250ms". */
-static const char *rule_ms_text(uint32_t ms, char *buf, size_t cap)
-{
-    if (ms != 0 && ms % 60000 == 0) {
-        snprintf(buf, cap, "%um", ms / 60000);
-    } else if (ms != 0 && ms % 1000 == 0) {
-        snprintf(buf, cap, "%us", ms / 1000);
-    } else {
-        snprintf(buf, cap, "%ums", ms);
-    }
-    return buf;
-}
-
 /* `do redeliver after D` / `do duplicate after D`: the codec must be able to
  * choose when the copy comes, and the listener's own timeout must not hand
  * the message out first (a held ack counts as not acked, and the ack comes

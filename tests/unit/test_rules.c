@@ -640,6 +640,51 @@ static void test_probability_forms(void **state)
     }
 }
 
+/* What twice check's summary and GET /rules show of a rule: its matchers and triggers as a
+ * rule file writes them. */
+static void test_rule_text(void **state)
+{
+    struct conf_diags d;
+    char buf[256];
+
+    (void)state;
+    struct conf *c = parse_ok(
+        MQ
+        "rule a on mq {\n"
+        "    when deliver queue=pay* task!=refund body~\"refund due\" header.x-tenant=acme\n"
+        "    between 30s 5m; every 10; first 3; probability 12.5%; limit 7\n"
+        "    max-per-message 2; do drop\n"
+        "}\n"
+        "rule b on mq { when ack; do redeliver }\n"
+        "rule c on mq { when ack redelivered=true; nth 4; after 2; probability 0.5%; do drop }\n",
+        &d);
+    const struct rule *a = find_rule(c, "a"), *b = find_rule(c, "b"), *r = find_rule(c, "c");
+    rule_matchers_text(a, buf, sizeof(buf));
+    assert_string_equal(buf, "queue=pay* task!=refund body~\"refund due\" header.x-tenant=acme");
+    rule_triggers_text(a, buf, sizeof(buf));
+    assert_string_equal(buf, "between 30s 5m, every 10, first 3, probability 12.5%, limit 7, "
+                             "max-per-message 2");
+    assert_int_equal(rule_matchers_text(b, buf, sizeof(buf)), 0);
+    assert_int_equal(rule_triggers_text(b, buf, sizeof(buf)), 0);
+    assert_string_equal(buf, "");
+    rule_matchers_text(r, buf, sizeof(buf));
+    assert_string_equal(buf, "redelivered=true");
+    rule_triggers_text(r, buf, sizeof(buf));
+    assert_string_equal(buf, "nth 4, after 2, probability 0.5%");
+    assert_string_equal(rule_ms_text(0, buf, sizeof(buf)), "0s");
+    assert_string_equal(rule_ms_text(90000, buf, sizeof(buf)), "90s");
+    assert_string_equal(rule_ms_text(120000, buf, sizeof(buf)), "2m");
+    assert_string_equal(rule_ms_text(250, buf, sizeof(buf)), "250ms");
+    /* cut to the room given, NUL-terminated */
+    assert_int_equal(rule_triggers_text(a, buf, 12), 11);
+    assert_string_equal(buf, "between 30s");
+    /* which earlier rules take a rule's events first */
+    assert_false(rule_takes_before(a, b));
+    assert_true(rule_takes_before(b, r));
+    conf_free(c);
+    conf_diags_free(&d);
+}
+
 /* ---- mistakes in `when` ---- */
 
 #define EVENTS_HINT "events: connect, deliver, ack, nack, publish, confirm, command, lease"
@@ -1785,6 +1830,7 @@ int main(void)
         cmocka_unit_test(test_message_rules),
         cmocka_unit_test(test_message_rules_more),
         cmocka_unit_test(test_probability_forms),
+        cmocka_unit_test(test_rule_text),
         cmocka_unit_test(test_when_errors),
         cmocka_unit_test(test_when_quoting),
         cmocka_unit_test(test_too_many_matchers),
