@@ -105,6 +105,19 @@ static bool rule_parse_probability(const char *s, double *out)
     return true;
 }
 
+/* A bare number is a fraction (`probability 1` is every event, `0.5` half of them): a
+ * warning says what it means, and the percentage that was maybe meant. */
+static void rule_probability_fraction(struct conf_parser *p, const struct conf_word *w, double v)
+{
+    char shown[CONF_SHOW_BYTES], pct[32], hint[CONF_HINT_BYTES + CONF_SHOW_BYTES];
+
+    conf_show(w->text, shown);
+    rule_probability_text(v, pct, sizeof(pct));
+    snprintf(hint, sizeof(hint), "did you mean '%s%%'? write '%s' to say so", shown, pct);
+    conf_diag_add(p->diags, CONF_WARNING, w->loc, hint, "probability '%s' is a fraction: %s%s",
+                  shown, v >= 1.0 ? "every event (" : pct, v >= 1.0 ? "100%)" : " of the events");
+}
+
 static void rule_probability(struct conf_parser *p, struct rule_state *rs,
                              const struct conf_node *n)
 {
@@ -129,6 +142,9 @@ static void rule_probability(struct conf_parser *p, struct rule_state *rs,
     } else {
         rs->r->trigger.has_probability = true;
         rs->r->trigger.probability = v;
+        if (!percent) {
+            rule_probability_fraction(p, w, v);
+        }
     }
 }
 

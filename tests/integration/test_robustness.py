@@ -1134,8 +1134,8 @@ class CliTest(h.TestCase):
 
     def test_check_summary_shows_triggers(self):
         """The summary of `twice check` says what each rule acts on: its matchers, its triggers
-        (a bare `probability 1` shown as the 100% it is), and the earlier rules that take its
-        events first."""
+        (a bare `probability 1` shown as the 100% it is, with a warning asking whether 1% was
+        meant), and the earlier rules that take its events first."""
         path = os.path.join(self.tmp, "summary.conf")
         with open(path, "w") as f:
             f.write(h.config(h.listen_block("mq", h.free_port(), 5672).replace(
@@ -1154,6 +1154,8 @@ class CliTest(h.TestCase):
             "first -> delay 5000ms",
             "  rule jitter on mq: every connection, between 30s 5m -> latency 20ms jitter 0ms both",
         ])
+        self.assertIn("summary.conf:17:15: warning: probability '1' is a fraction: every event "
+                      "(100%) (did you mean '1%'? write '100%' to say so)\n", r.stderr.decode())
 
     def test_check_missing_tls_files(self):
         """A `tls` line naming files that don't exist is an error of check,

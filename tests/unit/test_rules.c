@@ -640,6 +640,24 @@ static void test_probability_forms(void **state)
     }
 }
 
+/* A bare number is a fraction: `probability 1` is every event.  It is taken, with a warning
+ * that says what it means and asks whether a percentage was meant. */
+static void test_probability_fraction_warns(void **state)
+{
+    (void)state;
+    EXPECT(TCP_RULE("probability 1; do latency 1ms"), 0,
+           {3, 17, CONF_WARNING, "probability '1' is a fraction: every event (100%)",
+            "did you mean '1%'? write '100%' to say so"});
+    EXPECT(TCP_RULE("probability 0.05; do latency 1ms"), 0,
+           {3, 17, CONF_WARNING, "probability '0.05' is a fraction: 5% of the events",
+            "did you mean '0.05%'? write '5%' to say so"});
+    EXPECT(TCP_RULE("probability .5; do latency 1ms"), 0,
+           {3, 17, CONF_WARNING, "probability '.5' is a fraction: 50% of the events",
+            "did you mean '.5%'? write '50%' to say so"});
+    EXPECT_CLEAN(TCP_RULE("probability 1%; do latency 1ms"));
+    EXPECT_CLEAN(TCP_RULE("probability 100%; do latency 1ms"));
+}
+
 /* What twice check's summary and GET /rules show of a rule: its matchers and triggers as a
  * rule file writes them. */
 static void test_rule_text(void **state)
@@ -1830,6 +1848,7 @@ int main(void)
         cmocka_unit_test(test_message_rules),
         cmocka_unit_test(test_message_rules_more),
         cmocka_unit_test(test_probability_forms),
+        cmocka_unit_test(test_probability_fraction_warns),
         cmocka_unit_test(test_rule_text),
         cmocka_unit_test(test_when_errors),
         cmocka_unit_test(test_when_quoting),
