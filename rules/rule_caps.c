@@ -174,7 +174,11 @@ static void rule_caps_late(struct conf_parser *p, const struct rule *r,
         char d[24], v[24];
         rule_ms_text(a->duration_ms, d, sizeof(d));
         rule_ms_text(l->visibility_ms, v, sizeof(v));
-        snprintf(hint, sizeof(hint), "make it shorter than %s, or the %s longer", v, timeout);
+        snprintf(hint, sizeof(hint),
+                 "make it shorter than %s; for a copy %s after the delivery, 'do expire %s' on "
+                 "these deliveries with 'do drop' on their acks (docs/rules.md, late copies past "
+                 "a visibility timeout)",
+                 v, d, d);
         conf_diag_add(p->diags, CONF_ERROR, a->loc, hint,
                       "'%s after %s' cannot happen at that time: listener '%s' has a %s of %s, "
                       "which hands the message out again first (an ack twice holds counts as "

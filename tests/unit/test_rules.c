@@ -1329,14 +1329,18 @@ static void test_caps_late(void **state)
               "'redeliver after 3s' cannot happen at that time: listener 'vt' has a "
               "visibility-timeout of 3s, which hands the message out again first (an ack twice "
               "holds counts as not acked)",
-              "make it shorter than 3s, or the visibility-timeout longer"));
+              "make it shorter than 3s; for a copy 3s after the delivery, 'do expire 3s' on these "
+              "deliveries with 'do drop' on their acks (docs/rules.md, late copies past a "
+              "visibility timeout)"));
     EXPECT(VT("consumer-timeout 1500ms") "rule r on vt { when deliver; do duplicate after 2s }\n",
            -1,
            EH(2, 33,
               "'duplicate after 2s' cannot happen at that time: listener 'vt' has a "
               "consumer-timeout of 1500ms, which hands the message out again first (an ack twice "
               "holds counts as not acked)",
-              "make it shorter than 1500ms, or the consumer-timeout longer"));
+              "make it shorter than 1500ms; for a copy 2s after the delivery, 'do expire 2s' on "
+              "these deliveries with 'do drop' on their acks (docs/rules.md, late copies past a "
+              "visibility timeout)"));
     /* the option's shape, as for reset's `after` */
     EXPECT(MQ "rule r on mq { when ack; do redeliver after }\n", -1,
            E(2, 39, "'after' needs a value: after DURATION"));
