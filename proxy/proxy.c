@@ -549,8 +549,10 @@ static int open_journal(struct proxy *px, const struct conf *c)
     char err[512];
     size_t n = c->n_listeners;
     const char **names = calloc(3 * n + 1, sizeof(*names));
+    uint32_t *visibility = calloc(n + 1, sizeof(*visibility));
+    bool *consumer = calloc(n + 1, sizeof(*consumer));
     px->journal_path = strdup(c->journal);
-    if (px->journal_path == NULL || names == NULL) {
+    if (px->journal_path == NULL || names == NULL || visibility == NULL || consumer == NULL) {
         snprintf(err, sizeof(err), "%s: out of memory", c->journal);
     } else {
         size_t i = 0;
@@ -558,14 +560,20 @@ static int open_journal(struct proxy *px, const struct conf *c)
             names[i] = l->name;
             names[n + i] = conf_protocol_name(l->protocol);
             names[2 * n + i] = l->profile;
+            visibility[i] = l->visibility_ms;
+            consumer[i] = l->consumer_timeout;
         }
         hdr.listener_names = names;
         hdr.listener_protocols = names + n;
         hdr.listener_profiles = names + 2 * n;
+        hdr.listener_visibility_ms = visibility;
+        hdr.listener_consumer_timeout = consumer;
         hdr.n_listeners = i;
         px->journal = journal_open(c->journal, &hdr, err, sizeof(err));
     }
     free(names);
+    free(visibility);
+    free(consumer);
     if (px->journal == NULL) {
         struct log_line line;
         log_begin(&line, LOG_ERROR, "cannot open journal");
