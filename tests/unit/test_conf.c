@@ -917,6 +917,32 @@ static void test_upstream_errors(void **state)
     EXPECT(WITH_UPSTREAM("2001:db8::1:5"), -1,
            EH(4, 14, "IPv6 address in '2001:db8::1:5' must be in brackets", "e.g. [::1]:6380"));
 
+    /* a broker URL is not an address: what to write instead, its host and port */
+    EXPECT(WITH_UPSTREAM("amqp://host:5672"), -1,
+           EH(4, 14, "'amqp://host:5672' is a URL, not an address: 'upstream' takes HOST:PORT",
+              "write 'upstream host:5672'"));
+    EXPECT(WITH_UPSTREAM("amqp://guest:guest@rabbit.staging/prod"), -1,
+           EH(4, 14,
+              "'amqp://guest:guest@rabbit.staging/prod' is a URL, not an address: 'upstream' "
+              "takes HOST:PORT",
+              "write 'upstream rabbit.staging:5672'; the rest (user, password, vhost or db) "
+              "stays in the app's URL"));
+    EXPECT(WITH_UPSTREAM("redis://[::1]/0"), -1,
+           EH(4, 14, "'redis://[::1]/0' is a URL, not an address: 'upstream' takes HOST:PORT",
+              "write 'upstream [::1]:6379'; the rest (user, password, vhost or db) stays in "
+              "the app's URL"));
+    EXPECT(WITH_UPSTREAM("amqps://mq.example.com"), -1,
+           EH(4, 14,
+              "'amqps://mq.example.com' is a URL, not an address: 'upstream' takes "
+              "HOST:PORT",
+              "write 'upstream mq.example.com:5671'; 'upstream-tls' for its TLS"));
+    EXPECT(WITH_UPSTREAM("nats://"), -1,
+           EH(4, 14, "'nats://' is a URL, not an address: 'upstream' takes HOST:PORT",
+              "write 'upstream HOST:PORT'"));
+    EXPECT(WITH_BIND("amqp://0.0.0.0:5673"), -1,
+           EH(3, 10, "'amqp://0.0.0.0:5673' is a URL, not an address: 'bind' takes HOST:PORT",
+              "write 'bind 0.0.0.0:5673'"));
+
     /* labels: at most 63 bytes */
     memset(label, 'a', 63);
     label[63] = '\0';
