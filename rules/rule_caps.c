@@ -213,6 +213,41 @@ static void rule_caps_error_code(struct conf_parser *p, const struct rule *r,
                   conf_show(r->action.error_code, code), conf_show(l->name, name));
 }
 
+void rule_check_has_do(struct conf_parser *p, const struct rule_state *rs,
+                       const struct conf_node *n, const struct conf_listener *l)
+{
+    const struct rule *r = rs->r;
+    bool event_known = rs->first[RULE_S_WHEN].line == 0 || rs->event_loc.line != 0;
+    const struct proto_caps *caps = l != NULL ? proto_caps_find(l->protocol, l->profile) : NULL;
+    uint32_t can = caps != NULL && event_known && (caps->events & CAPS_BIT(r->event))
+                       ? caps->actions[r->event]
+                       : 0;
+    char shown[CONF_SHOW_BYTES], lname[CONF_SHOW_BYTES], phrase[RULE_PHRASE_BYTES];
+    char list[RULE_LIST_BYTES], hint[RULE_LIST_BYTES + 2 * CONF_SHOW_BYTES + 64];
+    int first = -1;
+
+    if (rs->first[RULE_S_DO].line != 0) {
+        return;
+    }
+    for (int k = 0; k < RULE_ACT_COUNT && first < 0; k++) {
+        first = can & CAPS_BIT(k) ? k : -1;
+    }
+    /* Only what this listener can do on this event is offered: an ack cannot take a latency. */
+    if (first >= 0) {
+        /* the usage without its option: "do redeliver", "do delay DURATION" */
+        const char *usage = rule_action_usage((enum rule_action_kind)first);
+        int len = (int)strcspn(usage, "[");
+        while (len > 0 && usage[len - 1] == ' ') {
+            len--;
+        }
+        snprintf(hint, sizeof(hint), "e.g. %.*s; listener '%s' (protocol %s) can do on %s: %s", len,
+                 usage, conf_show(l->name, lname), caps->name, rule_event_phrase(r->event, phrase),
+                 rule_action_list(can, list));
+    }
+    conf_diag_add(p->diags, CONF_ERROR, n->words[0].loc, first >= 0 ? hint : NULL,
+                  "rule '%s' has no 'do ACTION'", conf_show(r->name, shown));
+}
+
 void rule_check_caps(struct conf_parser *p, const struct rule_state *rs,
                      const struct conf_listener *l)
 {

@@ -1237,7 +1237,9 @@ static void test_rules(void **state)
     conf_free(c);
     conf_diags_free(&d);
     EXPECT(REDIS "rule slow on redis {\n    delay 5s\n    anything { goes }\n}\n", -1,
-           EH(2, 1, "rule 'slow' has no 'do ACTION'", "e.g. do latency 20ms"),
+           EH(2, 1, "rule 'slow' has no 'do ACTION'",
+              "e.g. do latency DURATION; listener 'redis' (protocol tcp) can do on the byte "
+              "stream: latency, bandwidth, slice, reset, blackhole, slow-close, limit"),
            EH(3, 5, "unknown directive 'delay'", "did you mean 'do delay'?"),
            E(4, 5, "unknown directive 'anything'"));
     EXPECT("rule slow on redsi {\n do latency 1s\n}\n" REDIS, -1,

@@ -138,6 +138,11 @@ const struct proto_caps *proto_caps_find(enum conf_protocol protocol, const char
 #define MQ "listen mq { protocol amqp; bind 127.0.0.1:3; upstream 127.0.0.1:4 }\n"
 #define NARROW "listen n { protocol resp; profile rq; bind 127.0.0.1:5; upstream 127.0.0.1:6 }\n"
 
+/* The hint of a rule without `do` on listener t: what a tcp listener can do on the stream. */
+#define TCP_NO_DO                                                                                  \
+    "e.g. do latency DURATION; listener 't' (protocol tcp) can do on the byte stream: latency, "   \
+    "bandwidth, slice, reset, blackhole, slow-close, limit"
+
 /* A rule on line 2 whose block is line 3, starting at column 5. */
 #define TCP_RULE(body) TCP "rule r on t {\n    " body "\n}\n"
 #define MQ_RULE(body) MQ "rule r on mq {\n    " body "\n}\n"
@@ -767,7 +772,10 @@ static void test_when_quoting(void **state)
     EXPECT(MQ_RULE("when deliver queue= task=a; do drop"), -1,
            E(3, 18, "missing value after 'queue='"));
     EXPECT(MQ_RULE("when deliver queue!="), -1,
-           EH(2, 1, "rule 'r' has no 'do ACTION'", "e.g. do latency 20ms"),
+           EH(2, 1, "rule 'r' has no 'do ACTION'",
+              "e.g. do redeliver; listener 'mq' (protocol everything) can do on 'deliver' events: "
+              "redeliver, duplicate, expire, delay, drop, close, error, latency, bandwidth, "
+              "slice, reset, blackhole, slow-close, limit"),
            E(3, 18, "missing value after 'queue!='"));
     /* a comment glued to a word is still a comment */
     EXPECT_CLEAN(MQ_RULE("when deliver queue=a#b\n    do drop"));
@@ -935,8 +943,7 @@ static void test_byte_errors(void **state)
 static void test_block_errors(void **state)
 {
     (void)state;
-    EXPECT(TCP "rule r on t {\n}\n", -1,
-           EH(2, 1, "rule 'r' has no 'do ACTION'", "e.g. do latency 20ms"));
+    EXPECT(TCP "rule r on t {\n}\n", -1, EH(2, 1, "rule 'r' has no 'do ACTION'", TCP_NO_DO));
     EXPECT(TCP "rule r on t { do latency 1ms }\nrule r on t { do reset }\n", -1,
            E(3, 6, "rule 'r' is already defined at 2:1"));
     EXPECT(TCP_RULE("do latency 1ms; do latency 2ms"), -1,
@@ -971,8 +978,7 @@ static void test_block_keywords(void **state)
            EH(3, 5, "unknown directive 'probabilty'", "did you mean 'probability'?"));
     EXPECT(TCP_RULE("max-per-mesage 2; do latency 1ms"), -1,
            EH(3, 5, "unknown directive 'max-per-mesage'", "did you mean 'max-per-message'?"));
-    EXPECT(TCP_RULE("latency 20ms"), -1,
-           EH(2, 1, "rule 'r' has no 'do ACTION'", "e.g. do latency 20ms"),
+    EXPECT(TCP_RULE("latency 20ms"), -1, EH(2, 1, "rule 'r' has no 'do ACTION'", TCP_NO_DO),
            EH(3, 5, "unknown directive 'latency'", "did you mean 'do latency'?"));
     EXPECT(TCP_RULE("bind 1.2.3.4:5; do latency 1ms"), -1,
            EH(3, 5, "unknown directive 'bind'", "'bind' belongs inside a listen block"));
@@ -1134,6 +1140,10 @@ static void test_caps_resp(void **state)
                  "rule h on rp { when command command=GET; do delay 1s }\n"
                  "rule i on rp { when command command=DEL; do drop }\n"
                  "rule j on rp { do latency 5ms }\n");
+    EXPECT(CE "rule r on ce {\n    when ack queue=celery\n}\n", -1,
+           EH(2, 1, "rule 'r' has no 'do ACTION'",
+              "e.g. do redeliver; listener 'ce' (protocol resp/celery) can do on 'ack' events: "
+              "redeliver, delay, drop, close"));
     EXPECT(SK "rule r on sk { when ack; do redeliver }\n", -1,
            EH(2, 21,
               "listener 'sk' (protocol resp/sidekiq) has no 'ack' event: Sidekiq's basic fetch "
@@ -1359,6 +1369,18 @@ static void test_caps_late(void **state)
 static void test_caps_amqp_errors(void **state)
 {
     (void)state;
+    /* no `do`: what this listener can do on acks, never a stream action it cannot */
+    EXPECT(MQ_RULE("when ack queue=payments"), -1,
+           EH(2, 1, "rule 'r' has no 'do ACTION'",
+              "e.g. do redeliver; listener 'mq' (protocol amqp) can do on 'ack' events: "
+              "redeliver, delay, drop, close, error"));
+    EXPECT(MQ_RULE("when confirm"), -1,
+           EH(2, 1, "rule 'r' has no 'do ACTION'",
+              "e.g. do drop; listener 'mq' (protocol amqp) can do on 'confirm' events: drop, "
+              "close"));
+    /* an unknown listener or event: nothing to offer */
+    EXPECT(MQ "rule r on nosuch {\n    when ack\n}\n", -1, E(2, 1, "rule 'r' has no 'do ACTION'"),
+           E(2, 11, "unknown listener 'nosuch'"));
     EXPECT(MQ_RULE("when ack queue=payments; do duplicate"), -1,
            EH(3, 33,
               "listener 'mq' (protocol amqp) cannot do 'duplicate' on 'ack' events: it sends a "
