@@ -7,8 +7,10 @@
  * one directive (profile vs protocol) run after the whole block, so the
  * order of directives inside the block never matters.
  */
+#include "proto/jobs/framework.h"
 #include "rules/diag.h"
 #include "rules/interp.h"
+#include "rules/rule_parse.h"
 
 #include "rules/conf_mem.h"
 
@@ -17,6 +19,8 @@
 #include <string.h>
 #include <strings.h>
 
+/* Most profiles the registry may hold for the names `profile` takes. */
+#define CONF_MAX_PROFILES 32
 /* Room for "host:port" with a bracketed IPv6 host or a long DNS name. */
 #define CONF_ADDR_TEXT_BYTES (CONF_HOST_BYTES + 8)
 
@@ -76,12 +80,26 @@ static void conf_listen_protocol(struct conf_parser *p, struct conf_listen_state
     ls->protocol_ok = true;
 }
 
+/* The profiles, as the registry of framework modules lists them (proto/jobs/framework.h). */
+static size_t conf_profile_names(const char **names, size_t cap)
+{
+    size_t n = 0;
+    for (size_t i = 0; i < resp_framework_count() && n < cap; i++) {
+        names[n++] = resp_framework_at(i)->name;
+    }
+    return n;
+}
+
 static void conf_listen_profile(struct conf_parser *p, struct conf_listen_state *ls,
                                 const struct conf_node *n)
 {
-    static const char *const names[] = {"sidekiq", "celery", "rq", "streams", "list", "bullmq"};
-    int i = conf_value_enum(p, &n->words[1], "profile", names, sizeof(names) / sizeof(names[0]),
-                            "expected sidekiq, celery, rq, streams or list");
+    const char *names[CONF_MAX_PROFILES];
+    size_t n_names = conf_profile_names(names, CONF_MAX_PROFILES);
+    char list[RULE_LIST_BYTES], expected[RULE_LIST_BYTES + 32];
+
+    snprintf(expected, sizeof(expected), "expected one of: %s",
+             rule_join_names(names, n_names, list));
+    int i = conf_value_enum(p, &n->words[1], "profile", names, n_names, expected);
 
     if (i >= 0) {
         ls->l->profile = conf_parser_strdup(p, names[i]);
@@ -221,7 +239,7 @@ static void conf_listen_task(struct conf_parser *p, struct conf_listen_state *ls
 /* Indexed by enum conf_listen_slot. */
 static const struct conf_listen_directive conf_listen_table[CONF_L_COUNT] = {
     {{"protocol", 1, "tcp, amqp or resp"}, conf_listen_protocol},
-    {{"profile", 1, "sidekiq, celery, rq, streams, list or bullmq"}, conf_listen_profile},
+    {{"profile", 1, "NAME, a job framework (e.g. celery)"}, conf_listen_profile},
     {{"bind", 1, "HOST:PORT"}, conf_listen_bind},
     {{"upstream", 1, "HOST:PORT"}, conf_listen_upstream},
     {{"connect-timeout", 1, "DURATION"}, conf_listen_connect_timeout},

@@ -15,6 +15,8 @@
 
 #include <cmocka.h>
 
+#include "proto/jobs/framework.h"
+#include "rules/caps.h"
 #include "rules/conf.h"
 #include "rules/conf_mem.h"
 #include "rules/rule.h"
@@ -517,7 +519,35 @@ static void test_enum_values(void **state)
     EXPECT(L_HEAD "    protocol resp\n    profile sidekik\n" L_BIND L_UP L_END, -1,
            EH(3, 13, "unknown profile 'sidekik'", "did you mean 'sidekiq'?"));
     EXPECT(L_HEAD "    protocol resp\n    profile resque\n" L_BIND L_UP L_END, -1,
-           EH(3, 13, "unknown profile 'resque'", "expected sidekiq, celery, rq, streams or list"));
+           EH(3, 13, "unknown profile 'resque'",
+              "expected one of: sidekiq, celery, rq, streams, list, bullmq"));
+}
+
+/* The profiles `profile` takes are the framework modules' (proto/jobs/framework.h): the list
+ * in a hint is theirs, BullMQ included, and the start of one suggests it. */
+static void test_profile_names_from_the_registry(void **state)
+{
+    (void)state;
+    EXPECT(L_HEAD "    protocol resp\n    profile bull\n" L_BIND L_UP L_END, -1,
+           EH(3, 13, "unknown profile 'bull'", "did you mean 'bullmq'?"));
+    EXPECT(L_HEAD "    protocol resp\n    profile kombu\n" L_BIND L_UP L_END, -1,
+           EH(3, 13, "unknown profile 'kombu'",
+              "expected one of: sidekiq, celery, rq, streams, list, bullmq"));
+    for (size_t i = 0; i < resp_framework_count(); i++) {
+        const char *name = resp_framework_at(i)->name;
+        char text[512];
+        snprintf(text, sizeof(text), L_HEAD "    protocol resp\n    profile %s\n" L_BIND L_UP L_END,
+                 name);
+        struct conf_diags d;
+        struct conf *c = parse_ok(text, &d);
+        assert_string_equal(c->listeners->profile, name);
+        /* each has what the rules of its listener can do, and its module */
+        assert_ptr_not_equal(proto_caps_find(CONF_PROTO_RESP, name),
+                             proto_caps_find(CONF_PROTO_RESP, NULL));
+        assert_ptr_equal(resp_framework_of(rprof_of(name)), resp_framework_at(i));
+        conf_free(c);
+        conf_diags_free(&d);
+    }
 }
 
 /* `threads N` (1..64) or `auto` (0: one per core, the default). */
@@ -1734,6 +1764,7 @@ int main(void)
         cmocka_unit_test(test_unknown_directives),
         cmocka_unit_test(test_directive_in_wrong_scope),
         cmocka_unit_test(test_enum_values),
+        cmocka_unit_test(test_profile_names_from_the_registry),
         cmocka_unit_test(test_threads),
         cmocka_unit_test(test_profile_needs_resp),
         cmocka_unit_test(test_visibility_timeouts),

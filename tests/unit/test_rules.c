@@ -1153,8 +1153,8 @@ static void test_caps_resp(void **state)
     EXPECT(RP "rule r on rp { when deliver; do duplicate }\n", -1,
            EH(2, 21,
               "listener 'rp' (protocol resp) has no 'deliver' event: a resp listener without a "
-              "profile sees commands only: add 'profile sidekiq', 'celery', 'rq', 'streams' or "
-              "'list' for job events",
+              "profile sees commands only: add 'profile sidekiq', 'celery', 'rq', 'streams', "
+              "'list' or 'bullmq' for job events",
               "its events: connect, command"));
     EXPECT(CE "rule r on ce { when deliver; do error LOADING }\n", -1,
            EH(2, 33,
