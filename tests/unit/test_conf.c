@@ -508,8 +508,8 @@ static void test_directive_in_wrong_scope(void **state)
 static void test_enum_values(void **state)
 {
     (void)state;
-    EXPECT(L_HEAD "    protocol redis\n" L_BIND L_UP L_END, -1,
-           EH(2, 14, "unknown protocol 'redis'", "expected tcp, amqp or resp"));
+    EXPECT(L_HEAD "    protocol ftp\n" L_BIND L_UP L_END, -1,
+           EH(2, 14, "unknown protocol 'ftp'", "expected tcp, amqp or resp"));
     EXPECT(L_HEAD "    protocol amqq\n" L_BIND L_UP L_END, -1,
            EH(2, 14, "unknown protocol 'amqq'", "did you mean 'amqp'?"));
     EXPECT("log-level verbose\n" LISTENER, -1,
@@ -521,6 +521,26 @@ static void test_enum_values(void **state)
     EXPECT(L_HEAD "    protocol resp\n    profile resque\n" L_BIND L_UP L_END, -1,
            EH(3, 13, "unknown profile 'resque'",
               "expected one of: sidekiq, celery, rq, streams, list, bullmq"));
+}
+
+/* A protocol named after the broker or a framework: the protocol twice calls it. */
+static void test_protocol_names_a_broker(void **state)
+{
+    (void)state;
+    EXPECT(L_HEAD "    protocol rabbitmq\n" L_BIND L_UP L_END, -1,
+           EH(2, 14, "unknown protocol 'rabbitmq'",
+              "did you mean 'amqp'? RabbitMQ speaks AMQP 0-9-1"));
+    EXPECT(L_HEAD "    protocol RabbitMQ\n" L_BIND L_UP L_END, -1,
+           EH(2, 14, "unknown protocol 'RabbitMQ'",
+              "did you mean 'amqp'? RabbitMQ speaks AMQP 0-9-1"));
+    EXPECT(L_HEAD "    protocol redis\n" L_BIND L_UP L_END, -1,
+           EH(2, 14, "unknown protocol 'redis'", "did you mean 'resp'? Redis speaks RESP"));
+    EXPECT(L_HEAD "    protocol valkey\n" L_BIND L_UP L_END, -1,
+           EH(2, 14, "unknown protocol 'valkey'", "did you mean 'resp'? Valkey speaks RESP"));
+    EXPECT(L_HEAD "    protocol celery\n" L_BIND L_UP L_END, -1,
+           EH(2, 14, "unknown protocol 'celery'",
+              "did you mean 'protocol resp' with 'profile celery'? a job framework on Redis (on "
+              "RabbitMQ: 'protocol amqp')"));
 }
 
 /* The profiles `profile` takes are the framework modules' (proto/jobs/framework.h): the list
@@ -1764,6 +1784,7 @@ int main(void)
         cmocka_unit_test(test_unknown_directives),
         cmocka_unit_test(test_directive_in_wrong_scope),
         cmocka_unit_test(test_enum_values),
+        cmocka_unit_test(test_protocol_names_a_broker),
         cmocka_unit_test(test_profile_names_from_the_registry),
         cmocka_unit_test(test_threads),
         cmocka_unit_test(test_profile_needs_resp),
