@@ -7,9 +7,10 @@
  * faults: it acts on those the earlier one leaves (`twice check`'s summary says so).  When the
  * earlier one leaves none (no trigger: it faults each event it matches, once per message), the
  * later one never acts on them: a warning, once per later rule, names the earlier ones with
- * FILE:LINE.  Whether two rules exclude each other is judged from what is written (a
- * `queue=a` and a `queue=b`, `redelivered=true` and `=false`, windows that do not meet);
- * triggers that count (every, first...) or draw (probability) never exclude.
+ * FILE:LINE (not one written `disabled`, which leaves them until it is switched on).  Whether
+ * two rules exclude each other is judged from what is written (a `queue=a` and a `queue=b`,
+ * `redelivered=true` and `=false`, windows that do not meet); triggers that count (every,
+ * first...) or draw (probability) never exclude.
  */
 #include "rules/rule_parse.h"
 
@@ -113,7 +114,8 @@ static size_t earlier_rules(const struct conf_parser *p, const struct rule *r, c
     char a[CONF_SHOW_BYTES], f[CONF_SHOW_BYTES];
 
     for (const struct rule *o = p->rules; o != NULL && o != r; o = o->next) {
-        if (rule_takes_all(o) && rule_takes_before(o, r)) {
+        /* one written `disabled` leaves the events to r until it is switched on */
+        if (o->enabled && rule_takes_all(o) && rule_takes_before(o, r)) {
             if (n < RULE_OVERLAP_NAMED)
                 named[n] = o;
             n++;

@@ -1510,6 +1510,9 @@ static void test_overlapping_rules(void **state)
                  apart[i][0], apart[i][1]);
         EXPECT_CLEAN(text);
     }
+    /* an earlier rule written `disabled` leaves them until it is switched on */
+    EXPECT_CLEAN(MQ "rule a on mq { when ack; do drop; disabled }\n"
+                    "rule b on mq { when ack; do redeliver }\n");
     EXPECT_CLEAN(MQ "listen mq2 { protocol amqp; bind 127.0.0.1:5; upstream 127.0.0.1:6 }\n"
                     "rule a on mq { when ack; do drop }\n"
                     "rule b on mq2 { when ack; do drop }\n"
