@@ -9,7 +9,10 @@
  *     entry it asks for more.
  *   - struct journal_reader reads a file with stdio and hands out one entry at
  *     a time.  A file whose last entry is cut short (a writer killed
- *     mid-write) ends iteration cleanly and is reported as truncated.
+ *     mid-write) ends iteration cleanly and is reported as truncated.  A
+ *     damaged entry is skipped and reported (journal_reader_damage()): in a
+ *     journal whose entries carry their checksum, reading goes on at the next
+ *     entry that checks out; in one without, it stops there.
  *
  * Pure C over protobuf-c: no libevent, no OpenSSL.
  */
@@ -24,9 +27,14 @@
 
 #include "proto/journal.pb-c.h"
 
-/* Largest encoded Entry (without its length prefix).  A length prefix above
- * it is an error, whatever the bytes after it. */
+/* Largest encoded Entry (without its length prefix, with its checksum).  A
+ * length prefix above it is an error, whatever the bytes after it. */
 #define JOURNAL_RECORD_MAX (1024u * 1024u)
+/* The checksum every entry ends with (journal.proto's Entry.crc32c): the tag
+ * byte of field 15 as a fixed32, then the CRC-32C of the entry's bytes before
+ * it, little-endian. */
+#define JOURNAL_CRC_TAG 0x7du
+#define JOURNAL_CRC_LEN 5u
 /* A varint length prefix is at most this long (a uint64). */
 #define JOURNAL_VARINT_MAX 10u
 /* Journal format version this code writes and reads. */
@@ -44,7 +52,9 @@
     X(ERR_VERSION, -7, "unsupported journal format version")                                       \
     X(ERR_SPACE, -8, "output buffer too small")                                                    \
     X(ERR_EMPTY, -9, "journal is empty (no header)")                                               \
-    X(ERR_TRUNCATED, -10, "journal ends inside its header")
+    X(ERR_TRUNCATED, -10, "journal ends inside its header")                                        \
+    X(ERR_CHECKSUM, -11, "entry fails its checksum")                                               \
+    X(ERR_PAST_END, -12, "length prefix runs past the end of the file")
 
 enum journal_status {
 #define JOURNAL_STATUS_ENUM(name, code, str) JOURNAL_##name = code,
@@ -56,23 +66,35 @@ enum journal_status {
 const char *journal_strerror(int status);
 
 /*
- * Decodes the entry at the start of buf[0..len).
+ * Decodes the entry at the start of buf[0..len); with `crc`, it must end with
+ * its checksum (a journal whose header has entry_crc32c), which is checked and
+ * left out of *out.
  * Returns 1 and sets *out (caller frees with twice__journal__entry__free_unpacked)
  * and *used (bytes consumed, prefix included); 0 when buf holds only a prefix of
  * an entry (feed more bytes, nothing consumed); or a negative JOURNAL_ERR_*
- * (ERR_VARINT, ERR_TOO_LARGE, ERR_DECODE, ERR_NOMEM).  Never reads past len.
+ * (ERR_VARINT, ERR_TOO_LARGE, ERR_CHECKSUM, ERR_DECODE, ERR_NOMEM).  On
+ * ERR_CHECKSUM and ERR_DECODE the entry's bytes were all there: *used is how
+ * many its prefix announced.  Never reads past len.
  */
-int journal_decode_entry(const uint8_t *buf, size_t len, size_t *used,
+int journal_decode_entry(const uint8_t *buf, size_t len, bool crc, size_t *used,
                          Twice__Journal__Entry **out) TWICE_MUST_CHECK;
 
-/* Bytes journal_encode_entry() writes for e: the varint prefix plus the message. */
+/* CRC-32C (Castagnoli) of p[0..n): the checksum of an entry.  With SSE4.2 on x86-64, where
+ * the CPU has it; journal_crc32c_portable() is the table-driven code every other CPU runs (the
+ * tests compare the two). */
+uint32_t journal_crc32c(const uint8_t *p, size_t n);
+uint32_t journal_crc32c_portable(const uint8_t *p, size_t n);
+
+/* Bytes journal_encode_entry() writes for e: the varint prefix, the message and
+ * its checksum. */
 size_t journal_entry_encoded_size(const Twice__Journal__Entry *e);
 
 /*
- * Writes the length-delimited form of e (varint byte count, then the message)
- * into out[0..cap) and sets *written.  Returns 0, JOURNAL_ERR_TOO_LARGE when
- * the message exceeds JOURNAL_RECORD_MAX, or JOURNAL_ERR_SPACE when cap is too
- * small (nothing is written in either case).
+ * Writes the length-delimited form of e (varint byte count, then the message
+ * ending with its checksum; e->crc32c is ignored) into out[0..cap) and sets
+ * *written.  Returns 0, JOURNAL_ERR_TOO_LARGE when the message exceeds
+ * JOURNAL_RECORD_MAX, or JOURNAL_ERR_SPACE when cap is too small (nothing is
+ * written in either case).
  */
 int journal_encode_entry(const Twice__Journal__Entry *e, uint8_t *out, size_t cap,
                          size_t *written) TWICE_MUST_CHECK;
@@ -113,13 +135,13 @@ struct journal_reader *journal_reader_open(const char *path, char *err,
 const Twice__Journal__Header *journal_reader_header(const struct journal_reader *r);
 
 /*
- * Reads the next entry after the header.  Returns 1 and sets *out; 0 at the
- * end of the journal (clean, or a cut-short last entry: see
- * journal_reader_truncated()); or a negative JOURNAL_ERR_* code, which is
- * sticky: later calls return it again, and journal_reader_error() says what
- * and where.  The entry is owned by the reader and valid until the next call
- * to journal_reader_next() or journal_reader_close().  Entries whose body a
- * newer writer added are returned with body_case NOT_SET: skip them.
+ * Reads the next entry after the header, past any damage (journal_reader_damage()).
+ * Returns 1 and sets *out; 0 at the end of the journal (clean, or a cut-short
+ * last entry: see journal_reader_truncated()); or a negative JOURNAL_ERR_*
+ * code (I/O, memory), which is sticky: later calls return it again, and
+ * journal_reader_error() says what and where.  The entry is owned by the reader and valid until the
+ * next call to journal_reader_next() or journal_reader_close().  Entries whose body a newer writer
+ * added are returned with body_case NOT_SET: skip them.
  */
 int journal_reader_next(struct journal_reader *r,
                         const Twice__Journal__Entry **out) TWICE_MUST_CHECK;
@@ -127,8 +149,39 @@ int journal_reader_next(struct journal_reader *r,
 /* True once journal_reader_next() hit a last entry that was cut short. */
 bool journal_reader_truncated(const struct journal_reader *r);
 
-/* Bytes of the file consumed by complete entries so far. */
+/* True when the last entry read is a `stop` record: the writer stopped in good order.  A
+ * journal read to its end without one was cut short by a kill or a crash. */
+bool journal_reader_clean_stop(const struct journal_reader *r);
+
+/* Bytes of the file read so far: whole entries and the damaged bytes skipped. */
 uint64_t journal_reader_offset(const struct journal_reader *r);
+
+/* Stretches of damage kept for journal_reader_damage_at() (the summary counts them all). */
+#define JOURNAL_DAMAGE_KEPT 16
+
+/* One stretch of damaged bytes the reader skipped. */
+struct journal_damage {
+    uint64_t offset;      /* file offset of its first byte */
+    uint64_t bytes;       /* how many were skipped */
+    int64_t records_lost; /* 1 when the damaged entry's length prefix held; -1: not known */
+    int reason;           /* the JOURNAL_ERR_* its first entry gave */
+    bool resumed;         /* an entry that checks out follows: reading went on */
+};
+
+/* All the damage of the journal read so far. */
+struct journal_damage_summary {
+    uint64_t stretches;
+    uint64_t bytes;        /* skipped in all */
+    uint64_t records_lost; /* of the stretches that know it */
+    bool records_unknown;  /* some stretch lost an unknown number of records */
+    bool stopped;          /* the last stretch runs to the end of the file */
+};
+
+/* The damage met so far (all zero when none). */
+void journal_reader_damage(const struct journal_reader *r, struct journal_damage_summary *sum);
+
+/* The i-th stretch of damage, i < JOURNAL_DAMAGE_KEPT, or NULL; owned by the reader. */
+const struct journal_damage *journal_reader_damage_at(const struct journal_reader *r, size_t i);
 
 /* Entries returned by journal_reader_next() so far (the header not counted). */
 uint64_t journal_reader_count(const struct journal_reader *r);

@@ -15,14 +15,16 @@
 #include <string.h>
 #include <time.h>
 
+#include "offline/cli.h"
+#include "offline/damage.h"
 #include "offline/journal_reader.h"
 #include "offline/json_out.h"
 #include "offline/strmap.h"
 #include "offline/verdict.h"
 #include "rules/rule.h"
 
-/* by_kind slots: Record.Kind codes 0..11, then one for codes a newer writer added. */
-#define REPORT_KINDS 12
+/* by_kind slots: Record.Kind codes 0..12, then one for codes a newer writer added. */
+#define REPORT_KINDS 13
 /* by_event slots: enum rule_event codes, then one for unknown codes. */
 #define REPORT_EVENTS (RULE_EV_COUNT + 1)
 /* Room for error messages and formatted times. */
@@ -30,8 +32,8 @@
 #define REPORT_TIME_MAX 40
 
 static const char *const report_kind_names[] = {
-    "unspecified", "connect", "close", "deliver", "ack",     "nack",
-    "publish",     "confirm", "fault", "command", "running", "stop",
+    "unspecified", "connect", "close",   "deliver", "ack",  "nack",    "publish",
+    "confirm",     "fault",   "command", "running", "stop", "expired",
 };
 _Static_assert(sizeof(report_kind_names) / sizeof(report_kind_names[0]) == REPORT_KINDS,
                "one name per Record.Kind code");
@@ -49,10 +51,14 @@ struct report {
     Twice__Journal__Header *header; /* owned copy */
     uint64_t records;
     bool truncated;
+    bool clean_stop; /* the journal ends with its stop record */
+    struct damage_report damage;
     uint64_t by_kind[REPORT_KINDS + 1];
     struct strmap rules;    /* rule name -> struct report_rule * (owned) */
     struct strmap messages; /* message id -> DELIVER count, as uintptr_t */
     struct strmap reasons;  /* close reason name -> count, as uintptr_t */
+    struct strmap expired;  /* rule that held or dropped the ack ("" for none) -> EXPIRED
+                               records, as uintptr_t: consequences of faults, not faults */
     uint64_t connections, closes, bytes_up, bytes_down;
     Twice__Journal__Record **timeline; /* owned copies of --message's records */
     size_t n_timeline, cap_timeline;
@@ -85,6 +91,7 @@ static void report_free(struct report *rep)
     strmap_free(&rep->rules, rule_free);
     strmap_free(&rep->messages, NULL);
     strmap_free(&rep->reasons, NULL);
+    strmap_free(&rep->expired, NULL);
     for (size_t i = 0; i < rep->n_timeline; i++)
         twice__journal__record__free_unpacked(rep->timeline[i], NULL);
     free(rep->timeline);
@@ -194,6 +201,8 @@ static int report_add(struct report *rep, const Twice__Journal__Record *r)
         rc = add_close(rep, r);
     else if (r->kind == TWICE__JOURNAL__RECORD__KIND__FAULT)
         rc = add_fault(rep, r);
+    else if (r->kind == TWICE__JOURNAL__RECORD__KIND__EXPIRED)
+        rc = map_count(&rep->expired, r->rule, 1);
     if (rc == 0 && r->message_id[0] != '\0')
         rc = add_message(rep, r);
     if (rc == 0)
@@ -222,6 +231,8 @@ static int report_load(struct report *rep, char *err, size_t errlen)
         snprintf(err, errlen, "%s: %s", rep->path,
                  journal_reader_error(r) != NULL ? journal_reader_error(r) : journal_strerror(rc));
     rep->truncated = journal_reader_truncated(r);
+    rep->clean_stop = journal_reader_clean_stop(r);
+    damage_report_take(&rep->damage, r);
     journal_reader_close(r);
     return rc < 0 ? -1 : 0;
 }
@@ -362,6 +373,9 @@ static void print_header_text(FILE *out, const struct report *rep)
         fputc('\n', out);
     if (rep->truncated)
         fputs("warning: the last record is cut short (the proxy died while writing it)\n", out);
+    if (!rep->clean_stop)
+        fputs(REPORT_NO_CLEAN_STOP "\n", out);
+    damage_print_text(out, &rep->damage, "warning");
 }
 
 static void print_rule_events_text(FILE *out, const struct report_rule *r)
@@ -396,6 +410,30 @@ static int print_faults_text(FILE *out, const struct report *rep)
         fprintf(out, "%*s ", n < 12 ? 12 - n : 0, "");
         print_rule_events_text(out, r);
         fputc('\n', out);
+    }
+    free(v);
+    return 0;
+}
+
+/* The requeues a listener's timeout made, by the rule that held or dropped the ack: each is
+ * the consequence of that rule's fault (counted above), not a fault of its own. */
+static int print_expired_text(FILE *out, const struct report *rep)
+{
+    if (rep->expired.count == 0)
+        return 0;
+    const struct strmap_slot **v = sorted_slots(&rep->expired);
+    if (v == NULL)
+        return -1;
+    sort_slots(v, rep->expired.count);
+    fputs("\nRequeued by a visibility or consumer timeout (consequences, not faults)\n", out);
+    fprintf(out, "  %-24s %8s  %s\n", "RULE", "EXPIRED", "WHY");
+    for (size_t i = 0; i < rep->expired.count; i++) {
+        bool rule = v[i]->key[0] != '\0';
+        fputs("  ", out);
+        int n = text_write_safe(out, rule ? v[i]->key : "-");
+        fprintf(out, "%*s %8llu  %s\n", n < 24 ? 24 - n : 0, "",
+                (unsigned long long)(uintptr_t)v[i]->value,
+                rule ? "the rule held or dropped the ack" : "the worker did not ack in time");
     }
     free(v);
     return 0;
@@ -686,7 +724,7 @@ static int print_text(FILE *out, const struct report *rep)
             return -1;
         return rc;
     }
-    if (print_faults_text(out, rep) != 0)
+    if (print_faults_text(out, rep) != 0 || print_expired_text(out, rep) != 0)
         return -1;
     print_deliveries_text(out, rep);
     /* One verdict of the journal's messages (rep->attempts) for both sections. */
@@ -728,8 +766,12 @@ static void print_header_json(FILE *out, const struct report *rep)
     json_field(out, ",\n  ", "twice_version", h->twice_version);
     fprintf(out, ",\n  \"start_unix_ms\": %llu", (unsigned long long)h->start_unix_ms);
     json_field(out, ",\n  ", "start", when);
-    fprintf(out, ",\n  \"records\": %llu,\n  \"truncated\": %s,\n  \"by_kind\": {",
-            (unsigned long long)rep->records, rep->truncated ? "true" : "false");
+    fprintf(out, ",\n  \"records\": %llu,\n  \"truncated\": %s,\n  \"clean_stop\": %s,\n",
+            (unsigned long long)rep->records, rep->truncated ? "true" : "false",
+            rep->clean_stop ? "true" : "false");
+    fputs("  \"damage\": ", out);
+    damage_print_json(out, &rep->damage);
+    fputs(",\n  \"by_kind\": {", out);
     for (size_t k = 1; k <= REPORT_KINDS; k++)
         fprintf(out, "%s\"%s\": %llu", k > 1 ? ", " : "",
                 k < REPORT_KINDS ? kind_name((uint32_t)k) : "other",
@@ -766,6 +808,22 @@ static int print_faults_json(FILE *out, const struct report *rep)
         print_rule_json(out, v[i]);
     }
     fputs(rep->rules.count > 0 ? "\n  ]" : "]", out);
+    free(v);
+    return 0;
+}
+
+static int print_expired_json(FILE *out, const struct report *rep)
+{
+    const struct strmap_slot **v = sorted_slots(&rep->expired);
+    if (v == NULL)
+        return -1;
+    sort_slots(v, rep->expired.count);
+    fputs(",\n  \"expired\": [", out);
+    for (size_t i = 0; i < rep->expired.count; i++) {
+        json_field(out, i > 0 ? ", {" : "{", "rule", v[i]->key);
+        fprintf(out, ", \"expired\": %llu}", (unsigned long long)(uintptr_t)v[i]->value);
+    }
+    fputc(']', out);
     free(v);
     return 0;
 }
@@ -968,7 +1026,7 @@ static int print_messages_json(FILE *out, const struct report *rep)
 static int print_json(FILE *out, const struct report *rep)
 {
     print_header_json(out, rep);
-    if (print_faults_json(out, rep) != 0)
+    if (print_faults_json(out, rep) != 0 || print_expired_json(out, rep) != 0)
         return -1;
     print_deliveries_json(out, rep);
     if (rep->message == NULL && print_retries_json(out, rep) != 0)
@@ -988,32 +1046,51 @@ static int print_json(FILE *out, const struct report *rep)
 static void usage(FILE *f)
 {
     fputs("usage: twice report JOURNAL [--json] [--message ID] [--messages]\n"
+          "  JOURNAL       the journal of a run (also --journal JOURNAL)\n"
+          "  --json        one JSON object instead of tables\n"
           "  --message ID  one message's records, and each delivery with how it ended and what\n"
           "                the verdict counted it as (exit 1 when no record names ID)\n"
           "  --messages    every message's deliveries, settlements and overlaps\n",
           f);
 }
 
+/* One option of report's own at argv[*i]: 1 taken, 0 not one of them, -1 error (said). */
+static int report_option(int argc, char **argv, int *i, struct report *rep, bool *json, FILE *err)
+{
+    const char *a = argv[*i];
+    if (strcmp(a, "--json") == 0) {
+        *json = true;
+    } else if (strncmp(a, "--message=", 10) == 0) {
+        rep->message = a + 10;
+    } else if (strcmp(a, "--message") == 0) {
+        if (*i + 1 >= argc) {
+            fputs("twice report: --message needs a value\n", err);
+            return -1;
+        }
+        rep->message = argv[++*i];
+    } else if (strcmp(a, "--messages") == 0) {
+        rep->all_messages = true;
+    } else {
+        return 0;
+    }
+    return 1;
+}
+
 /* Returns 0 to run, 1 after --help, -1 on a usage error. */
 static int parse_args(int argc, char **argv, struct report *rep, bool *json, FILE *out, FILE *err)
 {
+    static const char *const flags[] = {"--journal", NULL};
     for (int i = 1; i < argc; i++) {
-        const char *a = argv[i];
-        if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) {
+        if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) {
             usage(out);
             return 1;
-        } else if (strcmp(a, "--json") == 0) {
-            *json = true;
-        } else if (strncmp(a, "--message=", 10) == 0) {
-            rep->message = a + 10;
-        } else if (strcmp(a, "--message") == 0 && i + 1 < argc) {
-            rep->message = argv[++i];
-        } else if (strcmp(a, "--messages") == 0) {
-            rep->all_messages = true;
-        } else if (a[0] != '-' && rep->path == NULL) {
-            rep->path = a;
-        } else {
-            fprintf(err, "twice report: unexpected argument '%s'\n", a);
+        }
+        int rc = report_option(argc, argv, &i, rep, json, err);
+        if (rc == 0)
+            rc = cli_file_arg(argc, argv, &i, flags, "journal", &rep->path, err);
+        if (rc == 0)
+            fprintf(err, "twice report: unknown argument '%s'\n", argv[i]);
+        if (rc <= 0) {
             usage(err);
             return -1;
         }
@@ -1051,6 +1128,11 @@ int report_run(int argc, char **argv, FILE *out, FILE *err)
     }
     if (code == 0 && json && rep.truncated)
         fputs("twice report: warning: the journal's last record is cut short\n", err);
+    if (code == 0 && json && !rep.clean_stop)
+        fputs("twice report: warning: the journal ended without a clean stop\n", err);
+    if (code == 0 && json && damage_any(&rep.damage))
+        fprintf(err, "twice report: warning: the journal is damaged (%llu bytes skipped)\n",
+                (unsigned long long)rep.damage.sum.bytes);
     report_free(&rep);
     return code;
 }

@@ -6,13 +6,14 @@
  *       connections and close reasons; with --message the timeline of one
  *       message and each of its deliveries as the verdict counts it (how it
  *       ended, copy or not, overlap); with --messages that of every message.
- *   twice verdict --journal J --effects E [--json]
+ *   twice verdict JOURNAL --effects E [--json]
  *       per task type: was any message's side effect produced twice?
  *       (offline/verdict.h has the computation.)
  *
- * Both read the journal with offline/journal_reader.h in one streaming pass and
- * keep one hash-map entry per distinct message id, so a journal of millions
- * of records is fine.  --json output is one object whose keys and order are
+ * Both take the journal as their first argument, or as --journal JOURNAL
+ * (offline/cli.h).  Both read the journal with offline/journal_reader.h in
+ * one streaming pass and keep one hash-map entry per distinct message id, so
+ * a journal of millions of records is fine.  --json output is one object whose keys and order are
  * stable; fields are only ever added.
  */
 #ifndef TWICE_REPORT_H
@@ -24,12 +25,18 @@
 #define REPORT_TOP_N 10
 /* Records of one message kept for --message; later ones are only counted. */
 #define REPORT_TIMELINE_MAX 10000
+/* What both commands say of a journal that ends without its `stop` record (a warning: the
+ * records before the end are sound). */
+#define REPORT_NO_CLEAN_STOP                                                                       \
+    "warning: the journal ended without a clean stop (no stop record: twice was killed or "        \
+    "crashed); the records it had not yet written are missing (by default the last second of "     \
+    "them: see journal-flush)"
 
 /*
  * `twice report`, printing to out and diagnostics to err.  argv[0] is the
  * subcommand name.  Returns 0; 1 when --message names an id no record has; or
- * 2 on usage, I/O or journal errors.  A journal cut short at the end is
- * reported with a warning, not an error.
+ * 2 on usage, I/O or journal errors.  A journal cut short at the end, or one
+ * that ended without a clean stop, is reported with a warning, not an error.
  */
 int report_run(int argc, char **argv, FILE *out, FILE *err);
 

@@ -294,13 +294,15 @@ int verdict_load_effects(struct verdict *v, const char *path, uint64_t *lines, c
 #define VERDICT_EXIT_ERROR 2          /* usage, an unreadable journal or effects file */
 #define VERDICT_EXIT_EFFECTS 3        /* the effects list does not match the journal */
 #define VERDICT_EXIT_NOT_IDEMPOTENT 1 /* a task did its side effect twice */
-#define VERDICT_EXIT_UNTESTED 4       /* a task fell short of what --require asked */
-#define VERDICT_EXIT_STALLED 5        /* work stopped while messages were outstanding */
+/* the journal is damaged: the verdict stands on part of the run (--allow-damaged accepts it) */
+#define VERDICT_EXIT_DAMAGED 6
+#define VERDICT_EXIT_UNTESTED 4 /* a task fell short of what --require asked */
+#define VERDICT_EXIT_STALLED 5  /* work stopped while messages were outstanding */
 
 /*
- * The `twice verdict --journal J --effects E [--json] [--require R]... [--stall-after D]`
- * command, printing to out and diagnostics to err.  argv[0] is the subcommand name.  Returns
- * 0, or one of the VERDICT_EXIT_* codes.
+ * The `twice verdict JOURNAL --effects E [--json] [--require R]... [--stall-after D]
+ * [--allow-damaged]` command, printing to out and diagnostics to err.  argv[0] is the subcommand
+ * name.  Returns 0, or one of the VERDICT_EXIT_* codes.
  */
 int verdict_run(int argc, char **argv, FILE *out, FILE *err);
 

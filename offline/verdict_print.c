@@ -14,6 +14,8 @@
 #include <string.h>
 #include <time.h>
 
+#include "offline/cli.h"
+#include "offline/damage.h"
 #include "offline/journal_reader.h"
 #include "offline/json_out.h"
 #include "offline/report.h"
@@ -28,11 +30,15 @@ struct verdict_inputs {
     const char *journal, *effects;
     uint64_t seed, start_unix_ms, records, effect_lines;
     bool truncated;
+    bool clean_stop; /* the journal ends with its stop record */
+    struct damage_report damage;
+    bool allow_damaged; /* --allow-damaged */
 };
 
 struct verdict_args {
     const char *journal, *effects;
     bool json;
+    bool allow_damaged; /* --allow-damaged: a damaged journal does not change the exit code */
     struct verdict_options opt;
 };
 
@@ -58,6 +64,8 @@ static int load_journal(struct verdict *v, struct verdict_inputs *in, char *err,
                  journal_reader_error(r) != NULL ? journal_reader_error(r) : journal_strerror(rc));
     in->records = journal_reader_count(r);
     in->truncated = journal_reader_truncated(r);
+    in->clean_stop = journal_reader_clean_stop(r);
+    damage_report_take(&in->damage, r);
     journal_reader_close(r);
     return rc < 0 ? -1 : 0;
 }
@@ -312,14 +320,17 @@ static void print_json(FILE *out, const struct verdict_result *res, const struct
     json_write_string(out, in->effects);
     fprintf(out,
             ",\n  \"seed\": \"%llu\",\n  \"start_unix_ms\": %llu,\n  \"records\": %llu,\n"
-            "  \"journal_truncated\": %s,\n  \"effect_lines\": %llu,\n  \"effects_check\": \"%s\","
+            "  \"journal_truncated\": %s,\n  \"journal_clean_stop\": %s,\n"
+            "  \"journal_damaged\": %s,\n  \"allow_damaged\": %s,\n"
+            "  \"effect_lines\": %llu,\n  \"effects_check\": \"%s\","
             "\n  \"end_unix_us\": %llu,\n  \"stalled\": %s,\n  \"required_short\": %s,\n"
             "  \"verdict\": ",
             (unsigned long long)in->seed, (unsigned long long)in->start_unix_ms,
             (unsigned long long)in->records, in->truncated ? "true" : "false",
-            (unsigned long long)in->effect_lines, effects_check_name(res->effects_check),
-            (unsigned long long)res->end_us, res->any_stalled ? "true" : "false",
-            res->any_required_short ? "true" : "false");
+            in->clean_stop ? "true" : "false", damage_any(&in->damage) ? "true" : "false",
+            in->allow_damaged ? "true" : "false", (unsigned long long)in->effect_lines,
+            effects_check_name(res->effects_check), (unsigned long long)res->end_us,
+            res->any_stalled ? "true" : "false", res->any_required_short ? "true" : "false");
     json_write_string(out, verdict_kind_name(res->overall));
     fputs(",\n  \"tasks\": [", out);
     for (size_t i = 0; i < res->n_tasks; i++) {
@@ -330,7 +341,9 @@ static void print_json(FILE *out, const struct verdict_result *res, const struct
             res->n_tasks > 0 ? "\n  " : "", (unsigned long long)res->unknown_effect_ids,
             (unsigned long long)res->unknown_effect_lines);
     print_examples_json(out, &res->unknown_examples);
-    fputs("}\n}\n", out);
+    fputs("},\n  \"journal_damage\": ", out);
+    damage_print_json(out, &in->damage);
+    fputs("\n}\n", out);
 }
 
 /* ---- text ------------------------------------------------------------------------------- */
@@ -537,6 +550,15 @@ static void print_warnings(FILE *out, const struct verdict_result *res,
         fputs("warning: the journal's last record is cut short (the proxy died while "
               "writing); the records before it are counted\n",
               out);
+    if (!in->clean_stop)
+        fputs(REPORT_NO_CLEAN_STOP "\n", out);
+    damage_print_text(out, &in->damage, in->allow_damaged ? "warning" : "error");
+    if (damage_any(&in->damage))
+        fputs(in->allow_damaged
+                  ? "  the verdict stands on the records read (--allow-damaged)\n"
+                  : "  the verdict stands on the records read: exit 6 (--allow-damaged "
+                    "accepts a damaged journal)\n",
+              out);
     if (res->unknown_effect_ids > 0 && res->effects_check == VERDICT_EFFECTS_OK) {
         fprintf(out,
                 "warning: %llu message ids in the effects list (%llu lines) never appear in "
@@ -730,7 +752,8 @@ static void print_outstanding(FILE *out, const struct verdict_result *res,
 
 /* The last line: the overall verdict, starred when an IDEMPOTENT row lacks evidence; then the
  * tasks that stalled. */
-static void print_verdict_line(FILE *out, const struct verdict_result *res)
+static void print_verdict_line(FILE *out, const struct verdict_result *res,
+                               const struct verdict_inputs *in)
 {
     size_t partial = 0;
     for (size_t i = 0; i < res->n_tasks; i++) {
@@ -742,6 +765,8 @@ static void print_verdict_line(FILE *out, const struct verdict_result *res)
     if (res->overall == VERDICT_IDEMPOTENT && partial > 0)
         fprintf(out, "* (evidence missing for %zu %s: see the lines under the table)", partial,
                 partial == 1 ? "task" : "tasks");
+    if (damage_any(&in->damage))
+        fputs(" (on a damaged journal: see above)", out);
     fputc('\n', out);
     const char *sep = "stalled: ";
     for (size_t i = 0; i < res->n_tasks; i++) {
@@ -781,21 +806,24 @@ static void print_human(FILE *out, const struct verdict_result *res,
     if (notes != NULL && len > 0)
         fprintf(out, "\n%s", notes);
     free(notes);
-    print_verdict_line(out, res);
+    print_verdict_line(out, res, in);
 }
 
 /* ---- arguments -------------------------------------------------------------------------- */
 
 static void usage(FILE *err)
 {
-    fputs("usage: twice verdict --journal JOURNAL --effects EFFECTS [--json]\n"
+    fputs("usage: twice verdict JOURNAL --effects EFFECTS [--json]\n"
           "                     [--require copies[=N] | overlap[=N] | window=D]...\n"
-          "                     [--stall-after D]\n"
+          "                     [--stall-after D] [--allow-damaged]\n"
+          "  JOURNAL: the journal of a run (also --journal JOURNAL)\n"
           "  EFFECTS: one message id per side effect, one per line ('#' comments)\n"
           "  --require: what every task must have been tested with, else it is UNTESTED\n"
-          "  exit 0: no task NOT IDEMPOTENT, the evidence required, no work stalled;\n"
-          "       1: a task NOT IDEMPOTENT; 2: usage or an unreadable input; 3: the effects\n"
-          "       list does not match the journal; 4: a task short of --require; 5: STALLED\n",
+          "  --allow-damaged: a damaged journal's verdict, on the records read, sets the exit\n"
+          "       code as an undamaged one's would\n"
+          "  exit, the first that applies: 2 usage or an unreadable input; 3 the effects list\n"
+          "       does not match the journal; 1 a task NOT IDEMPOTENT; 6 the journal is\n"
+          "       damaged; 4 a task short of --require; 5 STALLED; else 0\n",
           err);
 }
 
@@ -904,12 +932,15 @@ static bool parse_require(const char *v, struct verdict_require *rq, FILE *err)
 /* One option at argv[*i]: 1 taken, 0 not an option of ours, -1 error (said). */
 static int parse_one(int argc, char **argv, int *i, struct verdict_args *a, FILE *err)
 {
+    static const char *const journal_flags[] = {"--journal", NULL};
     const char *value = NULL;
-    int rc = option_value(argc, argv, i, "--journal", &a->journal);
-    if (rc == 0)
-        rc = option_value(argc, argv, i, "--effects", &a->effects);
+    int rc = option_value(argc, argv, i, "--effects", &a->effects);
     if (rc == 0 && strcmp(argv[*i], "--json") == 0) {
         a->json = true;
+        rc = 1;
+    }
+    if (rc == 0 && strcmp(argv[*i], "--allow-damaged") == 0) {
+        a->allow_damaged = true;
         rc = 1;
     }
     if (rc == 0 && (rc = option_value(argc, argv, i, "--require", &value)) == 1 &&
@@ -920,11 +951,14 @@ static int parse_one(int argc, char **argv, int *i, struct verdict_args *a, FILE
         fprintf(err, "twice verdict: --stall-after '%s': expected a duration, e.g. 30s\n", value);
         return -1;
     }
-    if (rc <= 0)
-        fprintf(err,
-                rc == 0 ? "twice verdict: unknown argument '%s'\n"
-                        : "twice verdict: %s needs a value\n",
-                argv[*i]);
+    if (rc == -1) {
+        fprintf(err, "twice verdict: %s needs a value\n", argv[*i]);
+        return -1;
+    }
+    if (rc == 0)
+        rc = cli_file_arg(argc, argv, i, journal_flags, "journal", &a->journal, err);
+    if (rc == 0)
+        fprintf(err, "twice verdict: unknown argument '%s'\n", argv[*i]);
     return rc;
 }
 
@@ -943,7 +977,9 @@ static int parse_args(int argc, char **argv, struct verdict_args *a, FILE *out, 
         }
     }
     if (a->journal == NULL || a->effects == NULL) {
-        fputs("twice verdict: --journal and --effects are required\n", err);
+        fputs(a->journal == NULL ? "twice verdict: no journal given\n"
+                                 : "twice verdict: no effects list given: --effects EFFECTS\n",
+              err);
         usage(err);
         return -1;
     }
@@ -952,13 +988,18 @@ static int parse_args(int argc, char **argv, struct verdict_args *a, FILE *out, 
     return 0;
 }
 
-/* The exit code of a computed verdict: the first that applies, in the order of verdict.h. */
-static int exit_code(const struct verdict_result *res)
+/* The exit code of a computed verdict: the first that applies, in the order of verdict.h.  A
+ * damaged journal comes after NOT IDEMPOTENT (a side effect done twice is so whatever was lost)
+ * and before what the lost records may explain: evidence short of --require, work that seems
+ * to have stopped. */
+static int exit_code(const struct verdict_result *res, const struct verdict_inputs *in)
 {
     if (res->effects_check != VERDICT_EFFECTS_OK)
         return VERDICT_EXIT_EFFECTS;
     if (res->overall == VERDICT_NOT_IDEMPOTENT)
         return VERDICT_EXIT_NOT_IDEMPOTENT;
+    if (damage_any(&in->damage) && !in->allow_damaged)
+        return VERDICT_EXIT_DAMAGED;
     if (res->any_required_short)
         return VERDICT_EXIT_UNTESTED;
     if (res->any_stalled)
@@ -970,7 +1011,8 @@ static int exit_code(const struct verdict_result *res)
 static int verdict_execute(const struct verdict_args *a, FILE *out, FILE *err)
 {
     char msg[VERDICT_ERR_MAX];
-    struct verdict_inputs in = {.journal = a->journal, .effects = a->effects};
+    struct verdict_inputs in = {
+        .journal = a->journal, .effects = a->effects, .allow_damaged = a->allow_damaged};
     struct verdict_result res = {0};
     struct verdict *v = verdict_new();
     int code = VERDICT_EXIT_ERROR;
@@ -981,7 +1023,7 @@ static int verdict_execute(const struct verdict_args *a, FILE *out, FILE *err)
         if (verdict_compute_with(v, &a->opt, &res) != 0)
             snprintf(msg, sizeof(msg), "out of memory");
         else
-            code = exit_code(&res);
+            code = exit_code(&res, &in);
     }
     if (code == VERDICT_EXIT_ERROR)
         fprintf(err, "twice verdict: %s\n", msg);
@@ -992,6 +1034,12 @@ static int verdict_execute(const struct verdict_args *a, FILE *out, FILE *err)
     if (code != VERDICT_EXIT_ERROR && a->json) {
         if (in.truncated)
             fputs("twice verdict: warning: the journal's last record is cut short\n", err);
+        if (!in.clean_stop)
+            fputs("twice verdict: warning: the journal ended without a clean stop\n", err);
+        if (damage_any(&in.damage))
+            fprintf(err, "twice verdict: %s: the journal is damaged (%llu bytes skipped)%s\n",
+                    a->allow_damaged ? "warning" : "error", (unsigned long long)in.damage.sum.bytes,
+                    a->allow_damaged ? "" : ": exit 6 unless --allow-damaged");
         if (res.effects_check != VERDICT_EFFECTS_OK)
             fprintf(err,
                     "twice verdict: error: the effects list does not match the journal "

@@ -436,6 +436,28 @@ size_t amqp_ledger_outstanding(const struct amqp_ledger *l)
     return l->n_state[LS_OUTSTANDING] + l->n_state[LS_HELD] + l->n_state[LS_DROPPED];
 }
 
+void amqp_ledger_counts(const struct amqp_ledger *l, struct amqp_ledger_counts *c)
+{
+    c->client_unsettled = l->n_state[LS_OUTSTANDING] + l->n_state[LS_TWICE_SETTLED];
+    c->held = l->n_state[LS_HELD];
+    c->dropped = l->n_state[LS_DROPPED];
+    c->unconfirmed = queue_live(&l->pubs);
+}
+
+void amqp_ledger_each_kept(const struct amqp_ledger *l,
+                           void (*fn)(void *arg, uint64_t tag, void *info, bool held), void *arg)
+{
+    size_t left = l->n_state[LS_HELD] + l->n_state[LS_DROPPED];
+    const struct ledger_queue *q = &l->tags;
+    for (size_t i = q->head; i < q->tail && left > 0; i++) {
+        const struct ledger_entry *e = &q->v[i];
+        if (e->state == LS_HELD || e->state == LS_DROPPED) {
+            left--;
+            fn(arg, e->key, e->info, e->state == LS_HELD);
+        }
+    }
+}
+
 size_t amqp_ledger_plan_space(const struct amqp_plan *plan)
 {
     /* At most one frame per tag; an unknown plan writes two. */

@@ -235,6 +235,22 @@ size_t amqp_ledger_held(const struct amqp_ledger *l, uint64_t *tags, size_t max)
 /* Counters for tests and stats. */
 size_t amqp_ledger_outstanding(const struct amqp_ledger *l); /* unsettled at the broker */
 
+/* The channel's deliveries by where they stand, and its publishes awaiting a confirm. */
+struct amqp_ledger_counts {
+    size_t client_unsettled; /* the client has not settled them (outstanding, or settled by
+                                twice upstream): its consumer is still at work */
+    size_t held;             /* twice holds the client's settlement */
+    size_t dropped;          /* twice dropped it; the broker keeps the delivery */
+    size_t unconfirmed;      /* publishes forwarded, their confirm not come yet */
+};
+void amqp_ledger_counts(const struct amqp_ledger *l, struct amqp_ledger_counts *c);
+
+/* Calls fn with the tag and info of every delivery whose client settlement twice holds (held
+ * true) or dropped (held false), in tag order.  Read-only: fn must not change the ledger (a
+ * caller that settles some collects them first). */
+void amqp_ledger_each_kept(const struct amqp_ledger *l,
+                           void (*fn)(void *arg, uint64_t tag, void *info, bool held), void *arg);
+
 /* ---- publisher confirms ------------------------------------------------ */
 
 /* confirm.select-ok was seen: from now on every publish is numbered. */

@@ -7,6 +7,10 @@
  * set.  Rule counters and enabled flags carry over for rules that keep
  * their name.  When accept() runs out of descriptors, the API stops
  * accepting for a second, as the proxy's listeners do, instead of spinning.
+ *
+ * Requests are routed by one table (path and method to handler): a path the
+ * table has is answered 405 with `Allow` for a method it lacks, any other
+ * path 404.  Every error is JSON, {"error": "..."}, like the successes.
  */
 #include "proxy/admin.h"
 
@@ -19,7 +23,9 @@
 #include <string.h>
 
 #include "offline/json_out.h"
+#include "proxy/drain.h"
 #include "proxy/fault.h"
+#include "proxy/journal.h"
 #include "proxy/log.h"
 #include "proxy/proxy.h"
 #include "rules/engine.h"
@@ -32,25 +38,16 @@ static void reply(struct evhttp_request *req, int code, const char *type, struct
     struct evkeyvalq *h = evhttp_request_get_output_headers(req);
     evhttp_add_header(h, "Content-Type", type);
     evhttp_add_header(h, "Cache-Control", "no-store");
+    /* Said here, not left to libevent: it leaves it out of the answer to a
+     * HEAD (which must say the GET's length) and of the 405 to a CONNECT
+     * (whose body the client would then read until the connection closes). */
+    char len[24];
+    snprintf(len, sizeof(len), "%zu", evbuffer_get_length(body));
+    evhttp_add_header(h, "Content-Length", len);
+    /* libevent 2.1 would send a HEAD's body too */
+    if (evhttp_request_get_command(req) == EVHTTP_REQ_HEAD)
+        evbuffer_drain(body, evbuffer_get_length(body));
     evhttp_send_reply(req, code, code == 200 ? "OK" : NULL, body);
-}
-
-static void reply_text(struct evhttp_request *req, int code, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
-
-static void reply_text(struct evhttp_request *req, int code, const char *fmt, ...)
-{
-    struct evbuffer *b = evbuffer_new();
-    if (b == NULL) {
-        evhttp_send_error(req, 500, NULL);
-        return;
-    }
-    va_list ap;
-    va_start(ap, fmt);
-    evbuffer_add_vprintf(b, fmt, ap);
-    va_end(ap);
-    reply(req, code, "text/plain; charset=utf-8", b);
-    evbuffer_free(b);
 }
 
 static void put_evbuffer(void *ctx, const char *p, size_t n)
@@ -62,6 +59,111 @@ static void put_evbuffer(void *ctx, const char *p, size_t n)
 static void json_str(struct evbuffer *b, const char *s)
 {
     json_quote(s, put_evbuffer, b);
+}
+
+/* What a request gets when not even its error's buffer can be had. */
+static void reply_oom(struct evhttp_request *req)
+{
+    evhttp_send_error(req, 500, NULL);
+}
+
+static void reply_vprintf(struct evhttp_request *req, int code, const char *type, const char *fmt,
+                          va_list ap) __attribute__((format(printf, 4, 0)));
+
+static void reply_vprintf(struct evhttp_request *req, int code, const char *type, const char *fmt,
+                          va_list ap)
+{
+    struct evbuffer *b = evbuffer_new();
+    if (b == NULL) {
+        reply_oom(req);
+        return;
+    }
+    evbuffer_add_vprintf(b, fmt, ap);
+    reply(req, code, type, b);
+    evbuffer_free(b);
+}
+
+/* A plain-text answer (GET /healthz). */
+static void reply_text(struct evhttp_request *req, int code, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+static void reply_text(struct evhttp_request *req, int code, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    reply_vprintf(req, code, "text/plain; charset=utf-8", fmt, ap);
+    va_end(ap);
+}
+
+/* A JSON answer whose text fmt makes (names in it must need no escaping). */
+static void reply_json(struct evhttp_request *req, int code, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+static void reply_json(struct evhttp_request *req, int code, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    reply_vprintf(req, code, "application/json", fmt, ap);
+    va_end(ap);
+}
+
+/* Longest error message; a longer one (a long path in a 404) is cut. */
+#define ADMIN_ERROR_MAX 512
+
+/* An error answer, {"error": MSG}, and with `diags` (the text of
+ * conf_diags_print, NULL for none) "diagnostics": its lines, one string each. */
+static void reply_verror(struct evhttp_request *req, int code, const char *diags, const char *fmt,
+                         va_list ap) __attribute__((format(printf, 4, 0)));
+
+static void reply_verror(struct evhttp_request *req, int code, const char *diags, const char *fmt,
+                         va_list ap)
+{
+    char msg[ADMIN_ERROR_MAX], line[ADMIN_ERROR_MAX * 2];
+    vsnprintf(msg, sizeof(msg), fmt, ap);
+    struct evbuffer *b = evbuffer_new();
+    if (b == NULL) {
+        reply_oom(req);
+        return;
+    }
+    evbuffer_add(b, "{\"error\":", 9);
+    json_str(b, msg);
+    if (diags != NULL) {
+        evbuffer_add(b, ",\"diagnostics\":[", 16);
+        for (const char *p = diags, *nl; *p != '\0'; p = *nl != '\0' ? nl + 1 : nl) {
+            nl = p + strcspn(p, "\n");
+            snprintf(line, sizeof(line), "%.*s", (int)(nl - p), p);
+            if (p != diags)
+                evbuffer_add(b, ",", 1);
+            json_str(b, line);
+        }
+        evbuffer_add(b, "]", 1);
+    }
+    evbuffer_add(b, "}\n", 2);
+    reply(req, code, "application/json", b);
+    evbuffer_free(b);
+}
+
+static void reply_error(struct evhttp_request *req, int code, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+static void reply_error(struct evhttp_request *req, int code, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    reply_verror(req, code, NULL, fmt, ap);
+    va_end(ap);
+}
+
+static void reply_error_diags(struct evhttp_request *req, int code, const char *diags,
+                              const char *fmt, ...) __attribute__((format(printf, 4, 5)));
+
+static void reply_error_diags(struct evhttp_request *req, int code, const char *diags,
+                              const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    reply_verror(req, code, diags, fmt, ap);
+    va_end(ap);
 }
 
 static bool authorized(struct proxy *px, struct evhttp_request *req)
@@ -105,38 +207,47 @@ static void triggers_json(const struct rule *r, struct evbuffer *b)
     evbuffer_add_printf(b, "\"max_per_message\":%u}", t->max_per_message ? t->max_per_message : 1);
 }
 
+/* One rule of `rs`, as GET /rules lists it and GET /rules/NAME answers: what it is, what it
+ * acts on (its matchers and triggers, as a rule file writes them), and its counters. */
+static void rule_json(struct evbuffer *b, struct ruleset *rs, size_t i)
+{
+    const struct rule *r = ruleset_rule(rs, i);
+    struct engine_rule_stats st = ruleset_stats(rs, i);
+    char detail[160];
+    fault_describe(r, detail, sizeof(detail));
+    evbuffer_add(b, "{\"name\":", 8);
+    json_str(b, r->name);
+    evbuffer_add(b, ",\"listener\":", 12);
+    json_str(b, r->listener);
+    evbuffer_add(b, ",\"event\":", 9);
+    json_str(b, rule_event_name(r->event));
+    evbuffer_add(b, ",\"action\":", 10);
+    json_str(b, rule_action_name(r->action.kind));
+    evbuffer_add(b, ",\"detail\":", 10);
+    json_str(b, detail);
+    char text[512];
+    rule_matchers_text(r, text, sizeof(text));
+    evbuffer_add(b, ",\"matchers\":", 12);
+    json_str(b, text);
+    evbuffer_add(b, ",\"triggers\":", 12);
+    triggers_json(r, b);
+    rule_triggers_text(r, text, sizeof(text));
+    evbuffer_add(b, ",\"triggers_text\":", 17);
+    json_str(b, text);
+    evbuffer_add_printf(b, ",\"enabled\":%s,\"seen\":%llu,\"faults\":%llu}",
+                        ruleset_enabled(rs, i) ? "true" : "false", (unsigned long long)st.seen,
+                        (unsigned long long)st.faults);
+}
+
 static void rules_json(struct proxy *px, struct evbuffer *b)
 {
     struct ruleset *rs = px->rules;
     evbuffer_add_printf(b, "{\"faults_enabled\":%s,\"rules\":[",
                         rs == NULL || ruleset_faults_enabled(rs) ? "true" : "false");
     for (size_t i = 0; rs != NULL && i < ruleset_count(rs); i++) {
-        const struct rule *r = ruleset_rule(rs, i);
-        struct engine_rule_stats st = ruleset_stats(rs, i);
-        char detail[160];
-        fault_describe(r, detail, sizeof(detail));
-        evbuffer_add_printf(b, "%s{\"name\":", i ? "," : "");
-        json_str(b, r->name);
-        evbuffer_add(b, ",\"listener\":", 12);
-        json_str(b, r->listener);
-        evbuffer_add(b, ",\"event\":", 9);
-        json_str(b, rule_event_name(r->event));
-        evbuffer_add(b, ",\"action\":", 10);
-        json_str(b, rule_action_name(r->action.kind));
-        evbuffer_add(b, ",\"detail\":", 10);
-        json_str(b, detail);
-        char text[512];
-        rule_matchers_text(r, text, sizeof(text));
-        evbuffer_add(b, ",\"matchers\":", 12);
-        json_str(b, text);
-        evbuffer_add(b, ",\"triggers\":", 12);
-        triggers_json(r, b);
-        rule_triggers_text(r, text, sizeof(text));
-        evbuffer_add(b, ",\"triggers_text\":", 17);
-        json_str(b, text);
-        evbuffer_add_printf(b, ",\"enabled\":%s,\"seen\":%llu,\"faults\":%llu}",
-                            ruleset_enabled(rs, i) ? "true" : "false", (unsigned long long)st.seen,
-                            (unsigned long long)st.faults);
+        if (i > 0)
+            evbuffer_add(b, ",", 1);
+        rule_json(b, rs, i);
     }
     evbuffer_add(b, "]}\n", 3);
 }
@@ -145,7 +256,7 @@ static void get_rules(struct proxy *px, struct evhttp_request *req)
 {
     struct evbuffer *b = evbuffer_new();
     if (b == NULL) {
-        evhttp_send_error(req, 500, NULL);
+        reply_oom(req);
         return;
     }
     rules_json(px, b);
@@ -158,12 +269,61 @@ static void free_rule_list(void *p)
     rule_list_free(p);
 }
 
+/* The rules of the body of a PUT, checked against the configuration's
+ * listeners (`src` names the body in diagnostics), into *rules (owned by the
+ * caller) and *n, their warnings into d (conf_diags_init()ed, freed by the
+ * caller).  Returns 0, or -1 after answering 400 with every diagnostic (or
+ * 500). */
+static int parse_body_rules(struct proxy *px, struct evhttp_request *req, const char *src,
+                            struct rule **rules, size_t *n, struct conf_diags *d)
+{
+    struct evbuffer *in = evhttp_request_get_input_buffer(req);
+    size_t len = evbuffer_get_length(in);
+    char *text = malloc(len + 1);
+    if (text == NULL) {
+        reply_error(req, 500, "out of memory");
+        return -1;
+    }
+    evbuffer_remove(in, text, len);
+    text[len] = '\0';
+    int rc = conf_parse_rules(src, text, len, px->conf->conf, rules, n, d);
+    free(text);
+    if (rc != 0) {
+        char *msg = NULL;
+        size_t msglen = 0;
+        FILE *f = open_memstream(&msg, &msglen);
+        if (f != NULL) {
+            conf_diags_print(d, f);
+            fclose(f);
+        }
+        reply_error_diags(req, 400, msg, "%u error%s in the rules: nothing changed", d->errors,
+                          d->errors == 1 ? "" : "s");
+        free(msg);
+    }
+    return rc;
+}
+
+/* Makes `rules` (taken: freed here on failure) the proxy's rules, each rule
+ * keeping the state of the rule of its name.  0, or -1 after answering 500. */
+static int install_rules(struct proxy *px, struct evhttp_request *req, struct rule *rules)
+{
+    struct ruleset *rs = ruleset_new(rules, px->seed, px->start_ms);
+    if (rs == NULL) {
+        rule_list_free(rules);
+        reply_error(req, 500, "out of memory");
+        return -1;
+    }
+    ruleset_set_owner(rs, rules, free_rule_list);
+    proxy_set_rules(px, rs);
+    return 0;
+}
+
 /* `{"rules":N}`, with `"warnings":["PUT /rules:L:C: warning: ..."]` when the rules have some. */
 static void reply_rules_replaced(struct evhttp_request *req, size_t n, const struct conf_diags *d)
 {
     struct evbuffer *b = evbuffer_new();
     if (b == NULL) {
-        evhttp_send_error(req, 500, NULL);
+        reply_oom(req);
         return;
     }
     evbuffer_add_printf(b, "{\"rules\":%zu", n);
@@ -191,79 +351,160 @@ static void reply_rules_replaced(struct evhttp_request *req, size_t n, const str
 
 static void put_rules(struct proxy *px, struct evhttp_request *req)
 {
-    struct evbuffer *in = evhttp_request_get_input_buffer(req);
-    size_t len = evbuffer_get_length(in);
-    char *text = malloc(len + 1);
-    if (text == NULL) {
-        evhttp_send_error(req, 500, NULL);
-        return;
-    }
-    evbuffer_remove(in, text, len);
-    text[len] = '\0';
-    struct conf_diags d;
-    conf_diags_init(&d);
     struct rule *rules = NULL;
     size_t n = 0;
-    int rc = conf_parse_rules("PUT /rules", text, len, px->conf->conf, &rules, &n, &d);
-    free(text);
-    if (rc != 0) {
-        char *msg = NULL;
-        size_t msglen = 0;
-        FILE *f = open_memstream(&msg, &msglen);
-        if (f != NULL) {
-            conf_diags_print(&d, f);
-            fclose(f);
-        }
-        reply_text(req, 400, "%s", msg ? msg : "invalid rules\n");
-        free(msg);
-        conf_diags_free(&d);
-        return;
+    struct conf_diags d;
+    conf_diags_init(&d);
+    if (parse_body_rules(px, req, "PUT /rules", &rules, &n, &d) == 0 &&
+        install_rules(px, req, rules) == 0) {
+        log_msg(LOG_INFO, "rules replaced", "source=admin rules=%zu", n);
+        proxy_log_diags(&d);
+        reply_rules_replaced(req, n, &d);
     }
-    struct ruleset *rs = ruleset_new(rules, px->seed, px->start_ms);
-    if (rs == NULL) {
-        conf_diags_free(&d);
-        rule_list_free(rules);
-        evhttp_send_error(req, 500, NULL);
-        return;
-    }
-    ruleset_set_owner(rs, rules, free_rule_list);
-    proxy_set_rules(px, rs);
-    log_msg(LOG_INFO, "rules replaced", "source=admin rules=%zu", n);
-    proxy_log_diags(&d);
-    reply_rules_replaced(req, n, &d);
     conf_diags_free(&d);
 }
 
-/* POST /rules/NAME/enable|disable */
-static void switch_rule(struct proxy *px, struct evhttp_request *req, const char *path)
+/* Longer than any rule name (CONF_NAME_MAX), so that a longer NAME is no rule. */
+#define ADMIN_NAME_MAX 128
+
+/* The NAME of /rules/NAME... into name; "" when it is too long to be one. */
+static void rule_name_of(struct evhttp_request *req, char name[ADMIN_NAME_MAX])
 {
-    const char *name = path + strlen("/rules/");
-    const char *slash = strrchr(name, '/');
-    if (slash == NULL) {
-        reply_text(req, 404, "not found\n");
+    const char *p = evhttp_uri_get_path(evhttp_request_get_evhttp_uri(req)) + strlen("/rules/");
+    size_t n = strcspn(p, "/");
+    if (n >= ADMIN_NAME_MAX)
+        n = 0;
+    memcpy(name, p, n);
+    name[n] = '\0';
+}
+
+/* The index of the rule of /rules/NAME..., or -1 after answering 404. */
+static long find_rule(struct proxy *px, struct evhttp_request *req, char name[ADMIN_NAME_MAX])
+{
+    rule_name_of(req, name);
+    long i = px->rules != NULL && name[0] != '\0' ? ruleset_find(px->rules, name) : -1;
+    if (i < 0)
+        reply_error(req, 404, "no rule named '%s'", name);
+    return i;
+}
+
+/* Answers `code` with the rule called `name`, as GET /rules/NAME does. */
+static void reply_rule(struct proxy *px, struct evhttp_request *req, int code, const char *name)
+{
+    long i = ruleset_find(px->rules, name);
+    struct evbuffer *b = evbuffer_new();
+    if (b == NULL) {
+        reply_oom(req);
         return;
     }
-    bool on = strcmp(slash + 1, "enable") == 0;
-    if (!on && strcmp(slash + 1, "disable") != 0) {
-        reply_text(req, 404, "not found: use /rules/NAME/enable or /rules/NAME/disable\n");
+    rule_json(b, px->rules, (size_t)i);
+    evbuffer_add(b, "\n", 1);
+    reply(req, code, "application/json", b);
+    evbuffer_free(b);
+}
+
+/* GET /rules/NAME */
+static void get_rule(struct proxy *px, struct evhttp_request *req)
+{
+    char name[ADMIN_NAME_MAX];
+    if (find_rule(px, req, name) >= 0)
+        reply_rule(px, req, 200, name);
+}
+
+/* The one rule of a PUT /rules/NAME body, checked to be called NAME and to
+ * fit in the rule set.  0, or -1 after answering 400 (rules freed). */
+static int check_put_rule(struct proxy *px, struct evhttp_request *req, const char *name,
+                          struct rule *rules, size_t n)
+{
+    bool known = px->rules != NULL && ruleset_find(px->rules, name) >= 0;
+    size_t count = px->rules != NULL ? ruleset_count(px->rules) : 0;
+    if (n != 1)
+        reply_error(req, 400,
+                    "the body has %zu rules: give one rule block, `rule %s on LISTENER "
+                    "{ ... }`",
+                    n, name);
+    else if (strcmp(rules->name, name) != 0)
+        reply_error(req, 400, "the body's rule is named '%s', the path's '%s'", rules->name, name);
+    else if (!known && count >= CONF_MAX_RULES)
+        reply_error(req, 400, "too many rules (at most %d): nothing changed", CONF_MAX_RULES);
+    else
+        return 0;
+    rule_list_free(rules);
+    return -1;
+}
+
+/* PUT /rules/NAME: the body's one rule replaces the rule called NAME in its
+ * place, or is added after the others. */
+static void put_rule(struct proxy *px, struct evhttp_request *req)
+{
+    char name[ADMIN_NAME_MAX], src[ADMIN_NAME_MAX + 16];
+    rule_name_of(req, name);
+    if (name[0] == '\0') {
+        reply_error(req, 400, "the path's rule name is too long");
         return;
     }
-    char rule[128];
-    size_t n = (size_t)(slash - name);
-    if (n == 0 || n >= sizeof(rule)) {
-        reply_text(req, 404, "no such rule\n");
+    snprintf(src, sizeof(src), "PUT /rules/%s", name);
+    struct rule *rules = NULL, *list = NULL;
+    size_t n = 0;
+    struct conf_diags d;
+    conf_diags_init(&d);
+    int rc = parse_body_rules(px, req, src, &rules, &n, &d);
+    if (rc == 0 && (rc = check_put_rule(px, req, name, rules, n)) == 0)
+        proxy_log_diags(&d); /* the rule's own warnings, not its place among the others' */
+    conf_diags_free(&d);
+    if (rc != 0)
+        return;
+    bool known = px->rules != NULL && ruleset_find(px->rules, name) >= 0;
+    if (ruleset_edit(px->rules, name, rules, &list, &n) != 0) {
+        rule_list_free(rules);
+        reply_error(req, 500, "out of memory");
         return;
     }
-    memcpy(rule, name, n);
-    rule[n] = '\0';
-    long i = px->rules != NULL ? ruleset_find(px->rules, rule) : -1;
-    if (i < 0) {
-        reply_text(req, 404, "no rule named '%s'\n", rule);
+    if (install_rules(px, req, list) != 0)
+        return;
+    log_msg(LOG_INFO, known ? "rule replaced" : "rule added", "rule=%s source=admin rules=%zu",
+            name, n);
+    reply_rule(px, req, known ? 200 : 201, name);
+}
+
+/* DELETE /rules/NAME */
+static void delete_rule(struct proxy *px, struct evhttp_request *req)
+{
+    char name[ADMIN_NAME_MAX];
+    struct rule *list = NULL;
+    size_t n = 0;
+    if (find_rule(px, req, name) < 0)
+        return;
+    if (ruleset_edit(px->rules, name, NULL, &list, &n) != 0) {
+        reply_error(req, 500, "out of memory");
         return;
     }
+    if (install_rules(px, req, list) != 0)
+        return;
+    log_msg(LOG_INFO, "rule deleted", "rule=%s source=admin rules=%zu", name, n);
+    reply_json(req, 200, "{\"rule\":\"%s\",\"deleted\":true,\"rules\":%zu}\n", name, n);
+}
+
+/* POST /rules/NAME/enable|disable */
+static void switch_rule(struct proxy *px, struct evhttp_request *req, bool on)
+{
+    char name[ADMIN_NAME_MAX];
+    long i = find_rule(px, req, name);
+    if (i < 0)
+        return;
     ruleset_set_enabled(px->rules, (size_t)i, on);
-    log_msg(LOG_INFO, on ? "rule enabled" : "rule disabled", "rule=%s source=admin", rule);
-    reply_text(req, 200, "{\"rule\":\"%s\",\"enabled\":%s}\n", rule, on ? "true" : "false");
+    log_msg(LOG_INFO, on ? "rule enabled" : "rule disabled", "rule=%s source=admin", name);
+    reply_json(req, 200, "{\"rule\":\"%s\",\"enabled\":%s}\n", name, on ? "true" : "false");
+}
+
+static void enable_rule(struct proxy *px, struct evhttp_request *req)
+{
+    switch_rule(px, req, true);
+}
+
+static void disable_rule(struct proxy *px, struct evhttp_request *req)
+{
+    switch_rule(px, req, false);
 }
 
 static void set_faults(struct proxy *px, struct evhttp_request *req, bool on)
@@ -271,16 +512,26 @@ static void set_faults(struct proxy *px, struct evhttp_request *req, bool on)
     if (px->rules != NULL) /* the switch is shared by the rules that follow (reload, PUT) */
         ruleset_set_faults_enabled(px->rules, on);
     log_msg(LOG_WARN, on ? "faults on" : "faults off", "source=admin");
-    reply_text(req, 200, "{\"faults_enabled\":%s}\n", on ? "true" : "false");
+    reply_json(req, 200, "{\"faults_enabled\":%s}\n", on ? "true" : "false");
+}
+
+static void faults_off(struct proxy *px, struct evhttp_request *req)
+{
+    set_faults(px, req, false);
+}
+
+static void faults_on(struct proxy *px, struct evhttp_request *req)
+{
+    set_faults(px, req, true);
 }
 
 static void post_reload(struct proxy *px, struct evhttp_request *req)
 {
     char *diag = NULL;
     if (proxy_reload(px, &diag) == 0)
-        reply_text(req, 200, "{\"reloaded\":true}\n");
+        reply_json(req, 200, "{\"reloaded\":true}\n");
     else
-        reply_text(req, 400, "%s", diag ? diag : "reload failed\n");
+        reply_error_diags(req, 400, diag, "reload failed: nothing changed");
     free(diag);
 }
 
@@ -316,6 +567,7 @@ static void get_stats(struct proxy *px, struct evhttp_request *req)
                             (unsigned long long)proxy_events(px, (unsigned)e));
     evbuffer_add(b, "},", 2);
     evbuffer_drain(b, 0);
+    drain_stats_json(px, b);
     /* The rules part is the same document as GET /rules, without its braces. */
     struct evbuffer *r = evbuffer_new();
     if (r != NULL) {
@@ -347,6 +599,20 @@ static void get_metrics(struct proxy *px, struct evhttp_request *req)
         evhttp_send_error(req, 500, NULL);
         return;
     }
+    /* The version as a label, the way Prometheus exporters say what runs. */
+    evbuffer_add_printf(b, "# HELP twice_build_info The version of twice that runs.\n"
+                           "# TYPE twice_build_info gauge\n"
+                           "twice_build_info{version=\"");
+    prom_label(b, TWICE_VERSION);
+    evbuffer_add_printf(b, "\"} 1\n");
+    /* journal.h: the writer drops a record when its buffer is full (the disk
+     * too slow), after a write error, or out of memory. */
+    evbuffer_add_printf(b,
+                        "# HELP twice_journal_records_dropped_total Journal records lost: buffer "
+                        "full, write error or out of memory.\n"
+                        "# TYPE twice_journal_records_dropped_total counter\n"
+                        "twice_journal_records_dropped_total %llu\n",
+                        (unsigned long long)journal_dropped(px->journal));
     evbuffer_add_printf(b, "# HELP twice_faults_total Faults injected, per rule and action.\n"
                            "# TYPE twice_faults_total counter\n");
     for (size_t i = 0; px->rules != NULL && i < ruleset_count(px->rules); i++) {
@@ -358,12 +624,18 @@ static void get_metrics(struct proxy *px, struct evhttp_request *req)
         evbuffer_add_printf(b, "\"} %llu\n",
                             (unsigned long long)ruleset_stats(px->rules, i).faults);
     }
-    evbuffer_add_printf(b, "# HELP twice_events_total Protocol events seen, per kind.\n"
+    evbuffer_add_printf(b, "# HELP twice_events_total Protocol events seen, per listener and "
+                           "kind.\n"
                            "# TYPE twice_events_total counter\n");
-    for (int e = 0; e < RULE_EV_COUNT; e++)
-        evbuffer_add_printf(b, "twice_events_total{kind=\"%s\"} %llu\n",
-                            rule_event_name((enum rule_event)e),
-                            (unsigned long long)proxy_events(px, (unsigned)e));
+    for (struct listener_stats *st = px->stats; st != NULL; st = st->next) {
+        struct listener_counts t = proxy_stats_total(px, st);
+        for (int e = 0; e < RULE_EV_COUNT; e++) {
+            evbuffer_add_printf(b, "twice_events_total{listener=\"");
+            prom_label(b, st->name);
+            evbuffer_add_printf(b, "\",kind=\"%s\"} %llu\n", rule_event_name((enum rule_event)e),
+                                (unsigned long long)t.events[e]);
+        }
+    }
     /* Prometheus wants each family's samples together, after its TYPE. */
     static const struct {
         const char *name, *type, *help;
@@ -392,47 +664,131 @@ static void get_metrics(struct proxy *px, struct evhttp_request *req)
             }
         }
     }
+    drain_metrics(px, b);
     reply(req, 200, "text/plain; version=0.0.4", b);
     evbuffer_free(b);
+}
+
+static void get_healthz(struct proxy *px, struct evhttp_request *req)
+{
+    (void)px;
+    reply_text(req, 200, "ok\n");
+}
+
+/* What the API answers: a path (where '*' stands for one segment, a rule's
+ * name) and a method.  HEAD is answered as GET, without the body. */
+static const struct admin_route {
+    const char *path;
+    enum evhttp_cmd_type method;
+    void (*fn)(struct proxy *px, struct evhttp_request *req);
+} routes[] = {
+    {"/healthz", EVHTTP_REQ_GET, get_healthz},
+    {"/rules", EVHTTP_REQ_GET, get_rules},
+    {"/rules", EVHTTP_REQ_PUT, put_rules},
+    {"/rules/*", EVHTTP_REQ_GET, get_rule},
+    {"/rules/*", EVHTTP_REQ_PUT, put_rule},
+    {"/rules/*", EVHTTP_REQ_DELETE, delete_rule},
+    {"/rules/*/enable", EVHTTP_REQ_POST, enable_rule},
+    {"/rules/*/disable", EVHTTP_REQ_POST, disable_rule},
+    {"/faults/off", EVHTTP_REQ_POST, faults_off},
+    {"/faults/on", EVHTTP_REQ_POST, faults_on},
+    {"/reload", EVHTTP_REQ_POST, post_reload},
+    {"/stats", EVHTTP_REQ_GET, get_stats},
+    {"/metrics", EVHTTP_REQ_GET, get_metrics},
+    {"/drain", EVHTTP_REQ_POST, drain_request},
+};
+
+/* Methods the server lets through to on_request: every one libevent knows,
+ * so that a method no route has is our 405, not libevent's 501 page. */
+#define ADMIN_METHODS                                                                              \
+    (EVHTTP_REQ_GET | EVHTTP_REQ_POST | EVHTTP_REQ_HEAD | EVHTTP_REQ_PUT | EVHTTP_REQ_DELETE |     \
+     EVHTTP_REQ_OPTIONS | EVHTTP_REQ_TRACE | EVHTTP_REQ_CONNECT | EVHTTP_REQ_PATCH)
+
+static bool path_matches(const char *pattern, const char *path)
+{
+    while (*pattern != '\0') {
+        if (*pattern == '*') {
+            size_t n = strcspn(path, "/");
+            if (n == 0)
+                return false;
+            path += n;
+            pattern++;
+        } else if (*pattern++ != *path++) {
+            return false;
+        }
+    }
+    return *path == '\0';
+}
+
+static const struct {
+    enum evhttp_cmd_type method;
+    const char *name;
+} method_names[] = {
+    {EVHTTP_REQ_GET, "GET"},     {EVHTTP_REQ_HEAD, "HEAD"},       {EVHTTP_REQ_POST, "POST"},
+    {EVHTTP_REQ_PUT, "PUT"},     {EVHTTP_REQ_DELETE, "DELETE"},   {EVHTTP_REQ_OPTIONS, "OPTIONS"},
+    {EVHTTP_REQ_TRACE, "TRACE"}, {EVHTTP_REQ_CONNECT, "CONNECT"}, {EVHTTP_REQ_PATCH, "PATCH"},
+};
+
+/* 405 for method m on a path whose routes take the methods `allowed`. */
+static void method_not_allowed(struct evhttp_request *req, enum evhttp_cmd_type m, unsigned allowed,
+                               const char *path)
+{
+    if (allowed & EVHTTP_REQ_GET)
+        allowed |= EVHTTP_REQ_HEAD;
+    char allow[64] = "", *p = allow;
+    const char *name = "?";
+    for (size_t i = 0; i < sizeof(method_names) / sizeof(method_names[0]); i++) {
+        if (method_names[i].method == m)
+            name = method_names[i].name;
+        if (allowed & method_names[i].method)
+            p += snprintf(p, sizeof(allow) - (size_t)(p - allow), "%s%s", p == allow ? "" : ", ",
+                          method_names[i].name);
+    }
+    evhttp_add_header(evhttp_request_get_output_headers(req), "Allow", allow);
+    reply_error(req, 405, "%s is not allowed on %s: use %s", name, path, allow);
 }
 
 static void route(struct proxy *px, struct evhttp_request *req, enum evhttp_cmd_type m,
                   const char *path)
 {
-    if (m == EVHTTP_REQ_GET && strcmp(path, "/healthz") == 0)
-        reply_text(req, 200, "ok\n");
-    else if (m == EVHTTP_REQ_GET && strcmp(path, "/rules") == 0)
-        get_rules(px, req);
-    else if (m == EVHTTP_REQ_PUT && strcmp(path, "/rules") == 0)
-        put_rules(px, req);
-    else if (m == EVHTTP_REQ_POST && strncmp(path, "/rules/", 7) == 0)
-        switch_rule(px, req, path);
-    else if (m == EVHTTP_REQ_POST && strcmp(path, "/faults/off") == 0)
-        set_faults(px, req, false);
-    else if (m == EVHTTP_REQ_POST && strcmp(path, "/faults/on") == 0)
-        set_faults(px, req, true);
-    else if (m == EVHTTP_REQ_POST && strcmp(path, "/reload") == 0)
-        post_reload(px, req);
-    else if (m == EVHTTP_REQ_GET && strcmp(path, "/stats") == 0)
-        get_stats(px, req);
-    else if (m == EVHTTP_REQ_GET && strcmp(path, "/metrics") == 0)
-        get_metrics(px, req);
+    enum evhttp_cmd_type as = m == EVHTTP_REQ_HEAD ? EVHTTP_REQ_GET : m;
+    unsigned allowed = 0;
+    for (size_t i = 0; i < sizeof(routes) / sizeof(routes[0]); i++) {
+        if (!path_matches(routes[i].path, path))
+            continue;
+        if (routes[i].method == as) {
+            routes[i].fn(px, req);
+            return;
+        }
+        allowed |= routes[i].method;
+    }
+    if (allowed != 0)
+        method_not_allowed(req, m, allowed, path);
     else
-        reply_text(req, 404, "not found\n");
+        reply_error(req, 404, "not found: %s", path);
 }
 
 static void on_request(struct evhttp_request *req, void *arg)
 {
     struct proxy *px = arg;
-    if (!authorized(px, req)) {
-        evhttp_add_header(evhttp_request_get_output_headers(req), "WWW-Authenticate", "Bearer");
-        reply_text(req, 401, "unauthorized: send Authorization: Bearer TOKEN\n");
-        return;
-    }
     const struct evhttp_uri *uri = evhttp_request_get_evhttp_uri(req);
     const char *path = uri != NULL ? evhttp_uri_get_path(uri) : NULL;
+    if (evhttp_request_get_command(req) == EVHTTP_REQ_CONNECT) {
+        /* its target is HOST:PORT, no path: no route has it */
+        method_not_allowed(req, EVHTTP_REQ_CONNECT,
+                           EVHTTP_REQ_GET | EVHTTP_REQ_POST | EVHTTP_REQ_PUT | EVHTTP_REQ_DELETE,
+                           evhttp_request_get_uri(req));
+        return;
+    }
     if (path == NULL) {
-        reply_text(req, 400, "bad request\n");
+        reply_error(req, 400, "bad request: no path");
+        return;
+    }
+    /* A load balancer's health check carries no token; the answer says
+     * nothing but "ok". */
+    if (strcmp(path, "/healthz") != 0 && !authorized(px, req)) {
+        evhttp_add_header(evhttp_request_get_output_headers(req), "WWW-Authenticate", "Bearer");
+        reply_error(req, 401, "unauthorized: send Authorization: Bearer TOKEN");
         return;
     }
     route(px, req, evhttp_request_get_command(req), path);
@@ -503,7 +859,7 @@ static struct admin_server *server_new(struct proxy *px, const struct conf *c, c
     srv->next = servers;
     servers = srv;
     evhttp_set_max_body_size(srv->http, ADMIN_MAX_BODY);
-    evhttp_set_allowed_methods(srv->http, EVHTTP_REQ_GET | EVHTTP_REQ_PUT | EVHTTP_REQ_POST);
+    evhttp_set_allowed_methods(srv->http, ADMIN_METHODS);
     evhttp_set_gencb(srv->http, on_request, px);
     struct evhttp_bound_socket *bound =
         evhttp_bind_socket_with_handle(srv->http, c->admin.host, c->admin.port);

@@ -1,17 +1,25 @@
 /*
  * admin.h - the admin HTTP API (libevent's evhttp), loopback by default.
  *
- *   GET  /healthz                     200 "ok"
+ *   GET  /healthz                     200 "ok" (no token needed)
  *   GET  /rules                       the rules, their state and counters (JSON)
  *   PUT  /rules                       replace the rules with the rule text in the body;
  *                                     400 with every diagnostic, and nothing changes
+ *   GET  /rules/NAME                  one rule, as GET /rules lists it
+ *   PUT  /rules/NAME                  replace (200) or add (201) the one rule of the body
+ *   DELETE /rules/NAME                remove one rule
  *   POST /rules/NAME/enable|disable   switch one rule
  *   POST /faults/off | /faults/on     the kill switch for every rule
  *   POST /reload                      re-read the configuration file (as SIGHUP)
  *   GET  /stats                       counters (JSON)
  *   GET  /metrics                     counters (Prometheus text format)
+ *   POST /drain[?timeout=D]           faults off, release what is only delayed, answer once
+ *                                     nothing is held or scheduled (drain.h)
  *
- * With `admin-token` set, every request needs `Authorization: Bearer TOKEN`.
+ * HEAD is answered wherever GET is.  Errors are JSON, {"error": "..."}:
+ * 404 for a path no route has, 405 with `Allow` for a method a path does not
+ * take.  With `admin-token` set, every request but GET /healthz needs
+ * `Authorization: Bearer TOKEN`.
  */
 #ifndef TWICE_ADMIN_H
 #define TWICE_ADMIN_H

@@ -158,6 +158,33 @@ void apx_content_begin(struct amqp_px *ax, struct achan *ch, int from, const str
         apx_protocol_error(ax, "out of memory");
 }
 
+/* The journal's EXPIRED record of a delivery whose timeout ran out: the requeue is the
+ * consequence of the rule that held or dropped its ack (`r`, whose FAULT was journaled when it
+ * decided), or of the listener's timeout alone (`r` NULL: the worker was slow). */
+static void journal_expired(struct amqp_px *ax, const struct msg_info *mi, const struct rule *r,
+                            const char *timeout)
+{
+    struct journal *j = ax->s->px->journal;
+    if (j == NULL)
+        return;
+    char detail[64];
+    snprintf(detail, sizeof(detail), "%s %ums", timeout, ax->s->cfg->l->visibility_ms);
+    struct journal_record rec = {
+        .kind = JOURNAL_KIND_EXPIRED,
+        .session = ax->s->id,
+        .listener = ax->s->cfg->l->name,
+        .client = ax->s->client_addr,
+        .queue = mi->queue,
+        .task = mi->task,
+        .message_id = mi->message_id,
+        .delivery_tag = mi->tag,
+        .redelivered = mi->redelivered,
+        .rule = r != NULL ? r->name : NULL,
+        .detail = detail,
+    };
+    journal_record(j, &rec);
+}
+
 static void on_expire(evutil_socket_t fd, short what, void *arg)
 {
     (void)fd;
@@ -174,24 +201,30 @@ static void on_expire(evutil_socket_t fd, short what, void *arg)
     /* Not settled at the broker within the visibility timeout (the client
      * has not acked, or twice holds or dropped its ack): the broker hands
      * the message to another consumer; a late ack is swallowed, a held one
-     * discarded.  The fault is noted first: settling a delivery whose ack
-     * twice dropped or holds forgets it and frees mi (and this timer). */
+     * discarded.  An `expire` rule's fault is noted now (a message settled in
+     * time was not faulted); the listener's timeout is journaled as EXPIRED,
+     * naming the rule that held or dropped the ack: that rule's fault was
+     * noted when it decided, and the requeue is its consequence, not a second
+     * fault.  Both first: settling a delivery whose ack twice dropped or
+     * holds forgets it and frees mi (and this timer). */
+    const struct conf_listener *l = ax->s->cfg->l;
+    bool whole_channel = mi->expire_rule == NULL && l->consumer_timeout;
+    const char *timeout = mi->expire_rule != NULL ? "expire"
+                          : whole_channel         ? "consumer-timeout"
+                                                  : "visibility-timeout";
     const struct rule *r = mi->expire_rule != NULL ? mi->expire_rule : mi->ack_rule;
-    if (r != NULL) {
+    if (mi->expire_rule != NULL) {
         struct engine_event ev;
         char idbuf[96];
         apx_event_from_info(&ev, RULE_EV_DELIVER, mi, ax->s, idbuf, sizeof(idbuf));
         fault_note(ax->s, r, &ev);
+    } else {
+        journal_expired(ax, mi, r, timeout);
     }
-    const struct conf_listener *l = ax->s->cfg->l;
-    bool whole_channel = mi->expire_rule == NULL && l->consumer_timeout;
     log_msg(LOG_INFO, "expired",
             "sid=%llu listener=%s channel=%u delivery_tag=%llu rule=%s timeout=%s",
             (unsigned long long)ax->s->id, l->name, ch->id, (unsigned long long)tag,
-            r != NULL ? r->name : "-",
-            mi->expire_rule != NULL ? "expire"
-            : whole_channel         ? "consumer-timeout"
-                                    : "visibility-timeout");
+            r != NULL ? r->name : "-", timeout);
     if (whole_channel) {
         /* RabbitMQ's consumer_timeout: the channel closes under the consumer, every delivery
          * unacked on it goes back to its queue (rabbit_channel's evaluate_consumer_timeout). */
@@ -269,9 +302,10 @@ static bool content_actions(struct amqp_px *ax, struct achan *ch, struct content
             if (!c->ack_required)
                 break;
             if (r->action.duration_ms != 0 && mi != NULL && !mi->hold_ack &&
-                apx_arm_timer(ax, mi, &mi->late_timer, r->action.duration_ms, apx_on_late_copy)) {
+                apx_arm_late(ax, mi, r->action.duration_ms)) {
                 mi->hold_ack = true; /* its ack waits for the copy */
                 mi->late_ms = r->action.duration_ms;
+                apx_note_late_rule(ax, mi, r);
                 ax->n_hold_ack++;
             } else {
                 apx_settle_now(ch, c->tag, true);

@@ -79,6 +79,10 @@ struct msg_info {
      * runs out meanwhile is noted as (kept alive the same way). */
     const struct rule *ack_rule;
     struct ruleset *ack_rules;
+    /* The rule of a late copy (`redeliver after D`, `duplicate after D`) that holds the ack:
+     * named when a shutdown drops it (kept alive the same way). */
+    const struct rule *late_rule;
+    struct ruleset *late_rules;
     /* The strings above live here when they fit (one allocation per
      * message instead of one per string); longer ones are malloc'd. */
     size_t pool_used;
@@ -205,6 +209,7 @@ struct amqp_px {
     bool said_too_long; /* "message field too long" was logged for this connection */
     size_t n_live;      /* records in use (by contents, ledgers, timers) */
     size_t n_hold_ack;  /* of which, deliveries whose ack twice holds until a late copy */
+    size_t n_late;      /* late copies whose timer is armed (apx_arm_late) */
 };
 
 /* ---- amqp_proxy.c ---- */
@@ -263,7 +268,20 @@ struct achan *apx_timer_chan(const struct msg_info *mi);
 void apx_on_late_copy(evutil_socket_t fd, short what, void *arg);
 bool apx_arm_timer(struct amqp_px *ax, struct msg_info *mi, struct event **slot, uint32_t ms,
                    void (*cb)(evutil_socket_t, short, void *));
+/* Arms mi's late copy ms from now (counted in ax->n_late until it fires or mi is freed). */
+bool apx_arm_late(struct amqp_px *ax, struct msg_info *mi, uint32_t ms);
+/* The codec's drain ops (codec.h): what the connection holds back, releasing what a rule only
+ * delays, and whether a message is under way. */
+void apx_pending(void *state, struct codec_pending *p);
+void apx_drain(void *state, struct codec_pending *released);
+bool apx_busy(void *state);
 void apx_release_all_held_acks(struct achan *ch);
+/* Remembers r as the rule of mi's late copy (the first). */
+void apx_note_late_rule(struct amqp_px *ax, struct msg_info *mi, const struct rule *r);
+/* The session is closing for a shutdown: logs, per channel, the settlements twice still holds
+ * (the broker requeues their messages when the connection closes), with their delivery tags
+ * and the rules that held them. */
+void apx_log_held_at_shutdown(const struct amqp_px *ax);
 int apx_apply_plan(struct achan *ch, int from, struct amqp_plan *plan,
                    int (*commit)(struct amqp_ledger *, uint16_t, struct amqp_plan *, uint8_t *,
                                  size_t, size_t *),

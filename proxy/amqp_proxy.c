@@ -100,14 +100,19 @@ static void info_free(void *p)
         event_free(mi->timer);
     if (mi->expire_timer != NULL)
         event_free(mi->expire_timer);
-    if (mi->late_timer != NULL)
+    if (mi->late_timer != NULL) {
+        if (evtimer_pending(mi->late_timer, NULL))
+            mi->ch->ax->n_late--;
         event_free(mi->late_timer);
+    }
     if (mi->hold_ack)
         mi->ch->ax->n_hold_ack--;
     if (mi->expire_rules != NULL)
         ruleset_put(mi->expire_rules);
     if (mi->ack_rules != NULL)
         ruleset_put(mi->ack_rules);
+    if (mi->late_rules != NULL)
+        ruleset_put(mi->late_rules);
     if (mi->heap_strs) {
         char *strs[] = {mi->queue,        mi->exchange,   mi->routing_key,
                         mi->consumer_tag, mi->message_id, mi->task};
@@ -1271,6 +1276,8 @@ static void *amqp_open(struct session *s)
 static void amqp_stop(void *state)
 {
     struct amqp_px *ax = state;
+    if (!ax->stopped && ax->s->reason == SESSION_CLOSE_SHUTDOWN)
+        apx_log_held_at_shutdown(ax);
     ax->stopped = true;
     /* Timers may be on the stack: only disarm them here; free frees. */
     for (size_t i = 0; i < ax->n_chans; i++) {
@@ -1323,4 +1330,7 @@ const struct codec_ops amqp_codec_ops = {
     .process = amqp_process,
     .closed_by = amqp_closed_by,
     .tick = amqp_tick,
+    .pending = apx_pending,
+    .drain = apx_drain,
+    .busy = apx_busy,
 };

@@ -164,6 +164,7 @@ void apx_on_late_copy(evutil_socket_t fd, short what, void *arg)
     (void)fd;
     (void)what;
     struct msg_info *mi = arg;
+    mi->ch->ax->n_late--; /* fired: no longer pending (its session may be closing) */
     struct achan *ch = apx_timer_chan(mi);
     if (ch == NULL)
         return;
@@ -189,6 +190,17 @@ bool apx_arm_timer(struct amqp_px *ax, struct msg_info *mi, struct event **slot,
     *slot = evtimer_new(ax->s->loop->base, cb, mi);
     struct timeval tv = {.tv_sec = ms / 1000, .tv_usec = (ms % 1000) * 1000};
     return *slot != NULL && evtimer_add(*slot, &tv) == 0;
+}
+
+bool apx_arm_late(struct amqp_px *ax, struct msg_info *mi, uint32_t ms)
+{
+    bool was = mi->late_timer != NULL && evtimer_pending(mi->late_timer, NULL);
+    bool ok = apx_arm_timer(ax, mi, &mi->late_timer, ms, apx_on_late_copy);
+    if (ok && !was)
+        ax->n_late++;
+    else if (!ok && was)
+        ax->n_late--; /* the timer it replaced was freed */
+    return ok;
 }
 
 /* Flush every settlement twice holds on `ch` (before the client closes the
@@ -226,6 +238,86 @@ static void note_ack_rule(struct amqp_px *ax, struct msg_info *mi, const struct 
     ruleset_get(mi->ack_rules);
 }
 
+void apx_note_late_rule(struct amqp_px *ax, struct msg_info *mi, const struct rule *r)
+{
+    if (mi->late_rules != NULL)
+        return;
+    mi->late_rule = r;
+    mi->late_rules = ax->s->loop->rules;
+    ruleset_get(mi->late_rules);
+}
+
+/* Delivery tags and rule names a shutdown line lists at most (`commands=` counts them all). */
+#define APX_SHUTDOWN_TAGS_MAX 32
+#define APX_SHUTDOWN_RULES_MAX 8
+/* Room for the lists: 32 tags of up to 20 digits, 8 rule names of up to 64 bytes, and commas. */
+#define APX_SHUTDOWN_LIST_BYTES 704
+
+/* Appends ",text" ("text" when buf is empty) to buf, a NUL-terminated string in cap bytes;
+ * what does not fit is left out. */
+static void list_add(char *buf, size_t cap, const char *text)
+{
+    size_t len = strlen(buf);
+    if (len + 1 < cap)
+        snprintf(buf + len, cap - len, "%s%s", len > 0 ? "," : "", text);
+}
+
+/* Adds name to names[] (at most APX_SHUTDOWN_RULES_MAX, each once). */
+static void add_rule_name(const char **names, size_t *n, const char *name)
+{
+    for (size_t i = 0; i < *n; i++)
+        if (strcmp(names[i], name) == 0)
+            return;
+    if (*n < APX_SHUTDOWN_RULES_MAX)
+        names[(*n)++] = name;
+}
+
+/* The rule that holds mi's settlement: a delay's, else a late copy's. */
+static const char *held_rule_name(const struct msg_info *mi)
+{
+    const struct rule *r = mi == NULL ? NULL : mi->ack_rule != NULL ? mi->ack_rule : mi->late_rule;
+    return r != NULL ? r->name : "-";
+}
+
+/* The line for one channel's held settlements: the one a Redis listener writes for the
+ * commands it had scheduled (resp_aux.c), with the tags and the rules that held them. */
+static void log_held_chan(const struct amqp_px *ax, const struct achan *ch)
+{
+    uint64_t tags[APX_SHUTDOWN_TAGS_MAX];
+    size_t total = amqp_ledger_held(ch->ledger, tags, APX_SHUTDOWN_TAGS_MAX);
+    if (total == 0)
+        return;
+    size_t shown = total < APX_SHUTDOWN_TAGS_MAX ? total : APX_SHUTDOWN_TAGS_MAX;
+    char list[APX_SHUTDOWN_LIST_BYTES] = "", rules[APX_SHUTDOWN_LIST_BYTES] = "";
+    const char *names[APX_SHUTDOWN_RULES_MAX];
+    size_t n_names = 0;
+    for (size_t i = 0; i < shown; i++) {
+        char tag[24];
+        snprintf(tag, sizeof(tag), "%llu", (unsigned long long)tags[i]);
+        list_add(list, sizeof(list), tag);
+        add_rule_name(names, &n_names, held_rule_name(amqp_ledger_info(ch->ledger, tags[i])));
+    }
+    if (shown < total)
+        list_add(list, sizeof(list), "...");
+    for (size_t i = 0; i < n_names; i++)
+        list_add(rules, sizeof(rules), names[i]);
+    struct log_line line;
+    log_begin(&line, LOG_WARN, "shutdown drops commands twice had scheduled");
+    log_u64(&line, "sid", ax->s->id);
+    log_str(&line, "listener", ax->s->cfg->l->name);
+    log_u64(&line, "channel", ch->id);
+    log_u64(&line, "commands", total);
+    log_str(&line, "delivery_tags", list);
+    log_str(&line, "rules", rules);
+    log_end(&line);
+}
+
+void apx_log_held_at_shutdown(const struct amqp_px *ax)
+{
+    for (size_t i = 0; i < ax->n_chans; i++)
+        log_held_chan(ax, ax->chans[i]);
+}
+
 /* Apply the rule that fired on one settled tag (one acts on an event: ruleset_decide()).
  * Returns false when the session was cut (`close before`). */
 static bool settle_verdict(struct amqp_px *ax, struct achan *ch, struct amqp_plan_tag *t,
@@ -239,10 +331,11 @@ static bool settle_verdict(struct amqp_px *ax, struct achan *ch, struct amqp_pla
         case RULE_ACT_REDELIVER:
             t->verdict = AMQP_V_REQUEUE;
             if (r->action.duration_ms != 0 && mi != NULL &&
-                apx_arm_timer(ax, mi, &mi->late_timer, r->action.duration_ms, apx_on_late_copy)) {
+                apx_arm_late(ax, mi, r->action.duration_ms)) {
                 /* Held, then requeued at D instead of forwarded. */
                 t->verdict = AMQP_V_HOLD;
                 mi->late_ms = r->action.duration_ms;
+                apx_note_late_rule(ax, mi, r);
             }
             break;
         case RULE_ACT_DROP:
@@ -367,4 +460,151 @@ void apx_on_settle(struct amqp_px *ax, struct achan *ch, const struct amqp_metho
         apx_inject_error(ax, ch, error, 60, (uint16_t)(m->id & 0xffff));
     else if (close_after != NULL)
         apx_cut(ax, close_after, SIDE_CLIENT);
+}
+
+/* ---- drain (codec.h) ----------------------------------------------------- */
+
+/* Whether mi's timer *ev is armed, and when it fires. */
+static bool armed(struct event *ev, struct timeval *at)
+{
+    return ev != NULL && evtimer_pending(ev, at);
+}
+
+/* A settlement twice keeps back that a drain waits for: held (a delay, or until a late copy,
+ * counted with the late copies instead), or dropped while the listener's visibility timeout
+ * is still to requeue its message. */
+struct kept_count {
+    uint64_t acks;
+};
+
+static void count_kept(void *arg, uint64_t tag, void *info, bool held)
+{
+    (void)tag;
+    struct kept_count *k = arg;
+    struct msg_info *mi = info;
+    if (mi != NULL && armed(mi->late_timer, NULL))
+        return;
+    if (held || (mi != NULL && armed(mi->expire_timer, NULL)))
+        k->acks++;
+}
+
+void apx_pending(void *state, struct codec_pending *p)
+{
+    struct amqp_px *ax = state;
+    p->late_copies += ax->n_late;
+    for (size_t i = 0; i < ax->n_chans; i++) {
+        struct achan *ch = ax->chans[i];
+        struct kept_count k = {0};
+        amqp_ledger_each_kept(ch->ledger, count_kept, &k);
+        p->held_acks += k.acks;
+        for (int d = 0; d < 2; d++)
+            for (const struct held *h = ch->held[d]; h != NULL; h = h->next)
+                p->held_messages++;
+    }
+}
+
+/* The held settlements a drain releases now: those of a `delay` whose hold would end before
+ * the listener's visibility (or consumer) timeout runs out.  An ack held until a late copy
+ * waits for it, and one held past the timeout is left to expire: the copy those rules make
+ * comes when it would have.  Collected first: releasing changes the ledger. */
+struct kept_release {
+    uint64_t *tags;
+    size_t n, cap;
+    bool oom;
+};
+
+static void pick_release(void *arg, uint64_t tag, void *info, bool held)
+{
+    struct kept_release *r = arg;
+    struct msg_info *mi = info;
+    struct timeval hold, expiry;
+    if (!held || (mi != NULL && (mi->hold_ack || armed(mi->late_timer, NULL))))
+        return;
+    if (mi != NULL && armed(mi->expire_timer, &expiry) &&
+        (!armed(mi->timer, &hold) || !evutil_timercmp(&hold, &expiry, <)))
+        return;
+    if (r->n == r->cap) {
+        size_t cap = r->cap != 0 ? 2 * r->cap : 16;
+        uint64_t *v = realloc(r->tags, cap * sizeof(*v));
+        if (v == NULL) {
+            r->oom = true;
+            return;
+        }
+        r->tags = v;
+        r->cap = cap;
+    }
+    r->tags[r->n++] = tag;
+}
+
+/* Releases what the drain releases on `ch`: its held frames, and the held acks above. */
+static void drain_chan(struct achan *ch, struct codec_pending *released)
+{
+    for (int d = 0; d < 2; d++) {
+        for (const struct held *h = ch->held[d]; h != NULL; h = h->next)
+            released->held_messages++;
+        apx_held_release(ch, d, true);
+    }
+    struct kept_release r = {0};
+    amqp_ledger_each_kept(ch->ledger, pick_release, &r);
+    if (r.oom)
+        log_msg(LOG_WARN, "drain: held acks kept to their time",
+                "sid=%llu listener=%s channel=%u reason=\"out of memory\"",
+                (unsigned long long)ch->ax->s->id, ch->ax->s->cfg->l->name, ch->id);
+    for (size_t i = 0; i < r.n; i++) {
+        uint8_t frame[64];
+        /* Forgets the tag and frees its info (and its timers). */
+        int n = amqp_ledger_release(ch->ledger, ch->id, r.tags[i], frame, sizeof(frame));
+        if (n > 0) {
+            apx_chan_inject(ch, SIDE_UPSTREAM, frame, (size_t)n);
+            released->held_acks++;
+        }
+    }
+    free(r.tags);
+}
+
+void apx_drain(void *state, struct codec_pending *released)
+{
+    struct amqp_px *ax = state;
+    if (!apx_alive(ax))
+        return;
+    for (size_t i = 0; i < ax->n_chans && apx_alive(ax); i++)
+        drain_chan(ax->chans[i], released);
+    if (!apx_alive(ax))
+        return;
+    apx_send_flush(ax, SIDE_UPSTREAM);
+    apx_send_flush(ax, SIDE_CLIENT);
+    if (apx_alive(ax))
+        apx_held_limit(ax);
+}
+
+/* A dropped settlement whose message the visibility timeout is still to requeue. */
+static void note_expiring(void *arg, uint64_t tag, void *info, bool held)
+{
+    (void)tag;
+    struct msg_info *mi = info;
+    if (!held && mi != NULL && armed(mi->expire_timer, NULL))
+        *(bool *)arg = true;
+}
+
+bool apx_busy(void *state)
+{
+    struct amqp_px *ax = state;
+    if (ax->n_late > 0)
+        return true;
+    for (size_t i = 0; i < ax->n_chans; i++) {
+        struct achan *ch = ax->chans[i];
+        struct amqp_ledger_counts c;
+        amqp_ledger_counts(ch->ledger, &c);
+        if (c.client_unsettled > 0 || c.held > 0 || c.unconfirmed > 0)
+            return true;
+        if (ch->held[0] != NULL || ch->held[1] != NULL || ch->content[0].active ||
+            ch->content[1].active || evbuffer_get_length(ch->deferred) > 0)
+            return true;
+        bool expiring = false;
+        if (c.dropped > 0)
+            amqp_ledger_each_kept(ch->ledger, note_expiring, &expiring);
+        if (expiring)
+            return true;
+    }
+    return false;
 }

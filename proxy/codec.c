@@ -34,7 +34,7 @@ static size_t decide_up_to(struct session *s, const struct engine_event *ev, siz
                            size_t max, bool note)
 {
     struct loop *lp = s->loop;
-    stat_add(&lp->events[ev->event], 1);
+    session_count_events(s, ev->event, 1);
     if (lp->rules == NULL)
         return 0;
     size_t n = ruleset_decide(lp->rules, s->cfg->l->name, ev, proxy_now_ms(), hits, max);

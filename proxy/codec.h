@@ -17,6 +17,14 @@
 #include "proxy/session.h"
 #include "rules/engine.h"
 
+/* What a session holds back or has scheduled, which a drain waits for (drain.h): counts. */
+struct codec_pending {
+    uint64_t held_acks;   /* settlements twice holds (delay, or until a late copy), or dropped
+                             and due to be requeued by the listener's visibility timeout */
+    uint64_t late_copies; /* copies twice will make later (`redeliver after`, `duplicate after`) */
+    uint64_t held_messages; /* deliveries, publishes, replies or commands a `delay` holds */
+};
+
 struct codec_ops {
     const char *name;
     /* Per-session state, or NULL when memory runs out. */
@@ -34,6 +42,18 @@ struct codec_ops {
     /* Once a second while the session relays (its housekeeping).  May be
      * NULL. */
     void (*tick)(void *state);
+    /* Adds to *p what the session holds back or has scheduled.  May be NULL. */
+    void (*pending)(void *state, struct codec_pending *p);
+    /* A drain (POST /drain, shutdown): what a rule only delays goes on now; what a rule
+     * turns into a copy or a requeue (a late copy, an ack left to its visibility timeout)
+     * stays until its time.  Counts what it released into *released.  May close the
+     * session.  May be NULL. */
+    void (*drain)(void *state, struct codec_pending *released);
+    /* Whether some message is under way on the session: a delivery its consumer has not
+     * settled, a publish awaiting its confirm, a command awaiting its reply (a blocking pop
+     * that waits for a job is not), or anything held or scheduled.  Shutdown closes a
+     * session that is not busy at once.  NULL: always busy (twice cannot tell). */
+    bool (*busy)(void *state);
 };
 
 /* What every codec does with a protocol event: count it, ask the rules of
@@ -66,7 +86,7 @@ static inline bool codec_wants(struct session *s, enum rule_event ev)
 
 static inline void codec_count(struct session *s, enum rule_event ev)
 {
-    stat_add(&s->loop->events[ev], 1); /* as codec_decide() counts it */
+    session_count_events(s, ev, 1); /* as codec_decide() counts it */
 }
 
 /* Logs that a peer broke the codec's protocol ("amqp protocol error") with

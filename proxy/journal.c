@@ -5,7 +5,10 @@
  * the mutex; the writer thread swaps it with its own empty `writing` buffer
  * (a pointer swap under the mutex) and writes `writing` with the mutex
  * released.  So the event loop waits at most for a memcpy-sized critical
- * section, never for the disk.
+ * section, never for the disk.  With every_record (`journal-flush
+ * every-record`) there is no queue: journal_record() writes its record under
+ * the mutex, which keeps the records of all loops in one order, and the
+ * writer thread has nothing to do.
  */
 #include "proxy/journal.h"
 
@@ -45,6 +48,8 @@ _Static_assert((int)JOURNAL_KIND_CONFIRM == (int)TWICE__JOURNAL__RECORD__KIND__C
 _Static_assert((int)JOURNAL_KIND_FAULT == (int)TWICE__JOURNAL__RECORD__KIND__FAULT, "kind codes");
 _Static_assert((int)JOURNAL_KIND_COMMAND == (int)TWICE__JOURNAL__RECORD__KIND__COMMAND,
                "kind codes");
+_Static_assert((int)JOURNAL_KIND_EXPIRED == (int)TWICE__JOURNAL__RECORD__KIND__EXPIRED,
+               "kind codes");
 
 struct journal_buf {
     uint8_t *data; /* owned */
@@ -62,6 +67,8 @@ struct journal {
     bool closing;              /* guarded by mu */
     bool failed;               /* guarded by mu: a write failed, drop everything after */
     bool full_logged;          /* guarded by mu: the buffer-full line was logged */
+    uint32_t interval_ms;      /* the writer thread writes at least this often */
+    bool every_record;         /* journal_record() writes its record itself */
     _Atomic uint64_t records;
     _Atomic uint64_t dropped;
 };
@@ -226,6 +233,31 @@ static void drop_locked(struct journal *j)
     }
 }
 
+/* Marks the journal failed after a write error, logging the first.  mu held. */
+static void fail_locked(struct journal *j, int err)
+{
+    if (!j->failed)
+        log_failure("journal write failed, dropping records", j->path, err);
+    j->failed = true;
+}
+
+/* every_record: writes one encoded record (NULL: it could not be encoded) now, in the order
+ * the callers took the mutex.  mu held. */
+static void write_now_locked(struct journal *j, const uint8_t *enc, size_t n)
+{
+    if (enc == NULL || j->failed) {
+        atomic_fetch_add(&j->dropped, 1);
+        return;
+    }
+    int rc = write_all(j->fd, enc, n);
+    if (rc == 0) {
+        atomic_fetch_add(&j->records, 1);
+        return;
+    }
+    atomic_fetch_add(&j->dropped, 1);
+    fail_locked(j, -rc);
+}
+
 /* Records up to this size are encoded on the caller's stack. */
 #define JOURNAL_STACK_RECORD 2048u
 
@@ -245,7 +277,9 @@ static void enqueue(struct journal *j, const Twice__Journal__Record *pr)
     }
     bool encoded = rc == 0;
     pthread_mutex_lock(&j->mu);
-    if (j->failed || !encoded || !buf_reserve(&j->queued, n)) {
+    if (j->every_record) {
+        write_now_locked(j, encoded ? enc : NULL, n);
+    } else if (j->failed || !encoded || !buf_reserve(&j->queued, n)) {
         drop_locked(j);
     } else {
         memcpy(j->queued.data + j->queued.len, enc, n);
@@ -309,8 +343,8 @@ static void wait_for_work(struct journal *j)
 {
     struct timespec deadline;
     clock_gettime(CLOCK_MONOTONIC, &deadline);
-    deadline.tv_sec += JOURNAL_FLUSH_INTERVAL_MS / 1000u;
-    deadline.tv_nsec += (long)(JOURNAL_FLUSH_INTERVAL_MS % 1000u) * 1000000L;
+    deadline.tv_sec += j->interval_ms / 1000u;
+    deadline.tv_nsec += (long)(j->interval_ms % 1000u) * 1000000L;
     if (deadline.tv_nsec >= 1000000000L) {
         deadline.tv_sec++;
         deadline.tv_nsec -= 1000000000L;
@@ -394,6 +428,7 @@ static int write_header(int fd, const struct journal_header_info *hdr)
     h.config_sha256.len = sizeof(hdr->config_sha256);
     h.start_unix_ms = hdr->start_unix_ms != 0 ? hdr->start_unix_ms : now_unix_us() / 1000u;
     h.twice_version = (char *)TWICE_VERSION;
+    h.entry_crc32c = true;
     char *owned = NULL;
     h.config_path = field_text(hdr->config_path, &owned);
     size_t n = hdr->n_listeners;
@@ -439,6 +474,12 @@ static int start_writer(struct journal *j)
 struct journal *journal_open(const char *path, const struct journal_header_info *hdr, char *err,
                              size_t errlen)
 {
+    return journal_open_with(path, hdr, NULL, err, errlen);
+}
+
+struct journal *journal_open_with(const char *path, const struct journal_header_info *hdr,
+                                  const struct journal_flush *flush, char *err, size_t errlen)
+{
     struct journal *j = calloc(1, sizeof(*j));
     char *path_copy = strdup(path);
     if (j == NULL || path_copy == NULL) {
@@ -448,6 +489,9 @@ struct journal *journal_open(const char *path, const struct journal_header_info 
         return NULL;
     }
     j->path = path_copy;
+    j->interval_ms =
+        flush != NULL && flush->interval_ms != 0 ? flush->interval_ms : JOURNAL_FLUSH_INTERVAL_MS;
+    j->every_record = flush != NULL && flush->every_record;
     j->fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
     int rc = j->fd < 0 ? errno : -write_header(j->fd, hdr);
     if (rc == 0)
@@ -461,6 +505,11 @@ struct journal *journal_open(const char *path, const struct journal_header_info 
         return NULL;
     }
     return j;
+}
+
+struct journal_flush journal_flush_of(const struct journal *j)
+{
+    return (struct journal_flush){.interval_ms = j->interval_ms, .every_record = j->every_record};
 }
 
 uint64_t journal_records(const struct journal *j)

@@ -6,8 +6,13 @@
  * it encodes the record (proto/journal.proto, length-delimited), appends it to
  * an in-memory buffer under a mutex (a copy: the only shared step) and
  * returns.  A writer thread swaps the buffer out and writes
- * it with write(2) at least every JOURNAL_FLUSH_INTERVAL_MS, and sooner when
- * it passes JOURNAL_FLUSH_BYTES.  When the disk cannot keep up and the buffer
+ * it with write(2) at least every JOURNAL_FLUSH_INTERVAL_MS (or the interval
+ * journal_open_with() was given), and sooner when it passes
+ * JOURNAL_FLUSH_BYTES.  A kill of the process loses what was still queued.
+ * With `every_record` (`journal-flush every-record`), journal_record() writes
+ * its record itself, under the mutex, before it returns: a kill loses
+ * nothing journal_record() returned from, and each record costs the caller a
+ * write(2).  When the disk cannot keep up and the buffer
  * reaches JOURNAL_BUFFER_CAP, new records are dropped and counted
  * (journal_dropped()); a write error is logged once, and every record after
  * it is dropped and counted too.  Nothing here ever aborts the proxy.
@@ -43,6 +48,7 @@ enum journal_kind {
     JOURNAL_KIND_COMMAND = 9,
     JOURNAL_KIND_RUNNING = 10,
     JOURNAL_KIND_STOP = 11,
+    JOURNAL_KIND_EXPIRED = 12,
 };
 
 /* What journal_open() writes in the header. */
@@ -100,22 +106,36 @@ struct journal_record {
 
 struct journal;
 
+/* When records reach the file (`journal-flush`). */
+struct journal_flush {
+    uint32_t interval_ms; /* what was queued is written at least this often; 0: the default */
+    bool every_record;    /* each record is written before journal_record() returns */
+};
+
 /*
  * Creates (or truncates) the journal at path, writes its header and starts
  * the writer thread.  Returns the journal, owned by the caller until
  * journal_close(), or NULL with a message in err.  Blocks on the disk: call
- * it at startup, not from the event loop.
+ * it at startup, not from the event loop.  journal_open() flushes every
+ * JOURNAL_FLUSH_INTERVAL_MS; journal_open_with() as `flush` says.
  */
 struct journal *journal_open(const char *path, const struct journal_header_info *hdr, char *err,
                              size_t errlen) TWICE_MUST_CHECK;
+struct journal *journal_open_with(const char *path, const struct journal_header_info *hdr,
+                                  const struct journal_flush *flush, char *err,
+                                  size_t errlen) TWICE_MUST_CHECK;
 
 /*
- * Queues one record; thread-safe, never blocks on the disk.  Copies what it
- * needs from r before returning.  A record that does not fit (buffer at
- * JOURNAL_BUFFER_CAP, an earlier write error, out of memory) is dropped and
- * counted.  j may be NULL (no journal configured): nothing happens.
+ * Queues one record; thread-safe, never blocks on the disk (except with
+ * every_record: it writes the record).  Copies what it needs from r before
+ * returning.  A record that does not fit (buffer at JOURNAL_BUFFER_CAP, an
+ * earlier write error, out of memory) is dropped and counted.  j may be NULL
+ * (no journal configured): nothing happens.
  */
 void journal_record(struct journal *j, const struct journal_record *r);
+
+/* The flushing j was opened with (interval_ms never 0); j not NULL. */
+struct journal_flush journal_flush_of(const struct journal *j);
 
 /* Records queued so far (written or waiting to be written). */
 uint64_t journal_records(const struct journal *j);

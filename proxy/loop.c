@@ -19,9 +19,10 @@
  * Shutdown and "close everything" are flags, not messages, so that telling
  * a loop to stop never needs memory.  A loop reads its flags before it
  * takes its inbox: every connection handed to it before the flag was set is
- * started first.  A stopping loop ends once it has no session and none of
- * its own Redis connections still has a command to send (a delayed ack is
- * sent within the grace period rather than lost).  A worker's thread tells
+ * started first.  A stopping loop closes each session with no message under
+ * way (drain.h), and ends once it has no session and none of its own Redis
+ * connections still has a command to send (a delayed ack is sent within the
+ * grace period rather than lost).  A worker's thread tells
  * loop 0 when its dispatch returned, however it returned.  Loop 0 ends when
  * it is done and every worker has ended; the grace timer and a second
  * signal raise "close everything", which also drops the Redis connections'
@@ -40,6 +41,7 @@
 #include <unistd.h>
 
 #include "proxy/blockcache.h"
+#include "proxy/drain.h"
 #include "proxy/log.h"
 #include "proxy/proxy.h"
 #include "proxy/resp_aux.h"
@@ -63,7 +65,7 @@ struct loop_msg {
     struct ruleset *rules; /* MSG_RULES: a reference */
 };
 
-static void wake(struct loop *lp)
+void loop_wake(struct loop *lp)
 {
     uint64_t one = 1;
     /* Fails only when the counter would overflow: it is then readable. */
@@ -77,13 +79,13 @@ static void post(struct loop *lp, struct loop_msg *m)
     *lp->inbox_tail = m;
     lp->inbox_tail = &m->next;
     pthread_mutex_unlock(&lp->lock);
-    wake(lp);
+    loop_wake(lp);
 }
 
 static void raise_flag(struct loop *lp, atomic_bool *flag)
 {
     atomic_store(flag, true);
-    wake(lp);
+    loop_wake(lp);
 }
 
 /* A message never processed (its loop ended first): release what it holds. */
@@ -192,8 +194,11 @@ static void on_wake(evutil_socket_t fd, short what, void *arg)
     }
     if (close_all)
         close_everything(lp);
-    if (stop)
+    if (stop && !lp->stopping) {
         lp->stopping = true;
+        drain_loop_stopping(lp);
+    }
+    drain_loop_wake(lp);
     maybe_done(lp); /* also: loop 0 woken by a worker that ended */
 }
 
@@ -214,6 +219,7 @@ static void on_janitor(evutil_socket_t fd, short what, void *arg)
     struct timeval now = {.tv_sec = ts.tv_sec, .tv_usec = ts.tv_nsec / 1000};
     for (struct session *s = lp->sessions; s != NULL; s = s->next)
         session_tick(s, &now);
+    drain_loop_tick(lp);
 }
 
 int loop_init(struct loop *lp, struct proxy *px, unsigned index)
@@ -243,6 +249,8 @@ int loop_init(struct loop *lp, struct proxy *px, unsigned index)
     if (lp->reaper == NULL || lp->flusher == NULL || lp->janitor == NULL || lp->wake == NULL ||
         event_add(lp->janitor, &second) != 0 || event_add(lp->wake, NULL) != 0)
         return -1;
+    if (drain_loop_init(lp) != 0)
+        return -1;
     lp->dns = evdns_base_new(lp->base, EVDNS_BASE_INITIALIZE_NAMESERVERS);
     if (lp->dns == NULL)
         lp->dns = evdns_base_new(lp->base, 0);
@@ -255,8 +263,9 @@ static void *loop_main(void *arg)
     if (event_base_dispatch(lp->base) < 0)
         log_msg(LOG_ERROR, "event loop failed", "loop=%u", lp->index);
     blockcache_drain(); /* its sessions' chains are freed by the main thread */
+    drain_loop_ended(lp);
     atomic_fetch_sub(&lp->px->loops_running, 1);
-    wake(&lp->px->loops[0]);
+    loop_wake(&lp->px->loops[0]);
     return NULL;
 }
 
@@ -339,6 +348,7 @@ void loop_shutdown_all(struct proxy *px)
         if (px->loops[i].thread_started)
             raise_flag(&px->loops[i], &px->loops[i].stop_flag);
     px->loops[0].stopping = true;
+    drain_loop_stopping(&px->loops[0]);
     maybe_done(&px->loops[0]);
 }
 
@@ -409,6 +419,7 @@ void loop_free_all(struct proxy *px)
         free_event(&lp->flusher);
         free_event(&lp->janitor);
         free_event(&lp->wake);
+        drain_loop_free(lp);
         if (lp->dns != NULL)
             evdns_base_free(lp->dns, 0);
         event_base_free(lp->base);

@@ -1,18 +1,24 @@
 /*
  * main.c - the `twice` command line.
  *
- *   twice run -c FILE      run the proxy in the foreground
- *   twice check -c FILE    validate FILE, print a summary or every error
- *   twice --version | --help
+ *   twice run CONFIG       run the proxy in the foreground
+ *   twice check CONFIG     validate CONFIG, print a summary or every error
+ *   twice report JOURNAL, twice verdict JOURNAL   (offline/report.h)
+ *   twice help [COMMAND] | --help | --version
+ *
+ * Every command takes its file the same way (offline/cli.h): as its first
+ * argument, or by its flag (-c/--config for run and check).
  */
 #include <event2/thread.h>
 #include <malloc.h>
 #include <openssl/ssl.h>
 #include <signal.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/resource.h>
 
+#include "offline/cli.h"
 #include "offline/report.h"
 #include "proxy/blockcache.h"
 #include "proxy/conf_file.h"
@@ -24,17 +30,33 @@
 #include "rules/rule.h"
 
 static const char usage[] =
-    "usage: twice run -c FILE      run the proxy described by FILE\n"
-    "       twice check -c FILE    check FILE and print a summary or every error\n"
-    "       twice report JOURNAL [--json] [--message ID]\n"
-    "                              faults per rule, deliveries per message, a message's timeline\n"
-    "       twice verdict --journal JOURNAL --effects FILE [--json]\n"
-    "                              which task types are not idempotent (exit 1 if any)\n"
-    "       twice --version        print the version\n"
-    "       twice --help           print this help\n"
+    "usage: twice run CONFIG         run the proxy described by CONFIG, in the foreground\n"
+    "       twice check CONFIG       check CONFIG: a summary, or every error as FILE:LINE:COL\n"
+    "       twice report JOURNAL [--json] [--message ID] [--messages]\n"
+    "                                faults per rule, deliveries per message, timelines\n"
+    "       twice verdict JOURNAL --effects EFFECTS [--json] [--require R]... [--stall-after D]\n"
+    "                                which task types are not idempotent (exit 1 if any)\n"
+    "       twice help [COMMAND]     this help, or the options of COMMAND\n"
+    "       twice --version          print the version\n"
     "\n"
-    "Signals while running: SIGHUP re-reads FILE; SIGTERM or SIGINT stop accepting,\n"
+    "Each command takes its file as its first argument, or by a flag: -c CONFIG or\n"
+    "--config CONFIG for run and check, --journal JOURNAL for report and verdict.\n"
+    "\n"
+    "Signals while running: SIGHUP re-reads CONFIG; SIGTERM or SIGINT stop accepting,\n"
     "let open sessions finish for `shutdown-grace`, then exit.\n";
+
+static const char usage_run[] =
+    "usage: twice run CONFIG\n"
+    "  CONFIG  the configuration file (also -c CONFIG, --config CONFIG)\n"
+    "Runs the proxy in the foreground, logging to stderr.  SIGHUP re-reads CONFIG;\n"
+    "SIGTERM or SIGINT stop accepting, let open sessions finish for `shutdown-grace`,\n"
+    "then exit.\n";
+
+static const char usage_check[] =
+    "usage: twice check CONFIG\n"
+    "  CONFIG  the configuration file (also -c CONFIG, --config CONFIG)\n"
+    "Prints a summary of CONFIG and exits 0, or every error as FILE:LINE:COL and exits 1.\n"
+    "Opens no socket.\n";
 
 /* A proxy holds two descriptors per session: ask for as many as allowed. */
 static void raise_fd_limit(void)
@@ -162,16 +184,59 @@ static int cmd_run(const char *path)
     return rc;
 }
 
-/* Find `-c FILE` / `--config FILE` / `--config=FILE` in argv[2..]. */
-static const char *config_arg(int argc, char **argv)
+/* The configuration file of `twice run|check` (argv[0] is the command) into
+ * *path.  Returns 0 to go on, 1 after printing the command's help, or 2 (the
+ * exit code) after a usage error. */
+static int config_arg(int argc, char **argv, const char *help, const char **path)
 {
-    for (int i = 2; i < argc; i++) {
-        if ((strcmp(argv[i], "-c") == 0 || strcmp(argv[i], "--config") == 0) && i + 1 < argc)
-            return argv[i + 1];
-        if (strncmp(argv[i], "--config=", 9) == 0)
-            return argv[i] + 9;
+    static const char *const flags[] = {"-c", "--config", NULL};
+    *path = NULL;
+    for (int i = 1; i < argc; i++) {
+        if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) {
+            fputs(help, stdout);
+            return 1;
+        }
+        int rc = cli_file_arg(argc, argv, &i, flags, "configuration file", path, stderr);
+        if (rc == 0)
+            fprintf(stderr, "twice %s: unknown argument '%s'\n", argv[0], argv[i]);
+        if (rc <= 0) {
+            fputs(help, stderr);
+            return 2;
+        }
     }
-    return NULL;
+    if (*path != NULL)
+        return 0;
+    fprintf(stderr, "twice %s: no configuration file given\n%s", argv[0], help);
+    return 2;
+}
+
+/* run or check (argv[0]) with its arguments. */
+static int cmd_config(int argc, char **argv)
+{
+    bool check = strcmp(argv[0], "check") == 0;
+    const char *path = NULL;
+    int rc = config_arg(argc, argv, check ? usage_check : usage_run, &path);
+    if (rc != 0)
+        return rc == 1 ? 0 : rc;
+    return check ? cmd_check(path) : cmd_run(path);
+}
+
+/* `twice help [COMMAND]`: the general help, or the command's own. */
+static int cmd_help(int argc, char **argv)
+{
+    if (argc < 2) {
+        fputs(usage, stdout);
+        return 0;
+    }
+    char *help[] = {argv[1], (char *)"--help", NULL};
+    if (strcmp(argv[1], "run") == 0 || strcmp(argv[1], "check") == 0)
+        return cmd_config(2, help);
+    if (strcmp(argv[1], "report") == 0)
+        return report_main(2, help);
+    if (strcmp(argv[1], "verdict") == 0)
+        return verdict_main(2, help);
+    fprintf(stderr, "twice help: unknown command '%s'\n\n%s", argv[1], usage);
+    return 2;
 }
 
 int main(int argc, char **argv)
@@ -185,22 +250,14 @@ int main(int argc, char **argv)
         printf("twice %s\n", TWICE_VERSION);
         return 0;
     }
-    if (strcmp(cmd, "--help") == 0 || strcmp(cmd, "-h") == 0 || strcmp(cmd, "help") == 0) {
-        fputs(usage, stdout);
-        return 0;
-    }
+    if (strcmp(cmd, "--help") == 0 || strcmp(cmd, "-h") == 0 || strcmp(cmd, "help") == 0)
+        return cmd_help(argc - 1, argv + 1);
     if (strcmp(cmd, "report") == 0)
         return report_main(argc - 1, argv + 1);
     if (strcmp(cmd, "verdict") == 0)
         return verdict_main(argc - 1, argv + 1);
-    if (strcmp(cmd, "run") != 0 && strcmp(cmd, "check") != 0) {
-        fprintf(stderr, "twice: unknown command '%s'\n\n%s", cmd, usage);
-        return 2;
-    }
-    const char *path = config_arg(argc, argv);
-    if (path == NULL) {
-        fprintf(stderr, "twice %s: missing -c FILE\n\n%s", cmd, usage);
-        return 2;
-    }
-    return strcmp(cmd, "check") == 0 ? cmd_check(path) : cmd_run(path);
+    if (strcmp(cmd, "run") == 0 || strcmp(cmd, "check") == 0)
+        return cmd_config(argc - 1, argv + 1);
+    fprintf(stderr, "twice: unknown command '%s'\n\n%s", cmd, usage);
+    return 2;
 }

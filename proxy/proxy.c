@@ -9,9 +9,11 @@
  * refused during a reload) and take the new settings for the sessions they
  * accept from then on.  Open sessions keep the settings they started with.
  *
- * Shutdown (SIGTERM/SIGINT) closes the listening sockets at once, lets open
- * sessions finish for `shutdown-grace`, then closes what is left.  A second
- * signal closes everything immediately.
+ * Shutdown (SIGTERM/SIGINT) closes the listening sockets at once and drains
+ * (drain.h): faults off, what a rule only delays goes on, and each session is
+ * closed once it has no message under way; what is left may finish for
+ * `shutdown-grace`, then is closed.  A second signal closes everything
+ * immediately.
  */
 #include "proxy/proxy.h"
 
@@ -32,6 +34,7 @@
 
 #include "proxy/admin.h"
 #include "proxy/conf_file.h"
+#include "proxy/drain.h"
 #include "proxy/idmap.h"
 #include "proxy/journal.h"
 #include "proxy/log.h"
@@ -353,11 +356,17 @@ int proxy_reload(struct proxy *px, char **diag)
         return -1;
     }
     conf_ref_put(ref);
-    const char *was = px->journal_path, *now = px->conf->conf->journal;
-    if ((was == NULL) != (now == NULL) || (was != NULL && strcmp(was, now) != 0))
+    const struct conf *nc = px->conf->conf;
+    const char *was = px->journal_path, *now = nc->journal;
+    struct journal_flush flush = {0};
+    if (px->journal != NULL)
+        flush = journal_flush_of(px->journal);
+    if ((was == NULL) != (now == NULL) || (was != NULL && strcmp(was, now) != 0) ||
+        (px->journal != NULL && (nc->journal_flush_ms != flush.interval_ms ||
+                                 nc->journal_every_record != flush.every_record)))
         log_msg(LOG_WARN, "journal unchanged",
-                "reason=\"the journal is chosen at start: restart "
-                "twice to change it\"");
+                "reason=\"the journal and its journal-flush are chosen at start: restart "
+                "twice to change them\"");
     if (admin_apply(px, err, sizeof(err)) != 0)
         log_msg(LOG_ERROR, "admin API not moved", "error=\"%s\"", err);
     unsigned n = 0;
@@ -395,6 +404,12 @@ static void begin_shutdown(struct proxy *px, const char *signame)
     uint32_t grace = px->conf->conf->grace_ms;
     log_msg(LOG_INFO, "shutting down", "signal=%s grace_ms=%u sessions=%u", signame, grace,
             proxy_sessions(px));
+    /* A drain: no new fault, what a rule only delays goes on now, each session is closed once
+     * it has no message under way (drain.h); what is still held or scheduled has the grace. */
+    if (px->rules != NULL && ruleset_faults_enabled(px->rules)) {
+        ruleset_set_faults_enabled(px->rules, false);
+        log_msg(LOG_INFO, "faults off", "source=shutdown");
+    }
     while (px->listeners != NULL) {
         struct listener *l = px->listeners;
         px->listeners = l->next;
@@ -442,12 +457,17 @@ struct listener_stats *proxy_stats(struct proxy *px, const char *name)
             return st;
     struct listener_stats *st = calloc(1, sizeof(*st));
     size_t size = px->n_loops * sizeof(*st->per_loop);
+    size_t psize = px->n_loops * sizeof(*st->pending);
     if (st == NULL ||
-        (st->per_loop = aligned_alloc(_Alignof(struct listener_counts), size)) == NULL) {
+        (st->per_loop = aligned_alloc(_Alignof(struct listener_counts), size)) == NULL ||
+        (st->pending = aligned_alloc(_Alignof(struct listener_pending), psize)) == NULL) {
+        if (st != NULL)
+            free(st->per_loop);
         free(st);
         return NULL;
     }
     memset(st->per_loop, 0, size);
+    memset(st->pending, 0, psize);
     snprintf(st->name, sizeof(st->name), "%s", name);
     st->next = px->stats;
     px->stats = st;
@@ -463,6 +483,8 @@ struct listener_counts proxy_stats_total(const struct proxy *px, const struct li
         t.open += stat_get(&c->open);
         t.bytes_up += stat_get(&c->bytes_up);
         t.bytes_down += stat_get(&c->bytes_down);
+        for (int e = 0; e < RULE_EV_COUNT; e++)
+            t.events[e] += stat_get(&c->events[e]);
     }
     return t;
 }
@@ -536,6 +558,9 @@ static void config_digest(const char *path, uint8_t out[32])
     fclose(f);
 }
 
+_Static_assert(CONF_DEFAULT_JOURNAL_FLUSH_MS == JOURNAL_FLUSH_INTERVAL_MS,
+               "journal-flush's default is the writer's");
+
 /* Open the journal named by the configuration, if any. */
 static int open_journal(struct proxy *px, const struct conf *c)
 {
@@ -569,7 +594,9 @@ static int open_journal(struct proxy *px, const struct conf *c)
         hdr.listener_visibility_ms = visibility;
         hdr.listener_consumer_timeout = consumer;
         hdr.n_listeners = i;
-        px->journal = journal_open(c->journal, &hdr, err, sizeof(err));
+        struct journal_flush flush = {.interval_ms = c->journal_flush_ms,
+                                      .every_record = c->journal_every_record};
+        px->journal = journal_open_with(c->journal, &hdr, &flush, err, sizeof(err));
     }
     free(names);
     free(visibility);
@@ -582,8 +609,13 @@ static int open_journal(struct proxy *px, const struct conf *c)
         log_end(&line);
         return -1;
     }
-    log_msg(LOG_INFO, "journal open", "path=\"%s\" seed=%llu", c->journal,
-            (unsigned long long)px->seed);
+    char flush[32];
+    if (c->journal_every_record)
+        snprintf(flush, sizeof(flush), "every-record");
+    else
+        snprintf(flush, sizeof(flush), "%ums", (unsigned)c->journal_flush_ms);
+    log_msg(LOG_INFO, "journal open", "path=\"%s\" seed=%llu flush=%s", c->journal,
+            (unsigned long long)px->seed, flush);
     return 0;
 }
 
@@ -709,6 +741,7 @@ void proxy_free(struct proxy *px)
         listener_close(l);
         listener_put(l);
     }
+    drain_stop(px);
     admin_stop(px);
     free_event(&px->grace_timer);
     free_event(&px->log_timer);
@@ -732,6 +765,7 @@ void proxy_free(struct proxy *px)
         struct listener_stats *st = px->stats;
         px->stats = st->next;
         free(st->per_loop);
+        free(st->pending);
         free(st);
     }
     conf_ref_put(px->conf);

@@ -47,6 +47,8 @@ struct ruleset;
 struct journal;
 struct resp_aux;
 struct loop_msg;
+struct loop_drain;
+struct listener_pending;
 
 struct conf_ref {
     atomic_int refs;
@@ -88,14 +90,16 @@ struct listener {
 struct listener_counts {
     _Alignas(64) uint64_t connections; /* accepted */
     uint64_t open;
-    uint64_t bytes_up;   /* client -> upstream */
-    uint64_t bytes_down; /* upstream -> client */
+    uint64_t bytes_up;              /* client -> upstream */
+    uint64_t bytes_down;            /* upstream -> client */
+    uint64_t events[RULE_EV_COUNT]; /* protocol events seen, by kind */
 };
 
 /* Counters of one listener name, kept across reloads. */
 struct listener_stats {
     char name[72];
     struct listener_counts *per_loop; /* n_loops of them */
+    struct listener_pending *pending; /* n_loops of them: what it holds back (drain.h) */
     struct listener_stats *next;
 };
 
@@ -118,6 +122,7 @@ struct loop {
     struct ruleset *rules;           /* this loop's reference to the current rules */
     uint64_t rules_gen;              /* changes with `rules` (1 for the first) */
     struct resp_aux *aux;            /* twice's own Redis connections on this loop */
+    struct loop_drain *drain;        /* what its sessions hold back, and draining it (drain.c) */
     bool stopping;                   /* shutdown: end once its sessions are gone */
     atomic_bool stop_flag;           /* raised by the main thread: shutdown */
     atomic_bool close_flag;          /* raised by the main thread: close everything now */
@@ -238,6 +243,8 @@ struct listener_counts proxy_stats_total(const struct proxy *px, const struct li
  * thread. */
 int loop_init(struct loop *lp, struct proxy *px, unsigned index);
 int loop_start(struct loop *lp);
+/* Wake loop `lp` (from any thread): it reads its flags, its inbox and a drain asked for. */
+void loop_wake(struct loop *lp);
 /* Hand connection `fd` accepted by `l` to the next loop. */
 void loop_accept(struct proxy *px, struct listener *l, evutil_socket_t fd,
                  const struct sockaddr *sa, int salen);

@@ -40,7 +40,8 @@ struct aux_send {
 struct resp_aux {
     struct resp_aux *prev_all, *next_all; /* every aux of its loop */
     struct loop *loop;
-    struct lconf *cfg; /* reference */
+    struct lconf *cfg;            /* reference */
+    struct listener_stats *stats; /* its session's listener's counters (live until exit) */
     uint64_t sid;
     struct bufferevent *bev;
     struct resp_scanner sc;
@@ -177,6 +178,7 @@ struct resp_aux *resp_aux_open(struct session *s, struct evbuffer *prologue, siz
     a->cfg = s->cfg;
     lconf_get(a->cfg);
     a->sid = s->id;
+    a->stats = s->listener != NULL ? s->listener->stats : NULL;
     resp_scanner_init(&a->sc, RESP_SIDE_SERVER);
     int opts = BEV_OPT_CLOSE_ON_FREE;
     if (s->cfg->client_ctx != NULL) {
@@ -287,6 +289,17 @@ void resp_aux_detach(struct resp_aux *a)
         return;
     a->detached = true;
     maybe_done(a);
+}
+
+void resp_aux_each_pending(struct loop *lp,
+                           void (*fn)(void *arg, struct listener_stats *st, size_t commands),
+                           void *arg)
+{
+    for (const struct resp_aux *a = lp->aux; a != NULL; a = a->next_all) {
+        size_t n = (a->awaiting > a->prologue ? a->awaiting - a->prologue : 0) + sends_pending(a);
+        if (n > 0)
+            fn(arg, a->stats, n);
+    }
 }
 
 void resp_aux_free_all(struct loop *lp)

@@ -14,6 +14,7 @@
 struct session;
 struct resp_aux;
 struct loop;
+struct listener_stats;
 
 /* Opens a connection to the server the session's upstream socket is
  * connected to (TLS when the listener's upstream is), sending `prologue`
@@ -33,6 +34,13 @@ int resp_aux_send_later(struct resp_aux *a, uint32_t ms, struct evbuffer *cmds, 
 /* The session is done with `a`: it finishes its scheduled work, then frees
  * itself.  NULL is allowed. */
 void resp_aux_detach(struct resp_aux *a);
+
+/* Calls fn for every aux of loop `lp` (detached or not) that still has commands to send or
+ * replies to read (the client's setup commands not counted), with their number and the
+ * counters of the listener whose session opened it (NULL when it has none). */
+void resp_aux_each_pending(struct loop *lp,
+                           void (*fn)(void *arg, struct listener_stats *st, size_t commands),
+                           void *arg);
 
 /* At exit: frees every aux of loop `lp` (on its loop, as the session that
  * opened it), detached or not, logging what they still had scheduled (a

@@ -293,7 +293,7 @@ static bool plain_command(struct rpx *rx, bool cmd_rules)
         taken++;
     }
     if (taken > 0)
-        stat_add(&rx->s->loop->events[RULE_EV_COMMAND], taken);
+        session_count_events(rx->s, RULE_EV_COMMAND, taken);
     return taken > 0;
 }
 
@@ -1122,6 +1122,61 @@ static void rpx_free(void *state)
     free(rx);
 }
 
+/* ---- drain (codec.h) --------------------------------------------------- */
+
+/* A delayed reply, or the client's command a `delay` holds.  Commands twice scheduled on its
+ * own connection (a delayed ack, a late copy) are its aux's, counted by the loop. */
+static void rpx_pending(void *state, struct codec_pending *p)
+{
+    struct rpx *rx = state;
+    uint64_t now = proxy_now_ms();
+    if (rx->hold_until > now)
+        p->held_messages++;
+    for (const struct entry *e = rx->head; e != NULL; e = e->next)
+        if (e->release_ms > now)
+            p->held_messages++;
+}
+
+/* A drain releases the replies and the command a `delay` holds: the delay is their only
+ * fault.  What twice scheduled on its own connection goes at its time: on a Redis listener a
+ * delayed ack and a late copy are both commands twice sends later, and the framework's own
+ * timeouts (a visibility timeout, a lock), which such a fault is usually aimed past, are the
+ * app's, not twice's to know. */
+static void rpx_drain(void *state, struct codec_pending *released)
+{
+    struct rpx *rx = state;
+    if (!rpx_alive(rx))
+        return;
+    uint64_t now = proxy_now_ms();
+    if (rx->hold_until > now)
+        released->held_messages++;
+    rx->hold_until = 0;
+    for (struct entry *e = rx->head; e != NULL; e = e->next) {
+        if (e->release_ms > now)
+            released->held_messages++;
+        e->release_ms = 0;
+    }
+    event_del(rx->timer);
+    on_timer(-1, 0, rx); /* what was held goes now, as if its time had come */
+}
+
+/* A command awaits its reply, or something is held; a blocking pop waiting for a job (the
+ * worker is idle) is not a message under way. */
+static bool rpx_busy(void *state)
+{
+    const struct rpx *rx = state;
+    if (rx->raw || rx->tx.active || rx->pairing.in_multi || rx->hold_until != 0 ||
+        rx->decided != 0 || evbuffer_get_length(rx->pend[SIDE_CLIENT]) > 0 ||
+        evbuffer_get_length(rx->pend[SIDE_UPSTREAM]) > 0)
+        return true;
+    if (rx->pairing.count == 0)
+        return rx->head != NULL; /* an answer of twice's own not out yet */
+    const struct resp_cmd *c = resp_pairing_head(&rx->pairing);
+    const struct entry *e = rx->head;
+    return rx->pairing.count > 1 || c == NULL || (c->flags & RESP_CMD_BLOCKING) == 0 || e == NULL ||
+           e->next != NULL || e->release_ms != 0 || evbuffer_get_length(e->bytes) > 0;
+}
+
 const struct codec_ops resp_codec_ops = {
     .name = "resp",
     .open = rpx_open,
@@ -1129,4 +1184,7 @@ const struct codec_ops resp_codec_ops = {
     .free = rpx_free,
     .process = rpx_process,
     .closed_by = NULL,
+    .pending = rpx_pending,
+    .drain = rpx_drain,
+    .busy = rpx_busy,
 };

@@ -846,6 +846,20 @@ struct evbuffer *session_peer_output(struct session *s, int from)
     return end_output(e);
 }
 
+bool session_quiet(const struct session *s)
+{
+    if (s->state != SESSION_RELAYING || s->codec == NULL || s->codec->busy == NULL ||
+        s->codec->busy(s->codec_state))
+        return false;
+    for (int i = 0; i < 2; i++) {
+        const struct session_end *e = &s->end[i];
+        if (e->bev == NULL || evbuffer_get_length(end_input(e)) > 0 || out_pending(e) > 0 ||
+            (s->shaper[i] != NULL && shaper_held(s->shaper[i]) > 0))
+            return false;
+    }
+    return true;
+}
+
 size_t session_peer_pending(const struct session *s, int from)
 {
     const struct session_end *e = &s->end[!from];

@@ -153,6 +153,15 @@ struct session {
     struct session *reap_next;   /* loop->reap once CLOSED */
 };
 
+/* Counts n protocol events of kind ev on s: for its loop (GET /stats) and for
+ * its listener (GET /metrics). */
+static inline void session_count_events(struct session *s, enum rule_event ev, uint64_t n)
+{
+    stat_add(&s->loop->events[ev], n);
+    if (s->stats != NULL)
+        stat_add(&s->stats->events[ev], n);
+}
+
 /* Accept `fd` (a connected client socket) on listener `l` with its settings
  * `cfg` (referenced by the session), on loop `lp` (the calling thread's), as
  * session `sid` (drawn at accept, in accept order).  Takes ownership of fd:
@@ -163,6 +172,11 @@ void session_accept(struct loop *lp, struct listener *l, struct lconf *cfg, evut
 
 /* Close the session now (e.g. at the end of the shutdown grace period). */
 void session_close(struct session *s, enum session_close_reason reason);
+
+/* Whether the session could be closed without cutting a message under way: it relays on a
+ * listener whose codec says nothing is busy (codec.h), and no byte waits to be read, written
+ * or released by a stream fault.  A `tcp` session never is: twice cannot tell. */
+bool session_quiet(const struct session *s);
 
 /* Periodic check of idle and drain timeouts, `now` monotonic. */
 void session_tick(struct session *s, const struct timeval *now);

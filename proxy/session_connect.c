@@ -441,7 +441,7 @@ int sess_apply_connection_faults(struct session *s, const struct sockaddr *sa)
     uint64_t now = (uint64_t)s->started.tv_sec * 1000 + (uint64_t)s->started.tv_usec / 1000;
     for (int e = 0; e < 2; e++) {
         ev.event = e == 0 ? RULE_EV_STREAM : RULE_EV_CONNECT;
-        stat_add(&s->loop->events[ev.event], 1);
+        session_count_events(s, ev.event, 1);
         size_t n = ruleset_decide(rs, s->cfg->l->name, &ev, now, hits, SESSION_MAX_RULE_HITS);
         for (size_t i = 0; i < n; i++)
             add_fault(s, ruleset_rule(rs, hits[i]), fx);

@@ -23,8 +23,8 @@
 #define CONF_READ_CHUNK (64u * 1024u)
 
 const char *const conf_global_keywords[] = {
-    "log-level", "connect-timeout", "shutdown-grace", "seed",   "threads", "journal",
-    "admin",     "admin-token",     "user",           "listen", "rule",
+    "log-level",     "connect-timeout", "shutdown-grace", "seed", "threads", "journal",
+    "journal-flush", "admin",           "admin-token",    "user", "listen",  "rule",
 };
 const size_t conf_n_global_keywords =
     sizeof(conf_global_keywords) / sizeof(conf_global_keywords[0]);
@@ -69,6 +69,7 @@ static const struct conf_global_directive conf_globals[] = {
     {{"seed", 1, "N"}, false, conf_global_seed},
     {{"threads", 1, "N or auto"}, false, conf_global_threads},
     {{"journal", 1, "PATH"}, false, conf_global_journal},
+    {{"journal-flush", 1, "DURATION or every-record"}, false, conf_global_journal_flush},
     {{"admin", 1, "HOST:PORT"}, false, conf_global_admin},
     {{"admin-token", 1, "TOKEN"}, false, conf_global_admin_token},
     {{"user", 1, "NAME"}, false, conf_global_user},
@@ -124,6 +125,7 @@ static void conf_interpret_globals(struct conf_parser *p, const struct conf_node
     if (!p->oom) {
         conf_listen_finish(p);
         conf_globals_finish(p, first[conf_find_global("admin-token") - conf_globals]);
+        conf_journal_finish(p, first[conf_find_global("journal-flush") - conf_globals]);
     }
 }
 
@@ -212,6 +214,7 @@ static struct conf *conf_new(const char *path)
     conf->log_level = CONF_LOG_INFO;
     conf->connect_timeout_ms = CONF_DEFAULT_CONNECT_TIMEOUT_MS;
     conf->grace_ms = CONF_DEFAULT_GRACE_MS;
+    conf->journal_flush_ms = CONF_DEFAULT_JOURNAL_FLUSH_MS;
     return conf;
 }
 

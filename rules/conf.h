@@ -38,12 +38,17 @@
 
 #define CONF_DEFAULT_CONNECT_TIMEOUT_MS 5000u
 #define CONF_DEFAULT_GRACE_MS 10000u
+/* `journal-flush`: the writer writes what was queued at least this often by default. */
+#define CONF_DEFAULT_JOURNAL_FLUSH_MS 1000u
 /* Bytes of delayed frames or replies one session may hold per direction. */
 #define CONF_DEFAULT_MAX_HELD (64ull * 1024 * 1024)
 /* Most event-loop threads `threads N` may ask for. */
 #define CONF_MAX_THREADS 64
 /* Longest file `conf_parse_stream` reads; a bigger one is a mistake. */
 #define CONF_MAX_FILE_BYTES (4u * 1024u * 1024u)
+/* Most rules in one file, one PUT /rules, or after a PUT /rules/NAME; the
+ * duplicate check is quadratic. */
+#define CONF_MAX_RULES 4096
 
 struct conf_loc {
     unsigned line; /* 1-based */
@@ -129,7 +134,11 @@ struct conf {
     bool has_seed;                 /* false: the proxy picks one and journals it */
     unsigned threads;              /* `threads N`: event loops; 0 (default, `auto`): one per core */
     char *journal;                 /* `journal PATH`; NULL when not set */
-    struct conf_addr admin;        /* `admin HOST:PORT`: the admin HTTP API */
+    /* `journal-flush D | every-record`: write the queued records at least every D (default
+     * CONF_DEFAULT_JOURNAL_FLUSH_MS), or each record as it comes */
+    uint32_t journal_flush_ms;
+    bool journal_every_record;
+    struct conf_addr admin; /* `admin HOST:PORT`: the admin HTTP API */
     bool has_admin;
     char *admin_token; /* `admin-token TOKEN`: bearer token; NULL when not set */
     char *user;        /* `user NAME`: drop root to this user after binding; NULL: stay */
@@ -195,6 +204,10 @@ void conf_free(struct conf *conf);
 
 /* Free a list of rules linked by `next` (from conf_parse_rules).  NULL is fine. */
 void rule_list_free(struct rule *r);
+
+/* A deep copy of rule `r` alone (its `next` NULL), owned by the caller
+ * (rule_list_free), or NULL when out of memory. */
+struct rule *rule_copy(const struct rule *r) TWICE_MUST_CHECK;
 
 void conf_diags_init(struct conf_diags *diags);
 void conf_diags_free(struct conf_diags *diags);

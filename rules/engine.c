@@ -268,6 +268,50 @@ long ruleset_find(const struct ruleset *rs, const char *name)
     return -1;
 }
 
+int ruleset_edit(const struct ruleset *rs, const char *name, struct rule *with, struct rule **out,
+                 size_t *n_out)
+{
+    struct rule *head = NULL, **tail = &head;
+    size_t n = 0;
+    bool placed = false;
+    for (size_t i = 0; rs != NULL && i < rs->n; i++) {
+        const struct rule *r = rs->rt[i].rule;
+        struct rule *c = NULL;
+        if (strcmp(r->name, name) != 0) {
+            if ((c = rule_copy(r)) == NULL)
+                goto oom;
+        } else if (with != NULL) {
+            c = with;
+            placed = true;
+        }
+        if (c != NULL) {
+            *tail = c;
+            tail = &c->next;
+            n++;
+        }
+    }
+    if (with != NULL && !placed) {
+        *tail = with;
+        n++;
+    }
+    *out = head;
+    *n_out = n;
+    return 0;
+oom:
+    /* `with` is the caller's again: unlink it before freeing the copies. */
+    for (struct rule **pp = &head; *pp != NULL; pp = &(*pp)->next) {
+        if (*pp == with) {
+            *pp = with->next;
+            with->next = NULL;
+            break;
+        }
+    }
+    rule_list_free(head);
+    *out = NULL;
+    *n_out = 0;
+    return -1;
+}
+
 struct engine_rule_stats ruleset_stats(const struct ruleset *rs, size_t i)
 {
     struct rule_state *st = rs->rt[i].st;

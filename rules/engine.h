@@ -101,6 +101,17 @@ void ruleset_set_enabled(struct ruleset *rs, size_t i, bool on);
 long ruleset_find(const struct ruleset *rs, const char *name);
 struct engine_rule_stats ruleset_stats(const struct ruleset *rs, size_t i);
 
+/* A new rule list for one rule's change through the admin API: copies of the
+ * rules of `rs` (NULL: none), in order, with the rule called `name` replaced
+ * by `with` in its place, or left out when `with` is NULL; `with` goes last
+ * when no rule has that name.  `with` is a single rule (its next NULL), owned
+ * by the new list on success and still the caller's on failure.  On success
+ * returns 0 with the list in *out (NULL when empty), owned by the caller
+ * (rule_list_free), and its length in *n_out; -1 when out of memory.  The
+ * new ruleset built on it takes the old state through ruleset_inherit. */
+int ruleset_edit(const struct ruleset *rs, const char *name, struct rule *with, struct rule **out,
+                 size_t *n_out) TWICE_MUST_CHECK;
+
 /* Kill switch: no rule faults anything while off. */
 void ruleset_set_faults_enabled(struct ruleset *rs, bool on);
 bool ruleset_faults_enabled(const struct ruleset *rs);

@@ -1,6 +1,6 @@
 /*
  * globals.c - the top-level settings of the rule engine and its control:
- * `seed`, `journal`, `admin` and `admin-token`.
+ * `seed`, `journal`, `journal-flush`, `admin` and `admin-token`.
  *
  * The admin API can change every rule and switch faults off, so an address
  * reachable from the network needs a bearer token: that is an error, not a
@@ -52,6 +52,31 @@ void conf_global_journal(struct conf_parser *p, const struct conf_node *n)
         return;
     }
     p->conf->journal = conf_parser_strdup(p, w->text);
+}
+
+/* `journal-flush every-record` (each record written as it comes: a kill loses none) or
+ * `journal-flush D` (what was queued is written at least every D). */
+void conf_global_journal_flush(struct conf_parser *p, const struct conf_node *n)
+{
+    static const char *const names[] = {"every-record"};
+    const struct conf_word *w = &n->words[1];
+
+    if (w->text[0] >= '0' && w->text[0] <= '9') {
+        conf_value_duration(p, w, &p->conf->journal_flush_ms);
+        return;
+    }
+    if (conf_value_enum(p, w, "journal-flush", names, 1,
+                        "every-record, or a duration such as 200ms") == 0) {
+        p->conf->journal_every_record = true;
+    }
+}
+
+void conf_journal_finish(struct conf_parser *p, struct conf_loc flush_at)
+{
+    if (flush_at.line != 0 && p->conf->journal == NULL) {
+        conf_diag_add(p->diags, CONF_WARNING, flush_at, NULL,
+                      "journal-flush has no effect without journal");
+    }
 }
 
 /* Whether `text` has a host and a port, as "[v6]:port" or "host:port". */

@@ -126,9 +126,10 @@ bool conf_is_rule_keyword(const char *word) TWICE_MUST_CHECK;
 extern const char *const conf_rule_keywords[];
 extern const size_t conf_n_rule_keywords;
 
-/* The globals `seed`, `journal`, `admin` and `admin-token` (globals.c). */
+/* The globals `seed`, `journal`, `journal-flush`, `admin` and `admin-token` (globals.c). */
 void conf_global_seed(struct conf_parser *p, const struct conf_node *n);
 void conf_global_journal(struct conf_parser *p, const struct conf_node *n);
+void conf_global_journal_flush(struct conf_parser *p, const struct conf_node *n);
 void conf_global_admin(struct conf_parser *p, const struct conf_node *n);
 void conf_global_admin_token(struct conf_parser *p, const struct conf_node *n);
 void conf_global_user(struct conf_parser *p, const struct conf_node *n);
@@ -137,6 +138,8 @@ void conf_global_user(struct conf_parser *p, const struct conf_node *n);
  * `admin-token` and the listeners.  `token_at` is where `admin-token` was
  * written (line 0: not written). */
 void conf_globals_finish(struct conf_parser *p, struct conf_loc token_at);
+/* `journal-flush` (set at flush_at, line 0 when not) without `journal`: a warning. */
+void conf_journal_finish(struct conf_parser *p, struct conf_loc flush_at);
 
 /* Interpret `tls ...` and `upstream-tls ...` into the listener. */
 void conf_tls_server_directive(struct conf_parser *p, struct conf_listener *l,

@@ -1,5 +1,5 @@
 /*
- * rule.c - the names of events, fields and actions, and freeing rules.
+ * rule.c - the names of events, fields and actions; copying and freeing rules.
  *
  * Names come from the X-macro lists in rule.h, so a code and its name are
  * written once; the parser, the journal and the admin API all print these.
@@ -7,6 +7,8 @@
 #include "rules/rule.h"
 
 #include <stdlib.h>
+
+#include "rules/conf_mem.h"
 
 bool rule_action_is_stream(enum rule_action_kind k)
 {
@@ -84,4 +86,44 @@ void rule_list_free(struct rule *r)
         free(r);
         r = next;
     }
+}
+
+/* Copies the strings a copied matcher still shares with its original. */
+static bool matcher_copy_strings(struct rule_matcher *m)
+{
+    const char *header = m->header, *value = m->value;
+    m->header = NULL;
+    m->value = NULL;
+    return (header == NULL || (m->header = conf_mem_strdup(header)) != NULL) &&
+           (value == NULL || (m->value = conf_mem_strdup(value)) != NULL);
+}
+
+struct rule *rule_copy(const struct rule *r)
+{
+    struct rule *c = conf_mem_calloc(1, sizeof(*c));
+    if (c == NULL)
+        return NULL;
+    *c = *r;
+    c->next = NULL;
+    /* Nothing is owned yet: a failure below frees only what was copied. */
+    c->name = c->listener = c->action.error_code = NULL;
+    c->matchers = NULL;
+    c->n_matchers = 0;
+    bool ok = (c->name = conf_mem_strdup(r->name)) != NULL &&
+              (c->listener = conf_mem_strdup(r->listener)) != NULL &&
+              (r->action.error_code == NULL ||
+               (c->action.error_code = conf_mem_strdup(r->action.error_code)) != NULL);
+    if (ok && r->n_matchers > 0) {
+        ok = (c->matchers = conf_mem_calloc(r->n_matchers, sizeof(*c->matchers))) != NULL;
+        for (size_t i = 0; ok && i < r->n_matchers; i++) {
+            c->matchers[i] = r->matchers[i];
+            c->n_matchers = i + 1;
+            ok = matcher_copy_strings(&c->matchers[i]);
+        }
+    }
+    if (!ok) {
+        rule_list_free(c);
+        return NULL;
+    }
+    return c;
 }

@@ -16,8 +16,6 @@
 #include "rules/interp.h"
 #include "rules/rule.h"
 
-/* Most rules in one file or one PUT /rules; the duplicate check is quadratic. */
-#define CONF_MAX_RULES 4096
 /* Most matchers in one `when`. */
 #define RULE_MAX_MATCHERS 32
 /* Largest N of `every`, `nth`, `first`, `after` and `limit`. */

@@ -54,8 +54,8 @@ start_twice() {
         -e "s/^\(  *\)upstream 127\.0\.0\.1:6379/\1upstream 127.0.0.1:$redis_port/" \
         -e "s|^journal twice-journal\.pb|journal $work/$2.pb|" \
         "$src/rules/examples/$1" > "$work/$2.conf"
-    "$twice" check -c "$work/$2.conf" >/dev/null
-    "$twice" run -c "$work/$2.conf" 2>"$work/$2.log" &
+    "$twice" check "$work/$2.conf" >/dev/null
+    "$twice" run "$work/$2.conf" 2>"$work/$2.log" &
     twice_pid=$!
     wait_for 10 grep -q 'msg=listening' "$work/$2.log" || { cat "$work/$2.log" >&2; exit 1; }
 }
@@ -107,9 +107,9 @@ for t in sorted(s["jobs"]):
 EOF
 echo
 "$twice" report "$work/twice.pb" | sed -n '/^Faults per rule/,/^$/p'
-echo "twice verdict --journal twice.pb --effects effects.txt"
+echo "twice verdict twice.pb --effects effects.txt"
 set +e
-"$twice" verdict --journal "$work/twice.pb" --effects "$work/effects.txt"
+"$twice" verdict "$work/twice.pb" --effects "$work/effects.txt"
 verdict=$?
 set -e
 cat <<EOF
@@ -144,9 +144,9 @@ if [ $drv -ne 0 ]; then
     exit 1
 fi
 echo
-echo "twice verdict --journal races.pb --effects races-effects.txt"
+echo "twice verdict races.pb --effects races-effects.txt"
 set +e
-"$twice" verdict --journal "$work/races.pb" --effects "$work/races-effects.txt" |
+"$twice" verdict "$work/races.pb" --effects "$work/races-effects.txt" |
     sed '/^MESSAGES  /,/^$/d'
 races=${PIPESTATUS[0]}
 set -e

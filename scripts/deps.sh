@@ -34,8 +34,10 @@ if [ "$node_wanted" = 1 ]; then
     command -v npm >/dev/null 2>&1 || want+=(npm)
 fi
 
-# The npm packages of tests/node, as its committed lockfile pins them, into tests/node/
-# node_modules (never global): again only when the lockfile changed since the last install.
+# The npm packages of tests/node (amqplib; BullMQ 5 as `bullmq` and BullMQ 6 as `bullmq6`, an npm
+# alias; ioredis, a dependency of BullMQ 5 and the peer dependency of BullMQ 6), as its committed
+# lockfile pins them, into tests/node/node_modules (never global): again only when the lockfile
+# changed since the last install.
 node_modules() {
     local dir lock stamp
     dir="$(cd "$(dirname "$0")/.." && pwd)/tests/node"

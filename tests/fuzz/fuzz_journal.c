@@ -9,16 +9,18 @@
  *         tests/fuzz/fuzz_journal.c proto/ *.c rules/ *.c offline/ *.c \
  *         GEN/proto/journal.pb-c.c -ljansson -lprotobuf-c
  *
- * Seeds are journals written by a real twice (tests/fuzz/corpus/journal/).  The input is the
+ * Seeds are journals written by a real twice (tests/fuzz/corpus/journal/; nocrc-*.pb by one
+ * before entries carried their checksum).  The input is the
  * content of a journal file: the reader opens it by path, so it is written to a memfd and opened
  * as /proc/self/fd/N.  The same bytes also go through the span decoder, entry by entry.
  *
  * Invariants are checked with abort(): the span decoder never consumes past its input, asks for
  * more on every strict prefix of an entry, and re-encodes what it decoded to a fixed point; the
- * file reader agrees with it on the header, the count, the offset, the truncation and the
- * (sticky) error; `report` and `verdict` succeed exactly when the journal reads (one known
- * exception: check_report_code()), and their --json output is valid JSON; journal_utf8_char_len()
- * agrees with a plain UTF-8 decoder.
+ * file reader agrees with it on the header and the entries it read whole, names damage where it
+ * stopped, reads on past damage only in a journal with checksums, and accounts for every byte
+ * (read, skipped as damage, or a last entry cut short); `report` and `verdict` succeed exactly
+ * when the header reads (one known exception: check_report_code()), and their --json output is
+ * valid JSON; journal_utf8_char_len() agrees with a plain UTF-8 decoder.
  */
 #include <jansson.h>
 #include <stdint.h>
@@ -44,9 +46,8 @@ static struct fz_file fz_journal, fz_effects;
 static FILE *fz_devnull;
 /* Command lines are char *[]: their words must be writable. */
 static char arg_report[] = "report", arg_verdict[] = "verdict", arg_json[] = "--json",
-            arg_journal[] = "--journal", arg_effects[] = "--effects",
-            arg_messages[] = "--messages", arg_require[] = "--require=overlap,window=1s",
-            arg_stall[] = "--stall-after=1ms";
+            arg_journal[] = "--journal", arg_effects[] = "--effects", arg_messages[] = "--messages",
+            arg_require[] = "--require=overlap,window=1s", arg_stall[] = "--stall-after=1ms";
 
 /* Failed invariants name themselves: the reproducer's log says which one. */
 #define CHECK(ok) check_at((ok), __LINE__, #ok)
@@ -83,6 +84,7 @@ struct walk {
     size_t offset;  /* bytes consumed by them */
     int rc;         /* 0: stopped for want of bytes (or at the end); else the error */
     bool header_ok; /* the first entry is a version-1 header */
+    bool crc;       /* its entries end with their checksum (the header's entry_crc32c) */
     bool no_copy;   /* some entry does not survive protobuf-c's pack and unpack */
     char message_id[128];
 };
@@ -118,7 +120,7 @@ static bool check_round_trip(const Twice__Journal__Entry *e)
     CHECK(rc == 0 && written == need);
     Twice__Journal__Entry *again = NULL;
     size_t used = 0;
-    if (journal_decode_entry(buf, need, &used, &again) != 1) {
+    if (journal_decode_entry(buf, need, true, &used, &again) != 1) {
         CHECK(has_unknown_fields(e));
         free(buf);
         return false;
@@ -145,14 +147,35 @@ static void walk_note(struct walk *w, const Twice__Journal__Entry *e)
         snprintf(w->message_id, sizeof(w->message_id), "%s", e->record->message_id);
 }
 
+/* The first entry: with its checksum, else (a journal of twice before checksums) without; a
+ * header read that way that says it has them is damaged.  Sets w->crc. */
+static int walk_first(const uint8_t *p, size_t len, struct walk *w, size_t *used,
+                      Twice__Journal__Entry **e)
+{
+    int rc = journal_decode_entry(p, len, true, used, e);
+    if (rc == JOURNAL_ERR_CHECKSUM || rc == JOURNAL_ERR_DECODE) {
+        rc = journal_decode_entry(p, len, false, used, e);
+        if (rc == 1 && (*e)->body_case == TWICE__JOURNAL__ENTRY__BODY_HEADER &&
+            (*e)->header->entry_crc32c) {
+            twice__journal__entry__free_unpacked(*e, NULL);
+            return JOURNAL_ERR_CHECKSUM;
+        }
+    }
+    w->crc = rc == 1 && (*e)->body_case == TWICE__JOURNAL__ENTRY__BODY_HEADER &&
+             (*e)->header->entry_crc32c;
+    return rc;
+}
+
 static void walk_spans(const uint8_t *p, size_t len, struct walk *w)
 {
     memset(w, 0, sizeof(*w));
     for (;;) {
         Twice__Journal__Entry *e = NULL;
         size_t used = 0;
-        int rc = journal_decode_entry(p + w->offset, len - w->offset, &used, &e);
-        CHECK(rc <= 1 && rc >= JOURNAL_ERR_DECODE);
+        int rc = w->entries == 0
+                     ? walk_first(p, len, w, &used, &e)
+                     : journal_decode_entry(p + w->offset, len - w->offset, w->crc, &used, &e);
+        CHECK(rc <= 1 && rc >= JOURNAL_ERR_CHECKSUM);
         if (rc <= 0) {
             w->rc = rc;
             return;
@@ -161,8 +184,8 @@ static void walk_spans(const uint8_t *p, size_t len, struct walk *w)
         /* Strict prefixes of a whole entry ask for more. */
         Twice__Journal__Entry *none = NULL;
         size_t none_used = 0;
-        CHECK(journal_decode_entry(p + w->offset, used - 1, &none_used, &none) == 0);
-        CHECK(journal_decode_entry(p + w->offset, used / 2, &none_used, &none) == 0);
+        CHECK(journal_decode_entry(p + w->offset, used - 1, w->crc, &none_used, &none) == 0);
+        CHECK(journal_decode_entry(p + w->offset, used / 2, w->crc, &none_used, &none) == 0);
         CHECK(none == NULL);
         if (!check_round_trip(e))
             w->no_copy = true;
@@ -173,7 +196,35 @@ static void walk_spans(const uint8_t *p, size_t len, struct walk *w)
     }
 }
 
-/* The file reader must see what the span decoder saw. */
+/* The stretches of damage the reader names lie in the file, in order, after the entries the
+ * span decoder read whole, and add up to its summary. */
+static void check_damage(const struct journal_reader *r, size_t len, const struct walk *w)
+{
+    struct journal_damage_summary sum;
+    journal_reader_damage(r, &sum);
+    uint64_t bytes = 0, next = w->offset;
+    for (size_t i = 0; i < sum.stretches && i < JOURNAL_DAMAGE_KEPT; i++) {
+        const struct journal_damage *d = journal_reader_damage_at(r, i);
+        CHECK(d != NULL && d->bytes > 0 && d->offset >= next && d->offset + d->bytes <= len);
+        CHECK(d->records_lost == 1 || d->records_lost == -1);
+        CHECK(d->reason == JOURNAL_ERR_VARINT || d->reason == JOURNAL_ERR_TOO_LARGE ||
+              d->reason == JOURNAL_ERR_CHECKSUM || d->reason == JOURNAL_ERR_DECODE ||
+              d->reason == JOURNAL_ERR_PAST_END);
+        CHECK(d->resumed == (i + 1 < sum.stretches || !sum.stopped));
+        bytes += d->bytes;
+        next = d->offset + d->bytes;
+    }
+    CHECK(sum.stretches > JOURNAL_DAMAGE_KEPT || bytes == sum.bytes);
+    CHECK(journal_reader_damage_at(r, sum.stretches) == NULL);
+    /* The span decoder stopped at the first damage, or at bytes that make no whole entry. */
+    if (w->rc < 0)
+        CHECK(sum.stretches > 0 && journal_reader_damage_at(r, 0)->offset == w->offset);
+    if (w->rc == 0 && w->offset == len)
+        CHECK(sum.stretches == 0);
+}
+
+/* The file reader must see what the span decoder saw, and read on past damage only in a
+ * journal with checksums. */
 static void check_reader(size_t len, const struct walk *w)
 {
     char err[512];
@@ -189,15 +240,23 @@ static void check_reader(size_t len, const struct walk *w)
     int rc;
     while ((rc = journal_reader_next(r, &e)) == 1)
         CHECK(e != NULL);
-    CHECK(rc == w->rc);
-    CHECK(journal_reader_count(r) == w->entries - 1);
-    CHECK(journal_reader_offset(r) == w->offset);
-    if (rc < 0) {
-        CHECK(journal_reader_next(r, &e) == rc && journal_reader_error(r) != NULL);
-    } else {
-        CHECK(journal_reader_error(r) == NULL);
+    /* Damage is not an error: only I/O and memory are, and neither fails here. */
+    CHECK(rc == 0 && journal_reader_error(r) == NULL);
+    CHECK(journal_reader_next(r, &e) == 0);
+    CHECK(journal_reader_count(r) >= w->entries - 1);
+    CHECK(w->crc || journal_reader_count(r) == w->entries - 1);
+    struct journal_damage_summary sum;
+    journal_reader_damage(r, &sum);
+    if (journal_reader_truncated(r))
+        CHECK(journal_reader_offset(r) < len);
+    else
+        CHECK(journal_reader_offset(r) == len);
+    if (sum.stretches == 0) {
+        CHECK(journal_reader_count(r) == w->entries - 1);
+        CHECK(journal_reader_offset(r) == w->offset);
         CHECK(journal_reader_truncated(r) == (w->offset < len));
     }
+    check_damage(r, len, w);
     journal_reader_close(r);
 }
 
@@ -224,13 +283,13 @@ static int fz_run(int (*run)(int, char **, FILE *, FILE *), int argc, char **arg
     return code;
 }
 
-/* `report` succeeds exactly when the journal reads, except that it copies the header and the
- * records it keeps by packing and unpacking them, and calls a failed copy "out of memory"
+/* `report` succeeds exactly when the journal's header reads, except that it copies the header and
+ * the records it keeps by packing and unpacking them, and calls a failed copy "out of memory"
  * (tests/fuzz/findings/journal-report-copy.bin): when an entry does not survive that, the report
  * may fail on a journal the reader reads. */
 static void check_report_code(int code, const struct walk *w)
 {
-    bool reads = w->entries > 0 && w->header_ok && w->rc == 0;
+    bool reads = w->entries > 0 && w->header_ok;
     CHECK(code == 0 || code == 2);
     CHECK(code == 0 ? reads : !reads || w->no_copy);
 }
@@ -268,7 +327,7 @@ static void write_effects(const uint8_t *p, size_t len, const struct walk *w)
     for (size_t k = 0; k < w->entries && lines < FZ_EFFECTS_MAX; k++) {
         Twice__Journal__Entry *e = NULL;
         size_t used = 0;
-        CHECK(journal_decode_entry(p + off, len - off, &used, &e) == 1);
+        CHECK(journal_decode_entry(p + off, len - off, k > 0 && w->crc, &used, &e) == 1);
         if (e->body_case == TWICE__JOURNAL__ENTRY__BODY_RECORD &&
             e->record->message_id[0] != '\0') {
             fprintf(f, " %s\r\n", e->record->message_id);
@@ -284,15 +343,15 @@ static void write_effects(const uint8_t *p, size_t len, const struct walk *w)
 
 static void check_verdict(const uint8_t *p, size_t len, const struct walk *w)
 {
-    bool reads = w->entries > 0 && w->header_ok && w->rc == 0;
+    bool reads = w->entries > 0 && w->header_ok;
     write_effects(p, len, w);
     char *text[] = {arg_verdict, arg_journal, fz_journal.path, arg_effects, fz_effects.path, NULL};
     char *json[] = {arg_verdict, arg_journal, fz_journal.path, arg_effects, fz_effects.path,
                     arg_json,    NULL};
     char *strict[] = {arg_verdict, arg_journal, fz_journal.path, arg_effects, fz_effects.path,
-                      arg_require, arg_stall, arg_json, NULL};
+                      arg_require, arg_stall,   arg_json,        NULL};
     int code = fz_run(verdict_run, 5, text, false);
-    CHECK(code >= 0 && code <= VERDICT_EXIT_STALLED);
+    CHECK(code >= 0 && code <= VERDICT_EXIT_DAMAGED);
     CHECK((code != VERDICT_EXIT_ERROR) == reads);
     CHECK(fz_run(verdict_run, 6, json, true) == code);
     /* the requirements can only add a reason to fail, never take one away */

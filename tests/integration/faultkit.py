@@ -448,7 +448,7 @@ def pb_fields(msg):
 
 
 HEADER_FIELDS = {1: "version", 2: "seed", 3: "config_sha256", 4: "start_unix_ms",
-                 5: "twice_version", 6: "config_path", 7: "listeners"}
+                 5: "twice_version", 6: "config_path", 7: "listeners", 8: "entry_crc32c"}
 LISTENER_FIELDS = {1: "name", 2: "protocol", 3: "profile"}
 RECORD_FIELDS = {1: "kind", 2: "time_unix_us", 3: "session", 4: "listener", 5: "queue", 6: "task",
                  7: "message_id", 8: "delivery_tag", 9: "redelivered", 10: "rule", 11: "action",
@@ -457,7 +457,7 @@ RECORD_FIELDS = {1: "kind", 2: "time_unix_us", 3: "session", 4: "listener", 5: "
                  20: "retries", 21: "retry", 22: "refused", 23: "started_unix_us", 24: "run",
                  25: "kept_back", 26: "auto_ack"}
 KIND_NAMES = {1: "connect", 2: "close", 3: "deliver", 4: "ack", 5: "nack", 6: "publish",
-              7: "confirm", 8: "fault", 9: "command", 10: "running", 11: "stop"}
+              7: "confirm", 8: "fault", 9: "command", 10: "running", 11: "stop", 12: "expired"}
 _STRING_FIELDS = {"listener", "queue", "task", "message_id", "rule", "action_name", "client",
                   "close_reason_name", "detail", "twice_version", "config_path", "name",
                   "protocol", "profile", "run"}
@@ -474,8 +474,37 @@ def _named(fields, names):
     return d
 
 
+def _crc32c_table():
+    t = []
+    for i in range(256):
+        c = i
+        for _ in range(8):
+            c = (0x82F63B78 ^ (c >> 1)) if c & 1 else c >> 1
+        t.append(c)
+    return t
+
+
+_CRC32C = _crc32c_table()
+
+
+def crc32c(data):
+    """CRC-32C (Castagnoli) of data, byte by byte: crc32c(b"123456789") == 0xE3069283."""
+    c = 0xFFFFFFFF
+    for b in data:
+        c = _CRC32C[(c ^ b) & 0xFF] ^ (c >> 8)
+    return c ^ 0xFFFFFFFF
+
+
+def entry_checksum_ok(frame):
+    """Whether an entry ends with its checksum (journal.proto, Entry.crc32c): the byte 0x7d,
+    then the CRC-32C of the bytes before it, little-endian."""
+    return (len(frame) >= 5 and frame[-5] == 0x7D
+            and crc32c(frame[:-5]) == int.from_bytes(frame[-4:], "little"))
+
+
 def decode_journal(path):
-    """Returns (header dict, [record dicts], truncated)."""
+    """Returns (header dict, [record dicts], truncated).  In a journal whose header says
+    entry_crc32c, every entry must end with its checksum."""
     with open(path, "rb") as f:
         data = f.read()
     frames, truncated = journal_frames(data)
@@ -485,6 +514,7 @@ def decode_journal(path):
     records = []
     for i, fr in enumerate(frames):
         entry = pb_fields(fr)
+        crc = entry.pop(15, None)
         if set(entry) - {1, 2} or sum(len(v) for v in entry.values()) != 1:
             raise ValueError("frame %d is not an Entry with exactly one body: fields %s" % (i, sorted(entry)))
         if 1 in entry:
@@ -494,10 +524,12 @@ def decode_journal(path):
             listeners = [_named(pb_fields(b), LISTENER_FIELDS) for b in hf.pop(7, [])]
             header = _named(hf, HEADER_FIELDS)
             header["listeners"] = listeners
+        elif i == 0:
+            raise ValueError("first frame is a record, not a header")
         else:
-            if i == 0:
-                raise ValueError("first frame is a record, not a header")
             records.append(_named(pb_fields(entry[2][0]), RECORD_FIELDS))
+        if header.get("entry_crc32c") and (crc is None or not entry_checksum_ok(fr)):
+            raise ValueError("frame %d fails its checksum" % i)
     return header, records, truncated
 
 

@@ -94,13 +94,18 @@ except OSError:  # pragma: no cover
     _libc = None
 
 
-def _child_setup(nofile=None):
+def _child_setup(nofile=None, fsize=None):
     # Runs in the child between fork and exec: kill the child if this test
     # process dies, even by SIGKILL (e.g. a ctest timeout).
     if _libc is not None:
         _libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
     if nofile is not None:
         resource.setrlimit(resource.RLIMIT_NOFILE, nofile)
+    if fsize is not None:
+        # A write past fsize bytes then fails with EFBIG instead of killing the
+        # process with SIGXFSZ (an ignored signal stays ignored across exec).
+        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+        resource.setrlimit(resource.RLIMIT_FSIZE, (fsize, fsize))
 
 
 _live_procs = []          # subprocess.Popen objects we started (own process group each)
@@ -165,14 +170,16 @@ for _sig in (signal.SIGTERM, signal.SIGHUP):
         pass
 
 
-def spawn(argv, log_path=None, env=None, cwd=None, stdin=subprocess.DEVNULL, nofile=None):
+def spawn(argv, log_path=None, env=None, cwd=None, stdin=subprocess.DEVNULL, nofile=None,
+          fsize=None):
     """Start argv in a new process group, output to log_path (or discarded).
-    nofile=(soft, hard) sets the child's RLIMIT_NOFILE."""
+    nofile=(soft, hard) sets the child's RLIMIT_NOFILE; fsize, in bytes, its
+    RLIMIT_FSIZE (the largest file it may write)."""
     out = open(log_path, "ab") if log_path else subprocess.DEVNULL
     try:
         p = subprocess.Popen(argv, stdin=stdin, stdout=out, stderr=subprocess.STDOUT,
                              env=env, cwd=cwd, start_new_session=True,
-                             preexec_fn=lambda: _child_setup(nofile))
+                             preexec_fn=lambda: _child_setup(nofile, fsize))
     finally:
         if log_path:
             out.close()
@@ -1372,8 +1379,10 @@ def listener_names(conf_text):
     return re.findall(r"^\s*listen\s+([A-Za-z0-9_.\-]+)\s*\{", conf_text, re.M)
 
 
-def start_twice(config_text, tmp, wait=True, timeout=60, args=None, nofile=None):
-    """Write config_text to a file in tmp and run `twice run -c FILE`.
+def start_twice(config_text, tmp, wait=True, timeout=60, args=None, nofile=None, file_args=None,
+                fsize=None):
+    """Write config_text to a file in tmp and run `twice run -c FILE`
+    (file_args(FILE) gives other arguments that name it, e.g. ["run", FILE]).
 
     With wait=True, returns once every listener in the file has logged
     msg=listening."""
@@ -1385,8 +1394,8 @@ def start_twice(config_text, tmp, wait=True, timeout=60, args=None, nofile=None)
     log_path = os.path.join(tmp, "twice-%d.log" % n)
     with open(conf_path, "w") as f:
         f.write(config_text)
-    argv = [TWICE_BIN, "run", "-c", conf_path] + list(args or [])
-    p = spawn(argv, log_path=log_path, cwd=tmp, nofile=nofile)
+    argv = [TWICE_BIN] + (file_args or (lambda p: ["run", "-c", p]))(conf_path) + list(args or [])
+    p = spawn(argv, log_path=log_path, cwd=tmp, nofile=nofile, fsize=fsize)
     t = Twice(p, conf_path, log_path, config_text)
     at_exit(t.kill)
     if wait:

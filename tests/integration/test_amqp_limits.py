@@ -4,6 +4,11 @@
   direction twice stops reading from the broker until some are released, so
   a long `delay` on a consumer with unlimited prefetch costs bounded memory
   and loses nothing: every message still arrives, intact and in order.
+- Acks twice holds when `shutdown-grace` runs out (a `delay` on acks, a late
+  copy's `redeliver after D`) are dropped with their connection, and said so:
+  one line per channel naming the delivery tags and the rules that held them,
+  as a Redis listener names the commands it had scheduled; RabbitMQ puts the
+  messages back in their queue, so nothing is lost.
 """
 
 import hashlib
@@ -20,6 +25,15 @@ import pika  # noqa: E402
 
 N_MESSAGES = 200
 BODY = 1024 * 1024  # 200 MiB in all: three times what twice may hold
+
+
+def close_quietly(conn):
+    """Closes a pika connection whose peer may be gone already."""
+    try:
+        if conn.is_open:
+            conn.close()
+    except pika.exceptions.AMQPError:
+        pass
 
 
 class HeldMemoryTest(h.TestCase):
@@ -69,6 +83,46 @@ class HeldMemoryTest(h.TestCase):
         # 64 MiB held at most, plus the frames in flight and the allocator.
         h.log("twice peak RSS %d KiB while holding delayed deliveries" % peak)
         self.assertLess(peak, h.rss_limit(160 * 1024), "twice RSS while holding delayed deliveries")
+
+    def test_held_acks_dropped_at_shutdown_are_logged(self):
+        port = h.free_port()
+        listen = h.listen_block("rabbit", port, self.rabbit.port).replace(
+            "protocol tcp", "protocol amqp")
+        conf = fk.conf_text([listen], [
+            fk.rule_block("hold-ack", "rabbit", "when ack queue=sd-hold", "do delay 10m"),
+            fk.rule_block("late-ack", "rabbit", "when ack queue=sd-late", "do redeliver after 10m"),
+        ], grace="1s", log_level="info")
+        t = self.twice(conf)
+        direct = pika.BlockingConnection(pika.ConnectionParameters("127.0.0.1", self.rabbit.port))
+        self.addCleanup(direct.close)
+        dch = direct.channel()
+        for q, n in (("sd-hold", 3), ("sd-late", 1)):
+            dch.queue_declare(q)
+            dch.queue_purge(q)
+            for i in range(n):
+                dch.basic_publish("", q, b"x", pika.BasicProperties(message_id="%s-%d" % (q, i)))
+        con = pika.BlockingConnection(pika.ConnectionParameters("127.0.0.1", port, heartbeat=0))
+        self.addCleanup(close_quietly, con)
+        for q, n in (("sd-hold", 3), ("sd-late", 1)):
+            ch = con.channel()
+            for _ in range(n):
+                m = h.wait_until(lambda: ch.basic_get(q, auto_ack=False)[0], 60,
+                                 what="a message of %s" % q)
+                ch.basic_ack(m.delivery_tag)
+            con.process_data_events(time_limit=0)
+        t.wait_for_records("fault", rule="hold-ack", count=3)
+        t.wait_for_records("fault", rule="late-ack", count=1)
+        # The consumer stays connected: the grace runs out with the acks held.
+        t.stop()
+        lines = t.log_records("shutdown drops commands twice had scheduled")
+        got = sorted((r["channel"], r["commands"], r["delivery_tags"], r["rules"]) for r in lines)
+        self.assertEqual(got, [("1", "3", "1,2,3", "hold-ack"), ("2", "1", "1", "late-ack")], lines)
+        self.assertEqual({r["listener"] for r in lines}, {"rabbit"})
+        self.assertEqual({r["level"] for r in lines}, {"warn"})
+        # Nothing lost: the connection's close gave the messages back to their queues.
+        for q, n in (("sd-hold", 3), ("sd-late", 1)):
+            h.wait_until(lambda: dch.queue_declare(q, passive=True).method.message_count == n, 60,
+                         what="%d messages back in %s" % (n, q))
 
 
 if __name__ == "__main__":

@@ -6,10 +6,14 @@ pika against a real node:
   messages come back redelivered (to whichever consumer asks), no earlier
   than the timeout; the held acks never reach RabbitMQ (no 406, every
   channel stays open); every message is acked in the end and nothing stays
-  unacked at the broker; the requeues are journaled as faults of the rule
-  that held the ack;
+  unacked at the broker; each held ack is one fault of its rule, and its
+  requeue an `expired` record naming the rule (a consequence, not a second
+  fault): `twice report` counts one fault per decision;
+- `drop` on every other ack under the same timeout: the lost acks' messages
+  come back the same way, one fault and one `expired` record each;
 - a worker slower than the timeout: its message goes to another consumer,
-  and the slow worker's late ack is swallowed;
+  and the slow worker's late ack is swallowed; the requeue is journaled as
+  `expired` with no rule, and no fault;
 - `consumer-timeout 2s`: RabbitMQ's own consumer timeout, realised as the
   broker does it: the channel closes with 406 and RabbitMQ's text, every
   delivery unacked on it comes back, another channel of the same connection
@@ -24,6 +28,7 @@ pika against a real node:
   nothing left at the broker, each copy journaled as a fault of its rule.
 """
 
+import json
 import os
 import sys
 import time
@@ -31,6 +36,7 @@ import unittest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import harness as h  # noqa: E402
+import faultkit as fk  # noqa: E402
 import respkit as rk  # noqa: E402
 
 import pika  # noqa: E402
@@ -47,6 +53,24 @@ def conn(port):
     return pika.BlockingConnection(pika.ConnectionParameters(
         host="127.0.0.1", port=port, connection_attempts=1, socket_timeout=15,
         stack_timeout=30, heartbeat=0))
+
+
+EXPIRED = 12  # journal.proto's Record.Kind
+
+
+def journal_expired(path):
+    """The journal's EXPIRED records (requeues by a listener's timeout)."""
+    try:
+        _, recs, _ = fk.decode_journal(path)
+    except (OSError, ValueError, EOFError):
+        return []
+    return [r for r in recs if r.get("kind") == EXPIRED]
+
+
+def report_json(path):
+    r = h.run_twice(["report", path, "--json"])
+    assert r.returncode == 0, r.stderr
+    return json.loads(r.stdout.decode())
 
 
 def get_one(ch, queue, timeout=WAIT):
@@ -82,6 +106,11 @@ rule late-lost on vt {
   when ack queue=vt-late
   do drop
 }
+rule lost-ack on vt {
+  when ack queue=vt-drop
+  every 2
+  do drop
+}
 rule late-ack on late {
   when ack queue=late-ack
   do redeliver after 3s
@@ -99,7 +128,8 @@ rule late-dup on late {
                      log_level="info") + rules, cls.tmp)
         c = conn(cls.rabbit.port)
         ch = c.channel()
-        for q in ("vt-held", "vt-slow", "vt-late", "ct-q", "ct-other", "late-ack", "late-dup"):
+        for q in ("vt-held", "vt-drop", "vt-slow", "vt-late", "ct-q", "ct-other", "late-ack",
+                  "late-dup"):
             ch.queue_declare(q, durable=False)
         c.close()
 
@@ -145,12 +175,10 @@ rule late-dup on late {
             chb.basic_ack(m.delivery_tag)
         for mid, at in again.items():
             self.assertGreaterEqual(at - first[mid], 2.8, "%s back too early" % mid)
-        # each held message: the hold, and its requeue, are faults of the rule
-        faults = rk.wait_journal_faults(self.journal, "slow-ack", 2 * len(again), timeout=WAIT)
-        self.assertEqual(sorted(r.get("message_id") for r in faults), sorted(list(again) * 2))
         # the held acks never reach RabbitMQ: no 406 once they are due
-        h.wait_until(lambda: self.tw.log_text().count("timeout=visibility-timeout") >= len(again),
-                     WAIT, what="the requeues logged")
+        h.wait_until(lambda: self.tw.log_text().count("rule=slow-ack timeout=visibility-timeout")
+                     >= len(again), WAIT, what="the requeues logged")
+        self.assert_one_fault_each("slow-ack", "delay", again)
         a.process_data_events(time_limit=max(0.5, max(first.values()) + 5.5 - time.monotonic()))
         self.assertTrue(cha.is_open and chb.is_open)
         self.assertIsNone(cha.basic_get("vt-held")[0])
@@ -190,6 +218,48 @@ rule late-dup on late {
         self.assertIn("for a copy 6s after the delivery, 'do expire 6s' on these deliveries "
                       "with 'do drop' on their acks", errs[0])
 
+    def assert_one_fault_each(self, rule, action, again):
+        """One fault of `rule` per held or dropped ack, and one `expired` record naming it per
+        requeue its visibility timeout made: `twice report` counts the decisions only."""
+        ids = sorted(again)
+        h.wait_until(lambda: len([r for r in journal_expired(self.journal)
+                                  if r.get("rule") == rule]) >= len(ids), WAIT,
+                     what="the journal's expired records of %s" % rule)
+        faults = rk.journal_faults(self.journal, rule)
+        self.assertEqual(sorted(r.get("message_id") for r in faults), ids)
+        expired = [r for r in journal_expired(self.journal) if r.get("rule") == rule]
+        self.assertEqual(sorted(r.get("message_id") for r in expired), ids)
+        rep = report_json(self.journal)
+        row = [r for r in rep["faults"] if r["rule"] == rule]
+        self.assertEqual([(r["faults"], r["action"]) for r in row], [(len(ids), action)], rep)
+        self.assertIn({"rule": rule, "expired": len(ids)}, rep["expired"])
+
+    def test_dropped_acks_come_back_once_faulted(self):
+        ids = ["drop-%d" % i for i in range(6)]
+        self.publish("vt-drop", ids)
+        a, b = conn(self.ports["vt"]), conn(self.ports["vt"])
+        cha, chb = a.channel(), b.channel()
+        first = {}
+        for _ in ids:
+            m, props, _ = get_one(cha, "vt-drop")
+            first[props.message_id] = time.monotonic()
+            cha.basic_ack(m.delivery_tag)
+        again = {}
+        while len(again) < len(ids) // 2:  # every other ack was lost: back after 3 s
+            m, props, _ = get_one(chb, "vt-drop")
+            self.assertTrue(m.redelivered, props.message_id)
+            self.assertNotIn(props.message_id, again)
+            again[props.message_id] = time.monotonic()
+            chb.basic_ack(m.delivery_tag)
+        for mid, at in again.items():
+            self.assertGreaterEqual(at - first[mid], 2.8, "%s back too early" % mid)
+        self.assert_one_fault_each("lost-ack", "drop", again)
+        self.assertIsNone(cha.basic_get("vt-drop")[0])
+        self.assertTrue(cha.is_open and chb.is_open)
+        a.close()
+        b.close()
+        self.assertEqual(self.ready("vt-drop"), 0)
+
     def test_slow_worker_loses_its_message(self):
         self.publish("vt-slow", ["slow-1"])
         a, b = conn(self.ports["vt"]), conn(self.ports["vt"])
@@ -202,6 +272,14 @@ rule late-dup on late {
         self.assertEqual(props.message_id, "slow-1")
         cha.basic_ack(m.delivery_tag)  # late: swallowed
         chb.basic_ack(m2.delivery_tag)
+        # journaled as a requeue by the listener's timeout, of no rule: no fault
+        h.wait_until(lambda: [r for r in journal_expired(self.journal)
+                              if r.get("message_id") == "slow-1"], WAIT,
+                     what="slow-1's expired record")
+        self.assertEqual([r.get("rule", "") for r in journal_expired(self.journal)
+                          if r.get("message_id") == "slow-1"], [""])
+        self.assertEqual([r for r in rk.journal_faults(self.journal)
+                          if r.get("message_id") == "slow-1"], [])
         self.assertIsNone(cha.basic_get("vt-slow")[0])  # a round trip: A's channel is open
         self.assertTrue(cha.is_open and chb.is_open)
         a.close()

@@ -1,6 +1,8 @@
 #!/usr/bin/python3
 """BullMQ through `profile bullmq`: real Redis, real BullMQ workers (tests/e2e/bullmq, BullMQ and
-ioredis from tests/node), and each fault as a BullMQ user would see it.
+ioredis from tests/node), and each fault as a BullMQ user would see it.  Here with BullMQ 5
+(npm package `bullmq`); test_bullmq6.py runs every test again with BullMQ 6.  Each driver run
+checks that Redis saw the version it meant (the `version` of the queue's meta hash).
 
 Per test, one twice (listener `jobs`, protocol resp, profile bullmq, a journal) in front of the
 real Redis, and one run of the example app through it: it adds JOBS `charge` (one effect per
@@ -72,6 +74,12 @@ def fault_ids(recs, rule):
 
 class BullMQ(dk.FrameworkCase):
     tmp_prefix = "twice-it-bullmq-"
+    package = "bullmq"      # the BullMQ package of tests/node
+    major = 5               # ... and its major version
+
+    def assert_version(self, summary):
+        """The driver's run used this class's BullMQ: Redis has the queue's version."""
+        self.assertRegex(summary.get("bullmq") or "", r"^bullmq:%d\." % self.major, summary)
 
     def start_twice(self, *rules):
         port = h.free_port()
@@ -85,7 +93,8 @@ class BullMQ(dk.FrameworkCase):
     def run_app(self, port, lock=True, work=False, extra_runs=0, concurrency=2):
         """One driver run, the workers' locks short (lock), each job working WORK_MS (work);
         returns (Run, spans [(id, name, start, end, worker)], worker log text)."""
-        args = ["--inspect", "127.0.0.1:%d" % self.redis.port, "--concurrency", str(concurrency)]
+        args = ["--inspect", "127.0.0.1:%d" % self.redis.port, "--concurrency", str(concurrency),
+                "--bullmq", self.package]
         if lock:
             args += ["--lock-ms", str(LOCK_MS), "--stalled-ms", str(STALLED_MS)]
         if work:
@@ -96,6 +105,7 @@ class BullMQ(dk.FrameworkCase):
                                     workers=2, timeout=DRIVER_TIMEOUT, args=args,
                                     env=dict(os.environ, HOME=self.tmp))
         self.assertEqual(rc, 0, "bullmq driver failed: %s" % summary["reason"])
+        self.assert_version(summary)
         enqueued, runs, effects = ([tuple(l.split()) for l in read_lines(files[n])]
                                    for n in ("enqueued", "runs", "effects"))
         run = Run(summary, enqueued, runs, [e for (e,) in effects])
@@ -265,8 +275,9 @@ class BullMQ(dk.FrameworkCase):
         summary, files, rc = dk.run(self, "bullmq", port, redis_port=self.redis.port, jobs=JOBS,
                                     workers=2, timeout=DRIVER_TIMEOUT,
                                     args=["--inspect", "127.0.0.1:%d" % self.redis.port,
-                                          "--lost-grace", "2"],
+                                          "--lost-grace", "2", "--bullmq", self.package],
                                     env=dict(os.environ, HOME=self.tmp))
+        self.assert_version(summary)
         enqueued = [tuple(l.split()) for l in read_lines(files["enqueued"])]
         runs = collections.Counter(l.split()[0] for l in read_lines(files["runs"]))
         dropped = [m for m, _ in enqueued if m.startswith("twice-dropped-")]
@@ -280,7 +291,8 @@ class BullMQ(dk.FrameworkCase):
     # -- transparency ---------------------------------------------------------------------------
 
     def features(self, port):
-        env = dict(os.environ, HOME=self.tmp, TWICE_BROKER="127.0.0.1:%d" % port)
+        env = dict(os.environ, HOME=self.tmp, TWICE_BROKER="127.0.0.1:%d" % port,
+                   TWICE_BULLMQ=self.package)
         r = subprocess.run([NODE, os.path.join(E2E, "features.js")], env=env, cwd=E2E,
                            stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
                            stderr=subprocess.PIPE, timeout=120)
@@ -293,6 +305,7 @@ class BullMQ(dk.FrameworkCase):
         tw, port = self.start_twice()
         through = self.features(port)
         self.assertEqual(through, direct)
+        self.assertRegex(direct["bullmq"], r"^%d\." % self.major, "the BullMQ that ran")
         self.assertEqual(direct["retried"]["state"], "completed", direct)
         self.assertEqual(tw.log_records(level="error") + tw.log_records(level="warn"), [])
         recs = self.records(tw)
@@ -329,6 +342,7 @@ class BullMQ(dk.FrameworkCase):
                                    "rule r on jobs {\n  when lease\n  do drop\n}\n", self.tmp)
         self.assertNotEqual(rc, 0)
         self.assertIn("lease", "\n".join(errs))
+
 
 if __name__ == "__main__":
     unittest.main()

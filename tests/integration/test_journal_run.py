@@ -11,7 +11,8 @@ connection, refusal of the first two connections, none).  Then:
   connections by close reason equal to the `session closed` log lines;
 - `twice report --json` parses and agrees;
 - the journal, decoded independently here (varint framing + protobuf wire
-  format by hand), has 1 header + N records and the same facts;
+  format by hand, each entry's CRC-32C checked), has 1 header + N
+  records and the same facts;
 - a journal cut mid-record is reported as truncated, not as an error;
 - `twice verdict --journal J --effects E` with an empty effects file exits 0.
 """
@@ -227,6 +228,9 @@ class JournalRun(unittest.TestCase):
         self.assertEqual(len(frames), 1 + len(recs))
         self.assertEqual(len(recs), 2 * self.n_conn + len(self.faults) + 1)
         self.assertEqual(header["version"], 1)
+        # every entry ends with its checksum (decode_journal checked each)
+        self.assertEqual(header.get("entry_crc32c"), 1)
+        self.assertTrue(all(fk.entry_checksum_ok(fr) for fr in frames))
         # the listeners of the configuration, as the verdict reads them
         self.assertEqual([(l["name"], l["protocol"]) for l in header["listeners"]],
                          [(n, "tcp") for n in self.ports])
@@ -313,6 +317,25 @@ class JournalRun(unittest.TestCase):
         rc, out, err = self.run_twice("verdict", "--journal", self.journal)
         self.assertEqual(rc, 2)
         self.assertIn("--effects", err)
+
+    def test_journal_first_or_by_flag(self):
+        """report and verdict take the journal as their first argument or by --journal: the
+        same output either way."""
+        effects = os.path.join(self.tmp, "effects-forms.txt")
+        open(effects, "w").close()
+        for cmd, more in (("report", ["--json"]), ("verdict", ["--effects", effects, "--json"])):
+            outs = []
+            for form in ([self.journal], ["--journal", self.journal],
+                         ["--journal=%s" % self.journal]):
+                rc, out, err = self.run_twice(cmd, *(form + more))
+                self.assertEqual((rc, err), (0, ""), (cmd, form, out))
+                outs.append(out)
+            self.assertEqual(outs[1:], outs[:1] * 2, cmd)
+            self.assertEqual(json.loads(outs[0])["seed"], str(SEED))
+        rc, out, err = self.run_twice("verdict", self.journal, "other.pb", "--effects", effects)
+        self.assertEqual(rc, 2, (out, err))
+        self.assertIn("twice verdict: more than one journal given: '%s' and 'other.pb'"
+                      % self.journal, err)
 
 
 if __name__ == "__main__":

@@ -394,7 +394,7 @@ class RespFrameworks(h.TestCase):
         self.assertEqual(summary[0], b"0", summary)
         self.assert_journal(tw, journal, "lost-xack", doubled)
 
-    # -- BullMQ (no profile yet) ------------------------------------------------------------
+    # -- BullMQ without its profile (test_bullmq.py has profile bullmq) -------------------
 
     def test_bullmq_without_a_profile_each_job_once(self):
         """BullMQ's workers (Lua scripts through ioredis: EVAL, then EVALSHA; BZPOPMIN on a

@@ -1001,13 +1001,16 @@ class AuthSelect(h.TestCase):
 class ProfileWithoutJournal(h.TestCase):
     """A profiled listener with neither a journal nor a job rule does not decode job JSON
     (it only relays), yet still counts what its profile recognises: /stats shows the
-    publishes and deliveries a user would check to see that the profile sees the jobs."""
+    publishes and deliveries a user would check to see that the profile sees the jobs, and
+    /metrics the listener they came through."""
 
     def test_jobs_counted_without_journal(self):
         rd = h.start_redis(self.tmp)
         self.addCleanup(rd.stop)
         port, admin = h.free_port(), h.free_port()
-        self.twice(fk.conf_text([rk.resp_listen_block("sk", port, rd.port, profile="sidekiq")],
+        self.twice(fk.conf_text([rk.resp_listen_block("sk", port, rd.port, profile="sidekiq"),
+                                 rk.resp_listen_block("idle", h.free_port(), rd.port,
+                                                      profile="sidekiq")],
                                 admin_port=admin, token=fk.TOKEN, log_level="info"))
         api = fk.Admin(admin, fk.TOKEN)
         h.wait_until(lambda: h.port_open(admin), 60, what="admin API")
@@ -1032,6 +1035,12 @@ class ProfileWithoutJournal(h.TestCase):
         ev = api.json("/stats")["events"]
         self.assertEqual(ev.get("publish"), 3, ev)
         self.assertEqual(ev.get("deliver"), 2, ev)
+        # /metrics says whose they are
+        _, samples = fk.parse_prometheus(api.get("/metrics")[2])
+        for listener, want in (("sk", (3, 2)), ("idle", (0, 0))):
+            self.assertEqual(tuple(fk.prom_value(samples, "twice_events_total", listener=listener,
+                                                 kind=kind) for kind in ("publish", "deliver")),
+                             want, listener)
 
 
 class PublishFaults(h.TestCase):

@@ -8,6 +8,7 @@ Each test starts its own twice (and its own upstream servers) on free
 ports; see harness.py."""
 
 import hashlib
+import json
 import os
 import re
 import resource
@@ -476,7 +477,8 @@ class OwnSocketsTest(h.TestCase):
         st, _, text = api.post("/reload")
         want = "%s:%d:8: listener 'b' cannot listen on 127.0.0.1:%d: Address already in use" % (
             tw.conf_path, self._line_of(new, "bind 127.0.0.1:%d" % taken), taken)
-        self.assertEqual((st, text), (400, want + "\n"))
+        self.assertEqual((st, json.loads(text)),
+                         (400, {"error": "reload failed: nothing changed", "diagnostics": [want]}))
         self.assertEqual(tw.wait_for_records("reload failed", error=want)[0]["error"], want)
         with h.connect(p_a) as s:
             self.assertEqual(echo_roundtrip(s, b"a\n"), b"a\n")
@@ -501,7 +503,8 @@ class OwnSocketsTest(h.TestCase):
         self.assertEqual(st, 400, text)
         self.assertIn("%s:%d:12: error: listener 'a' would connect to itself: upstream "
                       "127.0.0.1:%d reaches its own bind 127.0.0.1:%d at %d:8"
-                      % (tw.conf_path, line, port, port, line - 1), text)
+                      % (tw.conf_path, line, port, port, line - 1),
+                      json.loads(text)["diagnostics"][0])
         mark = tw.log_mark()
         tw.signal(signal.SIGHUP)
         tw.wait_for_log(r'msg="reload failed"', start=mark)
@@ -1193,6 +1196,99 @@ class CliTest(h.TestCase):
         # The listener and its line, as `twice check` would say it: the port is another's.
         self.assertIn('error="%s:6:8: listener \'busy\' cannot listen on 127.0.0.1:%d: Address '
                       'already in use"' % (conf, port), r.stderr.decode(errors="replace"))
+
+    def test_file_first_or_by_flag(self):
+        """run and check take their file as their first argument or by -c / --config, the
+        same file either way; a second, different file or none is a usage error (exit 2)
+        that says so and shows the command's usage."""
+        echo = h.EchoServer(name="echo-cli")
+        self.addCleanup(echo.close)
+        port = h.free_port()
+        path = os.path.join(self.tmp, "cli.conf")
+        with open(path, "w") as f:
+            f.write(h.config(h.listen_block("cli", port, echo.port)))
+        forms = [[path], ["-c", path], ["--config", path], ["--config=%s" % path],
+                 [path, "-c", path]]
+        outs = set()
+        for form in forms:
+            r = h.run_twice(["check"] + form)
+            self.assertEqual((r.returncode, r.stderr), (0, b""), (form, r))
+            outs.add(r.stdout)
+        self.assertEqual(len(outs), 1, "check printed different summaries: %r" % outs)
+        self.assertTrue(outs.pop().startswith(("%s: OK: 1 listener" % path).encode()))
+
+        other = os.path.join(self.tmp, "other.conf")
+        for argv, want in (
+                (["check", path, other],
+                 "twice check: more than one configuration file given: '%s' and '%s'\n"
+                 % (path, other)),
+                (["run", "-c", other, path],
+                 "twice run: more than one configuration file given: '%s' and '%s'\n"
+                 % (other, path)),
+                (["check"], "twice check: no configuration file given\n"),
+                (["run", "-c"], "twice run: -c needs a value\n"),
+                (["check", path, "--verbose"], "twice check: unknown argument '--verbose'\n")):
+            r = h.run_twice(argv, timeout=20)
+            err = r.stderr.decode()
+            self.assertEqual(r.returncode, 2, (argv, r))
+            self.assertTrue(err.startswith(want), (argv, err))
+            self.assertIn("usage: twice %s CONFIG\n" % argv[0], err)
+            self.assertFalse(h.port_open(port), "%r listened" % argv)
+
+        # run, the file first and by --config=: each serves its listener
+        for file_args in (lambda p: ["run", p], lambda p: ["run", "--config=%s" % p]):
+            tw = self.twice(h.config(h.listen_block("cli", port, echo.port)), file_args=file_args)
+            with h.connect(port) as s:
+                self.assertEqual(echo_roundtrip(s, b"cli\n"), b"cli\n")
+            tw.stop()
+
+    def test_help(self):
+        """`twice help` names every command with its file first; `twice help CMD` and
+        `twice CMD --help` print that command's usage, whose first line is the same form."""
+        r = h.run_twice(["help"])
+        self.assertEqual(r.returncode, 0, r)
+        text = r.stdout.decode()
+        forms = {"run": "CONFIG", "check": "CONFIG", "report": "JOURNAL", "verdict": "JOURNAL"}
+        for cmd, file in forms.items():
+            self.assertRegex(text, r"(?m)^(usage: |       )twice %s %s\b" % (cmd, file))
+            r = h.run_twice(["help", cmd])
+            self.assertEqual((r.returncode, r.stderr), (0, b""), (cmd, r))
+            self.assertTrue(r.stdout.decode().startswith("usage: twice %s %s" % (cmd, file)),
+                            (cmd, r.stdout))
+            self.assertEqual(h.run_twice([cmd, "--help"]).stdout, r.stdout, cmd)
+        self.assertEqual(h.run_twice(["--help"]).stdout.decode(), text)
+        r = h.run_twice(["help", "nope"])
+        self.assertEqual(r.returncode, 2, r)
+        self.assertTrue(r.stderr.decode().startswith("twice help: unknown command 'nope'\n"), r)
+
+    def test_admin_bind_in_use(self):
+        """An admin address another process holds: twice run exits naming `admin`'s line and
+        the reason, as it does for a listener; a reload that would move the API there says
+        the same and keeps the API where it was."""
+        blocker = socket.socket()
+        self.addCleanup(blocker.close)
+        taken = h.free_port()
+        blocker.bind(("127.0.0.1", taken))
+        blocker.listen(1)
+        conf = os.path.join(self.tmp, "admin-busy.conf")
+        listen = h.listen_block("l", h.free_port(), 6379)
+        with open(conf, "w") as f:
+            f.write("admin 127.0.0.1:%d\n" % taken + listen)
+        r = h.run_twice(["run", conf], timeout=15)
+        self.assertNotEqual(r.returncode, 0)
+        self.assertIn('error="%s:1:7: admin API cannot listen on 127.0.0.1:%d: Address already in '
+                      'use"' % (conf, taken), r.stderr.decode(errors="replace"))
+
+        port = h.free_port()
+        tw = self.twice("admin 127.0.0.1:%d\n" % port + listen)
+        tw.wait_for_log(r"msg=\"admin listening\"")
+        tw.write_config("admin 127.0.0.1:%d\n" % taken + listen)
+        tw.signal(signal.SIGHUP)
+        rec = tw.wait_for_records("admin API not moved")[0]
+        self.assertEqual(rec["error"], "%s:1:7: admin API cannot listen on 127.0.0.1:%d: Address "
+                         "already in use" % (tw.conf_path, taken))
+        self.assertEqual(fk.Admin(port).get("/healthz")[:3:2], (200, "ok\n"))
+        tw.stop()
 
     def test_check_missing_file(self):
         path = os.path.join(self.tmp, "nope.conf")

@@ -13,6 +13,7 @@ the real broker, and the framework's example app runs through it:
   streams       rules/examples/streams.conf          Redis     charge / charge_safe
   lists         rules/examples/list.conf             Redis     App\\Jobs\\Charge / App\\Jobs\\ChargeSafe
   bullmq        rules/examples/bullmq.conf           Redis     charge / charge_safe
+                                                               (BullMQ 5 and BullMQ 6)
 
 The driver enqueues JOBS jobs of each handler (`charge`: one effect per
 execution; `charge_safe`: SET NX on the real Redis first), runs real workers
@@ -301,11 +302,21 @@ class VerdictE2E(dk.FrameworkCase):
         self.assert_every_job_ran(c)
 
     def test_bullmq(self):
+        self.bullmq("bullmq", 5)
+
+    def test_bullmq6(self):
+        self.bullmq("bullmq6", 6)
+
+    def bullmq(self, package, major):
+        """The BullMQ app with the npm package `package` of tests/node, BullMQ `major`.x."""
         # Short locks, as the example file suggests for staging: a lapsed lock is found within
         # seconds, not BullMQ's default 30 s + 2 x 30 s.
         v, c = self.run_framework("bullmq", self.redis.port,
                                   ["--inspect", "127.0.0.1:%d" % self.redis.port,
-                                   "--lock-ms", "2000", "--stalled-ms", "1000"])
+                                   "--lock-ms", "2000", "--stalled-ms", "1000",
+                                   "--bullmq", package])
+        self.assertRegex(self.summary.get("bullmq") or "", r"^bullmq:%d\." % major,
+                         "the BullMQ version Redis saw")
         self.assert_every_job_ran(c)
         # A job two of the file's rules faulted stalls twice: past BullMQ's maxStalledCount (1)
         # it fails ("job stalled more than allowable limit"), though it ran.  The verdict counts

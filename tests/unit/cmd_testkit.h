@@ -49,7 +49,7 @@ static int teardown(void **state)
     return 0;
 }
 
-static void write_file(const char *path, const char *text)
+static inline void write_file(const char *path, const char *text)
 {
     FILE *fp = fopen(path, "w");
     assert_non_null(fp);
@@ -80,7 +80,7 @@ static void assert_contains(const char *haystack, const char *needle)
 }
 
 /* The verdict's row of task, which must be there. */
-static const struct verdict_task *row(const struct verdict_result *res, const char *task)
+static inline const struct verdict_task *row(const struct verdict_result *res, const char *task)
 {
     for (size_t i = 0; i < res->n_tasks; i++) {
         if (strcmp(res->tasks[i].task, task) == 0)

@@ -1389,6 +1389,74 @@ static void test_twice_settle_dropped_and_held(void **state)
     assert_null(amqp_ledger_info(d->l, 2));
 }
 
+/* What a drain and a shutdown read of a channel: the deliveries its consumer still works on, the
+ * settlements twice holds or dropped (each by its tag and info, in order), the publishes awaiting
+ * a confirm. */
+struct kept_seen {
+    uint64_t tags[8];
+    bool held[8];
+    size_t n;
+};
+
+static void note_kept(void *arg, uint64_t tag, void *info, bool held)
+{
+    struct kept_seen *k = arg;
+    assert_int_equal(info_tag(info), tag);
+    assert_true(k->n < 8);
+    k->tags[k->n] = tag;
+    k->held[k->n++] = held;
+}
+
+static void test_counts_and_kept(void **state)
+{
+    struct dt *d = *state;
+    dt_deliver(d, 1, 6);
+    dt_begin(d, AMQP_SETTLE_ACK, 2, false, false);
+    d->plan.tags[0].verdict = AMQP_V_HOLD;
+    assert_int_equal(dt_commit(d), 0);
+    dt_begin(d, AMQP_SETTLE_ACK, 4, false, false);
+    d->plan.tags[0].verdict = AMQP_V_DROP;
+    assert_int_equal(dt_commit(d), 0);
+    dt_begin(d, AMQP_SETTLE_ACK, 5, false, false);
+    d->plan.tags[0].verdict = AMQP_V_HOLD;
+    assert_int_equal(dt_commit(d), 0);
+    assert_int_equal(amqp_ledger_twice_settle(d->l, CHANNEL, 6, true, d->out, sizeof(d->out)),
+                     FRAME_LEN);
+    dt_begin(d, AMQP_SETTLE_ACK, 1, false, false);
+    assert_int_equal(dt_commit(d), 1);
+    struct amqp_ledger_counts c;
+    amqp_ledger_counts(d->l, &c);
+    /* 3 outstanding, 6 settled upstream by twice: the client still has both */
+    assert_int_equal(c.client_unsettled, 2);
+    assert_int_equal(c.held, 2);
+    assert_int_equal(c.dropped, 1);
+    assert_int_equal(c.unconfirmed, 0);
+    struct kept_seen k = {.n = 0};
+    amqp_ledger_each_kept(d->l, note_kept, &k);
+    assert_int_equal(k.n, 3);
+    assert_int_equal(k.tags[0], 2);
+    assert_true(k.held[0]);
+    assert_int_equal(k.tags[1], 4);
+    assert_false(k.held[1]);
+    assert_int_equal(k.tags[2], 5);
+    assert_true(k.held[2]);
+    /* released and settled: nothing kept */
+    assert_int_equal(amqp_ledger_release(d->l, CHANNEL, 2, d->out, sizeof(d->out)), FRAME_LEN);
+    assert_int_equal(amqp_ledger_release(d->l, CHANNEL, 5, d->out, sizeof(d->out)), FRAME_LEN);
+    assert_int_equal(amqp_ledger_twice_settle(d->l, CHANNEL, 4, true, d->out, sizeof(d->out)),
+                     FRAME_LEN);
+    k.n = 0;
+    amqp_ledger_each_kept(d->l, note_kept, &k);
+    assert_int_equal(k.n, 0);
+    amqp_ledger_confirm_mode(d->l);
+    uint64_t seq = 0;
+    assert_int_equal(amqp_ledger_publish(d->l, false, info_new(1, 0), &seq), 0);
+    amqp_ledger_counts(d->l, &c);
+    assert_int_equal(c.held + c.dropped, 0);
+    assert_int_equal(c.client_unsettled, 2);
+    assert_int_equal(c.unconfirmed, 1);
+}
+
 /* basic.reject has no multiple bit; basic.ack no requeue bit. */
 static void test_flags_per_method(void **state)
 {
@@ -1693,6 +1761,7 @@ int main(void)
         DT(test_dropped_ack_split_and_client_error),
         DT(test_held_then_client_error),
         DT(test_twice_settle_dropped_and_held),
+        DT(test_counts_and_kept),
         DT(test_flags_per_method),
         DT(test_unknown_tags),
         DT(test_buffer_too_small),

@@ -594,6 +594,48 @@ static void test_threads(void **state)
     EXPECT("threads many\n" LISTENER, -1, EH(1, 9, "invalid threads 'many'", hint));
 }
 
+/* `journal-flush D` or `every-record` (default: every second); without `journal`, a warning. */
+static void test_journal_flush(void **state)
+{
+    static const struct {
+        const char *text; /* NULL: no `journal-flush` line */
+        uint32_t ms;
+        bool every_record;
+    } ok[] = {{NULL, CONF_DEFAULT_JOURNAL_FLUSH_MS, false},
+              {"every-record", CONF_DEFAULT_JOURNAL_FLUSH_MS, true},
+              {"200ms", 200, false},
+              {"5s", 5000, false}};
+    (void)state;
+    for (size_t i = 0; i < sizeof(ok) / sizeof(ok[0]); i++) {
+        char text[256];
+        snprintf(text, sizeof(text), "journal j.pb\n%s%s%s" LISTENER,
+                 ok[i].text != NULL ? "journal-flush " : "", ok[i].text != NULL ? ok[i].text : "",
+                 ok[i].text != NULL ? "\n" : "");
+        struct conf_diags d;
+        struct conf *c = parse_ok(text, &d);
+        assert_int_equal(d.warnings, 0);
+        assert_int_equal(c->journal_flush_ms, ok[i].ms);
+        assert_int_equal(c->journal_every_record, ok[i].every_record);
+        conf_free(c);
+        conf_diags_free(&d);
+    }
+    const char *hint = "every-record, or a duration such as 200ms";
+    EXPECT("journal j.pb\njournal-flush every-recrd\n" LISTENER, -1,
+           EH(2, 15, "unknown journal-flush 'every-recrd'", "did you mean 'every-record'?"));
+    EXPECT("journal j.pb\njournal-flush always\n" LISTENER, -1,
+           EH(2, 15, "unknown journal-flush 'always'", hint));
+    EXPECT("journal j.pb\njournal-flush 0ms\n" LISTENER, -1,
+           E(2, 15, "duration '0ms' must be greater than 0"));
+    EXPECT("journal j.pb\njournal-flush 10\n" LISTENER, -1,
+           E(2, 15, "duration '10' needs a unit: ms, s, m or h"));
+    EXPECT("journal j.pb\njournal-flush 1s\njournal-flush every-record\n" LISTENER, -1,
+           EH(3, 1, "duplicate 'journal-flush'", "first set at 2:1"));
+    EXPECT("journal-flush every-record\n" LISTENER, 0,
+           W(1, 1, "journal-flush has no effect without journal"));
+    EXPECT("journal j.pb\njournal-flush\n" LISTENER, -1,
+           E(2, 1, "'journal-flush' takes one argument: DURATION or every-record"));
+}
+
 static void test_profile_needs_resp(void **state)
 {
     struct conf_diags d;
@@ -1787,6 +1829,7 @@ int main(void)
         cmocka_unit_test(test_protocol_names_a_broker),
         cmocka_unit_test(test_profile_names_from_the_registry),
         cmocka_unit_test(test_threads),
+        cmocka_unit_test(test_journal_flush),
         cmocka_unit_test(test_profile_needs_resp),
         cmocka_unit_test(test_visibility_timeouts),
         cmocka_unit_test(test_identity_sources),

@@ -11,6 +11,7 @@
 
 #include <cmocka.h>
 
+#include "rules/conf_mem.h"
 #include "rules/engine.h"
 
 static struct rule make_rule(const char *name, enum rule_event ev)
@@ -398,6 +399,105 @@ static void test_inherit_shares_state(void **state)
     ruleset_put(b);
 }
 
+static const char edit_conf[] = "listen jobs {\n"
+                                "  protocol amqp\n"
+                                "  bind 127.0.0.1:5673\n"
+                                "  upstream 127.0.0.1:5672\n"
+                                "}\n"
+                                "rule a on jobs {\n"
+                                "  when deliver queue=pay* header.x-kind!=test\n"
+                                "  do duplicate\n"
+                                "}\n"
+                                "rule b on jobs {\n"
+                                "  when deliver task=billing.charge\n"
+                                "  do error 406\n"
+                                "}\n"
+                                "rule c on jobs {\n"
+                                "  do latency 5ms\n"
+                                "}\n";
+
+/* The names of a rule list, "a,b,c". */
+static void list_names(const struct rule *r, char *buf, size_t len)
+{
+    buf[0] = '\0';
+    for (; r != NULL; r = r->next)
+        snprintf(buf + strlen(buf), len - strlen(buf), "%s%s", buf[0] ? "," : "", r->name);
+}
+
+/* ruleset_edit (PUT and DELETE /rules/NAME): the rule replaced in its place, added last, or
+ * left out; the others copied whole, so that they outlive the configuration they came from;
+ * out of memory at any allocation leaves `with` to the caller and leaks nothing. */
+static void test_edit_replaces_adds_and_removes(void **state)
+{
+    (void)state;
+    struct conf_diags d;
+    struct conf *c = NULL;
+    conf_diags_init(&d);
+    assert_int_equal(conf_parse_string("t.conf", edit_conf, strlen(edit_conf), &c, &d), 0);
+    conf_diags_free(&d);
+    struct ruleset *rs = ruleset_new(c->rules, 1, 0);
+    assert_non_null(rs);
+    struct rule *with = rule_copy(c->rules->next); /* b */
+    assert_non_null(with);
+    with->action.kind = RULE_ACT_DROP;
+    struct rule *list = NULL;
+    size_t n = 0;
+    char names[64];
+
+    assert_int_equal(ruleset_edit(rs, "b", NULL, &list, &n), 0);
+    list_names(list, names, sizeof(names));
+    assert_string_equal(names, "a,c");
+    assert_int_equal(n, 2);
+    struct rule *kept = list;
+    assert_int_equal(ruleset_edit(rs, "b", with, &list, &n), 0);
+    list_names(list, names, sizeof(names));
+    assert_string_equal(names, "a,b,c");
+    assert_ptr_equal(list->next, with);
+    rule_list_free(list);
+    with = rule_copy(c->rules->next);
+    assert_non_null(with);
+    free(with->name);
+    with->name = strdup("z");
+    assert_int_equal(ruleset_edit(rs, "z", with, &list, &n), 0);
+    list_names(list, names, sizeof(names));
+    assert_string_equal(names, "a,b,c,z");
+    assert_int_equal(n, 4);
+    assert_int_equal(list->next->action.kind, RULE_ACT_ERROR);
+    assert_string_equal(list->next->action.error_code, "406");
+    rule_list_free(list);
+
+    /* the copies live on without the configuration */
+    ruleset_put(rs);
+    conf_free(c);
+    assert_int_equal(kept->n_matchers, 2);
+    assert_string_equal(kept->matchers[0].value, "pay*");
+    assert_string_equal(kept->matchers[1].header, "x-kind");
+    assert_string_equal(kept->matchers[1].value, "test");
+    assert_string_equal(kept->next->name, "c");
+
+    rs = ruleset_new(kept, 1, 0);
+    assert_non_null(rs);
+    with = rule_copy(kept);
+    assert_non_null(with);
+    for (long nth = 0;; nth++) {
+        conf_mem_fail_nth(nth);
+        int rc = ruleset_edit(rs, nth % 2 ? "a" : "nosuch", with, &list, &n);
+        bool fired = conf_mem_fault_fired();
+        conf_mem_fail_nth(-1);
+        if (!fired) {
+            assert_int_equal(rc, 0);
+            assert_true(nth > 2);
+            break;
+        }
+        assert_int_equal(rc, -1);
+        assert_null(list);
+        assert_null(with->next);
+    }
+    rule_list_free(list); /* `with` with it */
+    ruleset_put(rs);
+    rule_list_free(kept);
+}
+
 /* Two rules on the acks of one listener: one acts on each ack, the first in file order that
  * fires, and the second does not see that ack (not counted, no fault); it acts on the acks the
  * first leaves.  The same on every protocol: the engine decides it, not the codec. */
@@ -466,6 +566,7 @@ int main(void)
         cmocka_unit_test(test_matchers),
         cmocka_unit_test(test_enable_kill_switch_and_listener),
         cmocka_unit_test(test_inherit_shares_state),
+        cmocka_unit_test(test_edit_replaces_adds_and_removes),
         cmocka_unit_test(test_one_rule_acts_on_an_event),
         cmocka_unit_test(test_glob),
     };

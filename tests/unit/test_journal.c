@@ -198,6 +198,7 @@ static void test_header_round_trips(void **state)
     const Twice__Journal__Header *h = journal_reader_header(r);
     struct journal_header_info want = test_header();
     assert_int_equal(h->version, 1);
+    assert_true(h->entry_crc32c);
     assert_int_equal(h->seed, want.seed);
     assert_int_equal(h->start_unix_ms, want.start_unix_ms);
     assert_int_equal(h->config_sha256.len, 32);
@@ -360,6 +361,66 @@ static size_t file_size(const char *path)
     return (size_t)st.st_size;
 }
 
+static struct journal *open_journal_flush(const char *path, struct journal_flush flush)
+{
+    struct journal_header_info h = test_header();
+    char err[256] = "";
+    struct journal *j = journal_open_with(path, &h, &flush, err, sizeof(err));
+    if (j == NULL)
+        fail_msg("journal_open_with: %s", err);
+    return j;
+}
+
+/* Records in the file at path now, read to its end (it must end on a record boundary). */
+static uint64_t records_on_disk(const char *path)
+{
+    struct journal_reader *r = open_reader(path);
+    const Twice__Journal__Entry *e = NULL;
+    while (journal_reader_next(r, &e) == 1)
+        ;
+    assert_false(journal_reader_truncated(r));
+    assert_null(journal_reader_error(r));
+    uint64_t n = journal_reader_count(r);
+    journal_reader_close(r);
+    return n;
+}
+
+/* every_record: each record is in the file when journal_record() returns (a kill after it
+ * loses nothing), whole. */
+static void test_every_record_is_written_before_it_returns(void **state)
+{
+    struct fixture *f = *state;
+    struct journal *j = open_journal_flush(f->path, (struct journal_flush){.every_record = true});
+    char id[32];
+    for (uint64_t i = 0; i < 50; i++) {
+        struct journal_record rec = full_record(i, id, sizeof(id));
+        journal_record(j, &rec);
+        assert_int_equal(records_on_disk(f->path), i + 1);
+    }
+    assert_int_equal(journal_records(j), 50);
+    assert_int_equal(journal_dropped(j), 0);
+    journal_close(j);
+    assert_int_equal(records_on_disk(f->path), 50);
+}
+
+/* The interval is the one given: with a day, nothing is written before the close (the writer
+ * thread sleeps), and everything at it. */
+static void test_flush_interval_is_the_one_given(void **state)
+{
+    struct fixture *f = *state;
+    struct journal *j =
+        open_journal_flush(f->path, (struct journal_flush){.interval_ms = 86400000});
+    size_t header = file_size(f->path);
+    char id[32];
+    for (uint64_t i = 0; i < 10; i++) {
+        struct journal_record rec = full_record(i, id, sizeof(id));
+        journal_record(j, &rec);
+    }
+    assert_int_equal(file_size(f->path), header);
+    journal_close(j);
+    assert_int_equal(records_on_disk(f->path), 10);
+}
+
 /* Cut at every byte of the last two records: the reader returns the complete
  * records and ends cleanly, reporting the truncation. */
 static void test_truncated_journal_ends_cleanly(void **state)
@@ -491,6 +552,20 @@ static void test_bad_headers(void **state)
     assert_open_fails(f->other, "empty");
     copy_prefix(f->path, f->other, 5);
     assert_open_fails(f->other, "inside its header");
+    /* One byte of the header changed (the config path's last): it fails its checksum, and
+     * nothing after it can be trusted to be this run's. */
+    size_t size = file_size(f->path);
+    copy_prefix(f->path, f->other, size);
+    FILE *hp = fopen(f->other, "r+b");
+    uint8_t *whole = malloc(size);
+    assert_int_equal(fread(whole, 1, size, hp), size);
+    uint8_t *at = memmem(whole, size, "staging.twice", 13);
+    assert_non_null(at);
+    fseek(hp, (long)(at - whole) + 12, SEEK_SET);
+    fputc('X', hp);
+    fclose(hp);
+    free(whole);
+    assert_open_fails(f->other, "fails its checksum");
 
     /* A record where the header should be. */
     Twice__Journal__Record rec = TWICE__JOURNAL__RECORD__INIT;
@@ -556,32 +631,48 @@ static void test_entry_size_limit(void **state)
     size_t cap = JOURNAL_RECORD_MAX + 2 * JOURNAL_VARINT_MAX;
     uint8_t *buf = malloc(cap);
     char *detail = NULL;
-    /* Exactly the limit: encodes and decodes. */
-    Twice__Journal__Entry *e = entry_of_size(JOURNAL_RECORD_MAX, &detail);
+    /* Exactly the limit, with the checksum: encodes and decodes. */
+    Twice__Journal__Entry *e = entry_of_size(JOURNAL_RECORD_MAX - JOURNAL_CRC_LEN, &detail);
     size_t n = 0, used = 0;
     assert_int_equal(journal_encode_entry(e, buf, cap, &n), 0);
     assert_int_equal(n, journal_entry_encoded_size(e));
     assert_int_equal(journal_encode_entry(e, buf, n - 1, &n), JOURNAL_ERR_SPACE);
     Twice__Journal__Entry *out = NULL;
-    assert_int_equal(journal_decode_entry(buf, n, &used, &out), 1);
+    assert_int_equal(journal_decode_entry(buf, n, true, &used, &out), 1);
     assert_int_equal(used, n);
     assert_int_equal(strlen(out->record->detail), strlen(detail));
     twice__journal__entry__free_unpacked(out, NULL);
     free(detail);
     /* One byte more: refused both ways. */
-    e = entry_of_size(JOURNAL_RECORD_MAX + 1, &detail);
+    e = entry_of_size(JOURNAL_RECORD_MAX - JOURNAL_CRC_LEN + 1, &detail);
     assert_int_equal(journal_encode_entry(e, buf, cap, &n), JOURNAL_ERR_TOO_LARGE);
     /* Refused from the prefix alone, before the body arrives. */
     size_t p = journal_put_varint(buf, JOURNAL_RECORD_MAX + 1);
-    assert_int_equal(journal_decode_entry(buf, p, &used, &out), JOURNAL_ERR_TOO_LARGE);
+    assert_int_equal(journal_decode_entry(buf, p, true, &used, &out), JOURNAL_ERR_TOO_LARGE);
     /* Even from the first bytes of a longer prefix. */
     assert_int_equal(journal_put_varint(buf, 0xffffffffffull), 6);
-    assert_int_equal(journal_decode_entry(buf, 4, &used, &out), JOURNAL_ERR_TOO_LARGE);
+    assert_int_equal(journal_decode_entry(buf, 4, false, &used, &out), JOURNAL_ERR_TOO_LARGE);
     free(detail);
     free(buf);
 }
 
-/* A too-large prefix in the middle of a file is a sticky error with its offset. */
+/* Appends to path the entry of record r, as the writer encodes it. */
+static void append_record(const char *path, const struct journal_record *rec)
+{
+    Twice__Journal__Record pr = TWICE__JOURNAL__RECORD__INIT;
+    pr.kind = (Twice__Journal__Record__Kind)rec->kind;
+    pr.message_id = (char *)rec->message_id;
+    pr.session = rec->session;
+    uint8_t buf[256];
+    size_t n = 0;
+    assert_int_equal(journal_encode_record_entry(&pr, buf, sizeof(buf), &n), 0);
+    FILE *fp = fopen(path, "ab");
+    fwrite(buf, 1, n, fp);
+    fclose(fp);
+}
+
+/* A too-large prefix in the middle of a file is damage, with its offset; the record after
+ * the garbage is read. */
 static void test_oversized_record_in_file(void **state)
 {
     struct fixture *f = *state;
@@ -593,19 +684,28 @@ static void test_oversized_record_in_file(void **state)
     size_t size = file_size(f->path);
     FILE *fp = fopen(f->path, "ab");
     uint8_t prefix[JOURNAL_VARINT_MAX];
-    fwrite(prefix, 1, journal_put_varint(prefix, JOURNAL_RECORD_MAX + 1), fp);
+    size_t plen = journal_put_varint(prefix, JOURNAL_RECORD_MAX + 1);
+    fwrite(prefix, 1, plen, fp);
     fwrite("garbage", 1, 7, fp);
     fclose(fp);
+    struct journal_record after = {.kind = JOURNAL_KIND_ACK, .message_id = "after", .session = 9};
+    append_record(f->path, &after);
 
     struct journal_reader *r = open_reader(f->path);
     assert_record_equal(next_record(r), &rec);
-    const Twice__Journal__Entry *e = NULL;
-    assert_int_equal(journal_reader_next(r, &e), JOURNAL_ERR_TOO_LARGE);
-    assert_int_equal(journal_reader_next(r, &e), JOURNAL_ERR_TOO_LARGE);
-    char want[64];
-    snprintf(want, sizeof(want), "offset %zu: entry larger", size);
-    assert_non_null(journal_reader_error(r));
-    assert_non_null(strstr(journal_reader_error(r), want));
+    assert_string_equal(next_record(r)->message_id, "after");
+    assert_end(r, false);
+    struct journal_damage_summary sum;
+    journal_reader_damage(r, &sum);
+    assert_int_equal(sum.stretches, 1);
+    assert_int_equal(sum.bytes, plen + 7);
+    const struct journal_damage *d = journal_reader_damage_at(r, 0);
+    assert_int_equal(d->offset, size);
+    assert_int_equal(d->bytes, plen + 7);
+    assert_int_equal(d->reason, JOURNAL_ERR_TOO_LARGE);
+    assert_int_equal(d->records_lost, -1);
+    assert_true(d->resumed);
+    assert_null(journal_reader_damage_at(r, 1));
     journal_reader_close(r);
 }
 
@@ -634,11 +734,11 @@ static void test_decode_at_every_split(void **state)
         for (size_t cut = start; cut < ends[i]; cut++) {
             Twice__Journal__Entry *out = NULL;
             size_t used = 0;
-            assert_int_equal(journal_decode_entry(buf + start, cut - start, &used, &out), 0);
+            assert_int_equal(journal_decode_entry(buf + start, cut - start, true, &used, &out), 0);
         }
         Twice__Journal__Entry *out = NULL;
         size_t used = 0;
-        assert_int_equal(journal_decode_entry(buf + start, len - start, &used, &out), 1);
+        assert_int_equal(journal_decode_entry(buf + start, len - start, true, &used, &out), 1);
         assert_int_equal(used, ends[i] - start);
         assert_string_equal(out->record->message_id, ids[i]);
         assert_int_equal(out->record->delivery_tag, 300 + i);
@@ -653,21 +753,149 @@ static void test_varint_prefix(void **state)
     uint8_t buf[16];
     size_t used = 0;
     Twice__Journal__Entry *out = NULL;
-    /* Overlong but in range: 0x80 0x80 0x00 is a zero length, an empty Entry. */
+    /* Overlong but in range: 0x80 0x80 0x00 is a zero length, an empty Entry; without its
+     * checksum, which a journal that has them refuses. */
     memcpy(buf, "\x80\x80\x00", 3);
-    assert_int_equal(journal_decode_entry(buf, 3, &used, &out), 1);
+    assert_int_equal(journal_decode_entry(buf, 3, false, &used, &out), 1);
     assert_int_equal(used, 3);
     assert_int_equal(out->body_case, TWICE__JOURNAL__ENTRY__BODY__NOT_SET);
     twice__journal__entry__free_unpacked(out, NULL);
+    assert_int_equal(journal_decode_entry(buf, 3, true, &used, &out), JOURNAL_ERR_CHECKSUM);
+    assert_int_equal(used, 3);
     /* Eleven continuation bytes of zeros: not a varint. */
     memset(buf, 0x80, 11);
-    assert_int_equal(journal_decode_entry(buf, 11, &used, &out), JOURNAL_ERR_VARINT);
+    assert_int_equal(journal_decode_entry(buf, 11, true, &used, &out), JOURNAL_ERR_VARINT);
     /* Body bytes that are not an Entry. */
     memcpy(buf, "\x02\xff\xff", 3);
-    assert_int_equal(journal_decode_entry(buf, 3, &used, &out), JOURNAL_ERR_DECODE);
+    assert_int_equal(journal_decode_entry(buf, 3, false, &used, &out), JOURNAL_ERR_DECODE);
     assert_string_equal(journal_strerror(JOURNAL_ERR_DECODE),
                         "entry is not a valid protobuf Entry");
     assert_string_equal(journal_strerror(-999), "unknown error");
+}
+
+/* CRC-32C bit by bit, as its polynomial defines it: what journal_crc32c() must give. */
+static uint32_t crc32c_bitwise(const uint8_t *p, size_t n)
+{
+    uint32_t c = 0xffffffffu;
+    for (size_t i = 0; i < n; i++) {
+        c ^= p[i];
+        for (int k = 0; k < 8; k++)
+            c = c & 1 ? 0x82f63b78u ^ (c >> 1) : c >> 1;
+    }
+    return ~c;
+}
+
+/* The check value of the CRC catalogue; every start (alignment) and length around the 8-byte
+ * steps, on the CPU's instruction and on the tables. */
+static void test_crc32c(void **state)
+{
+    (void)state;
+    assert_int_equal(journal_crc32c((const uint8_t *)"123456789", 9), 0xe3069283u);
+    assert_int_equal(journal_crc32c_portable((const uint8_t *)"123456789", 9), 0xe3069283u);
+    assert_int_equal(journal_crc32c((const uint8_t *)"", 0), 0);
+    uint8_t buf[300];
+    for (size_t i = 0; i < sizeof(buf); i++)
+        buf[i] = (uint8_t)(i * 131 + 7);
+    for (size_t at = 0; at < 8; at++) {
+        for (size_t n = 0; n + at <= sizeof(buf); n += n < 40 ? 1 : 37) {
+            uint32_t want = crc32c_bitwise(buf + at, n);
+            assert_int_equal(journal_crc32c(buf + at, n), want);
+            assert_int_equal(journal_crc32c_portable(buf + at, n), want);
+        }
+    }
+}
+
+/* Writes a journal of twice before checksums: the entries as protobuf-c packs them, no
+ * entry_crc32c in the header, no crc32c in any entry. */
+static void write_unchecked_journal(const char *path, const char **ids, size_t n)
+{
+    FILE *fp = fopen(path, "wb");
+    assert_non_null(fp);
+    Twice__Journal__Header h = TWICE__JOURNAL__HEADER__INIT;
+    h.version = JOURNAL_FORMAT_VERSION;
+    h.seed = 99;
+    Twice__Journal__Record rec = TWICE__JOURNAL__RECORD__INIT;
+    for (size_t i = 0; i <= n; i++) {
+        Twice__Journal__Entry e = TWICE__JOURNAL__ENTRY__INIT;
+        if (i == 0) {
+            e.body_case = TWICE__JOURNAL__ENTRY__BODY_HEADER;
+            e.header = &h;
+        } else {
+            rec.kind = TWICE__JOURNAL__RECORD__KIND__DELIVER;
+            rec.message_id = (char *)ids[i - 1];
+            e.body_case = TWICE__JOURNAL__ENTRY__BODY_RECORD;
+            e.record = &rec;
+        }
+        uint8_t buf[256];
+        size_t size = twice__journal__entry__get_packed_size(&e);
+        size_t o = journal_put_varint(buf, size);
+        assert_true(o + size <= sizeof(buf));
+        twice__journal__entry__pack(&e, buf + o);
+        fwrite(buf, 1, o + size, fp);
+    }
+    fclose(fp);
+}
+
+/* Every entry twice writes, the header's included, ends with the CRC-32C of its bytes before
+ * it; one changed byte anywhere after an entry's length prefix fails its checksum. */
+static void test_entries_end_with_their_checksum(void **state)
+{
+    struct fixture *f = *state;
+    struct journal *j = open_journal(f->path);
+    char ids[4][32];
+    for (uint64_t i = 0; i < 4; i++) {
+        struct journal_record rec = full_record(i, ids[i], sizeof(ids[i]));
+        journal_record(j, &rec);
+    }
+    journal_close(j);
+    size_t size = file_size(f->path);
+    uint8_t *buf = malloc(size);
+    FILE *fp = fopen(f->path, "rb");
+    assert_int_equal(fread(buf, 1, size, fp), size);
+    fclose(fp);
+    size_t entries = 0;
+    for (size_t off = 0; off < size; entries++) {
+        uint64_t body = 0;
+        size_t p = 0;
+        for (int shift = 0;; shift += 7) {
+            body |= (uint64_t)(buf[off + p] & 0x7f) << shift;
+            if ((buf[off + p++] & 0x80) == 0)
+                break;
+        }
+        const uint8_t *b = buf + off + p;
+        assert_true(body > JOURNAL_CRC_LEN && off + p + body <= size);
+        assert_int_equal(b[body - 5], 0x7d);
+        uint32_t c = crc32c_bitwise(b, body - 5);
+        assert_memory_equal(b + body - 4, ((uint8_t[]){c, c >> 8, c >> 16, c >> 24}), 4);
+        for (size_t k = 0; k < body; k++) {
+            uint8_t *x = buf + off + p + k;
+            *x ^= 0x10;
+            Twice__Journal__Entry *out = NULL;
+            size_t used = 0;
+            assert_int_equal(journal_decode_entry(buf + off, size - off, true, &used, &out),
+                             JOURNAL_ERR_CHECKSUM);
+            assert_int_equal(used, p + body);
+            *x ^= 0x10;
+        }
+        off += p + body;
+    }
+    assert_int_equal(entries, 5);
+    free(buf);
+}
+
+/* A journal of twice before checksums still reads, entry by entry, as before. */
+static void test_journal_without_checksums_reads(void **state)
+{
+    struct fixture *f = *state;
+    const char *ids[] = {"a", "bb", "ccc"};
+    write_unchecked_journal(f->path, ids, 3);
+    struct journal_reader *r = open_reader(f->path);
+    assert_false(journal_reader_header(r)->entry_crc32c);
+    assert_int_equal(journal_reader_header(r)->seed, 99);
+    for (size_t i = 0; i < 3; i++)
+        assert_string_equal(next_record(r)->message_id, ids[i]);
+    assert_end(r, false);
+    journal_reader_close(r);
 }
 
 static uint64_t rng_next(uint64_t *s)
@@ -679,14 +907,14 @@ static uint64_t rng_next(uint64_t *s)
 }
 
 /* Decodes buf until it is used up or an error; must never crash or overrun. */
-static void decode_all(const uint8_t *buf, size_t len)
+static void decode_all(const uint8_t *buf, size_t len, bool crc)
 {
     size_t off = 0;
     for (;;) {
         Twice__Journal__Entry *out = NULL;
         size_t used = 0;
-        int rc = journal_decode_entry(buf + off, len - off, &used, &out);
-        assert_true(rc >= JOURNAL_ERR_TRUNCATED && rc <= 1);
+        int rc = journal_decode_entry(buf + off, len - off, crc, &used, &out);
+        assert_true(rc >= JOURNAL_ERR_CHECKSUM && rc <= 1);
         if (rc != 1)
             return;
         assert_true(used >= 1 && used <= len - off);
@@ -707,8 +935,222 @@ static void test_garbage_never_crashes(void **state)
         /* Half the rounds: small plausible prefixes, so bodies get parsed. */
         if (round % 2 == 0 && len > 0)
             buf[0] = (uint8_t)(len - 1 < 0x80 ? len - 1 : 0x7f);
-        decode_all(buf, len);
+        decode_all(buf, len, false);
+        decode_all(buf, len, true);
     }
+    free(buf);
+}
+
+/* Reads path to its end: the message ids of its records, in order, into ids (at most max),
+ * and its damage.  Returns how many records. */
+static size_t read_ids(const char *path, char ids[][32], size_t max,
+                       struct journal_damage_summary *sum, struct journal_damage *first,
+                       bool *truncated)
+{
+    struct journal_reader *r = open_reader(path);
+    const Twice__Journal__Entry *e = NULL;
+    size_t n = 0;
+    while (journal_reader_next(r, &e) == 1) {
+        assert_true(n < max);
+        snprintf(ids[n++], 32, "%s", e->record->message_id);
+    }
+    assert_null(journal_reader_error(r));
+    journal_reader_damage(r, sum);
+    if (sum->stretches > 0)
+        *first = *journal_reader_damage_at(r, 0);
+    *truncated = journal_reader_truncated(r);
+    journal_reader_close(r);
+    return n;
+}
+
+/* Writes n full records; ends[i] is where record i ends (ends[0]: the header). */
+static void write_records(const char *path, size_t n, size_t *ends)
+{
+    struct journal *j = open_journal(path);
+    for (uint64_t i = 0; i < n; i++) {
+        char id[32];
+        struct journal_record rec = full_record(i, id, sizeof(id));
+        journal_record(j, &rec);
+    }
+    journal_close(j);
+    struct journal_reader *r = open_reader(path);
+    ends[0] = journal_reader_offset(r);
+    for (size_t i = 0; i < n; i++) {
+        next_record(r);
+        ends[i + 1] = journal_reader_offset(r);
+    }
+    journal_reader_close(r);
+}
+
+static uint8_t *slurp(const char *path, size_t *size)
+{
+    *size = file_size(path);
+    uint8_t *buf = malloc(*size + 1);
+    FILE *fp = fopen(path, "rb");
+    assert_int_equal(fread(buf, 1, *size, fp), *size);
+    fclose(fp);
+    return buf;
+}
+
+static void spill(const char *path, const uint8_t *buf, size_t size)
+{
+    FILE *fp = fopen(path, "wb");
+    assert_int_equal(fwrite(buf, 1, size, fp), size);
+    fclose(fp);
+}
+
+/* One byte changed anywhere after the header, in any of 8 records: the reader returns the 7
+ * others, whole and in order, and names the damage: where the record starts, its length, one
+ * record lost when its length prefix held.  (The last record's prefix made to claim more than
+ * the file holds looks like a record cut short, and is reported so.) */
+static void test_every_changed_byte_loses_one_record(void **state)
+{
+    struct fixture *f = *state;
+    enum { N = 8 };
+    size_t ends[N + 1];
+    write_records(f->path, N, ends);
+    size_t size = 0;
+    uint8_t *buf = slurp(f->path, &size);
+    static const uint8_t flips[] = {0x01, 0x20, 0x80};
+    for (size_t b = ends[0]; b < size; b++) {
+        size_t k = 0;
+        while (b >= ends[k + 1])
+            k++;
+        for (size_t x = 0; x < sizeof(flips); x++) {
+            buf[b] ^= flips[x];
+            spill(f->other, buf, size);
+            buf[b] ^= flips[x];
+            char ids[N][32];
+            struct journal_damage_summary sum;
+            struct journal_damage d;
+            bool truncated = false;
+            size_t n = read_ids(f->other, ids, N, &sum, &d, &truncated);
+            assert_int_equal(n, N - 1);
+            for (size_t i = 0, want = 0; i < n; i++, want++) {
+                char id[32];
+                want += want == k;
+                snprintf(id, sizeof(id), "msg-%zu", want);
+                assert_string_equal(ids[i], id);
+            }
+            if (k == N - 1 && truncated) {
+                assert_int_equal(sum.stretches, 0);
+                continue;
+            }
+            assert_int_equal(sum.stretches, 1);
+            assert_int_equal(d.offset, ends[k]);
+            assert_int_equal(d.bytes, ends[k + 1] - ends[k]);
+            assert_true(d.records_lost == 1 || (d.records_lost == -1 && b < ends[k] + 2));
+            assert_int_equal(d.resumed, k < N - 1);
+        }
+    }
+    free(buf);
+}
+
+/* Bytes that belong to no record: garbage between two records is skipped and every record
+ * read; a tail of zeros (a file whose last blocks never reached the disk) is damage to the
+ * end, not a record cut short. */
+static void test_garbage_between_records_and_zeros_at_the_end(void **state)
+{
+    struct fixture *f = *state;
+    enum { N = 6 };
+    size_t ends[N + 1];
+    write_records(f->path, N, ends);
+    size_t size = 0;
+    uint8_t *buf = slurp(f->path, &size);
+    uint8_t *bad = malloc(size + 4096);
+    uint64_t seed = 7;
+    memcpy(bad, buf, ends[3]);
+    for (size_t i = 0; i < 100; i++)
+        bad[ends[3] + i] = (uint8_t)rng_next(&seed);
+    memcpy(bad + ends[3] + 100, buf + ends[3], size - ends[3]);
+    spill(f->other, bad, size + 100);
+    char ids[N][32];
+    struct journal_damage_summary sum;
+    struct journal_damage d;
+    bool truncated = false;
+    assert_int_equal(read_ids(f->other, ids, N, &sum, &d, &truncated), N);
+    assert_int_equal(sum.stretches, 1);
+    assert_int_equal(d.offset, ends[3]);
+    assert_int_equal(d.bytes, 100);
+    assert_true(d.resumed);
+    assert_false(truncated);
+
+    memcpy(bad, buf, size);
+    memset(bad + size, 0, 4096);
+    spill(f->other, bad, size + 4096);
+    assert_int_equal(read_ids(f->other, ids, N, &sum, &d, &truncated), N);
+    assert_int_equal(sum.stretches, 1);
+    assert_int_equal(d.offset, size);
+    assert_int_equal(d.bytes, 4096);
+    assert_int_equal(d.records_lost, -1);
+    assert_false(d.resumed);
+    assert_true(sum.stopped && sum.records_unknown);
+    assert_false(truncated);
+    free(bad);
+    free(buf);
+}
+
+/* Damage in every other record of 40: each stretch counted, the first JOURNAL_DAMAGE_KEPT
+ * kept, the other records all read. */
+static void test_many_stretches_are_counted(void **state)
+{
+    struct fixture *f = *state;
+    enum { N = 40 };
+    size_t ends[N + 1];
+    write_records(f->path, N, ends);
+    size_t size = 0;
+    uint8_t *buf = slurp(f->path, &size);
+    for (size_t k = 1; k < N; k += 2)
+        buf[ends[k] + 3] ^= 0x40;
+    spill(f->other, buf, size);
+    char ids[N][32];
+    struct journal_damage_summary sum;
+    struct journal_damage d;
+    bool truncated = false;
+    assert_int_equal(read_ids(f->other, ids, N, &sum, &d, &truncated), N / 2);
+    assert_int_equal(sum.stretches, N / 2);
+    assert_int_equal(sum.records_lost, N / 2);
+    assert_false(sum.records_unknown);
+    struct journal_reader *r = open_reader(f->other);
+    const Twice__Journal__Entry *e = NULL;
+    while (journal_reader_next(r, &e) == 1)
+        ;
+    for (size_t i = 0; i < JOURNAL_DAMAGE_KEPT; i++)
+        assert_int_equal(journal_reader_damage_at(r, i)->offset, ends[2 * i + 1]);
+    assert_null(journal_reader_damage_at(r, JOURNAL_DAMAGE_KEPT));
+    journal_reader_close(r);
+    free(buf);
+}
+
+/* A journal without checksums stops at its damage: the records before it are read, and the
+ * rest of the file is named as not read. */
+static void test_damage_without_checksums_stops(void **state)
+{
+    struct fixture *f = *state;
+    const char *ids3[] = {"a", "bb", "ccc"};
+    write_unchecked_journal(f->path, ids3, 3);
+    size_t size = 0;
+    uint8_t *buf = slurp(f->path, &size);
+    /* The second record's first byte made one no protobuf field starts with.  (A length
+     * prefix made larger than the rest of the file would read as a record cut short: without
+     * checksums, nothing tells them apart.) */
+    struct journal_reader *r = open_reader(f->path);
+    next_record(r);
+    size_t at = journal_reader_offset(r);
+    journal_reader_close(r);
+    buf[at + 1] = 0x07;
+    spill(f->other, buf, size);
+    char ids[3][32];
+    struct journal_damage_summary sum;
+    struct journal_damage d;
+    bool truncated = false;
+    assert_int_equal(read_ids(f->other, ids, 3, &sum, &d, &truncated), 1);
+    assert_string_equal(ids[0], "a");
+    assert_int_equal(sum.stretches, 1);
+    assert_int_equal(d.offset, at);
+    assert_int_equal(d.bytes, size - at);
+    assert_false(d.resumed);
+    assert_int_equal(d.records_lost, -1);
     free(buf);
 }
 
@@ -826,6 +1268,9 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_strings_are_cleaned, setup, teardown),
         cmocka_unit_test_setup_teardown(test_many_records_in_order, setup, teardown),
         cmocka_unit_test_setup_teardown(test_flushes_every_interval, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_every_record_is_written_before_it_returns, setup,
+                                        teardown),
+        cmocka_unit_test_setup_teardown(test_flush_interval_is_the_one_given, setup, teardown),
         cmocka_unit_test_setup_teardown(test_truncated_journal_ends_cleanly, setup, teardown),
         cmocka_unit_test_setup_teardown(test_bad_headers, setup, teardown),
         cmocka_unit_test(test_writer_open_errors),
@@ -833,9 +1278,17 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_oversized_record_in_file, setup, teardown),
         cmocka_unit_test(test_decode_at_every_split),
         cmocka_unit_test(test_varint_prefix),
+        cmocka_unit_test(test_crc32c),
+        cmocka_unit_test_setup_teardown(test_entries_end_with_their_checksum, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_journal_without_checksums_reads, setup, teardown),
         cmocka_unit_test(test_garbage_never_crashes),
         cmocka_unit_test(test_record_encoding_matches_protobuf_c),
         cmocka_unit_test_setup_teardown(test_mutated_journal_never_crashes, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_every_changed_byte_loses_one_record, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_garbage_between_records_and_zeros_at_the_end, setup,
+                                        teardown),
+        cmocka_unit_test_setup_teardown(test_many_stretches_are_counted, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_damage_without_checksums_stops, setup, teardown),
         cmocka_unit_test_setup_teardown(test_stuck_disk_drops_not_blocks, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -108,7 +108,7 @@ struct reading {
     struct resp_pairing pairing;
     struct resp_cmd slots[MAX_CMDS];
     bool in_tx;
-    /* BullMQ (no profile yet: its scripts read with proto/resp_bullmq.h): the scripts by sha,
+    /* BullMQ (its scripts read with proto/resp_bullmq.h, as its profile does): the scripts by sha,
      * learned from the bodies of EVAL as the proxy learns them */
     bool bullmq;
     struct {

@@ -15,9 +15,15 @@
 const fs = require("fs");
 const path = require("path");
 
-// The packages of tests/node (installed there by scripts/deps.sh from its lockfile).
+// The packages of tests/node (installed there by scripts/deps.sh from its lockfile).  TWICE_BULLMQ
+// names the BullMQ package: `bullmq` (5.x, the default) or `bullmq6` (6.x, an npm alias; ioredis
+// is its peer dependency, the same ioredis 5 of tests/node).
 const NODE_MODULES = path.join(__dirname, "..", "..", "node", "node_modules");
-const { Queue, Worker } = require(path.join(NODE_MODULES, "bullmq"));
+const BULLMQ = process.env.TWICE_BULLMQ || "bullmq";
+if (!/^bullmq[0-9]*$/.test(BULLMQ)) throw new Error(`TWICE_BULLMQ: not BullMQ: ${BULLMQ}`);
+const bullmq = require(path.join(NODE_MODULES, BULLMQ));
+const BULLMQ_VERSION = require(path.join(NODE_MODULES, BULLMQ, "package.json")).version;
+const { Queue, Worker } = bullmq;
 const IORedis = require(path.join(NODE_MODULES, "ioredis"));
 
 const QUEUE = process.env.TWICE_QUEUE || "twice";
@@ -104,4 +110,4 @@ async function closeEffects() {
   if (effectRedis !== null) await effectRedis.quit().catch(() => {});
 }
 
-module.exports = { Queue, Worker, IORedis, QUEUE, connection, closeEffects, PROCESSORS };
+module.exports = { bullmq, BULLMQ_VERSION, Queue, Worker, IORedis, QUEUE, connection, closeEffects, PROCESSORS };

@@ -3,7 +3,8 @@
 
   driver.py --broker 127.0.0.1:PORT --effects FILE --runs FILE \\
             --effect-redis 127.0.0.1:REALPORT --jobs N --workers W [--concurrency C] \\
-            [--timeout T] [--lock-ms L] [--stalled-ms S] [--max-stalled M] [--work-ms W]
+            [--timeout T] [--lock-ms L] [--stalled-ms S] [--max-stalled M] [--work-ms W] \\
+            [--bullmq PACKAGE]
 
 1. removes the queue's keys (bull:twice:*) and adds N `charge` and N `charge_safe` jobs
    (interleaved) with BullMQ's Queue.add (`node enqueue.js N`, through --broker);
@@ -13,7 +14,9 @@
 4. stops the workers with SIGTERM, prints a one-line JSON summary on stdout and exits 0 (1 if
    the run did not drain).
 
-Node.js and the npm packages (bullmq, ioredis) come from tests/node (scripts/deps.sh test).
+Node.js and the npm packages (bullmq, ioredis) come from tests/node (scripts/deps.sh test):
+--bullmq names the BullMQ package there, `bullmq` (5.x, the default) or `bullmq6` (6.x).  The
+summary's `bullmq` is the version the queue's meta hash names (`bullmq:6.7.6`), as Redis has it.
 The message id is BullMQ's job id, the task its name.
 """
 
@@ -39,6 +42,9 @@ def extra(p):
                    help="the workers' stalledInterval (BullMQ's default 30000)")
     p.add_argument("--max-stalled", type=int, metavar="M",
                    help="the workers' maxStalledCount (BullMQ's default 1)")
+    p.add_argument("--bullmq", default="bullmq", choices=("bullmq", "bullmq6"),
+                   metavar="PACKAGE",
+                   help="the BullMQ package of tests/node: bullmq (5.x, default) or bullmq6 (6.x)")
 
 
 def main():
@@ -52,6 +58,7 @@ def main():
     # With --work-ms each execution works that long before its effect and writes its span to
     # spans.txt beside --runs.
     env = k.worker_env(args, TWICE_BROKER=args.broker, TWICE_QUEUE=QUEUE, TWICE_SPANS=spans,
+                       TWICE_BULLMQ=args.bullmq,
                        **{n: v for n, v in settings.items() if v is not None})
 
     inspect = k.redis_client(args.inspect)
@@ -99,8 +106,10 @@ def main():
 
     ok, reason = k.wait_drained(args, workers, idle, expected=len(enqueued))
     failed = inspect.zcard(prefix + "failed")
+    version = inspect.hget(prefix + "meta", "version")
     return k.finish("bullmq", args, workers, enqueued, ok, reason, started,
-                    {"failed": failed, "queue": QUEUE})
+                    {"failed": failed, "queue": QUEUE,
+                     "bullmq": version.decode() if version is not None else None})
 
 
 if __name__ == "__main__":

@@ -11,15 +11,13 @@
 //   retried   a job that fails once, attempts 2 with a fixed 100 ms back-off: its attempts and
 //             its final state
 //   bulk      Queue.addBulk of 3 jobs (one pipeline, no MULTI): how many ran
+//   bullmq    the version of the BullMQ package that ran (TWICE_BULLMQ, app.js)
 //
 // Each feature has a queue of its own (feat-<name>), emptied first.
 "use strict";
 
-const { Queue, Worker, IORedis, connection } = require("./app");
-const path = require("path");
-const { QueueEvents, FlowProducer } = require(
-  path.join(__dirname, "..", "..", "node", "node_modules", "bullmq"),
-);
+const { bullmq, BULLMQ_VERSION, Queue, Worker, IORedis, connection } = require("./app");
+const { QueueEvents, FlowProducer } = bullmq;
 
 const closers = [];
 function track(x) {
@@ -152,6 +150,7 @@ async function main() {
     out[name] = await fn();
   }
   for (const c of closers.reverse()) await c.close().catch(() => {});
+  out.bullmq = BULLMQ_VERSION;
   process.stdout.write(JSON.stringify(out) + "\n");
   process.exit(0);
 }
