@@ -345,8 +345,8 @@ class AdminTest(h.TestCase):
         t.stop()
 
     def test_rules_show_triggers(self):
-        """GET /rules shows what each rule acts on: its matchers and its triggers (a bare
-        `probability 1` is every event: the JSON says 1, the text 100%)."""
+        """GET /rules (and GET /rules/NAME) shows what each rule acts on: its matchers and its
+        triggers (a bare `probability 1` is every event: the JSON says 1, the text 100%)."""
         mq = h.listen_block("mq", h.free_port(), 1).replace("protocol tcp", "protocol amqp")
         rules = (fk.rule_block("lat", "echo", "stream downstream", "probability 1",
                                "do latency 1000ms"),
@@ -367,6 +367,11 @@ class AdminTest(h.TestCase):
                          "between 0s 10m, every 10, probability 5%, limit 7, max-per-message 2")
         self.assertEqual((got["slow"]["matchers"], got["slow"]["triggers"],
                           got["slow"]["triggers_text"]), ("", {"max_per_message": 1}, ""))
+        # one rule by name, the same
+        one = self.api.json("/rules/lost")
+        self.assertEqual((one["matchers"], one["triggers"], one["triggers_text"]),
+                         (got["lost"]["matchers"], got["lost"]["triggers"],
+                          got["lost"]["triggers_text"]))
         t.stop()
 
     def test_put_rules_warnings(self):
