@@ -93,6 +93,8 @@ struct vd_close {
 struct vd_listener {
     const char *name;         /* borrowed from verdict.listener_ids */
     char *protocol, *profile; /* owned; NULL: not in the header */
+    uint32_t visibility_ms;   /* amqp: its visibility or consumer timeout (0: none, or unsaid) */
+    bool consumer_timeout;    /* ... a consumer-timeout */
     bool settles_by_header;   /* its framework settles deliveries on the wire */
     bool settle_seen;         /* an ACK or NACK came through it */
 };
@@ -258,6 +260,8 @@ int verdict_add_header(struct verdict *v, const Twice__Journal__Header *h)
         if (vl->protocol == NULL || vl->profile == NULL)
             return -1;
         vl->settles_by_header = settles_by_name(l->protocol, l->profile);
+        vl->visibility_ms = l->visibility_timeout_ms;
+        vl->consumer_timeout = l->consumer_timeout;
     }
     return 0;
 }
@@ -1275,6 +1279,8 @@ static void rows_finish_acc(const struct verdict *v, struct verdict_result *out,
             t->listener = l->name;
             t->protocol = l->protocol;
             t->profile = l->profile;
+            t->visibility_ms = l->visibility_ms;
+            t->consumer_timeout = l->consumer_timeout;
         }
     }
 }

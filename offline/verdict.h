@@ -164,6 +164,10 @@ struct verdict_task {
     /* The listener its first delivery came through, as the journal's header names it (NULL:
      * not in the header): which rule would bring the missing evidence. */
     const char *listener, *protocol, *profile;
+    /* That listener's visibility or consumer timeout in ms (0: none, or a journal that does not
+     * say): a later copy cannot be asked for with `after D` there. */
+    uint32_t visibility_ms;
+    bool consumer_timeout;
     enum verdict_kind verdict;
     struct verdict_examples examples;             /* ids with 2+ effects */
     struct verdict_examples single_examples;      /* ids counted in doubled_single_delivery */

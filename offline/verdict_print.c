@@ -72,12 +72,16 @@ static int load_journal(struct verdict *v, struct verdict_inputs *in, char *err,
 
 /* ---- the rule that brings missing evidence ------------------------------------------------ */
 
-/* What a task lacks and which rule brings it, per protocol and profile of its listener.  The
- * same facts as docs/rules.md's "Overlapping or sequential copies". */
+/* What a task lacks and which rule brings it, per protocol and profile of its listener, and the
+ * listener's settings where they change the answer (an amqp listener's visibility or consumer
+ * timeout refuses `after D` at or past it).  The same facts as docs/rules.md's "Overlapping or
+ * sequential copies" and "Late copies past a visibility timeout".  In the texts, %s is the
+ * task's name, %V the listener's timeout ("30s") and %T its setting ("visibility-timeout"). */
 struct verdict_hint {
     const char *protocol, *profile;
-    const char *overlap; /* a copy while the first still runs */
-    const char *window;  /* a copy long after the first */
+    const char *overlap;        /* a copy while the first still runs */
+    const char *window;         /* a copy long after the first */
+    const char *window_timeout; /* the same on a listener with a timeout; NULL: as window */
 };
 
 static const struct verdict_hint verdict_hints[] = {
@@ -86,32 +90,51 @@ static const struct verdict_hint verdict_hints[] = {
      "task more than one worker, each with a prefetch of 1, so that it does not wait behind the "
      "first), or `do expire D` with D shorter than the handler runs",
      "`when ack task=%s` + `do redeliver after D`, or `when deliver task=%s` + `do duplicate "
-     "after D` (D below the listener's visibility-timeout, if it has one)"},
+     "after D`",
+     "`when ack task=%s` + `do redeliver after D` with D below %V (the listener's %T: a later "
+     "`after` is refused, an ack twice holds counting as not acked); for copies later than %V, "
+     "`when deliver task=%s` + `do expire D` (D in place of the %T for those deliveries) with "
+     "`when ack task=%s` + `do drop`: each message whose ack is dropped comes back D after its "
+     "delivery"},
     {"resp", "sidekiq",
      "`when deliver task=%s` + `do duplicate after 2s` (Sidekiq settles nothing on the wire: "
      "twice sees the overlap in its heartbeat, every 5 s with start times in whole seconds, as a "
      "first run still going after its copy came more than a second later; handlers shorter than "
      "the delay plus 5 s show it in some copies only)",
-     "`when deliver task=%s` + `do duplicate after D`"},
+     "`when deliver task=%s` + `do duplicate after D`", NULL},
     {"resp", "celery", "`when deliver task=%s` + `do duplicate` (the copy is pushed back at once)",
-     "`when deliver task=%s` + `do duplicate after D`"},
+     "`when deliver task=%s` + `do duplicate after D` (pushed D after the delivery, whatever "
+     "kombu's visibility_timeout)",
+     NULL},
     {"resp", "rq",
      "`when deliver task=%s` + `do duplicate` (the id is pushed back at once: run two or more "
      "workers)",
      "`when ack task=%s` + `do redeliver after D`, or `when deliver task=%s` + `do duplicate "
-     "after D`"},
+     "after D`",
+     NULL},
     {"resp", "list", "`when deliver task=%s` + `do duplicate` (the job is pushed back at once)",
      "`when ack task=%s` + `do redeliver after D`, or `when deliver task=%s` + `do duplicate "
-     "after D`"},
+     "after D`",
+     NULL},
     {"resp", "streams",
      "`when deliver task=%s` + `do duplicate`, with a consumer min-idle-time (XAUTOCLAIM) "
      "shorter than the handler runs",
-     "`when deliver task=%s` + `do duplicate`, with a consumer min-idle-time of D"},
+     "`when deliver task=%s` + `do duplicate`, with a consumer min-idle-time of D (twice does "
+     "not choose when a pending entry comes back)",
+     NULL},
     {"resp", "bullmq",
      "`when deliver task=%s` + `do duplicate` (the job is handed to another worker at once)",
      "`when lease task=%s` + `do drop`, with a lockDuration and stalledInterval of about D/2 "
-     "each (BullMQ's stalled checker decides when a job comes back: `after D` does not apply)"},
+     "each (BullMQ's stalled checker decides when a job comes back, not twice)",
+     NULL},
 };
+
+/* When the listener is not in the journal's header: what works where twice chooses the time. */
+#define VERDICT_HINT_OVERLAP "`when deliver task=%s` + `do duplicate`"
+#define VERDICT_HINT_WINDOW                                                                        \
+    "`when ack task=%s` + `do redeliver after D` or `when deliver task=%s` + `do duplicate "       \
+    "after D` (where the listener's protocol lets twice choose when the copy comes: "              \
+    "docs/rules.md, late copies)"
 
 static const struct verdict_hint *hint_for(const struct verdict_task *t)
 {
@@ -126,12 +149,46 @@ static const struct verdict_hint *hint_for(const struct verdict_task *t)
     return NULL;
 }
 
-/* Prints a hint's text with each %s as the task's name (a glob-safe form of it). */
-static void print_hint(FILE *out, const char *fmt, const char *task)
+/* The rule that brings a copy while the first still runs, for t's listener. */
+static const char *overlap_hint(const struct verdict_task *t)
+{
+    const struct verdict_hint *h = hint_for(t);
+    return h != NULL ? h->overlap : VERDICT_HINT_OVERLAP;
+}
+
+/* The rule that brings a copy long after the first, for t's listener and its settings. */
+static const char *window_hint(const struct verdict_task *t)
+{
+    const struct verdict_hint *h = hint_for(t);
+    if (h == NULL)
+        return VERDICT_HINT_WINDOW;
+    return t->visibility_ms != 0 && h->window_timeout != NULL ? h->window_timeout : h->window;
+}
+
+/* A duration as a rule file writes it: "30s", "2m", "1500ms". */
+static void print_ms(FILE *out, uint32_t ms)
+{
+    if (ms % 60000 == 0)
+        fprintf(out, "%um", ms / 60000);
+    else if (ms % 1000 == 0)
+        fprintf(out, "%us", ms / 1000);
+    else
+        fprintf(out, "%ums", ms);
+}
+
+/* Prints a hint's text with each %s as the task's name (a glob-safe form of it), %V as its
+ * listener's timeout and %T as that timeout's setting. */
+static void print_hint(FILE *out, const char *fmt, const struct verdict_task *t)
 {
     for (const char *p = fmt; *p != '\0'; p++) {
         if (p[0] == '%' && p[1] == 's') {
-            text_write_safe(out, strpbrk(task, " \t\"") != NULL ? "..." : task);
+            text_write_safe(out, strpbrk(t->task, " \t\"") != NULL ? "..." : t->task);
+            p++;
+        } else if (p[0] == '%' && p[1] == 'V') {
+            print_ms(out, t->visibility_ms);
+            p++;
+        } else if (p[0] == '%' && p[1] == 'T') {
+            fputs(t->consumer_timeout ? "consumer-timeout" : "visibility-timeout", out);
             p++;
         } else {
             fputc(*p, out);
@@ -585,8 +642,7 @@ static void print_overlap_line(FILE *out, const struct verdict_task *t)
                 (unsigned long long)t->overlap_unknown);
     fputs("); to test them ", out);
     print_listener(out, t);
-    const struct verdict_hint *h = hint_for(t);
-    print_hint(out, h != NULL ? h->overlap : "`when deliver task=%s` + `do duplicate`", t->task);
+    print_hint(out, overlap_hint(t), t);
     fputc('\n', out);
 }
 
@@ -616,12 +672,7 @@ static void print_evidence(FILE *out, const struct verdict_result *res)
                     "is caught, later is not tested; for later copies ",
                     hi);
             print_listener(out, t);
-            const struct verdict_hint *h = hint_for(t);
-            print_hint(out,
-                       h != NULL ? h->window
-                                 : "`when ack task=%s` + `do redeliver after D` or `when "
-                                   "deliver task=%s` + `do duplicate after D`",
-                       t->task);
+            print_hint(out, window_hint(t), t);
             fputc('\n', out);
         }
         if (t->required_short)
@@ -657,9 +708,7 @@ static void print_untested(FILE *out, const struct verdict_result *res)
             text_write_safe(out, t->task);
             fputs(": UNTESTED: no copy reached the handler; to make one ", out);
             print_listener(out, t);
-            const struct verdict_hint *h = hint_for(t);
-            print_hint(out, h != NULL ? h->overlap : "`when deliver task=%s` + `do duplicate`",
-                       t->task);
+            print_hint(out, overlap_hint(t), t);
             fputc('\n', out);
         }
     }

@@ -183,7 +183,32 @@ static bool authorized(struct proxy *px, struct evhttp_request *req)
     return diff == 0;
 }
 
-/* One rule of `rs`, as GET /rules lists it and GET /rules/NAME answers. */
+/* A rule's triggers as a JSON object: those written, and max_per_message always (1 when not
+ * written); a probability as the fraction the engine draws against (0.05 is 5%). */
+static void triggers_json(const struct rule *r, struct evbuffer *b)
+{
+    const struct rule_trigger *t = &r->trigger;
+    const struct {
+        const char *name;
+        uint64_t v;
+    } counts[] = {{"every", t->every},
+                  {"nth", t->nth},
+                  {"first", t->first},
+                  {"after", t->after},
+                  {"limit", t->limit}};
+    evbuffer_add(b, "{", 1);
+    if (t->has_probability)
+        evbuffer_add_printf(b, "\"probability\":%.10g,", t->probability);
+    for (size_t i = 0; i < sizeof(counts) / sizeof(counts[0]); i++)
+        if (counts[i].v != 0)
+            evbuffer_add_printf(b, "\"%s\":%llu,", counts[i].name, (unsigned long long)counts[i].v);
+    if (t->has_between)
+        evbuffer_add_printf(b, "\"between_ms\":[%u,%u],", t->between_start_ms, t->between_end_ms);
+    evbuffer_add_printf(b, "\"max_per_message\":%u}", t->max_per_message ? t->max_per_message : 1);
+}
+
+/* One rule of `rs`, as GET /rules lists it and GET /rules/NAME answers: what it is, what it
+ * acts on (its matchers and triggers, as a rule file writes them), and its counters. */
 static void rule_json(struct evbuffer *b, struct ruleset *rs, size_t i)
 {
     const struct rule *r = ruleset_rule(rs, i);
@@ -200,6 +225,15 @@ static void rule_json(struct evbuffer *b, struct ruleset *rs, size_t i)
     json_str(b, rule_action_name(r->action.kind));
     evbuffer_add(b, ",\"detail\":", 10);
     json_str(b, detail);
+    char text[512];
+    rule_matchers_text(r, text, sizeof(text));
+    evbuffer_add(b, ",\"matchers\":", 12);
+    json_str(b, text);
+    evbuffer_add(b, ",\"triggers\":", 12);
+    triggers_json(r, b);
+    rule_triggers_text(r, text, sizeof(text));
+    evbuffer_add(b, ",\"triggers_text\":", 17);
+    json_str(b, text);
     evbuffer_add_printf(b, ",\"enabled\":%s,\"seen\":%llu,\"faults\":%llu}",
                         ruleset_enabled(rs, i) ? "true" : "false", (unsigned long long)st.seen,
                         (unsigned long long)st.faults);
@@ -237,10 +271,11 @@ static void free_rule_list(void *p)
 
 /* The rules of the body of a PUT, checked against the configuration's
  * listeners (`src` names the body in diagnostics), into *rules (owned by the
- * caller) and *n.  Returns 0, or -1 after answering 400 with every
- * diagnostic (or 500). */
+ * caller) and *n, their warnings into d (conf_diags_init()ed, freed by the
+ * caller).  Returns 0, or -1 after answering 400 with every diagnostic (or
+ * 500). */
 static int parse_body_rules(struct proxy *px, struct evhttp_request *req, const char *src,
-                            struct rule **rules, size_t *n)
+                            struct rule **rules, size_t *n, struct conf_diags *d)
 {
     struct evbuffer *in = evhttp_request_get_input_buffer(req);
     size_t len = evbuffer_get_length(in);
@@ -251,23 +286,20 @@ static int parse_body_rules(struct proxy *px, struct evhttp_request *req, const 
     }
     evbuffer_remove(in, text, len);
     text[len] = '\0';
-    struct conf_diags d;
-    conf_diags_init(&d);
-    int rc = conf_parse_rules(src, text, len, px->conf->conf, rules, n, &d);
+    int rc = conf_parse_rules(src, text, len, px->conf->conf, rules, n, d);
     free(text);
     if (rc != 0) {
         char *msg = NULL;
         size_t msglen = 0;
         FILE *f = open_memstream(&msg, &msglen);
         if (f != NULL) {
-            conf_diags_print(&d, f);
+            conf_diags_print(d, f);
             fclose(f);
         }
-        reply_error_diags(req, 400, msg, "%u error%s in the rules: nothing changed", d.errors,
-                          d.errors == 1 ? "" : "s");
+        reply_error_diags(req, 400, msg, "%u error%s in the rules: nothing changed", d->errors,
+                          d->errors == 1 ? "" : "s");
         free(msg);
     }
-    conf_diags_free(&d);
     return rc;
 }
 
@@ -286,15 +318,50 @@ static int install_rules(struct proxy *px, struct evhttp_request *req, struct ru
     return 0;
 }
 
+/* `{"rules":N}`, with `"warnings":["PUT /rules:L:C: warning: ..."]` when the rules have some. */
+static void reply_rules_replaced(struct evhttp_request *req, size_t n, const struct conf_diags *d)
+{
+    struct evbuffer *b = evbuffer_new();
+    if (b == NULL) {
+        reply_oom(req);
+        return;
+    }
+    evbuffer_add_printf(b, "{\"rules\":%zu", n);
+    if (d->warnings > 0) {
+        evbuffer_add(b, ",\"warnings\":[", 13);
+        bool first = true;
+        for (const struct conf_diag *g = d->head; g != NULL; g = g->next) {
+            char *line = NULL;
+            if (g->severity != CONF_WARNING ||
+                asprintf(&line, "%s:%u:%u: warning: %s%s%s%s", d->file, g->loc.line, g->loc.col,
+                         g->msg, g->hint != NULL ? " (" : "", g->hint != NULL ? g->hint : "",
+                         g->hint != NULL ? ")" : "") < 0)
+                continue;
+            evbuffer_add(b, ",", first ? 0 : 1);
+            first = false;
+            json_str(b, line);
+            free(line);
+        }
+        evbuffer_add(b, "]", 1);
+    }
+    evbuffer_add(b, "}\n", 2);
+    reply(req, 200, "application/json", b);
+    evbuffer_free(b);
+}
+
 static void put_rules(struct proxy *px, struct evhttp_request *req)
 {
     struct rule *rules = NULL;
     size_t n = 0;
-    if (parse_body_rules(px, req, "PUT /rules", &rules, &n) != 0 ||
-        install_rules(px, req, rules) != 0)
-        return;
-    log_msg(LOG_INFO, "rules replaced", "source=admin rules=%zu", n);
-    reply_json(req, 200, "{\"rules\":%zu}\n", n);
+    struct conf_diags d;
+    conf_diags_init(&d);
+    if (parse_body_rules(px, req, "PUT /rules", &rules, &n, &d) == 0 &&
+        install_rules(px, req, rules) == 0) {
+        log_msg(LOG_INFO, "rules replaced", "source=admin rules=%zu", n);
+        proxy_log_diags(&d);
+        reply_rules_replaced(req, n, &d);
+    }
+    conf_diags_free(&d);
 }
 
 /* Longer than any rule name (CONF_NAME_MAX), so that a longer NAME is no rule. */
@@ -379,8 +446,13 @@ static void put_rule(struct proxy *px, struct evhttp_request *req)
     snprintf(src, sizeof(src), "PUT /rules/%s", name);
     struct rule *rules = NULL, *list = NULL;
     size_t n = 0;
-    if (parse_body_rules(px, req, src, &rules, &n) != 0 ||
-        check_put_rule(px, req, name, rules, n) != 0)
+    struct conf_diags d;
+    conf_diags_init(&d);
+    int rc = parse_body_rules(px, req, src, &rules, &n, &d);
+    if (rc == 0 && (rc = check_put_rule(px, req, name, rules, n)) == 0)
+        proxy_log_diags(&d); /* the rule's own warnings, not its place among the others' */
+    conf_diags_free(&d);
+    if (rc != 0)
         return;
     bool known = px->rules != NULL && ruleset_find(px->rules, name) >= 0;
     if (ruleset_edit(px->rules, name, rules, &list, &n) != 0) {

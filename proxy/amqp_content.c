@@ -260,8 +260,8 @@ static void publish_dup(struct amqp_px *ax, struct achan *ch, struct content *c,
             (unsigned long long)ax->s->id, ax->s->cfg->l->name, ch->id, r->name);
 }
 
-/* The actions of the rules that fired on a delivery or publish.  Returns
- * false when the session was cut. */
+/* The action of the rule that fired on a delivery or publish (one acts on an event:
+ * ruleset_decide()).  Returns false when the session was cut. */
 static bool content_actions(struct amqp_px *ax, struct achan *ch, struct content *c,
                             struct msg_info *mi, const size_t *hits, size_t n)
 {

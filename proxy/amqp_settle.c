@@ -318,8 +318,8 @@ void apx_log_held_at_shutdown(const struct amqp_px *ax)
         log_held_chan(ax, ax->chans[i]);
 }
 
-/* Apply the rules that fired on one settled tag.  Returns false when the
- * session was cut (`close before`). */
+/* Apply the rule that fired on one settled tag (one acts on an event: ruleset_decide()).
+ * Returns false when the session was cut (`close before`). */
 static bool settle_verdict(struct amqp_px *ax, struct achan *ch, struct amqp_plan_tag *t,
                            const size_t *hits, size_t n, const struct rule **close_after,
                            const struct rule **error)

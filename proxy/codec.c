@@ -51,14 +51,9 @@ size_t codec_decide(struct session *s, const struct engine_event *ev, size_t *hi
     return decide_up_to(s, ev, hits, SESSION_MAX_RULE_HITS, true);
 }
 
-size_t codec_decide_first(struct session *s, const struct engine_event *ev, size_t *hit)
+size_t codec_decide_unnoted(struct session *s, const struct engine_event *ev, size_t *hits)
 {
-    return decide_up_to(s, ev, hit, 1, true);
-}
-
-size_t codec_decide_first_unnoted(struct session *s, const struct engine_event *ev, size_t *hit)
-{
-    return decide_up_to(s, ev, hit, 1, false);
+    return decide_up_to(s, ev, hits, SESSION_MAX_RULE_HITS, false);
 }
 
 void codec_log_protocol_error(struct session *s, const char *msg, const char *detail)

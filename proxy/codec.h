@@ -58,20 +58,17 @@ struct codec_ops {
 
 /* What every codec does with a protocol event: count it, ask the rules of
  * the session's listener (writing the indexes of the rules that fire to
- * hits, at most SESSION_MAX_RULE_HITS), and note each fault (log line and
- * journal).  An `expire` is noted by the codec when its timer fires, not
- * here: a message settled in time was not faulted. */
+ * hits, at most SESSION_MAX_RULE_HITS: one for the event of a message or a
+ * command, the first rule that fires, as ruleset_decide() says for every
+ * protocol), and note each fault (log line and journal).  An `expire` is
+ * noted by the codec when its timer fires, not here: a message settled in
+ * time was not faulted. */
 size_t codec_decide(struct session *s, const struct engine_event *ev, size_t *hits);
 
-/* codec_decide() for a codec that applies one action per event: the first
- * rule (in file order) that fires decides, and the rules after it do not see
- * the event, so nothing counts or journals a fault that was not made. */
-size_t codec_decide_first(struct session *s, const struct engine_event *ev, size_t *hit);
-
-/* codec_decide_first() without the fault's note: for a codec that learns
- * the message's id only from the decision (a dropped XADD's id is made by
+/* codec_decide() without the fault's note: for a codec that learns the
+ * message's id only from the decision (a dropped XADD's id is made by
  * twice), and notes the fault itself (fault_note) once it knows it. */
-size_t codec_decide_first_unnoted(struct session *s, const struct engine_event *ev, size_t *hit);
+size_t codec_decide_unnoted(struct session *s, const struct engine_event *ev, size_t *hits);
 
 /* The events the listener's rules look at, recomputed after a reload swapped them. */
 uint32_t codec_wanted_now(struct session *s);

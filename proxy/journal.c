@@ -391,6 +391,10 @@ static bool header_listeners(const struct journal_header_info *hdr, Twice__Journ
         ls[i].profile = field_text(hdr->listener_profiles[i], &owned[3 * i + 2]);
         if (ls[i].name == NULL || ls[i].protocol == NULL || ls[i].profile == NULL)
             return false;
+        if (hdr->listener_visibility_ms != NULL)
+            ls[i].visibility_timeout_ms = hdr->listener_visibility_ms[i];
+        if (hdr->listener_consumer_timeout != NULL)
+            ls[i].consumer_timeout = hdr->listener_consumer_timeout[i];
         lp[i] = &ls[i];
     }
     return true;

@@ -62,6 +62,10 @@ struct journal_header_info {
     const char *const *listener_names;
     const char *const *listener_protocols;
     const char *const *listener_profiles; /* NULL entries: no profile */
+    /* Per listener, or NULL for none: its visibility or consumer timeout in ms (0: none), and
+     * whether it is a consumer timeout. */
+    const uint32_t *listener_visibility_ms;
+    const bool *listener_consumer_timeout;
     size_t n_listeners;
 };
 

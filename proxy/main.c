@@ -104,14 +104,28 @@ static void print_listener(const struct conf_listener *l)
     printf("\n");
 }
 
-static void print_rule(const struct rule *r)
+/* "  rule NAME on LISTENER: when EVENT MATCHERS, TRIGGERS, unless 'a' acts first -> ACTION": what
+ * the rule does, as it would be written, and the earlier rules that take its events first (one
+ * rule acts on an event: rules/engine.h). */
+static void print_rule(const struct conf *c, const struct rule *r)
 {
-    char detail[160];
+    char detail[160], matchers[512], triggers[256];
     fault_describe(r, detail, sizeof(detail));
-    printf("  rule %s on %s: %s%s -> %s%s\n", r->name, r->listener,
+    rule_matchers_text(r, matchers, sizeof(matchers));
+    rule_triggers_text(r, triggers, sizeof(triggers));
+    printf("  rule %s on %s: %s%s%s%s%s%s", r->name, r->listener,
            r->event == RULE_EV_STREAM ? "every connection" : "when ",
-           r->event == RULE_EV_STREAM ? "" : rule_event_name(r->event), detail,
-           r->enabled ? "" : " (disabled)");
+           r->event == RULE_EV_STREAM ? "" : rule_event_name(r->event), matchers[0] ? " " : "",
+           matchers, triggers[0] ? ", " : "", triggers);
+    size_t n = 0;
+    for (const struct rule *o = c->rules; o != NULL && o != r; o = o->next)
+        if (rule_takes_before(o, r))
+            printf("%s'%s'", n++ == 0 ? ", unless " : " or ", o->name);
+    printf("%s -> %s%s\n",
+           n == 0   ? ""
+           : n == 1 ? " acts first"
+                    : " act first",
+           detail, r->enabled ? "" : " (disabled)");
 }
 
 static int cmd_check(const char *path)
@@ -130,7 +144,7 @@ static int cmd_check(const char *path)
         for (const struct conf_listener *l = c->listeners; l != NULL; l = l->next)
             print_listener(l);
         for (const struct rule *r = c->rules; r != NULL; r = r->next)
-            print_rule(r);
+            print_rule(c, r);
     } else {
         fprintf(stderr, "%s: %u error%s\n", path, d.errors, d.errors == 1 ? "" : "s");
     }

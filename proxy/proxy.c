@@ -153,7 +153,7 @@ static void log_listening(const struct listener *l)
     log_end(&line);
 }
 
-static void log_diags(const struct conf_diags *d)
+void proxy_log_diags(const struct conf_diags *d)
 {
     for (const struct conf_diag *g = d->head; g != NULL; g = g->next) {
         struct log_line line;
@@ -330,7 +330,7 @@ int proxy_reload(struct proxy *px, char **diag)
     log_msg(LOG_INFO, "reloading", "file=\"%s\"", px->conf_path);
     if (conf_parse_file(px->conf_path, &c, &d) == 0)
         tls_check_conf(c, &d);
-    log_diags(&d);
+    proxy_log_diags(&d);
     if (d.errors != 0) {
         log_msg(LOG_ERROR, "reload failed", "errors=%u", d.errors);
         if (diag != NULL)
@@ -574,8 +574,10 @@ static int open_journal(struct proxy *px, const struct conf *c)
     char err[512];
     size_t n = c->n_listeners;
     const char **names = calloc(3 * n + 1, sizeof(*names));
+    uint32_t *visibility = calloc(n + 1, sizeof(*visibility));
+    bool *consumer = calloc(n + 1, sizeof(*consumer));
     px->journal_path = strdup(c->journal);
-    if (px->journal_path == NULL || names == NULL) {
+    if (px->journal_path == NULL || names == NULL || visibility == NULL || consumer == NULL) {
         snprintf(err, sizeof(err), "%s: out of memory", c->journal);
     } else {
         size_t i = 0;
@@ -583,16 +585,22 @@ static int open_journal(struct proxy *px, const struct conf *c)
             names[i] = l->name;
             names[n + i] = conf_protocol_name(l->protocol);
             names[2 * n + i] = l->profile;
+            visibility[i] = l->visibility_ms;
+            consumer[i] = l->consumer_timeout;
         }
         hdr.listener_names = names;
         hdr.listener_protocols = names + n;
         hdr.listener_profiles = names + 2 * n;
+        hdr.listener_visibility_ms = visibility;
+        hdr.listener_consumer_timeout = consumer;
         hdr.n_listeners = i;
         struct journal_flush flush = {.interval_ms = c->journal_flush_ms,
                                       .every_record = c->journal_every_record};
         px->journal = journal_open_with(c->journal, &hdr, &flush, err, sizeof(err));
     }
     free(names);
+    free(visibility);
+    free(consumer);
     if (px->journal == NULL) {
         struct log_line line;
         log_begin(&line, LOG_ERROR, "cannot open journal");
@@ -651,14 +659,17 @@ int proxy_init(struct proxy *px, const char *conf_path)
     int rc = conf_parse_file(conf_path, &c, &d);
     if (rc == 0)
         tls_check_conf(c, &d);
-    conf_diags_print(&d, stderr);
     rc = d.errors ? -1 : 0;
-    conf_diags_free(&d);
     if (rc != 0) {
+        /* As `twice check` prints them: the file's mistakes, for the person who started it. */
+        conf_diags_print(&d, stderr);
+        conf_diags_free(&d);
         conf_free(c);
         return -1;
     }
     log_set_level((enum log_level)c->log_level);
+    proxy_log_diags(&d); /* warnings: in the log, as at a reload */
+    conf_diags_free(&d);
     px->start_ms = proxy_now_ms();
     px->seed = c->has_seed ? c->seed : random_seed();
     px->conf_path = strdup(conf_path);

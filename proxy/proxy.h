@@ -264,6 +264,11 @@ void loop_free_all(struct proxy *px);
  * and, when `diag` is not NULL, a malloc'ed text of every problem. */
 int proxy_reload(struct proxy *px, char **diag);
 
+/* Logs each diagnostic of d as a `msg=config` line (level warn or error) with its FILE:LINE:COL,
+ * problem and hint: the warnings of a configuration that starts, is reloaded or replaces the
+ * rules go to the log with everything else. */
+void proxy_log_diags(const struct conf_diags *d);
+
 /* Make `rs` the current rules (takes the caller's reference); enabled
  * flags, counters and the kill switch carry over by rule name. */
 void proxy_set_rules(struct proxy *px, struct ruleset *rs);

@@ -118,12 +118,11 @@ static struct job_fault decide(struct rpx *rx, const struct job_event *j, bool n
     /* No id: each event is its own identity (session, a counter). */
     uint64_t seq = j->id == NULL ? ++rx->anon : 0;
     codec_event_identity(&ev, anon, sizeof(anon), (const uint64_t[]){rx->s->id, seq}, 2);
-    size_t hit = 0;
-    size_t n =
-        note ? codec_decide_first(rx->s, &ev, &hit) : codec_decide_first_unnoted(rx->s, &ev, &hit);
+    size_t hits[SESSION_MAX_RULE_HITS];
+    size_t n = note ? codec_decide(rx->s, &ev, hits) : codec_decide_unnoted(rx->s, &ev, hits);
     if (n == 0)
         return none;
-    const struct rule *r = rpx_hit_rule(rx, hit);
+    const struct rule *r = rpx_hit_rule(rx, hits[0]); /* one rule acts on a job event */
     return rule_action_is_stream(r->action.kind) ? none : rule_job_fault(r);
 }
 
@@ -270,11 +269,11 @@ bool rpx_jobs_needed(struct rpx *rx)
            codec_wants(rx->s, RULE_EV_NACK) || codec_wants(rx->s, RULE_EV_LEASE);
 }
 
-/* One action per event (a reply cannot be both dropped and duplicated): the first rule that
- * fires, in file order. */
+/* One action per event, as on every protocol (ruleset_decide()): the first rule that fires, in
+ * file order. */
 size_t rpx_decide(struct rpx *rx, struct engine_event *ev, size_t *hits)
 {
-    return codec_decide_first(rx->s, ev, hits);
+    return codec_decide(rx->s, ev, hits);
 }
 
 const struct rule *rpx_hit_rule(struct rpx *rx, size_t idx)

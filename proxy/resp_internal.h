@@ -261,7 +261,7 @@ void rpx_host_free(struct rpx *rx);
 void rpx_held_own_free(struct rpx *rx);
 /* Whether the journal or a rule on job events needs what a job's payload holds. */
 bool rpx_jobs_needed(struct rpx *rx);
-/* The first rule that fires on ev (codec_decide_first()). */
+/* The rule that acts on ev, the first that fires (codec_decide()); 0 or 1 of them. */
 size_t rpx_decide(struct rpx *rx, struct engine_event *ev, size_t *hits);
 /* The rule of a hit, its ruleset pinned for the session (a reload may drop it meanwhile). */
 const struct rule *rpx_hit_rule(struct rpx *rx, size_t idx);

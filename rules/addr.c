@@ -90,6 +90,58 @@ static bool conf_find_parts(struct conf_parser *p, const struct conf_word *w, co
     return true;
 }
 
+/* The port a broker URL's scheme implies when it names none; NULL for an unknown scheme. */
+static const char *conf_scheme_port(const char *scheme, size_t len)
+{
+    static const struct {
+        const char *scheme, *port;
+    } ports[] = {{"amqp", "5672"}, {"amqps", "5671"}, {"redis", "6379"}};
+
+    for (size_t i = 0; i < sizeof(ports) / sizeof(ports[0]); i++) {
+        if (strlen(ports[i].scheme) == len && strncmp(scheme, ports[i].scheme, len) == 0) {
+            return ports[i].port;
+        }
+    }
+    return NULL;
+}
+
+/* A broker URL (amqp://user:pass@host:5672/vhost) where HOST:PORT goes: an error that says
+ * so and what to write, the URL's host and port.  Returns whether the word was one. */
+static bool conf_url_refused(struct conf_parser *p, const struct conf_word *w,
+                             const char *directive)
+{
+    const char *text = w->text, *sep = strstr(text, "://");
+    char shown[CONF_SHOW_BYTES], addr[CONF_SHOW_BYTES], hint[CONF_HINT_BYTES + CONF_SHOW_BYTES];
+
+    if (sep == NULL) {
+        return false;
+    }
+    const char *start = sep + 3, *end = start + strcspn(start, "/?#");
+    const char *at = memchr(start, '@', (size_t)(end - start));
+    bool creds = at != NULL, more = *end != '\0' && strcmp(end, "/") != 0;
+    const char *host = creds ? at + 1 : start;
+    size_t len = (size_t)(end - host);
+    const char *close = memchr(host, ']', len),
+               *colon = memchr(close ? close : host, ':', (size_t)(end - (close ? close : host)));
+    const char *port = colon == NULL ? conf_scheme_port(text, (size_t)(sep - text)) : NULL;
+
+    if (len == 0 || len >= CONF_SHOW_MAX) {
+        snprintf(addr, sizeof(addr), "HOST:PORT");
+    } else {
+        snprintf(addr, sizeof(addr), "%.*s%s%s", (int)len, host, colon == NULL ? ":" : "",
+                 colon == NULL ? (port != NULL ? port : "PORT") : "");
+    }
+    bool tls = (sep - text == 5 && strncmp(text, "amqps", 5) == 0) ||
+               (sep - text == 6 && strncmp(text, "rediss", 6) == 0);
+    snprintf(hint, sizeof(hint), "write '%s %s'%s%s", directive, conf_show(addr, shown),
+             creds || more ? "; the rest (user, password, vhost or db) stays in the app's URL" : "",
+             tls && strcmp(directive, "upstream") == 0 ? "; 'upstream-tls' for its TLS" : "");
+    conf_diag_add(p->diags, CONF_ERROR, w->loc, hint,
+                  "'%s' is a URL, not an address: '%s' takes HOST:PORT", conf_show(text, shown),
+                  directive);
+    return true;
+}
+
 /* Split the word into host and port, reporting any error. */
 static bool conf_split_hostport(struct conf_parser *p, const struct conf_word *w,
                                 const char *directive, const char *example,
@@ -99,7 +151,7 @@ static bool conf_split_hostport(struct conf_parser *p, const struct conf_word *w
     const char *host, *host_end, *port;
     size_t len;
 
-    if (!conf_find_parts(p, w, &host, &host_end, &port)) {
+    if (conf_url_refused(p, w, directive) || !conf_find_parts(p, w, &host, &host_end, &port)) {
         return false;
     }
     len = (size_t)(host_end - host);

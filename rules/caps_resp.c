@@ -9,9 +9,15 @@
  * which command a publish, which transaction an ack.  Sidekiq's basic fetch
  * has no ack at all, so rules on `ack` are refused there with the reason.
  */
+#include <pthread.h>
+#include <stdio.h>
 #include <string.h>
 
+#include "proto/jobs/framework.h"
 #include "rules/caps.h"
+
+/* Room for a reason that names every profile. */
+#define RESP_PROFILE_TEXT_BYTES 256
 
 #define STREAM_ACTIONS                                                                             \
     (CAPS_BIT(RULE_ACT_LATENCY) | CAPS_BIT(RULE_ACT_BANDWIDTH) | CAPS_BIT(RULE_ACT_SLICE) |        \
@@ -44,11 +50,35 @@ static const char *common_why_not(enum rule_event ev, enum rule_action_kind act)
     }
 }
 
+/* The reason a listener without a profile has no job event, naming every profile of the
+ * registry (proto/jobs/framework.h); made once. */
+static char plain_no_jobs[RESP_PROFILE_TEXT_BYTES];
+static pthread_once_t plain_no_jobs_once = PTHREAD_ONCE_INIT;
+
+static void plain_no_jobs_make(void)
+{
+    size_t n = resp_framework_count(), used = 0;
+    int w = snprintf(plain_no_jobs, sizeof(plain_no_jobs),
+                     "a resp listener without a profile sees commands only: add ");
+    used = w > 0 ? (size_t)w : 0;
+    for (size_t i = 0; i < n && used < sizeof(plain_no_jobs); i++) {
+        w = snprintf(plain_no_jobs + used, sizeof(plain_no_jobs) - used, "%s'%s%s'",
+                     i == 0       ? ""
+                     : i + 1 == n ? " or "
+                                  : ", ",
+                     i == 0 ? "profile " : "", resp_framework_at(i)->name);
+        used += w > 0 ? (size_t)w : 0;
+    }
+    if (used < sizeof(plain_no_jobs))
+        snprintf(plain_no_jobs + used, sizeof(plain_no_jobs) - used, " for job events");
+}
+
 static const char *plain_why_not(enum rule_event ev, enum rule_action_kind act)
 {
-    if (act == RULE_ACT_COUNT && ev != RULE_EV_COMMAND)
-        return "a resp listener without a profile sees commands only: add 'profile sidekiq', "
-               "'celery', 'rq', 'streams' or 'list' for job events";
+    if (act == RULE_ACT_COUNT && ev != RULE_EV_COMMAND) {
+        pthread_once(&plain_no_jobs_once, plain_no_jobs_make);
+        return plain_no_jobs;
+    }
     return common_why_not(ev, act);
 }
 

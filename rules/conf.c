@@ -143,6 +143,9 @@ static void conf_interpret_rules(struct conf_parser *p, const struct conf_node *
                           "only rule blocks are allowed here");
         }
     }
+    if (!p->oom) {
+        rule_check_overlaps(p);
+    }
 }
 
 /* Everything pass 2 does, in order. */

@@ -28,7 +28,8 @@ const char *conf_show(const char *s, char *buf);
 
 /* The candidate in `words` (n of them) closest to `word` by
  * Damerau-Levenshtein distance, if it is within 2 edits (1 for words shorter
- * than 5 bytes); NULL otherwise.  Ties go to the earlier candidate. */
+ * than 5 bytes); else the one candidate that `word` (3 bytes or more)
+ * begins; NULL otherwise.  Ties go to the earlier candidate. */
 const char *conf_suggest(const char *word, const char *const *words, size_t n);
 
 /* Format "did you mean 'x'?" into `buf` (CONF_HINT_BYTES) when conf_suggest()

@@ -518,12 +518,21 @@ bool ruleset_has_action(const struct ruleset *rs, const char *listener, enum rul
     return false;
 }
 
+bool engine_event_combines(enum rule_event ev)
+{
+    return ev == RULE_EV_STREAM || ev == RULE_EV_CONNECT;
+}
+
 size_t ruleset_decide(struct ruleset *rs, const char *listener, const struct engine_event *ev,
                       uint64_t now_ms, size_t *hits, size_t max_hits)
 {
     size_t n = 0;
     if (!atomic_load_explicit(&rs->sw->faults_on, memory_order_relaxed))
         return 0;
+    /* A frame has one fate (a drop and a duplicate of one ack cannot both happen): the first
+     * rule that fires decides it. */
+    if (!engine_event_combines(ev->event) && max_hits > 1)
+        max_hits = 1;
     for (size_t i = 0; i < rs->n && n < max_hits; i++) {
         struct rule_rt *rt = &rs->rt[i];
         if (rt->rule->event != ev->event || !atomic_load(&rt->st->enabled) ||

@@ -123,10 +123,20 @@ bool ruleset_faults_enabled(const struct ruleset *rs);
  * for `rs` too).  Call before `rs` is shared with other threads. */
 void ruleset_inherit(struct ruleset *rs, const struct ruleset *old);
 
+/* Whether rules on events of kind `ev` combine: a connection's (`connect`, and the stream
+ * rules without `when`) do, their effects adding up; a message's or a command's do not: one
+ * rule acts on each such event (ruleset_decide()). */
+bool engine_event_combines(enum rule_event ev);
+
 /* Decide which rules of listener `listener` fault `ev` at `now_ms`
  * (monotonic).  Writes the indexes of the faulting rules, in file order, to
  * `hits` (at most `max_hits`) and returns how many there are.  Counters are
- * updated as a side effect. */
+ * updated as a side effect.
+ *
+ * On every protocol one rule acts on the event of a message or a command: the first in file
+ * order that fires; the rules after it do not see that event (they neither count it nor
+ * fault it), so nothing counts or journals a fault that was not made.  Only connection events
+ * collect every rule that fires (engine_event_combines()). */
 size_t ruleset_decide(struct ruleset *rs, const char *listener, const struct engine_event *ev,
                       uint64_t now_ms, size_t *hits, size_t max_hits);
 

@@ -117,6 +117,10 @@ void conf_listen_finish(struct conf_parser *p);
  * p->rules_tail.  Runs after every listener of p->base is known. */
 void conf_rule_directive(struct conf_parser *p, const struct conf_node *n);
 
+/* Once every rule is read: a warning for each rule that may not see events an earlier rule
+ * on the same listener and event takes (one rule acts on an event: rule_overlap.c). */
+void rule_check_overlaps(struct conf_parser *p);
+
 /* Whether `word` is a directive of rule blocks (for hints elsewhere). */
 bool conf_is_rule_keyword(const char *word) TWICE_MUST_CHECK;
 extern const char *const conf_rule_keywords[];

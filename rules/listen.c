@@ -7,8 +7,10 @@
  * one directive (profile vs protocol) run after the whole block, so the
  * order of directives inside the block never matters.
  */
+#include "proto/jobs/framework.h"
 #include "rules/diag.h"
 #include "rules/interp.h"
+#include "rules/rule_parse.h"
 
 #include "rules/conf_mem.h"
 
@@ -17,6 +19,8 @@
 #include <string.h>
 #include <strings.h>
 
+/* Most profiles the registry may hold for the names `profile` takes. */
+#define CONF_MAX_PROFILES 32
 /* Room for "host:port" with a bracketed IPv6 host or a long DNS name. */
 #define CONF_ADDR_TEXT_BYTES (CONF_HOST_BYTES + 8)
 
@@ -61,27 +65,85 @@ struct conf_listen_directive {
     void (*fn)(struct conf_parser *p, struct conf_listen_state *ls, const struct conf_node *n);
 };
 
+/* What users write for a protocol when they name the broker or a framework: the protocol
+ * twice calls it, and why. */
+static const struct {
+    const char *word, *protocol, *why;
+} conf_protocol_aliases[] = {
+    {"rabbitmq", "amqp", "RabbitMQ speaks AMQP 0-9-1"},
+    {"rabbit", "amqp", "RabbitMQ speaks AMQP 0-9-1"},
+    {"amqps", "amqp", "AMQP over TLS: add 'upstream-tls'"},
+    {"redis", "resp", "Redis speaks RESP"},
+    {"rediss", "resp", "RESP over TLS: add 'upstream-tls'"},
+    {"valkey", "resp", "Valkey speaks RESP"},
+    {"keydb", "resp", "KeyDB speaks RESP"},
+    {"dragonfly", "resp", "Dragonfly speaks RESP"},
+};
+
+/* The hint for an unknown protocol word: an alias's protocol, a framework's profile, else
+ * "did you mean" over the protocols; into buf (RULE_LIST_BYTES). */
+static const char *conf_protocol_hint(const char *word, const char *const *names, size_t n,
+                                      char *buf)
+{
+    for (size_t i = 0; i < sizeof(conf_protocol_aliases) / sizeof(conf_protocol_aliases[0]); i++) {
+        if (strcasecmp(word, conf_protocol_aliases[i].word) == 0) {
+            snprintf(buf, RULE_LIST_BYTES, "did you mean '%s'? %s",
+                     conf_protocol_aliases[i].protocol, conf_protocol_aliases[i].why);
+            return buf;
+        }
+    }
+    for (size_t i = 0; i < resp_framework_count(); i++) {
+        const char *profile = resp_framework_at(i)->name;
+        if (strcasecmp(word, profile) == 0) {
+            snprintf(buf, RULE_LIST_BYTES,
+                     "did you mean 'protocol resp' with 'profile %s'? a job framework on Redis "
+                     "(on RabbitMQ: 'protocol amqp')",
+                     profile);
+            return buf;
+        }
+    }
+    return conf_hint_suggest(word, names, n, buf, "expected tcp, amqp or resp");
+}
+
 static void conf_listen_protocol(struct conf_parser *p, struct conf_listen_state *ls,
                                  const struct conf_node *n)
 {
     static const char *const names[] = {"tcp", "amqp", "resp"};
+    const size_t n_names = sizeof(names) / sizeof(names[0]);
     const struct conf_word *w = &n->words[1];
-    int i = conf_value_enum(p, w, "protocol", names, sizeof(names) / sizeof(names[0]),
-                            "expected tcp, amqp or resp");
+    char shown[CONF_SHOW_BYTES], hint[RULE_LIST_BYTES];
 
-    if (i < 0) {
-        return;
+    for (size_t i = 0; i < n_names; i++) {
+        if (strcmp(w->text, names[i]) == 0) {
+            ls->l->protocol = (enum conf_protocol)i;
+            ls->protocol_ok = true;
+            return;
+        }
     }
-    ls->l->protocol = (enum conf_protocol)i;
-    ls->protocol_ok = true;
+    conf_diag_add(p->diags, CONF_ERROR, w->loc, conf_protocol_hint(w->text, names, n_names, hint),
+                  "unknown protocol '%s'", conf_show(w->text, shown));
+}
+
+/* The profiles, as the registry of framework modules lists them (proto/jobs/framework.h). */
+static size_t conf_profile_names(const char **names, size_t cap)
+{
+    size_t n = 0;
+    for (size_t i = 0; i < resp_framework_count() && n < cap; i++) {
+        names[n++] = resp_framework_at(i)->name;
+    }
+    return n;
 }
 
 static void conf_listen_profile(struct conf_parser *p, struct conf_listen_state *ls,
                                 const struct conf_node *n)
 {
-    static const char *const names[] = {"sidekiq", "celery", "rq", "streams", "list", "bullmq"};
-    int i = conf_value_enum(p, &n->words[1], "profile", names, sizeof(names) / sizeof(names[0]),
-                            "expected sidekiq, celery, rq, streams or list");
+    const char *names[CONF_MAX_PROFILES];
+    size_t n_names = conf_profile_names(names, CONF_MAX_PROFILES);
+    char list[RULE_LIST_BYTES], expected[RULE_LIST_BYTES + 32];
+
+    snprintf(expected, sizeof(expected), "expected one of: %s",
+             rule_join_names(names, n_names, list));
+    int i = conf_value_enum(p, &n->words[1], "profile", names, n_names, expected);
 
     if (i >= 0) {
         ls->l->profile = conf_parser_strdup(p, names[i]);
@@ -221,7 +283,7 @@ static void conf_listen_task(struct conf_parser *p, struct conf_listen_state *ls
 /* Indexed by enum conf_listen_slot. */
 static const struct conf_listen_directive conf_listen_table[CONF_L_COUNT] = {
     {{"protocol", 1, "tcp, amqp or resp"}, conf_listen_protocol},
-    {{"profile", 1, "sidekiq, celery, rq, streams, list or bullmq"}, conf_listen_profile},
+    {{"profile", 1, "NAME, a job framework (e.g. celery)"}, conf_listen_profile},
     {{"bind", 1, "HOST:PORT"}, conf_listen_bind},
     {{"upstream", 1, "HOST:PORT"}, conf_listen_upstream},
     {{"connect-timeout", 1, "DURATION"}, conf_listen_connect_timeout},

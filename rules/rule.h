@@ -88,6 +88,25 @@ enum rule_action_kind {
         RULE_ACT_COUNT
 };
 
+/* Whether rule `earlier`, written before `later`, may fault events `later` would otherwise
+ * act on: the same listener and message or command event (one rule acts on each: the first
+ * that fires), matchers and `between` windows that do not exclude each other
+ * (rules/rule_overlap.c). */
+bool rule_takes_before(const struct rule *earlier, const struct rule *later);
+
+/* A rule as text, as a rule file would write it (rules/rule_text.c).  Each writes at most cap
+ * bytes into buf, NUL included, cutting what does not fit. */
+/* A duration: "3s", "1m", "250ms"; returns buf. */
+const char *rule_ms_text(uint32_t ms, char *buf, size_t cap);
+/* A probability as a percentage: 0.05 is "5%", 1 is "100%"; returns buf. */
+const char *rule_probability_text(double p, char *buf, size_t cap);
+/* The matchers of `when`: "queue=celery task!=x body~\"refund due\"", "" without any;
+ * returns the length written. */
+size_t rule_matchers_text(const struct rule *r, char *buf, size_t cap);
+/* The triggers in the order the engine checks them: "every 10, probability 5%"; "" without
+ * any (max-per-message is shown when it is not 1); returns the length written. */
+size_t rule_triggers_text(const struct rule *r, char *buf, size_t cap);
+
 /* True for latency, bandwidth, slice, reset, blackhole, slow-close, limit. */
 bool rule_action_is_stream(enum rule_action_kind k);
 

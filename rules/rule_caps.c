@@ -143,19 +143,6 @@ static void rule_caps_action(struct conf_parser *p, const struct rule *r,
                   why != NULL ? ": " : "", why != NULL ? why : "");
 }
 
-/* A duration as a rule file would write it: "3s", "1m", "250ms". */
-static const char *rule_ms_text(uint32_t ms, char *buf, size_t cap)
-{
-    if (ms != 0 && ms % 60000 == 0) {
-        snprintf(buf, cap, "%um", ms / 60000);
-    } else if (ms != 0 && ms % 1000 == 0) {
-        snprintf(buf, cap, "%us", ms / 1000);
-    } else {
-        snprintf(buf, cap, "%ums", ms);
-    }
-    return buf;
-}
-
 /* `do redeliver after D` / `do duplicate after D`: the codec must be able to
  * choose when the copy comes, and the listener's own timeout must not hand
  * the message out first (a held ack counts as not acked, and the ack comes
@@ -187,7 +174,11 @@ static void rule_caps_late(struct conf_parser *p, const struct rule *r,
         char d[24], v[24];
         rule_ms_text(a->duration_ms, d, sizeof(d));
         rule_ms_text(l->visibility_ms, v, sizeof(v));
-        snprintf(hint, sizeof(hint), "make it shorter than %s, or the %s longer", v, timeout);
+        snprintf(hint, sizeof(hint),
+                 "make it shorter than %s; for a copy %s after the delivery, 'do expire %s' on "
+                 "these deliveries with 'do drop' on their acks (docs/rules.md, late copies past "
+                 "a visibility timeout)",
+                 v, d, d);
         conf_diag_add(p->diags, CONF_ERROR, a->loc, hint,
                       "'%s after %s' cannot happen at that time: listener '%s' has a %s of %s, "
                       "which hands the message out again first (an ack twice holds counts as "
@@ -220,6 +211,41 @@ static void rule_caps_error_code(struct conf_parser *p, const struct rule *r,
                   "'%s' is not an AMQP 0-9-1 error code for listener '%s' (protocol amqp): one "
                   "of 311-313, 320, 402-406, 501-506, 530, 540, 541",
                   conf_show(r->action.error_code, code), conf_show(l->name, name));
+}
+
+void rule_check_has_do(struct conf_parser *p, const struct rule_state *rs,
+                       const struct conf_node *n, const struct conf_listener *l)
+{
+    const struct rule *r = rs->r;
+    bool event_known = rs->first[RULE_S_WHEN].line == 0 || rs->event_loc.line != 0;
+    const struct proto_caps *caps = l != NULL ? proto_caps_find(l->protocol, l->profile) : NULL;
+    uint32_t can = caps != NULL && event_known && (caps->events & CAPS_BIT(r->event))
+                       ? caps->actions[r->event]
+                       : 0;
+    char shown[CONF_SHOW_BYTES], lname[CONF_SHOW_BYTES], phrase[RULE_PHRASE_BYTES];
+    char list[RULE_LIST_BYTES], hint[RULE_LIST_BYTES + 2 * CONF_SHOW_BYTES + 64];
+    int first = -1;
+
+    if (rs->first[RULE_S_DO].line != 0) {
+        return;
+    }
+    for (int k = 0; k < RULE_ACT_COUNT && first < 0; k++) {
+        first = can & CAPS_BIT(k) ? k : -1;
+    }
+    /* Only what this listener can do on this event is offered: an ack cannot take a latency. */
+    if (first >= 0) {
+        /* the usage without its option: "do redeliver", "do delay DURATION" */
+        const char *usage = rule_action_usage((enum rule_action_kind)first);
+        int len = (int)strcspn(usage, "[");
+        while (len > 0 && usage[len - 1] == ' ') {
+            len--;
+        }
+        snprintf(hint, sizeof(hint), "e.g. %.*s; listener '%s' (protocol %s) can do on %s: %s", len,
+                 usage, conf_show(l->name, lname), caps->name, rule_event_phrase(r->event, phrase),
+                 rule_action_list(can, list));
+    }
+    conf_diag_add(p->diags, CONF_ERROR, n->words[0].loc, first >= 0 ? hint : NULL,
+                  "rule '%s' has no 'do ACTION'", conf_show(r->name, shown));
 }
 
 void rule_check_caps(struct conf_parser *p, const struct rule_state *rs,

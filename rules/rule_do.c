@@ -49,6 +49,11 @@ static const struct rule_action_spec rule_action_specs[RULE_ACT_COUNT] = {
     [RULE_ACT_LIMIT] = {RULE_ARG_SIZE, NULL, "do limit SIZE, e.g. do limit 1MiB"},
 };
 
+const char *rule_action_usage(enum rule_action_kind k)
+{
+    return (unsigned)k < RULE_ACT_COUNT ? rule_action_specs[k].usage : "do ACTION";
+}
+
 /* Indexed by enum rule_arg: what a missing argument is, in "needs ...". */
 static const char *const rule_arg_what[] = {
     "nothing", "a duration", "a size", "a rate", "before or after", "an error code",

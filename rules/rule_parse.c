@@ -105,6 +105,19 @@ static bool rule_parse_probability(const char *s, double *out)
     return true;
 }
 
+/* A bare number is a fraction (`probability 1` is every event, `0.5` half of them): a
+ * warning says what it means, and the percentage that was maybe meant. */
+static void rule_probability_fraction(struct conf_parser *p, const struct conf_word *w, double v)
+{
+    char shown[CONF_SHOW_BYTES], pct[32], hint[CONF_HINT_BYTES + CONF_SHOW_BYTES];
+
+    conf_show(w->text, shown);
+    rule_probability_text(v, pct, sizeof(pct));
+    snprintf(hint, sizeof(hint), "did you mean '%s%%'? write '%s' to say so", shown, pct);
+    conf_diag_add(p->diags, CONF_WARNING, w->loc, hint, "probability '%s' is a fraction: %s%s",
+                  shown, v >= 1.0 ? "every event (" : pct, v >= 1.0 ? "100%)" : " of the events");
+}
+
 static void rule_probability(struct conf_parser *p, struct rule_state *rs,
                              const struct conf_node *n)
 {
@@ -129,6 +142,9 @@ static void rule_probability(struct conf_parser *p, struct rule_state *rs,
     } else {
         rs->r->trigger.has_probability = true;
         rs->r->trigger.probability = v;
+        if (!percent) {
+            rule_probability_fraction(p, w, v);
+        }
     }
 }
 
@@ -302,17 +318,12 @@ static void rule_check_needs_event(struct conf_parser *p, const struct rule *r)
 }
 
 /* Checks between the directives of a block, once it is read. */
-static void rule_check_block(struct conf_parser *p, const struct rule_state *rs,
-                             const struct conf_node *n)
+static void rule_check_block(struct conf_parser *p, const struct rule_state *rs)
 {
     const struct rule *r = rs->r;
     bool event_known = rs->first[RULE_S_WHEN].line == 0 || rs->event_loc.line != 0;
-    char shown[CONF_SHOW_BYTES], list[RULE_LIST_BYTES];
+    char list[RULE_LIST_BYTES];
 
-    if (rs->first[RULE_S_DO].line == 0) {
-        conf_diag_add(p->diags, CONF_ERROR, n->words[0].loc, "e.g. do latency 20ms",
-                      "rule '%s' has no 'do ACTION'", conf_show(r->name, shown));
-    }
     if (rs->action_known && !rule_action_is_stream(r->action.kind)) {
         if (rs->first[RULE_S_WHEN].line == 0) {
             rule_check_needs_event(p, r);
@@ -401,13 +412,15 @@ static void rule_check_unique(struct conf_parser *p, const struct rule *r,
 
 /* Find the rule's listener and check the rule against its codec. */
 static void rule_resolve(struct conf_parser *p, const struct rule_state *rs,
-                         const struct conf_word *w)
+                         const struct conf_node *n)
 {
+    const struct conf_word *w = &n->words[3];
     const char *names[CONF_MAX_LISTENERS];
     char shown[CONF_SHOW_BYTES], hint[CONF_HINT_BYTES];
     const struct conf_listener *l = conf_find_listener(p->base, w->text);
     size_t n_names = 0;
 
+    rule_check_has_do(p, rs, n, l);
     if (l != NULL) {
         rule_check_caps(p, rs, l);
         return;
@@ -440,14 +453,17 @@ void conf_rule_directive(struct conf_parser *p, const struct conf_node *n)
     }
     rule_block(p, &rs, n->children);
     if (!p->oom) {
-        rule_check_block(p, &rs, n);
+        rule_check_block(p, &rs);
     }
     if (p->oom || !named) {
+        if (!p->oom) {
+            rule_check_has_do(p, &rs, n, NULL);
+        }
         rule_list_free(rs.r);
         return;
     }
     rule_check_unique(p, rs.r, &n->words[1]);
-    rule_resolve(p, &rs, &n->words[3]);
+    rule_resolve(p, &rs, n);
     *p->rules_tail = rs.r;
     p->rules_tail = &rs.r->next;
     p->n_rules++;

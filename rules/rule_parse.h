@@ -61,6 +61,14 @@ void rule_when_directive(struct conf_parser *p, struct rule_state *rs, const str
 /* `do ACTION ARGS...` into rs->r->action (rule_do.c). */
 void rule_do_directive(struct conf_parser *p, struct rule_state *rs, const struct conf_node *n);
 
+/* How an action is written: "do delay DURATION", "do redeliver [after DURATION]" (rule_do.c). */
+const char *rule_action_usage(enum rule_action_kind k);
+
+/* A rule block without `do`: an error, whose hint names the actions the listener's codec can
+ * take on the rule's event (rule_caps.c); `l` NULL when the listener is unknown. */
+void rule_check_has_do(struct conf_parser *p, const struct rule_state *rs,
+                       const struct conf_node *n, const struct conf_listener *l);
+
 /* A DURATION that may also be zero ("0s", "0ms"), for the start of a window
  * and pauses; false after an error at the word. */
 bool rule_value_duration0(struct conf_parser *p, const struct conf_word *w, uint32_t *ms);

@@ -3,7 +3,8 @@
  *
  * Distance is Damerau-Levenshtein in its optimal-string-alignment form:
  * insertions, deletions, substitutions and swaps of two adjacent bytes each
- * cost 1, which catches the usual typos ("upstram", "bnid", "lisen").
+ * cost 1, which catches the usual typos ("upstram", "bnid", "lisen").  A word that is the
+ * start of exactly one candidate suggests it too ("bull" for "bullmq").
  */
 #include "rules/diag.h"
 
@@ -12,6 +13,8 @@
 
 /* Small words tolerate fewer edits, or every 3-letter word would match. */
 #define CONF_SUGGEST_SHORT_LEN 5
+/* Shortest start of a word that suggests the one candidate it begins. */
+#define CONF_SUGGEST_PREFIX_MIN 3
 
 static size_t conf_min3(size_t a, size_t b, size_t c)
 {
@@ -47,6 +50,27 @@ static size_t conf_distance(const char *a, size_t la, const char *b, size_t lb)
     return prev[lb];
 }
 
+/* The one candidate that `word` begins, when it is long enough to mean something ("bull" for
+ * "bullmq"); NULL when none or several do. */
+static const char *conf_suggest_prefix(const char *word, size_t len, const char *const *words,
+                                       size_t n)
+{
+    const char *found = NULL;
+
+    if (len < CONF_SUGGEST_PREFIX_MIN) {
+        return NULL;
+    }
+    for (size_t i = 0; i < n; i++) {
+        if (strncmp(words[i], word, len) == 0) {
+            if (found != NULL) {
+                return NULL;
+            }
+            found = words[i];
+        }
+    }
+    return found;
+}
+
 const char *conf_suggest(const char *word, const char *const *words, size_t n)
 {
     size_t len = strlen(word);
@@ -68,7 +92,7 @@ const char *conf_suggest(const char *word, const char *const *words, size_t n)
             best_distance = d;
         }
     }
-    return best;
+    return best != NULL ? best : conf_suggest_prefix(word, len, words, n);
 }
 
 const char *conf_hint_suggest(const char *word, const char *const *words, size_t n, char *buf,

@@ -11,6 +11,7 @@
 #define TWICE_JOBS_FRAMEWORK_H
 
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
 
 #include "proto/jobs/job.h"
@@ -85,6 +86,12 @@ struct resp_framework {
     /* Frees a tag's state (NULL allowed). */
     void (*free_state)(uint8_t kind, void *state);
 };
+
+/* The registry of profiles: how many framework modules there are, and the i-th (NULL past
+ * the last), in the order the documentation lists them.  A listener's `profile` is one of
+ * their names. */
+size_t resp_framework_count(void);
+const struct resp_framework *resp_framework_at(size_t i);
 
 /* The module of a profile, or NULL for RPROF_NONE (commands only). */
 const struct resp_framework *resp_framework_of(enum rprof p);

@@ -14,6 +14,16 @@ static const struct resp_framework *const frameworks[] = {
     &resp_framework_streams, &resp_framework_list,   &resp_framework_bullmq,
 };
 
+size_t resp_framework_count(void)
+{
+    return sizeof(frameworks) / sizeof(frameworks[0]);
+}
+
+const struct resp_framework *resp_framework_at(size_t i)
+{
+    return i < resp_framework_count() ? frameworks[i] : NULL;
+}
+
 const struct resp_framework *resp_framework_of(enum rprof p)
 {
     for (size_t i = 0; i < sizeof(frameworks) / sizeof(frameworks[0]); i++)

@@ -344,6 +344,54 @@ class AdminTest(h.TestCase):
         self.assert_fast(what="all rules removed by PUT")
         t.stop()
 
+    def test_rules_show_triggers(self):
+        """GET /rules (and GET /rules/NAME) shows what each rule acts on: its matchers and its
+        triggers (a bare `probability 1` is every event: the JSON says 1, the text 100%)."""
+        mq = h.listen_block("mq", h.free_port(), 1).replace("protocol tcp", "protocol amqp")
+        rules = (fk.rule_block("lat", "echo", "stream downstream", "probability 1",
+                               "do latency 1000ms"),
+                 fk.rule_block("lost", "mq", "when ack queue=pay* task!=refund", "every 10",
+                               "probability 5%", "between 0s 10m", "limit 7",
+                               "max-per-message 2", "do redeliver"),
+                 fk.rule_block("slow", "mq", "when ack", "do delay 1s"))
+        t = self.start(rules=rules, extra_listeners=(mq,))
+        got = {r["name"]: r for r in self.api.json("/rules")["rules"]}
+        self.assertEqual((got["lat"]["matchers"], got["lat"]["triggers"],
+                          got["lat"]["triggers_text"]),
+                         ("", {"probability": 1, "max_per_message": 1}, "probability 100%"))
+        self.assertEqual(got["lost"]["matchers"], "queue=pay* task!=refund")
+        self.assertEqual(got["lost"]["triggers"],
+                         {"probability": 0.05, "every": 10, "limit": 7,
+                          "between_ms": [0, 600000], "max_per_message": 2})
+        self.assertEqual(got["lost"]["triggers_text"],
+                         "between 0s 10m, every 10, probability 5%, limit 7, max-per-message 2")
+        self.assertEqual((got["slow"]["matchers"], got["slow"]["triggers"],
+                          got["slow"]["triggers_text"]), ("", {"max_per_message": 1}, ""))
+        # one rule by name, the same
+        one = self.api.json("/rules/lost")
+        self.assertEqual((one["matchers"], one["triggers"], one["triggers_text"]),
+                         (got["lost"]["matchers"], got["lost"]["triggers"],
+                          got["lost"]["triggers_text"]))
+        t.stop()
+
+    def test_put_rules_warnings(self):
+        """A PUT /rules whose rules are valid but warned about: they replace the old ones, the
+        answer lists each warning as `twice check` prints it, and the log has each one."""
+        mq = h.listen_block("mq", h.free_port(), 1).replace("protocol tcp", "protocol amqp")
+        t = self.start(extra_listeners=(mq,))
+        rules = (fk.rule_block("lost", "mq", "when ack", "do redeliver") +    # line 1
+                 fk.rule_block("slow", "mq", "when ack", "do delay 5s"))      # line 5
+        body = json.loads(self.ok(self.api.put("/rules", rules)))
+        self.assertEqual(body["rules"], 2)
+        self.assertEqual(len(body["warnings"]), 1, body)
+        self.assertTrue(body["warnings"][0].startswith(
+            "PUT /rules:5:1: warning: rule 'slow' never acts on the 'ack' events it shares with "
+            "rule 'lost' (PUT /rules:1)"), body)
+        self.assertEqual([r["name"] for r in self.api.json("/rules")["rules"]], ["lost", "slow"])
+        warned = t.wait_for_log(r"level=warn msg=config at=\"PUT /rules:5:1\"")
+        self.assertIn("rule 'slow' never acts", warned[0])
+        t.stop()
+
     def test_rule_by_name(self):
         """GET /rules/NAME is one rule with its switch and counters; PUT /rules/NAME replaces
         that rule in its place (its counters and switch carry over, as with PUT /rules) or adds

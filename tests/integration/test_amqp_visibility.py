@@ -18,6 +18,8 @@ pika against a real node:
   broker does it: the channel closes with 406 and RabbitMQ's text, every
   delivery unacked on it comes back, another channel of the same connection
   and another connection carry on;
+- a copy later than the timeout, as docs/rules.md says to ask for one: `expire 6s` on the
+  deliveries and `drop` on their acks, the copy 6 s after the delivery, not at 3 s;
 - late copies on purpose: `redeliver after 3s` on acks: the worker's ack
   "succeeds", and the message comes back redelivered no earlier than 3 s
   after it; `duplicate after 3s` on deliveries: a copy goes out no earlier
@@ -96,6 +98,14 @@ class VisibilityTest(unittest.TestCase):
   every 2
   do delay 5s
 }
+rule late-window on vt {
+  when deliver queue=vt-late
+  do expire 6s
+}
+rule late-lost on vt {
+  when ack queue=vt-late
+  do drop
+}
 rule lost-ack on vt {
   when ack queue=vt-drop
   every 2
@@ -118,7 +128,8 @@ rule late-dup on late {
                      log_level="info") + rules, cls.tmp)
         c = conn(cls.rabbit.port)
         ch = c.channel()
-        for q in ("vt-held", "vt-drop", "vt-slow", "ct-q", "ct-other", "late-ack", "late-dup"):
+        for q in ("vt-held", "vt-drop", "vt-slow", "vt-late", "ct-q", "ct-other", "late-ack",
+                  "late-dup"):
             ch.queue_declare(q, durable=False)
         c.close()
 
@@ -174,6 +185,38 @@ rule late-dup on late {
         a.close()
         b.close()
         self.assertEqual(self.ready("vt-held"), 0)  # nothing was left unacked
+
+    def test_late_copy_past_the_visibility_timeout(self):
+        """The recipe of docs/rules.md for a copy later than the listener's 3 s timeout, which
+        refuses `redeliver after 6s`: `expire 6s` on the deliveries, `drop` on their acks.  The
+        worker's ack is lost, and the message comes back 6 s after its delivery, not at 3 s;
+        its copy is acked for good."""
+        self.publish("vt-late", ["vl-1"])
+        a, b = conn(self.ports["vt"]), conn(self.ports["vt"])
+        cha, chb = a.channel(), b.channel()
+        m, _, _ = get_one(cha, "vt-late")
+        t0 = time.monotonic()
+        cha.basic_ack(m.delivery_tag)  # "succeeds"; twice drops it
+        m2, props, _ = get_one(chb, "vt-late")
+        self.assertGreaterEqual(time.monotonic() - t0, 5.8, "the copy came before the expire")
+        self.assertEqual((m2.redelivered, props.message_id), (True, "vl-1"))
+        chb.basic_ack(m2.delivery_tag)  # neither rule faults the copy (max-per-message)
+        self.assertIsNone(chb.basic_get("vt-late")[0])  # a round trip: the ack went through
+        self.assertTrue(cha.is_open and chb.is_open)
+        for rule in ("late-window", "late-lost"):
+            faults = rk.wait_journal_faults(self.journal, rule, 1, timeout=WAIT)
+            self.assertEqual([r.get("message_id") for r in faults], ["vl-1"], rule)
+        a.close()
+        b.close()
+        self.assertEqual(self.ready("vt-late"), 0)
+        # the form it replaces is refused, and the refusal points at it
+        rc, errs = rk.check_config(self.tw.conf_text + "rule r on vt {\n  when ack\n"
+                                   "  do redeliver after 6s\n}\n", self.tmp)
+        self.assertEqual(rc, 1)
+        self.assertIn("'redeliver after 6s' cannot happen at that time: listener 'vt' has a "
+                      "visibility-timeout of 3s", errs[0])
+        self.assertIn("for a copy 6s after the delivery, 'do expire 6s' on these deliveries "
+                      "with 'do drop' on their acks", errs[0])
 
     def assert_one_fault_each(self, rule, action, again):
         """One fault of `rule` per held or dropped ack, and one `expired` record naming it per

@@ -10,7 +10,10 @@ test process sends 10 tasks with .delay() through twice too.
 - `when ack task=*charge; first 3; do redeliver`: the worker's first three
   acks become reject(requeue) upstream, RabbitMQ redelivers those tasks and
   the worker runs them again under the SAME task id: 13 lines, exactly 3 ids
-  twice, and the fault log lines name those 3 task ids as message_id.
+  twice, and the fault log lines name those 3 task ids as message_id;
+- rules/examples/rabbitmq-celery.conf as shipped, two workers started with Celery's defaults
+  and events on: the example's rules fault tasks of the `celery` queue only, none of the
+  messages Celery sends itself (events, gossip, heartbeats, remote control).
 """
 
 import collections
@@ -42,7 +45,7 @@ def broker_url(port):
 class Worker:
     """`celery worker` in its own process group; stop() = SIGTERM, then SIGKILL."""
 
-    def __init__(self, tmp, name, port, out_path):
+    def __init__(self, tmp, name, port, out_path, defaults=False):
         self.log_path = os.path.join(tmp, "worker-%s.log" % name)
         env = dict(os.environ)
         env.update({
@@ -54,8 +57,12 @@ class Worker:
             "PYTHONUNBUFFERED": "1",
         })
         argv = ["/usr/bin/python3", "-m", "celery", "-A", "celery_app.app", "worker",
-                "--pool=solo", "--concurrency=1", "-Q", "celery", "--without-heartbeat",
-                "--without-gossip", "--without-mingle", "-l", "info", "-n", "%s@localhost" % name]
+                "--pool=solo", "--concurrency=1", "-Q", "celery", "-l", "info",
+                "-n", "%s@localhost" % name]
+        # Celery's own traffic (heartbeats, gossip, mingle) off, unless the test wants a worker
+        # as a user starts it, with events on (-E) too.
+        argv += ["-E"] if defaults else ["--without-heartbeat", "--without-gossip",
+                                         "--without-mingle"]
         self.proc = h.spawn(argv, log_path=self.log_path, env=env, cwd=tmp)
         h.at_exit(self.kill)
 
@@ -151,20 +158,26 @@ class CeleryAmqp(unittest.TestCase):
                 return int(parts[1]), int(parts[2])
         return None
 
-    def run_tasks(self, name, port, expect_lines):
-        """Start a worker on `port`, send N_TASKS tasks through `port`, wait
-        for `expect_lines` executions (and until the broker has settled every
-        message); returns (sent task ids, [(task_id, order_id)] lines)."""
+    def run_tasks(self, name, port, expect_lines, n_tasks=N_TASKS, workers=1, defaults=False,
+                  during=None):
+        """Start `workers` workers on `port` (as a user starts them with `defaults`), send
+        n_tasks tasks through `port`, call during() once they are sent, wait for `expect_lines`
+        executions (and until the broker has settled every message); returns (sent task ids,
+        [(task_id, order_id)] lines)."""
         out = os.path.join(self.tmp, "charges-%s.txt" % name)
         open(out, "w").close()
-        w = Worker(self.tmp, name, port, out)
-        self.workers.append(w)
-        w.wait_ready()
+        ws = [Worker(self.tmp, "%s%d" % (name, i), port, out, defaults) for i in range(workers)]
+        self.workers += ws
+        for w in ws:
+            w.wait_ready()
         sent = []
         with self.app.connection_for_write(broker_url(port)) as conn:
-            for i in range(N_TASKS):
+            for i in range(n_tasks):
                 r = self.charge.apply_async(("order-%d" % i,), connection=conn)
                 sent.append(r.id)
+
+        if during is not None:
+            during()
 
         def lines():
             with open(out) as f:
@@ -179,7 +192,7 @@ class CeleryAmqp(unittest.TestCase):
                 n, changed = now, time.monotonic()
             if n >= expect_lines:
                 break
-            if n >= N_TASKS and time.monotonic() - changed > 10:
+            if n >= n_tasks and time.monotonic() - changed > 10:
                 break
             time.sleep(0.2)
         # Anything more would come from a message the broker still has ready
@@ -187,8 +200,9 @@ class CeleryAmqp(unittest.TestCase):
         # has neither, every message is settled and no execution can follow.
         h.eventually(lambda: self.queue_state() == (0, 0), 60, interval=0.5)
         got = lines()
-        w.stop()
-        self.assertNotIn("Unrecoverable error", w.log_text())
+        for w in ws:
+            w.stop()
+            self.assertNotIn("Unrecoverable error", w.log_text())
         return sent, got
 
     def test_no_rule_each_task_once(self):
@@ -217,6 +231,54 @@ class CeleryAmqp(unittest.TestCase):
         self.assertTrue(all(r.get("action") == "redeliver" and r.get("event") == "ack"
                             and r.get("queue") == "celery" for r in recs), recs)
         h.log("tasks run twice: %s" % " ".join(twice_ids))
+
+    def test_example_faults_only_tasks(self):
+        """rules/examples/rabbitmq-celery.conf as shipped (its addresses and journal replaced),
+        in front of two workers started as a user starts them (heartbeats, gossip, mingle,
+        events): Celery sends itself messages through RabbitMQ all along (queues celeryev.*,
+        *.celery.pidbox, *.reply.celery.pidbox: a `celery inspect ping` too), and the example's
+        rules fault none of them, only tasks of the `celery` queue."""
+        port = h.free_port()
+        journal = os.path.join(self.tmp, "example.pb")
+        path = os.path.join(h.SOURCE_DIR, "rules", "examples", "rabbitmq-celery.conf")
+        with open(path) as f:
+            text = f.read()
+        for old, new in (("bind 127.0.0.1:5673", "bind 127.0.0.1:%d" % port),
+                         ("upstream 127.0.0.1:5672", "upstream 127.0.0.1:%d" % self.rabbit.port),
+                         ("journal twice-journal.pb", "journal %s" % journal)):
+            self.assertEqual(text.count("\n%s\n" % old) + text.count("\n  %s\n" % old), 1, old)
+            text = text.replace(old, new)
+        conf = os.path.join(self.tmp, "example.conf")
+        with open(conf, "w") as f:
+            f.write(text)
+        # what twice check says each rule acts on: the `celery` queue
+        check = h.run_twice(["check", "-c", conf])
+        self.assertEqual(check.returncode, 0, check)
+        summary = [l for l in check.stdout.decode().splitlines() if l.startswith("  rule ")]
+        self.assertTrue(summary and all(" queue=celery" in l for l in summary), summary)
+        tw = h.start_twice(text, self.tmp)
+
+        def inspect():
+            env = dict(os.environ, PYTHONPATH=HERE, TWICE_CELERY_BROKER=broker_url(port),
+                       HOME=self.tmp)
+            r = subprocess.run(["/usr/bin/python3", "-m", "celery", "-A", "celery_app.app",
+                                "inspect", "ping"], env=env, cwd=self.tmp, timeout=120,
+                               capture_output=True)
+            self.assertIn(b"pong", r.stdout, r)
+        try:
+            sent, got = self.run_tasks("defaults", port, 40, n_tasks=40, workers=2,
+                                       defaults=True, during=inspect)
+        finally:
+            tw.stop()
+        self.assertEqual(set(t for t, _ in got), set(sent), "every task ran")
+        _, recs, _ = fk.decode_journal(journal)
+        kinds = [(fk.KIND_NAMES.get(r.get("kind")), r.get("queue") or "") for r in recs]
+        own = [q for k, q in kinds if k == "deliver" and q != "celery"]
+        self.assertTrue(any(q.startswith("celeryev.") for q in own), own)
+        self.assertTrue(any(q.endswith(".reply.celery.pidbox") for q in own), own)
+        faulted = [q for k, q in kinds if k == "fault"]
+        self.assertTrue(faulted, "no fault in %d tasks" % len(sent))
+        self.assertEqual(set(faulted), {"celery"}, "queues faulted")
 
 
 if __name__ == "__main__":

@@ -1135,6 +1135,31 @@ class CliTest(h.TestCase):
         self.assertNotEqual(r.returncode, 0, "twice run accepted an invalid file")
         self.assertFalse(h.port_open(port))
 
+    def test_check_summary_shows_triggers(self):
+        """The summary of `twice check` says what each rule acts on: its matchers, its triggers
+        (a bare `probability 1` shown as the 100% it is, with a warning asking whether 1% was
+        meant), and the earlier rules that take its events first."""
+        path = os.path.join(self.tmp, "summary.conf")
+        with open(path, "w") as f:
+            f.write(h.config(h.listen_block("mq", h.free_port(), 5672).replace(
+                "protocol tcp", "protocol amqp")) +
+                "rule lost on mq {\n  when ack queue=pay*\n  every 10\n  probability 5%\n"
+                "  do redeliver\n}\n"
+                "rule slow on mq {\n  when ack queue=payments\n  probability 1\n"
+                "  do delay 5s\n}\n"
+                "rule jitter on mq {\n  between 30s 5m\n  do latency 20ms\n}\n")
+        r = h.run_twice(["check", "-c", path])
+        self.assertEqual(r.returncode, 0, r)
+        out = r.stdout.decode().splitlines()
+        self.assertEqual(out[-3:], [
+            "  rule lost on mq: when ack queue=pay*, every 10, probability 5% -> redeliver",
+            "  rule slow on mq: when ack queue=payments, probability 100%, unless 'lost' acts "
+            "first -> delay 5000ms",
+            "  rule jitter on mq: every connection, between 30s 5m -> latency 20ms jitter 0ms both",
+        ])
+        self.assertIn("summary.conf:17:15: warning: probability '1' is a fraction: every event "
+                      "(100%) (did you mean '1%'? write '100%' to say so)\n", r.stderr.decode())
+
     def test_check_missing_tls_files(self):
         """A `tls` line naming files that don't exist is an error of check,
         located at that line."""

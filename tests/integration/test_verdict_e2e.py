@@ -228,14 +228,17 @@ class VerdictE2E(dk.FrameworkCase):
     # -- the files as shipped ------------------------------------------------------------
 
     def test_example_files_check(self):
-        """Every example file passes `twice check` as it is, and has each
-        line the header tells users to change exactly once."""
+        """Every example file passes `twice check` as it is, without a warning, and has
+        each line the header tells users to change exactly once."""
         shipped = sorted(f for f in os.listdir(EXAMPLES) if f.endswith(".conf"))
         for name in shipped:
             path = os.path.join(EXAMPLES, name)
             r = h.run_twice(["check", "-c", path])
             self.assertEqual(r.returncode, 0, "%s:\n%s" % (path, r.stderr.decode(errors="replace")))
             self.assertIn(b": OK: 1 listener", r.stdout)
+            # a first run starts from these: nothing in them to be warned about
+            self.assertIn(b", 0 warnings\n", r.stdout, "%s:\n%s" % (
+                path, r.stderr.decode(errors="replace")))
         for framework, (name, proto, _, _) in sorted(FRAMEWORKS.items()):
             path = os.path.join(EXAMPLES, name)
             self.assertIn(name, shipped)

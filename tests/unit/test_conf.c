@@ -15,6 +15,8 @@
 
 #include <cmocka.h>
 
+#include "proto/jobs/framework.h"
+#include "rules/caps.h"
 #include "rules/conf.h"
 #include "rules/conf_mem.h"
 #include "rules/rule.h"
@@ -506,8 +508,8 @@ static void test_directive_in_wrong_scope(void **state)
 static void test_enum_values(void **state)
 {
     (void)state;
-    EXPECT(L_HEAD "    protocol redis\n" L_BIND L_UP L_END, -1,
-           EH(2, 14, "unknown protocol 'redis'", "expected tcp, amqp or resp"));
+    EXPECT(L_HEAD "    protocol ftp\n" L_BIND L_UP L_END, -1,
+           EH(2, 14, "unknown protocol 'ftp'", "expected tcp, amqp or resp"));
     EXPECT(L_HEAD "    protocol amqq\n" L_BIND L_UP L_END, -1,
            EH(2, 14, "unknown protocol 'amqq'", "did you mean 'amqp'?"));
     EXPECT("log-level verbose\n" LISTENER, -1,
@@ -517,7 +519,55 @@ static void test_enum_values(void **state)
     EXPECT(L_HEAD "    protocol resp\n    profile sidekik\n" L_BIND L_UP L_END, -1,
            EH(3, 13, "unknown profile 'sidekik'", "did you mean 'sidekiq'?"));
     EXPECT(L_HEAD "    protocol resp\n    profile resque\n" L_BIND L_UP L_END, -1,
-           EH(3, 13, "unknown profile 'resque'", "expected sidekiq, celery, rq, streams or list"));
+           EH(3, 13, "unknown profile 'resque'",
+              "expected one of: sidekiq, celery, rq, streams, list, bullmq"));
+}
+
+/* A protocol named after the broker or a framework: the protocol twice calls it. */
+static void test_protocol_names_a_broker(void **state)
+{
+    (void)state;
+    EXPECT(L_HEAD "    protocol rabbitmq\n" L_BIND L_UP L_END, -1,
+           EH(2, 14, "unknown protocol 'rabbitmq'",
+              "did you mean 'amqp'? RabbitMQ speaks AMQP 0-9-1"));
+    EXPECT(L_HEAD "    protocol RabbitMQ\n" L_BIND L_UP L_END, -1,
+           EH(2, 14, "unknown protocol 'RabbitMQ'",
+              "did you mean 'amqp'? RabbitMQ speaks AMQP 0-9-1"));
+    EXPECT(L_HEAD "    protocol redis\n" L_BIND L_UP L_END, -1,
+           EH(2, 14, "unknown protocol 'redis'", "did you mean 'resp'? Redis speaks RESP"));
+    EXPECT(L_HEAD "    protocol valkey\n" L_BIND L_UP L_END, -1,
+           EH(2, 14, "unknown protocol 'valkey'", "did you mean 'resp'? Valkey speaks RESP"));
+    EXPECT(L_HEAD "    protocol celery\n" L_BIND L_UP L_END, -1,
+           EH(2, 14, "unknown protocol 'celery'",
+              "did you mean 'protocol resp' with 'profile celery'? a job framework on Redis (on "
+              "RabbitMQ: 'protocol amqp')"));
+}
+
+/* The profiles `profile` takes are the framework modules' (proto/jobs/framework.h): the list
+ * in a hint is theirs, BullMQ included, and the start of one suggests it. */
+static void test_profile_names_from_the_registry(void **state)
+{
+    (void)state;
+    EXPECT(L_HEAD "    protocol resp\n    profile bull\n" L_BIND L_UP L_END, -1,
+           EH(3, 13, "unknown profile 'bull'", "did you mean 'bullmq'?"));
+    EXPECT(L_HEAD "    protocol resp\n    profile kombu\n" L_BIND L_UP L_END, -1,
+           EH(3, 13, "unknown profile 'kombu'",
+              "expected one of: sidekiq, celery, rq, streams, list, bullmq"));
+    for (size_t i = 0; i < resp_framework_count(); i++) {
+        const char *name = resp_framework_at(i)->name;
+        char text[512];
+        snprintf(text, sizeof(text), L_HEAD "    protocol resp\n    profile %s\n" L_BIND L_UP L_END,
+                 name);
+        struct conf_diags d;
+        struct conf *c = parse_ok(text, &d);
+        assert_string_equal(c->listeners->profile, name);
+        /* each has what the rules of its listener can do, and its module */
+        assert_ptr_not_equal(proto_caps_find(CONF_PROTO_RESP, name),
+                             proto_caps_find(CONF_PROTO_RESP, NULL));
+        assert_ptr_equal(resp_framework_of(rprof_of(name)), resp_framework_at(i));
+        conf_free(c);
+        conf_diags_free(&d);
+    }
 }
 
 /* `threads N` (1..64) or `auto` (0: one per core, the default). */
@@ -959,6 +1009,32 @@ static void test_upstream_errors(void **state)
     EXPECT(WITH_UPSTREAM("2001:db8::1:5"), -1,
            EH(4, 14, "IPv6 address in '2001:db8::1:5' must be in brackets", "e.g. [::1]:6380"));
 
+    /* a broker URL is not an address: what to write instead, its host and port */
+    EXPECT(WITH_UPSTREAM("amqp://host:5672"), -1,
+           EH(4, 14, "'amqp://host:5672' is a URL, not an address: 'upstream' takes HOST:PORT",
+              "write 'upstream host:5672'"));
+    EXPECT(WITH_UPSTREAM("amqp://guest:guest@rabbit.staging/prod"), -1,
+           EH(4, 14,
+              "'amqp://guest:guest@rabbit.staging/prod' is a URL, not an address: 'upstream' "
+              "takes HOST:PORT",
+              "write 'upstream rabbit.staging:5672'; the rest (user, password, vhost or db) "
+              "stays in the app's URL"));
+    EXPECT(WITH_UPSTREAM("redis://[::1]/0"), -1,
+           EH(4, 14, "'redis://[::1]/0' is a URL, not an address: 'upstream' takes HOST:PORT",
+              "write 'upstream [::1]:6379'; the rest (user, password, vhost or db) stays in "
+              "the app's URL"));
+    EXPECT(WITH_UPSTREAM("amqps://mq.example.com"), -1,
+           EH(4, 14,
+              "'amqps://mq.example.com' is a URL, not an address: 'upstream' takes "
+              "HOST:PORT",
+              "write 'upstream mq.example.com:5671'; 'upstream-tls' for its TLS"));
+    EXPECT(WITH_UPSTREAM("nats://"), -1,
+           EH(4, 14, "'nats://' is a URL, not an address: 'upstream' takes HOST:PORT",
+              "write 'upstream HOST:PORT'"));
+    EXPECT(WITH_BIND("amqp://0.0.0.0:5673"), -1,
+           EH(3, 10, "'amqp://0.0.0.0:5673' is a URL, not an address: 'bind' takes HOST:PORT",
+              "write 'bind 0.0.0.0:5673'"));
+
     /* labels: at most 63 bytes */
     memset(label, 'a', 63);
     label[63] = '\0';
@@ -1253,7 +1329,9 @@ static void test_rules(void **state)
     conf_free(c);
     conf_diags_free(&d);
     EXPECT(REDIS "rule slow on redis {\n    delay 5s\n    anything { goes }\n}\n", -1,
-           EH(2, 1, "rule 'slow' has no 'do ACTION'", "e.g. do latency 20ms"),
+           EH(2, 1, "rule 'slow' has no 'do ACTION'",
+              "e.g. do latency DURATION; listener 'redis' (protocol tcp) can do on the byte "
+              "stream: latency, bandwidth, slice, reset, blackhole, slow-close, limit"),
            EH(3, 5, "unknown directive 'delay'", "did you mean 'do delay'?"),
            E(4, 5, "unknown directive 'anything'"));
     EXPECT("rule slow on redsi {\n do latency 1s\n}\n" REDIS, -1,
@@ -1748,6 +1826,8 @@ int main(void)
         cmocka_unit_test(test_unknown_directives),
         cmocka_unit_test(test_directive_in_wrong_scope),
         cmocka_unit_test(test_enum_values),
+        cmocka_unit_test(test_protocol_names_a_broker),
+        cmocka_unit_test(test_profile_names_from_the_registry),
         cmocka_unit_test(test_threads),
         cmocka_unit_test(test_journal_flush),
         cmocka_unit_test(test_profile_needs_resp),

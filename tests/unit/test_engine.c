@@ -498,6 +498,47 @@ static void test_edit_replaces_adds_and_removes(void **state)
     rule_list_free(kept);
 }
 
+/* Two rules on the acks of one listener: one acts on each ack, the first in file order that
+ * fires, and the second does not see that ack (not counted, no fault); it acts on the acks the
+ * first leaves.  The same on every protocol: the engine decides it, not the codec. */
+static void test_one_rule_acts_on_an_event(void **state)
+{
+    (void)state;
+    struct rule r[2] = {make_rule("lost-ack", RULE_EV_ACK), make_rule("slow-ack", RULE_EV_ACK)};
+    r[0].trigger.every = 2;
+    r[1].action.kind = RULE_ACT_DELAY;
+    r[0].next = &r[1];
+    struct ruleset *rs = ruleset_new(r, 1, 0);
+    size_t hits[8];
+    char got[16] = "";
+    const char *ids[] = {"a", "b", "c", "d"};
+    for (size_t i = 0; i < 4; i++) {
+        struct engine_event ev = message(ids[i]);
+        assert_int_equal(ruleset_decide(rs, "jobs", &ev, 0, hits, 8), 1);
+        strcat(got, hits[0] == 0 ? "L" : "S");
+    }
+    assert_string_equal(got, "SLSL"); /* every 2nd ack lost, the others slowed */
+    assert_int_equal(ruleset_stats(rs, 0).seen, 4);
+    assert_int_equal(ruleset_stats(rs, 0).faults, 2);
+    assert_int_equal(ruleset_stats(rs, 1).seen, 2); /* only the acks lost-ack left */
+    assert_int_equal(ruleset_stats(rs, 1).faults, 2);
+    ruleset_put(rs);
+
+    /* Connections collect every rule that fires: their effects add up. */
+    struct rule c[2] = {make_rule("slow", RULE_EV_CONNECT), make_rule("thin", RULE_EV_CONNECT)};
+    c[0].action.kind = RULE_ACT_LATENCY;
+    c[1].action.kind = RULE_ACT_BANDWIDTH;
+    c[0].next = &c[1];
+    rs = ruleset_new(c, 1, 0);
+    struct engine_event conn = message("session:1");
+    conn.event = RULE_EV_CONNECT;
+    assert_int_equal(ruleset_decide(rs, "jobs", &conn, 0, hits, 8), 2);
+    ruleset_put(rs);
+    assert_false(engine_event_combines(RULE_EV_DELIVER));
+    assert_false(engine_event_combines(RULE_EV_COMMAND));
+    assert_true(engine_event_combines(RULE_EV_STREAM));
+}
+
 static void test_glob(void **state)
 {
     (void)state;
@@ -526,6 +567,7 @@ int main(void)
         cmocka_unit_test(test_enable_kill_switch_and_listener),
         cmocka_unit_test(test_inherit_shares_state),
         cmocka_unit_test(test_edit_replaces_adds_and_removes),
+        cmocka_unit_test(test_one_rule_acts_on_an_event),
         cmocka_unit_test(test_glob),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

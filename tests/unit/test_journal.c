@@ -69,6 +69,8 @@ static uint64_t now_us(void)
 static const char *const test_listener_names[] = {"rabbit", "jobs", "caf\xe9"};
 static const char *const test_listener_protocols[] = {"amqp", "resp", "tcp"};
 static const char *const test_listener_profiles[] = {NULL, "bullmq", NULL};
+static const uint32_t test_listener_visibility[] = {30000, 0, 0};
+static const bool test_listener_consumer_timeout[] = {true, false, false};
 
 static struct journal_header_info test_header(void)
 {
@@ -78,6 +80,8 @@ static struct journal_header_info test_header(void)
                                     .listener_names = test_listener_names,
                                     .listener_protocols = test_listener_protocols,
                                     .listener_profiles = test_listener_profiles,
+                                    .listener_visibility_ms = test_listener_visibility,
+                                    .listener_consumer_timeout = test_listener_consumer_timeout,
                                     .n_listeners = 3};
     for (size_t i = 0; i < sizeof(h.config_sha256); i++)
         h.config_sha256[i] = (uint8_t)(i * 7 + 1);
@@ -207,6 +211,11 @@ static void test_header_round_trips(void **state)
     assert_string_equal(h->listeners[0]->name, "rabbit");
     assert_string_equal(h->listeners[0]->protocol, "amqp");
     assert_string_equal(h->listeners[0]->profile, "");
+    /* its timeout, for the verdict's hints (a journal without it reads as none) */
+    assert_int_equal(h->listeners[0]->visibility_timeout_ms, 30000);
+    assert_true(h->listeners[0]->consumer_timeout);
+    assert_int_equal(h->listeners[1]->visibility_timeout_ms, 0);
+    assert_false(h->listeners[1]->consumer_timeout);
     assert_string_equal(h->listeners[1]->name, "jobs");
     assert_string_equal(h->listeners[1]->profile, "bullmq");
     assert_string_equal(h->listeners[2]->name, "caf?");

@@ -138,6 +138,11 @@ const struct proto_caps *proto_caps_find(enum conf_protocol protocol, const char
 #define MQ "listen mq { protocol amqp; bind 127.0.0.1:3; upstream 127.0.0.1:4 }\n"
 #define NARROW "listen n { protocol resp; profile rq; bind 127.0.0.1:5; upstream 127.0.0.1:6 }\n"
 
+/* The hint of a rule without `do` on listener t: what a tcp listener can do on the stream. */
+#define TCP_NO_DO                                                                                  \
+    "e.g. do latency DURATION; listener 't' (protocol tcp) can do on the byte stream: latency, "   \
+    "bandwidth, slice, reset, blackhole, slow-close, limit"
+
 /* A rule on line 2 whose block is line 3, starting at column 5. */
 #define TCP_RULE(body) TCP "rule r on t {\n    " body "\n}\n"
 #define MQ_RULE(body) MQ "rule r on mq {\n    " body "\n}\n"
@@ -640,6 +645,69 @@ static void test_probability_forms(void **state)
     }
 }
 
+/* A bare number is a fraction: `probability 1` is every event.  It is taken, with a warning
+ * that says what it means and asks whether a percentage was meant. */
+static void test_probability_fraction_warns(void **state)
+{
+    (void)state;
+    EXPECT(TCP_RULE("probability 1; do latency 1ms"), 0,
+           {3, 17, CONF_WARNING, "probability '1' is a fraction: every event (100%)",
+            "did you mean '1%'? write '100%' to say so"});
+    EXPECT(TCP_RULE("probability 0.05; do latency 1ms"), 0,
+           {3, 17, CONF_WARNING, "probability '0.05' is a fraction: 5% of the events",
+            "did you mean '0.05%'? write '5%' to say so"});
+    EXPECT(TCP_RULE("probability .5; do latency 1ms"), 0,
+           {3, 17, CONF_WARNING, "probability '.5' is a fraction: 50% of the events",
+            "did you mean '.5%'? write '50%' to say so"});
+    EXPECT_CLEAN(TCP_RULE("probability 1%; do latency 1ms"));
+    EXPECT_CLEAN(TCP_RULE("probability 100%; do latency 1ms"));
+}
+
+/* What twice check's summary and GET /rules show of a rule: its matchers and triggers as a
+ * rule file writes them. */
+static void test_rule_text(void **state)
+{
+    struct conf_diags d;
+    char buf[256];
+
+    (void)state;
+    struct conf *c = parse_ok(
+        MQ
+        "rule a on mq {\n"
+        "    when deliver queue=pay* task!=refund body~\"refund due\" header.x-tenant=acme\n"
+        "    between 30s 5m; every 10; first 3; probability 12.5%; limit 7\n"
+        "    max-per-message 2; do drop\n"
+        "}\n"
+        "rule b on mq { when ack; do redeliver }\n"
+        "rule c on mq { when ack redelivered=true; nth 4; after 2; probability 0.5%; do drop }\n",
+        &d);
+    const struct rule *a = find_rule(c, "a"), *b = find_rule(c, "b"), *r = find_rule(c, "c");
+    rule_matchers_text(a, buf, sizeof(buf));
+    assert_string_equal(buf, "queue=pay* task!=refund body~\"refund due\" header.x-tenant=acme");
+    rule_triggers_text(a, buf, sizeof(buf));
+    assert_string_equal(buf, "between 30s 5m, every 10, first 3, probability 12.5%, limit 7, "
+                             "max-per-message 2");
+    assert_int_equal(rule_matchers_text(b, buf, sizeof(buf)), 0);
+    assert_int_equal(rule_triggers_text(b, buf, sizeof(buf)), 0);
+    assert_string_equal(buf, "");
+    rule_matchers_text(r, buf, sizeof(buf));
+    assert_string_equal(buf, "redelivered=true");
+    rule_triggers_text(r, buf, sizeof(buf));
+    assert_string_equal(buf, "nth 4, after 2, probability 0.5%");
+    assert_string_equal(rule_ms_text(0, buf, sizeof(buf)), "0s");
+    assert_string_equal(rule_ms_text(90000, buf, sizeof(buf)), "90s");
+    assert_string_equal(rule_ms_text(120000, buf, sizeof(buf)), "2m");
+    assert_string_equal(rule_ms_text(250, buf, sizeof(buf)), "250ms");
+    /* cut to the room given, NUL-terminated */
+    assert_int_equal(rule_triggers_text(a, buf, 12), 11);
+    assert_string_equal(buf, "between 30s");
+    /* which earlier rules take a rule's events first */
+    assert_false(rule_takes_before(a, b));
+    assert_true(rule_takes_before(b, r));
+    conf_free(c);
+    conf_diags_free(&d);
+}
+
 /* ---- mistakes in `when` ---- */
 
 #define EVENTS_HINT "events: connect, deliver, ack, nack, publish, confirm, command, lease"
@@ -704,7 +772,10 @@ static void test_when_quoting(void **state)
     EXPECT(MQ_RULE("when deliver queue= task=a; do drop"), -1,
            E(3, 18, "missing value after 'queue='"));
     EXPECT(MQ_RULE("when deliver queue!="), -1,
-           EH(2, 1, "rule 'r' has no 'do ACTION'", "e.g. do latency 20ms"),
+           EH(2, 1, "rule 'r' has no 'do ACTION'",
+              "e.g. do redeliver; listener 'mq' (protocol everything) can do on 'deliver' events: "
+              "redeliver, duplicate, expire, delay, drop, close, error, latency, bandwidth, "
+              "slice, reset, blackhole, slow-close, limit"),
            E(3, 18, "missing value after 'queue!='"));
     /* a comment glued to a word is still a comment */
     EXPECT_CLEAN(MQ_RULE("when deliver queue=a#b\n    do drop"));
@@ -872,8 +943,7 @@ static void test_byte_errors(void **state)
 static void test_block_errors(void **state)
 {
     (void)state;
-    EXPECT(TCP "rule r on t {\n}\n", -1,
-           EH(2, 1, "rule 'r' has no 'do ACTION'", "e.g. do latency 20ms"));
+    EXPECT(TCP "rule r on t {\n}\n", -1, EH(2, 1, "rule 'r' has no 'do ACTION'", TCP_NO_DO));
     EXPECT(TCP "rule r on t { do latency 1ms }\nrule r on t { do reset }\n", -1,
            E(3, 6, "rule 'r' is already defined at 2:1"));
     EXPECT(TCP_RULE("do latency 1ms; do latency 2ms"), -1,
@@ -908,8 +978,7 @@ static void test_block_keywords(void **state)
            EH(3, 5, "unknown directive 'probabilty'", "did you mean 'probability'?"));
     EXPECT(TCP_RULE("max-per-mesage 2; do latency 1ms"), -1,
            EH(3, 5, "unknown directive 'max-per-mesage'", "did you mean 'max-per-message'?"));
-    EXPECT(TCP_RULE("latency 20ms"), -1,
-           EH(2, 1, "rule 'r' has no 'do ACTION'", "e.g. do latency 20ms"),
+    EXPECT(TCP_RULE("latency 20ms"), -1, EH(2, 1, "rule 'r' has no 'do ACTION'", TCP_NO_DO),
            EH(3, 5, "unknown directive 'latency'", "did you mean 'do latency'?"));
     EXPECT(TCP_RULE("bind 1.2.3.4:5; do latency 1ms"), -1,
            EH(3, 5, "unknown directive 'bind'", "'bind' belongs inside a listen block"));
@@ -1017,20 +1086,21 @@ static void test_caps_tables(void **state)
 /* ---- the real amqp table (rules/caps_amqp.c) ---- */
 
 /* Every event of protocol amqp, each with actions it can take, and every
- * matcher a delivery offers. */
+ * matcher a delivery offers; each rule on a queue of its own (one rule acts
+ * on an event: rules that share events would be warned about). */
 static const char *const amqp_rules =
     MQ "rule dup on mq { when deliver queue=payments; do duplicate }\n" /* 2 */
-       "rule exp on mq { when deliver; do expire 2s }\n"                /* 3 */
-       "rule dly on mq { when deliver; do delay 500ms }\n"              /* 4 */
-       "rule ddrop on mq { when deliver; do drop }\n"                   /* 5 */
-       "rule derr on mq { when deliver; do error 406 }\n"               /* 6 */
+       "rule exp on mq { when deliver queue=e; do expire 2s }\n"        /* 3 */
+       "rule dly on mq { when deliver queue=dl; do delay 500ms }\n"     /* 4 */
+       "rule ddrop on mq { when deliver queue=dd; do drop }\n"          /* 5 */
+       "rule derr on mq { when deliver queue=de; do error 406 }\n"      /* 6 */
        "rule lost on mq { when ack queue=payments; do redeliver }\n"    /* 7 */
-       "rule adly on mq { when ack; do delay 3s }\n"                    /* 8 */
-       "rule adrop on mq { when ack; do drop }\n"                       /* 9 */
-       "rule aclose on mq { when ack; do close before }\n"              /* 10 */
+       "rule adly on mq { when ack queue=ad; do delay 3s }\n"           /* 8 */
+       "rule adrop on mq { when ack queue=ap; do drop }\n"              /* 9 */
+       "rule aclose on mq { when ack queue=ac; do close before }\n"     /* 10 */
        "rule ndrop on mq { when nack; do drop }\n"                      /* 11 */
-       "rule pdrop on mq { when publish; do drop }\n"                   /* 12 */
-       "rule pdly on mq { when publish; do delay 1s }\n"                /* 13 */
+       "rule pdrop on mq { when publish queue=pp; do drop }\n"          /* 12 */
+       "rule pdly on mq { when publish queue=pd; do delay 1s }\n"       /* 13 */
        "rule cdrop on mq { when confirm; do drop }\n"                   /* 14 */
        "rule match on mq {\n"                                           /* 15 */
        "    when deliver queue=q task=t message_id=m header.x-tenant=acme "
@@ -1064,12 +1134,16 @@ static void test_caps_resp(void **state)
                  "rule b on sk { when deliver queue=default; do drop }\n"
                  "rule c on sk { when publish; do delay 1s }\n"
                  "rule d on ce { when ack task=tasks.charge; do redeliver }\n"
-                 "rule e on ce { when ack; do delay 8s }\n"
+                 "rule e on ce { when ack task=tasks.mail; do delay 8s }\n"
                  "rule f on ce { when deliver redelivered=false; do close before }\n"
                  "rule g on rp { when command command=LPUSH key=queue:*; do error READONLY }\n"
                  "rule h on rp { when command command=GET; do delay 1s }\n"
-                 "rule i on rp { when command; do drop }\n"
+                 "rule i on rp { when command command=DEL; do drop }\n"
                  "rule j on rp { do latency 5ms }\n");
+    EXPECT(CE "rule r on ce {\n    when ack queue=celery\n}\n", -1,
+           EH(2, 1, "rule 'r' has no 'do ACTION'",
+              "e.g. do redeliver; listener 'ce' (protocol resp/celery) can do on 'ack' events: "
+              "redeliver, delay, drop, close"));
     EXPECT(SK "rule r on sk { when ack; do redeliver }\n", -1,
            EH(2, 21,
               "listener 'sk' (protocol resp/sidekiq) has no 'ack' event: Sidekiq's basic fetch "
@@ -1079,8 +1153,8 @@ static void test_caps_resp(void **state)
     EXPECT(RP "rule r on rp { when deliver; do duplicate }\n", -1,
            EH(2, 21,
               "listener 'rp' (protocol resp) has no 'deliver' event: a resp listener without a "
-              "profile sees commands only: add 'profile sidekiq', 'celery', 'rq', 'streams' or "
-              "'list' for job events",
+              "profile sees commands only: add 'profile sidekiq', 'celery', 'rq', 'streams', "
+              "'list' or 'bullmq' for job events",
               "its events: connect, command"));
     EXPECT(CE "rule r on ce { when deliver; do error LOADING }\n", -1,
            EH(2, 33,
@@ -1213,7 +1287,7 @@ static void test_caps_late(void **state)
     EXPECT_CLEAN(CE "rule r on ce { when publish; do duplicate }\n");
     /* BullMQ: leases, and what its stalled checker decides */
     EXPECT_CLEAN(BQ "rule r on bq { when lease task=charge; do drop }\n"
-                    "rule s on bq { when lease; do delay 3s }\n"
+                    "rule s on bq { when lease task=mail; do delay 3s }\n"
                     "rule t on bq { when deliver; do duplicate }\n"
                     "rule u on bq { when ack; do redeliver }\n");
     EXPECT(BQ "rule r on bq { when deliver; do duplicate after 5s }\n", -1,
@@ -1233,8 +1307,8 @@ static void test_caps_late(void **state)
               "it can do: delay, drop, close"));
     /* RQ: its heartbeat is a lease too */
     EXPECT_CLEAN(RQL "rule r on rq { when lease task=tasks.charge; do drop }\n"
-                     "rule s on rq { when lease; do delay 90s }\n"
-                     "rule t on rq { when lease; do close before }\n");
+                     "rule s on rq { when lease task=tasks.mail; do delay 90s }\n"
+                     "rule t on rq { when lease task=tasks.sms; do close before }\n");
     EXPECT(RQL "rule r on rq { when lease; do duplicate }\n", -1,
            EH(2, 31,
               "listener 'rq' (protocol resp/rq) cannot do 'duplicate' on 'lease' events: a "
@@ -1265,14 +1339,18 @@ static void test_caps_late(void **state)
               "'redeliver after 3s' cannot happen at that time: listener 'vt' has a "
               "visibility-timeout of 3s, which hands the message out again first (an ack twice "
               "holds counts as not acked)",
-              "make it shorter than 3s, or the visibility-timeout longer"));
+              "make it shorter than 3s; for a copy 3s after the delivery, 'do expire 3s' on these "
+              "deliveries with 'do drop' on their acks (docs/rules.md, late copies past a "
+              "visibility timeout)"));
     EXPECT(VT("consumer-timeout 1500ms") "rule r on vt { when deliver; do duplicate after 2s }\n",
            -1,
            EH(2, 33,
               "'duplicate after 2s' cannot happen at that time: listener 'vt' has a "
               "consumer-timeout of 1500ms, which hands the message out again first (an ack twice "
               "holds counts as not acked)",
-              "make it shorter than 1500ms, or the consumer-timeout longer"));
+              "make it shorter than 1500ms; for a copy 2s after the delivery, 'do expire 2s' on "
+              "these deliveries with 'do drop' on their acks (docs/rules.md, late copies past a "
+              "visibility timeout)"));
     /* the option's shape, as for reset's `after` */
     EXPECT(MQ "rule r on mq { when ack; do redeliver after }\n", -1,
            E(2, 39, "'after' needs a value: after DURATION"));
@@ -1291,6 +1369,18 @@ static void test_caps_late(void **state)
 static void test_caps_amqp_errors(void **state)
 {
     (void)state;
+    /* no `do`: what this listener can do on acks, never a stream action it cannot */
+    EXPECT(MQ_RULE("when ack queue=payments"), -1,
+           EH(2, 1, "rule 'r' has no 'do ACTION'",
+              "e.g. do redeliver; listener 'mq' (protocol amqp) can do on 'ack' events: "
+              "redeliver, delay, drop, close, error"));
+    EXPECT(MQ_RULE("when confirm"), -1,
+           EH(2, 1, "rule 'r' has no 'do ACTION'",
+              "e.g. do drop; listener 'mq' (protocol amqp) can do on 'confirm' events: drop, "
+              "close"));
+    /* an unknown listener or event: nothing to offer */
+    EXPECT(MQ "rule r on nosuch {\n    when ack\n}\n", -1, E(2, 1, "rule 'r' has no 'do ACTION'"),
+           E(2, 11, "unknown listener 'nosuch'"));
     EXPECT(MQ_RULE("when ack queue=payments; do duplicate"), -1,
            EH(3, 33,
               "listener 'mq' (protocol amqp) cannot do 'duplicate' on 'ack' events: it sends a "
@@ -1368,6 +1458,71 @@ static struct conf *base_conf(struct conf_diags *d)
     return parse_ok(TCP MQ "rule old on t { do latency 1ms }\n", d);
 }
 
+/* One rule acts on an event, the first that fires: a rule that shares its events with an earlier
+ * rule without a trigger never acts on them, and twice check says so, naming both. */
+#define OVERLAP_HINT                                                                               \
+    "one rule acts on an event, the first in the file that fires: narrow one 'when', give the "    \
+    "earlier rule a trigger, or put this one first"
+#define SHARED(later, ev, earlier)                                                                 \
+    "rule '" later "' never acts on the '" ev "' events it shares with rule " earlier              \
+    ", which comes first and faults each of them (only copies past max-per-message are left to "   \
+    "it)"
+
+static void test_overlapping_rules(void **state)
+{
+    (void)state;
+    EXPECT(MQ "rule lost on mq { when ack queue=pay*; do redeliver }\n"
+              "rule slow on mq { when ack; probability 5%; do delay 5s }\n",
+           0, {3, 1, CONF_WARNING, SHARED("slow", "ack", "'lost' (t.conf:2)"), OVERLAP_HINT});
+    EXPECT(MQ "rule a on mq { when deliver; do duplicate }\n"
+              "rule b on mq { when deliver task=x; do drop }\n"
+              "rule c on mq { when deliver queue=q; every 2; do delay 1s }\n",
+           0, {3, 1, CONF_WARNING, SHARED("b", "deliver", "'a' (t.conf:2)"), OVERLAP_HINT},
+           {4, 1, CONF_WARNING,
+            "rule 'c' never acts on the 'deliver' events it shares with rules 'a' (t.conf:2) or "
+            "'b' (t.conf:3), which come first and fault each of them (only copies past "
+            "max-per-message are left to it)",
+            OVERLAP_HINT});
+    /* an earlier rule with a trigger leaves events to the later one */
+    EXPECT_CLEAN(MQ "rule lost on mq { when ack; probability 8%; do redeliver }\n"
+                    "rule cut on mq { when ack; first 3; do close before }\n"
+                    "rule late on mq { when ack; between 0s 1m; do drop }\n"
+                    "rule last on mq { when ack; limit 9; do drop }\n"
+                    "rule slow on mq { when ack; do delay 5s }\n");
+    /* rules that exclude each other, or do not share an event */
+    static const char *const apart[][2] = {
+        {"when ack queue=a", "when ack queue=b"},
+        {"when ack queue=pay*", "when ack queue=emails"},
+        {"when ack queue=emails", "when ack queue=pay*"},
+        {"when ack queue=payments", "when ack queue!=pay*"},
+        {"when ack queue!=payments", "when ack queue=payments task=t"},
+        {"when deliver redelivered=true", "when deliver redelivered=false"},
+        {"when deliver redelivered=true", "when deliver redelivered!=true"},
+        {"when deliver client=10.0.0.0/8", "when deliver client=192.168.0.0/16"},
+        {"when ack", "when nack"},
+        {"when connect", "when connect"},
+        {"when publish header.x=1", "when publish header.x=2"},
+    };
+    for (size_t i = 0; i < sizeof(apart) / sizeof(apart[0]); i++) {
+        char text[512];
+        snprintf(text, sizeof(text),
+                 MQ "rule a on mq { %s; do drop }\nrule b on mq { %s; do close before }\n",
+                 apart[i][0], apart[i][1]);
+        EXPECT_CLEAN(text);
+    }
+    /* an earlier rule written `disabled` leaves them until it is switched on */
+    EXPECT_CLEAN(MQ "rule a on mq { when ack; do drop; disabled }\n"
+                    "rule b on mq { when ack; do redeliver }\n");
+    EXPECT_CLEAN(MQ "listen mq2 { protocol amqp; bind 127.0.0.1:5; upstream 127.0.0.1:6 }\n"
+                    "rule a on mq { when ack; do drop }\n"
+                    "rule b on mq2 { when ack; do drop }\n"
+                    "rule c on mq { do latency 1ms }\n"
+                    "rule d on mq { do bandwidth 1MB/s }\n");
+    EXPECT(MQ "rule a on mq { when deliver redelivered=false; do duplicate }\n"
+              "rule b on mq { when deliver redelivered!=true; do drop }\n",
+           0, {3, 1, CONF_WARNING, SHARED("b", "deliver", "'a' (t.conf:2)"), OVERLAP_HINT});
+}
+
 static void test_parse_rules(void **state)
 {
     struct conf_diags d, bd;
@@ -1398,6 +1553,10 @@ static void test_parse_rules(void **state)
     /* the base is only read */
     assert_int_equal(base->n_rules, 1);
     assert_string_equal(base->rules->name, "old");
+    /* the new rules are judged among themselves: one that never acts is a warning */
+    EXPECT_RULES(base,
+                 "rule a on mq { when ack; do drop }\nrule b on mq { when ack; do redeliver }\n", 0,
+                 {2, 1, CONF_WARNING, SHARED("b", "ack", "'a' (t.rules:1)"), OVERLAP_HINT});
     rule_list_free(rules);
     conf_diags_free(&d);
 
@@ -1718,6 +1877,8 @@ int main(void)
         cmocka_unit_test(test_message_rules),
         cmocka_unit_test(test_message_rules_more),
         cmocka_unit_test(test_probability_forms),
+        cmocka_unit_test(test_probability_fraction_warns),
+        cmocka_unit_test(test_rule_text),
         cmocka_unit_test(test_when_errors),
         cmocka_unit_test(test_when_quoting),
         cmocka_unit_test(test_too_many_matchers),
@@ -1733,6 +1894,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_caps_amqp_valid, use_real_amqp, use_everything_amqp),
         cmocka_unit_test_setup_teardown(test_caps_late, use_real_tables, use_test_tables),
         cmocka_unit_test_setup_teardown(test_caps_amqp_errors, use_real_amqp, use_everything_amqp),
+        cmocka_unit_test(test_overlapping_rules),
         cmocka_unit_test(test_parse_rules),
         cmocka_unit_test(test_parse_rules_errors),
         cmocka_unit_test(test_out_of_memory),

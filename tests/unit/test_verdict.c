@@ -554,9 +554,34 @@ struct jrec {
     bool retry;
 };
 
-static void write_journal(const char *path, const struct jrec *recs, size_t n)
+/* The listener "amqp" the records name, as the journal's header describes it (NULL: the header
+ * names no listener, as an old journal's). */
+struct jlistener {
+    const char *protocol, *profile;
+    uint32_t visibility_ms;
+    bool consumer_timeout;
+};
+
+static void write_journal_on(const char *path, const struct jrec *recs, size_t n,
+                             const struct jlistener *l)
 {
     struct journal_header_info h = {.seed = 42, .config_path = "t.twice", .start_unix_ms = 1000};
+    static const char *const names[] = {"amqp"};
+    const char *protocols[1], *profiles[1];
+    uint32_t visibility[1];
+    bool consumer[1];
+    if (l != NULL) {
+        protocols[0] = l->protocol;
+        profiles[0] = l->profile;
+        visibility[0] = l->visibility_ms;
+        consumer[0] = l->consumer_timeout;
+        h.listener_names = names;
+        h.listener_protocols = protocols;
+        h.listener_profiles = profiles;
+        h.listener_visibility_ms = visibility;
+        h.listener_consumer_timeout = consumer;
+        h.n_listeners = 1;
+    }
     memset(h.config_sha256, 0xab, sizeof(h.config_sha256));
     char err[256];
     struct journal *j = journal_open(path, &h, err, sizeof(err));
@@ -582,6 +607,11 @@ static void write_journal(const char *path, const struct jrec *recs, size_t n)
         journal_record(j, &r);
     }
     journal_close(j);
+}
+
+static void write_journal(const char *path, const struct jrec *recs, size_t n)
+{
+    write_journal_on(path, recs, n, NULL);
 }
 
 /* The charge/email/resize journal of test_counts_and_verdicts, on disk.  m1's first delivery
@@ -660,6 +690,51 @@ static void test_verdict_prints_the_window(void **state)
                             "`when deliver task=long` + `do duplicate`\nshort: IDEMPOTENT");
     assert_contains(f->out, "  0.4s-1.6s      IDEMPOTENT*     missing: overlap, window\n");
     assert_contains(f->out, "  90s-90s        IDEMPOTENT*     missing: overlap\n");
+}
+
+/* The rule that brings a later copy fits the listener the task came through: on an amqp
+ * listener with a visibility (or consumer) timeout V, `after D` is refused at V or more, so the
+ * hint names what works past it; BullMQ's stalled checker chooses when a job comes back, so no
+ * `after D` there. */
+static void test_verdict_window_hint_fits_the_listener(void **state)
+{
+    struct fixture *f = *state;
+    const struct jrec recs[] = {
+        {.kind = JOURNAL_KIND_DELIVER, .id = "a", .task = "short", .at_ms = 0, .session = 1},
+        {.kind = JOURNAL_KIND_ACK, .id = "a", .task = "short", .at_ms = 100, .session = 1},
+        {.kind = JOURNAL_KIND_DELIVER, .id = "a", .task = "short", .at_ms = 400, .session = 2},
+        {.kind = JOURNAL_KIND_ACK, .id = "a", .task = "short", .at_ms = 500, .session = 2},
+    };
+    const char *argv[] = {"verdict", "--journal", f->journal, "--effects", f->effects};
+    write_file(f->effects, "a\n");
+    const struct {
+        struct jlistener l;
+        const char *hint;
+    } cases[] = {
+        {{"amqp", NULL, 30000, false},
+         "later copies on listener 'amqp' (amqp): `when ack task=short` + `do redeliver after D` "
+         "with D below 30s (the listener's visibility-timeout: a later `after` is refused, an "
+         "ack twice holds counting as not acked); for copies later than 30s, `when deliver "
+         "task=short` + `do expire D` (D in place of the visibility-timeout for those "
+         "deliveries) with `when ack task=short` + `do drop`: each message whose ack is dropped "
+         "comes back D after its delivery\n"},
+        {{"amqp", NULL, 120000, true},
+         "`do redeliver after D` with D below 2m (the listener's consumer-timeout: "},
+        {{"amqp", NULL, 0, false},
+         "later copies on listener 'amqp' (amqp): `when ack task=short` + `do redeliver after D`, "
+         "or `when deliver task=short` + `do duplicate after D`\n"},
+        {{"resp", "bullmq", 0, false},
+         "later copies on listener 'amqp' (resp, bullmq): `when lease task=short` + `do drop`, "
+         "with a lockDuration and stalledInterval of about D/2 each (BullMQ's stalled checker "
+         "decides when a job comes back, not twice)\n"},
+    };
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        write_journal_on(f->journal, recs, 4, &cases[i].l);
+        assert_int_equal(run(f, verdict_run, 5, argv), 0);
+        assert_contains(f->out, cases[i].hint);
+    }
+    /* nothing suggests `after D` where the framework decides when a copy comes */
+    assert_null(strstr(f->out, "after D"));
 }
 
 static void test_verdict_command_human(void **state)
@@ -1289,6 +1364,8 @@ int main(void)
         cmocka_unit_test(test_copy_windows),
         cmocka_unit_test(test_json_quote),
         cmocka_unit_test(test_many_messages),
+        cmocka_unit_test_setup_teardown(test_verdict_window_hint_fits_the_listener, setup,
+                                        teardown),
         cmocka_unit_test_setup_teardown(test_verdict_command_human, setup, teardown),
         cmocka_unit_test_setup_teardown(test_verdict_command_json, setup, teardown),
         cmocka_unit_test_setup_teardown(test_verdict_idempotent_and_untested_exit_zero, setup,
