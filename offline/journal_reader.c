@@ -39,6 +39,8 @@ struct journal_reader {
     bool eof;           /* fread() returned 0 at the end of the file */
     bool truncated;     /* the last entry was cut short */
     bool clean_stop;    /* the last entry read is a stop record */
+    uint64_t runs;      /* headers read: the first, and one per later run */
+    uint64_t unclean;   /* runs before the current one that ended without a stop record */
     bool crc;           /* entries end with their checksum (header entry_crc32c) */
     size_t damaged_len; /* the damaged entry's announced length; 0: not known */
     struct journal_damage damage[JOURNAL_DAMAGE_KEPT]; /* the first stretches of damage */
@@ -203,6 +205,36 @@ int journal_decode_entry(const uint8_t *buf, size_t len, bool crc, size_t *used,
         return JOURNAL_ERR_DECODE;
     *out = e;
     return 1;
+}
+
+/* Whether a whole entry with a right checksum starts at buf[p]; sets *end past it. */
+static bool whole_entry_at(const uint8_t *buf, size_t len, size_t p, size_t *end)
+{
+    uint64_t body = 0;
+    size_t prefix = 0;
+    if (read_length(buf + p, len - p, &body, &prefix) != 1 || len - p - prefix < body ||
+        body < JOURNAL_CRC_LEN || buf[p + prefix + body - JOURNAL_CRC_LEN] != JOURNAL_CRC_TAG ||
+        !crc_ok(buf + p + prefix, (size_t)body))
+        return false;
+    *end = p + prefix + (size_t)body;
+    return true;
+}
+
+size_t journal_tail_cut_short(const uint8_t *buf, size_t len)
+{
+    /* From the end back: the first whole entry found is the last one (a false match inside a
+     * record's bytes is a 1 in 2^40 chance, as in the reader's scan). */
+    for (size_t p = len; p-- > 0;) {
+        size_t end = 0;
+        if (!whole_entry_at(buf, len, p, &end))
+            continue;
+        if (end == len)
+            return 0;
+        Twice__Journal__Entry *e = NULL;
+        size_t used = 0;
+        return journal_decode_entry(buf + end, len - end, true, &used, &e) == 0 ? len - end : 0;
+    }
+    return 0;
 }
 
 size_t journal_put_varint(uint8_t *out, uint64_t v)
@@ -608,6 +640,11 @@ int journal_reader_next(struct journal_reader *r, const Twice__Journal__Entry **
     if (rc == 0)
         return 0;
     r->count++;
+    if (r->current->body_case == TWICE__JOURNAL__ENTRY__BODY_HEADER) {
+        /* A later run (`journal PATH append`): the run before it ended here. */
+        r->unclean += !r->clean_stop;
+        r->runs++;
+    }
     r->clean_stop = r->current->body_case == TWICE__JOURNAL__ENTRY__BODY_RECORD &&
                     r->current->record->kind == TWICE__JOURNAL__RECORD__KIND__STOP;
     *out = r->current;
@@ -637,6 +674,7 @@ static int reader_read_header(struct journal_reader *r)
     if (r->current->header->version != JOURNAL_FORMAT_VERSION)
         return JOURNAL_ERR_VERSION;
     r->crc = r->current->header->entry_crc32c;
+    r->runs = 1;
     r->header = r->current;
     r->current = NULL;
     return 0;
@@ -688,6 +726,16 @@ bool journal_reader_truncated(const struct journal_reader *r)
 bool journal_reader_clean_stop(const struct journal_reader *r)
 {
     return r->clean_stop;
+}
+
+uint64_t journal_reader_runs(const struct journal_reader *r)
+{
+    return r->runs;
+}
+
+uint64_t journal_reader_unclean_runs(const struct journal_reader *r)
+{
+    return r->unclean;
 }
 
 void journal_reader_damage(const struct journal_reader *r, struct journal_damage_summary *sum)

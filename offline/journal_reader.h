@@ -108,6 +108,16 @@ int journal_encode_entry(const Twice__Journal__Entry *e, uint8_t *out, size_t ca
 int journal_encode_record_entry(const Twice__Journal__Record *r, uint8_t *out, size_t cap,
                                 size_t *written) TWICE_MUST_CHECK;
 
+/*
+ * Bytes at the end of buf[0..len), the last bytes of a journal whose entries carry their
+ * checksum (at least 2 * (JOURNAL_RECORD_MAX + JOURNAL_VARINT_MAX) of them, or the whole
+ * file), that are a last entry cut short: a strict prefix of an entry after the last whole
+ * entry that checks out.  0 when buf ends with a whole entry, holds none, or ends with bytes
+ * that are no prefix of one (damage, which the reader names).  A writer that appends a run
+ * cuts them off first, so that the new run's header follows a whole entry.
+ */
+size_t journal_tail_cut_short(const uint8_t *buf, size_t len);
+
 /* Appends the varint form of v to out (JOURNAL_VARINT_MAX bytes of room);
  * returns the number of bytes written. */
 size_t journal_put_varint(uint8_t *out, uint64_t v);
@@ -141,10 +151,23 @@ const Twice__Journal__Header *journal_reader_header(const struct journal_reader 
  * code (I/O, memory), which is sticky: later calls return it again, and
  * journal_reader_error() says what and where.  The entry is owned by the reader and valid until the
  * next call to journal_reader_next() or journal_reader_close().  Entries whose body a newer writer
- * added are returned with body_case NOT_SET: skip them.
+ * added are returned with body_case NOT_SET: skip them.  A header entry starts a later run
+ * (journal_reader_runs()).
  */
 int journal_reader_next(struct journal_reader *r,
                         const Twice__Journal__Entry **out) TWICE_MUST_CHECK;
+
+/*
+ * A journal of several runs (`journal PATH append`): each later run starts with its own
+ * header, which journal_reader_next() returns as an entry (body_case HEADER) before the run's
+ * records.  Its checksums are read as the first header says (a writer appends only to a
+ * journal with them).  The runs read so far, the first included (1 after opening).
+ */
+uint64_t journal_reader_runs(const struct journal_reader *r);
+
+/* Runs read so far that ended without a stop record, not counting the last (whose end
+ * journal_reader_clean_stop() tells): another run's header followed them. */
+uint64_t journal_reader_unclean_runs(const struct journal_reader *r);
 
 /* True once journal_reader_next() hit a last entry that was cut short. */
 bool journal_reader_truncated(const struct journal_reader *r);

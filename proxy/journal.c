@@ -19,6 +19,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -471,6 +473,162 @@ static int start_writer(struct journal *j)
     return rc;
 }
 
+/* ---- the file a run starts on ------------------------------------------------------------ */
+
+/* Bytes read from the start of a file that holds something: its first entry, whole. */
+#define JOURNAL_HEAD_MAX (JOURNAL_RECORD_MAX + JOURNAL_VARINT_MAX)
+/* Bytes read from its end to find a last entry cut short: that entry and the one before it. */
+#define JOURNAL_TAIL_MAX (2 * (JOURNAL_RECORD_MAX + JOURNAL_VARINT_MAX))
+
+/* Up to n bytes of fd from offset off into a new buffer (*out, the caller frees it): the count
+ * read, or -1 with errno set. */
+static ssize_t read_at(int fd, uint64_t off, size_t n, uint8_t **out)
+{
+    uint8_t *buf = malloc(n != 0 ? n : 1);
+    if (buf == NULL)
+        return -1;
+    size_t got = 0;
+    while (got < n) {
+        ssize_t k = pread(fd, buf + got, n - got, (off_t)(off + got));
+        if (k < 0 && errno == EINTR)
+            continue;
+        if (k < 0) {
+            int e = errno;
+            free(buf);
+            errno = e;
+            return -1;
+        }
+        if (k == 0)
+            break;
+        got += (size_t)k;
+    }
+    *out = buf;
+    return (ssize_t)got;
+}
+
+/* The first entry of head[0..n), the start of a file: 1 and *e (caller frees) when it is a
+ * header with checksums of this format; else 0 (a prefix of an entry) or a JOURNAL_ERR_*. */
+static int first_header(const uint8_t *head, size_t n, Twice__Journal__Entry **e)
+{
+    size_t used = 0;
+    int rc = journal_decode_entry(head, n, true, &used, e);
+    if (rc != 1)
+        return rc;
+    const Twice__Journal__Entry *h = *e;
+    rc = h->body_case != TWICE__JOURNAL__ENTRY__BODY_HEADER ? JOURNAL_ERR_NO_HEADER
+         : h->header->version != JOURNAL_FORMAT_VERSION     ? JOURNAL_ERR_VERSION
+                                                            : 1;
+    if (rc != 1) {
+        twice__journal__entry__free_unpacked(*e, NULL);
+        *e = NULL;
+    }
+    return rc;
+}
+
+/* APPEND on a file of found->bytes whose first entry gave `first` (first_header()): refuses
+ * what is not a journal this twice writes; cuts off a header or a last entry cut short.
+ * Returns 0, an errno value, or -1 with err set. */
+static int prepare_append(int fd, const char *path, int first, struct journal_found *found,
+                          char *err, size_t errlen)
+{
+    if (first == 0) {
+        found->cut_short = found->bytes; /* a header cut short: no run to keep */
+        return ftruncate(fd, 0) == 0 ? 0 : errno;
+    }
+    if (first < 0) {
+        snprintf(err, errlen,
+                 "%s: cannot append to it: it is not a journal with checksums of this twice's "
+                 "format (%s); move it away, or overwrite it",
+                 path,
+                 first == JOURNAL_ERR_CHECKSUM ? "a journal of a twice before checksums, or "
+                                                 "damaged"
+                                               : journal_strerror(first));
+        return -1;
+    }
+    size_t n = found->bytes < JOURNAL_TAIL_MAX ? (size_t)found->bytes : JOURNAL_TAIL_MAX;
+    uint8_t *tail = NULL;
+    ssize_t got = read_at(fd, found->bytes - n, n, &tail);
+    if (got < 0)
+        return errno;
+    found->cut_short = journal_tail_cut_short(tail, (size_t)got);
+    free(tail);
+    if (found->cut_short != 0 && ftruncate(fd, (off_t)(found->bytes - found->cut_short)) != 0)
+        return errno;
+    return 0;
+}
+
+/* "2026-11-29T09:00:00Z" for ms since the Unix epoch. */
+static void format_start(char *buf, size_t len, uint64_t unix_ms)
+{
+    time_t secs = (time_t)(unix_ms / 1000u);
+    struct tm tm;
+    if (gmtime_r(&secs, &tm) == NULL || strftime(buf, len, "%Y-%m-%dT%H:%M:%SZ", &tm) == 0)
+        snprintf(buf, len, "%llu ms", (unsigned long long)unix_ms);
+}
+
+/* NEW on a file that holds bytes: says so, naming it. */
+static void refuse_existing(const char *path, const struct journal_found *found, char *err,
+                            size_t errlen)
+{
+    char when[40] = "";
+    if (found->start_unix_ms != 0)
+        format_start(when, sizeof(when), found->start_unix_ms);
+    snprintf(err, errlen, "%s already holds %s (%llu bytes%s%s)", path,
+             found->start_unix_ms != 0 ? "a journal" : "something",
+             (unsigned long long)found->bytes,
+             found->start_unix_ms != 0 ? ", its first run started " : ", not a journal", when);
+}
+
+/* The start of the run of a journal without checksums (a twice before them) at the start of
+ * head[0..n), for what a refusal says; 0 when none reads there. */
+static uint64_t old_start(const uint8_t *head, size_t n)
+{
+    Twice__Journal__Entry *e = NULL;
+    size_t used = 0;
+    uint64_t start = 0;
+    if (journal_decode_entry(head, n, false, &used, &e) == 1 &&
+        e->body_case == TWICE__JOURNAL__ENTRY__BODY_HEADER)
+        start = e->header->start_unix_ms;
+    twice__journal__entry__free_unpacked(e, NULL);
+    return start;
+}
+
+/* Makes fd, just opened on path, ready for this run's header as `mode` says.  Returns 0, an
+ * errno value, or -1 with err set. */
+static int prepare_file(int fd, const char *path, enum journal_mode mode,
+                        struct journal_found *found, char *err, size_t errlen)
+{
+    /* A lock that the filesystem does not offer is no reason to refuse: it only guards against
+     * a second twice on the same file. */
+    if (flock(fd, LOCK_EX | LOCK_NB) != 0 && errno == EWOULDBLOCK) {
+        snprintf(err, errlen, "%s: in use by another twice (it holds the file's lock)", path);
+        return -1;
+    }
+    struct stat st;
+    if (fstat(fd, &st) != 0)
+        return errno;
+    if (!S_ISREG(st.st_mode) || st.st_size == 0)
+        return 0;
+    found->bytes = (uint64_t)st.st_size;
+    uint8_t *head = NULL;
+    ssize_t n =
+        read_at(fd, 0, found->bytes < JOURNAL_HEAD_MAX ? found->bytes : JOURNAL_HEAD_MAX, &head);
+    if (n < 0)
+        return errno;
+    Twice__Journal__Entry *e = NULL;
+    int first = first_header(head, (size_t)n, &e);
+    found->start_unix_ms = first == 1 ? e->header->start_unix_ms : old_start(head, (size_t)n);
+    free(head);
+    twice__journal__entry__free_unpacked(e, NULL);
+    if (mode == JOURNAL_MODE_OVERWRITE)
+        return ftruncate(fd, 0) == 0 ? 0 : errno;
+    if (mode == JOURNAL_MODE_APPEND)
+        return prepare_append(fd, path, first, found, err, errlen);
+    found->refused = true;
+    refuse_existing(path, found, err, errlen);
+    return -1;
+}
+
 struct journal *journal_open(const char *path, const struct journal_header_info *hdr, char *err,
                              size_t errlen)
 {
@@ -480,6 +638,17 @@ struct journal *journal_open(const char *path, const struct journal_header_info 
 struct journal *journal_open_with(const char *path, const struct journal_header_info *hdr,
                                   const struct journal_flush *flush, char *err, size_t errlen)
 {
+    return journal_open_mode(path, hdr, flush, JOURNAL_MODE_NEW, NULL, err, errlen);
+}
+
+struct journal *journal_open_mode(const char *path, const struct journal_header_info *hdr,
+                                  const struct journal_flush *flush, enum journal_mode mode,
+                                  struct journal_found *found, char *err, size_t errlen)
+{
+    struct journal_found none;
+    if (found == NULL)
+        found = &none;
+    memset(found, 0, sizeof(*found));
     struct journal *j = calloc(1, sizeof(*j));
     char *path_copy = strdup(path);
     if (j == NULL || path_copy == NULL) {
@@ -492,12 +661,18 @@ struct journal *journal_open_with(const char *path, const struct journal_header_
     j->interval_ms =
         flush != NULL && flush->interval_ms != 0 ? flush->interval_ms : JOURNAL_FLUSH_INTERVAL_MS;
     j->every_record = flush != NULL && flush->every_record;
-    j->fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-    int rc = j->fd < 0 ? errno : -write_header(j->fd, hdr);
+    /* Read and write: APPEND reads the file's first and last entries. */
+    j->fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+    int rc = j->fd < 0 ? errno : prepare_file(j->fd, path, mode, found, err, errlen);
+    if (rc == 0 && lseek(j->fd, 0, SEEK_END) < 0 && errno != ESPIPE)
+        rc = errno;
+    if (rc == 0)
+        rc = -write_header(j->fd, hdr);
     if (rc == 0)
         rc = start_writer(j);
     if (rc != 0) {
-        snprintf(err, errlen, "%s: %s", path, strerror(rc));
+        if (rc > 0)
+            snprintf(err, errlen, "%s: %s", path, strerror(rc));
         if (j->fd >= 0)
             close(j->fd);
         free(j->path);

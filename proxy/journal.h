@@ -112,17 +112,42 @@ struct journal_flush {
     bool every_record;    /* each record is written before journal_record() returns */
 };
 
+/* What journal_open_mode() does with a file that already holds bytes (`journal PATH MODE`).
+ * A journal is the evidence of a run: none is destroyed unless asked. */
+enum journal_mode {
+    JOURNAL_MODE_NEW = 0,   /* refuse it, leaving it as it was (the default) */
+    JOURNAL_MODE_APPEND,    /* add this run after the runs it holds */
+    JOURNAL_MODE_OVERWRITE, /* empty it first */
+};
+
+/* What journal_open_mode() found at the path. */
+struct journal_found {
+    uint64_t bytes;         /* the file's size before (0: new, empty, or not a regular file) */
+    uint64_t start_unix_ms; /* the start of its first run, from its header; 0: none reads */
+    uint64_t cut_short;     /* APPEND: bytes of a last entry cut short (a writer killed inside a
+                               write), cut off before the new run */
+    bool refused;           /* NEW: it holds bytes, so nothing was opened */
+};
+
 /*
- * Creates (or truncates) the journal at path, writes its header and starts
- * the writer thread.  Returns the journal, owned by the caller until
- * journal_close(), or NULL with a message in err.  Blocks on the disk: call
- * it at startup, not from the event loop.  journal_open() flushes every
- * JOURNAL_FLUSH_INTERVAL_MS; journal_open_with() as `flush` says.
+ * Opens the journal at path, creating it when it does not exist, as `mode` says when it holds
+ * bytes, writes this run's header and starts the writer thread.  The file is locked (flock)
+ * while open: a second twice on it is refused.  APPEND refuses a file that is not a journal
+ * with checksums of this format (journal_reader.h), and cuts off a last entry cut short first
+ * (journal_tail_cut_short()).  Returns the journal, owned by the caller until journal_close(),
+ * or NULL with a message in err that names the path.  found (may be NULL) says what was there.
+ * Blocks on the disk: call it at startup, not from the event loop.  journal_open() is NEW and
+ * flushes every JOURNAL_FLUSH_INTERVAL_MS; journal_open_with() is NEW and flushes as `flush`
+ * says.
  */
 struct journal *journal_open(const char *path, const struct journal_header_info *hdr, char *err,
                              size_t errlen) TWICE_MUST_CHECK;
 struct journal *journal_open_with(const char *path, const struct journal_header_info *hdr,
                                   const struct journal_flush *flush, char *err,
+                                  size_t errlen) TWICE_MUST_CHECK;
+struct journal *journal_open_mode(const char *path, const struct journal_header_info *hdr,
+                                  const struct journal_flush *flush, enum journal_mode mode,
+                                  struct journal_found *found, char *err,
                                   size_t errlen) TWICE_MUST_CHECK;
 
 /*

@@ -814,6 +814,7 @@ static void write_unchecked_journal(const char *path, const char **ids, size_t n
     Twice__Journal__Header h = TWICE__JOURNAL__HEADER__INIT;
     h.version = JOURNAL_FORMAT_VERSION;
     h.seed = 99;
+    h.start_unix_ms = 1764406800123ull;
     Twice__Journal__Record rec = TWICE__JOURNAL__RECORD__INIT;
     for (size_t i = 0; i <= n; i++) {
         Twice__Journal__Entry e = TWICE__JOURNAL__ENTRY__INIT;
@@ -1196,6 +1197,229 @@ struct drain {
     const char *path;
 };
 
+/* ---- a file that holds something: modes, runs --------------------------------------------- */
+
+/* journal_open_mode() on path; fails the test when it does not open. */
+static struct journal *open_mode(const char *path, enum journal_mode mode,
+                                 struct journal_found *found)
+{
+    struct journal_header_info h = test_header();
+    char err[512] = "";
+    struct journal *j = journal_open_mode(path, &h, NULL, mode, found, err, sizeof(err));
+    if (j == NULL)
+        fail_msg("journal_open_mode: %s", err);
+    return j;
+}
+
+/* A run of n records with ids "<prefix>-i", ended with a stop record when `stop`. */
+static void write_run(const char *path, enum journal_mode mode, const char *prefix, size_t n,
+                      bool stop)
+{
+    struct journal *j = open_mode(path, mode, NULL);
+    for (size_t i = 0; i < n; i++) {
+        char id[32];
+        snprintf(id, sizeof(id), "%s-%zu", prefix, i);
+        struct journal_record rec = {.kind = JOURNAL_KIND_DELIVER, .session = 1, .message_id = id};
+        journal_record(j, &rec);
+    }
+    if (stop) {
+        struct journal_record rec = {.kind = JOURNAL_KIND_STOP};
+        journal_record(j, &rec);
+    }
+    journal_close(j);
+}
+
+/* The default refuses a file that holds a run, names it and leaves it as it was; an empty
+ * file is fine; something that is no journal is refused too. */
+static void test_new_refuses_a_journal_that_holds_a_run(void **state)
+{
+    struct fixture *f = *state;
+    write_run(f->path, JOURNAL_MODE_NEW, "a", 3, true);
+    size_t size = 0;
+    uint8_t *before = slurp(f->path, &size);
+    struct journal_header_info h = test_header();
+    struct journal_found found;
+    char err[512] = "";
+    assert_null(journal_open_mode(f->path, &h, NULL, JOURNAL_MODE_NEW, &found, err, sizeof(err)));
+    assert_true(found.refused);
+    assert_int_equal(found.bytes, size);
+    assert_int_equal(found.start_unix_ms, h.start_unix_ms);
+    char want[512];
+    snprintf(want, sizeof(want),
+             "%s already holds a journal (%zu bytes, its first run started 2025-11-29T09:00:00Z)",
+             f->path, size);
+    assert_string_equal(err, want);
+    assert_null(journal_open(f->path, &h, err, sizeof(err))); /* journal_open() is NEW too */
+    size_t after_size = 0;
+    uint8_t *after = slurp(f->path, &after_size);
+    assert_int_equal(after_size, size);
+    assert_memory_equal(after, before, size);
+    free(after);
+    free(before);
+
+    spill(f->path, (const uint8_t *)"", 0);
+    journal_close(open_mode(f->path, JOURNAL_MODE_NEW, &found));
+    assert_int_equal(found.bytes, 0);
+    assert_false(found.refused);
+
+    spill(f->path, (const uint8_t *)"hello\n", 6);
+    assert_null(journal_open_mode(f->path, &h, NULL, JOURNAL_MODE_NEW, &found, err, sizeof(err)));
+    snprintf(want, sizeof(want), "%s already holds something (6 bytes, not a journal)", f->path);
+    assert_string_equal(err, want);
+
+    /* A journal of a twice before checksums is a journal too. */
+    const char *ids[] = {"x"};
+    write_unchecked_journal(f->path, ids, 1);
+    assert_null(journal_open_mode(f->path, &h, NULL, JOURNAL_MODE_NEW, &found, err, sizeof(err)));
+    snprintf(want, sizeof(want),
+             "%s already holds a journal (%zu bytes, its first run started 2025-11-29T09:00:00Z)",
+             f->path, file_size(f->path));
+    assert_string_equal(err, want);
+}
+
+/* Every entry of path: the ids of its records, "<header>" for each later run's header. */
+static size_t read_entries(const char *path, char ids[][32], size_t max, uint64_t *runs,
+                           uint64_t *unclean)
+{
+    struct journal_reader *r = open_reader(path);
+    const Twice__Journal__Entry *e = NULL;
+    size_t n = 0;
+    while (journal_reader_next(r, &e) == 1) {
+        assert_true(n < max);
+        snprintf(ids[n++], 32, "%s",
+                 e->body_case == TWICE__JOURNAL__ENTRY__BODY_HEADER      ? "<header>"
+                 : e->record->kind == TWICE__JOURNAL__RECORD__KIND__STOP ? "<stop>"
+                                                                         : e->record->message_id);
+    }
+    assert_null(journal_reader_error(r));
+    assert_false(journal_reader_truncated(r));
+    struct journal_damage_summary sum;
+    journal_reader_damage(r, &sum);
+    assert_int_equal(sum.stretches, 0);
+    *runs = journal_reader_runs(r);
+    *unclean = journal_reader_unclean_runs(r);
+    journal_reader_close(r);
+    return n;
+}
+
+/* APPEND adds a run after the others, with its own header; the reader returns the header
+ * between the runs, counts the runs and those that ended without a stop record. */
+static void test_append_adds_a_run(void **state)
+{
+    struct fixture *f = *state;
+    struct journal_found found;
+    write_run(f->path, JOURNAL_MODE_APPEND, "a", 2, false); /* a new file: one run */
+    size_t size = file_size(f->path);
+    journal_close(open_mode(f->path, JOURNAL_MODE_APPEND, &found)); /* killed before a record */
+    assert_int_equal(found.bytes, size);
+    assert_int_equal(found.cut_short, 0);
+    assert_false(found.refused);
+    write_run(f->path, JOURNAL_MODE_APPEND, "c", 2, true);
+    char ids[16][32];
+    uint64_t runs = 0, unclean = 0;
+    size_t n = read_entries(f->path, ids, 16, &runs, &unclean);
+    const char *want[] = {"a-0", "a-1", "<header>", "<header>", "c-0", "c-1", "<stop>"};
+    assert_int_equal(n, 7);
+    for (size_t i = 0; i < n; i++)
+        assert_string_equal(ids[i], want[i]);
+    assert_int_equal(runs, 3);
+    assert_int_equal(unclean, 2);
+    /* The last run's header is a header like the first. */
+    struct journal_reader *r = open_reader(f->path);
+    const Twice__Journal__Entry *e = NULL;
+    for (int i = 0; i < 4; i++)
+        assert_int_equal(journal_reader_next(r, &e), 1);
+    assert_int_equal(e->body_case, TWICE__JOURNAL__ENTRY__BODY_HEADER);
+    assert_int_equal(e->header->seed, test_header().seed);
+    assert_true(e->header->entry_crc32c);
+    assert_int_equal(journal_reader_runs(r), 3);
+    journal_reader_close(r);
+    /* OVERWRITE leaves one run. */
+    write_run(f->path, JOURNAL_MODE_OVERWRITE, "d", 1, true);
+    n = read_entries(f->path, ids, 16, &runs, &unclean);
+    assert_int_equal(n, 2);
+    assert_string_equal(ids[0], "d-0");
+    assert_int_equal(runs, 1);
+    assert_int_equal(unclean, 0);
+}
+
+/* A run killed inside a write leaves its last entry cut short: APPEND cuts it off, at every
+ * length it can have, so that the next run's header follows a whole entry and the journal
+ * reads undamaged; a file that is only a header cut short holds no run and is emptied. */
+static void test_append_cuts_off_a_last_entry_cut_short(void **state)
+{
+    struct fixture *f = *state;
+    enum { N = 3 };
+    size_t ends[N + 1];
+    write_records(f->path, N, ends);
+    size_t size = 0;
+    uint8_t *whole = slurp(f->path, &size);
+    assert_int_equal(size, ends[N]);
+    for (size_t cut = ends[N - 1] + 1; cut < ends[N]; cut++) {
+        spill(f->other, whole, cut);
+        assert_int_equal(journal_tail_cut_short(whole, cut), cut - ends[N - 1]);
+        struct journal_found found;
+        journal_close(open_mode(f->other, JOURNAL_MODE_APPEND, &found));
+        assert_int_equal(found.bytes, cut);
+        assert_int_equal(found.cut_short, cut - ends[N - 1]);
+        char ids[8][32];
+        uint64_t runs = 0, unclean = 0;
+        assert_int_equal(read_entries(f->other, ids, 8, &runs, &unclean), N);
+        assert_string_equal(ids[N - 1], "<header>");
+        assert_int_equal(runs, 2);
+    }
+    /* Whole: nothing to cut; zeros after the last entry are damage, not a cut-short entry. */
+    assert_int_equal(journal_tail_cut_short(whole, size), 0);
+    uint8_t *zeros = calloc(1, size + 64);
+    memcpy(zeros, whole, size);
+    assert_int_equal(journal_tail_cut_short(zeros, size + 64), 0);
+    free(zeros);
+    for (size_t cut = 1; cut < ends[0]; cut++) {
+        spill(f->other, whole, cut);
+        struct journal_found found;
+        journal_close(open_mode(f->other, JOURNAL_MODE_APPEND, &found));
+        assert_int_equal(found.cut_short, cut);
+        assert_int_equal(file_size(f->other), ends[0]);
+    }
+    free(whole);
+}
+
+/* APPEND to what twice could not read on: no journal, or one without checksums. */
+static void test_append_refuses_what_is_not_a_journal(void **state)
+{
+    struct fixture *f = *state;
+    struct journal_header_info h = test_header();
+    char err[512] = "";
+    spill(f->path, (const uint8_t *)"\x05hello world", 12);
+    assert_null(journal_open_mode(f->path, &h, NULL, JOURNAL_MODE_APPEND, NULL, err, sizeof(err)));
+    assert_non_null(strstr(err, f->path));
+    assert_non_null(strstr(err, "cannot append to it"));
+    assert_non_null(strstr(err, "move it away, or overwrite it"));
+    assert_int_equal(file_size(f->path), 12);
+    const char *ids[] = {"x"};
+    write_unchecked_journal(f->path, ids, 1);
+    size_t size = file_size(f->path);
+    assert_null(journal_open_mode(f->path, &h, NULL, JOURNAL_MODE_APPEND, NULL, err, sizeof(err)));
+    assert_non_null(strstr(err, "a journal of a twice before checksums"));
+    assert_int_equal(file_size(f->path), size);
+}
+
+/* One twice per journal: a second open of an open journal is refused, whatever its mode. */
+static void test_an_open_journal_is_locked(void **state)
+{
+    struct fixture *f = *state;
+    struct journal *j = open_journal(f->path);
+    struct journal_header_info h = test_header();
+    char err[512] = "";
+    for (int mode = JOURNAL_MODE_NEW; mode <= JOURNAL_MODE_OVERWRITE; mode++) {
+        assert_null(
+            journal_open_mode(f->path, &h, NULL, (enum journal_mode)mode, NULL, err, sizeof(err)));
+        assert_non_null(strstr(err, "in use by another twice"));
+    }
+    journal_close(j);
+    journal_close(open_mode(f->path, JOURNAL_MODE_APPEND, NULL));
+}
+
 static void *drain_main(void *arg)
 {
     struct drain *d = arg;
@@ -1290,6 +1514,13 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_many_stretches_are_counted, setup, teardown),
         cmocka_unit_test_setup_teardown(test_damage_without_checksums_stops, setup, teardown),
         cmocka_unit_test_setup_teardown(test_stuck_disk_drops_not_blocks, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_new_refuses_a_journal_that_holds_a_run, setup,
+                                        teardown),
+        cmocka_unit_test_setup_teardown(test_append_adds_a_run, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_append_cuts_off_a_last_entry_cut_short, setup,
+                                        teardown),
+        cmocka_unit_test_setup_teardown(test_append_refuses_what_is_not_a_journal, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_an_open_journal_is_locked, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -584,7 +584,9 @@ static void write_journal_on(const char *path, const struct jrec *recs, size_t n
     }
     memset(h.config_sha256, 0xab, sizeof(h.config_sha256));
     char err[256];
-    struct journal *j = journal_open(path, &h, err, sizeof(err));
+    /* Over whatever the file held: a test may write one case after another. */
+    struct journal *j =
+        journal_open_mode(path, &h, NULL, JOURNAL_MODE_OVERWRITE, NULL, err, sizeof(err));
     assert_non_null(j);
     for (size_t i = 0; i < n; i++) {
         struct journal_record r = {
