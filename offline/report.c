@@ -45,10 +45,20 @@ struct report_rule {
     uint64_t by_event[REPORT_EVENTS];
 };
 
+/* One twice run of the journal (a journal of several: `journal PATH append`). */
+struct report_run {
+    Twice__Journal__Header *header; /* owned copy */
+    uint64_t records;
+    bool clean_stop; /* its last record is a stop record */
+};
+
 struct report {
     const char *path;
-    const char *message;            /* --message ID, or NULL */
-    Twice__Journal__Header *header; /* owned copy */
+    const char *message;                  /* --message ID, or NULL */
+    const Twice__Journal__Header *header; /* the first run's: runs[0].header */
+    struct report_run *runs;              /* owned, in journal order; at least one */
+    size_t n_runs, cap_runs;
+    uint64_t unclean_runs; /* runs before the last that ended without a stop record */
     uint64_t records;
     bool truncated;
     bool clean_stop; /* the journal ends with its stop record */
@@ -61,6 +71,7 @@ struct report {
                                records, as uintptr_t: consequences of faults, not faults */
     uint64_t connections, closes, bytes_up, bytes_down;
     Twice__Journal__Record **timeline; /* owned copies of --message's records */
+    uint32_t *timeline_run;            /* the twice run of each, 1-based */
     size_t n_timeline, cap_timeline;
     uint64_t timeline_more;   /* records past REPORT_TIMELINE_MAX */
     struct verdict *attempts; /* every record: the app's retries per task, the deliveries
@@ -95,7 +106,10 @@ static void report_free(struct report *rep)
     for (size_t i = 0; i < rep->n_timeline; i++)
         twice__journal__record__free_unpacked(rep->timeline[i], NULL);
     free(rep->timeline);
-    twice__journal__header__free_unpacked(rep->header, NULL);
+    free(rep->timeline_run);
+    for (size_t i = 0; i < rep->n_runs; i++)
+        twice__journal__header__free_unpacked(rep->runs[i].header, NULL);
+    free(rep->runs);
     verdict_free(rep->attempts);
 }
 
@@ -170,11 +184,16 @@ static int add_timeline(struct report *rep, const Twice__Journal__Record *r)
         if (t == NULL)
             return -1;
         rep->timeline = t;
+        uint32_t *run = realloc(rep->timeline_run, cap * sizeof(*run));
+        if (run == NULL)
+            return -1;
+        rep->timeline_run = run;
         rep->cap_timeline = cap;
     }
     Twice__Journal__Record *copy = message_copy(&r->base);
     if (copy == NULL)
         return -1;
+    rep->timeline_run[rep->n_timeline] = (uint32_t)rep->n_runs;
     rep->timeline[rep->n_timeline++] = copy;
     return 0;
 }
@@ -189,10 +208,35 @@ static int add_message(struct report *rep, const Twice__Journal__Record *r)
     return 0;
 }
 
+/* Starts a twice run with header h (the journal's first, or a later run's).  0, or -1 when out
+ * of memory. */
+static int add_run(struct report *rep, const Twice__Journal__Header *h)
+{
+    if (rep->n_runs == rep->cap_runs) {
+        size_t cap = rep->cap_runs != 0 ? rep->cap_runs * 2 : 4;
+        struct report_run *runs = realloc(rep->runs, cap * sizeof(*runs));
+        if (runs == NULL)
+            return -1;
+        rep->runs = runs;
+        rep->cap_runs = cap;
+    }
+    struct report_run *run = &rep->runs[rep->n_runs];
+    memset(run, 0, sizeof(*run));
+    run->header = message_copy(&h->base);
+    if (run->header == NULL)
+        return -1;
+    rep->n_runs++;
+    rep->header = rep->runs[0].header;
+    return verdict_add_header(rep->attempts, h);
+}
+
 /* Accounts one record.  0, or -1 when out of memory. */
 static int report_add(struct report *rep, const Twice__Journal__Record *r)
 {
     rep->records++;
+    struct report_run *run = &rep->runs[rep->n_runs - 1];
+    run->records++;
+    run->clean_stop = r->kind == TWICE__JOURNAL__RECORD__KIND__STOP;
     rep->by_kind[(uint32_t)r->kind < REPORT_KINDS ? (uint32_t)r->kind : REPORT_KINDS]++;
     int rc = 0;
     if (r->kind == TWICE__JOURNAL__RECORD__KIND__CONNECT)
@@ -216,15 +260,15 @@ static int report_load(struct report *rep, char *err, size_t errlen)
     struct journal_reader *r = journal_reader_open(rep->path, err, errlen);
     if (r == NULL)
         return -1;
-    rep->header = message_copy(&journal_reader_header(r)->base);
     rep->attempts = verdict_new();
-    int rc = rep->header != NULL && rep->attempts != NULL &&
-                     verdict_add_header(rep->attempts, rep->header) == 0
+    int rc = rep->attempts != NULL && add_run(rep, journal_reader_header(r)) == 0
                  ? 1
                  : JOURNAL_ERR_NOMEM;
     const Twice__Journal__Entry *e = NULL;
     while (rc == 1 && (rc = journal_reader_next(r, &e)) == 1) {
-        if (e->body_case == TWICE__JOURNAL__ENTRY__BODY_RECORD && report_add(rep, e->record) != 0)
+        if ((e->body_case == TWICE__JOURNAL__ENTRY__BODY_RECORD &&
+             report_add(rep, e->record) != 0) ||
+            (e->body_case == TWICE__JOURNAL__ENTRY__BODY_HEADER && add_run(rep, e->header) != 0))
             rc = JOURNAL_ERR_NOMEM;
     }
     if (rc < 0)
@@ -232,6 +276,7 @@ static int report_load(struct report *rep, char *err, size_t errlen)
                  journal_reader_error(r) != NULL ? journal_reader_error(r) : journal_strerror(rc));
     rep->truncated = journal_reader_truncated(r);
     rep->clean_stop = journal_reader_clean_stop(r);
+    rep->unclean_runs = journal_reader_unclean_runs(r);
     damage_report_take(&rep->damage, r);
     journal_reader_close(r);
     return rc < 0 ? -1 : 0;
@@ -357,6 +402,11 @@ static void print_header_text(FILE *out, const struct report *rep)
         sep = ", ";
     }
     fputs(sep[0] == ',' ? ")\n" : "\n", out);
+    if (rep->n_runs > 1)
+        fprintf(out,
+                "runs      %zu (twice started on this file %zu times, `journal PATH append`: the "
+                "seed, config and start above are the first run's)\n",
+                rep->n_runs, rep->n_runs);
     for (size_t i = 0; i < h->n_listeners; i++) {
         const Twice__Journal__Listener *l = h->listeners[i];
         fputs(i == 0 ? "listeners " : ", ", out);
@@ -375,7 +425,30 @@ static void print_header_text(FILE *out, const struct report *rep)
         fputs("warning: the last record is cut short (the proxy died while writing it)\n", out);
     if (!rep->clean_stop)
         fputs(REPORT_NO_CLEAN_STOP "\n", out);
+    if (rep->unclean_runs > 0)
+        fprintf(out, REPORT_UNCLEAN_RUNS "\n", (unsigned long long)rep->unclean_runs,
+                (unsigned long long)rep->n_runs);
     damage_print_text(out, &rep->damage, "warning");
+}
+
+/* A journal of several runs: one line each. */
+static void print_runs_text(FILE *out, const struct report *rep)
+{
+    if (rep->n_runs < 2)
+        return;
+    fprintf(out, "\nRuns\n  %3s  %-24s  %8s  %-13s  %-20s  %s\n", "RUN", "STARTED", "RECORDS",
+            "ENDED", "SEED", "CONFIG");
+    for (size_t i = 0; i < rep->n_runs; i++) {
+        const struct report_run *run = &rep->runs[i];
+        char when[REPORT_TIME_MAX], hex[65];
+        format_time(when, sizeof(when), run->header->start_unix_ms * 1000u);
+        format_hex(hex, &run->header->config_sha256, 32);
+        fprintf(out, "  %3zu  %-24s  %8llu  %-13s  %-20llu  ", i + 1, when,
+                (unsigned long long)run->records, run->clean_stop ? "stop" : "no clean stop",
+                (unsigned long long)run->header->seed);
+        text_write_safe(out, run->header->config_path);
+        fprintf(out, " sha256:%s\n", hex);
+    }
 }
 
 static void print_rule_events_text(FILE *out, const struct report_rule *r)
@@ -564,15 +637,18 @@ static void print_delivery_marks(FILE *out, const struct verdict_delivery *d)
     }
 }
 
-/* d: the replayed delivery when r is a DELIVER record, else NULL. */
+/* d: the replayed delivery when r is a DELIVER record, else NULL; twice_run: r's twice run,
+ * 0 in a journal of one. */
 static void print_timeline_record_text(FILE *out, const Twice__Journal__Record *r, uint64_t t0,
-                                       const struct verdict_delivery *d)
+                                       const struct verdict_delivery *d, uint32_t twice_run)
 {
     char when[REPORT_TIME_MAX];
     format_time(when, sizeof(when), r->time_unix_us);
     int64_t off = (int64_t)(r->time_unix_us - t0);
     fprintf(out, "  %+10.3fs  %s  %-8s session=%llu", (double)off / 1e6, when,
             kind_name((uint32_t)r->kind), (unsigned long long)r->session);
+    if (twice_run != 0)
+        fprintf(out, " twice_run=%u", (unsigned)twice_run);
     print_field_text(out, "listener", r->listener);
     print_field_text(out, "queue", r->queue);
     print_field_text(out, "task", r->task);
@@ -602,6 +678,15 @@ static void print_timeline_record_text(FILE *out, const Twice__Journal__Record *
     fputc('\n', out);
 }
 
+/* A delivery's connection: its session id, as RUN:SESSION past a journal's first twice run. */
+static void format_session(char *buf, size_t len, const struct verdict_delivery *d)
+{
+    if (d->twice_run > 1)
+        snprintf(buf, len, "%u:%llu", (unsigned)d->twice_run, (unsigned long long)d->session);
+    else
+        snprintf(buf, len, "%llu", (unsigned long long)d->session);
+}
+
 /* One line per replayed delivery: when it came, how it ended, what the verdict counted. */
 static void print_deliveries_table(FILE *out, const struct verdict_delivery *d, size_t n,
                                    uint64_t t0)
@@ -622,9 +707,11 @@ static void print_deliveries_table(FILE *out, const struct verdict_delivery *d, 
                      (double)(int64_t)(d[i].closed_us - t0) / 1e6);
         else
             snprintf(ended, sizeof(ended), "never settled");
-        fprintf(out, "  %3zu  %+9.3fs  %8llu  %6llu  %-34s  %s", i + 1,
-                (double)(int64_t)(d[i].time_us - t0) / 1e6, (unsigned long long)d[i].session,
-                (unsigned long long)d[i].tag, ended, delivery_counted(&d[i]));
+        char session[32];
+        format_session(session, sizeof(session), &d[i]);
+        fprintf(out, "  %3zu  %+9.3fs  %8s  %6llu  %-34s  %s", i + 1,
+                (double)(int64_t)(d[i].time_us - t0) / 1e6, session, (unsigned long long)d[i].tag,
+                ended, delivery_counted(&d[i]));
         if (d[i].overlap == VERDICT_COPY_OVERLAP)
             fprintf(out, ", ran beside an earlier delivery for %.3fs at least",
                     (double)d[i].overlap_us / 1e6);
@@ -656,7 +743,8 @@ static int print_timeline_text(FILE *out, const struct report *rep)
     for (size_t i = 0; i < rep->n_timeline; i++) {
         const Twice__Journal__Record *r = rep->timeline[i];
         bool deliver = r->kind == TWICE__JOURNAL__RECORD__KIND__DELIVER;
-        print_timeline_record_text(out, r, t0, deliver && k < n ? &d[k++] : NULL);
+        print_timeline_record_text(out, r, t0, deliver && k < n ? &d[k++] : NULL,
+                                   rep->n_runs > 1 ? rep->timeline_run[i] : 0);
     }
     if (rep->timeline_more > 0)
         fprintf(out, "  ... and %llu more records\n", (unsigned long long)rep->timeline_more);
@@ -688,8 +776,10 @@ static int print_one_message_text(void *ctx, const char *id, const char *task)
         text_write_safe(w->out, id);
         fputc(' ', w->out);
         text_write_safe(w->out, task != NULL ? task : "-");
-        fprintf(w->out, " #%zu %s session=%llu tag=%llu %s", i + 1, when,
-                (unsigned long long)d[i].session, (unsigned long long)d[i].tag,
+        char session[32];
+        format_session(session, sizeof(session), &d[i]);
+        fprintf(w->out, " #%zu %s session=%s tag=%llu %s", i + 1, when, session,
+                (unsigned long long)d[i].tag,
                 d[i].settled    ? (d[i].nack ? "nack" : "ack")
                 : d[i].auto_ack ? "auto-ack"
                                 : "unsettled");
@@ -724,6 +814,7 @@ static int print_text(FILE *out, const struct report *rep)
             return -1;
         return rc;
     }
+    print_runs_text(out, rep);
     if (print_faults_text(out, rep) != 0 || print_expired_text(out, rep) != 0)
         return -1;
     print_deliveries_text(out, rep);
@@ -748,6 +839,29 @@ static void json_field(FILE *out, const char *sep, const char *key, const char *
 {
     fprintf(out, "%s\"%s\": ", sep, key);
     json_write_string(out, value);
+}
+
+/* `"runs": [...]`: every twice run of the journal, the first included. */
+static void print_runs_json(FILE *out, const struct report *rep)
+{
+    fputs(",\n  \"runs\": [", out);
+    for (size_t i = 0; i < rep->n_runs; i++) {
+        const struct report_run *run = &rep->runs[i];
+        const Twice__Journal__Header *h = run->header;
+        char when[REPORT_TIME_MAX], hex[65];
+        format_time(when, sizeof(when), h->start_unix_ms * 1000u);
+        format_hex(hex, &h->config_sha256, 32);
+        fprintf(out, "%s{\"run\": %zu, \"seed\": \"%llu\"", i > 0 ? ",\n    " : "\n    ", i + 1,
+                (unsigned long long)h->seed);
+        json_field(out, ", ", "config_sha256", hex);
+        json_field(out, ", ", "config_path", h->config_path);
+        json_field(out, ", ", "twice_version", h->twice_version);
+        fprintf(out, ", \"start_unix_ms\": %llu", (unsigned long long)h->start_unix_ms);
+        json_field(out, ", ", "start", when);
+        fprintf(out, ", \"records\": %llu, \"clean_stop\": %s}", (unsigned long long)run->records,
+                run->clean_stop ? "true" : "false");
+    }
+    fputs("\n  ]", out);
 }
 
 static void print_header_json(FILE *out, const struct report *rep)
@@ -777,6 +891,7 @@ static void print_header_json(FILE *out, const struct report *rep)
                 k < REPORT_KINDS ? kind_name((uint32_t)k) : "other",
                 (unsigned long long)rep->by_kind[k]);
     fputc('}', out);
+    print_runs_json(out, rep);
 }
 
 static void print_rule_json(FILE *out, const struct strmap_slot *s)
@@ -905,7 +1020,8 @@ static int print_connections_json(FILE *out, const struct report *rep)
     return 0;
 }
 
-static void print_timeline_record_json(FILE *out, const Twice__Journal__Record *r, uint64_t t0)
+static void print_timeline_record_json(FILE *out, const Twice__Journal__Record *r, uint64_t t0,
+                                       uint32_t twice_run)
 {
     fprintf(out, "      {\"offset_us\": %lld, \"time_unix_us\": %llu",
             (long long)(int64_t)(r->time_unix_us - t0), (unsigned long long)r->time_unix_us);
@@ -926,7 +1042,7 @@ static void print_timeline_record_json(FILE *out, const Twice__Journal__Record *
                r->kind == TWICE__JOURNAL__RECORD__KIND__FAULT ? event_name(r->event) : "");
     json_field(out, ", ", "run", r->run);
     json_field(out, ", ", "detail", r->detail);
-    fputc('}', out);
+    fprintf(out, ", \"twice_run\": %u}", (unsigned)twice_run);
 }
 
 /* A number, or null when it is not known. */
@@ -962,7 +1078,7 @@ static void print_delivery_json(FILE *out, const struct verdict_delivery *d)
         fputs("null", out);
     fputs(", \"overlap_us\": ", out);
     json_u64_or_null(out, d->overlap == VERDICT_COPY_OVERLAP, d->overlap_us);
-    fputc('}', out);
+    fprintf(out, ", \"twice_run\": %u}", (unsigned)d->twice_run);
 }
 
 /* `"deliveries": [...]` of message id.  -1 when out of memory. */
@@ -990,7 +1106,7 @@ static int print_timeline_json(FILE *out, const struct report *rep)
     uint64_t t0 = rep->n_timeline > 0 ? rep->timeline[0]->time_unix_us : 0;
     for (size_t i = 0; i < rep->n_timeline; i++) {
         fputs(i > 0 ? ",\n" : "\n", out);
-        print_timeline_record_json(out, rep->timeline[i], t0);
+        print_timeline_record_json(out, rep->timeline[i], t0, rep->timeline_run[i]);
     }
     fputs(rep->n_timeline > 0 ? "\n  ], " : "], ", out);
     if (print_deliveries_of_json(out, rep, rep->message, "\n      ") != 0)

@@ -32,6 +32,13 @@
     "crashed); the records it had not yet written are missing (by default the last second of "     \
     "them: see journal-flush)"
 
+/* What both commands say of a journal of several runs when some run before the last ended
+ * without its `stop` record (printf: the count of those runs, the count of runs). */
+#define REPORT_UNCLEAN_RUNS                                                                        \
+    "warning: %llu of the journal's %llu runs ended without a clean stop before the next run "     \
+    "started (twice was killed or crashed): the records it had not yet written are missing, "      \
+    "and the connections it left open are taken as closed at its last record"
+
 /*
  * `twice report`, printing to out and diagnostics to err.  argv[0] is the
  * subcommand name.  Returns 0; 1 when --message names an id no record has; or

@@ -120,6 +120,16 @@ struct verdict {
     size_t n_listeners;
     uint64_t end_us;
     uint64_t comma_lines;
+    /* The twice runs of the journal, one per header (`journal PATH append` adds a run after the
+     * others).  Session ids start at 1 in each: a record's session is keyed past the keys of
+     * the runs before its own, so that connection 3 of run 2 is not connection 3 of run 1. */
+    uint32_t *run_base; /* per twice run: the key of its session 0 */
+    size_t n_twice_runs, cap_twice_runs;
+    uint32_t session_max; /* the largest key so far */
+    /* Keys of the connections the current twice run delivered on: at its end, those without a
+     * CLOSE record closed with it (the process was gone). */
+    uint32_t *run_conns;
+    size_t n_run_conns, cap_run_conns;
 };
 
 static void sat_inc(uint32_t *n)
@@ -173,6 +183,8 @@ void verdict_free(struct verdict *v)
         free(v->listeners[i].profile);
     }
     free(v->evs);
+    free(v->run_base);
+    free(v->run_conns);
     free(v->closes);
     free(v->spans);
     free(v->task_names);
@@ -245,8 +257,57 @@ static bool settles_by_name(const char *protocol, const char *profile)
     return false;
 }
 
+/* Appends x to the array *a of *n (room *cap).  -1 when out of memory. */
+static int u32_push(uint32_t **a, size_t *n, size_t *cap, uint32_t x)
+{
+    if (*n == *cap) {
+        size_t c = *cap != 0 ? *cap * 2 : 64;
+        uint32_t *p = realloc(*a, c * sizeof(*p));
+        if (p == NULL)
+            return -1;
+        *a = p;
+        *cap = c;
+    }
+    (*a)[(*n)++] = x;
+    return 0;
+}
+
+static int u32_cmp(const void *a, const void *b)
+{
+    uint32_t x = *(const uint32_t *)a, y = *(const uint32_t *)b;
+    return x < y ? -1 : x > y;
+}
+
+static void sort_closes(const struct verdict *v);
+static uint64_t close_time(const struct verdict *v, uint32_t session);
+static int add_close_at(struct verdict *v, uint32_t session, uint64_t t);
+
+/* The current twice run ended (another header follows): each connection it delivered on and
+ * did not close closed then, at its last record at the latest.  -1 when out of memory. */
+static int end_twice_run(struct verdict *v)
+{
+    if (v->n_run_conns > 1)
+        qsort(v->run_conns, v->n_run_conns, sizeof(*v->run_conns), u32_cmp);
+    sort_closes(v);
+    size_t open = 0;
+    for (size_t i = 0; i < v->n_run_conns; i++) {
+        uint32_t s = v->run_conns[i];
+        if ((i == 0 || s != v->run_conns[i - 1]) && close_time(v, s) == 0)
+            v->run_conns[open++] = s;
+    }
+    for (size_t i = 0; i < open; i++)
+        if (add_close_at(v, v->run_conns[i], v->end_us) != 0)
+            return -1;
+    v->n_run_conns = 0;
+    return 0;
+}
+
 int verdict_add_header(struct verdict *v, const Twice__Journal__Header *h)
 {
+    if (v->n_twice_runs > 0 && end_twice_run(v) != 0)
+        return -1;
+    if (u32_push(&v->run_base, &v->n_twice_runs, &v->cap_twice_runs, v->session_max) != 0)
+        return -1;
     for (size_t i = 0; i < h->n_listeners; i++) {
         const Twice__Journal__Listener *l = h->listeners[i];
         uint32_t idx = 0;
@@ -378,6 +439,10 @@ static int add_deliver(struct verdict *v, struct verdict_msg *m, const Twice__Jo
     m->last_dl = ev_push(v, m, &e);
     if (m->last_dl == VD_NONE)
         return -1;
+    /* Deliveries come in stretches on one connection: each stretch is noted once. */
+    if ((v->n_run_conns == 0 || v->run_conns[v->n_run_conns - 1] != e.session) &&
+        u32_push(&v->run_conns, &v->n_run_conns, &v->cap_run_conns, e.session) != 0)
+        return -1;
     m->waiting = false;
     if (r->time_unix_us > m->progress_us)
         m->progress_us = r->time_unix_us;
@@ -457,6 +522,11 @@ static int add_fault(struct verdict *v, struct verdict_msg *m, const Twice__Jour
 
 static int add_close(struct verdict *v, const Twice__Journal__Record *r)
 {
+    return add_close_at(v, (uint32_t)r->session, r->time_unix_us);
+}
+
+static int add_close_at(struct verdict *v, uint32_t session, uint64_t t)
+{
     if (v->n_closes == v->cap_closes) {
         size_t cap = v->cap_closes != 0 ? v->cap_closes * 2 : 64;
         struct vd_close *c = realloc(v->closes, cap * sizeof(*c));
@@ -465,7 +535,7 @@ static int add_close(struct verdict *v, const Twice__Journal__Record *r)
         v->closes = c;
         v->cap_closes = cap;
     }
-    v->closes[v->n_closes++] = (struct vd_close){(uint32_t)r->session, r->time_unix_us};
+    v->closes[v->n_closes++] = (struct vd_close){session, t};
     v->closes_sorted = false;
     return 0;
 }
@@ -484,6 +554,17 @@ static int note_task(struct verdict *v, struct verdict_msg *m, const Twice__Jour
 
 int verdict_add_record(struct verdict *v, const Twice__Journal__Record *r)
 {
+    /* A later twice run's connections are keyed past the earlier runs' (a shallow copy: only
+     * the session differs). */
+    Twice__Journal__Record keyed;
+    uint32_t base = v->n_twice_runs > 0 ? v->run_base[v->n_twice_runs - 1] : 0;
+    if (base != 0 && r->session != 0) {
+        keyed = *r;
+        keyed.session = (uint32_t)(base + (uint32_t)r->session);
+        r = &keyed;
+    }
+    if ((uint32_t)r->session > v->session_max)
+        v->session_max = (uint32_t)r->session;
     v->spans_built = false;
     if (r->time_unix_us > v->end_us)
         v->end_us = r->time_unix_us;
@@ -1358,6 +1439,26 @@ void verdict_result_free(struct verdict_result *res)
     memset(res, 0, sizeof(*res));
 }
 
+/* d's keyed session back to the twice run it belongs to and its id there, as journaled: the
+ * last run whose base is below the key. */
+static void unkey_session(const struct verdict *v, struct verdict_delivery *d)
+{
+    size_t lo = 0, hi = v->n_twice_runs;
+    while (lo < hi) {
+        size_t mid = lo + (hi - lo) / 2;
+        if (v->run_base[mid] < d->session)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    if (d->session == 0 || lo == 0) {
+        d->twice_run = v->n_twice_runs > 0 ? 1 : 0;
+        return;
+    }
+    d->twice_run = (uint32_t)lo;
+    d->session -= v->run_base[lo - 1];
+}
+
 int verdict_message_deliveries(const struct verdict *v, const char *id,
                                struct verdict_delivery **out, size_t *n)
 {
@@ -1377,6 +1478,8 @@ int verdict_message_deliveries(const struct verdict *v, const char *id,
         else
             rc = -1;
     }
+    for (size_t i = 0; rc == 0 && i < *n; i++)
+        unkey_session(v, &(*out)[i]);
     scratch_free(&s);
     return rc == 0 ? 1 : -1;
 }

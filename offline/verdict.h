@@ -207,12 +207,14 @@ struct verdict_result {
 /* One delivery of a message as the verdict replayed it (verdict_message_deliveries). */
 struct verdict_delivery {
     uint64_t time_us;
-    uint64_t session;
-    uint64_t tag;     /* low 32 bits of the AMQP delivery tag */
-    uint32_t attempt; /* 1: the first attempt; one more per retry the app asked for */
-    uint32_t ev;      /* its place among the accumulator's records: tells two deliveries apart */
-    bool withheld;    /* a fault kept it from the worker */
-    bool auto_ack;    /* taken without an ack (AMQP no-ack): reached, never settled */
+    uint64_t session;   /* its connection's id, as journaled in its twice run */
+    uint32_t twice_run; /* that run: 1 for the journal's first (a journal of several runs:
+                           `journal PATH append`); 0 when no header was added */
+    uint64_t tag;       /* low 32 bits of the AMQP delivery tag */
+    uint32_t attempt;   /* 1: the first attempt; one more per retry the app asked for */
+    uint32_t ev;        /* its place among the accumulator's records: tells two deliveries apart */
+    bool withheld;      /* a fault kept it from the worker */
+    bool auto_ack;      /* taken without an ack (AMQP no-ack): reached, never settled */
     bool settled;
     bool refused;        /* its settlement was refused by the framework (journal.proto) */
     bool settled_guess;  /* the settlement could be another delivery's (no tag or connection
@@ -236,7 +238,9 @@ struct verdict *verdict_new(void) TWICE_MUST_CHECK;
 /*
  * Notes the journal header's listeners (their protocol and profile say whether deliveries
  * are settled on the wire, and which rule brings missing evidence).  Optional; call before
- * the records.  Returns 0, or -1 when out of memory.
+ * the records.  In a journal of several runs, call it again at each later run's header, in
+ * journal order: the run before ended there (the connections it left open closed with it),
+ * and the sessions of the runs are told apart.  Returns 0, or -1 when out of memory.
  */
 int verdict_add_header(struct verdict *v, const Twice__Journal__Header *h) TWICE_MUST_CHECK;
 

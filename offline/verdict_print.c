@@ -29,6 +29,8 @@
 struct verdict_inputs {
     const char *journal, *effects;
     uint64_t seed, start_unix_ms, records, effect_lines;
+    uint64_t runs;    /* twice runs the journal holds (`journal PATH append`) */
+    uint64_t unclean; /* runs before the last that ended without a stop record */
     bool truncated;
     bool clean_stop; /* the journal ends with its stop record */
     struct damage_report damage;
@@ -54,15 +56,19 @@ static int load_journal(struct verdict *v, struct verdict_inputs *in, char *err,
     const Twice__Journal__Entry *e = NULL;
     int rc = verdict_add_header(v, h) == 0 ? 1 : JOURNAL_ERR_NOMEM;
     while (rc == 1 && (rc = journal_reader_next(r, &e)) == 1) {
-        if (e->body_case != TWICE__JOURNAL__ENTRY__BODY_RECORD)
-            continue;
-        if (verdict_add_record(v, e->record) != 0)
+        /* A later run's header: the run before it ended there. */
+        if ((e->body_case == TWICE__JOURNAL__ENTRY__BODY_HEADER &&
+             verdict_add_header(v, e->header) != 0) ||
+            (e->body_case == TWICE__JOURNAL__ENTRY__BODY_RECORD &&
+             verdict_add_record(v, e->record) != 0))
             rc = JOURNAL_ERR_NOMEM;
     }
     if (rc < 0)
         snprintf(err, errlen, "%s: %s", in->journal,
                  journal_reader_error(r) != NULL ? journal_reader_error(r) : journal_strerror(rc));
-    in->records = journal_reader_count(r);
+    in->runs = journal_reader_runs(r);
+    in->unclean = journal_reader_unclean_runs(r);
+    in->records = journal_reader_count(r) - (in->runs - 1);
     in->truncated = journal_reader_truncated(r);
     in->clean_stop = journal_reader_clean_stop(r);
     damage_report_take(&in->damage, r);
@@ -321,13 +327,15 @@ static void print_json(FILE *out, const struct verdict_result *res, const struct
     fprintf(out,
             ",\n  \"seed\": \"%llu\",\n  \"start_unix_ms\": %llu,\n  \"records\": %llu,\n"
             "  \"journal_truncated\": %s,\n  \"journal_clean_stop\": %s,\n"
+            "  \"journal_runs\": %llu,\n  \"journal_runs_unclean\": %llu,\n"
             "  \"journal_damaged\": %s,\n  \"allow_damaged\": %s,\n"
             "  \"effect_lines\": %llu,\n  \"effects_check\": \"%s\","
             "\n  \"end_unix_us\": %llu,\n  \"stalled\": %s,\n  \"required_short\": %s,\n"
             "  \"verdict\": ",
             (unsigned long long)in->seed, (unsigned long long)in->start_unix_ms,
             (unsigned long long)in->records, in->truncated ? "true" : "false",
-            in->clean_stop ? "true" : "false", damage_any(&in->damage) ? "true" : "false",
+            in->clean_stop ? "true" : "false", (unsigned long long)in->runs,
+            (unsigned long long)in->unclean, damage_any(&in->damage) ? "true" : "false",
             in->allow_damaged ? "true" : "false", (unsigned long long)in->effect_lines,
             effects_check_name(res->effects_check), (unsigned long long)res->end_us,
             res->any_stalled ? "true" : "false", res->any_required_short ? "true" : "false");
@@ -552,6 +560,9 @@ static void print_warnings(FILE *out, const struct verdict_result *res,
               out);
     if (!in->clean_stop)
         fputs(REPORT_NO_CLEAN_STOP "\n", out);
+    if (in->unclean > 0)
+        fprintf(out, REPORT_UNCLEAN_RUNS "\n", (unsigned long long)in->unclean,
+                (unsigned long long)in->runs);
     damage_print_text(out, &in->damage, in->allow_damaged ? "warning" : "error");
     if (damage_any(&in->damage))
         fputs(in->allow_damaged
@@ -785,8 +796,11 @@ static void print_human(FILE *out, const struct verdict_result *res,
 {
     fputs("journal ", out);
     text_write_safe(out, in->journal);
-    fprintf(out, ": %llu records, seed %llu\neffects ", (unsigned long long)in->records,
-            (unsigned long long)in->seed);
+    fprintf(out, ": %llu records", (unsigned long long)in->records);
+    if (in->runs > 1)
+        fprintf(out, " in %llu runs (journal PATH append)", (unsigned long long)in->runs);
+    fprintf(out, ", seed %llu%s\neffects ", (unsigned long long)in->seed,
+            in->runs > 1 ? " (the first run's)" : "");
     text_write_safe(out, in->effects);
     fprintf(out, ": %llu side effects\n\n", (unsigned long long)in->effect_lines);
     print_table(out, res);
@@ -1036,6 +1050,11 @@ static int verdict_execute(const struct verdict_args *a, FILE *out, FILE *err)
             fputs("twice verdict: warning: the journal's last record is cut short\n", err);
         if (!in.clean_stop)
             fputs("twice verdict: warning: the journal ended without a clean stop\n", err);
+        if (in.unclean > 0)
+            fprintf(err,
+                    "twice verdict: warning: %llu of the journal's %llu runs ended without a "
+                    "clean stop\n",
+                    (unsigned long long)in.unclean, (unsigned long long)in.runs);
         if (damage_any(&in.damage))
             fprintf(err, "twice verdict: %s: the journal is damaged (%llu bytes skipped)%s\n",
                     a->allow_damaged ? "warning" : "error", (unsigned long long)in.damage.sum.bytes,

@@ -562,10 +562,13 @@ struct jlistener {
     bool consumer_timeout;
 };
 
-static void write_journal_on(const char *path, const struct jrec *recs, size_t n,
-                             const struct jlistener *l)
+/* A run of twice on the journal at path, as `mode` says, with `seed`, started at start_ms, its
+ * listener as l says. */
+static void write_run(const char *path, enum journal_mode mode, uint64_t seed, uint64_t start_ms,
+                      const struct jrec *recs, size_t n, const struct jlistener *l)
 {
-    struct journal_header_info h = {.seed = 42, .config_path = "t.twice", .start_unix_ms = 1000};
+    struct journal_header_info h = {
+        .seed = seed, .config_path = "t.twice", .start_unix_ms = start_ms};
     static const char *const names[] = {"amqp"};
     const char *protocols[1], *profiles[1];
     uint32_t visibility[1];
@@ -584,9 +587,7 @@ static void write_journal_on(const char *path, const struct jrec *recs, size_t n
     }
     memset(h.config_sha256, 0xab, sizeof(h.config_sha256));
     char err[256];
-    /* Over whatever the file held: a test may write one case after another. */
-    struct journal *j =
-        journal_open_mode(path, &h, NULL, JOURNAL_MODE_OVERWRITE, NULL, err, sizeof(err));
+    struct journal *j = journal_open_mode(path, &h, NULL, mode, NULL, err, sizeof(err));
     assert_non_null(j);
     for (size_t i = 0; i < n; i++) {
         struct journal_record r = {
@@ -609,6 +610,13 @@ static void write_journal_on(const char *path, const struct jrec *recs, size_t n
         journal_record(j, &r);
     }
     journal_close(j);
+}
+
+/* The journal at path, over whatever the file held (a test may write one case after another). */
+static void write_journal_on(const char *path, const struct jrec *recs, size_t n,
+                             const struct jlistener *l)
+{
+    write_run(path, JOURNAL_MODE_OVERWRITE, 42, 1000, recs, n, l);
 }
 
 static void write_journal(const char *path, const struct jrec *recs, size_t n)
@@ -1140,14 +1148,14 @@ static void test_report_json(void **state)
                             "\"ack\", \"settled_unix_us\": 1764406801800000, \"settled_guess\": "
                             "false, \"closed_unix_us\": null, \"counted\": \"first\", "
                             "\"copy_delay_us\": null, \"overlap\": "
-                            "null, \"overlap_us\": null}]}");
+                            "null, \"overlap_us\": null, \"twice_run\": 1}]}");
     /* --messages: every message with its deliveries */
     const char *margv[] = {"report", "--json", f->journal, "--messages"};
     assert_int_equal(run(f, report_run, 4, margv), 0);
     assert_contains(f->out, "\"messages\": [\n    {\"message_id\": \"e1\", \"task\": \"email\", "
                             "\"deliveries\": [");
     assert_contains(f->out, "\"counted\": \"copy\", \"copy_delay_us\": 2000000, \"overlap\": "
-                            "\"after\", \"overlap_us\": null}");
+                            "\"after\", \"overlap_us\": null, \"twice_run\": 1}");
     assert_contains(f->out, "{\"message_id\": \"r1\", \"task\": \"resize\"");
     const char *nargv[] = {"report", "--json", f->journal, "--message", "nope"};
     assert_int_equal(run(f, report_run, 5, nargv), 1);
@@ -1211,6 +1219,71 @@ static void test_report_expiry_is_no_fault(void **state)
     const char *vargv[] = {"verdict", "--json", "--journal", f->journal, "--effects", f->effects};
     assert_int_equal(run(f, verdict_run, 6, vargv), 0);
     assert_contains(f->out, "{\"task\": \"email\", \"messages\": 2, \"faulted\": 1, ");
+}
+
+/* A journal of two runs (`journal PATH append`): the first killed with m1 delivered on its
+ * session 1, the second delivering m1 again on its own session 1 and acking it.  The runs are
+ * listed, the first's unclean end warned of; the ack is the second run's delivery's, and the
+ * first run's connection closed with it. */
+static void test_journal_of_several_runs(void **state)
+{
+    struct fixture *f = *state;
+    static const struct jrec first[] = {
+        {.kind = JOURNAL_KIND_CONNECT, .session = 1},
+        {.kind = JOURNAL_KIND_DELIVER, .id = "m1", .task = "charge", .at_ms = 0, .session = 1},
+    };
+    static const struct jrec second[] = {
+        {.kind = JOURNAL_KIND_CONNECT, .session = 1, .at_ms = 5000},
+        {.kind = JOURNAL_KIND_DELIVER, .id = "m1", .task = "charge", .at_ms = 5000, .session = 1},
+        {.kind = JOURNAL_KIND_ACK, .id = "m1", .task = "charge", .at_ms = 5100, .session = 1},
+        {.kind = JOURNAL_KIND_CLOSE, .session = 1, .at_ms = 5200, .reason = "client_closed"},
+        {.kind = JOURNAL_KIND_STOP, .at_ms = 5300},
+    };
+    write_run(f->journal, JOURNAL_MODE_NEW, 42, 1000, first, 2, NULL);
+    write_run(f->journal, JOURNAL_MODE_APPEND, 43, 1764406805000ull, second, 5, NULL);
+    const char *text[] = {"report", f->journal};
+    assert_int_equal(run(f, report_run, 2, text), 0);
+    assert_contains(f->out, "seed      42\n");
+    assert_contains(f->out, "records   7 (connect 2, close 1, deliver 2, ack 1, stop 1)\n");
+    assert_contains(f->out, "runs      2 (twice started on this file 2 times");
+    assert_contains(f->out, "\nRuns\n");
+    assert_contains(f->out, "    1  1970-01-01T00:00:01.000Z         2  no clean stop  42    ");
+    assert_contains(f->out, "    2  2025-11-29T09:00:05.000Z         5  stop           43    ");
+    assert_contains(f->out, "warning: 1 of the journal's 2 runs ended without a clean stop");
+    assert_null(strstr(f->out, "the journal ended without a clean stop"));
+
+    const char *one[] = {"report", f->journal, "--json", "--message", "m1"};
+    assert_int_equal(run(f, report_run, 5, one), 0);
+    assert_contains(f->out, "\"runs\": [\n    {\"run\": 1, \"seed\": \"42\"");
+    assert_contains(f->out, "\"records\": 2, \"clean_stop\": false},\n    {\"run\": 2, \"seed\": "
+                            "\"43\"");
+    assert_contains(f->out, "\"records\": 5, \"clean_stop\": true}\n  ]");
+    /* The first run's delivery: never settled, its connection gone with its run. */
+    assert_contains(f->out, "{\"time_unix_us\": 1764406800000000, \"session\": 1, "
+                            "\"delivery_tag\": 0, \"attempt\": 1, \"settlement\": \"\", "
+                            "\"settled_unix_us\": null, \"settled_guess\": false, "
+                            "\"closed_unix_us\": 1764406800000000");
+    /* The second's: settled by the ack on its own session 1. */
+    assert_contains(f->out, "{\"time_unix_us\": 1764406805000000, \"session\": 1, "
+                            "\"delivery_tag\": 0, \"attempt\": 1, \"settlement\": \"ack\", "
+                            "\"settled_unix_us\": 1764406805100000");
+    assert_contains(f->out, "\"twice_run\": 2}]}");
+    const char *table[] = {"report", f->journal, "--message", "m1"};
+    assert_int_equal(run(f, report_run, 4, table), 0);
+    assert_contains(f->out, "deliver  session=1 twice_run=2 listener=amqp");
+    assert_contains(f->out, "       2:1       0  ack at +5.100s");
+
+    write_file(f->effects, "m1\n");
+    const char *verdict[] = {"verdict", "--journal", f->journal, "--effects", f->effects};
+    assert_int_equal(run(f, verdict_run, 5, verdict), 0);
+    assert_contains(f->out, ": 7 records in 2 runs (journal PATH append), seed 42 (the first "
+                            "run's)\n");
+    assert_contains(f->out, "warning: 1 of the journal's 2 runs ended without a clean stop");
+    const char *json[] = {"verdict", "--journal", f->journal, "--effects", f->effects, "--json"};
+    assert_int_equal(run(f, verdict_run, 6, json), 0);
+    assert_contains(f->out, "\"journal_clean_stop\": true,\n  \"journal_runs\": 2,\n"
+                            "  \"journal_runs_unclean\": 1,\n");
+    assert_contains(f->err, "1 of the journal's 2 runs ended without a clean stop");
 }
 
 static void test_report_errors(void **state)
@@ -1381,6 +1454,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_report_human, setup, teardown),
         cmocka_unit_test_setup_teardown(test_report_json, setup, teardown),
         cmocka_unit_test_setup_teardown(test_report_expiry_is_no_fault, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_journal_of_several_runs, setup, teardown),
         cmocka_unit_test_setup_teardown(test_report_errors, setup, teardown),
         cmocka_unit_test_setup_teardown(test_journal_given_every_way, setup, teardown),
         cmocka_unit_test_setup_teardown(test_report_empty_journal, setup, teardown),
