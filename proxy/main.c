@@ -1,7 +1,8 @@
 /*
  * main.c - the `twice` command line.
  *
- *   twice run CONFIG       run the proxy in the foreground
+ *   twice run CONFIG [--journal-mode new|append|overwrite]
+ *                          run the proxy in the foreground
  *   twice check CONFIG     validate CONFIG, print a summary or every error
  *   twice report JOURNAL, twice verdict JOURNAL   (offline/report.h)
  *   twice help [COMMAND] | --help | --version
@@ -30,7 +31,8 @@
 #include "rules/rule.h"
 
 static const char usage[] =
-    "usage: twice run CONFIG         run the proxy described by CONFIG, in the foreground\n"
+    "usage: twice run CONFIG [--journal-mode MODE]\n"
+    "                                run the proxy described by CONFIG, in the foreground\n"
     "       twice check CONFIG       check CONFIG: a summary, or every error as FILE:LINE:COL\n"
     "       twice report JOURNAL [--json] [--message ID] [--messages]\n"
     "                                faults per rule, deliveries per message, timelines\n"
@@ -48,6 +50,10 @@ static const char usage[] =
 static const char usage_run[] =
     "usage: twice run CONFIG\n"
     "  CONFIG  the configuration file (also -c CONFIG, --config CONFIG)\n"
+    "  --journal-mode new|append|overwrite\n"
+    "          what to do with a journal file that holds a run already, over CONFIG's\n"
+    "          `journal PATH MODE`: new (the default) refuses to start, append adds this\n"
+    "          run after it, overwrite replaces it\n"
     "Runs the proxy in the foreground, logging to stderr.  SIGHUP re-reads CONFIG;\n"
     "SIGTERM or SIGINT stop accepting, let open sessions finish for `shutdown-grace`,\n"
     "then exit.\n";
@@ -153,7 +159,7 @@ static int cmd_check(const char *path)
     return rc;
 }
 
-static int cmd_run(const char *path)
+static int cmd_run(const char *path, const struct proxy_options *opt)
 {
     struct proxy px;
     signal(SIGPIPE, SIG_IGN);
@@ -175,7 +181,7 @@ static int cmd_run(const char *path)
         log_msg(LOG_ERROR, "cannot set up libevent for threads", NULL);
         return 1;
     }
-    if (proxy_init(&px, path) != 0) {
+    if (proxy_init(&px, path, opt) != 0) {
         proxy_free(&px);
         return 1;
     }
@@ -184,10 +190,37 @@ static int cmd_run(const char *path)
     return rc;
 }
 
+/* `--journal-mode MODE` or `--journal-mode=MODE` at argv[*i] into opt: 1 taken (*i past its
+ * value), 0 not this option, -1 after saying what is wrong. */
+static int journal_mode_arg(int argc, char **argv, int *i, struct proxy_options *opt)
+{
+    const char *v = NULL;
+    if (strcmp(argv[*i], "--journal-mode") == 0)
+        v = *i + 1 < argc ? argv[++*i] : "";
+    else if (strncmp(argv[*i], "--journal-mode=", 15) == 0)
+        v = argv[*i] + 15;
+    else
+        return 0;
+    if (v[0] == '\0') {
+        fprintf(stderr, "twice %s: --journal-mode needs a value: new, append or overwrite\n",
+                argv[0]);
+        return -1;
+    }
+    if (conf_journal_mode_parse(v, &opt->journal_mode) != 0) {
+        fprintf(stderr, "twice %s: --journal-mode takes new, append or overwrite, not '%s'\n",
+                argv[0], v);
+        return -1;
+    }
+    opt->journal_mode_set = true;
+    return 1;
+}
+
 /* The configuration file of `twice run|check` (argv[0] is the command) into
- * *path.  Returns 0 to go on, 1 after printing the command's help, or 2 (the
- * exit code) after a usage error. */
-static int config_arg(int argc, char **argv, const char *help, const char **path)
+ * *path, and run's options into opt (NULL for check).  Returns 0 to go on, 1
+ * after printing the command's help, or 2 (the exit code) after a usage
+ * error. */
+static int config_arg(int argc, char **argv, const char *help, const char **path,
+                      struct proxy_options *opt)
 {
     static const char *const flags[] = {"-c", "--config", NULL};
     *path = NULL;
@@ -196,7 +229,13 @@ static int config_arg(int argc, char **argv, const char *help, const char **path
             fputs(help, stdout);
             return 1;
         }
-        int rc = cli_file_arg(argc, argv, &i, flags, "configuration file", path, stderr);
+        int rc = opt != NULL ? journal_mode_arg(argc, argv, &i, opt) : 0;
+        if (rc < 0) {
+            fputs(help, stderr);
+            return 2;
+        }
+        if (rc == 0)
+            rc = cli_file_arg(argc, argv, &i, flags, "configuration file", path, stderr);
         if (rc == 0)
             fprintf(stderr, "twice %s: unknown argument '%s'\n", argv[0], argv[i]);
         if (rc <= 0) {
@@ -215,10 +254,11 @@ static int cmd_config(int argc, char **argv)
 {
     bool check = strcmp(argv[0], "check") == 0;
     const char *path = NULL;
-    int rc = config_arg(argc, argv, check ? usage_check : usage_run, &path);
+    struct proxy_options opt = {0};
+    int rc = config_arg(argc, argv, check ? usage_check : usage_run, &path, check ? NULL : &opt);
     if (rc != 0)
         return rc == 1 ? 0 : rc;
-    return check ? cmd_check(path) : cmd_run(path);
+    return check ? cmd_check(path) : cmd_run(path, &opt);
 }
 
 /* `twice help [COMMAND]`: the general help, or the command's own. */

@@ -560,9 +560,44 @@ static void config_digest(const char *path, uint8_t out[32])
 
 _Static_assert(CONF_DEFAULT_JOURNAL_FLUSH_MS == JOURNAL_FLUSH_INTERVAL_MS,
                "journal-flush's default is the writer's");
+_Static_assert((int)CONF_JOURNAL_NEW == (int)JOURNAL_MODE_NEW &&
+                   (int)CONF_JOURNAL_APPEND == (int)JOURNAL_MODE_APPEND &&
+                   (int)CONF_JOURNAL_OVERWRITE == (int)JOURNAL_MODE_OVERWRITE,
+               "`journal PATH MODE` names the writer's modes");
 
-/* Open the journal named by the configuration, if any. */
-static int open_journal(struct proxy *px, const struct conf *c)
+/* The error of a journal that was refused because it holds a run: what to do about it. */
+static void journal_refused_hint(char *err, size_t errlen, const char *conf_path)
+{
+    size_t n = strlen(err);
+    snprintf(err + n, errlen - n,
+             ": twice does not overwrite a journal unless told. Move it away, or start with "
+             "--journal-mode append (add this run after it: twice report and twice verdict read "
+             "every run) or --journal-mode overwrite (replace it), or say so in %s: "
+             "`journal PATH append` or `journal PATH overwrite`",
+             conf_path);
+}
+
+/* Logs what opening the journal did to a file that held something. */
+static void journal_found_log(const char *path, enum journal_mode mode,
+                              const struct journal_found *found)
+{
+    if (found->bytes == 0)
+        return;
+    if (mode == JOURNAL_MODE_OVERWRITE)
+        log_msg(LOG_WARN, "journal overwritten", "path=\"%s\" bytes=%llu", path,
+                (unsigned long long)found->bytes);
+    else
+        log_msg(LOG_INFO, "journal appended to", "path=\"%s\" bytes=%llu", path,
+                (unsigned long long)(found->bytes - found->cut_short));
+    if (found->cut_short != 0)
+        log_msg(LOG_WARN, "journal's last record was cut short: cut off",
+                "path=\"%s\" bytes=%llu reason=\"the twice before was killed while writing it: "
+                "it never read\"",
+                path, (unsigned long long)found->cut_short);
+}
+
+/* Open the journal named by the configuration, if any, as `mode` says. */
+static int open_journal(struct proxy *px, const struct conf *c, enum journal_mode mode)
 {
     if (c->journal == NULL)
         return 0;
@@ -571,7 +606,7 @@ static int open_journal(struct proxy *px, const struct conf *c)
     gettimeofday(&tv, NULL);
     hdr.start_unix_ms = (uint64_t)tv.tv_sec * 1000 + (uint64_t)tv.tv_usec / 1000;
     config_digest(px->conf_path, hdr.config_sha256);
-    char err[512];
+    char err[1024]; /* a refusal names the journal, the configuration and what to do */
     size_t n = c->n_listeners;
     const char **names = calloc(3 * n + 1, sizeof(*names));
     uint32_t *visibility = calloc(n + 1, sizeof(*visibility));
@@ -596,7 +631,12 @@ static int open_journal(struct proxy *px, const struct conf *c)
         hdr.n_listeners = i;
         struct journal_flush flush = {.interval_ms = c->journal_flush_ms,
                                       .every_record = c->journal_every_record};
-        px->journal = journal_open_with(c->journal, &hdr, &flush, err, sizeof(err));
+        struct journal_found found;
+        px->journal = journal_open_mode(c->journal, &hdr, &flush, mode, &found, err, sizeof(err));
+        if (px->journal == NULL && found.refused)
+            journal_refused_hint(err, sizeof(err), px->conf_path);
+        else if (px->journal != NULL)
+            journal_found_log(c->journal, mode, &found);
     }
     free(names);
     free(visibility);
@@ -614,8 +654,8 @@ static int open_journal(struct proxy *px, const struct conf *c)
         snprintf(flush, sizeof(flush), "every-record");
     else
         snprintf(flush, sizeof(flush), "%ums", (unsigned)c->journal_flush_ms);
-    log_msg(LOG_INFO, "journal open", "path=\"%s\" seed=%llu flush=%s", c->journal,
-            (unsigned long long)px->seed, flush);
+    log_msg(LOG_INFO, "journal open", "path=\"%s\" seed=%llu flush=%s mode=%s", c->journal,
+            (unsigned long long)px->seed, flush, conf_journal_mode_names[mode]);
     return 0;
 }
 
@@ -650,7 +690,7 @@ static int drop_privileges(const char *user, char *err, size_t errlen)
     return 0;
 }
 
-int proxy_init(struct proxy *px, const char *conf_path)
+int proxy_init(struct proxy *px, const char *conf_path, const struct proxy_options *opt)
 {
     memset(px, 0, sizeof(*px));
     struct conf_diags d;
@@ -679,7 +719,9 @@ int proxy_init(struct proxy *px, const char *conf_path)
         log_msg(LOG_ERROR, "cannot start event loop", NULL);
         return -1;
     }
-    if (open_journal(px, c) != 0) {
+    enum conf_journal_mode mode =
+        opt != NULL && opt->journal_mode_set ? opt->journal_mode : c->journal_mode;
+    if (open_journal(px, c, (enum journal_mode)mode) != 0) {
         conf_free(c);
         return -1;
     }

@@ -206,9 +206,16 @@ void listener_put(struct listener *l);
 void listener_accept_failed(struct evconnlistener *evl, struct event *retry, const char *key,
                             const char *value);
 
-/* The process (proxy.c).  proxy_init parses and applies `conf_path`;
- * returns 0, or -1 after printing why. */
-int proxy_init(struct proxy *px, const char *conf_path) TWICE_MUST_CHECK;
+/* What the command line of `twice run` sets over the file. */
+struct proxy_options {
+    bool journal_mode_set; /* --journal-mode MODE: MODE, not the file's `journal PATH MODE` */
+    enum conf_journal_mode journal_mode;
+};
+
+/* The process (proxy.c).  proxy_init parses and applies `conf_path`, with
+ * `opt` (may be NULL) over it; returns 0, or -1 after printing why. */
+int proxy_init(struct proxy *px, const char *conf_path,
+               const struct proxy_options *opt) TWICE_MUST_CHECK;
 int proxy_run(struct proxy *px);
 void proxy_free(struct proxy *px);
 

@@ -68,7 +68,7 @@ static const struct conf_global_directive conf_globals[] = {
     {{"shutdown-grace", 1, "DURATION"}, false, conf_global_shutdown_grace},
     {{"seed", 1, "N"}, false, conf_global_seed},
     {{"threads", 1, "N or auto"}, false, conf_global_threads},
-    {{"journal", 1, "PATH"}, false, conf_global_journal},
+    {{"journal", -1, "PATH [new|append|overwrite]"}, false, conf_global_journal},
     {{"journal-flush", 1, "DURATION or every-record"}, false, conf_global_journal_flush},
     {{"admin", 1, "HOST:PORT"}, false, conf_global_admin},
     {{"admin-token", 1, "TOKEN"}, false, conf_global_admin_token},
@@ -375,6 +375,19 @@ const char *conf_protocol_name(enum conf_protocol p)
         return "resp";
     }
     return "unknown";
+}
+
+const char *const conf_journal_mode_names[CONF_JOURNAL_MODES] = {"new", "append", "overwrite"};
+
+int conf_journal_mode_parse(const char *word, enum conf_journal_mode *mode)
+{
+    for (size_t i = 0; i < CONF_JOURNAL_MODES; i++) {
+        if (strcmp(word, conf_journal_mode_names[i]) == 0) {
+            *mode = (enum conf_journal_mode)i;
+            return 0;
+        }
+    }
+    return -1;
 }
 
 const char *conf_log_level_name(enum conf_log_level l)

@@ -61,6 +61,15 @@ enum conf_protocol {
     CONF_PROTO_RESP,
 };
 
+/* `journal PATH MODE`: what twice does at start with a journal file that already holds
+ * something (the codes of journal.h's enum journal_mode). */
+enum conf_journal_mode {
+    CONF_JOURNAL_NEW = 0,   /* refuse to start: a journal is the evidence of a run (default) */
+    CONF_JOURNAL_APPEND,    /* add this run after the runs it holds */
+    CONF_JOURNAL_OVERWRITE, /* replace it */
+};
+#define CONF_JOURNAL_MODES 3
+
 enum conf_log_level {
     CONF_LOG_ERROR = 0,
     CONF_LOG_WARN,
@@ -134,6 +143,7 @@ struct conf {
     bool has_seed;                 /* false: the proxy picks one and journals it */
     unsigned threads;              /* `threads N`: event loops; 0 (default, `auto`): one per core */
     char *journal;                 /* `journal PATH`; NULL when not set */
+    enum conf_journal_mode journal_mode; /* `journal PATH MODE`; default CONF_JOURNAL_NEW */
     /* `journal-flush D | every-record`: write the queued records at least every D (default
      * CONF_DEFAULT_JOURNAL_FLUSH_MS), or each record as it comes */
     uint32_t journal_flush_ms;
@@ -224,6 +234,11 @@ void conf_diags_print(const struct conf_diags *diags, FILE *out);
 
 const char *conf_protocol_name(enum conf_protocol p);
 const char *conf_log_level_name(enum conf_log_level l);
+
+/* "new", "append", "overwrite": the words of `journal PATH MODE` and `--journal-mode`. */
+extern const char *const conf_journal_mode_names[CONF_JOURNAL_MODES];
+/* The mode named `word`: 0 and *mode, or -1. */
+int conf_journal_mode_parse(const char *word, enum conf_journal_mode *mode);
 
 /* "host:port" with IPv6 literals bracketed; writes at most `size` bytes. */
 void conf_addr_format(const struct conf_addr *a, char *buf, size_t size);

@@ -43,15 +43,33 @@ void conf_global_seed(struct conf_parser *p, const struct conf_node *n)
     p->conf->has_seed = true;
 }
 
+/* `journal PATH [MODE]`: MODE says what twice does with a file that already holds a journal
+ * (refuse to start, the default; append this run; overwrite it). */
 void conf_global_journal(struct conf_parser *p, const struct conf_node *n)
 {
     const struct conf_word *w = &n->words[1];
+    enum conf_journal_mode mode = CONF_JOURNAL_NEW;
 
+    if (n->n_words < 2 || n->n_words > 3) {
+        conf_diag_add(p->diags, CONF_ERROR, n->n_words > 3 ? n->words[3].loc : n->words[0].loc,
+                      "journal PATH, or journal PATH append, or journal PATH overwrite",
+                      "'journal' takes a file path and, optionally, new, append or overwrite");
+        return;
+    }
     if (w->text[0] == '\0') {
         conf_diag_add(p->diags, CONF_ERROR, w->loc, NULL, "'journal' needs a file path");
         return;
     }
+    if (n->n_words == 3) {
+        int i = conf_value_enum(p, &n->words[2], "journal mode", conf_journal_mode_names,
+                                CONF_JOURNAL_MODES, "new, append or overwrite");
+        if (i < 0) {
+            return;
+        }
+        mode = (enum conf_journal_mode)i;
+    }
     p->conf->journal = conf_parser_strdup(p, w->text);
+    p->conf->journal_mode = mode;
 }
 
 /* `journal-flush every-record` (each record written as it comes: a kill loses none) or

@@ -502,35 +502,45 @@ def entry_checksum_ok(frame):
             and crc32c(frame[:-5]) == int.from_bytes(frame[-4:], "little"))
 
 
-def decode_journal(path):
-    """Returns (header dict, [record dicts], truncated).  In a journal whose header says
-    entry_crc32c, every entry must end with its checksum."""
+def decode_journal_runs(path):
+    """Returns ([(header dict, [record dicts])], truncated): one pair per run of twice on the
+    file (a journal of several runs: `journal PATH append`, each later run starting with its
+    own header).  In a journal whose first header says entry_crc32c, every entry must end with
+    its checksum."""
     with open(path, "rb") as f:
         data = f.read()
     frames, truncated = journal_frames(data)
     if not frames:
         raise ValueError("journal %s has no frame" % path)
-    header = None
-    records = []
+    runs = []
+    crc_on = False
     for i, fr in enumerate(frames):
         entry = pb_fields(fr)
         crc = entry.pop(15, None)
         if set(entry) - {1, 2} or sum(len(v) for v in entry.values()) != 1:
             raise ValueError("frame %d is not an Entry with exactly one body: fields %s" % (i, sorted(entry)))
         if 1 in entry:
-            if i != 0:
-                raise ValueError("header in frame %d" % i)
             hf = pb_fields(entry[1][0])
             listeners = [_named(pb_fields(b), LISTENER_FIELDS) for b in hf.pop(7, [])]
             header = _named(hf, HEADER_FIELDS)
             header["listeners"] = listeners
+            if i == 0:
+                crc_on = bool(header.get("entry_crc32c"))
+            runs.append((header, []))
         elif i == 0:
             raise ValueError("first frame is a record, not a header")
         else:
-            records.append(_named(pb_fields(entry[2][0]), RECORD_FIELDS))
-        if header.get("entry_crc32c") and (crc is None or not entry_checksum_ok(fr)):
+            runs[-1][1].append(_named(pb_fields(entry[2][0]), RECORD_FIELDS))
+        if crc_on and (crc is None or not entry_checksum_ok(fr)):
             raise ValueError("frame %d fails its checksum" % i)
-    return header, records, truncated
+    return runs, truncated
+
+
+def decode_journal(path):
+    """Returns (header dict, [record dicts], truncated): the first run's header and the records
+    of every run (decode_journal_runs() tells the runs apart)."""
+    runs, truncated = decode_journal_runs(path)
+    return runs[0][0], [r for _, recs in runs for r in recs], truncated
 
 
 # ---------------------------------------------------------------------------

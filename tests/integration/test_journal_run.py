@@ -15,6 +15,18 @@ connection, refusal of the first two connections, none).  Then:
   records and the same facts;
 - a journal cut mid-record is reported as truncated, not as an error;
 - `twice verdict --journal J --effects E` with an empty effects file exits 0.
+
+JournalRestart: twice started again on the journal of an earlier run.
+
+- by default it refuses to start, naming the file and what to do (`--journal-mode append` or
+  `overwrite`, or `journal PATH append|overwrite`), and the earlier run's journal is left as it
+  was, byte for byte;
+- with `--journal-mode append` (or `journal PATH append`) the new run follows the earlier ones
+  in the file: `twice report` lists every run and counts every record, `twice verdict` reads
+  them all; a run killed with SIGKILL before the next is named as ending without a clean stop;
+- with `journal PATH overwrite` the file holds the new run only, and the log says what was
+  overwritten;
+- a second twice on the journal of a twice still running is refused, whatever the mode.
 """
 
 import collections
@@ -22,6 +34,7 @@ import hashlib
 import json
 import os
 import re
+import signal
 import sys
 import time
 import unittest
@@ -336,6 +349,168 @@ class JournalRun(unittest.TestCase):
         self.assertEqual(rc, 2, (out, err))
         self.assertIn("twice verdict: more than one journal given: '%s' and 'other.pb'"
                       % self.journal, err)
+
+
+class JournalRestart(h.TestCase):
+
+    def setUp(self):
+        super().setUp()
+        self.echo = h.EchoServer(name="restart-echo")
+        self.addCleanup(self.echo.close)
+        self.journal = os.path.join(self.tmp, "journal.pb")
+
+    def conf(self, mode=None):
+        """A configuration with one tcp listener and the journal (`journal PATH MODE`)."""
+        port = h.free_port()
+        journal = self.journal if mode is None else "%s %s" % (self.journal, mode)
+        text = fk.conf_text([h.listen_block("echo", port, self.echo.port)], seed=SEED,
+                            journal=journal, log_level="info")
+        return text, port
+
+    def one_run(self, conns, mode=None, args=None, kill=False):
+        """twice on the journal, `conns` connections through it, then SIGTERM (or, with kill,
+        SIGKILL once their records are on disk).  Returns the twice."""
+        text, port = self.conf(mode)
+        t = self.twice(text, args=args)
+        for _ in range(conns):
+            fk.echo_rtt(port)
+        fk.wait_closed_sids(t, range(1, conns + 1))
+        if not kill:
+            t.stop()
+            return t
+
+        def on_disk():
+            try:
+                runs, _ = fk.decode_journal_runs(self.journal)
+            except (OSError, ValueError):
+                return False
+            return sum(r.get("kind") == 2 for r in runs[-1][1]) == conns
+        h.wait_until(on_disk, 60, what="the run's records on disk")
+        os.kill(t.pid, signal.SIGKILL)
+        t.proc.wait(30)
+        return t
+
+    def refused(self, args=None, mode=None):
+        """A twice started on the journal that exits at once; returns its log."""
+        text, _ = self.conf(mode)
+        t = self.twice(text, wait=False, args=args)
+        rc = t.proc.wait(60)
+        t.exit_checked = True
+        self.assertEqual(rc, 1, t.log_text())
+        return t, t.log_text()
+
+    def report_json(self):
+        r = h.run_twice(["report", self.journal, "--json"])
+        self.assertEqual(r.returncode, 0, r.stderr)
+        return json.loads(r.stdout)
+
+    def test_second_start_refuses_and_keeps_the_first_run(self):
+        self.one_run(3)
+        with open(self.journal, "rb") as f:
+            before = f.read()
+        t, log = self.refused()
+        m = re.search(r'level=error msg="cannot open journal" path=(\S+) error="(.*)"$', log, re.M)
+        self.assertIsNotNone(m, log)
+        self.assertEqual(m.group(1), self.journal)
+        err = m.group(2)
+        self.assertIn("%s already holds a journal (%d bytes, its first run started "
+                      % (self.journal, len(before)), err)
+        for what in ("--journal-mode append", "--journal-mode overwrite", "journal PATH append",
+                     "journal PATH overwrite", t.conf_path):
+            self.assertIn(what, err)
+        self.assertNotIn("msg=listening", log)
+        with open(self.journal, "rb") as f:
+            self.assertEqual(f.read(), before, "the first run's journal changed")
+        rep = self.report_json()
+        self.assertEqual(rep["by_kind"]["connect"], 3)
+        self.assertTrue(rep["clean_stop"])
+        self.assertEqual(len(rep["runs"]), 1)
+
+    def test_append_adds_a_run_that_report_and_verdict_read(self):
+        self.one_run(2)
+        size = os.path.getsize(self.journal)
+        t2 = self.one_run(3, args=["--journal-mode", "append"])
+        self.assertEqual(len(t2.log_records("journal appended to", bytes=size)), 1, t2.log_tail())
+        self.one_run(1, mode="append")  # the file's word does the same
+        runs, truncated = fk.decode_journal_runs(self.journal)
+        self.assertFalse(truncated)
+        self.assertEqual([sorted(r["session"] for r in recs if r.get("kind") == 1)
+                          for _, recs in runs], [[1, 2], [1, 2, 3], [1]])
+        self.assertEqual([hd["seed"] for hd, _ in runs], [SEED] * 3)
+        rep = self.report_json()
+        self.assertEqual(rep["by_kind"]["connect"], 6)
+        self.assertEqual(rep["by_kind"]["stop"], 3)
+        self.assertEqual([(r["run"], r["records"], r["clean_stop"]) for r in rep["runs"]],
+                         [(1, 5, True), (2, 7, True), (3, 3, True)])
+        self.assertEqual([r["start_unix_ms"] for r in rep["runs"]],
+                         [hd["start_unix_ms"] for hd, _ in runs])
+        r = h.run_twice(["report", self.journal])
+        out = r.stdout.decode()
+        self.assertRegex(out, r"(?m)^runs\s+3 \(")
+        self.assertNotIn("warning", out)
+        effects = os.path.join(self.tmp, "effects.txt")
+        open(effects, "w").close()
+        r = h.run_twice(["verdict", "--journal", self.journal, "--effects", effects, "--json"])
+        self.assertEqual(r.returncode, 0, r.stderr)
+        v = json.loads(r.stdout)
+        self.assertEqual((v["journal_runs"], v["journal_runs_unclean"], v["records"]), (3, 0, 15))
+
+    def test_append_after_a_kill(self):
+        self.one_run(2, kill=True)
+        self.one_run(1, mode="append")
+        r = h.run_twice(["report", self.journal])
+        self.assertEqual(r.returncode, 0, r.stderr)
+        out = r.stdout.decode()
+        self.assertIn("warning: 1 of the journal's 2 runs ended without a clean stop before the "
+                      "next run started", out)
+        self.assertNotIn("the journal ended without a clean stop", out)
+        rep = self.report_json()
+        self.assertEqual([(r["records"], r["clean_stop"]) for r in rep["runs"]],
+                         [(4, False), (3, True)])
+        self.assertIsNone(rep["damage"])
+
+    def test_overwrite_replaces_the_journal(self):
+        self.one_run(2)
+        size = os.path.getsize(self.journal)
+        t = self.one_run(1, mode="overwrite")
+        self.assertEqual(len(t.log_records("journal overwritten", bytes=size)), 1, t.log_tail())
+        rep = self.report_json()
+        self.assertEqual(len(rep["runs"]), 1)
+        self.assertEqual(rep["by_kind"]["connect"], 1)
+
+    def test_a_mode_must_be_one_twice_knows(self):
+        text, port = self.conf(mode="apend")
+        conf = os.path.join(self.tmp, "typo.conf")
+        with open(conf, "w") as f:
+            f.write(text)
+        r = h.run_twice(["check", conf])
+        self.assertEqual(r.returncode, 1, r)
+        line = text.splitlines().index("journal %s apend" % self.journal) + 1
+        self.assertIn("%s:%d:%d: error: unknown journal mode 'apend' (did you mean 'append'?)"
+                      % (conf, line, len("journal %s " % self.journal) + 1), r.stderr.decode())
+        text, port = self.conf()
+        with open(conf, "w") as f:
+            f.write(text)
+        r = h.run_twice(["run", conf, "--journal-mode", "apend"])
+        self.assertEqual(r.returncode, 2, r)
+        self.assertTrue(r.stderr.decode().startswith(
+            "twice run: --journal-mode takes new, append or overwrite, not 'apend'\n"), r)
+        self.assertFalse(os.path.exists(self.journal))
+        self.assertFalse(h.port_open(port))
+
+    def test_a_running_twice_keeps_its_journal(self):
+        text, port = self.conf()
+        t1 = self.twice(text)
+        fk.echo_rtt(port)
+        for mode in ("overwrite", "append"):
+            _, log = self.refused(args=["--journal-mode", mode])
+            self.assertIn("%s: in use by another twice" % self.journal, log)
+        fk.echo_rtt(port)
+        fk.wait_closed_sids(t1, [1, 2])
+        t1.stop()
+        runs, _ = fk.decode_journal_runs(self.journal)
+        self.assertEqual(len(runs), 1)
+        self.assertEqual(sum(r.get("kind") == 1 for r in runs[0][1]), 2)
 
 
 if __name__ == "__main__":

@@ -636,6 +636,45 @@ static void test_journal_flush(void **state)
            E(2, 1, "'journal-flush' takes one argument: DURATION or every-record"));
 }
 
+/* `journal PATH [new|append|overwrite]`: what twice does with a file that holds a journal
+ * already (default: refuse to start). */
+static void test_journal_mode(void **state)
+{
+    static const struct {
+        const char *line;
+        enum conf_journal_mode mode;
+    } ok[] = {{"journal j.pb\n", CONF_JOURNAL_NEW},
+              {"journal j.pb new\n", CONF_JOURNAL_NEW},
+              {"journal j.pb append\n", CONF_JOURNAL_APPEND},
+              {"journal j.pb overwrite\n", CONF_JOURNAL_OVERWRITE}};
+    (void)state;
+    for (size_t i = 0; i < sizeof(ok) / sizeof(ok[0]); i++) {
+        char text[256];
+        snprintf(text, sizeof(text), "%s" LISTENER, ok[i].line);
+        struct conf_diags d;
+        struct conf *c = parse_ok(text, &d);
+        assert_string_equal(c->journal, "j.pb");
+        assert_int_equal(c->journal_mode, ok[i].mode);
+        conf_free(c);
+        conf_diags_free(&d);
+    }
+    const char *shape = "journal PATH, or journal PATH append, or journal PATH overwrite";
+    EXPECT("journal j.pb apend\n" LISTENER, -1,
+           EH(1, 14, "unknown journal mode 'apend'", "did you mean 'append'?"));
+    EXPECT("journal j.pb truncate\n" LISTENER, -1,
+           EH(1, 14, "unknown journal mode 'truncate'", "new, append or overwrite"));
+    EXPECT(
+        "journal j.pb append now\n" LISTENER, -1,
+        EH(1, 21, "'journal' takes a file path and, optionally, new, append or overwrite", shape));
+    EXPECT(
+        "journal\n" LISTENER, -1,
+        EH(1, 1, "'journal' takes a file path and, optionally, new, append or overwrite", shape));
+    enum conf_journal_mode m = CONF_JOURNAL_NEW;
+    assert_int_equal(conf_journal_mode_parse("overwrite", &m), 0);
+    assert_int_equal(m, CONF_JOURNAL_OVERWRITE);
+    assert_int_equal(conf_journal_mode_parse("Append", &m), -1);
+}
+
 static void test_profile_needs_resp(void **state)
 {
     struct conf_diags d;
@@ -1830,6 +1869,7 @@ int main(void)
         cmocka_unit_test(test_profile_names_from_the_registry),
         cmocka_unit_test(test_threads),
         cmocka_unit_test(test_journal_flush),
+        cmocka_unit_test(test_journal_mode),
         cmocka_unit_test(test_profile_needs_resp),
         cmocka_unit_test(test_visibility_timeouts),
         cmocka_unit_test(test_identity_sources),

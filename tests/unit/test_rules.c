@@ -275,7 +275,11 @@ static void test_global_errors(void **state)
            EH(2, 1, "duplicate 'seed'", "first set at 1:1"));
     EXPECT("seed\n" TCP, -1, E(1, 1, "'seed' takes one argument: N"));
     EXPECT("journal \"\"\n" TCP, -1, E(1, 9, "'journal' needs a file path"));
-    EXPECT("journal a b\n" TCP, -1, E(1, 11, "'journal' takes one argument: PATH"));
+    EXPECT("journal a b\n" TCP, -1,
+           EH(1, 11, "unknown journal mode 'b'", "new, append or overwrite"));
+    EXPECT("journal a append b\n" TCP, -1,
+           EH(1, 18, "'journal' takes a file path and, optionally, new, append or overwrite",
+              "journal PATH, or journal PATH append, or journal PATH overwrite"));
     EXPECT("admin 8474\n" TCP, -1, E(1, 7, "'admin' needs HOST:PORT, e.g. 127.0.0.1:8474"));
     EXPECT("admin [::1]\n" TCP, -1, E(1, 7, "'admin' needs HOST:PORT, e.g. 127.0.0.1:8474"));
     EXPECT("admin 127.0.0.1:0\n" TCP, -1, E(1, 7, "invalid port '0' (1-65535)"));
