@@ -292,7 +292,7 @@ int journal_encode_entry(const Twice__Journal__Entry *e, uint8_t *out, size_t ca
 
 /* ---- a record's entry, encoded without protobuf-c's reflection ---------------------------- */
 
-/* One of Record's fields (journal.proto) to write: a varint v, or a string s of v bytes.
+/* One of Record's fields (journal.proto) to write: a varint v, or a string (bytes) s of v bytes.
  * protobuf-c writes a proto3 message's fields in field order and leaves out those at their
  * default (0, false, NULL or ""): so does record_fields(). */
 struct record_field {
@@ -302,7 +302,7 @@ struct record_field {
 };
 
 /* Fields of a Record (journal.proto). */
-#define RECORD_FIELDS 26
+#define RECORD_FIELDS 32
 
 /* r's fields that are not at their default, in field order, into f[]; returns how many.  Only
  * those are written to f[]: most of a record's fields are left at 0 or empty. */
@@ -347,6 +347,13 @@ static size_t record_fields(const Twice__Journal__Record *r, struct record_field
     RECORD_S(24, r->run);
     RECORD_V(25, r->kept_back ? 1u : 0u);
     RECORD_V(26, r->auto_ack ? 1u : 0u);
+    RECORD_V(27, (uint64_t)(int64_t)r->change);
+    RECORD_V(28, (uint64_t)(int64_t)r->change_source);
+    if (r->rules_sha256.len > 0)
+        f[n++] = (struct record_field){29, r->rules_sha256.len, (const char *)r->rules_sha256.data};
+    RECORD_V(30, r->rules);
+    RECORD_V(31, r->rules_disabled);
+    RECORD_V(32, r->faults_off ? 1u : 0u);
 #undef RECORD_V
 #undef RECORD_S
     return n;

@@ -52,6 +52,25 @@ _Static_assert((int)JOURNAL_KIND_COMMAND == (int)TWICE__JOURNAL__RECORD__KIND__C
                "kind codes");
 _Static_assert((int)JOURNAL_KIND_EXPIRED == (int)TWICE__JOURNAL__RECORD__KIND__EXPIRED,
                "kind codes");
+_Static_assert((int)JOURNAL_KIND_RUNNING == (int)TWICE__JOURNAL__RECORD__KIND__RUNNING,
+               "kind codes");
+_Static_assert((int)JOURNAL_KIND_STOP == (int)TWICE__JOURNAL__RECORD__KIND__STOP, "kind codes");
+_Static_assert((int)JOURNAL_KIND_RULES == (int)TWICE__JOURNAL__RECORD__KIND__RULES, "kind codes");
+_Static_assert(
+    (int)JOURNAL_CHANGE_RULE_ENABLED == (int)TWICE__JOURNAL__RECORD__CHANGE__RULE_ENABLED &&
+        (int)JOURNAL_CHANGE_RULE_DISABLED == (int)TWICE__JOURNAL__RECORD__CHANGE__RULE_DISABLED &&
+        (int)JOURNAL_CHANGE_FAULTS_OFF == (int)TWICE__JOURNAL__RECORD__CHANGE__FAULTS_OFF &&
+        (int)JOURNAL_CHANGE_FAULTS_ON == (int)TWICE__JOURNAL__RECORD__CHANGE__FAULTS_ON &&
+        (int)JOURNAL_CHANGE_RULES_REPLACED == (int)TWICE__JOURNAL__RECORD__CHANGE__RULES_REPLACED &&
+        (int)JOURNAL_CHANGE_RULE_REPLACED == (int)TWICE__JOURNAL__RECORD__CHANGE__RULE_REPLACED &&
+        (int)JOURNAL_CHANGE_RULE_ADDED == (int)TWICE__JOURNAL__RECORD__CHANGE__RULE_ADDED &&
+        (int)JOURNAL_CHANGE_RULE_DELETED == (int)TWICE__JOURNAL__RECORD__CHANGE__RULE_DELETED &&
+        (int)JOURNAL_CHANGE_RELOADED == (int)TWICE__JOURNAL__RECORD__CHANGE__RELOADED,
+    "change codes");
+_Static_assert((int)JOURNAL_SOURCE_ADMIN_API ==
+                       (int)TWICE__JOURNAL__RECORD__CHANGE_SOURCE__ADMIN_API &&
+                   (int)JOURNAL_SOURCE_SIGNAL == (int)TWICE__JOURNAL__RECORD__CHANGE_SOURCE__SIGNAL,
+               "change source codes");
 
 struct journal_buf {
     uint8_t *data; /* owned */
@@ -296,21 +315,48 @@ static void enqueue(struct journal *j, const Twice__Journal__Record *pr)
         free(enc);
 }
 
-void journal_record(struct journal *j, const struct journal_record *r)
+/* Queues r, with the fields of a rules change c when it is one (c NULL: none). */
+static void record_with(struct journal *j, const struct journal_record *r,
+                        const struct journal_rules_change *c)
 {
-    if (j == NULL)
-        return;
     Twice__Journal__Record pr;
     twice__journal__record__init(&pr);
     char *owned[JOURNAL_STRING_FIELDS] = {0};
     if (record_strings(&pr, r, owned)) {
         record_numbers(&pr, r);
+        if (c != NULL) {
+            pr.change = (Twice__Journal__Record__Change)c->change;
+            pr.change_source = (Twice__Journal__Record__ChangeSource)c->source;
+            pr.rules_sha256.data = (uint8_t *)c->rules_sha256;
+            pr.rules_sha256.len = sizeof(c->rules_sha256);
+            pr.rules = c->rules;
+            pr.rules_disabled = c->rules_disabled;
+            pr.faults_off = c->faults_off;
+        }
         enqueue(j, &pr);
     } else {
         atomic_fetch_add(&j->dropped, 1);
     }
     for (size_t i = 0; i < JOURNAL_STRING_FIELDS; i++)
         free(owned[i]);
+}
+
+void journal_record(struct journal *j, const struct journal_record *r)
+{
+    if (j != NULL)
+        record_with(j, r, NULL);
+}
+
+void journal_rules_changed(struct journal *j, const struct journal_rules_change *c)
+{
+    if (j == NULL)
+        return;
+    struct journal_record r = {.kind = JOURNAL_KIND_RULES,
+                               .time_unix_us = c->time_unix_us,
+                               .rule = c->rule,
+                               .client = c->client,
+                               .detail = c->detail};
+    record_with(j, &r, c);
 }
 
 /* Writes out a swapped-out buffer and empties it.  On a write error the

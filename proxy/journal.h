@@ -49,6 +49,40 @@ enum journal_kind {
     JOURNAL_KIND_RUNNING = 10,
     JOURNAL_KIND_STOP = 11,
     JOURNAL_KIND_EXPIRED = 12,
+    JOURNAL_KIND_RULES = 13,
+};
+
+/* RULES: what changed, and who made the change (journal.proto's Record.Change and
+ * Record.ChangeSource; stable, append only). */
+enum journal_change {
+    JOURNAL_CHANGE_RULE_ENABLED = 1,
+    JOURNAL_CHANGE_RULE_DISABLED = 2,
+    JOURNAL_CHANGE_FAULTS_OFF = 3,
+    JOURNAL_CHANGE_FAULTS_ON = 4,
+    JOURNAL_CHANGE_RULES_REPLACED = 5,
+    JOURNAL_CHANGE_RULE_REPLACED = 6,
+    JOURNAL_CHANGE_RULE_ADDED = 7,
+    JOURNAL_CHANGE_RULE_DELETED = 8,
+    JOURNAL_CHANGE_RELOADED = 9,
+};
+enum journal_change_source {
+    JOURNAL_SOURCE_ADMIN_API = 1,
+    JOURNAL_SOURCE_SIGNAL = 2,
+};
+
+/* A change of the rules in force, as journal_rules_changed() records it: what changed, how,
+ * and the rules after it.  Strings are borrowed for the call. */
+struct journal_rules_change {
+    uint64_t time_unix_us; /* 0: the writer stamps the current time */
+    enum journal_change change;
+    enum journal_change_source source;
+    const char *rule;         /* a change of one rule (RULE_*): its name; else NULL */
+    const char *client;       /* ADMIN_API: the client's "ip:port"; else NULL */
+    const char *detail;       /* the request ("POST /reload") or the signal ("SIGHUP") */
+    uint8_t rules_sha256[32]; /* names the rules in force (journal.proto, rules_sha256) */
+    uint32_t rules;           /* rules in force after the change */
+    uint32_t rules_disabled;  /* of those, switched off */
+    bool faults_off;          /* the kill switch is on after it */
 };
 
 /* What journal_open() writes in the header. */
@@ -158,6 +192,12 @@ struct journal *journal_open_mode(const char *path, const struct journal_header_
  * (no journal configured): nothing happens.
  */
 void journal_record(struct journal *j, const struct journal_record *r);
+
+/*
+ * Queues a RULES record saying that the rules in force changed as c says (an admin request, a
+ * signal), like journal_record().  j may be NULL: nothing happens.
+ */
+void journal_rules_changed(struct journal *j, const struct journal_rules_change *c);
 
 /* The flushing j was opened with (interval_ms never 0); j not NULL. */
 struct journal_flush journal_flush_of(const struct journal *j);

@@ -246,6 +246,56 @@ static void test_every_field_round_trips(void **state)
     journal_reader_close(r);
 }
 
+/* A change of the rules in force: every field of its RULES record comes back. */
+static void test_rules_change_round_trips(void **state)
+{
+    struct fixture *f = *state;
+    struct journal *j = open_journal(f->path);
+    struct journal_rules_change c = {.time_unix_us = 1764406801000000ull,
+                                     .change = JOURNAL_CHANGE_RULE_DISABLED,
+                                     .source = JOURNAL_SOURCE_ADMIN_API,
+                                     .rule = "slow-ack",
+                                     .client = "127.0.0.1:50123",
+                                     .detail = "POST /rules/slow-ack/disable",
+                                     .rules = 3,
+                                     .rules_disabled = 1,
+                                     .faults_off = true};
+    for (size_t i = 0; i < sizeof(c.rules_sha256); i++)
+        c.rules_sha256[i] = (uint8_t)(0xf0 ^ i);
+    journal_rules_changed(j, &c);
+    uint64_t before = now_us();
+    struct journal_rules_change hup = {
+        .change = JOURNAL_CHANGE_RELOADED, .source = JOURNAL_SOURCE_SIGNAL, .detail = "SIGHUP"};
+    journal_rules_changed(j, &hup);
+    journal_rules_changed(NULL, &hup); /* no journal: a no-op */
+    journal_close(j);
+
+    struct journal_reader *r = open_reader(f->path);
+    const Twice__Journal__Record *p = next_record(r);
+    assert_int_equal(p->kind, TWICE__JOURNAL__RECORD__KIND__RULES);
+    assert_int_equal(p->time_unix_us, c.time_unix_us);
+    assert_int_equal(p->change, TWICE__JOURNAL__RECORD__CHANGE__RULE_DISABLED);
+    assert_int_equal(p->change_source, TWICE__JOURNAL__RECORD__CHANGE_SOURCE__ADMIN_API);
+    assert_string_equal(p->rule, "slow-ack");
+    assert_string_equal(p->client, "127.0.0.1:50123");
+    assert_string_equal(p->detail, "POST /rules/slow-ack/disable");
+    assert_int_equal(p->rules_sha256.len, 32);
+    assert_memory_equal(p->rules_sha256.data, c.rules_sha256, 32);
+    assert_int_equal(p->rules, 3);
+    assert_int_equal(p->rules_disabled, 1);
+    assert_true(p->faults_off);
+    assert_string_equal(p->message_id, "");
+    p = next_record(r);
+    assert_int_equal(p->change, TWICE__JOURNAL__RECORD__CHANGE__RELOADED);
+    assert_int_equal(p->change_source, TWICE__JOURNAL__RECORD__CHANGE_SOURCE__SIGNAL);
+    assert_true(p->time_unix_us >= before);
+    assert_string_equal(p->detail, "SIGHUP");
+    assert_string_equal(p->rule, "");
+    assert_false(p->faults_off);
+    assert_end(r, false);
+    journal_reader_close(r);
+}
+
 static void test_null_strings_and_time_stamp(void **state)
 {
     struct fixture *f = *state;
@@ -519,6 +569,22 @@ static void test_record_encoding_matches_protobuf_c(void **state)
         x.action_name = x.client = x.close_reason_name = x.detail = x.run = s; /* 2-byte tags */
         assert_record_encodes_as_protobuf_c(&x);
     }
+    /* A RULES record's fields: enums, a bytes field (a length, not a C string), flags. */
+    uint8_t sha[32];
+    for (size_t i = 0; i < sizeof(sha); i++)
+        sha[i] = (uint8_t)(i * 37);
+    for (size_t len = 0; len <= sizeof(sha); len += 16) {
+        Twice__Journal__Record x = TWICE__JOURNAL__RECORD__INIT;
+        x.kind = TWICE__JOURNAL__RECORD__KIND__RULES;
+        x.change = (Twice__Journal__Record__Change)(len / 16 + 1);
+        x.change_source = TWICE__JOURNAL__RECORD__CHANGE_SOURCE__SIGNAL;
+        x.rules_sha256.data = sha;
+        x.rules_sha256.len = len;
+        x.rules = (uint32_t)len * 1000;
+        x.rules_disabled = (uint32_t)len;
+        x.faults_off = len != 16;
+        assert_record_encodes_as_protobuf_c(&x);
+    }
     srand(7);
     for (int k = 0; k < 2000; k++) {
         Twice__Journal__Record x = TWICE__JOURNAL__RECORD__INIT;
@@ -539,6 +605,13 @@ static void test_record_encoding_matches_protobuf_c(void **state)
             *u32[i] = rand() % 3 == 0 ? 0 : (uint32_t)(nums[(size_t)rand() % 10] >> (rand() % 32));
         for (size_t i = 0; i < 10; i++)
             *str[i] = (char *)strs[(size_t)rand() % 5]; /* long_s only above: 4 KiB of room */
+        x.change = (Twice__Journal__Record__Change)(rand() % 3 == 0 ? 0 : rand() % 10);
+        x.change_source = (Twice__Journal__Record__ChangeSource)(rand() % 3);
+        x.rules_sha256.data = sha;
+        x.rules_sha256.len = rand() % 2 == 0 ? 0 : (size_t)rand() % 33;
+        x.rules = rand() % 2 == 0 ? 0 : (uint32_t)rand();
+        x.rules_disabled = rand() % 2 == 0 ? 0 : (uint32_t)rand() % 300;
+        x.faults_off = rand() % 2;
         assert_record_encodes_as_protobuf_c(&x);
     }
 }
@@ -1489,6 +1562,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_header_round_trips, setup, teardown),
         cmocka_unit_test_setup_teardown(test_every_field_round_trips, setup, teardown),
         cmocka_unit_test_setup_teardown(test_null_strings_and_time_stamp, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_rules_change_round_trips, setup, teardown),
         cmocka_unit_test_setup_teardown(test_strings_are_cleaned, setup, teardown),
         cmocka_unit_test_setup_teardown(test_many_records_in_order, setup, teardown),
         cmocka_unit_test_setup_teardown(test_flushes_every_interval, setup, teardown),
