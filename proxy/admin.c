@@ -28,6 +28,7 @@
 #include "proxy/journal.h"
 #include "proxy/log.h"
 #include "proxy/proxy.h"
+#include "proxy/rule_changes.h"
 #include "rules/engine.h"
 
 /* Largest request body (PUT /rules) accepted. */
@@ -287,6 +288,7 @@ static int parse_body_rules(struct proxy *px, struct evhttp_request *req, const 
     evbuffer_remove(in, text, len);
     text[len] = '\0';
     int rc = conf_parse_rules(src, text, len, px->conf->conf, rules, n, d);
+    rule_changes_body(px, text, len);
     free(text);
     if (rc != 0) {
         char *msg = NULL;
@@ -357,6 +359,7 @@ static void put_rules(struct proxy *px, struct evhttp_request *req)
     conf_diags_init(&d);
     if (parse_body_rules(px, req, "PUT /rules", &rules, &n, &d) == 0 &&
         install_rules(px, req, rules) == 0) {
+        rule_changes_admin(px, req, JOURNAL_CHANGE_RULES_REPLACED, NULL);
         log_msg(LOG_INFO, "rules replaced", "source=admin rules=%zu", n);
         proxy_log_diags(&d);
         reply_rules_replaced(req, n, &d);
@@ -462,6 +465,8 @@ static void put_rule(struct proxy *px, struct evhttp_request *req)
     }
     if (install_rules(px, req, list) != 0)
         return;
+    rule_changes_admin(px, req, known ? JOURNAL_CHANGE_RULE_REPLACED : JOURNAL_CHANGE_RULE_ADDED,
+                       name);
     log_msg(LOG_INFO, known ? "rule replaced" : "rule added", "rule=%s source=admin rules=%zu",
             name, n);
     reply_rule(px, req, known ? 200 : 201, name);
@@ -481,6 +486,7 @@ static void delete_rule(struct proxy *px, struct evhttp_request *req)
     }
     if (install_rules(px, req, list) != 0)
         return;
+    rule_changes_admin(px, req, JOURNAL_CHANGE_RULE_DELETED, name);
     log_msg(LOG_INFO, "rule deleted", "rule=%s source=admin rules=%zu", name, n);
     reply_json(req, 200, "{\"rule\":\"%s\",\"deleted\":true,\"rules\":%zu}\n", name, n);
 }
@@ -493,6 +499,8 @@ static void switch_rule(struct proxy *px, struct evhttp_request *req, bool on)
     if (i < 0)
         return;
     ruleset_set_enabled(px->rules, (size_t)i, on);
+    rule_changes_admin(px, req, on ? JOURNAL_CHANGE_RULE_ENABLED : JOURNAL_CHANGE_RULE_DISABLED,
+                       name);
     log_msg(LOG_INFO, on ? "rule enabled" : "rule disabled", "rule=%s source=admin", name);
     reply_json(req, 200, "{\"rule\":\"%s\",\"enabled\":%s}\n", name, on ? "true" : "false");
 }
@@ -511,6 +519,7 @@ static void set_faults(struct proxy *px, struct evhttp_request *req, bool on)
 {
     if (px->rules != NULL) /* the switch is shared by the rules that follow (reload, PUT) */
         ruleset_set_faults_enabled(px->rules, on);
+    rule_changes_admin(px, req, on ? JOURNAL_CHANGE_FAULTS_ON : JOURNAL_CHANGE_FAULTS_OFF, NULL);
     log_msg(LOG_WARN, on ? "faults on" : "faults off", "source=admin");
     reply_json(req, 200, "{\"faults_enabled\":%s}\n", on ? "true" : "false");
 }
@@ -528,10 +537,12 @@ static void faults_on(struct proxy *px, struct evhttp_request *req)
 static void post_reload(struct proxy *px, struct evhttp_request *req)
 {
     char *diag = NULL;
-    if (proxy_reload(px, &diag) == 0)
+    if (proxy_reload(px, &diag) == 0) {
+        rule_changes_admin(px, req, JOURNAL_CHANGE_RELOADED, NULL);
         reply_json(req, 200, "{\"reloaded\":true}\n");
-    else
+    } else {
         reply_error_diags(req, 400, diag, "reload failed: nothing changed");
+    }
     free(diag);
 }
 

@@ -24,6 +24,7 @@
 #include "proxy/log.h"
 #include "proxy/proxy.h"
 #include "proxy/resp_aux.h"
+#include "proxy/rule_changes.h"
 #include "proxy/session.h"
 #include "rules/engine.h"
 
@@ -501,6 +502,7 @@ void drain_request(struct proxy *px, struct evhttp_request *req)
     /* New faults stop first: nothing is held after the loops released what they hold. */
     if (px->rules != NULL)
         ruleset_set_faults_enabled(px->rules, false);
+    rule_changes_admin(px, req, JOURNAL_CHANGE_FAULTS_OFF, NULL);
     log_msg(LOG_WARN, "draining", "source=admin faults=off timeout_ms=%u", timeout);
     drain_ask_loops(px);
     w->px = px;

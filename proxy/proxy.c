@@ -20,7 +20,6 @@
 #include <errno.h>
 #include <event2/dns.h>
 #include <grp.h>
-#include <openssl/evp.h>
 #include <pwd.h>
 #include <signal.h>
 #include <stdio.h>
@@ -39,6 +38,7 @@
 #include "proxy/journal.h"
 #include "proxy/log.h"
 #include "proxy/resp_aux.h"
+#include "proxy/rule_changes.h"
 #include "proxy/session.h"
 #include "proxy/tls.h"
 #include "rules/engine.h"
@@ -426,8 +426,8 @@ static void on_signal(evutil_socket_t sig, short what, void *arg)
     (void)what;
     struct proxy *px = arg;
     if (sig == SIGHUP) {
-        if (!px->shutting_down)
-            (void)proxy_reload(px, NULL);
+        if (!px->shutting_down && proxy_reload(px, NULL) == 0)
+            rule_changes_signal(px);
         return;
     }
     begin_shutdown(px, sig == SIGTERM ? "TERM" : "INT");
@@ -538,26 +538,6 @@ static int setup_events(struct proxy *px)
     return 0;
 }
 
-/* SHA-256 of the file at `path` (zeros when it cannot be read). */
-static void config_digest(const char *path, uint8_t out[32])
-{
-    memset(out, 0, 32);
-    FILE *f = fopen(path, "rb");
-    if (f == NULL)
-        return;
-    EVP_MD_CTX *ctx = EVP_MD_CTX_new();
-    if (ctx != NULL && EVP_DigestInit_ex(ctx, EVP_sha256(), NULL) == 1) {
-        unsigned char buf[8192];
-        size_t n;
-        while ((n = fread(buf, 1, sizeof(buf), f)) > 0)
-            EVP_DigestUpdate(ctx, buf, n);
-        unsigned int len = 32;
-        EVP_DigestFinal_ex(ctx, out, &len);
-    }
-    EVP_MD_CTX_free(ctx);
-    fclose(f);
-}
-
 _Static_assert(CONF_DEFAULT_JOURNAL_FLUSH_MS == JOURNAL_FLUSH_INTERVAL_MS,
                "journal-flush's default is the writer's");
 _Static_assert((int)CONF_JOURNAL_NEW == (int)JOURNAL_MODE_NEW &&
@@ -605,7 +585,7 @@ static int open_journal(struct proxy *px, const struct conf *c, enum journal_mod
     struct timeval tv;
     gettimeofday(&tv, NULL);
     hdr.start_unix_ms = (uint64_t)tv.tv_sec * 1000 + (uint64_t)tv.tv_usec / 1000;
-    config_digest(px->conf_path, hdr.config_sha256);
+    memcpy(hdr.config_sha256, px->rules_sha256, sizeof(hdr.config_sha256));
     char err[1024]; /* a refusal names the journal, the configuration and what to do */
     size_t n = c->n_listeners;
     const char **names = calloc(3 * n + 1, sizeof(*names));
@@ -714,6 +694,7 @@ int proxy_init(struct proxy *px, const char *conf_path, const struct proxy_optio
     px->seed = c->has_seed ? c->seed : random_seed();
     px->conf_path = strdup(conf_path);
     px->conf_threads = c->threads;
+    rule_changes_file_sha256(conf_path, px->rules_sha256);
     if (px->conf_path == NULL || make_loops(px, c->threads) != 0 || setup_events(px) != 0) {
         conf_free(c);
         log_msg(LOG_ERROR, "cannot start event loop", NULL);

@@ -155,8 +155,12 @@ struct proxy {
     char *journal_path;      /* as opened at start */
     uint64_t start_ms;       /* monotonic, for `between` */
     uint64_t seed;           /* the configured seed, or one drawn at start */
-    struct listener_stats *stats;                          /* created by the main thread only */
-    struct admin_server *admin;                            /* NULL without `admin` */
+    /* SHA-256 that names the rules in force: of the configuration file at start
+     * (rule_changes.h) */
+    uint8_t rules_sha256[32];
+    uint8_t rules_body_sha256[32]; /* of the last rule text the admin API parsed */
+    struct listener_stats *stats;  /* created by the main thread only */
+    struct admin_server *admin;    /* NULL without `admin` */
     struct admin_server *admin_retired[ADMIN_MAX_RETIRED]; /* freed after their last reply */
     unsigned admin_retired_n;
     uint64_t next_session_id; /* drawn by the main thread at accept */
