@@ -15,6 +15,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "offline/changes.h"
 #include "offline/cli.h"
 #include "offline/damage.h"
 #include "offline/journal_reader.h"
@@ -23,8 +24,8 @@
 #include "offline/verdict.h"
 #include "rules/rule.h"
 
-/* by_kind slots: Record.Kind codes 0..12, then one for codes a newer writer added. */
-#define REPORT_KINDS 13
+/* by_kind slots: Record.Kind codes 0..13, then one for codes a newer writer added. */
+#define REPORT_KINDS 14
 /* by_event slots: enum rule_event codes, then one for unknown codes. */
 #define REPORT_EVENTS (RULE_EV_COUNT + 1)
 /* Room for error messages and formatted times. */
@@ -33,7 +34,7 @@
 
 static const char *const report_kind_names[] = {
     "unspecified", "connect", "close",   "deliver", "ack",  "nack",    "publish",
-    "confirm",     "fault",   "command", "running", "stop", "expired",
+    "confirm",     "fault",   "command", "running", "stop", "expired", "rules",
 };
 _Static_assert(sizeof(report_kind_names) / sizeof(report_kind_names[0]) == REPORT_KINDS,
                "one name per Record.Kind code");
@@ -58,7 +59,8 @@ struct report {
     const Twice__Journal__Header *header; /* the first run's: runs[0].header */
     struct report_run *runs;              /* owned, in journal order; at least one */
     size_t n_runs, cap_runs;
-    uint64_t unclean_runs; /* runs before the last that ended without a stop record */
+    uint64_t unclean_runs;  /* runs before the last that ended without a stop record */
+    struct changes changes; /* of the rules in force (RULES records) */
     uint64_t records;
     bool truncated;
     bool clean_stop; /* the journal ends with its stop record */
@@ -107,6 +109,7 @@ static void report_free(struct report *rep)
         twice__journal__record__free_unpacked(rep->timeline[i], NULL);
     free(rep->timeline);
     free(rep->timeline_run);
+    changes_free(&rep->changes);
     for (size_t i = 0; i < rep->n_runs; i++)
         twice__journal__header__free_unpacked(rep->runs[i].header, NULL);
     free(rep->runs);
@@ -227,6 +230,7 @@ static int add_run(struct report *rep, const Twice__Journal__Header *h)
         return -1;
     rep->n_runs++;
     rep->header = rep->runs[0].header;
+    changes_add_header(&rep->changes, h);
     return verdict_add_header(rep->attempts, h);
 }
 
@@ -251,6 +255,8 @@ static int report_add(struct report *rep, const Twice__Journal__Record *r)
         rc = add_message(rep, r);
     if (rc == 0)
         rc = verdict_add_record(rep->attempts, r);
+    if (rc == 0)
+        rc = changes_add_record(&rep->changes, r);
     return rc;
 }
 
@@ -277,6 +283,7 @@ static int report_load(struct report *rep, char *err, size_t errlen)
     rep->truncated = journal_reader_truncated(r);
     rep->clean_stop = journal_reader_clean_stop(r);
     rep->unclean_runs = journal_reader_unclean_runs(r);
+    changes_finish(&rep->changes);
     damage_report_take(&rep->damage, r);
     journal_reader_close(r);
     return rc < 0 ? -1 : 0;
@@ -815,6 +822,7 @@ static int print_text(FILE *out, const struct report *rep)
         return rc;
     }
     print_runs_text(out, rep);
+    changes_print_text(out, &rep->changes, rep->n_runs > 1);
     if (print_faults_text(out, rep) != 0 || print_expired_text(out, rep) != 0)
         return -1;
     print_deliveries_text(out, rep);
@@ -892,6 +900,8 @@ static void print_header_json(FILE *out, const struct report *rep)
                 (unsigned long long)rep->by_kind[k]);
     fputc('}', out);
     print_runs_json(out, rep);
+    fputs(",\n  \"rule_changes\": ", out);
+    changes_print_json_list(out, &rep->changes, "\n  ");
 }
 
 static void print_rule_json(FILE *out, const struct strmap_slot *s)

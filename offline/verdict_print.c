@@ -14,6 +14,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "offline/changes.h"
 #include "offline/cli.h"
 #include "offline/damage.h"
 #include "offline/journal_reader.h"
@@ -29,8 +30,9 @@
 struct verdict_inputs {
     const char *journal, *effects;
     uint64_t seed, start_unix_ms, records, effect_lines;
-    uint64_t runs;    /* twice runs the journal holds (`journal PATH append`) */
-    uint64_t unclean; /* runs before the last that ended without a stop record */
+    uint64_t runs;          /* twice runs the journal holds (`journal PATH append`) */
+    uint64_t unclean;       /* runs before the last that ended without a stop record */
+    struct changes changes; /* of the rules in force during the run */
     bool truncated;
     bool clean_stop; /* the journal ends with its stop record */
     struct damage_report damage;
@@ -55,14 +57,19 @@ static int load_journal(struct verdict *v, struct verdict_inputs *in, char *err,
     in->start_unix_ms = h->start_unix_ms;
     const Twice__Journal__Entry *e = NULL;
     int rc = verdict_add_header(v, h) == 0 ? 1 : JOURNAL_ERR_NOMEM;
+    changes_add_header(&in->changes, h);
     while (rc == 1 && (rc = journal_reader_next(r, &e)) == 1) {
         /* A later run's header: the run before it ended there. */
+        if (e->body_case == TWICE__JOURNAL__ENTRY__BODY_HEADER)
+            changes_add_header(&in->changes, e->header);
         if ((e->body_case == TWICE__JOURNAL__ENTRY__BODY_HEADER &&
              verdict_add_header(v, e->header) != 0) ||
             (e->body_case == TWICE__JOURNAL__ENTRY__BODY_RECORD &&
-             verdict_add_record(v, e->record) != 0))
+             (verdict_add_record(v, e->record) != 0 ||
+              changes_add_record(&in->changes, e->record) != 0)))
             rc = JOURNAL_ERR_NOMEM;
     }
+    changes_finish(&in->changes);
     if (rc < 0)
         snprintf(err, errlen, "%s: %s", in->journal,
                  journal_reader_error(r) != NULL ? journal_reader_error(r) : journal_strerror(rc));
@@ -327,18 +334,21 @@ static void print_json(FILE *out, const struct verdict_result *res, const struct
     fprintf(out,
             ",\n  \"seed\": \"%llu\",\n  \"start_unix_ms\": %llu,\n  \"records\": %llu,\n"
             "  \"journal_truncated\": %s,\n  \"journal_clean_stop\": %s,\n"
-            "  \"journal_runs\": %llu,\n  \"journal_runs_unclean\": %llu,\n"
-            "  \"journal_damaged\": %s,\n  \"allow_damaged\": %s,\n"
-            "  \"effect_lines\": %llu,\n  \"effects_check\": \"%s\","
-            "\n  \"end_unix_us\": %llu,\n  \"stalled\": %s,\n  \"required_short\": %s,\n"
-            "  \"verdict\": ",
+            "  \"journal_runs\": %llu,\n  \"journal_runs_unclean\": %llu,\n  \"rule_changes\": ",
             (unsigned long long)in->seed, (unsigned long long)in->start_unix_ms,
             (unsigned long long)in->records, in->truncated ? "true" : "false",
             in->clean_stop ? "true" : "false", (unsigned long long)in->runs,
-            (unsigned long long)in->unclean, damage_any(&in->damage) ? "true" : "false",
-            in->allow_damaged ? "true" : "false", (unsigned long long)in->effect_lines,
-            effects_check_name(res->effects_check), (unsigned long long)res->end_us,
-            res->any_stalled ? "true" : "false", res->any_required_short ? "true" : "false");
+            (unsigned long long)in->unclean);
+    changes_print_json(out, &in->changes);
+    fprintf(out,
+            ",\n  \"journal_damaged\": %s,\n  \"allow_damaged\": %s,\n"
+            "  \"effect_lines\": %llu,\n  \"effects_check\": \"%s\","
+            "\n  \"end_unix_us\": %llu,\n  \"stalled\": %s,\n  \"required_short\": %s,\n"
+            "  \"verdict\": ",
+            damage_any(&in->damage) ? "true" : "false", in->allow_damaged ? "true" : "false",
+            (unsigned long long)in->effect_lines, effects_check_name(res->effects_check),
+            (unsigned long long)res->end_us, res->any_stalled ? "true" : "false",
+            res->any_required_short ? "true" : "false");
     json_write_string(out, verdict_kind_name(res->overall));
     fputs(",\n  \"tasks\": [", out);
     for (size_t i = 0; i < res->n_tasks; i++) {
@@ -802,7 +812,9 @@ static void print_human(FILE *out, const struct verdict_result *res,
     fprintf(out, ", seed %llu%s\neffects ", (unsigned long long)in->seed,
             in->runs > 1 ? " (the first run's)" : "");
     text_write_safe(out, in->effects);
-    fprintf(out, ": %llu side effects\n\n", (unsigned long long)in->effect_lines);
+    fprintf(out, ": %llu side effects\n", (unsigned long long)in->effect_lines);
+    changes_print_summary(out, &in->changes);
+    fputc('\n', out);
     print_table(out, res);
     print_evidence(out, res);
     print_untested(out, res);
@@ -1067,6 +1079,7 @@ static int verdict_execute(const struct verdict_args *a, FILE *out, FILE *err)
     }
     verdict_result_free(&res);
     verdict_free(v);
+    changes_free(&in.changes);
     return code;
 }
 

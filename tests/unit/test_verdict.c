@@ -552,6 +552,13 @@ struct jrec {
     uint64_t at_ms, session;
     uint32_t retries;
     bool retry;
+    /* RULES: a change of the rules in force (journal_rules_changed()); `action` its detail,
+     * `reason` its client; sha: every byte of its rules_sha256 */
+    enum journal_change change;
+    enum journal_change_source source;
+    uint32_t rules, rules_disabled;
+    bool faults_off;
+    uint8_t sha;
 };
 
 /* The listener "amqp" the records name, as the journal's header describes it (NULL: the header
@@ -590,6 +597,20 @@ static void write_run(const char *path, enum journal_mode mode, uint64_t seed, u
     struct journal *j = journal_open_mode(path, &h, NULL, mode, NULL, err, sizeof(err));
     assert_non_null(j);
     for (size_t i = 0; i < n; i++) {
+        if (recs[i].kind == JOURNAL_KIND_RULES) {
+            struct journal_rules_change c = {.time_unix_us = T0_US + recs[i].at_ms * 1000,
+                                             .change = recs[i].change,
+                                             .source = recs[i].source,
+                                             .rule = recs[i].rule,
+                                             .client = recs[i].reason,
+                                             .detail = recs[i].action,
+                                             .rules = recs[i].rules,
+                                             .rules_disabled = recs[i].rules_disabled,
+                                             .faults_off = recs[i].faults_off};
+            memset(c.rules_sha256, recs[i].sha, sizeof(c.rules_sha256));
+            journal_rules_changed(j, &c);
+            continue;
+        }
         struct journal_record r = {
             .kind = recs[i].kind,
             .time_unix_us = T0_US + recs[i].at_ms * 1000,
@@ -1209,7 +1230,7 @@ static void test_report_expiry_is_no_fault(void **state)
                             "\"action\": \"delay\", \"action_code\": 0, \"by_event\": "
                             "{\"ack\": 1}}\n  ],\n  \"expired\": [{\"rule\": \"\", "
                             "\"expired\": 1}, {\"rule\": \"slow-ack\", \"expired\": 1}],");
-    assert_contains(f->out, "\"expired\": 2, \"other\": 0}");
+    assert_contains(f->out, "\"expired\": 2, \"rules\": 0, \"other\": 0}");
     /* the timeline says what the requeue was, and whose */
     const char *targv[] = {"report", f->journal, "--message", "h1"};
     assert_int_equal(run(f, report_run, 4, targv), 0);
@@ -1284,6 +1305,155 @@ static void test_journal_of_several_runs(void **state)
     assert_contains(f->out, "\"journal_clean_stop\": true,\n  \"journal_runs\": 2,\n"
                             "  \"journal_runs_unclean\": 1,\n");
     assert_contains(f->err, "1 of the journal's 2 runs ended without a clean stop");
+}
+
+#define ADMIN JOURNAL_SOURCE_ADMIN_API
+
+/* A run whose rules changed while it ran: a rule switched off through the admin API, the kill
+ * switch on, a reload by SIGHUP, the kill switch off.  The report lists each change with its
+ * time from the start, who made it and the rules after it with their digest; the verdict says
+ * the rules changed, how often, and how long faults were off, in its text and its JSON. */
+static void test_rule_changes(void **state)
+{
+    struct fixture *f = *state;
+    static const struct jrec recs[] = {
+        {.kind = JOURNAL_KIND_CONNECT, .session = 1},
+        {.kind = JOURNAL_KIND_DELIVER, .id = "m1", .task = "charge", .at_ms = 100, .session = 1},
+        {.kind = JOURNAL_KIND_RULES,
+         .at_ms = 1000,
+         .change = JOURNAL_CHANGE_RULE_DISABLED,
+         .source = ADMIN,
+         .rule = "slow",
+         .reason = "127.0.0.1:5000",
+         .action = "POST /rules/slow/disable",
+         .rules = 2,
+         .rules_disabled = 1,
+         .sha = 0xab},
+        {.kind = JOURNAL_KIND_RULES,
+         .at_ms = 2000,
+         .change = JOURNAL_CHANGE_FAULTS_OFF,
+         .source = ADMIN,
+         .reason = "127.0.0.1:5001",
+         .action = "POST /faults/off",
+         .rules = 2,
+         .rules_disabled = 1,
+         .faults_off = true,
+         .sha = 0xab},
+        {.kind = JOURNAL_KIND_RULES,
+         .at_ms = 3500,
+         .change = JOURNAL_CHANGE_RELOADED,
+         .source = JOURNAL_SOURCE_SIGNAL,
+         .action = "SIGHUP",
+         .rules = 3,
+         .faults_off = true,
+         .sha = 0xcd},
+        {.kind = JOURNAL_KIND_RULES,
+         .at_ms = 4000,
+         .change = JOURNAL_CHANGE_FAULTS_ON,
+         .source = ADMIN,
+         .reason = "[::1]:5002",
+         .action = "POST /faults/on",
+         .rules = 3,
+         .sha = 0xcd},
+        {.kind = JOURNAL_KIND_ACK, .id = "m1", .task = "charge", .at_ms = 5000, .session = 1},
+        {.kind = JOURNAL_KIND_CLOSE, .session = 1, .at_ms = 5100, .reason = "client_closed"},
+        {.kind = JOURNAL_KIND_STOP, .at_ms = 6000},
+    };
+    write_run(f->journal, JOURNAL_MODE_NEW, 42, T0_US / 1000, recs, sizeof(recs) / sizeof(recs[0]),
+              NULL);
+    const char *text[] = {"report", f->journal};
+    assert_int_equal(run(f, report_run, 2, text), 0);
+    assert_contains(f->out,
+                    "records   9 (connect 1, close 1, deliver 1, ack 1, stop 1, rules 4)\n");
+    assert_contains(
+        f->out,
+        "\nRule changes (4; AT: since the start of its run; RULES, FAULTS and SHA-256: the rules "
+        "in "
+        "force after it)\n"
+        "          AT  CHANGE          RULE                  BY                          RULES     "
+        "  FAULTS  SHA-256\n"
+        "     +1.000s  rule disabled   slow                  admin 127.0.0.1:5000        2 (1 off) "
+        "  on      abababababababababababababababababababababababababababababababab\n"
+        "     +2.000s  faults off      -                     admin 127.0.0.1:5001        2 (1 off) "
+        "  off     abababababababababababababababababababababababababababababababab\n"
+        "     +3.500s  reloaded        -                     SIGHUP                      3         "
+        "  off     cdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcd\n"
+        "     +4.000s  faults on       -                     admin [::1]:5002            3         "
+        "  on      cdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcd\n\n"
+        "Faults per rule\n");
+    const char *json[] = {"report", f->journal, "--json"};
+    assert_int_equal(run(f, report_run, 3, json), 0);
+    assert_contains(f->out, "\"rules\": 4, \"other\": 0}");
+    assert_contains(f->out,
+                    "\"rule_changes\": [\n    {\"twice_run\": 1, \"time_unix_us\": "
+                    "1764406801000000, \"offset_us\": 1000000, \"change\": \"rule_disabled\", "
+                    "\"rule\": \"slow\", \"source\": \"admin_api\", \"client\": "
+                    "\"127.0.0.1:5000\", \"detail\": \"POST /rules/slow/disable\", "
+                    "\"rules_sha256\": \"abababababababababababababababababababababababababab"
+                    "abababababab\", \"rules\": 2, \"rules_disabled\": 1, \"faults_off\": false},");
+    assert_contains(f->out, "\"offset_us\": 3500000, \"change\": \"reloaded\", \"rule\": \"\", "
+                            "\"source\": \"signal\", \"client\": \"\", \"detail\": \"SIGHUP\"");
+
+    write_file(f->effects, "m1\n");
+    const char *verdict[] = {"verdict", f->journal, "--effects", f->effects};
+    assert_int_equal(run(f, verdict_run, 4, verdict), 0);
+    assert_contains(f->out, "effects ");
+    assert_contains(f->out, ": 1 side effects\nrules changed 4 times during the run (1 rule "
+                            "disabled, 1 faults off, 1 faults on, 1 reloaded); faults were off "
+                            "for 2.000s of it: read the result against the rules in force (twice "
+                            "report lists each change)\n\n");
+    const char *vjson[] = {"verdict", f->journal, "--effects", f->effects, "--json"};
+    assert_int_equal(run(f, verdict_run, 5, vjson), 0);
+    assert_contains(f->out,
+                    "\"rule_changes\": {\"count\": 4, \"by_change\": {\"rule_disabled\": 1, "
+                    "\"faults_off\": 1, \"faults_on\": 1, \"reloaded\": 1}, "
+                    "\"faults_off_us\": 2000000, \"list\": [\n      {\"twice_run\": 1, ");
+}
+
+/* The kill switch of a run killed while it held faults off held them off until that run's
+ * last record, not into the next run (a new process starts with faults on); the changes of a
+ * journal of several runs are timed from the start of their own run.  A run without changes
+ * says so. */
+static void test_rule_changes_over_runs(void **state)
+{
+    struct fixture *f = *state;
+    static const struct jrec first[] = {
+        {.kind = JOURNAL_KIND_CONNECT, .session = 1},
+        {.kind = JOURNAL_KIND_RULES,
+         .at_ms = 1000,
+         .change = JOURNAL_CHANGE_FAULTS_OFF,
+         .source = ADMIN,
+         .reason = "127.0.0.1:5001",
+         .faults_off = true},
+        {.kind = JOURNAL_KIND_CLOSE, .session = 1, .at_ms = 3000},
+    };
+    static const struct jrec second[] = {
+        {.kind = JOURNAL_KIND_RULES,
+         .at_ms = 10500,
+         .change = JOURNAL_CHANGE_RULE_ENABLED,
+         .source = ADMIN,
+         .rule = "slow",
+         .reason = "127.0.0.1:5003",
+         .rules = 1},
+        {.kind = JOURNAL_KIND_STOP, .at_ms = 20000},
+    };
+    const char *text[] = {"report", f->journal};
+    write_run(f->journal, JOURNAL_MODE_NEW, 42, T0_US / 1000, second + 1, 1, NULL);
+    assert_int_equal(run(f, report_run, 2, text), 0);
+    assert_contains(f->out, "\nRule changes\n  (none: the rules of the start held for the whole "
+                            "run)\n");
+    unlink(f->journal);
+    write_run(f->journal, JOURNAL_MODE_NEW, 42, T0_US / 1000, first, 3, NULL);
+    write_run(f->journal, JOURNAL_MODE_APPEND, 43, T0_US / 1000 + 10000, second, 2, NULL);
+    assert_int_equal(run(f, report_run, 2, text), 0);
+    assert_contains(f->out, "Rule changes (2; AT: since the start of its run");
+    assert_contains(f->out, "      RUN AT  CHANGE");
+    assert_contains(f->out, "   1 +1.000s  faults off      -      ");
+    assert_contains(f->out, "   2 +0.500s  rule enabled    slow   ");
+    write_file(f->effects, "");
+    const char *vjson[] = {"verdict", f->journal, "--effects", f->effects, "--json"};
+    assert_int_equal(run(f, verdict_run, 5, vjson), 0);
+    assert_contains(f->out, "\"faults_off_us\": 2000000, ");
 }
 
 static void test_report_errors(void **state)
@@ -1455,6 +1625,8 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_report_json, setup, teardown),
         cmocka_unit_test_setup_teardown(test_report_expiry_is_no_fault, setup, teardown),
         cmocka_unit_test_setup_teardown(test_journal_of_several_runs, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_rule_changes, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_rule_changes_over_runs, setup, teardown),
         cmocka_unit_test_setup_teardown(test_report_errors, setup, teardown),
         cmocka_unit_test_setup_teardown(test_journal_given_every_way, setup, teardown),
         cmocka_unit_test_setup_teardown(test_report_empty_journal, setup, teardown),
