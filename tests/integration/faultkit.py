@@ -455,9 +455,16 @@ RECORD_FIELDS = {1: "kind", 2: "time_unix_us", 3: "session", 4: "listener", 5: "
                  12: "action_name", 13: "event", 14: "client", 15: "close_reason",
                  16: "close_reason_name", 17: "bytes_up", 18: "bytes_down", 19: "detail",
                  20: "retries", 21: "retry", 22: "refused", 23: "started_unix_us", 24: "run",
-                 25: "kept_back", 26: "auto_ack"}
+                 25: "kept_back", 26: "auto_ack", 27: "change", 28: "change_source",
+                 29: "rules_sha256", 30: "rules", 31: "rules_disabled", 32: "faults_off"}
 KIND_NAMES = {1: "connect", 2: "close", 3: "deliver", 4: "ack", 5: "nack", 6: "publish",
-              7: "confirm", 8: "fault", 9: "command", 10: "running", 11: "stop", 12: "expired"}
+              7: "confirm", 8: "fault", 9: "command", 10: "running", 11: "stop", 12: "expired",
+              13: "rules"}
+# RULES records: Record.Change and Record.ChangeSource (journal.proto)
+CHANGE_NAMES = {1: "rule_enabled", 2: "rule_disabled", 3: "faults_off", 4: "faults_on",
+                5: "rules_replaced", 6: "rule_replaced", 7: "rule_added", 8: "rule_deleted",
+                9: "reloaded"}
+CHANGE_SOURCES = {1: "admin_api", 2: "signal"}
 _STRING_FIELDS = {"listener", "queue", "task", "message_id", "rule", "action_name", "client",
                   "close_reason_name", "detail", "twice_version", "config_path", "name",
                   "protocol", "profile", "run"}

@@ -27,6 +27,17 @@ JournalRestart: twice started again on the journal of an earlier run.
 - with `journal PATH overwrite` the file holds the new run only, and the log says what was
   overwritten;
 - a second twice on the journal of a twice still running is refused, whatever the mode.
+
+JournalRuleChanges: the rules changed while twice runs (a rule disabled and enabled again and
+the kill switch, through the admin API; a SIGHUP reload of a changed file; a rule added and
+deleted and every rule replaced through the API; a reload of a broken file, which changes
+nothing).  The journal has a RULES record for each change that was
+applied, at the moment it was applied (between the connections made before and after it);
+`twice report` lists each with its time from the start, who made it and the digest of the
+rules in force after it (the file's, the new file's, a chain over one-rule edits, the body of
+PUT /rules); the faults per rule agree with the
+switches; `twice verdict` says the rules changed, how often, and how long faults were off, in
+its text and its JSON.
 """
 
 import collections
@@ -511,6 +522,135 @@ class JournalRestart(h.TestCase):
         runs, _ = fk.decode_journal_runs(self.journal)
         self.assertEqual(len(runs), 1)
         self.assertEqual(sum(r.get("kind") == 1 for r in runs[0][1]), 2)
+
+
+class JournalRuleChanges(h.TestCase):
+
+    def test_changes_are_journaled_and_reported(self):
+        echo = h.EchoServer(name="changes-echo")
+        self.addCleanup(echo.close)
+        port, admin_port = h.free_port(), h.free_port()
+        journal = os.path.join(self.tmp, "journal.pb")
+        rules = [fk.rule_block("lat", "echo", "stream downstream", "do latency 1ms")]
+        conf = fk.conf_text([h.listen_block("echo", port, echo.port)], rules, seed=SEED,
+                            journal=journal, admin_port=admin_port, log_level="info")
+        t = self.twice(conf)
+        fk.wait_admin(admin_port)
+        api = fk.Admin(admin_port)
+        with open(t.conf_path, "rb") as f:
+            sha_start = hashlib.sha256(f.read()).hexdigest()
+
+        def conn():
+            fk.echo_rtt(port)
+
+        def call(path):
+            st, _, body = api.post(path)
+            self.assertEqual(st, 200, body)
+
+        conn()                              # 1: faulted
+        call("/rules/lat/disable")
+        conn()                              # 2: not
+        call("/rules/lat/enable")
+        conn()                              # 3: faulted
+        call("/faults/off")
+        conn()                              # 4: not
+        call("/faults/on")
+        changed = conf + fk.rule_block("lat2", "echo", "stream upstream", "do latency 1ms")
+        t.write_config(changed)
+        with open(t.conf_path, "rb") as f:
+            sha_new = hashlib.sha256(f.read()).hexdigest()
+        t.signal(signal.SIGHUP)
+        t.wait_for_log(r"msg=reloaded", count=1)
+        conn()                              # 5: faulted by both rules
+        # one rule added and deleted, then every rule replaced
+        one = fk.rule_block("lat3", "echo", "stream upstream", "do latency 1ms")
+        st, _, body = api.put("/rules/lat3", one)
+        self.assertEqual(st, 201, body)
+        st, _, body = api.request("DELETE", "/rules/lat3")
+        self.assertEqual(st, 200, body)
+        st, _, body = api.put("/rules", rules[0])
+        self.assertEqual(st, 200, body)
+        sha_add = hashlib.sha256(bytes.fromhex(sha_new) + b"PUT /rules/lat3\n"
+                                 + hashlib.sha256(one.encode()).digest()).hexdigest()
+        sha_del = hashlib.sha256(bytes.fromhex(sha_add) + b"DELETE /rules/lat3\n").hexdigest()
+        sha_put = hashlib.sha256(rules[0].encode()).hexdigest()
+        t.write_config(changed + "rule broken on echo {\n}\n")
+        t.signal(signal.SIGHUP)
+        t.wait_for_log(r"msg=\"reload failed\"")
+        fk.wait_closed_sids(t, range(1, 6))
+        t.stop()
+
+        want = [("rule_disabled", "lat", 1, 1, False, sha_start, "POST /rules/lat/disable"),
+                ("rule_enabled", "lat", 1, 0, False, sha_start, "POST /rules/lat/enable"),
+                ("faults_off", "", 1, 0, True, sha_start, "POST /faults/off"),
+                ("faults_on", "", 1, 0, False, sha_start, "POST /faults/on"),
+                ("reloaded", "", 2, 0, False, sha_new, "SIGHUP"),
+                ("rule_added", "lat3", 3, 0, False, sha_add, "PUT /rules/lat3"),
+                ("rule_deleted", "lat3", 2, 0, False, sha_del, "DELETE /rules/lat3"),
+                ("rules_replaced", "", 1, 0, False, sha_put, "PUT /rules")]
+        # The journal: one RULES record per change applied, each between the connections of
+        # before and after it; none for the reload that failed.
+        header, recs, _ = fk.decode_journal(journal)
+        start_us = header["start_unix_ms"] * 1000
+        kinds = [fk.KIND_NAMES[r["kind"]] for r in recs]
+        changes = [r for r in recs if fk.KIND_NAMES[r["kind"]] == "rules"]
+        self.assertEqual([(fk.CHANGE_NAMES[r["change"]], r.get("rule", ""), r.get("rules", 0),
+                           r.get("rules_disabled", 0), bool(r.get("faults_off")),
+                           r["rules_sha256"].hex(), r["detail"]) for r in changes], want)
+        self.assertEqual([fk.CHANGE_SOURCES[r["change_source"]] for r in changes],
+                         ["admin_api"] * 4 + ["signal"] + ["admin_api"] * 3)
+        for r in changes[:4] + changes[5:]:
+            self.assertRegex(r["client"], r"^127\.0\.0\.1:\d+$")
+        order = [k if k != "connect" else "connect%d" % r["session"]
+                 for k, r in zip(kinds, recs) if k in ("connect", "rules")]
+        self.assertEqual(order, ["connect1", "rules", "connect2", "rules", "connect3", "rules",
+                                 "connect4", "rules", "rules", "connect5", "rules", "rules",
+                                 "rules"])
+        # The report: each change, its time from the start and the digest after it.
+        r = h.run_twice(["report", journal])
+        self.assertEqual(r.returncode, 0, r.stderr)
+        out = r.stdout.decode()
+        h.log("report:\n" + out)
+        sec = out.split("\nRule changes (8; ", 1)[1].split("\n\n", 1)[0].splitlines()[2:]
+        self.assertEqual(len(sec), 8, out)
+        for line, w, rec in zip(sec, want, changes):
+            m = re.match(r"^\s+\+(\d+\.\d{3})s  (.+?)\s{2,}(\S+)\s+(admin \S+|SIGHUP)\s+(\d+)"
+                         r"(?: \((\d+) off\))?\s+(on|off)\s+([0-9a-f]{64})$", line)
+            self.assertIsNotNone(m, line)
+            self.assertEqual(m.group(2), w[0].replace("_", " "))
+            self.assertEqual(m.group(3), w[1] or "-")
+            self.assertEqual((int(m.group(5)), int(m.group(6) or 0)), (w[2], w[3]))
+            self.assertEqual(m.group(7), "off" if w[4] else "on")
+            self.assertEqual(m.group(8), w[5])
+            self.assertEqual(m.group(4), "SIGHUP" if w[6] == "SIGHUP" else "admin " + rec["client"])
+            self.assertAlmostEqual(float(m.group(1)), (rec["time_unix_us"] - start_us) / 1e6,
+                                   delta=0.0015)
+        # the header still names the file twice started with
+        self.assertIn("sha256:%s" % sha_start, out)
+        # the faults agree with the switches: connections 1, 3 and 5 only
+        faults = sorted((r["rule"], r["session"]) for r in recs if fk.KIND_NAMES[r["kind"]] == "fault")
+        self.assertEqual(faults, [("lat", 1), ("lat", 3), ("lat", 5), ("lat2", 5)])
+        rep = json.loads(h.run_twice(["report", journal, "--json"]).stdout)
+        self.assertEqual([(c["change"], c["rules_sha256"], c["offset_us"]) for c in rep["rule_changes"]],
+                         [(w[0], w[5], rec["time_unix_us"] - start_us)
+                          for w, rec in zip(want, changes)])
+        self.assertEqual(rep["by_kind"]["rules"], 8)
+        # The verdict: the rules changed, how often, and how long faults were off.
+        effects = os.path.join(self.tmp, "effects.txt")
+        open(effects, "w").close()
+        r = h.run_twice(["verdict", journal, "--effects", effects])
+        self.assertEqual(r.returncode, 0, r.stderr)
+        off_us = changes[3]["time_unix_us"] - changes[2]["time_unix_us"]
+        self.assertIn("rules changed 8 times during the run (1 rule enabled, 1 rule disabled, "
+                      "1 faults off, 1 faults on, 1 rules replaced, 1 rule added, 1 rule deleted, "
+                      "1 reloaded); faults were off for %.3fs of it" % (off_us / 1e6),
+                      r.stdout.decode())
+        r = h.run_twice(["verdict", journal, "--effects", effects, "--json"])
+        v = json.loads(r.stdout)["rule_changes"]
+        self.assertEqual((v["count"], v["faults_off_us"]), (8, off_us))
+        self.assertEqual(v["by_change"], {"rule_enabled": 1, "rule_disabled": 1, "faults_off": 1,
+                                          "faults_on": 1, "rules_replaced": 1, "rule_added": 1,
+                                          "rule_deleted": 1, "reloaded": 1})
 
 
 if __name__ == "__main__":
