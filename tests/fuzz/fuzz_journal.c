@@ -10,7 +10,8 @@
  *         GEN/proto/journal.pb-c.c -ljansson -lprotobuf-c
  *
  * Seeds are journals written by a real twice (tests/fuzz/corpus/journal/; nocrc-*.pb by one
- * before entries carried their checksum).  The input is the
+ * before entries carried their checksum; runs.pb holds two runs, the rules changed in the
+ * second).  The input is the
  * content of a journal file: the reader opens it by path, so it is written to a memfd and opened
  * as /proc/self/fd/N.  The same bytes also go through the span decoder, entry by entry.
  *

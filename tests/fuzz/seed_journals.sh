@@ -6,7 +6,8 @@
 # For each Redis job framework (Celery, Sidekiq, RQ) and a plain RESP listener, starts a
 # throwaway redis-server and twice in front of it with rules that always fire, pushes and pops
 # a few jobs with redis-cli, stops twice with SIGTERM (which flushes the journal) and keeps the
-# journal as OUT_DIR/<profile>.pb.  Needs redis-server and redis-cli (Debian: redis-server,
+# journal as OUT_DIR/<profile>.pb; then OUT_DIR/runs.pb: two Celery runs on one journal
+# (`journal PATH append`), the rules changed during the second (admin API, SIGHUP).  Needs redis-server and redis-cli (Debian: redis-server,
 # redis-tools).  The committed seeds were made this way; run it again after a journal format
 # change.
 set -euo pipefail
@@ -37,9 +38,11 @@ wait_port() {
     return 1
 }
 
-# run NAME PROFILE_LINE RULES COMMANDS_FUNCTION
+# run NAME PROFILE_LINE RULES COMMANDS_FUNCTION [GLOBALS [AFTER_FUNCTION]]
+# GLOBALS: more lines at the top of the configuration; AFTER_FUNCTION: called with twice's pid
+# after the commands, before it is stopped.  JOURNAL_MODE (environment): `journal PATH MODE`.
 run() {
-    local name=$1 profile=$2 rules=$3 commands=$4
+    local name=$1 profile=$2 rules=$3 commands=$4 globals=${5:-} after=${6:-}
     local rport tport
     rport=$(free_port)
     tport=$(free_port)
@@ -49,7 +52,8 @@ run() {
     wait_port "$rport"
     cat >"$work/$name.conf" <<EOF
 seed 7
-journal $work/$name.pb
+journal $work/$name.pb ${JOURNAL_MODE:-}
+$globals
 listen redis {
   protocol resp
   $profile
@@ -63,6 +67,7 @@ EOF
     pids+=("$tpid")
     wait_port "$tport" || { cat "$work/$name.log" >&2; return 1; }
     "$commands" "$tport" >/dev/null 2>&1 || true
+    [ -z "$after" ] || "$after" "$tpid" "$work/$name.log"
     kill -TERM "$tpid"
     wait "$tpid" || true
     kill -TERM "$rpid"
@@ -133,6 +138,22 @@ rule err on redis {
   do error READONLY
 }'
 
+# rule_changes PID LOG: the rules changed through the admin API ($admin_port) and by SIGHUP.
+rule_changes() {
+    local p
+    for p in /rules/dup/disable /rules/dup/enable /faults/off /faults/on; do
+        python3 -c 'import sys, urllib.request as u
+u.urlopen(u.Request(sys.argv[1], data=b"", method="POST"))' "http://127.0.0.1:$admin_port$p"
+    done
+    kill -HUP "$1"
+    for _ in $(seq 100); do
+        grep -q 'msg=reloaded' "$2" && return 0
+        sleep 0.05
+    done
+    echo "twice did not reload" >&2
+    return 1
+}
+
 run celery "profile celery" "$event_rules" celery_commands
 run sidekiq "profile sidekiq" "$sidekiq_rules" sidekiq_commands
 run rq "profile rq" "$event_rules" rq_commands
@@ -144,3 +165,8 @@ rule cut on redis {
   nth 5
   do close before
 }' plain_commands
+# Two runs on one journal (`journal PATH append`), the rules changed during the second.
+admin_port=$(free_port)
+JOURNAL_MODE=append run runs "profile celery" "$event_rules" celery_commands
+JOURNAL_MODE=append run runs "profile celery" "$event_rules" celery_commands \
+    "admin 127.0.0.1:$admin_port" rule_changes
