@@ -591,7 +591,7 @@ static void get_stats(struct proxy *px, struct evhttp_request *req)
     evbuffer_free(b);
 }
 
-static void prom_label(struct evbuffer *b, const char *s)
+void admin_prom_label(struct evbuffer *b, const char *s)
 {
     for (const char *p = s; *p; p++) {
         if (*p == '"' || *p == '\\')
@@ -614,7 +614,7 @@ static void get_metrics(struct proxy *px, struct evhttp_request *req)
     evbuffer_add_printf(b, "# HELP twice_build_info The version of twice that runs.\n"
                            "# TYPE twice_build_info gauge\n"
                            "twice_build_info{version=\"");
-    prom_label(b, TWICE_VERSION);
+    admin_prom_label(b, TWICE_VERSION);
     evbuffer_add_printf(b, "\"} 1\n");
     /* journal.h: the writer drops a record when its buffer is full (the disk
      * too slow), after a write error, or out of memory. */
@@ -629,9 +629,9 @@ static void get_metrics(struct proxy *px, struct evhttp_request *req)
     for (size_t i = 0; px->rules != NULL && i < ruleset_count(px->rules); i++) {
         const struct rule *r = ruleset_rule(px->rules, i);
         evbuffer_add(b, "twice_faults_total{rule=\"", 25);
-        prom_label(b, r->name);
+        admin_prom_label(b, r->name);
         evbuffer_add_printf(b, "\",action=\"%s\",listener=\"", rule_action_name(r->action.kind));
-        prom_label(b, r->listener);
+        admin_prom_label(b, r->listener);
         evbuffer_add_printf(b, "\"} %llu\n",
                             (unsigned long long)ruleset_stats(px->rules, i).faults);
     }
@@ -642,7 +642,7 @@ static void get_metrics(struct proxy *px, struct evhttp_request *req)
         struct listener_counts t = proxy_stats_total(px, st);
         for (int e = 0; e < RULE_EV_COUNT; e++) {
             evbuffer_add_printf(b, "twice_events_total{listener=\"");
-            prom_label(b, st->name);
+            admin_prom_label(b, st->name);
             evbuffer_add_printf(b, "\",kind=\"%s\"} %llu\n", rule_event_name((enum rule_event)e),
                                 (unsigned long long)t.events[e]);
         }
@@ -663,7 +663,7 @@ static void get_metrics(struct proxy *px, struct evhttp_request *req)
             uint64_t v[3] = {t.connections, t.open, 0};
             for (int d = 0; d < (f == 2 ? 2 : 1); d++) {
                 evbuffer_add_printf(b, "%s{listener=\"", fam[f].name);
-                prom_label(b, st->name);
+                admin_prom_label(b, st->name);
                 if (f == 2) {
                     v[2] = d == 0 ? t.bytes_up : t.bytes_down;
                     evbuffer_add_printf(b, "\",direction=\"%s\"",

@@ -28,11 +28,15 @@
 
 #include <stddef.h>
 
+struct evbuffer;
 struct proxy;
 
 /* Start (or move) the admin API to match px->conf; stop it when the
  * configuration has no `admin`.  Returns 0, or -1 with a reason in err. */
 int admin_apply(struct proxy *px, char *err, size_t errlen) TWICE_MUST_CHECK;
 void admin_stop(struct proxy *px);
+
+/* s as a Prometheus label value (quotes, backslashes and newlines escaped) onto b. */
+void admin_prom_label(struct evbuffer *b, const char *s);
 
 #endif

@@ -20,6 +20,7 @@
 #include <string.h>
 
 #include "offline/json_out.h"
+#include "proxy/admin.h"
 #include "proxy/codec.h"
 #include "proxy/log.h"
 #include "proxy/proxy.h"
@@ -317,18 +318,6 @@ void drain_stats_json(struct proxy *px, struct evbuffer *b)
     evbuffer_add(b, ",", 1);
 }
 
-static void prom_label(struct evbuffer *b, const char *s)
-{
-    for (const char *p = s; *p; p++) {
-        if (*p == '"' || *p == '\\')
-            evbuffer_add_printf(b, "\\%c", *p);
-        else if (*p == '\n')
-            evbuffer_add(b, "\\n", 2);
-        else
-            evbuffer_add(b, p, 1);
-    }
-}
-
 void drain_metrics(struct proxy *px, struct evbuffer *b)
 {
     evbuffer_add_printf(b, "# HELP twice_pending What twice holds back or has scheduled (what "
@@ -339,7 +328,7 @@ void drain_metrics(struct proxy *px, struct evbuffer *b)
         listener_sum(px, st, v);
         for (int k = 0; k < DRAIN_KINDS; k++) {
             evbuffer_add(b, "twice_pending{listener=\"", 24);
-            prom_label(b, st->name);
+            admin_prom_label(b, st->name);
             evbuffer_add_printf(b, "\",kind=\"%s\"} %llu\n", kind_names[k],
                                 (unsigned long long)v[k]);
         }
