@@ -46,6 +46,19 @@ def conf_text(listeners, rules=(), seed=None, admin_port=None, token=None, journ
 # ---------------------------------------------------------------------------
 # RESP client (enough for PING / GET / SET)
 
+def amqp_get_one(ch, queue, timeout=60):
+    """The next message of queue by basic.get (ack required): (method, properties, body),
+    waiting for it (pika's BlockingChannel ch) up to timeout seconds."""
+    deadline = time.monotonic() + timeout
+    while True:
+        m, props, body = ch.basic_get(queue, auto_ack=False)
+        if m is not None:
+            return m, props, body
+        if time.monotonic() > deadline:
+            raise AssertionError("no message on %s within %ss" % (queue, timeout))
+        ch.connection.process_data_events(time_limit=0.05)
+
+
 def resp_cmd(*args):
     out = b"*%d\r\n" % len(args)
     for a in args:

@@ -74,16 +74,7 @@ def report_json(path):
 
 
 def get_one(ch, queue, timeout=WAIT):
-    """The next message of queue by basic.get (ack required): (method,
-    properties, body), waiting for it."""
-    deadline = time.monotonic() + timeout
-    while True:
-        m, props, body = ch.basic_get(queue, auto_ack=False)
-        if m is not None:
-            return m, props, body
-        if time.monotonic() > deadline:
-            raise AssertionError("no message on %s within %ss" % (queue, timeout))
-        ch.connection.process_data_events(time_limit=0.05)
+    return fk.amqp_get_one(ch, queue, timeout)
 
 
 class VisibilityTest(unittest.TestCase):
