@@ -40,9 +40,9 @@ void __real_free(void *p);
 #define KIT_TRACK_MAX 8192u
 
 static struct {
-    bool armed;      /* counting (and tracking) allocations */
-    size_t n, fail;  /* allocations since armed; the one that fails (0: none) */
-    bool failed;     /* the failure happened */
+    bool armed;     /* counting (and tracking) allocations */
+    size_t n, fail; /* allocations since armed; the one that fails (0: none) */
+    bool failed;    /* the failure happened */
     void *live[KIT_TRACK_MAX];
     size_t n_live;
 } kit_alloc;
@@ -243,8 +243,8 @@ struct fake_host {
         bool used;
     } faults[KIT_FAULTS_MAX];
     size_t n_faults;
-    bool wants_all; /* a rule looks at every kind of event */
-    struct kit_text said;  /* records, counts, notes, log lines: one line each */
+    bool wants_all;       /* a rule looks at every kind of event */
+    struct kit_text said; /* records, counts, notes, log lines: one line each */
     unsigned decided[JOB_EV_COUNT], counted[JOB_EV_COUNT];
     struct {
         char key[256];
@@ -258,6 +258,21 @@ struct fake_host {
     } scripts[KIT_SCRIPTS_MAX];
     size_t n_scripts;
     uint64_t seq;
+};
+
+/* The rule every test's faults name. */
+static struct kit_rule rule_a = {"a"};
+
+static struct job_fault fault(enum job_fault_kind k, uint32_t ms)
+{
+    return (struct job_fault){.kind = k, .ms = ms, .rule = &rule_a};
+}
+
+/* One module's run over a recorded session or a hand-made one: its host and the plans it made,
+ * one line each. */
+struct run {
+    struct fake_host host;
+    struct kit_text plans;
 };
 
 static const char *const kit_ev_names[] = {"publish", "deliver", "ack", "nack", "lease"};
@@ -332,8 +347,7 @@ static void kit_record(void *ctx, enum job_rec rec, const struct job_event *ev)
 static void kit_log(void *ctx, enum job_log_level level, const char *msg, const char *fields)
 {
     struct fake_host *f = ctx;
-    kit_say(&f->said, "log %s msg=\"%s\" %s", level == JOB_LOG_WARN ? "warn" : "info", msg,
-            fields);
+    kit_say(&f->said, "log %s msg=\"%s\" %s", level == JOB_LOG_WARN ? "warn" : "info", msg, fields);
 }
 
 static bool kit_random(void *ctx, void *buf, size_t n)
@@ -605,8 +619,8 @@ struct kit_replay {
 /* A transaction's plan, said: each queued command kept back (with its answer) or read. */
 static void kit_say_tx_plan(struct kit_text *t, int rc, const struct resp_tx_plan *p)
 {
-    kit_say(t, "tx rc=%d n=%zu own=%zu after_exec=%zu cut_before=%s cut_after=%s hold=%u", rc,
-            p->n, p->n_own, p->after_exec.n,
+    kit_say(t, "tx rc=%d n=%zu own=%zu after_exec=%zu cut_before=%s cut_after=%s hold=%u", rc, p->n,
+            p->n_own, p->after_exec.n,
             p->cut_before != NULL ? ((const struct kit_rule *)p->cut_before)->name : "-",
             p->cut_after != NULL ? ((const struct kit_rule *)p->cut_after)->name : "-",
             p->hold ? p->hold_ms : 0);
@@ -614,9 +628,8 @@ static void kit_say_tx_plan(struct kit_text *t, int rc, const struct resp_tx_pla
         char bytes[512];
         kit_bytes_text(&p->cmds[i].answer, bytes, sizeof(bytes));
         if (p->cmds[i].keep_back || p->cmds[i].tag.kind != 0 || p->cmds[i].reply_add != 0)
-            kit_say(t, "queued %zu keep_back=%d answer=%s add=%lld tag=%u", i,
-                    p->cmds[i].keep_back, bytes, (long long)p->cmds[i].reply_add,
-                    p->cmds[i].tag.kind);
+            kit_say(t, "queued %zu keep_back=%d answer=%s add=%lld tag=%u", i, p->cmds[i].keep_back,
+                    bytes, (long long)p->cmds[i].reply_add, p->cmds[i].tag.kind);
     }
     kit_say_own(t, p->own, p->n_own);
     if (p->after_exec.n > 0) {
@@ -670,8 +683,8 @@ static void kit_replay_command(struct kit_replay *r, const uint8_t *buf, const s
         resp_tx_plan_free(r->fw, &r->tx);
         r->tx_next = 0;
         if (r->fw->transaction != NULL) {
-            int rc = r->fw->transaction(&r->host->h, buf, m->len + rest, m->len, RESP_MAX_BULK,
-                                        &r->tx);
+            int rc =
+                r->fw->transaction(&r->host->h, buf, m->len + rest, m->len, RESP_MAX_BULK, &r->tx);
             kit_say_tx_plan(r->plans, rc, &r->tx);
         }
     } else if (cv.id == RPROF_CMD_EXEC || cv.id == RPROF_CMD_DISCARD) {

@@ -29,19 +29,7 @@
 extern const struct resp_framework resp_framework_bullmq;
 static const struct resp_framework *const FW = &resp_framework_bullmq;
 
-static struct kit_rule rule_a = {"a"};
-
-static struct job_fault fault(enum job_fault_kind k, uint32_t ms)
-{
-    return (struct job_fault){.kind = k, .ms = ms, .rule = &rule_a};
-}
-
 /* ---- recorded sessions ----------------------------------------------------------------------- */
-
-struct run {
-    struct fake_host host;
-    struct kit_text plans;
-};
 
 static void run_init(struct run *r)
 {

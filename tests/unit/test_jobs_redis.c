@@ -27,18 +27,6 @@
 extern const struct resp_framework resp_framework_sidekiq, resp_framework_celery, resp_framework_rq,
     resp_framework_streams, resp_framework_list;
 
-static struct kit_rule rule_a = {"a"};
-
-static struct job_fault fault(enum job_fault_kind k, uint32_t ms)
-{
-    return (struct job_fault){.kind = k, .ms = ms, .rule = &rule_a};
-}
-
-struct run {
-    struct fake_host host;
-    struct kit_text plans;
-};
-
 static void run_init(struct run *r, const struct resp_framework *fw)
 {
     fake_host_init(&r->host);
