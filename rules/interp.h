@@ -132,6 +132,8 @@ void conf_global_journal(struct conf_parser *p, const struct conf_node *n);
 void conf_global_journal_flush(struct conf_parser *p, const struct conf_node *n);
 void conf_global_admin(struct conf_parser *p, const struct conf_node *n);
 void conf_global_admin_token(struct conf_parser *p, const struct conf_node *n);
+void conf_global_toxiproxy_api(struct conf_parser *p, const struct conf_node *n);
+void conf_global_toxiproxy_config(struct conf_parser *p, const struct conf_node *n);
 void conf_global_user(struct conf_parser *p, const struct conf_node *n);
 
 /* After the globals and listeners are read: checks between `admin`,
