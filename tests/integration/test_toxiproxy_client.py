@@ -24,6 +24,9 @@ adds and removes toxics, and measures on raw sockets (Redis) or with amqplib (Ra
 - down (enabled false): the open connection closes, a new one is refused; enabled again, PING;
 - toxicity: 0 spares five connections, updated to 1 every one of them gets the latency;
 - reset: toxics gone (the open connection fast again), every proxy enabled;
+- reload (SIGHUP) keeps the proxies, their toxics and their open connections (a Python check);
+- toxiproxy-config: a second twice reads Toxiproxy's start-up JSON and serves its proxies, the
+  disabled one refusing (a Python check);
 - rabbit: amqplib's handshake through a proxy with 200 ms latency takes >= 600 ms (three
   broker frames), a message still goes through; limit_data 100 cuts the broker's first frame
   at 100 bytes; a disabled proxy refuses amqplib.
@@ -31,9 +34,12 @@ adds and removes toxics, and measures on raw sockets (Redis) or with amqplib (Ra
 
 import json
 import os
+import signal
 import subprocess
 import sys
+import time
 import unittest
+import urllib.request
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import harness as h  # noqa: E402
@@ -182,6 +188,75 @@ class ToxiproxyClient(unittest.TestCase):
         self.assertLess(o["fast"], 150)
         self.assertEqual(o["enabled"], [True, True])
         self.assertEqual(o["toxics"], [])
+
+    def api(self, method, path, body=None, port=None):
+        """(status, parsed JSON or None) of one request to a Toxiproxy API."""
+        req = urllib.request.Request("http://127.0.0.1:%d%s" % (port or self.api_port, path),
+                                     method=method,
+                                     data=json.dumps(body).encode() if body is not None else None)
+        try:
+            with urllib.request.urlopen(req, timeout=10) as r:
+                text = r.read()
+                return r.status, json.loads(text) if text else None
+        except urllib.error.HTTPError as e:
+            return e.code, json.loads(e.read() or b"null")
+
+    def ping_ms(self, sock):
+        t0 = time.monotonic()
+        sock.sendall(b"PING\r\n")
+        self.assertEqual(h.recv_exact(sock, 7), b"+PONG\r\n")
+        return (time.monotonic() - t0) * 1000
+
+    def test_reload_keeps_proxies(self):
+        st, p = self.api("POST", "/proxies", {"name": "redis_rl", "listen": "127.0.0.1:0",
+                                              "upstream": "127.0.0.1:%d" % self.redis.port})
+        self.assertEqual(st, 201, p)
+        port = int(p["listen"].rsplit(":", 1)[1])
+        sock = h.connect(port)
+        try:
+            st, _ = self.api("POST", "/proxies/redis_rl/toxics",
+                             {"type": "latency", "attributes": {"latency": 250}})
+            self.assertEqual(st, 200)
+            self.assertGreaterEqual(self.ping_ms(sock), 250)
+            n = self.tw.log_text().count("msg=reloaded")
+            self.tw.signal(signal.SIGHUP)
+            self.tw.wait_for_log(r"msg=reloaded", count=n + 1)
+            st, again = self.api("GET", "/proxies/redis_rl")
+            self.assertEqual(st, 200)
+            self.assertEqual(again["listen"], p["listen"])
+            self.assertEqual([t["name"] for t in again["toxics"]], ["latency_downstream"])
+            self.assertGreaterEqual(self.ping_ms(sock), 250)  # the open connection, still slow
+            other = h.connect(port)
+            self.assertGreaterEqual(self.ping_ms(other), 250)
+            other.close()
+        finally:
+            sock.close()
+            self.api("DELETE", "/proxies/redis_rl")
+
+    def test_toxiproxy_config(self):
+        port, off_port, api = h.free_port(), h.free_port(), h.free_port()
+        path = os.path.join(self.tmp, "proxies.json")
+        with open(path, "w") as f:
+            json.dump([{"name": "redis_cfg", "listen": "127.0.0.1:%d" % port,
+                        "upstream": "127.0.0.1:%d" % self.redis.port},
+                       {"name": "redis_off", "listen": "127.0.0.1:%d" % off_port,
+                        "upstream": "127.0.0.1:%d" % self.redis.port, "enabled": False}], f)
+        text = "toxiproxy-api 127.0.0.1:%d\ntoxiproxy-config %s\n" % (api, path)
+        tw = h.start_twice(h.config(log_level="info", grace="1s") + text, self.tmp)
+        try:
+            tw.wait_for_log(r"toxiproxy-config read.* proxies=2")
+            tw.wait_for_log(r"toxiproxy API listening\" addr=127\.0\.0\.1:%d" % api)
+            st, all_ = self.api("GET", "/proxies", port=api)
+            self.assertEqual(st, 200)
+            self.assertEqual(sorted(all_), ["redis_cfg", "redis_off"])
+            self.assertEqual([all_["redis_cfg"]["enabled"], all_["redis_off"]["enabled"]],
+                             [True, False])
+            sock = h.connect(port)
+            self.ping_ms(sock)
+            sock.close()
+            self.assertFalse(h.port_open(off_port))
+        finally:
+            tw.stop()
 
     def test_rabbit(self):
         if ToxiproxyClient.rabbit is None:
