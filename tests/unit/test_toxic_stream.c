@@ -53,6 +53,9 @@ static void test_types(void **state)
     want("slicer", "{\"average_size\":8,\"size_variation\":2,\"delay\":10}",
          "{\"average_size\":8,\"size_variation\":2,\"delay\":10}");
     want("limit_data", "{\"bytes\":30,\"other\":\"ignored\"}", "{\"bytes\":30}");
+    want("noop", "{\"x\":1}", "{}");
+    /* Go's decoder takes a member whose name differs only in case */
+    want("latency", "{\"Latency\":7}", "{\"latency\":7,\"jitter\":0}");
     /* 1e3 is an integer to Go's decoder too */
     want("latency", "{\"latency\":1e3}", "{\"latency\":1000,\"jitter\":0}");
     enum toxic_kind k;
@@ -83,13 +86,13 @@ static void test_wrong_types(void **state)
     } cases[] = {
         {"latency", "{\"latency\":\"x\"}",
          "bad request body: json: cannot unmarshal string into Go struct field "
-         ".attributes.latency of type int64"},
+         "LatencyToxic.attributes.latency of type int64"},
         {"bandwidth", "{\"rate\":1.5}",
-         "bad request body: json: cannot unmarshal number into Go struct field "
-         ".attributes.rate of type int64"},
+         "bad request body: json: cannot unmarshal number 1.5 into Go struct field "
+         "BandwidthToxic.attributes.rate of type int64"},
         {"slicer", "{\"delay\":true}",
          "bad request body: json: cannot unmarshal bool into Go struct field "
-         ".attributes.delay of type int"},
+         "SlicerToxic.attributes.delay of type int"},
     };
     for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
         enum toxic_kind k;
