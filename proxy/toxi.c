@@ -34,12 +34,7 @@
 #include "rules/engine.h"
 #include "rules/interp.h"
 
-#if __has_include("rules/toxic_msg.h")
 #include "rules/toxic_msg.h"
-#define TOXI_HAS_MSG 1
-#else
-#define TOXI_HAS_MSG 0
-#endif
 
 /* Longest path segment (a proxy's or a toxic's name, decoded) a route takes. */
 #define TOXI_SEG_MAX 256
@@ -1113,16 +1108,15 @@ static int toxicity_field(const json_t *o, double dflt, double *out, char *err, 
 static int message_rule(struct toxi *tx, struct toxi_proxy *p, struct toxi_toxic *t, char *err,
                         size_t errlen)
 {
-#if TOXI_HAS_MSG
     char rule[160];
     snprintf(rule, sizeof(rule), "%s.%s", p->name, t->name);
-    if (p->l == NULL) {
-        snprintf(err, errlen, "proxy '%s' is disabled: enable it before adding message toxics",
-                 p->name);
+    /* Checked against the proxy's listener: its own, or (disabled) the one it would have. */
+    bool port0;
+    struct conf *own = p->l == NULL ? proxy_conf(tx, p, "127.0.0.1:1", &port0, err, errlen) : NULL;
+    if (p->l == NULL && own == NULL)
         return -1;
-    }
     struct conf base = *tx->px->conf->conf;
-    struct conf_listener cl = *p->l->cfg->l;
+    struct conf_listener cl = p->l != NULL ? *p->l->cfg->l : *own->listeners;
     cl.next = NULL;
     base.listeners = &cl;
     base.n_listeners = 1;
@@ -1130,24 +1124,8 @@ static int message_rule(struct toxi *tx, struct toxi_proxy *p, struct toxi_toxic
     base.n_rules = 0;
     t->rule = toxic_msg_rule(&base, rule, p->name, t->type, t->stream, t->toxicity, t->attributes,
                              err, errlen);
+    conf_free(own);
     return t->rule != NULL ? 0 : -1;
-#else
-    (void)tx;
-    (void)p;
-    (void)t;
-    snprintf(err, errlen, "invalid toxic type");
-    return -1;
-#endif
-}
-
-static bool is_message_type(const char *type)
-{
-#if TOXI_HAS_MSG
-    return toxic_msg_is_message(type);
-#else
-    (void)type;
-    return false;
-#endif
 }
 
 /* Adds t (taken) to p, upstream ones before downstream ones as Toxiproxy lists them. */
@@ -1200,7 +1178,7 @@ static void create_toxic(struct toxi *tx, struct evhttp_request *req, char args[
         snprintf(t->name, sizeof(t->name), "%s", name);
     else
         snprintf(t->name, sizeof(t->name), "%s_%s", type, stream);
-    bool message = is_message_type(type);
+    bool message = toxic_msg_is_message(type);
     if (!message && toxic_stream_kind(type, &t->t.kind) != 0) {
         snprintf(err, sizeof(err), "invalid toxic type");
         goto fail;
