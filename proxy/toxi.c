@@ -1016,13 +1016,22 @@ static void get_proxy(struct toxi *tx, struct evhttp_request *req, char args[2][
         reply_json(tx, req, 200, proxy_json(p));
 }
 
-static void update_proxy(struct toxi *tx, struct evhttp_request *req, char args[2][TOXI_SEG_MAX])
+/* The proxy of the path and the request's body (owned by the caller), or NULL after answering
+ * 404 or 400. */
+static struct toxi_proxy *proxy_and_body(struct toxi *tx, struct evhttp_request *req,
+                                         char args[2][TOXI_SEG_MAX], json_t **body)
 {
     struct toxi_proxy *p = proxy_of(tx, req, args);
+    if (p == NULL || (*body = read_body(tx, req)) == NULL)
+        return NULL;
+    return p;
+}
+
+static void update_proxy(struct toxi *tx, struct evhttp_request *req, char args[2][TOXI_SEG_MAX])
+{
+    json_t *body;
+    struct toxi_proxy *p = proxy_and_body(tx, req, args, &body);
     if (p == NULL)
-        return;
-    json_t *body = read_body(tx, req);
-    if (body == NULL)
         return;
     char err[512];
     int code = 400;
@@ -1147,11 +1156,9 @@ static void toxics_changed(struct toxi *tx, struct toxi_proxy *p, bool rules)
 
 static void create_toxic(struct toxi *tx, struct evhttp_request *req, char args[2][TOXI_SEG_MAX])
 {
-    struct toxi_proxy *p = proxy_of(tx, req, args);
+    json_t *body;
+    struct toxi_proxy *p = proxy_and_body(tx, req, args, &body);
     if (p == NULL)
-        return;
-    json_t *body = read_body(tx, req);
-    if (body == NULL)
         return;
     char err[512];
     int code = 400;
