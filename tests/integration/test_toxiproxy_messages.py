@@ -68,7 +68,7 @@ class ToxiproxyMessages(unittest.TestCase):
         text = "seed 7\njournal %s\ntoxiproxy-api 127.0.0.1:%d\n" % (self.journal, self.api_port)
         text += h.config(h.listen_block("unused", h.free_port(), self.redis.port), grace="1s")
         self.tw = h.start_twice(text, self.tmp)
-        self.tw.wait_for_log(r"msg=listening.*127\.0\.0\.1:%d" % self.api_port)
+        self.tw.wait_for_log(r"toxiproxy API listening.*127\.0\.0\.1:%d" % self.api_port)
 
     def tearDown(self):
         for w in self.workers:
