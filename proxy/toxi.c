@@ -255,6 +255,12 @@ void toxi_rules_changed(struct proxy *px)
     struct toxi *tx = px->toxi;
     if (tx == NULL)
         return;
+    for (const struct toxi_proxy *p = tx->proxies; p != NULL; p = p->next)
+        if (conf_find_listener(px->conf->conf, p->name) != NULL)
+            log_msg(LOG_WARN, "a proxy and a listener of the file share a name",
+                    "proxy=%s hint=\"their rules and counters mix: delete the proxy or rename "
+                    "the listener\"",
+                    p->name);
     bool any = false;
     for (struct toxi_proxy *p = tx->proxies; p != NULL && !any; p = p->next)
         for (struct toxi_toxic *t = p->toxics; t != NULL && !any; t = t->next)
