@@ -82,6 +82,8 @@ struct toxi {
     struct toxi_proxy *proxies;
     uint64_t request_id;
     bool config_read;
+    char **installed; /* names of the message toxics' rules in the rule set now */
+    size_t n_installed;
 };
 
 /* ---- snapshots of stream toxics (any thread) ------------------------------------------ */
@@ -206,20 +208,37 @@ static void free_rule_list(void *p)
 
 static bool is_toxic_rule(const struct toxi *tx, const char *name)
 {
-    for (const struct toxi_proxy *p = tx->proxies; p != NULL; p = p->next) {
-        size_t n = strlen(p->name);
-        if (strncmp(name, p->name, n) == 0 && name[n] == '.')
+    for (size_t i = 0; i < tx->n_installed; i++)
+        if (strcmp(tx->installed[i], name) == 0)
             return true;
-    }
     return false;
+}
+
+static void free_installed(struct toxi *tx)
+{
+    for (size_t i = 0; i < tx->n_installed; i++)
+        free(tx->installed[i]);
+    free(tx->installed);
+    tx->installed = NULL;
+    tx->n_installed = 0;
+}
+
+/* Remembers the names of the rules of `head` from `from` on: the toxics' now in the rule set. */
+static void remember_installed(struct toxi *tx, const struct rule *from, size_t n)
+{
+    free_installed(tx);
+    tx->installed = calloc(n ? n : 1, sizeof(*tx->installed));
+    for (const struct rule *r = from; tx->installed != NULL && r != NULL; r = r->next)
+        if ((tx->installed[tx->n_installed] = strdup(r->name)) != NULL)
+            tx->n_installed++;
 }
 
 /* The rule set: the rules in force that are not a toxic's, then every message toxic's rule. */
 static int toxi_sync_rules(struct toxi *tx)
 {
     struct proxy *px = tx->px;
-    struct rule *head = NULL, **tail = &head;
-    size_t n = 0;
+    struct rule *head = NULL, **tail = &head, *mine = NULL;
+    size_t n_mine = 0;
     for (size_t i = 0; px->rules != NULL && i < ruleset_count(px->rules); i++) {
         const struct rule *r = ruleset_rule(px->rules, i);
         if (is_toxic_rule(tx, r->name))
@@ -227,8 +246,8 @@ static int toxi_sync_rules(struct toxi *tx)
         if ((*tail = rule_copy(r)) == NULL)
             goto oom;
         tail = &(*tail)->next;
-        n++;
     }
+    struct rule **first_mine = tail;
     for (struct toxi_proxy *p = tx->proxies; p != NULL; p = p->next) {
         for (struct toxi_toxic *t = p->toxics; t != NULL; t = t->next) {
             if (t->rule == NULL)
@@ -236,13 +255,15 @@ static int toxi_sync_rules(struct toxi *tx)
             if ((*tail = rule_copy(t->rule)) == NULL)
                 goto oom;
             tail = &(*tail)->next;
-            n++;
+            n_mine++;
         }
     }
+    mine = *first_mine;
     struct ruleset *rs = ruleset_new(head, px->seed, px->start_ms);
     if (rs == NULL)
         goto oom;
     ruleset_set_owner(rs, head, free_rule_list);
+    remember_installed(tx, mine, n_mine);
     proxy_set_rules(px, rs);
     return 0;
 oom:
@@ -679,18 +700,8 @@ static void proxy_remove(struct toxi *tx, struct toxi_proxy *p)
             break;
         }
     }
-    if (rules) {
-        /* Its rules go first: is_toxic_rule knows them by the proxy's name. */
-        p->next = tx->proxies;
-        tx->proxies = p;
-        while (p->toxics != NULL) {
-            struct toxi_toxic *t = p->toxics;
-            p->toxics = t->next;
-            toxic_free(t);
-        }
+    if (rules) /* its toxics' rules go with it */
         (void)toxi_sync_rules(tx);
-        tx->proxies = p->next;
-    }
     proxy_free_one(tx, p);
 }
 
@@ -1640,6 +1651,7 @@ void toxi_stop(struct proxy *px)
         event_free(tx->retry);
     if (toxi_server == tx)
         toxi_server = NULL;
+    free_installed(tx);
     free(tx);
     px->toxi = NULL;
 }
