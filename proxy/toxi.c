@@ -161,7 +161,7 @@ void toxi_session_fx(struct session *s, struct stream_fx fx[2])
     for (size_t i = 0; tt != NULL && i < tt->n; i++) {
         const struct toxi_stream_toxic *x = &tt->t[i];
         /* Toxiproxy draws per connection and direction: the coin of (seed, toxic, session). */
-        if (x->toxicity < 1.0 && engine_coin(s->px->seed, x->rule, identity, 0) >= x->toxicity)
+        if (x->toxicity < 1.0 && engine_coin(tt->seed, x->rule, identity, 0) >= x->toxicity)
             continue;
         fold_toxic(x, &fx[x->downstream ? SIDE_UPSTREAM : SIDE_CLIENT]);
     }
@@ -182,6 +182,7 @@ static void publish_toxics(struct toxi *tx, struct toxi_proxy *p)
         return;
     }
     tt->refs = 1;
+    tt->seed = tx->px->seed;
     for (const struct toxi_toxic *t = p->toxics; t != NULL; t = t->next) {
         if (t->attributes != NULL)
             continue;

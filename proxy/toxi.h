@@ -36,6 +36,7 @@
 #include <stdatomic.h>
 #include <stdbool.h>
 #include <stddef.h>
+#include <stdint.h>
 
 #include "proxy/shaper.h"
 #include "rules/toxic_stream.h"
@@ -58,6 +59,7 @@ struct toxi_stream_toxic {
 /* The stream toxics of a proxy at one moment: immutable, shared by reference. */
 struct toxi_toxics {
     atomic_int refs;
+    uint64_t seed; /* the process's when it was made: the coins' (sessions read no proxy field) */
     size_t n;
     struct toxi_stream_toxic t[];
 };
