@@ -325,13 +325,16 @@ class HtmlReport(h.TestCase):
         for mid in doubled:
             self.assertIn("` %s `" % mid, md)
             self.assertIn("` %s `\u2026" % mid[:8], md)
-        # text: the examples shortened in the table, whole under it
+        # text: two examples shortened in the row (and how many more), all whole under the table
         out = self.twice_cmd("verdict", journal, "--effects", effects, ok=(1,))
         table, _, rest = out.partition("EXAMPLES in full:")
+        [row] = [l for l in table.splitlines() if l.startswith("tasks.charge ")]
+        want = ", ".join(m[:8] + "\u2026" for m in doubled[:2])
+        want += " +%d" % (len(doubled) - 2) if len(doubled) > 2 else ""
+        self.assertTrue(row.endswith(want), row)
         for mid in doubled:
-            self.assertIn(mid[:8] + "\u2026", table)
             self.assertNotIn(mid, table)
-            self.assertIn(mid, rest)
+            self.assertIn("%s\u2026  %s\n" % (mid[:8], mid), rest)
 
 
 if __name__ == "__main__":
