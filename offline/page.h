@@ -40,6 +40,9 @@ enum page_counted {
 /* Example messages drawn as timelines, per task and in all. */
 #define PAGE_EXAMPLES_PER_TASK 2
 #define PAGE_EXAMPLES_MAX 12
+/* Example ids in a row of the verdict's table (page and markdown); all are listed whole under
+ * it. */
+#define PAGE_ROW_EXAMPLES 2
 /* Messages listed by deliveries (the report's "top"). */
 #define PAGE_TOP 10
 

@@ -16,8 +16,6 @@
 #include "offline/idshort.h"
 #include "offline/svg.h"
 
-/* Example ids in a row of the verdict's table; all are listed whole under it. */
-#define PAGE_ROW_EXAMPLES 2
 /* Bins of the faults-over-time chart at most. */
 #define PAGE_TIME_BINS 60
 

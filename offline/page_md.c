@@ -164,10 +164,13 @@ static void md_verdict_row(FILE *out, const struct verdict_task *t, const struct
     fputs(" | ", out);
     md_verdict_cell(out, t);
     fputs(" | ", out);
-    for (size_t k = 0; k < t->examples.n; k++) {
+    size_t shown = t->examples.n < PAGE_ROW_EXAMPLES ? t->examples.n : PAGE_ROW_EXAMPLES;
+    for (size_t k = 0; k < shown; k++) {
         fputs(k > 0 ? ", " : "", out);
         md_id(out, ids, t->examples.ids[k]);
     }
+    if (t->examples.n > shown)
+        fprintf(out, " +%zu", t->examples.n - shown);
     fputs(" |\n", out);
 }
 

@@ -28,8 +28,6 @@
 #define VERDICT_TASK_COL_MAX 40
 /* Room for error messages. */
 #define VERDICT_ERR_MAX 512
-/* Example ids in a row of the table; all of them are listed whole under it. */
-#define VERDICT_TABLE_EXAMPLES 2
 
 /* What the output says about the inputs. */
 struct verdict_inputs {
@@ -445,8 +443,7 @@ static void print_verdict_cell(FILE *out, const struct verdict_task *t, const st
     snprintf(cell, sizeof(cell), "%s%s", verdict_kind_name(t->verdict), partial ? "*" : "");
     if (t->examples.n > 0) {
         fprintf(out, "%-14s  ", cell);
-        size_t shown =
-            t->examples.n < VERDICT_TABLE_EXAMPLES ? t->examples.n : VERDICT_TABLE_EXAMPLES;
+        size_t shown = t->examples.n < PAGE_ROW_EXAMPLES ? t->examples.n : PAGE_ROW_EXAMPLES;
         for (size_t i = 0; i < shown; i++) {
             fputs(i > 0 ? ", " : "", out);
             idshort_write(out, ids, t->examples.ids[i]);
