@@ -16,6 +16,8 @@
 #include "offline/idshort.h"
 #include "offline/svg.h"
 
+/* Deliveries drawn on an example's timeline at most. */
+#define PAGE_TIMELINE_MAX 40
 /* Bins of the faults-over-time chart at most. */
 #define PAGE_TIME_BINS 60
 
@@ -150,7 +152,8 @@ static int faults_chart(FILE *out, const struct fault_log *fl, const struct faul
     if (n == 0)
         return 0;
     double span = (double)(fl->last_us > fl->start_us ? fl->last_us - fl->start_us : 1) / 1e6;
-    double bin_s = svg_nice_step(span, PAGE_TIME_BINS);
+    double bin_s = svg_nice_seconds(span, PAGE_TIME_BINS);
+    double tick = svg_nice_seconds(span, 8);
     size_t bins = (size_t)(span / bin_s) + 1;
     uint64_t *counts = calloc(n * bins, sizeof(*counts));
     struct svg_row *rows = calloc(n, sizeof(*rows));
@@ -173,7 +176,7 @@ static int faults_chart(FILE *out, const struct fault_log *fl, const struct faul
     for (size_t i = 0; rc == 0 && i <= bins; i++)
         svg_format_seconds(edges[i], SVG_LABEL_MAX, bin_s * (double)i);
     if (rc == 0) {
-        size_t every = (bins + 9) / 10;
+        size_t every = tick > bin_s ? (size_t)(tick / bin_s + 0.5) : 1;
         struct svg_axis x = {bins, (const char(*)[SVG_LABEL_MAX])edges, every,
                              "seconds since the run's start", "faults"};
         svg_small_multiples(out, "fault-bin", rows, n, &x);
@@ -372,6 +375,9 @@ static int timeline_one(FILE *out, const struct page_example *ex, const struct v
     size_t n = 0;
     if (verdict_message_deliveries(v, ex->id, &d, &n) < 0)
         return -1;
+    /* the first deliveries only: a message delivered thousands of times is said, not drawn */
+    size_t all = n;
+    n = n < PAGE_TIMELINE_MAX ? n : PAGE_TIMELINE_MAX;
     const struct fault_log_msg *m = fault_log_message(fl, ex->id);
     size_t nm = m != NULL ? m->n : 0;
     struct svg_span *spans = calloc(n + 1, sizeof(*spans));
@@ -392,8 +398,9 @@ static int timeline_one(FILE *out, const struct page_example *ex, const struct v
         html_text(out, ex->task);
         fputs(" &middot; <code class=\"id\">", out);
         html_text(out, ex->id);
-        fprintf(out, "</code> &middot; %s</h3>\n<p class=\"meta\">%zu deliveries, %zu faults%s",
-                ex->why, n, nm, m != NULL && m->more > 0 ? " (more not drawn)" : "");
+        fprintf(out, "</code> &middot; %s</h3>\n<p class=\"meta\">%zu deliveries%s, %zu faults%s",
+                ex->why, all, all > n ? " (the first drawn)" : "", nm,
+                m != NULL && m->more > 0 ? " (the first drawn)" : "");
         if (effects)
             fprintf(out, ", <b>%u</b> lines in the effects list",
                     (unsigned)verdict_message_effects(v, ex->id));

@@ -27,11 +27,19 @@ double svg_nice_step(double range, unsigned max_ticks)
     return (norm <= 1 ? 1 : norm <= 2 ? 2 : norm <= 5 ? 5 : 10) * mag;
 }
 
+double svg_nice_seconds(double span, unsigned max_ticks)
+{
+    double raw = span / (max_ticks != 0 ? max_ticks : 1);
+    /* minutes and hours step in whole units, as the labels say them */
+    double unit = raw >= 3600 ? 3600 : raw >= 60 ? 60 : 1;
+    return unit * svg_nice_step(span / unit, max_ticks);
+}
+
 void svg_format_seconds(char *buf, size_t cap, double s)
 {
     if (s == 0)
         snprintf(buf, cap, "0s");
-    else if (s < 1)
+    else if (s < 0.9995) /* below what "%.3g" rounds to 1000 */
         snprintf(buf, cap, "%.3gms", s * 1000);
     else if (s < 120)
         snprintf(buf, cap, "%.3gs", s);
@@ -99,7 +107,8 @@ static void multiples_axis(FILE *out, const struct svg_axis *x, double y, double
             SVG_LABEL_W, y, SVG_LABEL_W + bin_w * (double)x->n_bins, y);
     size_t every = x->tick_every != 0 ? x->tick_every : 1;
     for (size_t i = 0; i <= x->n_bins; i++) {
-        if (i % every != 0 && i != x->n_bins)
+        /* the last edge too, unless a tick stands close before it */
+        if (i % every != 0 && (i != x->n_bins || i % every < (every + 1) / 2))
             continue;
         double xi = SVG_LABEL_W + bin_w * (double)i;
         fprintf(out,
@@ -222,11 +231,25 @@ void svg_stacked_bars(FILE *out, const struct svg_stack *bars, size_t n,
     fputs("</svg>\n", out);
 }
 
+/* A tick at s seconds, precise enough to tell it from the next one step away: "476.9s" where
+ * svg_format_seconds() would say "7.95min" for a whole axis. */
+static void tick_label(char *buf, size_t cap, double s, double step)
+{
+    if (step >= 60) {
+        svg_format_seconds(buf, cap, s);
+        return;
+    }
+    int decimals = 0;
+    for (double d = step; d < 0.999 && decimals < 6; d *= 10)
+        decimals++;
+    snprintf(buf, cap, "%.*fs", decimals, s);
+}
+
 /* The time axis of a timeline at y: ticks in seconds since t0 over [lo, hi]. */
 static void timeline_axis(FILE *out, double y, uint64_t t0, uint64_t lo, uint64_t hi, double plot_w)
 {
     double span = (double)(hi - lo) / 1e6, from = ((double)lo - (double)t0) / 1e6;
-    double step = svg_nice_step(span, 8);
+    double step = svg_nice_seconds(span, 8);
     fprintf(out, "<line class=\"axis\" x1=\"%d\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\"/>\n",
             SVG_LABEL_W, y, SVG_LABEL_W + plot_w, y);
     long long k0 = (long long)(from / step);
@@ -236,7 +259,7 @@ static void timeline_axis(FILE *out, double y, uint64_t t0, uint64_t lo, uint64_
             continue;
         double x = SVG_LABEL_W + (s - from) / span * plot_w;
         char lab[SVG_LABEL_MAX];
-        svg_format_seconds(lab, sizeof(lab), s);
+        tick_label(lab, sizeof(lab), s, step);
         fprintf(out,
                 "<line class=\"grid\" x1=\"%.1f\" y1=\"4\" x2=\"%.1f\" y2=\"%.1f\"/>"
                 "<text x=\"%.1f\" y=\"%.1f\" text-anchor=\"middle\">%s</text>\n",

@@ -78,6 +78,10 @@ void svg_timeline(FILE *out, const struct svg_span *spans, size_t n_spans,
 /* A step of 1, 2 or 5 times a power of ten, at least range / max_ticks (range > 0). */
 double svg_nice_step(double range, unsigned max_ticks);
 
+/* svg_nice_step() of a span in seconds, in whole minutes or hours when the step is that long
+ * (what svg_format_seconds() then prints round). */
+double svg_nice_seconds(double span, unsigned max_ticks);
+
 /* A duration as an axis says it: "0s", "250ms", "12s", "1.5min", "2h". */
 void svg_format_seconds(char *buf, size_t cap, double seconds);
 

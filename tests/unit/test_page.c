@@ -129,7 +129,17 @@ static void test_svg_timeline_spans_and_marks(void **state)
     assert_int_equal(count(s, "<path class=\"mark m-fault\""), 1);
     assert_non_null(strstr(s, "fault of rule &lt;r&gt;"));
     assert_non_null(strstr(s, "seconds since the run"));
-    assert_non_null(strstr(s, ">1s</text>"));
+    assert_non_null(strstr(s, ">1.1s</text>"));
+    free(s);
+    /* far from the run's start, a short timeline's ticks still differ */
+    for (size_t i = 0; i < 2; i++) {
+        spans[i].from_us += 476000000;
+        spans[i].to_us += 476000000;
+    }
+    svg_timeline(cap_open(&c), spans, 2, NULL, 0, "faults", t0, t0 + 477000000, t0 + 477500000);
+    s = cap_close(&c);
+    assert_non_null(strstr(s, ">477.1s</text>"));
+    assert_non_null(strstr(s, ">477.2s</text>"));
     free(s);
 }
 
@@ -140,11 +150,16 @@ static void test_svg_numbers(void **state)
     assert_true(svg_nice_step(60, 60) == 1);
     assert_true(svg_nice_step(7, 8) == 1);
     assert_true(svg_nice_step(0.7, 8) > 0.09 && svg_nice_step(0.7, 8) < 0.11);
+    assert_true(svg_nice_seconds(10, 5) == 2);
+    assert_true(svg_nice_seconds(3600, 8) == 600); /* ten minutes, not 500 s */
+    assert_true(svg_nice_seconds(20 * 3600, 8) == 5 * 3600);
     char b[SVG_LABEL_MAX];
     svg_format_seconds(b, sizeof(b), 0);
     assert_string_equal(b, "0s");
     svg_format_seconds(b, sizeof(b), 0.25);
     assert_string_equal(b, "250ms");
+    svg_format_seconds(b, sizeof(b), 0.9996);
+    assert_string_equal(b, "1s");
     svg_format_seconds(b, sizeof(b), 12.5);
     assert_string_equal(b, "12.5s");
     svg_format_seconds(b, sizeof(b), 90 * 60);
