@@ -14,12 +14,17 @@
 
 #include <cmocka.h>
 
+#include <unistd.h>
+
+#include "cmd_testkit.h"
 #include "offline/fault_log.h"
 #include "offline/html.h"
 #include "offline/idshort.h"
 #include "offline/markdown.h"
 #include "offline/page.h"
+#include "offline/report.h"
 #include "offline/svg.h"
+#include "proxy/journal.h"
 
 /* What fn wrote, as a string (caller frees). */
 struct capture {
@@ -359,6 +364,118 @@ static void test_verdict_page_and_markdown(void **state)
     fault_log_free(&fl);
 }
 
+/* ---- the commands' options ------------------------------------------------------------------ */
+
+/* A journal of one message copied by a rule, delivered twice, acked twice; one effect. */
+static void write_small_run(struct fixture *f)
+{
+    struct journal_header_info h = {.seed = 3, .config_path = "t", .start_unix_ms = T0_MS};
+    char err[256];
+    struct journal *j =
+        journal_open_mode(f->journal, &h, NULL, JOURNAL_MODE_OVERWRITE, NULL, err, sizeof(err));
+    assert_non_null(j);
+    struct journal_record r = {.kind = JOURNAL_KIND_DELIVER,
+                               .time_unix_us = T0_MS * 1000 + 1000000,
+                               .session = 1,
+                               .listener = "l",
+                               .queue = "q",
+                               .message_id = "0123456789-a",
+                               .task = "a|b"};
+    journal_record(j, &r);
+    struct journal_record fault = r;
+    fault.kind = JOURNAL_KIND_FAULT;
+    fault.rule = "copy";
+    fault.action_name = "duplicate";
+    fault.event = 2;
+    journal_record(j, &fault);
+    struct journal_record ack = r;
+    ack.kind = JOURNAL_KIND_ACK;
+    ack.time_unix_us += 5000;
+    journal_record(j, &ack);
+    r.session = 2;
+    r.time_unix_us += 2000000;
+    journal_record(j, &r);
+    ack.session = 2;
+    ack.time_unix_us = r.time_unix_us + 5000;
+    journal_record(j, &ack);
+    journal_close(j);
+    write_file(f->effects, "0123456789-a\n");
+}
+
+static char *slurp(const char *path)
+{
+    FILE *fp = fopen(path, "r");
+    if (fp == NULL)
+        return NULL;
+    char *buf = calloc(1, 1 << 20);
+    assert_non_null(buf);
+    size_t n = fread(buf, 1, (1 << 20) - 1, fp);
+    buf[n] = '\0';
+    fclose(fp);
+    return buf;
+}
+
+static void test_commands_html_and_markdown(void **state)
+{
+    struct fixture *f = *state;
+    write_small_run(f);
+    char page[160];
+    snprintf(page, sizeof(page), "%s/page.html", f->dir);
+
+    /* verdict --html FILE: the page written, the text printed as ever */
+    const char *v1[] = {"verdict", f->journal, "--effects", f->effects, "--html", page};
+    assert_int_equal(run(f, verdict_run, 6, v1), 0);
+    assert_contains(f->out, "\nverdict: IDEMPOTENT");
+    char *html = slurp(page);
+    assert_non_null(html);
+    assert_contains(html, "<span class=\"badge v-partial big\">IDEMPOTENT*</span>");
+    assert_contains(html, "<code>a|b</code>");
+    free(html);
+    unlink(page);
+
+    /* --format markdown instead of the text; --format json is --json */
+    const char *v2[] = {"verdict", f->journal, "--effects", f->effects, "--format", "markdown"};
+    assert_int_equal(run(f, verdict_run, 6, v2), 0);
+    assert_contains(f->out, "## twice verdict: **IDEMPOTENT**\n");
+    assert_contains(f->out, "| ` a\\|b ` | 1 | 1 | 1 | 0 | 0 | 0 | 0/1 | 2s\xe2\x80\x93"
+                            "2s | **IDEMPOTENT\\*** missing: overlap, window |  |\n");
+    assert_null(strstr(f->out, "MESSAGES"));
+    const char *v3[] = {"verdict", f->journal, "--effects", f->effects, "--format=json"};
+    assert_int_equal(run(f, verdict_run, 5, v3), 0);
+    assert_contains(f->out, "\"verdict\": \"IDEMPOTENT\"");
+
+    /* a format it does not know, and two different pages, are usage errors */
+    const char *v4[] = {"verdict", f->journal, "--effects", f->effects, "--format", "yaml"};
+    assert_int_equal(run(f, verdict_run, 6, v4), VERDICT_EXIT_ERROR);
+    assert_contains(f->err, "--format 'yaml': expected text, markdown or json");
+    const char *v5[] = {"verdict", f->journal, "--effects", f->effects,
+                        "--html",  "x.html",   "--html",    "y.html"};
+    assert_int_equal(run(f, verdict_run, 8, v5), VERDICT_EXIT_ERROR);
+    assert_contains(f->err, "more than one --html given: 'x.html' and 'y.html'");
+    const char *r1[] = {"report", f->journal, "--html", "x.html", "--html=y.html"};
+    assert_int_equal(run(f, report_run, 5, r1), 2);
+    assert_contains(f->err, "more than one --html given: 'x.html' and 'y.html'");
+
+    /* a page that cannot be written is an error, and nothing is left behind */
+    const char *r2[] = {"report", f->journal, "--html", "/nonexistent-dir/p.html"};
+    assert_int_equal(run(f, report_run, 4, r2), 2);
+    assert_contains(f->err, "twice report: /nonexistent-dir/p.html: No such file or directory");
+
+    /* report --html and --format markdown */
+    const char *r3[] = {"report", f->journal, "--html", page, "--format", "markdown"};
+    assert_int_equal(run(f, report_run, 6, r3), 0);
+    assert_contains(f->out, "| ` copy ` | duplicate | 1 | deliver 1 |\n");
+    assert_contains(f->out, "| ` a\\|b ` | 1 | 1 | 1 | 0 | 0 | 0 |  |\n");
+    assert_contains(f->out, "| 2 | ` 01234567 `\xe2\x80\xa6 |\n");
+    assert_contains(f->out, "- ` 01234567 `\xe2\x80\xa6 = ` 0123456789-a `\n");
+    html = slurp(page);
+    assert_non_null(html);
+    assert_contains(html, "<h1>twice report</h1>");
+    assert_contains(html, "<rect class=\"fault-bin\"");
+    free(html);
+    unlink(page);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -370,6 +487,7 @@ int main(void)
         cmocka_unit_test(test_idshort_unambiguous_within_the_table),
         cmocka_unit_test(test_markdown_escapes_cells),
         cmocka_unit_test(test_verdict_page_and_markdown),
+        cmocka_unit_test_setup_teardown(test_commands_html_and_markdown, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
