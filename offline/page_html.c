@@ -706,9 +706,19 @@ int page_verdict_html(FILE *out, const struct page_facts *f, const struct verdic
         partial += row_partial(&res->tasks[i]);
     html_begin(out, "twice verdict");
     fputs("<h1>twice verdict ", out);
-    verdict_badge(out, res->overall, res->overall == VERDICT_IDEMPOTENT && partial > 0, " big");
+    /* an effects list that does not describe the run leaves nothing to judge: no badge of a
+     * verdict computed over it, which could read as a pass */
+    if (res->effects_check != VERDICT_EFFECTS_OK)
+        fputs("<span class=\"badge v-not big\">NO VERDICT: the effects list does not match "
+              "the journal</span>",
+              out);
+    else
+        verdict_badge(out, res->overall, res->overall == VERDICT_IDEMPOTENT && partial > 0, " big");
+    if (damage_any(f->damage))
+        fputs(" <span class=\"missing\">on a damaged journal</span>", out);
     fputs("</h1>\n", out);
-    if (res->overall == VERDICT_IDEMPOTENT && partial > 0)
+    if (res->effects_check == VERDICT_EFFECTS_OK && res->overall == VERDICT_IDEMPOTENT &&
+        partial > 0)
         fprintf(out,
                 "<p class=\"missing\">* evidence missing for %zu %s: see the rows and the "
                 "evidence below.</p>\n",

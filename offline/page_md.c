@@ -177,7 +177,12 @@ static void md_verdict_row(FILE *out, const struct verdict_task *t, const struct
 int page_verdict_markdown(FILE *out, const struct page_facts *f, const struct verdict_result *res,
                           const struct fault_log *fl)
 {
-    fprintf(out, "## twice verdict: **%s**\n\n", verdict_kind_name(res->overall));
+    if (res->effects_check != VERDICT_EFFECTS_OK)
+        fputs("## twice verdict: **no verdict: the effects list does not match the journal**\n\n",
+              out);
+    else
+        fprintf(out, "## twice verdict: **%s**%s\n\n", verdict_kind_name(res->overall),
+                damage_any(f->damage) ? " (on a damaged journal)" : "");
     md_facts(out, f);
     md_alerts(out, f, true);
     if (res->effects_check != VERDICT_EFFECTS_OK)
@@ -200,7 +205,8 @@ int page_verdict_markdown(FILE *out, const struct page_facts *f, const struct ve
         fputs("\n### Evidence\n\n", out);
         md_fenced(out, f->notes);
     }
-    fprintf(out, "\n**Verdict: %s**\n", verdict_kind_name(res->overall));
+    if (res->effects_check == VERDICT_EFFECTS_OK)
+        fprintf(out, "\n**Verdict: %s**\n", verdict_kind_name(res->overall));
     return 0;
 }
 

@@ -433,6 +433,26 @@ static void test_commands_html_and_markdown(void **state)
     free(html);
     unlink(page);
 
+    /* an effects list that names nothing of the run: no verdict on the page's top, none in
+     * markdown's title */
+    char empty[160];
+    snprintf(empty, sizeof(empty), "%s/empty.txt", f->dir);
+    write_file(empty, "");
+    const char *v0[] = {"verdict", f->journal, "--effects", empty,
+                        "--html",  page,       "--format",  "markdown"};
+    assert_int_equal(run(f, verdict_run, 8, v0), VERDICT_EXIT_EFFECTS);
+    assert_contains(f->out, "## twice verdict: **no verdict: the effects list does not match the "
+                            "journal**\n");
+    assert_null(strstr(f->out, "**Verdict: "));
+    html = slurp(page);
+    assert_non_null(html);
+    assert_contains(html, "<h1>twice verdict <span class=\"badge v-not big\">NO VERDICT: the "
+                          "effects list does not match the journal</span></h1>");
+    assert_contains(html, "<b>error:</b> the effects list does not match the journal");
+    free(html);
+    unlink(page);
+    unlink(empty);
+
     /* --format markdown instead of the text; --format json is --json */
     const char *v2[] = {"verdict", f->journal, "--effects", f->effects, "--format", "markdown"};
     assert_int_equal(run(f, verdict_run, 6, v2), 0);
