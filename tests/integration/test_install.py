@@ -61,7 +61,9 @@ def user_exists(name):
 
 
 def make(*args):
-    return run(["make", "--no-print-directory", "-C", h.SOURCE_DIR] + list(args))
+    # a make of its own: not the variables or the jobserver of a `make test` that runs this
+    env = {k: v for k, v in os.environ.items() if k not in ("MAKEFLAGS", "MFLAGS", "MAKELEVEL")}
+    return run(["make", "--no-print-directory", "-C", h.SOURCE_DIR] + list(args), env=env)
 
 
 def man_pages_excluded():
