@@ -28,6 +28,8 @@ import os
 import pwd
 import re
 import shutil
+import signal
+import socket
 import subprocess
 import unittest
 
@@ -171,6 +173,7 @@ class Package(h.TestCase):
         self.assertEqual(r.stdout.decode().strip(), "--allow-damaged")
 
         self.check_man_pages(path)
+        self.check_runs_as_the_unit_would()
 
         # remove: the configuration, the user and its directory stay for a reinstall
         self.apt("remove", "twice")
@@ -199,6 +202,73 @@ class Package(h.TestCase):
         self.assertTrue(user_exists("twice"))
         self.assertEqual(os.stat(journal).st_uid, pwd.getpwnam("twice").pw_uid)
         self.assertFalse(os.path.exists("/etc/twice"))
+
+    def unit_argv(self, conf, caps=True):
+        """`twice run conf` with the unit's privileges: the twice user and group, no new
+        privileges, CAP_NET_BIND_SERVICE alone in the bounding and ambient sets (caps=False:
+        none).  What the unit's sandbox adds on top (ProtectSystem, ...) needs systemd."""
+        cap = "+net_bind_service" if caps else ""
+        return ["setpriv", "--reuid=twice", "--regid=twice", "--init-groups", "--no-new-privs",
+                "--inh-caps=-all" + ("," + cap if cap else ""),
+                "--ambient-caps=-all" + ("," + cap if cap else ""),
+                "--bounding-set=-all" + ("," + cap if cap else ""),
+                "/usr/bin/twice", "run", conf]
+
+    def check_runs_as_the_unit_would(self):
+        """The shipped file with a port under 1024, run as the unit runs it: it binds with the
+        capability alone (and cannot without it), relays, writes its journal to
+        /var/lib/twice as `twice`, reloads on SIGHUP and exits 0 on SIGTERM."""
+        if shutil.which("setpriv") is None:
+            self.fail("setpriv (util-linux) is missing")
+        low = None
+        for port in range(1023, 600, -1):
+            with socket.socket() as probe:
+                try:
+                    probe.bind(("127.0.0.1", port))
+                    low = port
+                    break
+                except OSError:
+                    continue
+        self.assertIsNotNone(low, "no free port under 1024")
+        echo = h.EchoServer(name="echo-unit")
+        self.addCleanup(echo.close)
+        with open("/etc/twice/twice.conf") as f:
+            conf = f.read()
+        conf = conf.replace("bind 127.0.0.1:5673", "bind 127.0.0.1:%d" % low)
+        conf = conf.replace("upstream 127.0.0.1:5672", "upstream 127.0.0.1:%d" % echo.port)
+        conf = conf.replace("protocol amqp ", "protocol tcp  ")
+        conf = conf.replace("admin 127.0.0.1:8474", "admin 127.0.0.1:%d" % h.free_port())
+        self.assertIn("protocol tcp", conf)
+        os.chmod(self.tmp, 0o755)  # the twice user reads its file here
+        path = os.path.join(self.tmp, "unit.conf")
+        with open(path, "w") as f:
+            f.write(conf)
+        os.chmod(path, 0o644)
+
+        r = run(self.unit_argv(path, caps=False), check=False, timeout=60)
+        self.assertEqual(r.returncode, 1, r)
+        self.assertIn(b"Permission denied", r.stderr)
+
+        log_path = os.path.join(self.tmp, "unit.log")
+        t = h.Twice(h.spawn(self.unit_argv(path), log_path=log_path, cwd="/"), path, log_path, conf)
+        h.at_exit(t.kill)
+        t.wait_for_log(r"level=info msg=listening listener=rabbit\b")
+        with socket.create_connection(("127.0.0.1", low), timeout=10) as c:
+            c.settimeout(10)
+            c.sendall(b"through twice\n")
+            self.assertEqual(h.recv_exact(c, 14), b"through twice\n")
+        mark = t.log_mark()
+        os.kill(t.pid, signal.SIGHUP)
+        t.wait_for_log(r"msg=reloaded", start=mark)
+        os.kill(t.pid, signal.SIGTERM)
+        self.assertEqual(t.proc.wait(timeout=60), 0, t.log_tail())
+        journal = "/var/lib/twice/journal.pb"
+        st = os.stat(journal)
+        self.assertEqual(st.st_uid, pwd.getpwnam("twice").pw_uid)
+        self.assertGreater(st.st_size, 0)
+        r = run(["/usr/bin/twice", "report", journal, "--json"])
+        self.assertIn(b'"connections"', r.stdout)
+        os.unlink(journal)  # the purge below expects an empty state directory
 
     def check_man_pages(self, deb_path):
         if shutil.which("man") is None:
