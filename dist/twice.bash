@@ -17,8 +17,8 @@ _twice_options()
     case $1 in
         run) echo "-c --config --journal-mode --help" ;;
         check) echo "-c --config --help" ;;
-        report) echo "--journal --json --message --messages --help" ;;
-        verdict) echo "--journal --effects --json --require --stall-after --allow-damaged --help" ;;
+        report) echo "--journal --json --format --html --message --messages --help" ;;
+        verdict) echo "--journal --effects --json --format --html --require --stall-after --allow-damaged --help" ;;
     esac
 }
 
@@ -40,12 +40,16 @@ _twice()
         return
     fi
     case $prev in
-        -c | --config | --journal | --effects)
+        -c | --config | --journal | --effects | --html)
             _twice_files "$cur"
             return
             ;;
         --journal-mode)
             COMPREPLY=($(compgen -W "new append overwrite" -- "$cur"))
+            return
+            ;;
+        --format)
+            COMPREPLY=($(compgen -W "text markdown json" -- "$cur"))
             return
             ;;
         --require)
