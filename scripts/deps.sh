@@ -8,7 +8,7 @@ set -euo pipefail
 
 build_pkgs=(cmake make gcc pkg-config libevent-dev libssl-dev
             libprotobuf-c-dev protobuf-c-compiler libcmocka-dev libjansson-dev)
-test_pkgs=(openssl procps redis-server redis-tools rabbitmq-server
+test_pkgs=(openssl procps curl redis-server redis-tools rabbitmq-server
            python3 python3-pika python3-celery python3-redis python3-rq
            ruby ruby-sidekiq ruby-bunny clang libclang-rt-14-dev clang-format)
 demo_pkgs=(python3 redis-server redis-tools python3-celery python3-redis)
