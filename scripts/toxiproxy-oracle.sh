@@ -3,7 +3,7 @@
 # every difference between the two shows up as a test that passes on one and
 # fails on the other.
 #
-# Usage: scripts/toxiproxy-oracle.sh TOXIPROXY_SOURCE_DIR
+# Usage: scripts/toxiproxy-oracle.sh TOXIPROXY_SOURCE_DIR [NODE_CLIENT_SOURCE_DIR]
 #
 # TOXIPROXY_SOURCE_DIR is a Toxiproxy 2.x source tree you already have (a
 # clone of github.com/Shopify/toxiproxy): no package registry ships it and
@@ -22,12 +22,16 @@
 #      server cannot bind (its error is ignored there) and the client talks to
 #      twice. Port 8475 and the fixed ports api_test.go uses must be free.
 #      A table of both results per test is printed.
-# The exit status is non-zero when steps 1 or 2 failed (step 3 reports).
+#   4. with NODE_CLIENT_SOURCE_DIR (a clone of github.com/ihsw/toxiproxy-node-client:
+#      its tests are not in its npm package), its jest suite, installed in a
+#      copy with `npm ci` from its lockfile, against Toxiproxy and then
+#      against twice, both on 127.0.0.1:8474 (the port its tests use).
+# The exit status is non-zero when steps 1 or 2 failed (steps 3 and 4 report).
 set -euo pipefail
 
 src="${1:-}"
 if [ -z "$src" ] || [ ! -f "$src/api.go" ] || [ ! -d "$src/client" ]; then
-    echo "usage: $0 TOXIPROXY_SOURCE_DIR   (a Toxiproxy 2.x source tree: api.go, client/, toxics/)" >&2
+    echo "usage: $0 TOXIPROXY_SOURCE_DIR [NODE_CLIENT_SOURCE_DIR]   (Toxiproxy 2.x sources: api.go, client/, toxics/)" >&2
     exit 2
 fi
 src="$(cd "$src" && pwd)"
@@ -155,4 +159,26 @@ for t in $tests; do
     fi
 done
 echo "api_test.go: $same tests with the same result, $differ different"
+
+node_src="${2:-}"
+if [ -n "$node_src" ]; then
+    echo "== toxiproxy-node-client's jest suite: against Toxiproxy, then against twice (port 8474)"
+    node="$work/node-client"
+    mkdir -p "$node"
+    (cd "$node_src" && tar --exclude=.git --exclude=node_modules -cf - .) | (cd "$node" && tar -xf -)
+    (cd "$node" && npm ci --no-audit --no-fund --loglevel=error >/dev/null)
+    "$server" -host 127.0.0.1 -port 8474 >"$work/toxiproxy-8474.log" 2>&1 &
+    tp_pid=$!
+    for _ in $(seq 100); do (exec 3<>/dev/tcp/127.0.0.1/8474) 2>/dev/null && break; sleep 0.05; done
+    (cd "$node" && npx jest --runInBand --verbose 2>&1 | grep -E '✓|✕|^Tests:') || true
+    kill "$tp_pid"; wait "$tp_pid" 2>/dev/null || true
+    [ -f "$work/twice.conf" ] || { echo "no twice run: skipped" >&2; exit $rc; }
+    sed -i 's/^toxiproxy-api .*/toxiproxy-api 127.0.0.1:8474/' "$work/twice.conf"
+    "$twice_bin" run -c "$work/twice.conf" >>"$work/twice.log" 2>&1 &
+    twice_pid=$!
+    for _ in $(seq 100); do (exec 3<>/dev/tcp/127.0.0.1/8474) 2>/dev/null && break; sleep 0.05; done
+    echo "-- against twice:"
+    (cd "$node" && npx jest --runInBand --verbose 2>&1 | grep -E '✓|✕|^Tests:|Expected|Received|status code' | head -80) || true
+    stop_twice
+fi
 exit $rc
