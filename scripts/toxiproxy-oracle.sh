@@ -161,6 +161,10 @@ done
 echo "api_test.go: $same tests with the same result, $differ different"
 
 node_src="${2:-}"
+if [ -n "$node_src" ] && [ ! -f "$node_src/package.json" ]; then
+    echo "oracle: $node_src has no package.json: not a toxiproxy-node-client source tree" >&2
+    exit 2
+fi
 if [ -n "$node_src" ]; then
     echo "== toxiproxy-node-client's jest suite: against Toxiproxy, then against twice (port 8474)"
     node="$work/node-client"
