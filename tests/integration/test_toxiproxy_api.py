@@ -26,7 +26,9 @@ table) and toxic_collection.go. docs/toxiproxy.md lists where twice differs.
   open connection), replaces a changed one, refuses a list with a nameless
   proxy before creating anything;
 - POST /reset: every proxy enabled again, every toxic gone, proxies kept;
-- changing a proxy's upstream restarts it and drops its connections.
+- changing a proxy's upstream restarts it and drops its connections;
+- twice exits cleanly (SIGTERM, status 0) with the proxies and toxics the
+  test left.
 
 TOXIPROXY_SERVER=/path/to/toxiproxy-server runs the same cases against a
 real Toxiproxy as well (scripts/toxiproxy-oracle.sh builds one from a
@@ -101,6 +103,9 @@ class Server:
             text = ("seed 7\ntoxiproxy-api 127.0.0.1:%d\n" % self.port
                     + h.config(h.listen_block("file_redis", h.free_port(), redis_port)))
             self.proc = test.twice(text)
+            # After the test (before the harness's kill): a clean exit with the run-time
+            # proxies and toxics still there (their memory, under ASan).
+            test.addCleanup(self.proc.stop)
         else:
             self.proc = h.spawn([os.environ["TOXIPROXY_SERVER"], "-host", "127.0.0.1",
                                  "-port", str(self.port)],
