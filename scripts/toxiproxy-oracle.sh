@@ -26,7 +26,10 @@
 #      its tests are not in its npm package), its jest suite, installed in a
 #      copy with `npm ci` from its lockfile, against Toxiproxy and then
 #      against twice, both on 127.0.0.1:8474 (the port its tests use).
-# The exit status is non-zero when steps 1 or 2 failed (steps 3 and 4 report).
+#   5. tests/integration/toxiproxy_compare.py: the same ~75 requests to both
+#      servers (what differs in the answers), then each toxic on real traffic
+#      through both (what a client sees).
+# The exit status is non-zero when steps 1 or 2 failed (steps 3 to 5 report).
 set -euo pipefail
 
 src="${1:-}"
@@ -185,4 +188,8 @@ if [ -n "$node_src" ]; then
     (cd "$node" && npx jest --runInBand --verbose 2>&1 | grep -E '✓|✕|^Tests:|Expected|Received|status code' | head -80) || true
     stop_twice
 fi
+
+echo "== toxiproxy_compare.py: Toxiproxy $version and twice side by side"
+TOXIPROXY_SERVER="$server" TWICE_BIN="$twice_bin" TWICE_SOURCE_DIR="$repo" \
+    /usr/bin/python3 "$repo/tests/integration/toxiproxy_compare.py" || rc=1
 exit $rc
