@@ -13,6 +13,7 @@ table) and toxic_collection.go. docs/toxiproxy.md lists where twice differs.
   `listen` answered with the real port, `toxics` []), GET /proxies (an object
   keyed by name), GET /proxies/{proxy}; 409, 400 and 404 with
   {"error": ..., "status": ...};
+- every toxic of the README with its attributes, echoed back in full;
 - toxics: the defaults (`<type>_<stream>`, downstream, toxicity 1), list,
   show, update (partial: attributes not sent keep their value), delete (204),
   and each documented error;
@@ -296,6 +297,24 @@ class ToxiproxyApiCase:
         self.err("DELETE", "/proxies/redis/toxics/latency_upstream", None, 404, "toxic not found")
         self.assertEqual(sorted(x["name"] for x in self.ok("GET", "/proxies/redis/toxics")),
                          ["latency_downstream", "slow"])
+
+    def test_each_readme_toxic(self):
+        # README "Toxics": every toxic type with its attributes, echoed back in full.
+        self.create("redis")
+        readme = [("latency", {"latency": 1000, "jitter": 100}), ("bandwidth", {"rate": 1000}),
+                  ("slow_close", {"delay": 1000}), ("timeout", {"timeout": 5000}),
+                  ("reset_peer", {"timeout": 100}),
+                  ("slicer", {"average_size": 64, "size_variation": 32, "delay": 10}),
+                  ("limit_data", {"bytes": 1024})]
+        for typ, attrs in readme:
+            t = self.add_toxic("redis", {"type": typ, "stream": "upstream", "attributes": attrs})
+            self.assertEqual((t["name"], t["type"], t["stream"], t["toxicity"], t["attributes"]),
+                             (typ + "_upstream", typ, "upstream", 1, attrs))
+        # Attributes not given are 0 (Go's zero values: toxics/*.go).
+        t = self.add_toxic("redis", {"type": "slicer", "attributes": {"average_size": 8}})
+        self.assertEqual(t["attributes"], {"average_size": 8, "size_variation": 0, "delay": 0})
+        names = [x["name"] for x in self.ok("GET", "/proxies/redis/toxics")]
+        self.assertEqual(sorted(names), sorted([typ + "_upstream" for typ, _ in readme] + ["slicer_downstream"]))
 
     def test_cli_example_latency_on_redis(self):
         # README "CLI Example", as HTTP: create, SET/GET, add a 1000 ms latency toxic
