@@ -43,6 +43,9 @@
 
 /* Longest path segment (a proxy's or a toxic's name, decoded) a route takes. */
 #define TOXI_SEG_MAX 256
+/* How answers are printed: compact, members in the order made, reals in 9 digits (a float32's
+ * shortest form: toxicity 0.2 is "0.2", as Go prints it). */
+#define TOXI_JSON_FLAGS (JSON_COMPACT | JSON_PRESERVE_ORDER | JSON_REAL_PRECISION(9))
 /* Largest request body the API takes (a /populate of many proxies). */
 #define TOXI_MAX_BODY (1u << 20)
 /* What GET /version says: Toxiproxy's API version, and twice's. */
@@ -280,8 +283,7 @@ static void reply_body(struct toxi *tx, struct evhttp_request *req, int code, co
 static void reply_json(struct toxi *tx, struct evhttp_request *req, int code, json_t *j)
 {
     struct evbuffer *b = evbuffer_new();
-    char *text =
-        j != NULL ? json_dumps(j, JSON_COMPACT | JSON_PRESERVE_ORDER | JSON_ENCODE_ANY) : NULL;
+    char *text = j != NULL ? json_dumps(j, TOXI_JSON_FLAGS | JSON_ENCODE_ANY) : NULL;
     json_decref(j);
     if (b == NULL || text == NULL) {
         free(text);
@@ -313,7 +315,7 @@ static void reply_error(struct toxi *tx, struct evhttp_request *req, int code, c
     vsnprintf(msg, sizeof(msg), fmt, ap);
     va_end(ap);
     json_t *j = error_json(code, msg);
-    char *text = j != NULL ? json_dumps(j, JSON_COMPACT | JSON_PRESERVE_ORDER) : NULL;
+    char *text = j != NULL ? json_dumps(j, TOXI_JSON_FLAGS) : NULL;
     json_decref(j);
     struct evbuffer *b = evbuffer_new();
     if (b == NULL || text == NULL) {
@@ -327,6 +329,33 @@ static void reply_error(struct toxi *tx, struct evhttp_request *req, int code, c
     free(text);
     evhttp_add_header(evhttp_request_get_output_headers(req), "X-Content-Type-Options", "nosniff");
     reply_body(tx, req, code, "text/plain; charset=utf-8", b);
+    evbuffer_free(b);
+}
+
+/* An answer as Go's server and gorilla/mux send it: `type` NULL leaves Content-Type out, and
+ * `id` false the request id (mux answers unknown routes before Toxiproxy's middleware). */
+static void reply_plain(struct toxi *tx, struct evhttp_request *req, int code, const char *type,
+                        const char *text, bool id)
+{
+    struct evbuffer *b = evbuffer_new();
+    if (b == NULL) {
+        evhttp_send_error(req, 500, NULL);
+        return;
+    }
+    struct evkeyvalq *h = evhttp_request_get_output_headers(req);
+    char len[24];
+    snprintf(len, sizeof(len), "%zu", strlen(text));
+    if (id) {
+        char rid[24];
+        snprintf(rid, sizeof(rid), "twice%015llu", (unsigned long long)++tx->request_id);
+        evhttp_add_header(h, "X-Toxiproxy-Request-Id", rid);
+    }
+    if (type != NULL)
+        evhttp_add_header(h, "Content-Type", type);
+    evhttp_add_header(h, "Content-Length", len);
+    if (evhttp_request_get_command(req) != EVHTTP_REQ_HEAD)
+        evbuffer_add(b, text, strlen(text));
+    evhttp_send_reply(req, code, NULL, b);
     evbuffer_free(b);
 }
 
@@ -672,7 +701,7 @@ static json_t *read_body(struct toxi *tx, struct evhttp_request *req)
 static const char *str_field(const json_t *o, const char *key, const char *dflt, const char *what,
                              char *err, size_t errlen)
 {
-    const json_t *v = json_object_get(o, key);
+    const json_t *v = toxic_json_get(o, key);
     if (v == NULL || json_is_null(v))
         return dflt;
     if (!json_is_string(v)) {
@@ -691,7 +720,7 @@ static const char *str_field(const json_t *o, const char *key, const char *dflt,
 /* A boolean field: 0 with *out (left alone when absent), -1 with err. */
 static int bool_field(const json_t *o, const char *key, bool *out, char *err, size_t errlen)
 {
-    const json_t *v = json_object_get(o, key);
+    const json_t *v = toxic_json_get(o, key);
     if (v == NULL || json_is_null(v))
         return 0;
     if (!json_is_boolean(v)) {
@@ -729,7 +758,7 @@ static struct toxi_proxy *proxy_from_json(const json_t *o, const char *where, in
                                           size_t errlen)
 {
     *code = 400;
-    if (!json_is_object(o)) {
+    if (!json_is_object(o) && !json_is_null(o)) { /* null decodes to nothing, as in Go */
         snprintf(err, errlen,
                  "bad request body: json: cannot unmarshal %s into Go value of type "
                  "toxiproxy.Proxy",
@@ -904,7 +933,7 @@ static json_t *populate(struct toxi *tx, const json_t *arr, int *status)
     json_t *list = json_array(), *out = NULL;
     struct toxi_proxy **made = NULL;
     size_t n = json_is_array(arr) ? json_array_size(arr) : 0;
-    if (!json_is_array(arr)) {
+    if (!json_is_array(arr) && !json_is_null(arr)) { /* null decodes to no proxy, as in Go */
         snprintf(err, sizeof(err),
                  "bad request body: json: cannot unmarshal %s into Go value of type []struct { "
                  "toxiproxy.Proxy; Enabled *bool \"json:\\\"enabled\\\"\" }",
@@ -1015,6 +1044,14 @@ static void update_proxy(struct toxi *tx, struct evhttp_request *req, char args[
     snprintf(n.listen, sizeof(n.listen), "%s", listen);
     snprintf(n.upstream, sizeof(n.upstream), "%s", up);
     json_decref(body);
+    char bind[300];
+    if (n.listen[0] != '\0' &&
+        resolve_listen(n.listen, bind, sizeof(bind), err, sizeof(err)) != 0) {
+        /* Toxiproxy resolves the new address first (Differs): nothing changes. */
+        const char *why = strncmp(err, "listen tcp: ", 12) == 0 ? err + 12 : err;
+        reply_error(tx, req, 500, "%s", why);
+        return;
+    }
     if (proxy_differs(p, &n)) {
         /* Toxiproxy stops the proxy (its connections close) and starts it anew. */
         bool was = p->enabled;
@@ -1042,7 +1079,7 @@ static void delete_proxy(struct toxi *tx, struct evhttp_request *req, char args[
         return;
     log_msg(LOG_INFO, "proxy deleted", "proxy=%s source=toxiproxy", p->name);
     proxy_remove(tx, p);
-    reply_empty(tx, req, 204, "text/plain; charset=utf-8", "");
+    reply_plain(tx, req, 204, NULL, "", true);
 }
 
 static void get_toxics(struct toxi *tx, struct evhttp_request *req, char args[2][TOXI_SEG_MAX])
@@ -1055,7 +1092,7 @@ static void get_toxics(struct toxi *tx, struct evhttp_request *req, char args[2]
 /* toxicity from the body, `dflt` when absent; -1 with err when it is no number. */
 static int toxicity_field(const json_t *o, double dflt, double *out, char *err, size_t errlen)
 {
-    const json_t *v = json_object_get(o, "toxicity");
+    const json_t *v = toxic_json_get(o, "toxicity");
     *out = dflt;
     if (v == NULL || json_is_null(v))
         return 0;
@@ -1180,7 +1217,7 @@ static void create_toxic(struct toxi *tx, struct evhttp_request *req, char args[
                  (size_t)CONF_NAME_MAX - 1, t->name);
         goto fail;
     }
-    const json_t *attrs = json_object_get(body, "attributes");
+    const json_t *attrs = toxic_json_get(body, "attributes");
     if (message) {
         t->attributes = json_is_object(attrs) ? json_deep_copy(attrs) : json_object();
         if (t->attributes == NULL || message_rule(tx, p, t, err, sizeof(err)) != 0)
@@ -1257,7 +1294,7 @@ static void update_toxic(struct toxi *tx, struct evhttp_request *req, char args[
         return;
     char err[512];
     double toxicity;
-    const json_t *attrs = json_object_get(body, "attributes");
+    const json_t *attrs = toxic_json_get(body, "attributes");
     int rc = toxicity_field(body, t->toxicity, &toxicity, err, sizeof(err));
     if (rc == 0 && t->attributes != NULL) {
         rc = update_message(tx, p, t, attrs, toxicity, err, sizeof(err));
@@ -1299,7 +1336,7 @@ static void delete_toxic(struct toxi *tx, struct evhttp_request *req, char args[
         return;
     log_msg(LOG_INFO, "toxic removed", "proxy=%s toxic=%s", p->name, t->name);
     remove_toxics(tx, p, t);
-    reply_empty(tx, req, 204, "text/plain; charset=utf-8", "");
+    reply_plain(tx, req, 204, NULL, "", true);
 }
 
 static void post_reset(struct toxi *tx, struct evhttp_request *req, char args[2][TOXI_SEG_MAX])
@@ -1316,7 +1353,7 @@ static void post_reset(struct toxi *tx, struct evhttp_request *req, char args[2]
             remove_toxics(tx, p, NULL);
     }
     log_msg(LOG_INFO, "toxiproxy reset", NULL);
-    reply_empty(tx, req, 204, "text/plain; charset=utf-8", "");
+    reply_plain(tx, req, 204, NULL, "", true);
 }
 
 /* ---- routing ---------------------------------------------------------------------------- */
@@ -1428,9 +1465,9 @@ static void on_request(struct evhttp_request *req, void *arg)
         path_known = path_known || hit;
     }
     if (path_known)
-        reply_empty(tx, req, 405, "text/plain; charset=utf-8", "");
+        reply_plain(tx, req, 405, NULL, "", false);
     else
-        reply_empty(tx, req, 404, "text/plain; charset=utf-8", "404 page not found\n");
+        reply_plain(tx, req, 404, "text/plain; charset=utf-8", "404 page not found\n", false);
 }
 
 /* ---- the server -------------------------------------------------------------------------- */
@@ -1479,6 +1516,7 @@ static int server_open(struct toxi *tx, const struct conf *c, char *err, size_t 
                                          EVHTTP_REQ_PUT | EVHTTP_REQ_DELETE | EVHTTP_REQ_PATCH |
                                          EVHTTP_REQ_OPTIONS);
     evhttp_set_gencb(http, on_request, tx);
+    evhttp_set_default_content_type(http, NULL); /* Go sends none on a 204 or a 405 */
     struct evhttp_bound_socket *bound =
         evhttp_bind_socket_with_handle(http, c->toxiproxy_api.host, c->toxiproxy_api.port);
     if (bound == NULL) {

@@ -9,19 +9,39 @@
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
+#include <strings.h>
 
 static const struct {
     const char *type;
+    const char *go_type; /* its Go struct, named in Toxiproxy's decoding errors */
     const char *attrs[TOXIC_MAX_ATTRS + 1];
 } toxic_table[TOXIC_KIND_COUNT] = {
-    [TOXIC_LATENCY] = {"latency", {"latency", "jitter", NULL}},
-    [TOXIC_BANDWIDTH] = {"bandwidth", {"rate", NULL}},
-    [TOXIC_SLOW_CLOSE] = {"slow_close", {"delay", NULL}},
-    [TOXIC_TIMEOUT] = {"timeout", {"timeout", NULL}},
-    [TOXIC_RESET_PEER] = {"reset_peer", {"timeout", NULL}},
-    [TOXIC_SLICER] = {"slicer", {"average_size", "size_variation", "delay", NULL}},
-    [TOXIC_LIMIT_DATA] = {"limit_data", {"bytes", NULL}},
+    [TOXIC_LATENCY] = {"latency", "LatencyToxic", {"latency", "jitter", NULL}},
+    [TOXIC_BANDWIDTH] = {"bandwidth", "BandwidthToxic", {"rate", NULL}},
+    [TOXIC_SLOW_CLOSE] = {"slow_close", "SlowCloseToxic", {"delay", NULL}},
+    [TOXIC_TIMEOUT] = {"timeout", "TimeoutToxic", {"timeout", NULL}},
+    [TOXIC_RESET_PEER] = {"reset_peer", "ResetToxic", {"timeout", NULL}},
+    [TOXIC_SLICER] = {"slicer", "SlicerToxic", {"average_size", "size_variation", "delay", NULL}},
+    [TOXIC_LIMIT_DATA] = {"limit_data", "LimitDataToxic", {"bytes", NULL}},
+    [TOXIC_NOOP] = {"noop", "NoopToxic", {NULL}},
 };
+
+const json_t *toxic_json_get(const json_t *o, const char *key)
+{
+    if (!json_is_object(o))
+        return NULL;
+    const json_t *v = json_object_get(o, key);
+    if (v != NULL)
+        return v;
+    const char *k;
+    json_t *val;
+    json_object_foreach((json_t *)o, k, val)
+    {
+        if (strcasecmp(k, key) == 0)
+            return val;
+    }
+    return NULL;
+}
 
 int toxic_stream_kind(const char *type, enum toxic_kind *kind)
 {
@@ -72,7 +92,7 @@ int toxic_stream_read(enum toxic_kind kind, const json_t *attrs, const struct to
         t = *base;
     const char *const *names = toxic_table[kind].attrs;
     for (int i = 0; names[i] != NULL; i++) {
-        const json_t *v = json_is_object(attrs) ? json_object_get(attrs, names[i]) : NULL;
+        const json_t *v = toxic_json_get(attrs, names[i]);
         if (v == NULL || json_is_null(v))
             continue;
         if (json_is_integer(v)) {
@@ -81,10 +101,16 @@ int toxic_stream_read(enum toxic_kind kind, const json_t *attrs, const struct to
                    fabs(json_real_value(v)) < 9.0e18) {
             t.attr[i] = (int64_t)json_real_value(v); /* 1e3 is an integer to Go too */
         } else {
+            char what[48];
+            if (json_is_real(v))
+                snprintf(what, sizeof(what), "number %.17g", json_real_value(v));
+            else
+                snprintf(what, sizeof(what), "%s", json_kind_name(v));
             snprintf(err, errlen,
                      "bad request body: json: cannot unmarshal %s into Go struct field "
-                     ".attributes.%s of type %s",
-                     json_kind_name(v), names[i], kind == TOXIC_SLICER ? "int" : "int64");
+                     "%s.attributes.%s of type %s",
+                     what, toxic_table[kind].go_type, names[i],
+                     kind == TOXIC_SLICER ? "int" : "int64");
             return -1;
         }
     }

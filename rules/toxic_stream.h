@@ -11,6 +11,7 @@
  *   reset_peer   timeout (ms)                    the first data, then a TCP reset after it
  *   slicer       average_size, size_variation (bytes), delay (µs)   data cut in slices
  *   limit_data   bytes                           closed once that many bytes went through
+ *   noop         (none)                          nothing
  *
  * The proxy maps them onto its stream faults (proxy/shaper.h).  Pure: no I/O.
  */
@@ -30,6 +31,7 @@ enum toxic_kind {
     TOXIC_RESET_PEER,
     TOXIC_SLICER,
     TOXIC_LIMIT_DATA,
+    TOXIC_NOOP, /* passes the data: a registered type of Toxiproxy's */
     TOXIC_KIND_COUNT,
 };
 
@@ -54,6 +56,10 @@ const char *const *toxic_stream_attr_names(enum toxic_kind kind);
  * Toxiproxy's words in err when an attribute is not an integer. */
 int toxic_stream_read(enum toxic_kind kind, const json_t *attrs, const struct toxic_stream *base,
                       struct toxic_stream *out, char *err, size_t errlen);
+
+/* Member `key` of object `o` as Go's decoder finds it: the exact name, else one that differs
+ * only in case; NULL when none (or `o` is no object). */
+const json_t *toxic_json_get(const json_t *o, const char *key);
 
 /* The attributes of `t` as Toxiproxy shows them: a new JSON object with every attribute. */
 json_t *toxic_stream_json(const struct toxic_stream *t);
