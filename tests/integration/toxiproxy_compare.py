@@ -206,13 +206,7 @@ class Sender(h.ThreadedServer):
                     return
                 c.sendall(data)
         c.sendall(PATTERN[:int(line)])
-        c.shutdown(socket.SHUT_WR)
-        try:
-            c.settimeout(10)
-            while c.recv(65536):
-                pass
-        except OSError:
-            pass
+        h._finish(c)  # FIN, then wait for the client's close
 
 
 def connect(port):
