@@ -34,12 +34,7 @@
 #include "rules/engine.h"
 #include "rules/interp.h"
 
-#if __has_include("rules/toxic_msg.h")
 #include "rules/toxic_msg.h"
-#define TOXI_HAS_MSG 1
-#else
-#define TOXI_HAS_MSG 0
-#endif
 
 /* Longest path segment (a proxy's or a toxic's name, decoded) a route takes. */
 #define TOXI_SEG_MAX 256
@@ -260,6 +255,12 @@ void toxi_rules_changed(struct proxy *px)
     struct toxi *tx = px->toxi;
     if (tx == NULL)
         return;
+    for (const struct toxi_proxy *p = tx->proxies; p != NULL; p = p->next)
+        if (conf_find_listener(px->conf->conf, p->name) != NULL)
+            log_msg(LOG_WARN, "a proxy and a listener of the file share a name",
+                    "proxy=%s hint=\"their rules and counters mix: delete the proxy or rename "
+                    "the listener\"",
+                    p->name);
     bool any = false;
     for (struct toxi_proxy *p = tx->proxies; p != NULL && !any; p = p->next)
         for (struct toxi_toxic *t = p->toxics; t != NULL && !any; t = t->next)
@@ -1021,13 +1022,22 @@ static void get_proxy(struct toxi *tx, struct evhttp_request *req, char args[2][
         reply_json(tx, req, 200, proxy_json(p));
 }
 
-static void update_proxy(struct toxi *tx, struct evhttp_request *req, char args[2][TOXI_SEG_MAX])
+/* The proxy of the path and the request's body (owned by the caller), or NULL after answering
+ * 404 or 400. */
+static struct toxi_proxy *proxy_and_body(struct toxi *tx, struct evhttp_request *req,
+                                         char args[2][TOXI_SEG_MAX], json_t **body)
 {
     struct toxi_proxy *p = proxy_of(tx, req, args);
+    if (p == NULL || (*body = read_body(tx, req)) == NULL)
+        return NULL;
+    return p;
+}
+
+static void update_proxy(struct toxi *tx, struct evhttp_request *req, char args[2][TOXI_SEG_MAX])
+{
+    json_t *body;
+    struct toxi_proxy *p = proxy_and_body(tx, req, args, &body);
     if (p == NULL)
-        return;
-    json_t *body = read_body(tx, req);
-    if (body == NULL)
         return;
     char err[512];
     int code = 400;
@@ -1113,16 +1123,15 @@ static int toxicity_field(const json_t *o, double dflt, double *out, char *err, 
 static int message_rule(struct toxi *tx, struct toxi_proxy *p, struct toxi_toxic *t, char *err,
                         size_t errlen)
 {
-#if TOXI_HAS_MSG
     char rule[160];
     snprintf(rule, sizeof(rule), "%s.%s", p->name, t->name);
-    if (p->l == NULL) {
-        snprintf(err, errlen, "proxy '%s' is disabled: enable it before adding message toxics",
-                 p->name);
+    /* Checked against the proxy's listener: its own, or (disabled) the one it would have. */
+    bool port0;
+    struct conf *own = p->l == NULL ? proxy_conf(tx, p, "127.0.0.1:1", &port0, err, errlen) : NULL;
+    if (p->l == NULL && own == NULL)
         return -1;
-    }
     struct conf base = *tx->px->conf->conf;
-    struct conf_listener cl = *p->l->cfg->l;
+    struct conf_listener cl = p->l != NULL ? *p->l->cfg->l : *own->listeners;
     cl.next = NULL;
     base.listeners = &cl;
     base.n_listeners = 1;
@@ -1130,24 +1139,8 @@ static int message_rule(struct toxi *tx, struct toxi_proxy *p, struct toxi_toxic
     base.n_rules = 0;
     t->rule = toxic_msg_rule(&base, rule, p->name, t->type, t->stream, t->toxicity, t->attributes,
                              err, errlen);
+    conf_free(own);
     return t->rule != NULL ? 0 : -1;
-#else
-    (void)tx;
-    (void)p;
-    (void)t;
-    snprintf(err, errlen, "invalid toxic type");
-    return -1;
-#endif
-}
-
-static bool is_message_type(const char *type)
-{
-#if TOXI_HAS_MSG
-    return toxic_msg_is_message(type);
-#else
-    (void)type;
-    return false;
-#endif
 }
 
 /* Adds t (taken) to p, upstream ones before downstream ones as Toxiproxy lists them. */
@@ -1169,11 +1162,9 @@ static void toxics_changed(struct toxi *tx, struct toxi_proxy *p, bool rules)
 
 static void create_toxic(struct toxi *tx, struct evhttp_request *req, char args[2][TOXI_SEG_MAX])
 {
-    struct toxi_proxy *p = proxy_of(tx, req, args);
+    json_t *body;
+    struct toxi_proxy *p = proxy_and_body(tx, req, args, &body);
     if (p == NULL)
-        return;
-    json_t *body = read_body(tx, req);
-    if (body == NULL)
         return;
     char err[512];
     int code = 400;
@@ -1200,7 +1191,7 @@ static void create_toxic(struct toxi *tx, struct evhttp_request *req, char args[
         snprintf(t->name, sizeof(t->name), "%s", name);
     else
         snprintf(t->name, sizeof(t->name), "%s_%s", type, stream);
-    bool message = is_message_type(type);
+    bool message = toxic_msg_is_message(type);
     if (!message && toxic_stream_kind(type, &t->t.kind) != 0) {
         snprintf(err, sizeof(err), "invalid toxic type");
         goto fail;

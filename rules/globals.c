@@ -111,19 +111,26 @@ static bool conf_has_host_and_port(const char *text)
     return colon != NULL && colon != text && colon[1] != '\0';
 }
 
-void conf_global_admin(struct conf_parser *p, const struct conf_node *n)
+/* An HTTP API's `KEYWORD HOST:PORT` into *addr, *has set when it is one. */
+static void conf_global_api(struct conf_parser *p, const struct conf_node *n,
+                            struct conf_addr *addr, bool *has)
 {
     const struct conf_word *w = &n->words[1];
 
-    /* conf_value_bind would say 'bind' in this message: say 'admin'. */
+    /* conf_value_bind would say 'bind' in this message: say the keyword. */
     if (!conf_has_host_and_port(w->text)) {
         conf_diag_add(p->diags, CONF_ERROR, w->loc, NULL,
-                      "'admin' needs HOST:PORT, e.g. 127.0.0.1:8474");
+                      "'%s' needs HOST:PORT, e.g. 127.0.0.1:8474", n->words[0].text);
         return;
     }
-    if (conf_value_bind(p, w, &p->conf->admin)) {
-        p->conf->has_admin = true;
+    if (conf_value_bind(p, w, addr)) {
+        *has = true;
     }
+}
+
+void conf_global_admin(struct conf_parser *p, const struct conf_node *n)
+{
+    conf_global_api(p, n, &p->conf->admin, &p->conf->has_admin);
 }
 
 void conf_global_admin_token(struct conf_parser *p, const struct conf_node *n)
@@ -228,16 +235,7 @@ static void conf_api_check(struct conf_parser *p, const struct conf_addr *api, c
 /* `toxiproxy-api HOST:PORT`: Toxiproxy's HTTP API, under the admin API's rule. */
 void conf_global_toxiproxy_api(struct conf_parser *p, const struct conf_node *n)
 {
-    const struct conf_word *w = &n->words[1];
-
-    if (!conf_has_host_and_port(w->text)) {
-        conf_diag_add(p->diags, CONF_ERROR, w->loc, NULL,
-                      "'toxiproxy-api' needs HOST:PORT, e.g. 127.0.0.1:8474");
-        return;
-    }
-    if (conf_value_bind(p, w, &p->conf->toxiproxy_api)) {
-        p->conf->has_toxiproxy_api = true;
-    }
+    conf_global_api(p, n, &p->conf->toxiproxy_api, &p->conf->has_toxiproxy_api);
 }
 
 /* `toxiproxy-config FILE`: read by the program at start (rules/ opens no file). */

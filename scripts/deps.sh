@@ -39,7 +39,8 @@ if [ "$node_wanted" = 1 ]; then
 fi
 
 # The npm packages of tests/node (amqplib; BullMQ 5 as `bullmq` and BullMQ 6 as `bullmq6`, an npm
-# alias; ioredis, a dependency of BullMQ 5 and the peer dependency of BullMQ 6), as its committed
+# alias; ioredis, a dependency of BullMQ 5 and the peer dependency of BullMQ 6; Toxiproxy's client
+# toxiproxy-node-client, which drives twice's Toxiproxy API), as its committed
 # lockfile pins them, into tests/node/node_modules (never global): again only when the lockfile
 # changed since the last install.
 node_modules() {

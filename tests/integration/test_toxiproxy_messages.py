@@ -2,8 +2,7 @@
 """A message toxic added through twice's Toxiproxy API makes a Celery task run twice, and
 `twice verdict` says so, on RabbitMQ and on Redis.
 
-Each test runs a twice with `toxiproxy-api` and a journal, and nothing in its file about the
-app.  Through the Toxiproxy API, with curl as a user following docs/toxiproxy.md would:
+Each test runs a twice whose file has `toxiproxy-api`, a journal and a seed, and no listener.  Through the Toxiproxy API, with curl as a user following docs/toxiproxy.md would:
 
 - POST /proxies creates a parsed proxy in front of the real broker: `"protocol": "amqp"` for
   RabbitMQ, `"protocol": "resp", "profile": "celery"` for Redis;
@@ -63,12 +62,11 @@ class ToxiproxyMessages(unittest.TestCase):
         self.tw = None
         self.api_port = h.free_port()
         self.journal = os.path.join(self.tmp, "%s.pb" % self._testMethodName)
-        # The file names no app listener: the proxy comes through the API.  (One tcp listener,
-        # unused, as a twice file has at least one.)
+        # No listener in the file: the proxy comes through the API.
         text = "seed 7\njournal %s\ntoxiproxy-api 127.0.0.1:%d\n" % (self.journal, self.api_port)
-        text += h.config(h.listen_block("unused", h.free_port(), self.redis.port), grace="1s")
+        text += h.config(grace="1s")
         self.tw = h.start_twice(text, self.tmp)
-        self.tw.wait_for_log(r"msg=listening.*127\.0\.0\.1:%d" % self.api_port)
+        self.tw.wait_for_log(r"toxiproxy API listening.*127\.0\.0\.1:%d" % self.api_port)
 
     def tearDown(self):
         for w in self.workers:
