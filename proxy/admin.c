@@ -288,7 +288,11 @@ static int parse_body_rules(struct proxy *px, struct evhttp_request *req, const 
     }
     evbuffer_remove(in, text, len);
     text[len] = '\0';
-    int rc = conf_parse_rules(src, text, len, px->conf->conf, rules, n, d);
+    /* The Toxiproxy API's proxies are listeners too: rules may name them. */
+    struct conf view;
+    struct conf_listener *mem;
+    int rc = conf_parse_rules(src, text, len, toxi_conf_view(px, &view, &mem), rules, n, d);
+    free(mem);
     rule_changes_body(px, text, len);
     free(text);
     if (rc != 0) {

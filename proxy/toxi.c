@@ -269,6 +269,30 @@ void toxi_rules_changed(struct proxy *px)
         log_msg(LOG_ERROR, "out of memory: message toxics left out of the rules", NULL);
 }
 
+const struct conf *toxi_conf_view(struct proxy *px, struct conf *view, struct conf_listener **mem)
+{
+    const struct conf *c = px->conf->conf;
+    *mem = NULL;
+    size_t n = 0;
+    for (const struct toxi_proxy *p = px->toxi != NULL ? px->toxi->proxies : NULL; p != NULL;
+         p = p->next)
+        n += p->l != NULL;
+    if (n == 0 || (*mem = calloc(c->n_listeners + n, sizeof(**mem))) == NULL)
+        return c;
+    *view = *c;
+    size_t i = 0;
+    for (const struct conf_listener *l = c->listeners; l != NULL; l = l->next)
+        (*mem)[i++] = *l;
+    for (const struct toxi_proxy *p = px->toxi->proxies; p != NULL; p = p->next)
+        if (p->l != NULL)
+            (*mem)[i++] = *p->l->cfg->l;
+    for (size_t j = 0; j < i; j++)
+        (*mem)[j].next = j + 1 < i ? &(*mem)[j + 1] : NULL;
+    view->listeners = *mem;
+    view->n_listeners = i;
+    return view;
+}
+
 /* ---- answers ---------------------------------------------------------------------------- */
 
 static void reply_body(struct toxi *tx, struct evhttp_request *req, int code, const char *type,

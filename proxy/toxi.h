@@ -76,6 +76,14 @@ void toxi_stop(struct proxy *px);
  * Main thread. */
 void toxi_rules_changed(struct proxy *px);
 
+struct conf;
+struct conf_listener;
+
+/* The configuration rules are checked against: the file's, with the listeners of the enabled
+ * proxies after its own (a shallow view in *view, its listeners in *mem, which the caller frees
+ * once done with the view), or the file's itself when there is no proxy.  Main thread. */
+const struct conf *toxi_conf_view(struct proxy *px, struct conf *view, struct conf_listener **mem);
+
 /* For a session of a proxy's listener: fold its toxics into fx (the stream faults of its rules,
  * by the side bytes come from), and keep the snapshot the names point into.  Any thread. */
 void toxi_session_fx(struct session *s, struct stream_fx fx[2]);

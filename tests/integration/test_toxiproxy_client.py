@@ -25,6 +25,7 @@ adds and removes toxics, and measures on raw sockets (Redis) or with amqplib (Ra
 - toxicity: 0 spares five connections, updated to 1 every one of them gets the latency;
 - reset: toxics gone (the open connection fast again), every proxy enabled;
 - reload (SIGHUP) keeps the proxies, their toxics and their open connections (a Python check);
+- an admin API rule on a proxy (`PUT /rules/NAME ... on PROXY`) adds to its toxics (Python);
 - toxiproxy-config: a second twice reads Toxiproxy's start-up JSON and serves its proxies, the
   disabled one refusing (a Python check);
 - rabbit: amqplib's handshake through a proxy with 200 ms latency takes >= 600 ms (three
@@ -61,8 +62,9 @@ class ToxiproxyClient(unittest.TestCase):
         cls.tmp = h.make_tmpdir("twice-it-toxiclient-")
         cls.redis = h.start_redis(cls.tmp)
         cls.rabbit = None
-        cls.api_port = h.free_port()
-        text = "seed 11\ntoxiproxy-api 127.0.0.1:%d\n" % cls.api_port
+        cls.api_port, cls.admin_port = h.free_port(), h.free_port()
+        text = "seed 11\ntoxiproxy-api 127.0.0.1:%d\nadmin 127.0.0.1:%d\n" % (cls.api_port,
+                                                                           cls.admin_port)
         cls.tw = h.start_twice(h.config(log_level="info", grace="1s") + text, cls.tmp)
         cls.tw.wait_for_log(r"toxiproxy API listening\" addr=127\.0\.0\.1:%d" % cls.api_port)
 
@@ -236,6 +238,31 @@ class ToxiproxyClient(unittest.TestCase):
         finally:
             sock.close()
             self.api("DELETE", "/proxies/redis_rl")
+
+    def test_admin_rule_on_a_proxy(self):
+        """A proxy is a listener: the admin API's rules may name it, next to its toxics."""
+        st, p = self.api("POST", "/proxies", {"name": "redis_adm", "listen": "127.0.0.1:0",
+                                              "upstream": "127.0.0.1:%d" % self.redis.port})
+        self.assertEqual(st, 201, p)
+        port = int(p["listen"].rsplit(":", 1)[1])
+        try:
+            req = urllib.request.Request(
+                "http://127.0.0.1:%d/rules/slow_adm" % self.admin_port, method="PUT",
+                data=b"rule slow_adm on redis_adm {\n  stream downstream\n  do latency 200ms\n}\n")
+            with urllib.request.urlopen(req, timeout=10) as r:
+                self.assertIn(r.status, (200, 201))
+            sock = h.connect(port)
+            self.assertGreaterEqual(self.ping_ms(sock), 200 - SLACK_MS)
+            st, _ = self.api("POST", "/proxies/redis_adm/toxics",
+                             {"type": "latency", "attributes": {"latency": 100}})
+            self.assertEqual(st, 200)
+            self.assertGreaterEqual(self.ping_ms(sock), 300 - SLACK_MS)  # the rule's and the toxic's
+            sock.close()
+        finally:
+            self.api("DELETE", "/proxies/redis_adm")
+            urllib.request.urlopen(urllib.request.Request(
+                "http://127.0.0.1:%d/rules/slow_adm" % self.admin_port, method="DELETE"),
+                timeout=10).close()
 
     def test_toxiproxy_config(self):
         port, off_port, api = h.free_port(), h.free_port(), h.free_port()
