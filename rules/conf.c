@@ -23,8 +23,9 @@
 #define CONF_READ_CHUNK (64u * 1024u)
 
 const char *const conf_global_keywords[] = {
-    "log-level",     "connect-timeout", "shutdown-grace", "seed", "threads", "journal",
-    "journal-flush", "admin",           "admin-token",    "user", "listen",  "rule",
+    "log-level", "connect-timeout", "shutdown-grace", "seed",        "threads",
+    "journal",   "journal-flush",   "admin",          "admin-token", "user",
+    "instance",  "listen",          "rule",
 };
 const size_t conf_n_global_keywords =
     sizeof(conf_global_keywords) / sizeof(conf_global_keywords[0]);
@@ -73,6 +74,7 @@ static const struct conf_global_directive conf_globals[] = {
     {{"admin", 1, "HOST:PORT"}, false, conf_global_admin},
     {{"admin-token", 1, "TOKEN"}, false, conf_global_admin_token},
     {{"user", 1, "NAME"}, false, conf_global_user},
+    {{"instance", 1, "NAME"}, false, conf_global_instance},
     {{"listen", 1, "NAME"}, true, conf_listen_directive},
     /* Read after every listener (conf_interpret_rules): no function here. */
     {{"rule", 3, "NAME on LISTENER"}, true, NULL},
@@ -194,6 +196,7 @@ void conf_free(struct conf *conf)
     free(conf->admin.host);
     free(conf->admin_token);
     free(conf->user);
+    free(conf->instance);
     free(conf->path);
     free(conf);
 }
