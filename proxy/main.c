@@ -206,11 +206,18 @@ static int journal_mode_arg(int argc, char **argv, int *i, struct proxy_options 
                 argv[0]);
         return -1;
     }
-    if (conf_journal_mode_parse(v, &opt->journal_mode) != 0) {
+    enum conf_journal_mode mode;
+    if (conf_journal_mode_parse(v, &mode) != 0) {
         fprintf(stderr, "twice %s: --journal-mode takes new, append or overwrite, not '%s'\n",
                 argv[0], v);
         return -1;
     }
+    /* Given twice, the two must agree: neither is dropped silently. */
+    if (opt->journal_mode_set && mode != opt->journal_mode) {
+        fprintf(stderr, "twice %s: --journal-mode given twice with different modes\n", argv[0]);
+        return -1;
+    }
+    opt->journal_mode = mode;
     opt->journal_mode_set = true;
     return 1;
 }
