@@ -15,9 +15,10 @@
 #include <time.h>
 
 #include "offline/changes.h"
-#include "offline/cli.h"
 #include "offline/damage.h"
+#include "offline/instances.h"
 #include "offline/journal_reader.h"
+#include "offline/journal_set.h"
 #include "offline/json_out.h"
 #include "offline/report.h"
 
@@ -36,51 +37,65 @@ struct verdict_inputs {
     bool truncated;
     bool clean_stop; /* the journal ends with its stop record */
     struct damage_report damage;
-    bool allow_damaged; /* --allow-damaged */
+    bool allow_damaged;      /* --allow-damaged */
+    struct journal_set *set; /* the journals read (several: one per instance) */
 };
 
 struct verdict_args {
-    const char *journal, *effects;
+    struct journal_paths journals; /* every journal given, globs expanded */
+    const char **effects;          /* every --effects, in order; effects[0] named in the output */
+    size_t n_effects;
     bool json;
     bool allow_damaged; /* --allow-damaged: a damaged journal does not change the exit code */
     struct verdict_options opt;
 };
 
-/* Feeds the journal's header and every record to v.  0, or -1 with a message in err. */
-static int load_journal(struct verdict *v, struct verdict_inputs *in, char *err, size_t errlen)
+/* The accumulator and the journals it is fed from. */
+struct verdict_feed {
+    struct verdict *v;
+    const struct journal_set *set;
+};
+
+/* Journal `source`'s header (a later run's: the run before it ended there). */
+static int feed_header(void *ctx, size_t source, const Twice__Journal__Header *h, bool first)
 {
-    struct journal_reader *r = journal_reader_open(in->journal, err, errlen);
-    if (r == NULL)
+    struct verdict_feed *f = ctx;
+    (void)first;
+    /* A run that names no instance (a twice before instances) is known as its journal is. */
+    return verdict_add_source_header(f->v, (uint32_t)source, h,
+                                     journal_set_info(f->set, source)->instance);
+}
+
+static int feed_record(void *ctx, size_t source, const Twice__Journal__Record *r)
+{
+    struct verdict_feed *f = ctx;
+    return verdict_add_source_record(f->v, (uint32_t)source, r);
+}
+
+/* Feeds every journal's headers and records to v, merged by time.  0, or -1 with a message
+ * in err. */
+static int load_journal(struct verdict *v, const struct journal_paths *paths,
+                        struct verdict_inputs *in, char *err, size_t errlen)
+{
+    in->set = journal_set_open(paths, err, errlen);
+    if (in->set == NULL)
         return -1;
-    const Twice__Journal__Header *h = journal_reader_header(r);
-    in->seed = h->seed;
-    in->start_unix_ms = h->start_unix_ms;
-    const Twice__Journal__Entry *e = NULL;
-    int rc = verdict_add_header(v, h) == 0 ? 1 : JOURNAL_ERR_NOMEM;
-    changes_add_header(&in->changes, h);
-    while (rc == 1 && (rc = journal_reader_next(r, &e)) == 1) {
-        /* A later run's header: the run before it ended there. */
-        if (e->body_case == TWICE__JOURNAL__ENTRY__BODY_HEADER)
-            changes_add_header(&in->changes, e->header);
-        if ((e->body_case == TWICE__JOURNAL__ENTRY__BODY_HEADER &&
-             verdict_add_header(v, e->header) != 0) ||
-            (e->body_case == TWICE__JOURNAL__ENTRY__BODY_RECORD &&
-             (verdict_add_record(v, e->record) != 0 ||
-              changes_add_record(&in->changes, e->record) != 0)))
-            rc = JOURNAL_ERR_NOMEM;
-    }
-    changes_finish(&in->changes);
-    if (rc < 0)
-        snprintf(err, errlen, "%s: %s", in->journal,
-                 journal_reader_error(r) != NULL ? journal_reader_error(r) : journal_strerror(rc));
-    in->runs = journal_reader_runs(r);
-    in->unclean = journal_reader_unclean_runs(r);
-    in->records = journal_reader_count(r) - (in->runs - 1);
-    in->truncated = journal_reader_truncated(r);
-    in->clean_stop = journal_reader_clean_stop(r);
-    damage_report_take(&in->damage, r);
-    journal_reader_close(r);
-    return rc < 0 ? -1 : 0;
+    struct verdict_feed f = {v, in->set};
+    struct instances_feed feed = {&f, feed_header, feed_record};
+    if (instances_read(in->set, &feed, &in->changes, err, errlen) != 0)
+        return -1;
+    struct journal_info total;
+    journal_set_total(in->set, &total);
+    in->journal = total.path;
+    in->seed = total.header->seed;
+    in->start_unix_ms = total.header->start_unix_ms;
+    in->runs = total.runs;
+    in->unclean = total.unclean_runs;
+    in->records = total.records;
+    in->truncated = total.truncated;
+    in->clean_stop = total.clean_stop;
+    in->damage = total.damage;
+    return 0;
 }
 
 /* ---- the rule that brings missing evidence ------------------------------------------------ */
@@ -246,6 +261,30 @@ static void print_missing_json(FILE *out, unsigned missing)
     fputc(']', out);
 }
 
+/* `[...]` of names, and `"KEY_more": N` when some were left out. */
+static void print_names_json(FILE *out, const char *key, const char *const *names, size_t n,
+                             size_t total)
+{
+    fprintf(out, ", \"%s\": [", key);
+    for (size_t i = 0; i < n; i++) {
+        if (i > 0)
+            fputs(", ", out);
+        json_write_string(out, names[i]);
+    }
+    fputc(']', out);
+    if (total > n)
+        fprintf(out, ", \"%s_more\": %zu", key, total - n);
+}
+
+/* The instances and listeners the row's messages were delivered or settled through. */
+static void print_seen_json(FILE *out, const struct verdict_task *t)
+{
+    print_names_json(out, "instances", t->seen_instances, t->n_seen_instances,
+                     t->seen_instances_total);
+    print_names_json(out, "listeners", t->seen_listeners, t->n_seen_listeners,
+                     t->seen_listeners_total);
+}
+
 static void print_evidence_json(FILE *out, const struct verdict_task *t)
 {
     fprintf(out,
@@ -276,6 +315,7 @@ static void print_evidence_json(FILE *out, const struct verdict_task *t)
             t->stalled ? "true" : "false", (unsigned long long)t->last_progress_us);
     fputs(", \"listener\": ", out);
     json_write_string(out, t->listener != NULL ? t->listener : "");
+    print_seen_json(out, t);
 }
 
 static void print_task_json(FILE *out, const struct verdict_task *t)
@@ -361,6 +401,7 @@ static void print_json(FILE *out, const struct verdict_result *res, const struct
     print_examples_json(out, &res->unknown_examples);
     fputs("},\n  \"journal_damage\": ", out);
     damage_print_json(out, &in->damage);
+    instances_print_json(out, in->set, "\n  ");
     fputs("\n}\n", out);
 }
 
@@ -502,7 +543,9 @@ static void print_legend(FILE *out)
           "UNTESTED        no copy reached the handler, or short of what --require asked: run "
           "longer or widen the rules\n"
           "STALLED         messages were still outstanding at the end and the task had no "
-          "delivery or settlement for the last part of the journal\n",
+          "delivery or settlement for the last part of the journal\n"
+          "SEEN THROUGH    the twice instances (the journals' `instance`) and listeners the "
+          "task's messages were delivered or settled through\n",
           out);
 }
 
@@ -701,6 +744,39 @@ static void print_evidence(FILE *out, const struct verdict_result *res)
     }
 }
 
+/* `a, b (+N more)`: a row's names. */
+static void print_names_text(FILE *out, const char *const *names, size_t n, size_t total)
+{
+    for (size_t i = 0; i < n; i++) {
+        fputs(i > 0 ? ", " : "", out);
+        text_write_safe(out, names[i]);
+    }
+    if (n == 0)
+        fputc('-', out);
+    if (total > n)
+        fprintf(out, " (+%zu more)", total - n);
+}
+
+/* Which instances and listeners each row's messages were delivered or settled through. */
+static void print_seen(FILE *out, const struct verdict_result *res)
+{
+    if (res->n_tasks == 0)
+        return;
+    int width = task_col_width(res);
+    if (width < (int)strlen("SEEN THROUGH"))
+        width = (int)strlen("SEEN THROUGH");
+    fprintf(out, "\n%-*s  %s\n", width, "SEEN THROUGH", "INSTANCES; LISTENERS");
+    for (size_t i = 0; i < res->n_tasks; i++) {
+        const struct verdict_task *t = &res->tasks[i];
+        int n = text_write_safe(out, t->task);
+        fprintf(out, "%*s  ", n < width ? width - n : 0, "");
+        print_names_text(out, t->seen_instances, t->n_seen_instances, t->seen_instances_total);
+        fputs("; ", out);
+        print_names_text(out, t->seen_listeners, t->n_seen_listeners, t->seen_listeners_total);
+        fputc('\n', out);
+    }
+}
+
 /* Rows with no copy at all, and rows whose redeliveries were set aside. */
 static void print_untested(FILE *out, const struct verdict_result *res)
 {
@@ -804,18 +880,31 @@ static void print_verdict_line(FILE *out, const struct verdict_result *res,
 static void print_human(FILE *out, const struct verdict_result *res,
                         const struct verdict_inputs *in, const struct verdict_options *opt)
 {
-    fputs("journal ", out);
-    text_write_safe(out, in->journal);
-    fprintf(out, ": %llu records", (unsigned long long)in->records);
+    bool several = journal_set_count(in->set) > 1;
+    instances_print_text(out, in->set);
+    fputs(several ? "journals: " : "journal ", out);
+    if (!several) {
+        text_write_safe(out, in->journal);
+        fputs(" (instance ", out);
+        text_write_safe(out, journal_set_info(in->set, 0)->instance);
+        fputc(')', out);
+    }
+    fprintf(out, "%s%llu records", several ? "" : ": ", (unsigned long long)in->records);
     if (in->runs > 1)
-        fprintf(out, " in %llu runs (journal PATH append)", (unsigned long long)in->runs);
-    fprintf(out, ", seed %llu%s\neffects ", (unsigned long long)in->seed,
-            in->runs > 1 ? " (the first run's)" : "");
+        fprintf(out, " in %llu runs%s", (unsigned long long)in->runs,
+                several ? "" : " (journal PATH append)");
+    fprintf(out, ", seed %llu%s", (unsigned long long)in->seed,
+            several        ? " (the first journal's)"
+            : in->runs > 1 ? " (the first run's)"
+                           : "");
+    fputs("\neffects ", out);
     text_write_safe(out, in->effects);
     fprintf(out, ": %llu side effects\n", (unsigned long long)in->effect_lines);
     changes_print_summary(out, &in->changes);
+    instances_print_mixed(out, in->set);
     fputc('\n', out);
     print_table(out, res);
+    print_seen(out, res);
     print_evidence(out, res);
     print_untested(out, res);
     print_retries(out, res);
@@ -955,12 +1044,42 @@ static bool parse_require(const char *v, struct verdict_require *rq, FILE *err)
     }
 }
 
+/* Another --effects file: every one given is read.  -1 when out of memory. */
+static int effects_push(struct verdict_args *a, const char *path)
+{
+    const char **e = realloc(a->effects, (a->n_effects + 1) * sizeof(*e));
+    if (e == NULL)
+        return -1;
+    a->effects = e;
+    a->effects[a->n_effects++] = path;
+    return 0;
+}
+
+/* --stall-after D: given twice, the two must agree (neither is dropped silently). */
+static int parse_stall_after(const char *value, struct verdict_args *a, FILE *err)
+{
+    uint64_t us = 0;
+    if (!parse_duration(value, &us) || us == 0) {
+        fprintf(err, "twice verdict: --stall-after '%s': expected a duration, e.g. 30s\n", value);
+        return -1;
+    }
+    if (a->opt.stall_after_us != 0 && a->opt.stall_after_us != us) {
+        fputs("twice verdict: --stall-after given twice with different durations\n", err);
+        return -1;
+    }
+    a->opt.stall_after_us = us;
+    return 1;
+}
+
 /* One option at argv[*i]: 1 taken, 0 not an option of ours, -1 error (said). */
 static int parse_one(int argc, char **argv, int *i, struct verdict_args *a, FILE *err)
 {
-    static const char *const journal_flags[] = {"--journal", NULL};
     const char *value = NULL;
-    int rc = option_value(argc, argv, i, "--effects", &a->effects);
+    int rc = option_value(argc, argv, i, "--effects", &value);
+    if (rc == 1 && effects_push(a, value) != 0) {
+        fputs("twice verdict: out of memory\n", err);
+        return -1;
+    }
     if (rc == 0 && strcmp(argv[*i], "--json") == 0) {
         a->json = true;
         rc = 1;
@@ -973,16 +1092,14 @@ static int parse_one(int argc, char **argv, int *i, struct verdict_args *a, FILE
         !parse_require(value, &a->opt.require, err))
         return -1;
     if (rc == 0 && (rc = option_value(argc, argv, i, "--stall-after", &value)) == 1 &&
-        (!parse_duration(value, &a->opt.stall_after_us) || a->opt.stall_after_us == 0)) {
-        fprintf(err, "twice verdict: --stall-after '%s': expected a duration, e.g. 30s\n", value);
+        parse_stall_after(value, a, err) < 0)
         return -1;
-    }
     if (rc == -1) {
         fprintf(err, "twice verdict: %s needs a value\n", argv[*i]);
         return -1;
     }
     if (rc == 0)
-        rc = cli_file_arg(argc, argv, i, journal_flags, "journal", &a->journal, err);
+        rc = journal_paths_arg(argc, argv, i, &a->journals, err);
     if (rc == 0)
         fprintf(err, "twice verdict: unknown argument '%s'\n", argv[*i]);
     return rc;
@@ -1002,8 +1119,8 @@ static int parse_args(int argc, char **argv, struct verdict_args *a, FILE *out, 
             return -1;
         }
     }
-    if (a->journal == NULL || a->effects == NULL) {
-        fputs(a->journal == NULL ? "twice verdict: no journal given\n"
+    if (a->journals.n == 0 || a->n_effects == 0) {
+        fputs(a->journals.n == 0 ? "twice verdict: no journal given\n"
                                  : "twice verdict: no effects list given: --effects EFFECTS\n",
               err);
         usage(err);
@@ -1033,19 +1150,32 @@ static int exit_code(const struct verdict_result *res, const struct verdict_inpu
     return 0;
 }
 
+/* Every effects file into v, their lines summed.  0, or -1 with a message in err. */
+static int load_effects(struct verdict *v, const struct verdict_args *a, uint64_t *lines, char *err,
+                        size_t errlen)
+{
+    *lines = 0;
+    for (size_t i = 0; i < a->n_effects; i++) {
+        uint64_t n = 0;
+        if (verdict_load_effects(v, a->effects[i], &n, err, errlen) != 0)
+            return -1;
+        *lines += n;
+    }
+    return 0;
+}
+
 /* Loads both inputs and prints the verdict.  Returns the exit code. */
 static int verdict_execute(const struct verdict_args *a, FILE *out, FILE *err)
 {
     char msg[VERDICT_ERR_MAX];
-    struct verdict_inputs in = {
-        .journal = a->journal, .effects = a->effects, .allow_damaged = a->allow_damaged};
+    struct verdict_inputs in = {.effects = a->effects[0], .allow_damaged = a->allow_damaged};
     struct verdict_result res = {0};
     struct verdict *v = verdict_new();
     int code = VERDICT_EXIT_ERROR;
     if (v == NULL)
         snprintf(msg, sizeof(msg), "out of memory");
-    else if (load_journal(v, &in, msg, sizeof(msg)) == 0 &&
-             verdict_load_effects(v, a->effects, &in.effect_lines, msg, sizeof(msg)) == 0) {
+    else if (load_journal(v, &a->journals, &in, msg, sizeof(msg)) == 0 &&
+             load_effects(v, a, &in.effect_lines, msg, sizeof(msg)) == 0) {
         if (verdict_compute_with(v, &a->opt, &res) != 0)
             snprintf(msg, sizeof(msg), "out of memory");
         else
@@ -1080,6 +1210,7 @@ static int verdict_execute(const struct verdict_args *a, FILE *out, FILE *err)
     verdict_result_free(&res);
     verdict_free(v);
     changes_free(&in.changes);
+    journal_set_close(in.set);
     return code;
 }
 
@@ -1087,9 +1218,11 @@ int verdict_run(int argc, char **argv, FILE *out, FILE *err)
 {
     struct verdict_args a;
     int rc = parse_args(argc, argv, &a, out, err);
+    int code = rc != 0 ? (rc > 0 ? 0 : VERDICT_EXIT_ERROR) : verdict_execute(&a, out, err);
+    journal_paths_free(&a.journals);
+    free(a.effects);
     if (rc != 0)
-        return rc > 0 ? 0 : VERDICT_EXIT_ERROR;
-    int code = verdict_execute(&a, out, err);
+        return code;
     if (fflush(out) != 0 && code != VERDICT_EXIT_ERROR) {
         fprintf(err, "twice verdict: writing the output: %s\n", strerror(errno));
         code = VERDICT_EXIT_ERROR;
