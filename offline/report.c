@@ -1223,8 +1223,10 @@ static int print_json(FILE *out, const struct report *rep)
 
 static void usage(FILE *f)
 {
-    fputs("usage: twice report JOURNAL [--json] [--message ID] [--messages]\n"
-          "  JOURNAL       the journal of a run (also --journal JOURNAL)\n"
+    fputs("usage: twice report JOURNAL... [--json] [--message ID] [--messages]\n"
+          "  JOURNAL       the journal of a run (also --journal JOURNAL); several (the journals\n"
+          "                of several twice instances, or a quoted glob: 'runs/*.pb') are read\n"
+          "                together, merged by time\n"
           "  --json        one JSON object instead of tables\n"
           "  --message ID  one message's records, and each delivery with how it ended and what\n"
           "                the verdict counted it as (exit 1 when no record names ID)\n"

@@ -928,11 +928,13 @@ static void print_human(FILE *out, const struct verdict_result *res,
 
 static void usage(FILE *err)
 {
-    fputs("usage: twice verdict JOURNAL --effects EFFECTS [--json]\n"
+    fputs("usage: twice verdict JOURNAL... --effects EFFECTS... [--json]\n"
           "                     [--require copies[=N] | overlap[=N] | window=D]...\n"
           "                     [--stall-after D] [--allow-damaged]\n"
-          "  JOURNAL: the journal of a run (also --journal JOURNAL)\n"
-          "  EFFECTS: one message id per side effect, one per line ('#' comments)\n"
+          "  JOURNAL: the journal of a run (also --journal JOURNAL); several (the journals of\n"
+          "       several twice instances, or a quoted glob: 'runs/*.pb') are read together\n"
+          "  EFFECTS: one message id per side effect, one per line ('#' comments); every\n"
+          "       --effects file given is read\n"
           "  --require: what every task must have been tested with, else it is UNTESTED\n"
           "  --allow-damaged: a damaged journal's verdict, on the records read, sets the exit\n"
           "       code as an undamaged one's would\n"
@@ -1010,17 +1012,18 @@ static bool parse_require_item(const char *item, size_t len, struct verdict_requ
     if (eq != NULL)
         *eq++ = '\0';
     bool ok = false;
+    uint64_t n = 1;
+    /* Each requirement given is kept: asked twice, the stricter one holds both (a bare
+     * "copies" after "copies=3" keeps the 3, "window=2m" after "window=60s" asks for 2m). */
     if (strcmp(buf, "copies") == 0) {
-        /* a bare "copies" after "copies=3" keeps the 3 */
-        if (rq->copies == 0)
-            rq->copies = 1;
-        ok = eq == NULL || parse_count(eq, &rq->copies);
+        ok = eq == NULL || parse_count(eq, &n);
+        rq->copies = n > rq->copies ? n : rq->copies;
     } else if (strcmp(buf, "overlap") == 0) {
-        if (rq->overlaps == 0)
-            rq->overlaps = 1;
-        ok = eq == NULL || parse_count(eq, &rq->overlaps);
+        ok = eq == NULL || parse_count(eq, &n);
+        rq->overlaps = n > rq->overlaps ? n : rq->overlaps;
     } else if (strcmp(buf, "window") == 0) {
-        ok = eq != NULL && parse_duration(eq, &rq->window_us) && rq->window_us > 0;
+        ok = eq != NULL && parse_duration(eq, &n) && n > 0;
+        rq->window_us = ok && n > rq->window_us ? n : rq->window_us;
     }
     if (!ok)
         fprintf(err,

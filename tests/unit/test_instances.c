@@ -177,6 +177,13 @@ static void test_message_across_instances(void **state)
     assert_contains(f->out, "  zone-a                       3     1  no clean stop  ");
     assert_contains(f->out, "SEEN THROUGH  INSTANCES; LISTENERS\ncharge        zone-a, zone-b; "
                             "jobs, mail\n");
+    /* --require twice: both hold (the stricter), the one copy is short of two */
+    const char *req1[] = {"verdict",  f->journal,  b,         "--effects",
+                          f->effects, "--require", "copies=1"};
+    assert_int_equal(run(f, verdict_run, 7, req1), 0);
+    const char *req2[] = {"verdict",   f->journal, b,           "--effects", f->effects,
+                          "--require", "copies=2", "--require", "copies=1"};
+    assert_int_equal(run(f, verdict_run, 9, req2), VERDICT_EXIT_UNTESTED);
     /* the report: one message's deliveries, each with its instance */
     const char *rep[] = {"report", f->journal, b, "--message", "m2"};
     assert_int_equal(run(f, report_run, 5, rep), 0);
