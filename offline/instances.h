@@ -41,8 +41,8 @@ void instances_print_text(FILE *out, const struct journal_set *s);
  * damage (null or as damage_print_json()); after a `,` and `indent`. */
 void instances_print_json(FILE *out, const struct journal_set *s, const char *indent);
 
-/* A warning line when the journals' instances ran with different seeds or configurations
- * (then they do not decide alike); nothing otherwise. */
+/* A warning line when the journals' instances ran with different seeds (then they do not
+ * decide alike); nothing otherwise. */
 void instances_print_mixed(FILE *out, const struct journal_set *s);
 
 #endif

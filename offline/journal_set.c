@@ -277,9 +277,7 @@ bool journal_set_mixed_config(const struct journal_set *s)
     const Twice__Journal__Header *h0 = s->n > 0 ? s->src[0].info.header : NULL;
     for (size_t i = 1; i < s->n; i++) {
         const Twice__Journal__Header *h = s->src[i].info.header;
-        if (h->seed != h0->seed || h->config_sha256.len != h0->config_sha256.len ||
-            (h->config_sha256.len > 0 &&
-             memcmp(h->config_sha256.data, h0->config_sha256.data, h->config_sha256.len) != 0))
+        if (h->seed != h0->seed)
             return true;
     }
     return false;

@@ -91,8 +91,9 @@ void journal_set_finish(struct journal_set *s);
  * stretches in journal order), records, runs and unclean runs summed. */
 void journal_set_total(const struct journal_set *s, struct journal_info *total);
 
-/* Whether the journals' first headers differ in seed or configuration (their instances then
- * do not decide alike: docs/instances.md). */
+/* Whether the journals' first headers differ in seed (their instances then do not decide
+ * alike: docs/instances.md).  Their configurations differ anyway (each has its own `instance`,
+ * binds and upstreams): the digest says nothing of the rules alone. */
 bool journal_set_mixed_config(const struct journal_set *s);
 
 void journal_set_close(struct journal_set *s);
