@@ -37,8 +37,10 @@ struct verdict_inputs {
     bool truncated;
     bool clean_stop; /* the journal ends with its stop record */
     struct damage_report damage;
-    bool allow_damaged;      /* --allow-damaged */
-    struct journal_set *set; /* the journals read (several: one per instance) */
+    bool allow_damaged;               /* --allow-damaged */
+    struct journal_set *set;          /* the journals read (several: one per instance) */
+    const char *const *effects_files; /* every --effects file, effects the first */
+    size_t n_effects_files;
 };
 
 struct verdict_args {
@@ -371,6 +373,12 @@ static void print_json(FILE *out, const struct verdict_result *res, const struct
     json_write_string(out, in->journal);
     fputs(",\n  \"effects\": ", out);
     json_write_string(out, in->effects);
+    fputs(",\n  \"effects_files\": [", out);
+    for (size_t i = 0; i < in->n_effects_files; i++) {
+        fputs(i > 0 ? ", " : "", out);
+        json_write_string(out, in->effects_files[i]);
+    }
+    fputc(']', out);
     fprintf(out,
             ",\n  \"seed\": \"%llu\",\n  \"start_unix_ms\": %llu,\n  \"records\": %llu,\n"
             "  \"journal_truncated\": %s,\n  \"journal_clean_stop\": %s,\n"
@@ -899,6 +907,10 @@ static void print_human(FILE *out, const struct verdict_result *res,
                            : "");
     fputs("\neffects ", out);
     text_write_safe(out, in->effects);
+    for (size_t i = 1; i < in->n_effects_files; i++) {
+        fputs(", ", out);
+        text_write_safe(out, in->effects_files[i]);
+    }
     fprintf(out, ": %llu side effects\n", (unsigned long long)in->effect_lines);
     changes_print_summary(out, &in->changes);
     instances_print_mixed(out, in->set);
@@ -1171,7 +1183,10 @@ static int load_effects(struct verdict *v, const struct verdict_args *a, uint64_
 static int verdict_execute(const struct verdict_args *a, FILE *out, FILE *err)
 {
     char msg[VERDICT_ERR_MAX];
-    struct verdict_inputs in = {.effects = a->effects[0], .allow_damaged = a->allow_damaged};
+    struct verdict_inputs in = {.effects = a->effects[0],
+                                .effects_files = a->effects,
+                                .n_effects_files = a->n_effects,
+                                .allow_damaged = a->allow_damaged};
     struct verdict_result res = {0};
     struct verdict *v = verdict_new();
     int code = VERDICT_EXIT_ERROR;

@@ -172,8 +172,8 @@ class Instances(h.TestCase):
         """The verdict without what names the journals and instances, and without the times of
         one run (when it started, how long copies took)."""
         v = dict(v)
-        for k in ("journal", "effects", "journals", "start_unix_ms", "end_unix_us", "records",
-                  "journal_runs"):
+        for k in ("journal", "effects", "effects_files", "journals", "start_unix_ms",
+                  "end_unix_us", "records", "journal_runs"):
             v.pop(k, None)
         tasks = []
         for t in v.pop("tasks"):
