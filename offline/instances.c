@@ -27,7 +27,8 @@ static int changes_sum(struct changes *dst, struct changes *src, size_t n)
         return -1;
     dst->cap = total != 0 ? total : 1;
     for (size_t i = 0; i < n; i++) {
-        memcpy(dst->list + dst->n, src[i].list, src[i].n * sizeof(*dst->list));
+        if (src[i].n > 0)
+            memcpy(dst->list + dst->n, src[i].list, src[i].n * sizeof(*dst->list));
         dst->n += src[i].n;
         src[i].n = 0; /* moved: the strings are dst's now */
         dst->count += src[i].count;
