@@ -18,13 +18,12 @@ jobs run after run.
   never settled); read together every message is one message, delivered once and settled.
 """
 
-import glob
 import json
 import os
 import signal
 import sys
-import time
 import unittest
+import urllib.request
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import harness as h  # noqa: E402
@@ -49,9 +48,11 @@ def rules(name):
             % (name, name, name, name))
 
 
-def conf(instance, journal, listeners, with_rules=True):
+def conf(instance, journal, listeners, with_rules=True, admin=None):
     text = "seed %d\ninstance %s\njournal %s\nlog-level info\nshutdown-grace 2s\n" % (
         SEED, instance, journal)
+    if admin is not None:
+        text += "admin 127.0.0.1:%d\n" % admin
     for name, port, upstream in listeners:
         text += listen(name, port, upstream) + (rules(name) if with_rules else "")
     return text
@@ -190,7 +191,12 @@ class Instances(h.TestCase):
         os.makedirs(runs)
         pa, pb = h.free_port(), h.free_port()
         ja, jb = os.path.join(runs, "a.pb"), os.path.join(runs, "b.pb")
-        a = self.twice(conf("zone-a", ja, [("jobs", pa, r.port)], with_rules=False))
+        admin = h.free_port()
+        a = self.twice(conf("zone-a", ja, [("jobs", pa, r.port)], with_rules=False, admin=admin))
+        # Prometheus tells the instances apart by their targets; twice says its own name too
+        metrics = urllib.request.urlopen("http://127.0.0.1:%d/metrics" % admin, timeout=10).read()
+        self.assertRegex(metrics.decode(), r'(?m)^twice_build_info\{version="[^"]*",'
+                         r'twice_instance="zone-a"\} 1$')
         b = self.twice(conf("zone-b", jb, [("jobs", pb, r.port)], with_rules=False))
         ids = self.produce(r, pa, 1000)
         effects = self.start_worker("w", pa, r, os.path.join(self.tmp, "split"), ack_port=pb)
