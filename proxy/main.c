@@ -34,15 +34,16 @@ static const char usage[] =
     "usage: twice run CONFIG [--journal-mode MODE]\n"
     "                                run the proxy described by CONFIG, in the foreground\n"
     "       twice check CONFIG       check CONFIG: a summary, or every error as FILE:LINE:COL\n"
-    "       twice report JOURNAL [--json] [--message ID] [--messages]\n"
+    "       twice report JOURNAL... [--json] [--message ID] [--messages]\n"
     "                                faults per rule, deliveries per message, timelines\n"
-    "       twice verdict JOURNAL --effects EFFECTS [--json] [--require R]... [--stall-after D]\n"
+    "       twice verdict JOURNAL... --effects EFFECTS... [--json] [--require R]...\n"
     "                                which task types are not idempotent (exit 1 if any)\n"
     "       twice help [COMMAND]     this help, or the options of COMMAND\n"
     "       twice --version          print the version\n"
     "\n"
     "Each command takes its file as its first argument, or by a flag: -c CONFIG or\n"
-    "--config CONFIG for run and check, --journal JOURNAL for report and verdict.\n"
+    "--config CONFIG for run and check, --journal JOURNAL for report and verdict; report and\n"
+    "verdict read several journals together (twice instances: `--journal 'runs/*.pb'`).\n"
     "\n"
     "Signals while running: SIGHUP re-reads CONFIG; SIGTERM or SIGINT stop accepting,\n"
     "let open sessions finish for `shutdown-grace`, then exit.\n";
@@ -274,6 +275,10 @@ static int cmd_help(int argc, char **argv)
     if (argc < 2) {
         fputs(usage, stdout);
         return 0;
+    }
+    if (argc > 2) { /* one command's help at a time: none of the others is dropped silently */
+        fprintf(stderr, "twice help: one command at a time, not '%s' too\n", argv[2]);
+        return 2;
     }
     char *help[] = {argv[1], (char *)"--help", NULL};
     if (strcmp(argv[1], "run") == 0 || strcmp(argv[1], "check") == 0)

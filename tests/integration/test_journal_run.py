@@ -509,6 +509,12 @@ class JournalRestart(h.TestCase):
             "twice run: --journal-mode takes new, append or overwrite, not 'apend'\n"), r)
         self.assertFalse(os.path.exists(self.journal))
         self.assertFalse(h.port_open(port))
+        # given twice, the modes must agree: neither is dropped silently
+        r = h.run_twice(["run", conf, "--journal-mode", "append", "--journal-mode=overwrite"])
+        self.assertEqual(r.returncode, 2, r)
+        self.assertTrue(r.stderr.decode().startswith(
+            "twice run: --journal-mode given twice with different modes\n"), r)
+        self.assertFalse(os.path.exists(self.journal))
 
     def test_a_running_twice_keeps_its_journal(self):
         text, port = self.conf()
