@@ -141,6 +141,26 @@ void instances_print_json(FILE *out, const struct journal_set *s, const char *in
     fprintf(out, "%s]", indent);
 }
 
+void instances_print_damage(FILE *out, const struct journal_set *s,
+                            const struct damage_report *total, const char *level)
+{
+    if (journal_set_count(s) < 2) {
+        damage_print_text(out, total, level);
+        return;
+    }
+    for (size_t i = 0; i < journal_set_count(s); i++) {
+        const struct journal_info *in = journal_set_info(s, i);
+        if (!damage_any(&in->damage))
+            continue;
+        fputs("journal ", out);
+        text_write_safe(out, in->path);
+        fputs(" (instance ", out);
+        text_write_safe(out, in->instance);
+        fputs("):\n", out);
+        damage_print_text(out, &in->damage, level);
+    }
+}
+
 void instances_print_mixed(FILE *out, const struct journal_set *s)
 {
     if (!journal_set_mixed_config(s))

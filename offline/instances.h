@@ -41,6 +41,11 @@ void instances_print_text(FILE *out, const struct journal_set *s);
  * damage (null or as damage_print_json()); after a `,` and `indent`. */
 void instances_print_json(FILE *out, const struct journal_set *s, const char *indent);
 
+/* The damage of the journals read, as damage_print_text() says it at `level`: for one journal,
+ * `total`'s; for several, each damaged journal's after a line naming it and its instance. */
+void instances_print_damage(FILE *out, const struct journal_set *s,
+                            const struct damage_report *total, const char *level);
+
 /* A warning line when the journals' instances ran with different seeds (then they do not
  * decide alike); nothing otherwise. */
 void instances_print_mixed(FILE *out, const struct journal_set *s);

@@ -461,7 +461,7 @@ static void print_header_text(FILE *out, const struct report *rep)
     if (rep->unclean_runs > 0)
         fprintf(out, REPORT_UNCLEAN_RUNS "\n", (unsigned long long)rep->unclean_runs,
                 (unsigned long long)rep->n_runs);
-    damage_print_text(out, &rep->damage, "warning");
+    instances_print_damage(out, rep->set, &rep->damage, "warning");
 }
 
 /* The instance that wrote run: its header's, else its journal's. */

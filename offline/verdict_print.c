@@ -624,7 +624,7 @@ static void print_warnings(FILE *out, const struct verdict_result *res,
     if (in->unclean > 0)
         fprintf(out, REPORT_UNCLEAN_RUNS "\n", (unsigned long long)in->unclean,
                 (unsigned long long)in->runs);
-    damage_print_text(out, &in->damage, in->allow_damaged ? "warning" : "error");
+    instances_print_damage(out, in->set, &in->damage, in->allow_damaged ? "warning" : "error");
     if (damage_any(&in->damage))
         fputs(in->allow_damaged
                   ? "  the verdict stands on the records read (--allow-damaged)\n"

@@ -350,7 +350,12 @@ static void test_damaged_one_of_two(void **state)
     assert_contains(f->out, "\"instance\": \"zone-b\", \"seed\": \"42\"");
     const char *allow[] = {"verdict", f->journal, b, "--effects", f->effects, "--allow-damaged"};
     assert_int_equal(run(f, verdict_run, 6, allow), 0);
-    assert_contains(f->out, "damaged");
+    char named[256];
+    snprintf(named, sizeof(named),
+             "journal %s (instance zone-b):\nwarning: the journal is damaged: "
+             "1 stretch",
+             b);
+    assert_contains(f->out, named);
     unlink(b);
 }
 
