@@ -5,7 +5,8 @@ BUILD ?= build
 JOBS  ?= $(shell nproc 2>/dev/null || echo 2)
 CMAKE_FLAGS ?=
 
-.PHONY: all build deps test test-normal test-asan test-tsan fuzz bench demo clean format format-check
+.PHONY: all build deps test test-normal test-asan test-tsan fuzz bench demo clean format format-check \
+	install deb
 
 all: build
 
@@ -91,6 +92,27 @@ demo:
 	@$(MAKE) --no-print-directory build >/dev/null 2>&1 || $(MAKE) --no-print-directory build
 	@scripts/demo.sh $(BUILD)/twice
 
+# `make install`: the binary, man pages, bash completion, systemd unit and the default
+# configuration under PREFIX (cmake/install.cmake); DESTDIR=DIR stages them under DIR.
+# Installing never creates the `twice` user (the package does): `systemd-sysusers` or
+# `adduser --system --group twice` does, before `systemctl enable --now twice`.
+PREFIX ?= /usr/local
+install:
+	cmake -S . -B $(BUILD) -DCMAKE_INSTALL_PREFIX=$(PREFIX) $(CMAKE_FLAGS)
+	cmake --build $(BUILD) -j $(JOBS) --target twice
+	DESTDIR=$(DESTDIR) cmake --install $(BUILD)
+
+# `make deb`: $(DEB_BUILD)/twice_VERSION_ARCH.deb, built by CPack's DEB generator in a tree of
+# its own configured for /usr (configuration in /etc/twice), with dpkg-shlibdeps for the
+# dependencies (docs/building.md).
+DEB_BUILD ?= build-deb
+deb:
+	@scripts/deps.sh package
+	cmake -S . -B $(DEB_BUILD) -DCMAKE_INSTALL_PREFIX=/usr -DTWICE_TESTS=OFF $(CMAKE_FLAGS)
+	cmake --build $(DEB_BUILD) -j $(JOBS) --target twice
+	cd $(DEB_BUILD) && cpack -G DEB
+	@ls $(DEB_BUILD)/twice_*.deb
+
 format:
 	clang-format -i proxy/*.[ch] offline/*.[ch] rules/*.[ch] $$(find proto -name "*.[ch]") tests/unit/*.c
 
@@ -98,4 +120,4 @@ format-check:
 	clang-format --dry-run --Werror proxy/*.[ch] offline/*.[ch] rules/*.[ch] $$(find proto -name "*.[ch]") tests/unit/*.c
 
 clean:
-	rm -rf $(BUILD) $(ASAN_BUILD) $(TSAN_BUILD) build-fuzz
+	rm -rf $(BUILD) $(ASAN_BUILD) $(TSAN_BUILD) build-fuzz $(DEB_BUILD)

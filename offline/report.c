@@ -17,10 +17,13 @@
 
 #include "offline/changes.h"
 #include "offline/damage.h"
+#include "offline/fault_log.h"
+#include "offline/idshort.h"
 #include "offline/instances.h"
 #include "offline/journal_reader.h"
 #include "offline/journal_set.h"
 #include "offline/json_out.h"
+#include "offline/page.h"
 #include "offline/strmap.h"
 #include "offline/verdict.h"
 #include "rules/rule.h"
@@ -84,6 +87,9 @@ struct report {
     struct verdict *attempts; /* every record: the app's retries per task, the deliveries
                                  replayed (no effects) */
     bool all_messages;        /* --messages */
+    struct fault_log *faults; /* --html, --format markdown: the faults' times; else NULL */
+    const char *html;         /* --html FILE */
+    bool markdown;            /* --format markdown */
 };
 
 static const char *kind_name(uint32_t kind)
@@ -122,6 +128,9 @@ static void report_free(struct report *rep)
     free(rep->current);
     journal_set_close(rep->set);
     journal_paths_free(&rep->journals);
+    if (rep->faults != NULL)
+        fault_log_free(rep->faults);
+    free(rep->faults);
 }
 
 /* An owned copy of a protobuf-c message, by packing and unpacking it. */
@@ -240,6 +249,8 @@ static int add_run(struct report *rep, size_t source, const Twice__Journal__Head
     run->source = source;
     rep->current[source] = rep->n_runs++;
     rep->header = rep->runs[0].header;
+    if (rep->faults != NULL)
+        fault_log_add_header(rep->faults, h);
     return verdict_add_source_header(rep->attempts, (uint32_t)source, h,
                                      journal_set_info(rep->set, source)->instance);
 }
@@ -266,6 +277,8 @@ static int report_add(struct report *rep, size_t source, const Twice__Journal__R
         rc = add_message(rep, r, run_index + 1);
     if (rc == 0)
         rc = verdict_add_source_record(rep->attempts, (uint32_t)source, r);
+    if (rc == 0 && rep->faults != NULL)
+        rc = fault_log_add_record(rep->faults, r);
     return rc;
 }
 
@@ -566,12 +579,19 @@ static void print_deliveries_text(FILE *out, const struct report *rep)
             (unsigned long long)d.more_than_once);
     if (d.top.n == 0)
         return;
+    struct idshort ids;
+    idshort_init(&ids);
+    for (size_t i = 0; i < d.top.n; i++)
+        idshort_add(&ids, d.top.id[i]);
+    idshort_finish(&ids);
     fprintf(out, "  top %zu by deliveries:\n  %10s  %s\n", d.top.n, "DELIVERIES", "MESSAGE");
     for (size_t i = 0; i < d.top.n; i++) {
         fprintf(out, "  %10llu  ", (unsigned long long)d.top.count[i]);
-        text_write_safe(out, d.top.id[i]);
+        idshort_write(out, &ids, d.top.id[i]);
         fputc('\n', out);
     }
+    idshort_print_list(out, &ids, "  message ids in full:");
+    idshort_free(&ids);
 }
 
 /* The tasks the app retried, from the verdict of the journal's messages. */
@@ -1219,15 +1239,68 @@ static int print_json(FILE *out, const struct report *rep)
     return rep->message != NULL && rep->n_timeline == 0 ? 1 : 0;
 }
 
+/* ---- the page and markdown (offline/page.h) -------------------------- */
+
+static void page_facts_of(const struct report *rep, struct page_facts *f)
+{
+    memset(f, 0, sizeof(*f));
+    f->journal = rep->path;
+    f->header = rep->header;
+    f->seed = rep->header->seed;
+    f->start_unix_ms = rep->header->start_unix_ms;
+    f->records = rep->records;
+    f->runs = rep->n_runs;
+    f->unclean_runs = rep->unclean_runs;
+    f->truncated = rep->truncated;
+    f->clean_stop = rep->clean_stop;
+    f->damage = &rep->damage;
+    f->changes = &rep->changes;
+}
+
+static int report_markdown(FILE *out, const struct report *rep)
+{
+    struct page_facts f;
+    page_facts_of(rep, &f);
+    return page_report_markdown(out, &f, rep->attempts, rep->faults);
+}
+
+static int write_report_page(FILE *out, void *ctx)
+{
+    const struct report *rep = ctx;
+    struct page_facts f;
+    page_facts_of(rep, &f);
+    /* the text report, whole, at the end of the page */
+    char *text = NULL;
+    size_t len = 0;
+    FILE *mem = open_memstream(&text, &len);
+    if (mem == NULL)
+        return -1;
+    int rc = print_text(mem, rep);
+    fclose(mem);
+    f.text = rc >= 0 ? text : NULL;
+    rc = rc >= 0 ? page_report_html(out, &f, rep->attempts, rep->faults) : -1;
+    free(text);
+    return rc;
+}
+
+/* --html FILE: the page, written whole or not at all.  0, or -1 with a message in err. */
+static int report_page(struct report *rep, char *err, size_t errlen)
+{
+    return page_write_file(rep->html, stdout, write_report_page, rep, err, errlen);
+}
+
 /* ---- command --------------------------------------------------------- */
 
 static void usage(FILE *f)
 {
-    fputs("usage: twice report JOURNAL... [--json] [--message ID] [--messages]\n"
+    fputs("usage: twice report JOURNAL... [--json | --format text|markdown|json] [--html FILE]\n"
+          "                              [--message ID] [--messages]\n"
           "  JOURNAL       the journal of a run (also --journal JOURNAL); several (the journals\n"
           "                of several twice instances, or a quoted glob: 'runs/*.pb') are read\n"
           "                together, merged by time\n"
-          "  --json        one JSON object instead of tables\n"
+          "  --json        one JSON object instead of tables (--format json)\n"
+          "  --format markdown  the rules in force and the deliveries per task as markdown\n"
+          "  --html FILE   also write the report as one self-contained page with charts\n"
           "  --message ID  one message's records, and each delivery with how it ended and what\n"
           "                the verdict counted it as (exit 1 when no record names ID)\n"
           "  --messages    every message's deliveries, settlements and overlaps\n",
@@ -1247,10 +1320,44 @@ static int set_message(struct report *rep, const char *id, FILE *err)
     return 1;
 }
 
+/* --html FILE and --format F (text, markdown, json) at argv[*i]: 1 taken, 0 not one of them,
+ * -1 error (said). */
+static int report_page_option(int argc, char **argv, int *i, struct report *rep, bool *json,
+                              FILE *err)
+{
+    const char *a = argv[*i], *value = NULL;
+    bool html = strncmp(a, "--html", 6) == 0, format = strncmp(a, "--format", 8) == 0;
+    size_t n = html ? 6 : 8;
+    if ((!html && !format) || (a[n] != '\0' && a[n] != '='))
+        return 0;
+    value = a[n] == '=' ? a + n + 1 : *i + 1 < argc ? argv[++*i] : NULL;
+    if (value == NULL || value[0] == '\0') {
+        fprintf(err, "twice report: %s needs a value\n", html ? "--html" : "--format");
+        return -1;
+    }
+    if (html && rep->html != NULL && strcmp(rep->html, value) != 0) {
+        fprintf(err, "twice report: more than one --html given: '%s' and '%s'\n", rep->html, value);
+        return -1;
+    } else if (html) {
+        rep->html = value;
+    } else if (strcmp(value, "markdown") == 0 || strcmp(value, "text") == 0 ||
+               strcmp(value, "json") == 0) {
+        rep->markdown = strcmp(value, "markdown") == 0;
+        *json = strcmp(value, "json") == 0;
+    } else {
+        fprintf(err, "twice report: --format '%s': expected text, markdown or json\n", value);
+        return -1;
+    }
+    return 1;
+}
+
 /* One option of report's own at argv[*i]: 1 taken, 0 not one of them, -1 error (said). */
 static int report_option(int argc, char **argv, int *i, struct report *rep, bool *json, FILE *err)
 {
     const char *a = argv[*i];
+    int rc = report_page_option(argc, argv, i, rep, json, err);
+    if (rc != 0)
+        return rc;
     if (strcmp(a, "--json") == 0) {
         *json = true;
     } else if (strncmp(a, "--message=", 10) == 0) {
@@ -1305,10 +1412,19 @@ int report_run(int argc, char **argv, FILE *out, FILE *err)
     }
     char msg[REPORT_ERR_MAX];
     int code = 0;
-    if (report_load(&rep, msg, sizeof(msg)) != 0) {
+    if ((rep.html != NULL || rep.markdown) &&
+        (rep.faults = calloc(1, sizeof(*rep.faults))) == NULL) {
+        fputs("twice report: out of memory\n", err);
+        code = 2;
+    } else if (report_load(&rep, msg, sizeof(msg)) != 0) {
         fprintf(err, "twice report: %s\n", msg);
         code = 2;
-    } else if ((rc = json ? print_json(out, &rep) : print_text(out, &rep)) < 0) {
+    } else if (rep.html != NULL && report_page(&rep, msg, sizeof(msg)) != 0) {
+        fprintf(err, "twice report: %s\n", msg);
+        code = 2;
+    } else if ((rc = json           ? print_json(out, &rep)
+                     : rep.markdown ? report_markdown(out, &rep)
+                                    : print_text(out, &rep)) < 0) {
         fputs("twice report: out of memory\n", err);
         code = 2;
     } else if (rc == 1) {

@@ -1544,6 +1544,12 @@ int verdict_message_deliveries(const struct verdict *v, const char *id,
     return rc == 0 ? 1 : -1;
 }
 
+uint32_t verdict_message_effects(const struct verdict *v, const char *id)
+{
+    const struct verdict_msg *m = strmap_get(&v->msgs, id);
+    return m != NULL ? m->effects : 0;
+}
+
 static int id_cmp(const void *a, const void *b)
 {
     return strcmp(*(const char *const *)a, *(const char *const *)b);

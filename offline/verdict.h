@@ -309,6 +309,9 @@ void verdict_result_free(struct verdict_result *res);
 int verdict_message_deliveries(const struct verdict *v, const char *id,
                                struct verdict_delivery **out, size_t *n) TWICE_MUST_CHECK;
 
+/* The effect lines that name message id (saturating), 0 when none does. */
+uint32_t verdict_message_effects(const struct verdict *v, const char *id);
+
 /* Calls fn for every message id in the journal, in strcmp order, with its task (or NULL).
  * Stops at and returns fn's first non-zero return; -1 when out of memory. */
 int verdict_each_message(const struct verdict *v,

@@ -16,10 +16,13 @@
 
 #include "offline/changes.h"
 #include "offline/damage.h"
+#include "offline/fault_log.h"
+#include "offline/idshort.h"
 #include "offline/instances.h"
 #include "offline/journal_reader.h"
 #include "offline/journal_set.h"
 #include "offline/json_out.h"
+#include "offline/page.h"
 #include "offline/report.h"
 
 /* Width cap of the TASK column; longer names push the row right. */
@@ -41,6 +44,7 @@ struct verdict_inputs {
     struct journal_set *set;          /* the journals read (several: one per instance) */
     const char *const *effects_files; /* every --effects file, effects the first */
     size_t n_effects_files;
+    struct fault_log *faults; /* --html, --format markdown: the faults' times; else NULL */
 };
 
 struct verdict_args {
@@ -50,12 +54,15 @@ struct verdict_args {
     bool json;
     bool allow_damaged; /* --allow-damaged: a damaged journal does not change the exit code */
     struct verdict_options opt;
+    const char *html; /* --html FILE */
+    bool markdown;    /* --format markdown */
 };
 
 /* The accumulator and the journals it is fed from. */
 struct verdict_feed {
     struct verdict *v;
     const struct journal_set *set;
+    struct fault_log *faults; /* or NULL */
 };
 
 /* Journal `source`'s header (a later run's: the run before it ended there). */
@@ -63,6 +70,8 @@ static int feed_header(void *ctx, size_t source, const Twice__Journal__Header *h
 {
     struct verdict_feed *f = ctx;
     (void)first;
+    if (f->faults != NULL)
+        fault_log_add_header(f->faults, h);
     /* A run that names no instance (a twice before instances) is known as its journal is. */
     return verdict_add_source_header(f->v, (uint32_t)source, h,
                                      journal_set_info(f->set, source)->instance);
@@ -71,6 +80,8 @@ static int feed_header(void *ctx, size_t source, const Twice__Journal__Header *h
 static int feed_record(void *ctx, size_t source, const Twice__Journal__Record *r)
 {
     struct verdict_feed *f = ctx;
+    if (f->faults != NULL && fault_log_add_record(f->faults, r) != 0)
+        return -1;
     return verdict_add_source_record(f->v, (uint32_t)source, r);
 }
 
@@ -82,7 +93,7 @@ static int load_journal(struct verdict *v, const struct journal_paths *paths,
     in->set = journal_set_open(paths, err, errlen);
     if (in->set == NULL)
         return -1;
-    struct verdict_feed f = {v, in->set};
+    struct verdict_feed f = {v, in->set, in->faults};
     struct instances_feed feed = {&f, feed_header, feed_record};
     if (instances_read(in->set, &feed, &in->changes, err, errlen) != 0)
         return -1;
@@ -473,7 +484,7 @@ static void format_time(char *buf, size_t len, uint64_t unix_us)
 
 /* The verdict cell: "IDEMPOTENT*" when evidence is missing (said in the EXAMPLES column and
  * under the table). */
-static void print_verdict_cell(FILE *out, const struct verdict_task *t)
+static void print_verdict_cell(FILE *out, const struct verdict_task *t, const struct idshort *ids)
 {
     bool partial = t->verdict == VERDICT_IDEMPOTENT &&
                    (t->missing & (VERDICT_MISSING_OVERLAP | VERDICT_MISSING_WINDOW)) != 0;
@@ -481,7 +492,13 @@ static void print_verdict_cell(FILE *out, const struct verdict_task *t)
     snprintf(cell, sizeof(cell), "%s%s", verdict_kind_name(t->verdict), partial ? "*" : "");
     if (t->examples.n > 0) {
         fprintf(out, "%-14s  ", cell);
-        print_examples_text(out, &t->examples);
+        size_t shown = t->examples.n < PAGE_ROW_EXAMPLES ? t->examples.n : PAGE_ROW_EXAMPLES;
+        for (size_t i = 0; i < shown; i++) {
+            fputs(i > 0 ? ", " : "", out);
+            idshort_write(out, ids, t->examples.ids[i]);
+        }
+        if (t->examples.n > shown)
+            fprintf(out, " +%zu", t->examples.n - shown);
     } else if (partial) {
         fprintf(out, "%-14s  missing: %s%s%s", cell,
                 (t->missing & VERDICT_MISSING_OVERLAP) ? "overlap" : "",
@@ -498,7 +515,7 @@ static void print_verdict_cell(FILE *out, const struct verdict_task *t)
         fputs("  STALLED", out);
 }
 
-static void print_row(FILE *out, const struct verdict_task *t, int width)
+static void print_row(FILE *out, const struct verdict_task *t, int width, const struct idshort *ids)
 {
     int n = text_write_safe(out, t->task);
     char window[40], overlapped[48];
@@ -510,7 +527,7 @@ static void print_row(FILE *out, const struct verdict_task *t, int width)
             (unsigned long long)t->faulted, (unsigned long long)t->delivered_more_than_once,
             (unsigned long long)t->more_than_one_effect, (unsigned long long)t->no_effect,
             (unsigned long long)t->retried, overlapped, window);
-    print_verdict_cell(out, t);
+    print_verdict_cell(out, t, ids);
     fputc('\n', out);
 }
 
@@ -520,10 +537,15 @@ static void print_table(FILE *out, const struct verdict_result *res)
     fprintf(out, "%-*s  %8s  %7s  %11s  %9s  %9s  %7s  %10s  %-13s  %-14s  %s\n", width, "TASK",
             "MESSAGES", "FAULTED", "DELIVERED>1", "EFFECTS>1", "NO EFFECT", "RETRIED", "OVERLAPPED",
             "COPY DELAYS", "VERDICT", "EXAMPLES");
+    /* the examples shortened in the table, whole under it (and in --json) */
+    struct idshort ids;
+    idshort_of_examples(&ids, res);
     for (size_t i = 0; i < res->n_tasks; i++)
-        print_row(out, &res->tasks[i], width);
+        print_row(out, &res->tasks[i], width, &ids);
     if (res->n_tasks == 0)
         fputs("(no message ids in the journal)\n", out);
+    idshort_print_list(out, &ids, "EXAMPLES in full:");
+    idshort_free(&ids);
 }
 
 static void print_legend(FILE *out)
@@ -885,6 +907,85 @@ static void print_verdict_line(FILE *out, const struct verdict_result *res,
         fputc('\n', out);
 }
 
+/* The lines under the table, for the page and markdown: evidence, rows untested, retries,
+ * outstanding work, warnings.  Caller frees; NULL when out of memory. */
+static char *notes_text(const struct verdict_result *res, const struct verdict_inputs *in,
+                        const struct verdict_options *opt)
+{
+    char *notes = NULL;
+    size_t len = 0;
+    FILE *mem = open_memstream(&notes, &len);
+    if (mem == NULL)
+        return NULL;
+    print_evidence(mem, res);
+    print_untested(mem, res);
+    print_retries(mem, res);
+    print_outstanding(mem, res, opt);
+    print_warnings(mem, res, in);
+    fclose(mem);
+    return notes;
+}
+
+static void print_human(FILE *out, const struct verdict_result *res,
+                        const struct verdict_inputs *in, const struct verdict_options *opt);
+
+/* What the page and markdown are told of the inputs. */
+static void page_facts_of(const struct verdict_inputs *in, struct page_facts *f)
+{
+    memset(f, 0, sizeof(*f));
+    f->journal = in->journal;
+    f->effects = in->effects;
+    f->seed = in->seed;
+    f->start_unix_ms = in->start_unix_ms;
+    f->records = in->records;
+    f->runs = in->runs;
+    f->unclean_runs = in->unclean;
+    f->effect_lines = in->effect_lines;
+    f->truncated = in->truncated;
+    f->clean_stop = in->clean_stop;
+    f->allow_damaged = in->allow_damaged;
+    f->damage = &in->damage;
+    f->changes = &in->changes;
+}
+
+struct verdict_page {
+    const struct verdict *v;
+    const struct verdict_result *res;
+    const struct verdict_inputs *in;
+    const struct verdict_options *opt;
+};
+
+static int write_verdict_page(FILE *out, void *ctx)
+{
+    const struct verdict_page *p = ctx;
+    struct page_facts f;
+    page_facts_of(p->in, &f);
+    char *text = NULL;
+    size_t len = 0;
+    FILE *mem = open_memstream(&text, &len);
+    if (mem == NULL)
+        return -1;
+    print_human(mem, p->res, p->in, p->opt);
+    fclose(mem);
+    f.text = text;
+    f.notes = notes_text(p->res, p->in, p->opt);
+    int rc = f.notes != NULL ? page_verdict_html(out, &f, p->v, p->res, p->in->faults) : -1;
+    free((char *)f.notes);
+    free(text);
+    return rc;
+}
+
+static int print_markdown(FILE *out, const struct verdict_result *res,
+                          const struct verdict_inputs *in, const struct verdict_options *opt)
+{
+    struct page_facts f;
+    page_facts_of(in, &f);
+    f.notes = notes_text(res, in, opt);
+    int rc = f.notes != NULL ? page_verdict_markdown(out, &f, res, in->faults) : -1;
+    free((char *)f.notes);
+    return rc;
+}
+
 static void print_human(FILE *out, const struct verdict_result *res,
                         const struct verdict_inputs *in, const struct verdict_options *opt)
 {
@@ -940,13 +1041,16 @@ static void print_human(FILE *out, const struct verdict_result *res,
 
 static void usage(FILE *err)
 {
-    fputs("usage: twice verdict JOURNAL... --effects EFFECTS... [--json]\n"
+    fputs("usage: twice verdict JOURNAL... --effects EFFECTS...\n"
+          "                     [--json | --format text|markdown|json] [--html FILE]\n"
           "                     [--require copies[=N] | overlap[=N] | window=D]...\n"
           "                     [--stall-after D] [--allow-damaged]\n"
           "  JOURNAL: the journal of a run (also --journal JOURNAL); several (the journals of\n"
           "       several twice instances, or a quoted glob: 'runs/*.pb') are read together\n"
           "  EFFECTS: one message id per side effect, one per line ('#' comments); every\n"
           "       --effects file given is read\n"
+          "  --format markdown: the rules in force, the evidence and the verdict as markdown\n"
+          "  --html FILE: also write the verdict as one self-contained page with charts\n"
           "  --require: what every task must have been tested with, else it is UNTESTED\n"
           "  --allow-damaged: a damaged journal's verdict, on the records read, sets the exit\n"
           "       code as an undamaged one's would\n"
@@ -1099,6 +1203,23 @@ static int parse_one(int argc, char **argv, int *i, struct verdict_args *a, FILE
         a->json = true;
         rc = 1;
     }
+    const char *html = a->html;
+    if (rc == 0 && (rc = option_value(argc, argv, i, "--html", &a->html)) == 1 &&
+        a->html[0] == '\0')
+        rc = -1;
+    if (rc == 1 && html != NULL && strcmp(html, a->html) != 0) {
+        fprintf(err, "twice verdict: more than one --html given: '%s' and '%s'\n", html, a->html);
+        return -1;
+    }
+    if (rc == 0 && (rc = option_value(argc, argv, i, "--format", &value)) == 1) {
+        if (strcmp(value, "text") != 0 && strcmp(value, "markdown") != 0 &&
+            strcmp(value, "json") != 0) {
+            fprintf(err, "twice verdict: --format '%s': expected text, markdown or json\n", value);
+            return -1;
+        }
+        a->markdown = strcmp(value, "markdown") == 0;
+        a->json = strcmp(value, "json") == 0;
+    }
     if (rc == 0 && strcmp(argv[*i], "--allow-damaged") == 0) {
         a->allow_damaged = true;
         rc = 1;
@@ -1190,7 +1311,9 @@ static int verdict_execute(const struct verdict_args *a, FILE *out, FILE *err)
     struct verdict_result res = {0};
     struct verdict *v = verdict_new();
     int code = VERDICT_EXIT_ERROR;
-    if (v == NULL)
+    if ((a->html != NULL || a->markdown) && (in.faults = calloc(1, sizeof(*in.faults))) == NULL)
+        snprintf(msg, sizeof(msg), "out of memory");
+    else if (v == NULL)
         snprintf(msg, sizeof(msg), "out of memory");
     else if (load_journal(v, &a->journals, &in, msg, sizeof(msg)) == 0 &&
              load_effects(v, a, &in.effect_lines, msg, sizeof(msg)) == 0) {
@@ -1199,11 +1322,19 @@ static int verdict_execute(const struct verdict_args *a, FILE *out, FILE *err)
         else
             code = exit_code(&res, &in);
     }
+    struct verdict_page page = {v, &res, &in, &a->opt};
+    if (code != VERDICT_EXIT_ERROR && a->html != NULL &&
+        page_write_file(a->html, out, write_verdict_page, &page, msg, sizeof(msg)) != 0)
+        code = VERDICT_EXIT_ERROR;
+    if (code != VERDICT_EXIT_ERROR && a->markdown && print_markdown(out, &res, &in, &a->opt) != 0) {
+        snprintf(msg, sizeof(msg), "out of memory");
+        code = VERDICT_EXIT_ERROR;
+    }
     if (code == VERDICT_EXIT_ERROR)
         fprintf(err, "twice verdict: %s\n", msg);
     else if (a->json)
         print_json(out, &res, &in);
-    else
+    else if (!a->markdown)
         print_human(out, &res, &in, &a->opt);
     if (code != VERDICT_EXIT_ERROR && a->json) {
         if (in.truncated)
@@ -1229,6 +1360,9 @@ static int verdict_execute(const struct verdict_args *a, FILE *out, FILE *err)
     verdict_free(v);
     changes_free(&in.changes);
     journal_set_close(in.set);
+    if (in.faults != NULL)
+        fault_log_free(in.faults);
+    free(in.faults);
     return code;
 }
 

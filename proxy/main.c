@@ -27,6 +27,7 @@
 #include "proxy/log.h"
 #include "proxy/proxy.h"
 #include "proxy/tls.h"
+#include "proxy/version.h"
 #include "rules/conf.h"
 #include "rules/rule.h"
 
@@ -39,7 +40,7 @@ static const char usage[] =
     "       twice verdict JOURNAL... --effects EFFECTS... [--json] [--require R]...\n"
     "                                which task types are not idempotent (exit 1 if any)\n"
     "       twice help [COMMAND]     this help, or the options of COMMAND\n"
-    "       twice --version          print the version\n"
+    "       twice --version          the version, the git commit, each library's version\n"
     "\n"
     "Each command takes its file as its first argument, or by a flag: -c CONFIG or\n"
     "--config CONFIG for run and check, --journal JOURNAL for report and verdict; report and\n"
@@ -299,8 +300,8 @@ int main(int argc, char **argv)
     }
     const char *cmd = argv[1];
     if (strcmp(cmd, "--version") == 0 || strcmp(cmd, "version") == 0) {
-        printf("twice %s\n", TWICE_VERSION);
-        return 0;
+        version_print(stdout);
+        return fflush(stdout) == 0 ? 0 : 1;
     }
     if (strcmp(cmd, "--help") == 0 || strcmp(cmd, "-h") == 0 || strcmp(cmd, "help") == 0)
         return cmd_help(argc - 1, argv + 1);

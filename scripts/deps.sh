@@ -3,14 +3,19 @@
 # and does nothing when they are all present.  Non-interactive; needs root
 # (or sudo) only when something is missing.
 #
-# Usage: scripts/deps.sh [build|test|demo|bench|all]   (default: all)
+# Usage: scripts/deps.sh [build|test|demo|bench|package|all]   (default: all)
 set -euo pipefail
 
 build_pkgs=(cmake make gcc pkg-config libevent-dev libssl-dev
             libprotobuf-c-dev protobuf-c-compiler libcmocka-dev libjansson-dev)
 test_pkgs=(openssl procps redis-server redis-tools rabbitmq-server
            python3 python3-pika python3-celery python3-redis python3-rq
-           ruby ruby-sidekiq ruby-bunny clang libclang-rt-14-dev clang-format)
+           ruby ruby-sidekiq ruby-bunny clang libclang-rt-14-dev clang-format
+           chromium-headless-shell)
+# make deb: dpkg-shlibdeps (dpkg-dev) names the packages of the libraries twice links.
+# test_install.py also reads `man twice` (man-db) and builds the package.
+package_pkgs=(dpkg-dev)
+test_pkgs+=(dpkg-dev man-db)
 demo_pkgs=(python3 redis-server redis-tools python3-celery python3-redis)
 bench_pkgs=(python3 redis-server redis-tools rabbitmq-server haproxy gnuplot-nox)
 
@@ -20,8 +25,9 @@ case "${1:-all}" in
     test)  want=("${build_pkgs[@]}" "${test_pkgs[@]}") ;;
     demo)  want=("${build_pkgs[@]}" "${demo_pkgs[@]}") ;;
     bench) want=("${build_pkgs[@]}" "${bench_pkgs[@]}") ;;
+    package) want=("${build_pkgs[@]}" "${package_pkgs[@]}") ;;
     all)   want=("${build_pkgs[@]}" "${test_pkgs[@]}" "${demo_pkgs[@]}" "${bench_pkgs[@]}") ;;
-    *) echo "usage: $0 [build|test|demo|bench|all]" >&2; exit 2 ;;
+    *) echo "usage: $0 [build|test|demo|bench|package|all]" >&2; exit 2 ;;
 esac
 
 # Node.js and npm for the Node.js clients the tests run (tests/node): Debian's, unless the
