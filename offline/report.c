@@ -16,6 +16,7 @@
 #include <time.h>
 
 #include "offline/changes.h"
+#include "offline/cli.h"
 #include "offline/damage.h"
 #include "offline/fault_log.h"
 #include "offline/idshort.h"
@@ -90,6 +91,7 @@ struct report {
     struct fault_log *faults; /* --html, --format markdown: the faults' times; else NULL */
     const char *html;         /* --html FILE */
     bool markdown;            /* --format markdown */
+    const char *format;       /* --format or --json as given, NULL: text */
 };
 
 static const char *kind_name(uint32_t kind)
@@ -1340,14 +1342,10 @@ static int report_page_option(int argc, char **argv, int *i, struct report *rep,
         return -1;
     } else if (html) {
         rep->html = value;
-    } else if (strcmp(value, "markdown") == 0 || strcmp(value, "text") == 0 ||
-               strcmp(value, "json") == 0) {
-        rep->markdown = strcmp(value, "markdown") == 0;
-        *json = strcmp(value, "json") == 0;
-    } else {
-        fprintf(err, "twice report: --format '%s': expected text, markdown or json\n", value);
+    } else if (cli_format_set(&rep->format, value, "report", err) < 0) {
         return -1;
     }
+    (void)json;
     return 1;
 }
 
@@ -1359,7 +1357,7 @@ static int report_option(int argc, char **argv, int *i, struct report *rep, bool
     if (rc != 0)
         return rc;
     if (strcmp(a, "--json") == 0) {
-        *json = true;
+        return cli_format_set(&rep->format, "json", "report", err);
     } else if (strncmp(a, "--message=", 10) == 0) {
         return set_message(rep, a + 10, err);
     } else if (strcmp(a, "--message") == 0) {
@@ -1394,6 +1392,8 @@ static int parse_args(int argc, char **argv, struct report *rep, bool *json, FIL
             return -1;
         }
     }
+    *json = rep->format != NULL && strcmp(rep->format, "json") == 0;
+    rep->markdown = rep->format != NULL && strcmp(rep->format, "markdown") == 0;
     if (rep->journals.n > 0)
         return 0;
     fputs("twice report: no journal given\n", err);

@@ -15,6 +15,7 @@
 #include <time.h>
 
 #include "offline/changes.h"
+#include "offline/cli.h"
 #include "offline/damage.h"
 #include "offline/fault_log.h"
 #include "offline/idshort.h"
@@ -54,8 +55,9 @@ struct verdict_args {
     bool json;
     bool allow_damaged; /* --allow-damaged: a damaged journal does not change the exit code */
     struct verdict_options opt;
-    const char *html; /* --html FILE */
-    bool markdown;    /* --format markdown */
+    const char *html;   /* --html FILE */
+    bool markdown;      /* --format markdown */
+    const char *format; /* --format or --json as given, NULL: text */
 };
 
 /* The accumulator and the journals it is fed from. */
@@ -1200,7 +1202,8 @@ static int parse_one(int argc, char **argv, int *i, struct verdict_args *a, FILE
         return -1;
     }
     if (rc == 0 && strcmp(argv[*i], "--json") == 0) {
-        a->json = true;
+        if (cli_format_set(&a->format, "json", "verdict", err) < 0)
+            return -1;
         rc = 1;
     }
     const char *html = a->html;
@@ -1211,15 +1214,9 @@ static int parse_one(int argc, char **argv, int *i, struct verdict_args *a, FILE
         fprintf(err, "twice verdict: more than one --html given: '%s' and '%s'\n", html, a->html);
         return -1;
     }
-    if (rc == 0 && (rc = option_value(argc, argv, i, "--format", &value)) == 1) {
-        if (strcmp(value, "text") != 0 && strcmp(value, "markdown") != 0 &&
-            strcmp(value, "json") != 0) {
-            fprintf(err, "twice verdict: --format '%s': expected text, markdown or json\n", value);
-            return -1;
-        }
-        a->markdown = strcmp(value, "markdown") == 0;
-        a->json = strcmp(value, "json") == 0;
-    }
+    if (rc == 0 && (rc = option_value(argc, argv, i, "--format", &value)) == 1 &&
+        cli_format_set(&a->format, value, "verdict", err) < 0)
+        return -1;
     if (rc == 0 && strcmp(argv[*i], "--allow-damaged") == 0) {
         a->allow_damaged = true;
         rc = 1;
@@ -1262,6 +1259,8 @@ static int parse_args(int argc, char **argv, struct verdict_args *a, FILE *out, 
         usage(err);
         return -1;
     }
+    a->json = a->format != NULL && strcmp(a->format, "json") == 0;
+    a->markdown = a->format != NULL && strcmp(a->format, "markdown") == 0;
     if (a->opt.stall_after_us == 0)
         a->opt.stall_after_us = VERDICT_STALL_AFTER_US;
     return 0;

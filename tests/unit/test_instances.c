@@ -310,6 +310,16 @@ static void test_repeated_options(void **state)
                            "--stall-after", "10s",      "--stall-after", "20s"};
     assert_int_equal(run(f, verdict_run, 8, stall), 2);
     assert_contains(f->err, "--stall-after given twice with different durations");
+    const char *fmt[] = {"verdict", f->journal, "--effects", f->effects,
+                         "--json",  "--format", "markdown"};
+    assert_int_equal(run(f, verdict_run, 7, fmt), 2);
+    assert_contains(f->err, "two output formats given: json and markdown");
+    const char *rfmt[] = {"report", f->journal, "--format=text", "--format", "json"};
+    assert_int_equal(run(f, report_run, 5, rfmt), 2);
+    assert_contains(f->err, "twice report: two output formats given: text and json");
+    const char *same[] = {"report", f->journal, "--json", "--format=json"};
+    assert_int_equal(run(f, report_run, 4, same), 0);
+    assert_contains(f->out, "\"journals\": [");
     const char *msg[] = {"report", f->journal, "--message", "m1", "--message=m2"};
     assert_int_equal(run(f, report_run, 5, msg), 2);
     assert_contains(f->err, "--message given twice with different ids");
