@@ -300,6 +300,10 @@ int main(int argc, char **argv)
     }
     const char *cmd = argv[1];
     if (strcmp(cmd, "--version") == 0 || strcmp(cmd, "version") == 0) {
+        if (argc > 2) { /* nothing after it is dropped silently */
+            fprintf(stderr, "twice %s: takes no argument, not '%s'\n", cmd, argv[2]);
+            return 2;
+        }
         version_print(stdout);
         return fflush(stdout) == 0 ? 0 : 1;
     }

@@ -1264,6 +1264,9 @@ class CliTest(h.TestCase):
         r = h.run_twice(["help", "report", "verdict"])
         self.assertEqual(r.returncode, 2, r)
         self.assertEqual(r.stderr, b"twice help: one command at a time, not 'verdict' too\n")
+        r = h.run_twice(["--version", "report"])
+        self.assertEqual((r.returncode, r.stdout), (2, b""), r)
+        self.assertEqual(r.stderr, b"twice --version: takes no argument, not 'report'\n")
 
     def test_admin_bind_in_use(self):
         """An admin address another process holds: twice run exits naming `admin`'s line and
