@@ -29,6 +29,7 @@
 #include "proxy/log.h"
 #include "proxy/proxy.h"
 #include "proxy/rule_changes.h"
+#include "proxy/toxi.h"
 #include "rules/engine.h"
 
 /* Largest request body (PUT /rules) accepted. */
@@ -287,7 +288,11 @@ static int parse_body_rules(struct proxy *px, struct evhttp_request *req, const 
     }
     evbuffer_remove(in, text, len);
     text[len] = '\0';
-    int rc = conf_parse_rules(src, text, len, px->conf->conf, rules, n, d);
+    /* The Toxiproxy API's proxies are listeners too: rules may name them. */
+    struct conf view;
+    struct conf_listener *mem;
+    int rc = conf_parse_rules(src, text, len, toxi_conf_view(px, &view, &mem), rules, n, d);
+    free(mem);
     rule_changes_body(px, text, len);
     free(text);
     if (rc != 0) {
@@ -360,6 +365,7 @@ static void put_rules(struct proxy *px, struct evhttp_request *req)
     if (parse_body_rules(px, req, "PUT /rules", &rules, &n, &d) == 0 &&
         install_rules(px, req, rules) == 0) {
         rule_changes_admin(px, req, JOURNAL_CHANGE_RULES_REPLACED, NULL);
+        toxi_rules_changed(px); /* the Toxiproxy API's message toxics stay */
         log_msg(LOG_INFO, "rules replaced", "source=admin rules=%zu", n);
         proxy_log_diags(&d);
         reply_rules_replaced(req, n, &d);
@@ -761,6 +767,16 @@ static void method_not_allowed(struct evhttp_request *req, enum evhttp_cmd_type 
     }
     evhttp_add_header(evhttp_request_get_output_headers(req), "Allow", allow);
     reply_error(req, 405, "%s is not allowed on %s: use %s", name, path, allow);
+}
+
+void admin_http_reply(struct evhttp_request *req, int code, const char *type, struct evbuffer *body)
+{
+    reply(req, code, type, body);
+}
+
+bool admin_http_authorized(struct proxy *px, struct evhttp_request *req)
+{
+    return authorized(px, req);
 }
 
 static void route(struct proxy *px, struct evhttp_request *req, enum evhttp_cmd_type m,

@@ -26,6 +26,7 @@
 
 #include "proto/must_check.h"
 
+#include <stdbool.h>
 #include <stddef.h>
 
 struct evbuffer;
@@ -35,6 +36,15 @@ struct proxy;
  * configuration has no `admin`.  Returns 0, or -1 with a reason in err. */
 int admin_apply(struct proxy *px, char *err, size_t errlen) TWICE_MUST_CHECK;
 void admin_stop(struct proxy *px);
+
+struct evhttp_request;
+
+/* What the admin API and the Toxiproxy API (toxi.c) share: an answer with its Content-Type,
+ * Content-Length and no caching (HEAD without the body; `body` is drained), and the bearer
+ * token check of `admin-token` (true when no token is set). */
+void admin_http_reply(struct evhttp_request *req, int code, const char *type,
+                      struct evbuffer *body);
+bool admin_http_authorized(struct proxy *px, struct evhttp_request *req);
 
 /* s as a Prometheus label value (quotes, backslashes and newlines escaped) onto b. */
 void admin_prom_label(struct evbuffer *b, const char *s);

@@ -22,6 +22,7 @@
 #include "proxy/log.h"
 #include "proxy/proxy.h"
 #include "proxy/session.h"
+#include "proxy/toxi.h"
 
 #define LISTENER_BACKLOG 1024
 #define LISTENER_RETRY_MS 1000
@@ -76,9 +77,20 @@ static void on_accept_error(struct evconnlistener *evl, void *arg)
 static int bind_address(const struct lconf *cfg, struct sockaddr_storage *ss, int *len)
 {
     char spec[300];
-    conf_addr_format(&cfg->l->bind, spec, sizeof(spec));
+    /* Port 0 (a Toxiproxy API proxy's "any port") is one libevent's parser refuses. */
+    struct conf_addr a = cfg->l->bind;
+    bool any_port = a.port == 0;
+    if (any_port)
+        a.port = 1;
+    conf_addr_format(&a, spec, sizeof(spec));
     *len = (int)sizeof(*ss);
-    return evutil_parse_sockaddr_port(spec, (struct sockaddr *)ss, len);
+    if (evutil_parse_sockaddr_port(spec, (struct sockaddr *)ss, len) != 0)
+        return -1;
+    if (any_port && ss->ss_family == AF_INET)
+        ((struct sockaddr_in *)ss)->sin_port = 0;
+    else if (any_port)
+        ((struct sockaddr_in6 *)ss)->sin6_port = 0;
+    return 0;
 }
 
 struct listener *listener_open(struct proxy *px, struct lconf *cfg, char *err, size_t errlen)
@@ -137,5 +149,7 @@ void listener_put(struct listener *l)
         return;
     listener_close(l);
     lconf_put(l->cfg);
+    if (l->toxics != NULL)
+        toxi_toxics_put(l->toxics);
     free(l);
 }

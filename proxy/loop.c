@@ -51,12 +51,14 @@
 enum loop_msg_kind {
     MSG_ACCEPT, /* start a session on fd */
     MSG_RULES,  /* make `rules` the loop's current rules */
+    MSG_TOXICS, /* the sessions of `listener`: close them, or give them its toxics */
 };
 
 struct loop_msg {
     enum loop_msg_kind kind;
     struct loop_msg *next;
-    struct listener *listener; /* MSG_ACCEPT: a reference */
+    struct listener *listener; /* MSG_ACCEPT, MSG_TOXICS: a reference */
+    bool close;                /* MSG_TOXICS */
     struct lconf *cfg;         /* MSG_ACCEPT: a reference */
     evutil_socket_t fd;
     uint64_t sid;
@@ -97,6 +99,8 @@ static void msg_discard(struct loop_msg *m)
         listener_put(m->listener);
     } else if (m->kind == MSG_RULES) {
         ruleset_put(m->rules);
+    } else {
+        listener_put(m->listener);
     }
     free(m);
 }
@@ -107,6 +111,20 @@ static void set_rules(struct loop *lp, struct ruleset *rs)
         ruleset_put(lp->rules);
     lp->rules = rs;
     lp->rules_gen++;
+}
+
+static void listener_sessions(struct loop *lp, struct listener *l, bool close)
+{
+    for (struct session *s = lp->sessions; s != NULL; s = s->next) {
+        if (s->listener != l || s->state == SESSION_CLOSED)
+            continue;
+        if (close) {
+            session_set_error(s, "proxy disabled or deleted through the Toxiproxy API");
+            session_close(s, SESSION_CLOSE_FAULT);
+        } else {
+            session_toxics_changed(s);
+        }
+    }
 }
 
 static void close_sessions(struct loop *lp)
@@ -167,6 +185,10 @@ static void handle(struct loop *lp, struct loop_msg *m)
         break;
     case MSG_RULES:
         set_rules(lp, m->rules);
+        break;
+    case MSG_TOXICS:
+        listener_sessions(lp, m->listener, m->close);
+        listener_put(m->listener);
         break;
     }
     free(m);
@@ -329,6 +351,27 @@ void loop_set_rules_all(struct proxy *px, struct ruleset *rs)
         }
         m->kind = MSG_RULES;
         m->rules = rs;
+        post(lp, m);
+    }
+}
+
+void loop_listener_sessions_all(struct proxy *px, struct listener *l, bool close)
+{
+    for (unsigned i = 0; i < px->n_loops; i++) {
+        struct loop *lp = &px->loops[i];
+        if (i == 0 || !lp->thread_started) {
+            listener_sessions(lp, l, close);
+            continue;
+        }
+        struct loop_msg *m = calloc(1, sizeof(*m));
+        if (m == NULL) {
+            log_msg(LOG_ERROR, "out of memory: a loop's sessions keep their toxics", "loop=%u", i);
+            continue;
+        }
+        m->kind = MSG_TOXICS;
+        m->listener = l;
+        atomic_fetch_add(&l->refs, 1);
+        m->close = close;
         post(lp, m);
     }
 }

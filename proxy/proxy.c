@@ -41,6 +41,7 @@
 #include "proxy/rule_changes.h"
 #include "proxy/session.h"
 #include "proxy/tls.h"
+#include "proxy/toxi.h"
 #include "rules/engine.h"
 
 struct conf_ref *conf_ref_new(struct conf *conf)
@@ -369,6 +370,10 @@ int proxy_reload(struct proxy *px, char **diag)
                 "twice to change them\"");
     if (admin_apply(px, err, sizeof(err)) != 0)
         log_msg(LOG_ERROR, "admin API not moved", "error=\"%s\"", err);
+    /* The Toxiproxy API's proxies are not the file's: a reload keeps them and their toxics. */
+    if (toxi_apply(px, err, sizeof(err)) != 0)
+        log_msg(LOG_ERROR, "toxiproxy API not moved", "error=\"%s\"", err);
+    toxi_rules_changed(px);
     unsigned n = 0;
     for (struct listener *l = px->listeners; l != NULL; l = l->next)
         n++;
@@ -416,6 +421,7 @@ static void begin_shutdown(struct proxy *px, const char *signame)
         listener_close(l);
         listener_put(l);
     }
+    toxi_close_listeners(px);
     struct timeval tv = {.tv_sec = grace / 1000, .tv_usec = (grace % 1000) * 1000};
     evtimer_add(px->grace_timer, &tv);
     loop_shutdown_all(px);
@@ -724,6 +730,8 @@ int proxy_init(struct proxy *px, const char *conf_path, const struct proxy_optio
     if (rc == 0)
         rc = admin_apply(px, err, sizeof(err));
     if (rc == 0)
+        rc = toxi_apply(px, err, sizeof(err));
+    if (rc == 0)
         rc = drop_privileges(px->conf->conf->user, err, sizeof(err));
     if (rc != 0) {
         struct log_line line;
@@ -773,6 +781,7 @@ void proxy_free(struct proxy *px)
     }
     drain_stop(px);
     admin_stop(px);
+    toxi_stop(px);
     free_event(&px->grace_timer);
     free_event(&px->log_timer);
     free_event(&px->sig_term);

@@ -41,6 +41,8 @@
 #include "rules/rule.h"
 
 struct admin_server;
+struct toxi;
+struct toxi_toxics;
 struct session;
 struct session_end;
 struct ruleset;
@@ -79,7 +81,9 @@ struct listener {
     struct evconnlistener *evl;   /* NULL once closed */
     struct event *retry_timer;    /* re-enables accept after EMFILE */
     atomic_uint n_sessions;
-    struct listener *next; /* in px->listeners while open */
+    bool toxi;                  /* a Toxiproxy API proxy (toxi.h) */
+    struct toxi_toxics *toxics; /* its stream toxics now (toxi.h: under its lock); may be NULL */
+    struct listener *next;      /* in px->listeners while open */
 };
 
 /* Admin servers replaced by a reload, freed once their replies are out. */
@@ -162,6 +166,7 @@ struct proxy {
     uint8_t rules_body_sha256[32]; /* of the last rule text the admin API parsed */
     struct listener_stats *stats;  /* created by the main thread only */
     struct admin_server *admin;    /* NULL without `admin` */
+    struct toxi *toxi;             /* the Toxiproxy API and its proxies (toxi.h); may be NULL */
     struct admin_server *admin_retired[ADMIN_MAX_RETIRED]; /* freed after their last reply */
     unsigned admin_retired_n;
     uint64_t next_session_id; /* drawn by the main thread at accept */
@@ -262,6 +267,9 @@ void loop_accept(struct proxy *px, struct listener *l, evutil_socket_t fd,
                  const struct sockaddr *sa, int salen);
 /* Give every loop a reference to `rs` (main thread). */
 void loop_set_rules_all(struct proxy *px, struct ruleset *rs);
+/* On every loop, close each session of listener `l` (close), or give it the listener's toxics
+ * now (toxi.h).  Main thread. */
+void loop_listener_sessions_all(struct proxy *px, struct listener *l, bool close);
 /* Close every session of every loop now. */
 void loop_close_all(struct proxy *px);
 /* Shutdown: each loop ends once its sessions are gone; the main loop ends

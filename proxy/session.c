@@ -251,6 +251,9 @@ void session_free(struct session *s)
     }
     shaper_free(s->shaper[SIDE_CLIENT]);
     shaper_free(s->shaper[SIDE_UPSTREAM]);
+    if (s->toxics != NULL)
+        toxi_toxics_put(s->toxics);
+    free(s->rule_fx);
     if (s->rules != NULL)
         ruleset_put(s->rules);
     listener_put(s->listener);
@@ -894,6 +897,17 @@ void session_shaper_limit(struct session *s, int from, const char *rule, uint64_
     /* Deliver what was let through, then close: as if `from` had failed. */
     start_draining(s, (enum session_side)from,
                    rule != NULL ? SESSION_CLOSE_FAULT : SESSION_CLOSE_INTERNAL_ERROR);
+}
+
+void session_shaper_toxic(struct session *s, int from, const char *rule, bool reset)
+{
+    if (reset) {
+        sess_reset(s, rule);
+        return;
+    }
+    session_set_error(s, "toxic '%s' timed the %s stream out", rule != NULL ? rule : "?",
+                      from == SIDE_CLIENT ? "upstream" : "downstream");
+    session_close(s, SESSION_CLOSE_FAULT);
 }
 
 void session_set_error(struct session *s, const char *fmt, ...)

@@ -105,6 +105,8 @@ struct session_end {
 };
 
 struct shaper;
+struct stream_fx;
+struct toxi_toxics;
 struct ruleset;
 struct codec_ops;
 
@@ -132,10 +134,12 @@ struct session {
     struct session_end end[2];     /* indexed by enum session_side */
     const struct codec_ops *codec; /* NULL: bytes are relayed as they are */
     void *codec_state;
-    uint64_t rules_gen;       /* the loop's rules_gen `wanted` was computed for (0: never) */
-    uint32_t wanted;          /* events some rule of the listener looks at (codec_wants) */
-    struct shaper *shaper[2]; /* stream faults, by the side bytes come from */
-    struct ruleset *rules;    /* held while shapers name its rules */
+    uint64_t rules_gen;         /* the loop's rules_gen `wanted` was computed for (0: never) */
+    uint32_t wanted;            /* events some rule of the listener looks at (codec_wants) */
+    struct shaper *shaper[2];   /* stream faults, by the side bytes come from */
+    struct ruleset *rules;      /* held while shapers name its rules */
+    struct toxi_toxics *toxics; /* a Toxiproxy proxy's toxics, held while shapers name them */
+    struct stream_fx *rule_fx;  /* a Toxiproxy proxy's: the faults of its rules, by side */
     struct session_faults faults;
     struct event *fault_timer;     /* delayed connect, reset */
     struct event *handshake_timer; /* client TLS handshake deadline */
@@ -169,6 +173,9 @@ static inline void session_count_events(struct session *s, enum rule_event ev, u
  * lives until it closes itself. */
 void session_accept(struct loop *lp, struct listener *l, struct lconf *cfg, evutil_socket_t fd,
                     const struct sockaddr *sa, int salen, uint64_t sid);
+
+/* The toxics of the session's listener changed (toxi.h): its stream faults follow. */
+void session_toxics_changed(struct session *s);
 
 /* Close the session now (e.g. at the end of the shutdown grace period). */
 void session_close(struct session *s, enum session_close_reason reason);
@@ -218,5 +225,7 @@ void session_peer_output_added(struct session *s, int from);
 void session_shaper_eof(struct session *s, int from);
 void session_shaper_limit(struct session *s, int from, const char *rule, uint64_t bytes);
 void session_want_output_drained(struct session *s, int from);
+/* A toxic's deadline (shaper.h): close the connection (timeout) or reset it (reset-peer). */
+void session_shaper_toxic(struct session *s, int from, const char *rule, bool reset);
 
 #endif

@@ -30,8 +30,7 @@ void sess_setup_bev(struct session *s, enum session_side side)
     bufferevent_setwatermark(bev, EV_READ, 0, SESSION_INPUT_HIGH);
 }
 
-/* Abort both connections with a TCP reset (SO_LINGER 0), as `reset` says. */
-static void reset_now(struct session *s)
+void sess_reset(struct session *s, const char *rule)
 {
     struct linger lg = {.l_onoff = 1, .l_linger = 0};
     for (int i = 0; i < 2; i++) {
@@ -41,7 +40,7 @@ static void reset_now(struct session *s)
         if (fd >= 0)
             setsockopt(fd, SOL_SOCKET, SO_LINGER, &lg, sizeof(lg));
     }
-    session_set_error(s, "reset by rule '%s'", s->faults.reset_rule);
+    session_set_error(s, "reset by rule '%s'", rule != NULL ? rule : "?");
     session_close(s, SESSION_CLOSE_FAULT);
 }
 
@@ -49,14 +48,14 @@ static void on_reset_timer(evutil_socket_t fd, short what, void *arg)
 {
     (void)fd;
     (void)what;
-    reset_now(arg);
+    sess_reset(arg, ((struct session *)arg)->faults.reset_rule);
 }
 
 /* Schedule the reset; returns -1 when the session is already gone. */
 static int arm_reset(struct session *s)
 {
     if (s->faults.reset_after_ms == 0) {
-        reset_now(s);
+        sess_reset(s, s->faults.reset_rule);
         return -1;
     }
     struct timeval tv = {.tv_sec = s->faults.reset_after_ms / 1000,
@@ -418,18 +417,12 @@ static void add_fault(struct session *s, const struct rule *r, struct stream_fx 
     fault_note(s, r, NULL);
 }
 
-static bool fx_active(const struct stream_fx *f)
-{
-    return f->latency_ms || f->jitter_ms || f->rate_bps || f->slice_bytes || f->blackhole ||
-           f->has_limit || f->has_slow_close;
-}
-
 /* Decide the stream and connect rules of this new connection.  Returns -1
  * when the session had to be closed. */
 int sess_apply_connection_faults(struct session *s, const struct sockaddr *sa)
 {
     struct ruleset *rs = s->loop->rules;
-    if (rs == NULL || ruleset_count(rs) == 0)
+    if ((rs == NULL || ruleset_count(rs) == 0) && !s->listener->toxi)
         return 0;
     char identity[32];
     snprintf(identity, sizeof(identity), "session:%llu", (unsigned long long)s->id);
@@ -439,17 +432,21 @@ int sess_apply_connection_faults(struct session *s, const struct sockaddr *sa)
     memset(fx, 0, sizeof(fx));
     size_t hits[SESSION_MAX_RULE_HITS];
     uint64_t now = (uint64_t)s->started.tv_sec * 1000 + (uint64_t)s->started.tv_usec / 1000;
-    for (int e = 0; e < 2; e++) {
+    for (int e = 0; rs != NULL && e < 2; e++) {
         ev.event = e == 0 ? RULE_EV_STREAM : RULE_EV_CONNECT;
         session_count_events(s, ev.event, 1);
         size_t n = ruleset_decide(rs, s->cfg->l->name, &ev, now, hits, SESSION_MAX_RULE_HITS);
         for (size_t i = 0; i < n; i++)
             add_fault(s, ruleset_rule(rs, hits[i]), fx);
     }
-    ruleset_get(rs);
-    s->rules = rs; /* shapers and logs name its rules */
+    if (rs != NULL) {
+        ruleset_get(rs);
+        s->rules = rs; /* shapers and logs name its rules */
+    }
+    if (s->listener->toxi)
+        toxi_session_fx(s, fx);
     for (int side = 0; side < 2; side++) {
-        if (!fx_active(&fx[side]))
+        if (!stream_fx_active(&fx[side]))
             continue;
         s->shaper[side] = shaper_new(s, side, &fx[side], s->id * 2 + (uint64_t)side + 1);
         if (s->shaper[side] == NULL) {
@@ -459,4 +456,29 @@ int sess_apply_connection_faults(struct session *s, const struct sockaddr *sa)
         }
     }
     return 0;
+}
+
+void session_toxics_changed(struct session *s)
+{
+    if (s->state == SESSION_DRAINING || s->state == SESSION_CLOSED || s->rule_fx == NULL)
+        return;
+    struct toxi_toxics *old = s->toxics; /* shapers name its toxics until they change */
+    s->toxics = NULL;
+    struct stream_fx fx[2];
+    toxi_session_fx(s, fx);
+    for (int side = 0; side < 2; side++) {
+        if (s->shaper[side] != NULL) {
+            shaper_set_fx(s->shaper[side], &fx[side]); /* may close the session */
+        } else if (stream_fx_active(&fx[side]) && !s->end[side].eof) {
+            s->shaper[side] = shaper_new(s, side, &fx[side], s->id * 2 + (uint64_t)side + 1);
+            if (s->shaper[side] == NULL) {
+                session_set_error(s, "out of memory");
+                session_close(s, SESSION_CLOSE_INTERNAL_ERROR);
+            }
+        }
+        if (s->state == SESSION_DRAINING || s->state == SESSION_CLOSED)
+            break;
+    }
+    if (old != NULL)
+        toxi_toxics_put(old);
 }

@@ -39,6 +39,7 @@
 #include "proxy/log.h"
 #include "proxy/shaper.h"
 #include "proxy/tls.h"
+#include "proxy/toxi.h"
 #include "rules/engine.h"
 
 /* ---- session.c ---- */
@@ -71,5 +72,7 @@ void sess_start_upstream(struct session *s);
 void sess_format_addr(const struct sockaddr *sa, char *buf, size_t len);
 void sess_delay_upstream(struct session *s);
 int sess_apply_connection_faults(struct session *s, const struct sockaddr *sa);
+/* Abort both connections with a TCP reset (SO_LINGER 0): rule `rule` says so. */
+void sess_reset(struct session *s, const char *rule);
 
 #endif

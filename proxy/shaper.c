@@ -33,7 +33,6 @@ struct shaper {
     struct event *timer;
     double tokens; /* bandwidth */
     uint64_t tokens_at_ms;
-    uint64_t next_slice_ms;
     bool slice_waiting; /* a slice is still in the output */
     uint64_t passed;    /* bytes accepted, for `limit` */
     bool eof;           /* `from` sent EOF */
@@ -42,6 +41,11 @@ struct shaper {
     bool limit_done;
     uint64_t eof_at_ms; /* slow-close: when the EOF may go on */
     uint64_t rng;       /* jitter */
+    uint64_t next_slice_us;
+    size_t slice_len;       /* size of the slice under way (slice variation), 0: none drawn */
+    struct event *deadline; /* timeout's close, reset-peer's reset */
+    bool reset_triggered;   /* reset-peer saw its first bytes */
+    bool deadline_reset;    /* the deadline resets (else it closes) */
 };
 
 static uint64_t now_ms(void)
@@ -49,6 +53,19 @@ static uint64_t now_ms(void)
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
+}
+
+static uint64_t now_us(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000 + (uint64_t)ts.tv_nsec / 1000;
+}
+
+bool stream_fx_active(const struct stream_fx *f)
+{
+    return f->latency_ms || f->jitter_ms || f->rate_bps || f->slice_bytes || f->blackhole ||
+           f->has_limit || f->has_slow_close || f->has_timeout || f->has_reset_peer;
 }
 
 static uint64_t next_random(struct shaper *sh)
@@ -61,6 +78,8 @@ static uint64_t next_random(struct shaper *sh)
 }
 
 static void on_timer(evutil_socket_t fd, short what, void *arg);
+static void on_deadline(evutil_socket_t fd, short what, void *arg);
+static void arm_timeout(struct shaper *sh);
 
 struct shaper *shaper_new(struct session *s, int from, const struct stream_fx *fx,
                           uint64_t jitter_seed)
@@ -74,12 +93,14 @@ struct shaper *shaper_new(struct session *s, int from, const struct stream_fx *f
     sh->rng = jitter_seed | 1;
     sh->held = evbuffer_new();
     sh->timer = evtimer_new(s->loop->base, on_timer, sh);
-    if (sh->held == NULL || sh->timer == NULL) {
+    sh->deadline = evtimer_new(s->loop->base, on_deadline, sh);
+    if (sh->held == NULL || sh->timer == NULL || sh->deadline == NULL) {
         shaper_free(sh);
         return NULL;
     }
     sh->tokens = 0; /* no initial burst: the first byte already waits its turn */
     sh->tokens_at_ms = now_ms();
+    arm_timeout(sh);
     return sh;
 }
 
@@ -89,6 +110,8 @@ void shaper_free(struct shaper *sh)
         return;
     if (sh->timer != NULL)
         event_free(sh->timer);
+    if (sh->deadline != NULL)
+        event_free(sh->deadline);
     if (sh->held != NULL)
         evbuffer_free(sh->held);
     free(sh->q);
@@ -99,6 +122,30 @@ void shaper_stop(struct shaper *sh)
 {
     if (sh->timer != NULL)
         event_del(sh->timer);
+    if (sh->deadline != NULL)
+        event_del(sh->deadline);
+}
+
+static void on_deadline(evutil_socket_t fd, short what, void *arg)
+{
+    (void)fd;
+    (void)what;
+    struct shaper *sh = arg;
+    session_shaper_toxic(sh->s, sh->from, sh->fx.toxic_rule, sh->deadline_reset);
+}
+
+static void arm_deadline(struct shaper *sh, uint32_t ms, bool reset)
+{
+    struct timeval tv = {.tv_sec = (time_t)(ms / 1000), .tv_usec = (suseconds_t)(ms % 1000) * 1000};
+    sh->deadline_reset = reset;
+    evtimer_add(sh->deadline, &tv);
+}
+
+/* `timeout T`: the connection closes T after the toxic came (0: never). */
+static void arm_timeout(struct shaper *sh)
+{
+    if (sh->fx.has_timeout && sh->fx.timeout_ms != 0)
+        arm_deadline(sh, sh->fx.timeout_ms, false);
 }
 
 size_t shaper_held(const struct shaper *sh)
@@ -219,6 +266,18 @@ static void maybe_pass_eof(struct shaper *sh, uint64_t now)
     session_shaper_eof(sh->s, sh->from);
 }
 
+/* The size of the next slice: N, or N±V (Toxiproxy's slicer), at least one byte. */
+static size_t slice_size(struct shaper *sh)
+{
+    uint64_t n = sh->fx.slice_bytes;
+    if (sh->fx.slice_variation != 0) {
+        uint64_t v = sh->fx.slice_variation;
+        uint64_t r = next_random(sh) % (2 * v + 1);
+        n = n + r > v ? n + r - v : 1;
+    }
+    return (size_t)n;
+}
+
 /* Release what may leave now. */
 static void pump(struct shaper *sh)
 {
@@ -239,12 +298,16 @@ static void pump(struct shaper *sh)
                 session_want_output_drained(sh->s, sh->from);
                 return;
             }
-            if (sh->next_slice_ms > now) {
-                arm(sh, sh->next_slice_ms, now);
+            uint64_t us = now_us();
+            if (sh->next_slice_us > us) {
+                uint64_t wait_ms = (sh->next_slice_us - us + 999) / 1000;
+                arm(sh, now + wait_ms, now);
                 return;
             }
-            if (n > sh->fx.slice_bytes)
-                n = sh->fx.slice_bytes;
+            if (sh->slice_len == 0)
+                sh->slice_len = slice_size(sh);
+            if (n > sh->slice_len)
+                n = sh->slice_len;
         }
         n = bandwidth_allows(sh, n, now);
         if (n == 0)
@@ -256,7 +319,9 @@ static void pump(struct shaper *sh)
             sh->tokens -= (double)n;
         if (sh->fx.slice_bytes != 0) {
             sh->slice_waiting = true;
-            sh->next_slice_ms = now + sh->fx.slice_delay_ms;
+            sh->slice_len = 0;
+            sh->next_slice_us =
+                now_us() + (uint64_t)sh->fx.slice_delay_ms * 1000 + sh->fx.slice_delay_us;
             session_want_output_drained(sh->s, sh->from);
             return;
         }
@@ -315,7 +380,14 @@ void shaper_push(struct shaper *sh, struct evbuffer *in)
         sh->limit_reached = true;
     }
     sh->passed += n;
-    if (sh->fx.blackhole) {
+    if (sh->fx.has_reset_peer && !sh->reset_triggered) {
+        /* Toxiproxy's reset_peer takes the first bytes, waits, and resets. */
+        sh->reset_triggered = true;
+        arm_deadline(sh, sh->fx.reset_peer_ms, true);
+    }
+    if (sh->fx.has_timeout)
+        arm_timeout(sh); /* Toxiproxy's timeout counts from the last bytes it dropped */
+    if (sh->fx.blackhole || sh->fx.has_timeout || sh->reset_triggered) {
         evbuffer_drain(in, evbuffer_get_length(in));
         maybe_cut(sh);
         return;
@@ -328,6 +400,43 @@ void shaper_push(struct shaper *sh, struct evbuffer *in)
     evbuffer_remove_buffer(in, sh->held, n);
     evbuffer_drain(in, evbuffer_get_length(in)); /* past the limit */
     pump(sh);
+}
+
+void shaper_set_fx(struct shaper *sh, const struct stream_fx *fx)
+{
+    struct stream_fx was = sh->fx;
+    sh->fx = *fx;
+    if (was.has_timeout && !fx->has_timeout) {
+        /* Toxiproxy closes a connection whose timeout toxic goes (its Cleanup). */
+        sh->fx.toxic_rule = was.toxic_rule;
+        session_shaper_toxic(sh->s, sh->from, was.toxic_rule, false);
+        return;
+    }
+    if (fx->has_limit && (!was.has_limit || was.limit_bytes != fx->limit_bytes)) {
+        sh->passed = 0;
+        sh->limit_reached = false;
+    }
+    if (fx->has_timeout != was.has_timeout || fx->timeout_ms != was.timeout_ms ||
+        fx->has_reset_peer != was.has_reset_peer) {
+        event_del(sh->deadline);
+        sh->reset_triggered = false;
+        arm_timeout(sh);
+    }
+    /* Held bytes leave no later than the new latency would have them leave. */
+    uint64_t now = now_ms(), latest = now + fx->latency_ms + fx->jitter_ms;
+    for (size_t i = 0; i < sh->q_len; i++) {
+        struct chunk *c = &sh->q[(sh->q_head + i) % sh->q_cap];
+        if (c->due_ms > latest)
+            c->due_ms = latest;
+    }
+    if (sh->last_due_ms > latest)
+        sh->last_due_ms = latest;
+    sh->tokens_at_ms = now;
+    sh->slice_len = 0;
+    if (fx->slice_bytes == 0)
+        sh->next_slice_us = 0;
+    if (!sh->slice_waiting)
+        pump(sh);
 }
 
 bool shaper_eof_passed(const struct shaper *sh)

@@ -14,6 +14,16 @@
  *   limit N              after N bytes the connection is closed
  *   slow-close D         an EOF from `from` is passed on D later
  *
+ * and, for Toxiproxy's toxics (docs/toxiproxy.md), which may change while the
+ * connection is open (shaper_set_fx):
+ *
+ *   slice variation      each slice's size is N±V (Toxiproxy's slicer), and its
+ *                        delay is in microseconds (slice_delay_us)
+ *   timeout T            bytes are dropped; after T (0: never) the connection
+ *                        is closed
+ *   reset-peer T         the first bytes after it came are dropped, and T later
+ *                        both connections are reset
+ *
  * Held bytes count toward the session's backpressure, so a shaper never
  * holds more than the session's output limit.
  */
@@ -37,8 +47,18 @@ struct stream_fx {
     uint64_t limit_bytes;
     bool has_slow_close;
     uint32_t slow_close_ms;
-    const char *limit_rule; /* name of the rule behind `limit`, for the log */
+    const char *limit_rule;   /* name of the rule behind `limit`, for the log */
+    uint32_t slice_variation; /* slice sizes N±V */
+    uint32_t slice_delay_us;  /* added to slice_delay_ms */
+    bool has_timeout;         /* drop bytes; close after timeout_ms (0: never) */
+    uint32_t timeout_ms;
+    bool has_reset_peer; /* on the first bytes: drop, reset after reset_peer_ms */
+    uint32_t reset_peer_ms;
+    const char *toxic_rule; /* name of the toxic behind timeout or reset-peer, for the log */
 };
+
+/* Whether `fx` does anything. */
+bool stream_fx_active(const struct stream_fx *fx);
 
 struct shaper;
 
@@ -49,6 +69,11 @@ struct shaper *shaper_new(struct session *s, int from, const struct stream_fx *f
 void shaper_free(struct shaper *sh);
 /* Stop the shaper's timer (its session is closing). */
 void shaper_stop(struct shaper *sh);
+
+/* Replace the faults of a live shaper (a toxic added, changed or removed through the Toxiproxy
+ * API): bytes already held keep their place, and leave no later than the new latency says; a
+ * limit or a timeout newly set counts from now. */
+void shaper_set_fx(struct shaper *sh, const struct stream_fx *fx);
 
 /* Take every byte of `in`.  May release bytes, close the session (limit), or
  * arm the shaper's timer. */

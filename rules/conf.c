@@ -23,9 +23,9 @@
 #define CONF_READ_CHUNK (64u * 1024u)
 
 const char *const conf_global_keywords[] = {
-    "log-level", "connect-timeout", "shutdown-grace", "seed",        "threads",
-    "journal",   "journal-flush",   "admin",          "admin-token", "user",
-    "instance",  "listen",          "rule",
+    "log-level", "connect-timeout", "shutdown-grace", "seed",          "threads",
+    "journal",   "journal-flush",   "admin",          "admin-token",   "user",
+    "instance",  "listen",          "rule",           "toxiproxy-api", "toxiproxy-config",
 };
 const size_t conf_n_global_keywords =
     sizeof(conf_global_keywords) / sizeof(conf_global_keywords[0]);
@@ -75,6 +75,8 @@ static const struct conf_global_directive conf_globals[] = {
     {{"admin-token", 1, "TOKEN"}, false, conf_global_admin_token},
     {{"user", 1, "NAME"}, false, conf_global_user},
     {{"instance", 1, "NAME"}, false, conf_global_instance},
+    {{"toxiproxy-api", 1, "HOST:PORT"}, false, conf_global_toxiproxy_api},
+    {{"toxiproxy-config", 1, "FILE"}, false, conf_global_toxiproxy_config},
     {{"listen", 1, "NAME"}, true, conf_listen_directive},
     /* Read after every listener (conf_interpret_rules): no function here. */
     {{"rule", 3, "NAME on LISTENER"}, true, NULL},
@@ -158,7 +160,8 @@ static void conf_interpret(struct conf_parser *p, const struct conf_node *list)
         return;
     }
     conf_interpret_rules(p, list, false);
-    if (p->n_listen == 0) {
+    /* With the Toxiproxy API or its start-up file, listeners may all come from them. */
+    if (p->n_listen == 0 && !p->conf->has_toxiproxy_api && p->conf->toxiproxy_config == NULL) {
         conf_diag_add(p->diags, CONF_ERROR, (struct conf_loc){1, 1},
                       "add one, e.g. listen redis { protocol resp; bind 127.0.0.1:6380; upstream "
                       "127.0.0.1:6379 }",
@@ -195,6 +198,8 @@ void conf_free(struct conf *conf)
     free(conf->journal);
     free(conf->admin.host);
     free(conf->admin_token);
+    free(conf->toxiproxy_api.host);
+    free(conf->toxiproxy_config);
     free(conf->user);
     free(conf->instance);
     free(conf->path);

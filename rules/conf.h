@@ -153,8 +153,13 @@ struct conf {
     struct conf_addr admin; /* `admin HOST:PORT`: the admin HTTP API */
     bool has_admin;
     char *admin_token; /* `admin-token TOKEN`: bearer token; NULL when not set */
-    char *user;        /* `user NAME`: drop root to this user after binding; NULL: stay */
-    char *instance;    /* `instance NAME`: journaled in the header; NULL: the host name */
+    /* `toxiproxy-api HOST:PORT`: Toxiproxy 2.x's HTTP API (docs/toxiproxy.md); the admin
+     * API's rule: loopback, or `admin-token`, which it then asks for too */
+    struct conf_addr toxiproxy_api;
+    bool has_toxiproxy_api;
+    char *toxiproxy_config; /* `toxiproxy-config FILE`: Toxiproxy's start-up JSON; NULL: none */
+    char *user;             /* `user NAME`: drop root to this user after binding; NULL: stay */
+    char *instance;         /* `instance NAME`: journaled in the header; NULL: the host name */
     struct conf_listener *listeners;
     size_t n_listeners;
     struct rule *rules; /* file order; freed with conf_free */

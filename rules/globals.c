@@ -1,6 +1,7 @@
 /*
  * globals.c - the top-level settings of the rule engine and its control:
- * `seed`, `journal`, `journal-flush`, `admin` and `admin-token`.
+ * `seed`, `journal`, `journal-flush`, `admin`, `admin-token`, `toxiproxy-api` and
+ * `toxiproxy-config`.
  *
  * The admin API can change every rule and switch faults off, so an address
  * reachable from the network needs a bearer token: that is an error, not a
@@ -110,19 +111,26 @@ static bool conf_has_host_and_port(const char *text)
     return colon != NULL && colon != text && colon[1] != '\0';
 }
 
-void conf_global_admin(struct conf_parser *p, const struct conf_node *n)
+/* An HTTP API's `KEYWORD HOST:PORT` into *addr, *has set when it is one. */
+static void conf_global_api(struct conf_parser *p, const struct conf_node *n,
+                            struct conf_addr *addr, bool *has)
 {
     const struct conf_word *w = &n->words[1];
 
-    /* conf_value_bind would say 'bind' in this message: say 'admin'. */
+    /* conf_value_bind would say 'bind' in this message: say the keyword. */
     if (!conf_has_host_and_port(w->text)) {
         conf_diag_add(p->diags, CONF_ERROR, w->loc, NULL,
-                      "'admin' needs HOST:PORT, e.g. 127.0.0.1:8474");
+                      "'%s' needs HOST:PORT, e.g. 127.0.0.1:8474", n->words[0].text);
         return;
     }
-    if (conf_value_bind(p, w, &p->conf->admin)) {
-        p->conf->has_admin = true;
+    if (conf_value_bind(p, w, addr)) {
+        *has = true;
     }
+}
+
+void conf_global_admin(struct conf_parser *p, const struct conf_node *n)
+{
+    conf_global_api(p, n, &p->conf->admin, &p->conf->has_admin);
 }
 
 void conf_global_admin_token(struct conf_parser *p, const struct conf_node *n)
@@ -207,49 +215,76 @@ static bool conf_is_loopback(const char *host)
     return IN6_IS_ADDR_LOOPBACK(&v6) || (IN6_IS_ADDR_V4MAPPED(&v6) && v6.s6_addr[12] == 127);
 }
 
-/* The admin API on a listener's address, or on one a wildcard takes. */
-static void conf_admin_check_listeners(struct conf_parser *p, const char *addr)
+/* An HTTP API (`what`, at `api`) on a listener's address, or on one a wildcard takes. */
+static void conf_api_check_listeners(struct conf_parser *p, const struct conf_addr *api,
+                                     const char *what, const char *addr)
 {
-    const struct conf_addr *admin = &p->conf->admin;
     char shown[CONF_SHOW_BYTES], bind[CONF_ADMIN_TEXT_BYTES];
 
     for (const struct conf_listener *l = p->conf->listeners; l != NULL; l = l->next) {
-        if (!conf_binds_clash(admin, &l->bind)) {
+        if (!conf_binds_clash(api, &l->bind)) {
             continue;
         }
         conf_addr_format(&l->bind, bind, sizeof(bind));
         if (strcmp(addr, bind) == 0) {
-            conf_diag_add(p->diags, CONF_ERROR, admin->loc, NULL,
-                          "admin API on %s, already bound by listener '%s' at %u:%u", addr,
+            conf_diag_add(p->diags, CONF_ERROR, api->loc, NULL,
+                          "%s on %s, already bound by listener '%s' at %u:%u", what, addr,
                           conf_show(l->name, shown), l->bind.loc.line, l->bind.loc.col);
         } else {
-            conf_diag_add(p->diags, CONF_ERROR, admin->loc,
+            conf_diag_add(p->diags, CONF_ERROR, api->loc,
                           "a wildcard address (0.0.0.0, *, [::]) takes its port on every "
                           "address: only one of them can listen",
-                          "admin API on %s clashes with %s of listener '%s' at %u:%u", addr, bind,
+                          "%s on %s clashes with %s of listener '%s' at %u:%u", what, addr, bind,
                           conf_show(l->name, shown), l->bind.loc.line, l->bind.loc.col);
         }
         return;
     }
 }
 
+/* An HTTP API off loopback needs the token; it may not take a listener's port. */
+static void conf_api_check(struct conf_parser *p, const struct conf_addr *api, const char *what,
+                           struct conf_loc token_at)
+{
+    char addr[CONF_ADMIN_TEXT_BYTES];
+
+    conf_addr_format(api, addr, sizeof(addr));
+    /* A token written but invalid is reported already: no second error here. */
+    if (token_at.line == 0 && !conf_is_loopback(api->host)) {
+        conf_diag_add(p->diags, CONF_ERROR, api->loc, NULL,
+                      "%s on %s is reachable from the network: set admin-token", what, addr);
+    }
+    conf_api_check_listeners(p, api, what, addr);
+}
+
+/* `toxiproxy-api HOST:PORT`: Toxiproxy's HTTP API, under the admin API's rule. */
+void conf_global_toxiproxy_api(struct conf_parser *p, const struct conf_node *n)
+{
+    conf_global_api(p, n, &p->conf->toxiproxy_api, &p->conf->has_toxiproxy_api);
+}
+
+/* `toxiproxy-config FILE`: read by the program at start (rules/ opens no file). */
+void conf_global_toxiproxy_config(struct conf_parser *p, const struct conf_node *n)
+{
+    p->conf->toxiproxy_config = conf_parser_strdup(p, n->words[1].text);
+}
+
 void conf_globals_finish(struct conf_parser *p, struct conf_loc token_at)
 {
     const struct conf *c = p->conf;
-    char addr[CONF_ADMIN_TEXT_BYTES];
 
+    if (c->has_toxiproxy_api) {
+        conf_api_check(p, &c->toxiproxy_api, "Toxiproxy API", token_at);
+        if (c->has_admin && conf_binds_clash(&c->admin, &c->toxiproxy_api)) {
+            conf_diag_add(p->diags, CONF_ERROR, c->toxiproxy_api.loc, NULL,
+                          "Toxiproxy API on the admin API's address: give it its own port");
+        }
+    }
     if (!c->has_admin) {
-        if (token_at.line != 0) {
+        if (token_at.line != 0 && !c->has_toxiproxy_api) {
             conf_diag_add(p->diags, CONF_WARNING, token_at, NULL,
                           "admin-token has no effect without admin");
         }
         return;
     }
-    conf_addr_format(&c->admin, addr, sizeof(addr));
-    /* A token written but invalid is reported already: no second error here. */
-    if (token_at.line == 0 && !conf_is_loopback(c->admin.host)) {
-        conf_diag_add(p->diags, CONF_ERROR, c->admin.loc, NULL,
-                      "admin API on %s is reachable from the network: set admin-token", addr);
-    }
-    conf_admin_check_listeners(p, addr);
+    conf_api_check(p, &c->admin, "admin API", token_at);
 }

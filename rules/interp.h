@@ -19,6 +19,9 @@
 
 /* Names of listeners and rules: 1 to CONF_NAME_MAX of [A-Za-z0-9_.-]. */
 #define CONF_NAME_MAX 64
+/* Whether c may be in such a name: [A-Za-z0-9_.-], spelled out so that the locale does not
+ * matter. */
+bool conf_is_name_byte(char c);
 /* Most listeners in one file; the duplicate checks are quadratic. */
 #define CONF_MAX_LISTENERS 1024
 /* Longest duration any directive accepts: 24 hours. */
@@ -132,6 +135,8 @@ void conf_global_journal(struct conf_parser *p, const struct conf_node *n);
 void conf_global_journal_flush(struct conf_parser *p, const struct conf_node *n);
 void conf_global_admin(struct conf_parser *p, const struct conf_node *n);
 void conf_global_admin_token(struct conf_parser *p, const struct conf_node *n);
+void conf_global_toxiproxy_api(struct conf_parser *p, const struct conf_node *n);
+void conf_global_toxiproxy_config(struct conf_parser *p, const struct conf_node *n);
 void conf_global_user(struct conf_parser *p, const struct conf_node *n);
 /* `instance NAME`: which twice wrote a journal, among several read together. */
 void conf_global_instance(struct conf_parser *p, const struct conf_node *n);

@@ -135,8 +135,7 @@ int conf_value_enum(struct conf_parser *p, const struct conf_word *w, const char
     return -1;
 }
 
-/* [A-Za-z0-9_.-], spelled out so that the locale does not matter. */
-static bool conf_is_name_byte(char c)
+bool conf_is_name_byte(char c)
 {
     return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_' ||
            c == '.' || c == '-';

@@ -3,12 +3,13 @@
 # and does nothing when they are all present.  Non-interactive; needs root
 # (or sudo) only when something is missing.
 #
-# Usage: scripts/deps.sh [build|test|demo|bench|package|all]   (default: all)
+# Usage: scripts/deps.sh [build|test|demo|bench|package|oracle|all]   (default: all; `oracle` is
+# not part of `all`: Go and the Go libraries scripts/toxiproxy-oracle.sh builds Toxiproxy with)
 set -euo pipefail
 
 build_pkgs=(cmake make gcc pkg-config libevent-dev libssl-dev
             libprotobuf-c-dev protobuf-c-compiler libcmocka-dev libjansson-dev)
-test_pkgs=(openssl procps redis-server redis-tools rabbitmq-server
+test_pkgs=(openssl procps curl redis-server redis-tools rabbitmq-server
            python3 python3-pika python3-celery python3-redis python3-rq
            ruby ruby-sidekiq ruby-bunny clang libclang-rt-14-dev clang-format
            chromium-headless-shell)
@@ -18,6 +19,8 @@ package_pkgs=(dpkg-dev)
 test_pkgs+=(dpkg-dev man-db)
 demo_pkgs=(python3 redis-server redis-tools python3-celery python3-redis)
 bench_pkgs=(python3 redis-server redis-tools rabbitmq-server haproxy gnuplot-nox)
+oracle_pkgs=(golang-go golang-github-gorilla-mux-dev golang-github-rs-zerolog-dev
+             golang-gopkg-tomb.v1-dev golang-github-prometheus-client-golang-dev)
 
 want=()
 case "${1:-all}" in
@@ -26,22 +29,24 @@ case "${1:-all}" in
     demo)  want=("${build_pkgs[@]}" "${demo_pkgs[@]}") ;;
     bench) want=("${build_pkgs[@]}" "${bench_pkgs[@]}") ;;
     package) want=("${build_pkgs[@]}" "${package_pkgs[@]}") ;;
+    oracle) want=("${build_pkgs[@]}" "${test_pkgs[@]}" "${oracle_pkgs[@]}") ;;
     all)   want=("${build_pkgs[@]}" "${test_pkgs[@]}" "${demo_pkgs[@]}" "${bench_pkgs[@]}") ;;
-    *) echo "usage: $0 [build|test|demo|bench|package|all]" >&2; exit 2 ;;
+    *) echo "usage: $0 [build|test|demo|bench|package|oracle|all]" >&2; exit 2 ;;
 esac
 
 # Node.js and npm for the Node.js clients the tests run (tests/node): Debian's, unless the
 # machine has a node and an npm already (a NodeSource build brings its own npm, which Debian's
 # npm package would conflict with).
 node_wanted=0
-case "${1:-all}" in test|all) node_wanted=1 ;; esac
+case "${1:-all}" in test|oracle|all) node_wanted=1 ;; esac
 if [ "$node_wanted" = 1 ]; then
     command -v node >/dev/null 2>&1 || want+=(nodejs)
     command -v npm >/dev/null 2>&1 || want+=(npm)
 fi
 
 # The npm packages of tests/node (amqplib; BullMQ 5 as `bullmq` and BullMQ 6 as `bullmq6`, an npm
-# alias; ioredis, a dependency of BullMQ 5 and the peer dependency of BullMQ 6), as its committed
+# alias; ioredis, a dependency of BullMQ 5 and the peer dependency of BullMQ 6; Toxiproxy's client
+# toxiproxy-node-client, which drives twice's Toxiproxy API), as its committed
 # lockfile pins them, into tests/node/node_modules (never global): again only when the lockfile
 # changed since the last install.
 node_modules() {

@@ -43,14 +43,15 @@ def broker_url(port):
 
 
 class Worker:
-    """`celery worker` in its own process group; stop() = SIGTERM, then SIGKILL."""
+    """`celery worker` in its own process group; stop() = SIGTERM, then SIGKILL.  Its broker
+    is RabbitMQ at `port`, or the URL `broker` (Celery on Redis: redis://...)."""
 
-    def __init__(self, tmp, name, port, out_path, defaults=False):
+    def __init__(self, tmp, name, port, out_path, defaults=False, broker=None):
         self.log_path = os.path.join(tmp, "worker-%s.log" % name)
         env = dict(os.environ)
         env.update({
             "PYTHONPATH": HERE,
-            "TWICE_CELERY_BROKER": broker_url(port),
+            "TWICE_CELERY_BROKER": broker or broker_url(port),
             "TWICE_CELERY_OUT": out_path,
             "HOME": tmp,
             "PYTHONDONTWRITEBYTECODE": "1",

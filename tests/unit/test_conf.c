@@ -823,6 +823,31 @@ static void test_bind_conflicts_through_wildcards(void **state)
     EXPECT_CLEAN(BINDS("a", "[::1]:1") BINDS("b", "127.0.0.1:1"));
 }
 
+/* `toxiproxy-api`: the admin API's rules (loopback unless admin-token, no listener's port, not
+ * the admin API's), and a file with it needs no listener. */
+static void test_toxiproxy_api(void **state)
+{
+    (void)state;
+    EXPECT_CLEAN("toxiproxy-api 127.0.0.1:8474\n");
+    EXPECT_CLEAN("toxiproxy-config proxies.json\n");
+    EXPECT_CLEAN("toxiproxy-api 127.0.0.1:8474\ntoxiproxy-config proxies.json\n" LISTENER);
+    EXPECT_CLEAN("toxiproxy-api 0.0.0.0:8474\nadmin-token 0123456789abcdef\n");
+    EXPECT("toxiproxy-api 0.0.0.0:8474\n", -1,
+           E(1, 15,
+             "Toxiproxy API on 0.0.0.0:8474 is reachable from the network: set "
+             "admin-token"));
+    EXPECT("toxiproxy-api 127.0.0.1:1\n" LISTENER, -1,
+           E(1, 15, "Toxiproxy API on 127.0.0.1:1, already bound by listener 'a' at 2:31"));
+    EXPECT("toxiproxy-api 127.0.0.1:9\nadmin 127.0.0.1:9\n", -1,
+           E(1, 15, "Toxiproxy API on the admin API's address: give it its own port"));
+    EXPECT("toxiproxy-api 8474\n" LISTENER, -1,
+           E(1, 15, "'toxiproxy-api' needs HOST:PORT, e.g. 127.0.0.1:8474"));
+    EXPECT("log-level info\n", -1,
+           EH(1, 1, "no listener defined",
+              "add one, e.g. listen redis { protocol resp; bind 127.0.0.1:6380; upstream "
+              "127.0.0.1:6379 }"));
+}
+
 /* The admin API's address clashes with a listener's like two listeners'. */
 static void test_admin_bind_conflicts(void **state)
 {
@@ -1903,6 +1928,7 @@ int main(void)
         cmocka_unit_test(test_bind_conflicts),
         cmocka_unit_test(test_bind_conflicts_through_wildcards),
         cmocka_unit_test(test_admin_bind_conflicts),
+        cmocka_unit_test(test_toxiproxy_api),
         cmocka_unit_test(test_upstream_loops),
         cmocka_unit_test(test_upstream_loops_through_others),
         cmocka_unit_test(test_missing_required),
