@@ -37,6 +37,22 @@ static int set_file(const char **file, const char *name, const char *cmd, const 
     return 1;
 }
 
+int cli_format_set(const char **format, const char *value, const char *cmd, FILE *err)
+{
+    if (strcmp(value, "text") != 0 && strcmp(value, "markdown") != 0 &&
+        strcmp(value, "json") != 0) {
+        fprintf(err, "twice %s: --format '%s': expected text, markdown or json\n", cmd, value);
+        return -1;
+    }
+    if (*format != NULL && strcmp(*format, value) != 0) {
+        fprintf(err, "twice %s: two output formats given: %s and %s (--json is --format json)\n",
+                cmd, *format, value);
+        return -1;
+    }
+    *format = value;
+    return 1;
+}
+
 int cli_file_arg(int argc, char **argv, int *i, const char *const *flags, const char *what,
                  const char **file, FILE *err)
 {

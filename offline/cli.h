@@ -25,4 +25,11 @@
 int cli_file_arg(int argc, char **argv, int *i, const char *const *flags, const char *what,
                  const char **file, FILE *err);
 
+/*
+ * The output format of report and verdict: `value` ("text", "markdown" or "json", from
+ * `--format` or `--json`) into *format.  Given twice, the two must agree: neither is dropped
+ * silently.  Returns 1, or -1 after writing why to err (`cmd` names the command).
+ */
+int cli_format_set(const char **format, const char *value, const char *cmd, FILE *err);
+
 #endif

@@ -20,7 +20,9 @@
 #include "offline/damage.h"
 #include "offline/fault_log.h"
 #include "offline/idshort.h"
+#include "offline/instances.h"
 #include "offline/journal_reader.h"
+#include "offline/journal_set.h"
 #include "offline/json_out.h"
 #include "offline/page.h"
 #include "offline/strmap.h"
@@ -52,12 +54,16 @@ struct report_rule {
 /* One twice run of the journal (a journal of several: `journal PATH append`). */
 struct report_run {
     Twice__Journal__Header *header; /* owned copy */
+    size_t source;                  /* its journal among those read, 0-based */
     uint64_t records;
     bool clean_stop; /* its last record is a stop record */
 };
 
 struct report {
-    const char *path;
+    const char *path;                     /* the first journal's */
+    struct journal_paths journals;        /* every journal given, globs expanded */
+    struct journal_set *set;              /* those journals, read together */
+    size_t *current;                      /* per journal: its run now read (index into runs) */
     const char *message;                  /* --message ID, or NULL */
     const Twice__Journal__Header *header; /* the first run's: runs[0].header */
     struct report_run *runs;              /* owned, in journal order; at least one */
@@ -85,6 +91,7 @@ struct report {
     struct fault_log *faults; /* --html, --format markdown: the faults' times; else NULL */
     const char *html;         /* --html FILE */
     bool markdown;            /* --format markdown */
+    const char *format;       /* --format or --json as given, NULL: text */
 };
 
 static const char *kind_name(uint32_t kind)
@@ -120,6 +127,9 @@ static void report_free(struct report *rep)
         twice__journal__header__free_unpacked(rep->runs[i].header, NULL);
     free(rep->runs);
     verdict_free(rep->attempts);
+    free(rep->current);
+    journal_set_close(rep->set);
+    journal_paths_free(&rep->journals);
     if (rep->faults != NULL)
         fault_log_free(rep->faults);
     free(rep->faults);
@@ -184,7 +194,7 @@ static int add_close(struct report *rep, const Twice__Journal__Record *r)
     return map_count(&rep->reasons, reason, 1);
 }
 
-static int add_timeline(struct report *rep, const Twice__Journal__Record *r)
+static int add_timeline(struct report *rep, const Twice__Journal__Record *r, size_t run)
 {
     if (rep->n_timeline == REPORT_TIMELINE_MAX) {
         rep->timeline_more++;
@@ -196,33 +206,34 @@ static int add_timeline(struct report *rep, const Twice__Journal__Record *r)
         if (t == NULL)
             return -1;
         rep->timeline = t;
-        uint32_t *run = realloc(rep->timeline_run, cap * sizeof(*run));
-        if (run == NULL)
+        uint32_t *runs = realloc(rep->timeline_run, cap * sizeof(*runs));
+        if (runs == NULL)
             return -1;
-        rep->timeline_run = run;
+        rep->timeline_run = runs;
         rep->cap_timeline = cap;
     }
     Twice__Journal__Record *copy = message_copy(&r->base);
     if (copy == NULL)
         return -1;
-    rep->timeline_run[rep->n_timeline] = (uint32_t)rep->n_runs;
+    rep->timeline_run[rep->n_timeline] = (uint32_t)run;
     rep->timeline[rep->n_timeline++] = copy;
     return 0;
 }
 
-static int add_message(struct report *rep, const Twice__Journal__Record *r)
+/* run: the record's twice run, 1-based among the report's runs. */
+static int add_message(struct report *rep, const Twice__Journal__Record *r, size_t run)
 {
     bool deliver = r->kind == TWICE__JOURNAL__RECORD__KIND__DELIVER;
     if (map_count(&rep->messages, r->message_id, deliver ? 1 : 0) != 0)
         return -1;
     if (rep->message != NULL && strcmp(rep->message, r->message_id) == 0)
-        return add_timeline(rep, r);
+        return add_timeline(rep, r, run);
     return 0;
 }
 
-/* Starts a twice run with header h (the journal's first, or a later run's).  0, or -1 when out
- * of memory. */
-static int add_run(struct report *rep, const Twice__Journal__Header *h)
+/* Starts a twice run of journal `source` with header h (the journal's first, or a later
+ * run's).  0, or -1 when out of memory. */
+static int add_run(struct report *rep, size_t source, const Twice__Journal__Header *h)
 {
     if (rep->n_runs == rep->cap_runs) {
         size_t cap = rep->cap_runs != 0 ? rep->cap_runs * 2 : 4;
@@ -237,19 +248,21 @@ static int add_run(struct report *rep, const Twice__Journal__Header *h)
     run->header = message_copy(&h->base);
     if (run->header == NULL)
         return -1;
-    rep->n_runs++;
+    run->source = source;
+    rep->current[source] = rep->n_runs++;
     rep->header = rep->runs[0].header;
-    changes_add_header(&rep->changes, h);
     if (rep->faults != NULL)
         fault_log_add_header(rep->faults, h);
-    return verdict_add_header(rep->attempts, h);
+    return verdict_add_source_header(rep->attempts, (uint32_t)source, h,
+                                     journal_set_info(rep->set, source)->instance);
 }
 
-/* Accounts one record.  0, or -1 when out of memory. */
-static int report_add(struct report *rep, const Twice__Journal__Record *r)
+/* Accounts one record of journal `source`.  0, or -1 when out of memory. */
+static int report_add(struct report *rep, size_t source, const Twice__Journal__Record *r)
 {
     rep->records++;
-    struct report_run *run = &rep->runs[rep->n_runs - 1];
+    size_t run_index = rep->current[source];
+    struct report_run *run = &rep->runs[run_index];
     run->records++;
     run->clean_stop = r->kind == TWICE__JOURNAL__RECORD__KIND__STOP;
     rep->by_kind[(uint32_t)r->kind < REPORT_KINDS ? (uint32_t)r->kind : REPORT_KINDS]++;
@@ -263,43 +276,48 @@ static int report_add(struct report *rep, const Twice__Journal__Record *r)
     else if (r->kind == TWICE__JOURNAL__RECORD__KIND__EXPIRED)
         rc = map_count(&rep->expired, r->rule, 1);
     if (rc == 0 && r->message_id[0] != '\0')
-        rc = add_message(rep, r);
+        rc = add_message(rep, r, run_index + 1);
     if (rc == 0)
-        rc = verdict_add_record(rep->attempts, r);
-    if (rc == 0)
-        rc = changes_add_record(&rep->changes, r);
+        rc = verdict_add_source_record(rep->attempts, (uint32_t)source, r);
     if (rc == 0 && rep->faults != NULL)
         rc = fault_log_add_record(rep->faults, r);
     return rc;
 }
 
-/* Reads the whole journal into rep.  0, or -1 with a message in err. */
+static int feed_header(void *ctx, size_t source, const Twice__Journal__Header *h, bool first)
+{
+    (void)first;
+    return add_run(ctx, source, h);
+}
+
+static int feed_record(void *ctx, size_t source, const Twice__Journal__Record *r)
+{
+    return report_add(ctx, source, r);
+}
+
+/* Reads every journal into rep, merged by time.  0, or -1 with a message in err. */
 static int report_load(struct report *rep, char *err, size_t errlen)
 {
-    struct journal_reader *r = journal_reader_open(rep->path, err, errlen);
-    if (r == NULL)
+    rep->set = journal_set_open(&rep->journals, err, errlen);
+    if (rep->set == NULL)
         return -1;
+    rep->path = journal_set_info(rep->set, 0)->path;
     rep->attempts = verdict_new();
-    int rc = rep->attempts != NULL && add_run(rep, journal_reader_header(r)) == 0
-                 ? 1
-                 : JOURNAL_ERR_NOMEM;
-    const Twice__Journal__Entry *e = NULL;
-    while (rc == 1 && (rc = journal_reader_next(r, &e)) == 1) {
-        if ((e->body_case == TWICE__JOURNAL__ENTRY__BODY_RECORD &&
-             report_add(rep, e->record) != 0) ||
-            (e->body_case == TWICE__JOURNAL__ENTRY__BODY_HEADER && add_run(rep, e->header) != 0))
-            rc = JOURNAL_ERR_NOMEM;
+    rep->current = calloc(journal_set_count(rep->set), sizeof(*rep->current));
+    if (rep->attempts == NULL || rep->current == NULL) {
+        snprintf(err, errlen, "out of memory");
+        return -1;
     }
-    if (rc < 0)
-        snprintf(err, errlen, "%s: %s", rep->path,
-                 journal_reader_error(r) != NULL ? journal_reader_error(r) : journal_strerror(rc));
-    rep->truncated = journal_reader_truncated(r);
-    rep->clean_stop = journal_reader_clean_stop(r);
-    rep->unclean_runs = journal_reader_unclean_runs(r);
-    changes_finish(&rep->changes);
-    damage_report_take(&rep->damage, r);
-    journal_reader_close(r);
-    return rc < 0 ? -1 : 0;
+    struct instances_feed feed = {rep, feed_header, feed_record};
+    if (instances_read(rep->set, &feed, &rep->changes, err, errlen) != 0)
+        return -1;
+    struct journal_info total;
+    journal_set_total(rep->set, &total);
+    rep->truncated = total.truncated;
+    rep->clean_stop = total.clean_stop;
+    rep->unclean_runs = total.unclean_runs;
+    rep->damage = total.damage;
+    return 0;
 }
 
 /* The used slots of m, sorted by key.  Caller frees; NULL when empty or OOM. */
@@ -406,11 +424,15 @@ static void print_header_text(FILE *out, const struct report *rep)
     char when[REPORT_TIME_MAX], hex[65];
     format_time(when, sizeof(when), h->start_unix_ms * 1000u);
     format_hex(hex, &h->config_sha256, 32);
+    bool several = journal_set_count(rep->set) > 1;
+    instances_print_text(out, rep->set);
     fputs("journal   ", out);
     text_write_safe(out, rep->path);
     fprintf(out, " (format %u, twice ", (unsigned)h->version);
     text_write_safe(out, h->twice_version);
-    fprintf(out, ")\nseed      %llu\nconfig    ", (unsigned long long)h->seed);
+    fputs(several ? "; the first journal's header below)\ninstance  " : ")\ninstance  ", out);
+    text_write_safe(out, journal_set_info(rep->set, 0)->instance);
+    fprintf(out, "\nseed      %llu\nconfig    ", (unsigned long long)h->seed);
     text_write_safe(out, h->config_path);
     fprintf(out, " sha256:%s\nstarted   %s\nrecords   %llu", hex, when,
             (unsigned long long)rep->records);
@@ -422,11 +444,17 @@ static void print_header_text(FILE *out, const struct report *rep)
         sep = ", ";
     }
     fputs(sep[0] == ',' ? ")\n" : "\n", out);
-    if (rep->n_runs > 1)
+    if (rep->n_runs > 1 && !several)
         fprintf(out,
                 "runs      %zu (twice started on this file %zu times, `journal PATH append`: the "
                 "seed, config and start above are the first run's)\n",
                 rep->n_runs, rep->n_runs);
+    else if (rep->n_runs > 1)
+        fprintf(out,
+                "runs      %zu in %zu journals (the seed, config and start above are the "
+                "first journal's)\n",
+                rep->n_runs, journal_set_count(rep->set));
+    instances_print_mixed(out, rep->set);
     for (size_t i = 0; i < h->n_listeners; i++) {
         const Twice__Journal__Listener *l = h->listeners[i];
         fputs(i == 0 ? "listeners " : ", ", out);
@@ -448,7 +476,15 @@ static void print_header_text(FILE *out, const struct report *rep)
     if (rep->unclean_runs > 0)
         fprintf(out, REPORT_UNCLEAN_RUNS "\n", (unsigned long long)rep->unclean_runs,
                 (unsigned long long)rep->n_runs);
-    damage_print_text(out, &rep->damage, "warning");
+    instances_print_damage(out, rep->set, &rep->damage, "warning");
+}
+
+/* The instance that wrote run: its header's, else its journal's. */
+static const char *run_instance(const struct report *rep, const struct report_run *run)
+{
+    const char *inst = run->header->instance;
+    return inst != NULL && inst[0] != '\0' ? inst
+                                           : journal_set_info(rep->set, run->source)->instance;
 }
 
 /* A journal of several runs: one line each. */
@@ -456,8 +492,8 @@ static void print_runs_text(FILE *out, const struct report *rep)
 {
     if (rep->n_runs < 2)
         return;
-    fprintf(out, "\nRuns\n  %3s  %-24s  %8s  %-13s  %-20s  %s\n", "RUN", "STARTED", "RECORDS",
-            "ENDED", "SEED", "CONFIG");
+    fprintf(out, "\nRuns\n  %3s  %-24s  %8s  %-13s  %-20s  %-20s  %s\n", "RUN", "STARTED",
+            "RECORDS", "ENDED", "SEED", "INSTANCE", "CONFIG");
     for (size_t i = 0; i < rep->n_runs; i++) {
         const struct report_run *run = &rep->runs[i];
         char when[REPORT_TIME_MAX], hex[65];
@@ -466,6 +502,8 @@ static void print_runs_text(FILE *out, const struct report *rep)
         fprintf(out, "  %3zu  %-24s  %8llu  %-13s  %-20llu  ", i + 1, when,
                 (unsigned long long)run->records, run->clean_stop ? "stop" : "no clean stop",
                 (unsigned long long)run->header->seed);
+        int w = text_write_safe(out, run_instance(rep, run));
+        fprintf(out, "%*s  ", w < 20 ? 20 - w : 0, "");
         text_write_safe(out, run->header->config_path);
         fprintf(out, " sha256:%s\n", hex);
     }
@@ -705,9 +743,17 @@ static void print_timeline_record_text(FILE *out, const Twice__Journal__Record *
     fputc('\n', out);
 }
 
-/* A delivery's connection: its session id, as RUN:SESSION past a journal's first twice run. */
-static void format_session(char *buf, size_t len, const struct verdict_delivery *d)
+/* A delivery's connection: its session id, as RUN:SESSION past a journal's first twice run,
+ * after INSTANCE/ when several journals are read. */
+static void format_session(char *buf, size_t len, const struct verdict_delivery *d, bool several)
 {
+    if (several && d->instance != NULL) {
+        int n = snprintf(buf, len, "%s/", d->instance);
+        if (n < 0 || (size_t)n >= len)
+            return;
+        buf += n;
+        len -= (size_t)n;
+    }
     if (d->twice_run > 1)
         snprintf(buf, len, "%u:%llu", (unsigned)d->twice_run, (unsigned long long)d->session);
     else
@@ -716,7 +762,7 @@ static void format_session(char *buf, size_t len, const struct verdict_delivery 
 
 /* One line per replayed delivery: when it came, how it ended, what the verdict counted. */
 static void print_deliveries_table(FILE *out, const struct verdict_delivery *d, size_t n,
-                                   uint64_t t0)
+                                   uint64_t t0, bool several)
 {
     fputs("\nDeliveries, as the verdict counts them\n", out);
     fprintf(out, "  %3s  %10s  %8s  %6s  %-34s  %s\n", "#", "AT", "SESSION", "TAG", "ENDED",
@@ -734,8 +780,8 @@ static void print_deliveries_table(FILE *out, const struct verdict_delivery *d, 
                      (double)(int64_t)(d[i].closed_us - t0) / 1e6);
         else
             snprintf(ended, sizeof(ended), "never settled");
-        char session[32];
-        format_session(session, sizeof(session), &d[i]);
+        char session[96];
+        format_session(session, sizeof(session), &d[i], several);
         fprintf(out, "  %3zu  %+9.3fs  %8s  %6llu  %-34s  %s", i + 1,
                 (double)(int64_t)(d[i].time_us - t0) / 1e6, session, (unsigned long long)d[i].tag,
                 ended, delivery_counted(&d[i]));
@@ -776,7 +822,7 @@ static int print_timeline_text(FILE *out, const struct report *rep)
     if (rep->timeline_more > 0)
         fprintf(out, "  ... and %llu more records\n", (unsigned long long)rep->timeline_more);
     if (n > 0)
-        print_deliveries_table(out, d, n, t0);
+        print_deliveries_table(out, d, n, t0, journal_set_count(rep->set) > 1);
     free(d);
     return 0;
 }
@@ -803,8 +849,8 @@ static int print_one_message_text(void *ctx, const char *id, const char *task)
         text_write_safe(w->out, id);
         fputc(' ', w->out);
         text_write_safe(w->out, task != NULL ? task : "-");
-        char session[32];
-        format_session(session, sizeof(session), &d[i]);
+        char session[96];
+        format_session(session, sizeof(session), &d[i], journal_set_count(w->rep->set) > 1);
         fprintf(w->out, " #%zu %s session=%s tag=%llu %s", i + 1, when, session,
                 (unsigned long long)d[i].tag,
                 d[i].settled    ? (d[i].nack ? "nack" : "ack")
@@ -886,8 +932,11 @@ static void print_runs_json(FILE *out, const struct report *rep)
         json_field(out, ", ", "twice_version", h->twice_version);
         fprintf(out, ", \"start_unix_ms\": %llu", (unsigned long long)h->start_unix_ms);
         json_field(out, ", ", "start", when);
-        fprintf(out, ", \"records\": %llu, \"clean_stop\": %s}", (unsigned long long)run->records,
+        fprintf(out, ", \"records\": %llu, \"clean_stop\": %s", (unsigned long long)run->records,
                 run->clean_stop ? "true" : "false");
+        json_field(out, ", ", "instance", run_instance(rep, run));
+        json_field(out, ", ", "journal", journal_set_info(rep->set, run->source)->path);
+        fputc('}', out);
     }
     fputs("\n  ]", out);
 }
@@ -899,6 +948,7 @@ static void print_header_json(FILE *out, const struct report *rep)
     format_time(when, sizeof(when), h->start_unix_ms * 1000u);
     format_hex(hex, &h->config_sha256, 32);
     json_field(out, "{\n  ", "journal", rep->path);
+    json_field(out, ",\n  ", "instance", journal_set_info(rep->set, 0)->instance);
     /* The seed as a string: 64 random bits lose precision as a JSON number
      * in most readers (doubles), and the seed must come back exact. */
     fprintf(out, ",\n  \"version\": %u,\n  \"seed\": \"%llu\"", (unsigned)h->version,
@@ -922,6 +972,7 @@ static void print_header_json(FILE *out, const struct report *rep)
     print_runs_json(out, rep);
     fputs(",\n  \"rule_changes\": ", out);
     changes_print_json_list(out, &rep->changes, "\n  ");
+    instances_print_json(out, rep->set, "\n  ");
 }
 
 static void print_rule_json(FILE *out, const struct strmap_slot *s)
@@ -1108,7 +1159,10 @@ static void print_delivery_json(FILE *out, const struct verdict_delivery *d)
         fputs("null", out);
     fputs(", \"overlap_us\": ", out);
     json_u64_or_null(out, d->overlap == VERDICT_COPY_OVERLAP, d->overlap_us);
-    fprintf(out, ", \"twice_run\": %u}", (unsigned)d->twice_run);
+    fprintf(out, ", \"twice_run\": %u", (unsigned)d->twice_run);
+    json_field(out, ", ", "instance", d->instance != NULL ? d->instance : "");
+    json_field(out, ", ", "listener", d->listener != NULL ? d->listener : "");
+    fputc('}', out);
 }
 
 /* `"deliveries": [...]` of message id.  -1 when out of memory. */
@@ -1241,9 +1295,11 @@ static int report_page(struct report *rep, char *err, size_t errlen)
 
 static void usage(FILE *f)
 {
-    fputs("usage: twice report JOURNAL [--json | --format text|markdown|json] [--html FILE]\n"
-          "                           [--message ID] [--messages]\n"
-          "  JOURNAL       the journal of a run (also --journal JOURNAL)\n"
+    fputs("usage: twice report JOURNAL... [--json | --format text|markdown|json] [--html FILE]\n"
+          "                              [--message ID] [--messages]\n"
+          "  JOURNAL       the journal of a run (also --journal JOURNAL); several (the journals\n"
+          "                of several twice instances, or a quoted glob: 'runs/*.pb') are read\n"
+          "                together, merged by time\n"
           "  --json        one JSON object instead of tables (--format json)\n"
           "  --format markdown  the rules in force and the deliveries per task as markdown\n"
           "  --html FILE   also write the report as one self-contained page with charts\n"
@@ -1251,6 +1307,19 @@ static void usage(FILE *f)
           "                the verdict counted it as (exit 1 when no record names ID)\n"
           "  --messages    every message's deliveries, settlements and overlaps\n",
           f);
+}
+
+/* --message ID: given twice, the two must be the same (one message's story is told). */
+static int set_message(struct report *rep, const char *id, FILE *err)
+{
+    if (rep->message != NULL && strcmp(rep->message, id) != 0) {
+        fputs("twice report: --message given twice with different ids (one message at a time; "
+              "--messages lists them all)\n",
+              err);
+        return -1;
+    }
+    rep->message = id;
+    return 1;
 }
 
 /* --html FILE and --format F (text, markdown, json) at argv[*i]: 1 taken, 0 not one of them,
@@ -1273,14 +1342,10 @@ static int report_page_option(int argc, char **argv, int *i, struct report *rep,
         return -1;
     } else if (html) {
         rep->html = value;
-    } else if (strcmp(value, "markdown") == 0 || strcmp(value, "text") == 0 ||
-               strcmp(value, "json") == 0) {
-        rep->markdown = strcmp(value, "markdown") == 0;
-        *json = strcmp(value, "json") == 0;
-    } else {
-        fprintf(err, "twice report: --format '%s': expected text, markdown or json\n", value);
+    } else if (cli_format_set(&rep->format, value, "report", err) < 0) {
         return -1;
     }
+    (void)json;
     return 1;
 }
 
@@ -1292,15 +1357,15 @@ static int report_option(int argc, char **argv, int *i, struct report *rep, bool
     if (rc != 0)
         return rc;
     if (strcmp(a, "--json") == 0) {
-        *json = true;
+        return cli_format_set(&rep->format, "json", "report", err);
     } else if (strncmp(a, "--message=", 10) == 0) {
-        rep->message = a + 10;
+        return set_message(rep, a + 10, err);
     } else if (strcmp(a, "--message") == 0) {
         if (*i + 1 >= argc) {
             fputs("twice report: --message needs a value\n", err);
             return -1;
         }
-        rep->message = argv[++*i];
+        return set_message(rep, argv[++*i], err);
     } else if (strcmp(a, "--messages") == 0) {
         rep->all_messages = true;
     } else {
@@ -1312,7 +1377,6 @@ static int report_option(int argc, char **argv, int *i, struct report *rep, bool
 /* Returns 0 to run, 1 after --help, -1 on a usage error. */
 static int parse_args(int argc, char **argv, struct report *rep, bool *json, FILE *out, FILE *err)
 {
-    static const char *const flags[] = {"--journal", NULL};
     for (int i = 1; i < argc; i++) {
         if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) {
             usage(out);
@@ -1320,7 +1384,7 @@ static int parse_args(int argc, char **argv, struct report *rep, bool *json, FIL
         }
         int rc = report_option(argc, argv, &i, rep, json, err);
         if (rc == 0)
-            rc = cli_file_arg(argc, argv, &i, flags, "journal", &rep->path, err);
+            rc = journal_paths_arg(argc, argv, &i, &rep->journals, err);
         if (rc == 0)
             fprintf(err, "twice report: unknown argument '%s'\n", argv[i]);
         if (rc <= 0) {
@@ -1328,7 +1392,9 @@ static int parse_args(int argc, char **argv, struct report *rep, bool *json, FIL
             return -1;
         }
     }
-    if (rep->path != NULL)
+    *json = rep->format != NULL && strcmp(rep->format, "json") == 0;
+    rep->markdown = rep->format != NULL && strcmp(rep->format, "markdown") == 0;
+    if (rep->journals.n > 0)
         return 0;
     fputs("twice report: no journal given\n", err);
     usage(err);
@@ -1340,8 +1406,10 @@ int report_run(int argc, char **argv, FILE *out, FILE *err)
     struct report rep = {0};
     bool json = false;
     int rc = parse_args(argc, argv, &rep, &json, out, err);
-    if (rc != 0)
+    if (rc != 0) {
+        report_free(&rep);
         return rc > 0 ? 0 : 2;
+    }
     char msg[REPORT_ERR_MAX];
     int code = 0;
     if ((rep.html != NULL || rep.markdown) &&

@@ -18,6 +18,7 @@
 #include <string.h>
 
 #include "offline/strmap.h"
+#include "offline/verdict_runs.h"
 #include "rules/rule.h"
 
 /* verdict_msg.task before any record named one. */
@@ -120,16 +121,10 @@ struct verdict {
     size_t n_listeners;
     uint64_t end_us;
     uint64_t comma_lines;
-    /* The twice runs of the journal, one per header (`journal PATH append` adds a run after the
-     * others).  Session ids start at 1 in each: a record's session is keyed past the keys of
-     * the runs before its own, so that connection 3 of run 2 is not connection 3 of run 1. */
-    uint32_t *run_base; /* per twice run: the key of its session 0 */
-    size_t n_twice_runs, cap_twice_runs;
-    uint32_t session_max; /* the largest key so far */
-    /* Keys of the connections the current twice run delivered on: at its end, those without a
-     * CLOSE record closed with it (the process was gone). */
-    uint32_t *run_conns;
-    size_t n_run_conns, cap_run_conns;
+    /* The twice runs of the journals, one per header (`journal PATH append` adds a run after
+     * the others; several journals are read together), and their connections, each keyed
+     * apart (verdict_runs.h): a record's session is its key there. */
+    struct vd_runs runs;
 };
 
 static void sat_inc(uint32_t *n)
@@ -183,8 +178,7 @@ void verdict_free(struct verdict *v)
         free(v->listeners[i].profile);
     }
     free(v->evs);
-    free(v->run_base);
-    free(v->run_conns);
+    vd_runs_free(&v->runs);
     free(v->closes);
     free(v->spans);
     free(v->task_names);
@@ -272,41 +266,47 @@ static int u32_push(uint32_t **a, size_t *n, size_t *cap, uint32_t x)
     return 0;
 }
 
-static int u32_cmp(const void *a, const void *b)
-{
-    uint32_t x = *(const uint32_t *)a, y = *(const uint32_t *)b;
-    return x < y ? -1 : x > y;
-}
-
 static void sort_closes(const struct verdict *v);
 static uint64_t close_time(const struct verdict *v, uint32_t session);
 static int add_close_at(struct verdict *v, uint32_t session, uint64_t t);
 
-/* The current twice run ended (another header follows): each connection it delivered on and
- * did not close closed then, at its last record at the latest.  -1 when out of memory. */
-static int end_twice_run(struct verdict *v)
+/* Twice run `run` ended (another header of its journal follows): each connection it delivered
+ * on and did not close closed then, at its last record.  -1 when out of memory. */
+static int end_twice_run(struct verdict *v, uint32_t run)
 {
-    if (v->n_run_conns > 1)
-        qsort(v->run_conns, v->n_run_conns, sizeof(*v->run_conns), u32_cmp);
     sort_closes(v);
-    size_t open = 0;
-    for (size_t i = 0; i < v->n_run_conns; i++) {
-        uint32_t s = v->run_conns[i];
-        if ((i == 0 || s != v->run_conns[i - 1]) && close_time(v, s) == 0)
-            v->run_conns[open++] = s;
-    }
-    for (size_t i = 0; i < open; i++)
-        if (add_close_at(v, v->run_conns[i], v->end_us) != 0)
+    uint32_t *open = NULL;
+    size_t n = 0, cap = 0;
+    for (uint32_t k = 1; k < v->runs.n_conns; k++) {
+        const struct vd_conn *c = &v->runs.conns[k];
+        if (c->run == run && c->delivered && close_time(v, k) == 0 &&
+            u32_push(&open, &n, &cap, k) != 0) {
+            free(open);
             return -1;
-    v->n_run_conns = 0;
-    return 0;
+        }
+    }
+    int rc = 0;
+    for (size_t i = 0; rc == 0 && i < n; i++)
+        rc = add_close_at(v, open[i], v->runs.runs[run].last_us);
+    free(open);
+    return rc;
 }
 
 int verdict_add_header(struct verdict *v, const Twice__Journal__Header *h)
 {
-    if (v->n_twice_runs > 0 && end_twice_run(v) != 0)
+    return verdict_add_source_header(v, 0, h, NULL);
+}
+
+int verdict_add_source_header(struct verdict *v, uint32_t source, const Twice__Journal__Header *h,
+                              const char *fallback_instance)
+{
+    uint32_t prev = VD_RUN_NONE, run = 0;
+    const char *instance = h->instance != NULL && h->instance[0] != '\0' ? h->instance
+                           : fallback_instance != NULL                   ? fallback_instance
+                                                                         : "-";
+    if (vd_runs_begin(&v->runs, source, instance, &prev, &run) != 0)
         return -1;
-    if (u32_push(&v->run_base, &v->n_twice_runs, &v->cap_twice_runs, v->session_max) != 0)
+    if (prev != VD_RUN_NONE && end_twice_run(v, prev) != 0)
         return -1;
     for (size_t i = 0; i < h->n_listeners; i++) {
         const Twice__Journal__Listener *l = h->listeners[i];
@@ -439,10 +439,9 @@ static int add_deliver(struct verdict *v, struct verdict_msg *m, const Twice__Jo
     m->last_dl = ev_push(v, m, &e);
     if (m->last_dl == VD_NONE)
         return -1;
-    /* Deliveries come in stretches on one connection: each stretch is noted once. */
-    if ((v->n_run_conns == 0 || v->run_conns[v->n_run_conns - 1] != e.session) &&
-        u32_push(&v->run_conns, &v->n_run_conns, &v->cap_run_conns, e.session) != 0)
-        return -1;
+    /* At the end of its twice run, a connection delivered on and not closed closed with it. */
+    if (e.session != 0)
+        v->runs.conns[e.session].delivered = true;
     m->waiting = false;
     if (r->time_unix_us > m->progress_us)
         m->progress_us = r->time_unix_us;
@@ -459,6 +458,7 @@ static int add_settle(struct verdict *v, struct verdict_msg *m, const Twice__Jou
         v->listeners[li].settle_seen = true;
     struct vd_ev e = {
         .t = r->time_unix_us,
+        .aux = li,
         .session = (uint32_t)r->session,
         .key = (uint32_t)r->delivery_tag,
         .kind = VD_SETTLE,
@@ -554,17 +554,21 @@ static int note_task(struct verdict *v, struct verdict_msg *m, const Twice__Jour
 
 int verdict_add_record(struct verdict *v, const Twice__Journal__Record *r)
 {
-    /* A later twice run's connections are keyed past the earlier runs' (a shallow copy: only
-     * the session differs). */
-    Twice__Journal__Record keyed;
-    uint32_t base = v->n_twice_runs > 0 ? v->run_base[v->n_twice_runs - 1] : 0;
-    if (base != 0 && r->session != 0) {
-        keyed = *r;
-        keyed.session = (uint32_t)(base + (uint32_t)r->session);
-        r = &keyed;
-    }
-    if ((uint32_t)r->session > v->session_max)
-        v->session_max = (uint32_t)r->session;
+    return verdict_add_source_record(v, 0, r);
+}
+
+int verdict_add_source_record(struct verdict *v, uint32_t source, const Twice__Journal__Record *r)
+{
+    /* The record's connection keyed apart from every other journal's and run's (a shallow
+     * copy: only the session differs). */
+    uint32_t run = vd_runs_current(&v->runs, source), key = 0;
+    if (vd_runs_key(&v->runs, run, r->session, &key) != 0)
+        return -1;
+    Twice__Journal__Record keyed = *r;
+    keyed.session = key;
+    r = &keyed;
+    if (run != VD_RUN_NONE && r->time_unix_us > v->runs.runs[run].last_us)
+        v->runs.runs[run].last_us = r->time_unix_us;
     v->spans_built = false;
     if (r->time_unix_us > v->end_us)
         v->end_us = r->time_unix_us;
@@ -1152,11 +1156,56 @@ static void series_stats(struct vd_series *s, uint64_t *min, uint64_t *median, u
     *max = s->v[n - 1];
 }
 
+/* A set of listener or instance indices (each below 256). */
+struct vd_bits {
+    uint64_t w[4];
+};
+
 /* Per row, while the messages are folded in. */
 struct vd_row_acc {
     struct vd_series delays, overlaps;
     uint8_t listener; /* the smallest listener index of its messages' first deliveries */
+    struct vd_bits listeners, instances; /* every delivery and settlement went through */
 };
+
+/* The listeners and instances m's deliveries and settlements went through, into acc. */
+static void note_seen(const struct verdict *v, const struct verdict_msg *m, struct vd_row_acc *acc)
+{
+    for (uint32_t i = m->first_ev; i != VD_NONE; i = v->evs[i].next) {
+        const struct vd_ev *e = &v->evs[i];
+        if (e->kind == VD_RUNNING)
+            continue;
+        unsigned li = (unsigned)(e->aux & 0xff);
+        if (li < v->n_listeners)
+            acc->listeners.w[li / 64] |= 1ull << (li % 64);
+        uint32_t run = e->session != 0 ? v->runs.conns[e->session].run : VD_RUN_NONE;
+        if (run != VD_RUN_NONE) {
+            unsigned ii = v->runs.runs[run].instance;
+            acc->instances.w[ii / 64] |= 1ull << (ii % 64);
+        }
+    }
+}
+
+static int name_cmp(const void *a, const void *b)
+{
+    return strcmp(*(const char *const *)a, *(const char *const *)b);
+}
+
+/* The names of the set bits of b (names[i] for bit i), in strcmp order: the first
+ * VERDICT_SEEN_MAX into out[], how many in all into *total. */
+static void seen_names(const struct vd_bits *b, const char *const *names, size_t n_names,
+                       const char **out, size_t *n, size_t *total)
+{
+    const char *all[256];
+    size_t k = 0;
+    for (size_t i = 0; i < n_names && i < 256; i++)
+        if (b->w[i / 64] & (1ull << (i % 64)))
+            all[k++] = names[i];
+    qsort(all, k, sizeof(*all), name_cmp);
+    *total = k;
+    *n = k < VERDICT_SEEN_MAX ? k : VERDICT_SEEN_MAX;
+    memcpy(out, all, *n * sizeof(*out));
+}
 
 /* What one message's replay says, summed for its row. */
 struct vd_msg_sum {
@@ -1213,6 +1262,7 @@ static int tally(const struct verdict *v, struct vd_scratch *s, struct verdict_t
         return -1;
     if (sum.first_listener < acc->listener)
         acc->listener = sum.first_listener;
+    note_seen(v, m, acc);
     t->messages++;
     t->faulted += m->faults > 0;
     uint32_t retries = m->attempts > 1 ? m->attempts - 1 : 0;
@@ -1355,6 +1405,13 @@ static void rows_finish_acc(const struct verdict *v, struct verdict_result *out,
         struct verdict_task *t = &out->tasks[r];
         series_stats(&acc[r].delays, &t->copy_min_us, &t->copy_median_us, &t->copy_max_us);
         series_stats(&acc[r].overlaps, NULL, &t->overlap_median_us, &t->overlap_max_us);
+        const char *lnames[VD_LISTENERS_MAX];
+        for (size_t i = 0; i < v->n_listeners; i++)
+            lnames[i] = v->listeners[i].name;
+        seen_names(&acc[r].listeners, lnames, v->n_listeners, t->seen_listeners,
+                   &t->n_seen_listeners, &t->seen_listeners_total);
+        seen_names(&acc[r].instances, v->runs.instance_names, v->runs.n_instances,
+                   t->seen_instances, &t->n_seen_instances, &t->seen_instances_total);
         if (acc[r].listener < v->n_listeners) {
             const struct vd_listener *l = &v->listeners[acc[r].listener];
             t->listener = l->name;
@@ -1439,24 +1496,24 @@ void verdict_result_free(struct verdict_result *res)
     memset(res, 0, sizeof(*res));
 }
 
-/* d's keyed session back to the twice run it belongs to and its id there, as journaled: the
- * last run whose base is below the key. */
+/* d's keyed session back to the journal, twice run and instance it belongs to and its id
+ * there, as journaled. */
 static void unkey_session(const struct verdict *v, struct verdict_delivery *d)
 {
-    size_t lo = 0, hi = v->n_twice_runs;
-    while (lo < hi) {
-        size_t mid = lo + (hi - lo) / 2;
-        if (v->run_base[mid] < d->session)
-            lo = mid + 1;
-        else
-            hi = mid;
-    }
-    if (d->session == 0 || lo == 0) {
-        d->twice_run = v->n_twice_runs > 0 ? 1 : 0;
+    uint32_t key = (uint32_t)d->session;
+    uint32_t run = key != 0 && key < v->runs.n_conns ? v->runs.conns[key].run : VD_RUN_NONE;
+    if (key != 0 && key < v->runs.n_conns)
+        d->session = v->runs.conns[key].session;
+    if (run == VD_RUN_NONE) {
+        /* no connection named (or no header): the first run's, when there is one */
+        d->twice_run = v->runs.n_runs > 0 ? 1 : 0;
+        d->journal = v->runs.n_runs > 0 ? 1 : 0;
+        d->instance = vd_runs_instance(&v->runs, 0);
         return;
     }
-    d->twice_run = (uint32_t)lo;
-    d->session -= v->run_base[lo - 1];
+    d->twice_run = v->runs.runs[run].number;
+    d->journal = v->runs.runs[run].source + 1;
+    d->instance = vd_runs_instance(&v->runs, run);
 }
 
 int verdict_message_deliveries(const struct verdict *v, const char *id,
@@ -1478,8 +1535,11 @@ int verdict_message_deliveries(const struct verdict *v, const char *id,
         else
             rc = -1;
     }
-    for (size_t i = 0; rc == 0 && i < *n; i++)
+    for (size_t i = 0; rc == 0 && i < *n; i++) {
         unkey_session(v, &(*out)[i]);
+        (*out)[i].listener =
+            s.listener[i] < v->n_listeners ? v->listeners[s.listener[i]].name : NULL;
+    }
     scratch_free(&s);
     return rc == 0 ? 1 : -1;
 }

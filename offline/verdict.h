@@ -57,6 +57,8 @@
 /* Copies within this of the first delivery test a short window only: said as missing
  * evidence ("window"). */
 #define VERDICT_SHORT_WINDOW_US (60ull * 1000 * 1000)
+/* Instance and listener names listed per row (verdict_task.seen_*). */
+#define VERDICT_SEEN_MAX 8
 /* Default of verdict_options.stall_after_us. */
 #define VERDICT_STALL_AFTER_US (30ull * 1000 * 1000)
 
@@ -168,6 +170,14 @@ struct verdict_task {
      * say): a later copy cannot be asked for with `after D` there. */
     uint32_t visibility_ms;
     bool consumer_timeout;
+    /* The twice instances and listeners its messages were delivered or settled through: the
+     * first VERDICT_SEEN_MAX names in strcmp order (borrowed from the struct verdict), and how
+     * many in all.  An instance is the journal header's `instance`, or the journal's file name
+     * for a journal that does not name one. */
+    const char *seen_instances[VERDICT_SEEN_MAX];
+    size_t n_seen_instances, seen_instances_total;
+    const char *seen_listeners[VERDICT_SEEN_MAX];
+    size_t n_seen_listeners, seen_listeners_total;
     enum verdict_kind verdict;
     struct verdict_examples examples;             /* ids with 2+ effects */
     struct verdict_examples single_examples;      /* ids counted in doubled_single_delivery */
@@ -228,6 +238,10 @@ struct verdict_delivery {
     enum verdict_overlap overlap; /* for a copy */
     uint64_t copy_delay_us;       /* for a copy: since its attempt's first */
     uint64_t overlap_us;          /* VERDICT_COPY_OVERLAP: how long it ran beside the earlier */
+    uint32_t journal;             /* the journal it came through: 1 for the first read; 0 when
+                                     no header was added */
+    const char *instance;         /* that journal's instance (borrowed), NULL with no header */
+    const char *listener;         /* the listener it came through (borrowed), NULL: not named */
 };
 
 struct verdict;
@@ -243,6 +257,24 @@ struct verdict *verdict_new(void) TWICE_MUST_CHECK;
  * and the sessions of the runs are told apart.  Returns 0, or -1 when out of memory.
  */
 int verdict_add_header(struct verdict *v, const Twice__Journal__Header *h) TWICE_MUST_CHECK;
+
+/*
+ * Several journals read together (instances of twice, docs/instances.md): the header of journal
+ * `source` (0-based, numbered by the caller; its first, or a later run's), written by the
+ * header's `instance`, or `fallback_instance` when it names none (a journal of a twice before
+ * instances: the caller passes its file name).  Connections of different journals and runs are
+ * kept apart; a message is keyed by its id alone, so one delivered through one instance and
+ * settled through another is one message.  verdict_add_header(v, h) is
+ * verdict_add_source_header(v, 0, h, NULL).  Returns 0, or -1 when out of memory.
+ */
+int verdict_add_source_header(struct verdict *v, uint32_t source, const Twice__Journal__Header *h,
+                              const char *fallback_instance) TWICE_MUST_CHECK;
+
+/* Accounts one record of journal `source`: the records of all journals merged by time, each
+ * journal's in its own order (offline/journal_set.h).  verdict_add_record(v, r) is
+ * verdict_add_source_record(v, 0, r).  Returns 0, or -1 when out of memory. */
+int verdict_add_source_record(struct verdict *v, uint32_t source,
+                              const Twice__Journal__Record *r) TWICE_MUST_CHECK;
 
 /*
  * Accounts one journal record, in journal order.  Records without a message id count only

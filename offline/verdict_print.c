@@ -19,7 +19,9 @@
 #include "offline/damage.h"
 #include "offline/fault_log.h"
 #include "offline/idshort.h"
+#include "offline/instances.h"
 #include "offline/journal_reader.h"
+#include "offline/journal_set.h"
 #include "offline/json_out.h"
 #include "offline/page.h"
 #include "offline/report.h"
@@ -39,59 +41,76 @@ struct verdict_inputs {
     bool truncated;
     bool clean_stop; /* the journal ends with its stop record */
     struct damage_report damage;
-    bool allow_damaged;       /* --allow-damaged */
+    bool allow_damaged;               /* --allow-damaged */
+    struct journal_set *set;          /* the journals read (several: one per instance) */
+    const char *const *effects_files; /* every --effects file, effects the first */
+    size_t n_effects_files;
     struct fault_log *faults; /* --html, --format markdown: the faults' times; else NULL */
 };
 
 struct verdict_args {
-    const char *journal, *effects;
+    struct journal_paths journals; /* every journal given, globs expanded */
+    const char **effects;          /* every --effects, in order; effects[0] named in the output */
+    size_t n_effects;
     bool json;
     bool allow_damaged; /* --allow-damaged: a damaged journal does not change the exit code */
     struct verdict_options opt;
-    const char *html; /* --html FILE */
-    bool markdown;    /* --format markdown */
+    const char *html;   /* --html FILE */
+    bool markdown;      /* --format markdown */
+    const char *format; /* --format or --json as given, NULL: text */
 };
 
-/* Feeds the journal's header and every record to v.  0, or -1 with a message in err. */
-static int load_journal(struct verdict *v, struct verdict_inputs *in, char *err, size_t errlen)
+/* The accumulator and the journals it is fed from. */
+struct verdict_feed {
+    struct verdict *v;
+    const struct journal_set *set;
+    struct fault_log *faults; /* or NULL */
+};
+
+/* Journal `source`'s header (a later run's: the run before it ended there). */
+static int feed_header(void *ctx, size_t source, const Twice__Journal__Header *h, bool first)
 {
-    struct journal_reader *r = journal_reader_open(in->journal, err, errlen);
-    if (r == NULL)
+    struct verdict_feed *f = ctx;
+    (void)first;
+    if (f->faults != NULL)
+        fault_log_add_header(f->faults, h);
+    /* A run that names no instance (a twice before instances) is known as its journal is. */
+    return verdict_add_source_header(f->v, (uint32_t)source, h,
+                                     journal_set_info(f->set, source)->instance);
+}
+
+static int feed_record(void *ctx, size_t source, const Twice__Journal__Record *r)
+{
+    struct verdict_feed *f = ctx;
+    if (f->faults != NULL && fault_log_add_record(f->faults, r) != 0)
         return -1;
-    const Twice__Journal__Header *h = journal_reader_header(r);
-    in->seed = h->seed;
-    in->start_unix_ms = h->start_unix_ms;
-    const Twice__Journal__Entry *e = NULL;
-    int rc = verdict_add_header(v, h) == 0 ? 1 : JOURNAL_ERR_NOMEM;
-    changes_add_header(&in->changes, h);
-    if (in->faults != NULL)
-        fault_log_add_header(in->faults, h);
-    while (rc == 1 && (rc = journal_reader_next(r, &e)) == 1) {
-        if (in->faults != NULL && e->body_case == TWICE__JOURNAL__ENTRY__BODY_RECORD &&
-            fault_log_add_record(in->faults, e->record) != 0)
-            rc = JOURNAL_ERR_NOMEM;
-        /* A later run's header: the run before it ended there. */
-        if (e->body_case == TWICE__JOURNAL__ENTRY__BODY_HEADER)
-            changes_add_header(&in->changes, e->header);
-        if ((e->body_case == TWICE__JOURNAL__ENTRY__BODY_HEADER &&
-             verdict_add_header(v, e->header) != 0) ||
-            (e->body_case == TWICE__JOURNAL__ENTRY__BODY_RECORD &&
-             (verdict_add_record(v, e->record) != 0 ||
-              changes_add_record(&in->changes, e->record) != 0)))
-            rc = JOURNAL_ERR_NOMEM;
-    }
-    changes_finish(&in->changes);
-    if (rc < 0)
-        snprintf(err, errlen, "%s: %s", in->journal,
-                 journal_reader_error(r) != NULL ? journal_reader_error(r) : journal_strerror(rc));
-    in->runs = journal_reader_runs(r);
-    in->unclean = journal_reader_unclean_runs(r);
-    in->records = journal_reader_count(r) - (in->runs - 1);
-    in->truncated = journal_reader_truncated(r);
-    in->clean_stop = journal_reader_clean_stop(r);
-    damage_report_take(&in->damage, r);
-    journal_reader_close(r);
-    return rc < 0 ? -1 : 0;
+    return verdict_add_source_record(f->v, (uint32_t)source, r);
+}
+
+/* Feeds every journal's headers and records to v, merged by time.  0, or -1 with a message
+ * in err. */
+static int load_journal(struct verdict *v, const struct journal_paths *paths,
+                        struct verdict_inputs *in, char *err, size_t errlen)
+{
+    in->set = journal_set_open(paths, err, errlen);
+    if (in->set == NULL)
+        return -1;
+    struct verdict_feed f = {v, in->set, in->faults};
+    struct instances_feed feed = {&f, feed_header, feed_record};
+    if (instances_read(in->set, &feed, &in->changes, err, errlen) != 0)
+        return -1;
+    struct journal_info total;
+    journal_set_total(in->set, &total);
+    in->journal = total.path;
+    in->seed = total.header->seed;
+    in->start_unix_ms = total.header->start_unix_ms;
+    in->runs = total.runs;
+    in->unclean = total.unclean_runs;
+    in->records = total.records;
+    in->truncated = total.truncated;
+    in->clean_stop = total.clean_stop;
+    in->damage = total.damage;
+    return 0;
 }
 
 /* ---- the rule that brings missing evidence ------------------------------------------------ */
@@ -257,6 +276,30 @@ static void print_missing_json(FILE *out, unsigned missing)
     fputc(']', out);
 }
 
+/* `[...]` of names, and `"KEY_more": N` when some were left out. */
+static void print_names_json(FILE *out, const char *key, const char *const *names, size_t n,
+                             size_t total)
+{
+    fprintf(out, ", \"%s\": [", key);
+    for (size_t i = 0; i < n; i++) {
+        if (i > 0)
+            fputs(", ", out);
+        json_write_string(out, names[i]);
+    }
+    fputc(']', out);
+    if (total > n)
+        fprintf(out, ", \"%s_more\": %zu", key, total - n);
+}
+
+/* The instances and listeners the row's messages were delivered or settled through. */
+static void print_seen_json(FILE *out, const struct verdict_task *t)
+{
+    print_names_json(out, "instances", t->seen_instances, t->n_seen_instances,
+                     t->seen_instances_total);
+    print_names_json(out, "listeners", t->seen_listeners, t->n_seen_listeners,
+                     t->seen_listeners_total);
+}
+
 static void print_evidence_json(FILE *out, const struct verdict_task *t)
 {
     fprintf(out,
@@ -287,6 +330,7 @@ static void print_evidence_json(FILE *out, const struct verdict_task *t)
             t->stalled ? "true" : "false", (unsigned long long)t->last_progress_us);
     fputs(", \"listener\": ", out);
     json_write_string(out, t->listener != NULL ? t->listener : "");
+    print_seen_json(out, t);
 }
 
 static void print_task_json(FILE *out, const struct verdict_task *t)
@@ -342,6 +386,12 @@ static void print_json(FILE *out, const struct verdict_result *res, const struct
     json_write_string(out, in->journal);
     fputs(",\n  \"effects\": ", out);
     json_write_string(out, in->effects);
+    fputs(",\n  \"effects_files\": [", out);
+    for (size_t i = 0; i < in->n_effects_files; i++) {
+        fputs(i > 0 ? ", " : "", out);
+        json_write_string(out, in->effects_files[i]);
+    }
+    fputc(']', out);
     fprintf(out,
             ",\n  \"seed\": \"%llu\",\n  \"start_unix_ms\": %llu,\n  \"records\": %llu,\n"
             "  \"journal_truncated\": %s,\n  \"journal_clean_stop\": %s,\n"
@@ -372,6 +422,7 @@ static void print_json(FILE *out, const struct verdict_result *res, const struct
     print_examples_json(out, &res->unknown_examples);
     fputs("},\n  \"journal_damage\": ", out);
     damage_print_json(out, &in->damage);
+    instances_print_json(out, in->set, "\n  ");
     fputs("\n}\n", out);
 }
 
@@ -524,7 +575,9 @@ static void print_legend(FILE *out)
           "UNTESTED        no copy reached the handler, or short of what --require asked: run "
           "longer or widen the rules\n"
           "STALLED         messages were still outstanding at the end and the task had no "
-          "delivery or settlement for the last part of the journal\n",
+          "delivery or settlement for the last part of the journal\n"
+          "SEEN THROUGH    the twice instances (the journals' `instance`) and listeners the "
+          "task's messages were delivered or settled through\n",
           out);
 }
 
@@ -595,7 +648,7 @@ static void print_warnings(FILE *out, const struct verdict_result *res,
     if (in->unclean > 0)
         fprintf(out, REPORT_UNCLEAN_RUNS "\n", (unsigned long long)in->unclean,
                 (unsigned long long)in->runs);
-    damage_print_text(out, &in->damage, in->allow_damaged ? "warning" : "error");
+    instances_print_damage(out, in->set, &in->damage, in->allow_damaged ? "warning" : "error");
     if (damage_any(&in->damage))
         fputs(in->allow_damaged
                   ? "  the verdict stands on the records read (--allow-damaged)\n"
@@ -720,6 +773,39 @@ static void print_evidence(FILE *out, const struct verdict_result *res)
         }
         if (t->required_short)
             fputs("  short of what --require asks: UNTESTED\n", out);
+    }
+}
+
+/* `a, b (+N more)`: a row's names. */
+static void print_names_text(FILE *out, const char *const *names, size_t n, size_t total)
+{
+    for (size_t i = 0; i < n; i++) {
+        fputs(i > 0 ? ", " : "", out);
+        text_write_safe(out, names[i]);
+    }
+    if (n == 0)
+        fputc('-', out);
+    if (total > n)
+        fprintf(out, " (+%zu more)", total - n);
+}
+
+/* Which instances and listeners each row's messages were delivered or settled through. */
+static void print_seen(FILE *out, const struct verdict_result *res)
+{
+    if (res->n_tasks == 0)
+        return;
+    int width = task_col_width(res);
+    if (width < (int)strlen("SEEN THROUGH"))
+        width = (int)strlen("SEEN THROUGH");
+    fprintf(out, "\n%-*s  %s\n", width, "SEEN THROUGH", "INSTANCES; LISTENERS");
+    for (size_t i = 0; i < res->n_tasks; i++) {
+        const struct verdict_task *t = &res->tasks[i];
+        int n = text_write_safe(out, t->task);
+        fprintf(out, "%*s  ", n < width ? width - n : 0, "");
+        print_names_text(out, t->seen_instances, t->n_seen_instances, t->seen_instances_total);
+        fputs("; ", out);
+        print_names_text(out, t->seen_listeners, t->n_seen_listeners, t->seen_listeners_total);
+        fputc('\n', out);
     }
 }
 
@@ -905,18 +991,35 @@ static int print_markdown(FILE *out, const struct verdict_result *res,
 static void print_human(FILE *out, const struct verdict_result *res,
                         const struct verdict_inputs *in, const struct verdict_options *opt)
 {
-    fputs("journal ", out);
-    text_write_safe(out, in->journal);
-    fprintf(out, ": %llu records", (unsigned long long)in->records);
+    bool several = journal_set_count(in->set) > 1;
+    instances_print_text(out, in->set);
+    fputs(several ? "journals: " : "journal ", out);
+    if (!several) {
+        text_write_safe(out, in->journal);
+        fputs(" (instance ", out);
+        text_write_safe(out, journal_set_info(in->set, 0)->instance);
+        fputc(')', out);
+    }
+    fprintf(out, "%s%llu records", several ? "" : ": ", (unsigned long long)in->records);
     if (in->runs > 1)
-        fprintf(out, " in %llu runs (journal PATH append)", (unsigned long long)in->runs);
-    fprintf(out, ", seed %llu%s\neffects ", (unsigned long long)in->seed,
-            in->runs > 1 ? " (the first run's)" : "");
+        fprintf(out, " in %llu runs%s", (unsigned long long)in->runs,
+                several ? "" : " (journal PATH append)");
+    fprintf(out, ", seed %llu%s", (unsigned long long)in->seed,
+            several        ? " (the first journal's)"
+            : in->runs > 1 ? " (the first run's)"
+                           : "");
+    fputs("\neffects ", out);
     text_write_safe(out, in->effects);
+    for (size_t i = 1; i < in->n_effects_files; i++) {
+        fputs(", ", out);
+        text_write_safe(out, in->effects_files[i]);
+    }
     fprintf(out, ": %llu side effects\n", (unsigned long long)in->effect_lines);
     changes_print_summary(out, &in->changes);
+    instances_print_mixed(out, in->set);
     fputc('\n', out);
     print_table(out, res);
+    print_seen(out, res);
     print_evidence(out, res);
     print_untested(out, res);
     print_retries(out, res);
@@ -940,12 +1043,14 @@ static void print_human(FILE *out, const struct verdict_result *res,
 
 static void usage(FILE *err)
 {
-    fputs("usage: twice verdict JOURNAL --effects EFFECTS [--json | --format text|markdown|json]\n"
-          "                     [--html FILE]\n"
+    fputs("usage: twice verdict JOURNAL... --effects EFFECTS...\n"
+          "                     [--json | --format text|markdown|json] [--html FILE]\n"
           "                     [--require copies[=N] | overlap[=N] | window=D]...\n"
           "                     [--stall-after D] [--allow-damaged]\n"
-          "  JOURNAL: the journal of a run (also --journal JOURNAL)\n"
-          "  EFFECTS: one message id per side effect, one per line ('#' comments)\n"
+          "  JOURNAL: the journal of a run (also --journal JOURNAL); several (the journals of\n"
+          "       several twice instances, or a quoted glob: 'runs/*.pb') are read together\n"
+          "  EFFECTS: one message id per side effect, one per line ('#' comments); every\n"
+          "       --effects file given is read\n"
           "  --format markdown: the rules in force, the evidence and the verdict as markdown\n"
           "  --html FILE: also write the verdict as one self-contained page with charts\n"
           "  --require: what every task must have been tested with, else it is UNTESTED\n"
@@ -1025,17 +1130,18 @@ static bool parse_require_item(const char *item, size_t len, struct verdict_requ
     if (eq != NULL)
         *eq++ = '\0';
     bool ok = false;
+    uint64_t n = 1;
+    /* Each requirement given is kept: asked twice, the stricter one holds both (a bare
+     * "copies" after "copies=3" keeps the 3, "window=2m" after "window=60s" asks for 2m). */
     if (strcmp(buf, "copies") == 0) {
-        /* a bare "copies" after "copies=3" keeps the 3 */
-        if (rq->copies == 0)
-            rq->copies = 1;
-        ok = eq == NULL || parse_count(eq, &rq->copies);
+        ok = eq == NULL || parse_count(eq, &n);
+        rq->copies = n > rq->copies ? n : rq->copies;
     } else if (strcmp(buf, "overlap") == 0) {
-        if (rq->overlaps == 0)
-            rq->overlaps = 1;
-        ok = eq == NULL || parse_count(eq, &rq->overlaps);
+        ok = eq == NULL || parse_count(eq, &n);
+        rq->overlaps = n > rq->overlaps ? n : rq->overlaps;
     } else if (strcmp(buf, "window") == 0) {
-        ok = eq != NULL && parse_duration(eq, &rq->window_us) && rq->window_us > 0;
+        ok = eq != NULL && parse_duration(eq, &n) && n > 0;
+        rq->window_us = ok && n > rq->window_us ? n : rq->window_us;
     }
     if (!ok)
         fprintf(err,
@@ -1059,14 +1165,45 @@ static bool parse_require(const char *v, struct verdict_require *rq, FILE *err)
     }
 }
 
+/* Another --effects file: every one given is read.  -1 when out of memory. */
+static int effects_push(struct verdict_args *a, const char *path)
+{
+    const char **e = realloc(a->effects, (a->n_effects + 1) * sizeof(*e));
+    if (e == NULL)
+        return -1;
+    a->effects = e;
+    a->effects[a->n_effects++] = path;
+    return 0;
+}
+
+/* --stall-after D: given twice, the two must agree (neither is dropped silently). */
+static int parse_stall_after(const char *value, struct verdict_args *a, FILE *err)
+{
+    uint64_t us = 0;
+    if (!parse_duration(value, &us) || us == 0) {
+        fprintf(err, "twice verdict: --stall-after '%s': expected a duration, e.g. 30s\n", value);
+        return -1;
+    }
+    if (a->opt.stall_after_us != 0 && a->opt.stall_after_us != us) {
+        fputs("twice verdict: --stall-after given twice with different durations\n", err);
+        return -1;
+    }
+    a->opt.stall_after_us = us;
+    return 1;
+}
+
 /* One option at argv[*i]: 1 taken, 0 not an option of ours, -1 error (said). */
 static int parse_one(int argc, char **argv, int *i, struct verdict_args *a, FILE *err)
 {
-    static const char *const journal_flags[] = {"--journal", NULL};
     const char *value = NULL;
-    int rc = option_value(argc, argv, i, "--effects", &a->effects);
+    int rc = option_value(argc, argv, i, "--effects", &value);
+    if (rc == 1 && effects_push(a, value) != 0) {
+        fputs("twice verdict: out of memory\n", err);
+        return -1;
+    }
     if (rc == 0 && strcmp(argv[*i], "--json") == 0) {
-        a->json = true;
+        if (cli_format_set(&a->format, "json", "verdict", err) < 0)
+            return -1;
         rc = 1;
     }
     const char *html = a->html;
@@ -1077,15 +1214,9 @@ static int parse_one(int argc, char **argv, int *i, struct verdict_args *a, FILE
         fprintf(err, "twice verdict: more than one --html given: '%s' and '%s'\n", html, a->html);
         return -1;
     }
-    if (rc == 0 && (rc = option_value(argc, argv, i, "--format", &value)) == 1) {
-        if (strcmp(value, "text") != 0 && strcmp(value, "markdown") != 0 &&
-            strcmp(value, "json") != 0) {
-            fprintf(err, "twice verdict: --format '%s': expected text, markdown or json\n", value);
-            return -1;
-        }
-        a->markdown = strcmp(value, "markdown") == 0;
-        a->json = strcmp(value, "json") == 0;
-    }
+    if (rc == 0 && (rc = option_value(argc, argv, i, "--format", &value)) == 1 &&
+        cli_format_set(&a->format, value, "verdict", err) < 0)
+        return -1;
     if (rc == 0 && strcmp(argv[*i], "--allow-damaged") == 0) {
         a->allow_damaged = true;
         rc = 1;
@@ -1094,16 +1225,14 @@ static int parse_one(int argc, char **argv, int *i, struct verdict_args *a, FILE
         !parse_require(value, &a->opt.require, err))
         return -1;
     if (rc == 0 && (rc = option_value(argc, argv, i, "--stall-after", &value)) == 1 &&
-        (!parse_duration(value, &a->opt.stall_after_us) || a->opt.stall_after_us == 0)) {
-        fprintf(err, "twice verdict: --stall-after '%s': expected a duration, e.g. 30s\n", value);
+        parse_stall_after(value, a, err) < 0)
         return -1;
-    }
     if (rc == -1) {
         fprintf(err, "twice verdict: %s needs a value\n", argv[*i]);
         return -1;
     }
     if (rc == 0)
-        rc = cli_file_arg(argc, argv, i, journal_flags, "journal", &a->journal, err);
+        rc = journal_paths_arg(argc, argv, i, &a->journals, err);
     if (rc == 0)
         fprintf(err, "twice verdict: unknown argument '%s'\n", argv[*i]);
     return rc;
@@ -1123,13 +1252,15 @@ static int parse_args(int argc, char **argv, struct verdict_args *a, FILE *out, 
             return -1;
         }
     }
-    if (a->journal == NULL || a->effects == NULL) {
-        fputs(a->journal == NULL ? "twice verdict: no journal given\n"
+    if (a->journals.n == 0 || a->n_effects == 0) {
+        fputs(a->journals.n == 0 ? "twice verdict: no journal given\n"
                                  : "twice verdict: no effects list given: --effects EFFECTS\n",
               err);
         usage(err);
         return -1;
     }
+    a->json = a->format != NULL && strcmp(a->format, "json") == 0;
+    a->markdown = a->format != NULL && strcmp(a->format, "markdown") == 0;
     if (a->opt.stall_after_us == 0)
         a->opt.stall_after_us = VERDICT_STALL_AFTER_US;
     return 0;
@@ -1154,12 +1285,28 @@ static int exit_code(const struct verdict_result *res, const struct verdict_inpu
     return 0;
 }
 
+/* Every effects file into v, their lines summed.  0, or -1 with a message in err. */
+static int load_effects(struct verdict *v, const struct verdict_args *a, uint64_t *lines, char *err,
+                        size_t errlen)
+{
+    *lines = 0;
+    for (size_t i = 0; i < a->n_effects; i++) {
+        uint64_t n = 0;
+        if (verdict_load_effects(v, a->effects[i], &n, err, errlen) != 0)
+            return -1;
+        *lines += n;
+    }
+    return 0;
+}
+
 /* Loads both inputs and prints the verdict.  Returns the exit code. */
 static int verdict_execute(const struct verdict_args *a, FILE *out, FILE *err)
 {
     char msg[VERDICT_ERR_MAX];
-    struct verdict_inputs in = {
-        .journal = a->journal, .effects = a->effects, .allow_damaged = a->allow_damaged};
+    struct verdict_inputs in = {.effects = a->effects[0],
+                                .effects_files = a->effects,
+                                .n_effects_files = a->n_effects,
+                                .allow_damaged = a->allow_damaged};
     struct verdict_result res = {0};
     struct verdict *v = verdict_new();
     int code = VERDICT_EXIT_ERROR;
@@ -1167,8 +1314,8 @@ static int verdict_execute(const struct verdict_args *a, FILE *out, FILE *err)
         snprintf(msg, sizeof(msg), "out of memory");
     else if (v == NULL)
         snprintf(msg, sizeof(msg), "out of memory");
-    else if (load_journal(v, &in, msg, sizeof(msg)) == 0 &&
-             verdict_load_effects(v, a->effects, &in.effect_lines, msg, sizeof(msg)) == 0) {
+    else if (load_journal(v, &a->journals, &in, msg, sizeof(msg)) == 0 &&
+             load_effects(v, a, &in.effect_lines, msg, sizeof(msg)) == 0) {
         if (verdict_compute_with(v, &a->opt, &res) != 0)
             snprintf(msg, sizeof(msg), "out of memory");
         else
@@ -1211,6 +1358,7 @@ static int verdict_execute(const struct verdict_args *a, FILE *out, FILE *err)
     verdict_result_free(&res);
     verdict_free(v);
     changes_free(&in.changes);
+    journal_set_close(in.set);
     if (in.faults != NULL)
         fault_log_free(in.faults);
     free(in.faults);
@@ -1221,9 +1369,11 @@ int verdict_run(int argc, char **argv, FILE *out, FILE *err)
 {
     struct verdict_args a;
     int rc = parse_args(argc, argv, &a, out, err);
+    int code = rc != 0 ? (rc > 0 ? 0 : VERDICT_EXIT_ERROR) : verdict_execute(&a, out, err);
+    journal_paths_free(&a.journals);
+    free(a.effects);
     if (rc != 0)
-        return rc > 0 ? 0 : VERDICT_EXIT_ERROR;
-    int code = verdict_execute(&a, out, err);
+        return code;
     if (fflush(out) != 0 && code != VERDICT_EXIT_ERROR) {
         fprintf(err, "twice verdict: writing the output: %s\n", strerror(errno));
         code = VERDICT_EXIT_ERROR;

@@ -621,6 +621,10 @@ static void get_metrics(struct proxy *px, struct evhttp_request *req)
                            "# TYPE twice_build_info gauge\n"
                            "twice_build_info{version=\"");
     admin_prom_label(b, TWICE_VERSION);
+    /* Which twice, among several one Prometheus scrapes (docs/instances.md): not `instance`,
+     * the label Prometheus sets to the target itself. */
+    evbuffer_add_printf(b, "\",twice_instance=\"");
+    admin_prom_label(b, px->instance);
     evbuffer_add_printf(b, "\"} 1\n");
     /* journal.h: the writer drops a record when its buffer is full (the disk
      * too slow), after a write error, or out of memory. */

@@ -479,12 +479,14 @@ static int write_header(int fd, const struct journal_header_info *hdr)
     h.entry_crc32c = true;
     char *owned = NULL;
     h.config_path = field_text(hdr->config_path, &owned);
+    char *owned_instance = NULL;
+    h.instance = field_text(hdr->instance, &owned_instance);
     size_t n = hdr->n_listeners;
     Twice__Journal__Listener *ls = calloc(n + 1, sizeof(*ls));
     Twice__Journal__Listener **lp = calloc(n + 1, sizeof(*lp));
     char **lowned = calloc(3 * n + 1, sizeof(*lowned));
     int rc = -ENOMEM;
-    if (h.config_path != NULL && ls != NULL && lp != NULL && lowned != NULL &&
+    if (h.config_path != NULL && h.instance != NULL && ls != NULL && lp != NULL && lowned != NULL &&
         header_listeners(hdr, ls, lp, lowned)) {
         h.listeners = lp;
         h.n_listeners = n;
@@ -496,6 +498,7 @@ static int write_header(int fd, const struct journal_header_info *hdr)
     free(lp);
     free(ls);
     free(owned);
+    free(owned_instance);
     return rc;
 }
 

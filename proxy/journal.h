@@ -90,6 +90,7 @@ struct journal_header_info {
     uint64_t seed;             /* the trigger RNG seed */
     uint8_t config_sha256[32]; /* digest of the configuration file */
     const char *config_path;   /* may be NULL; copied */
+    const char *instance;      /* `instance NAME` or the host name; may be NULL; copied */
     uint64_t start_unix_ms;    /* 0: now */
     /* The configuration's listeners (journal.proto's Listener): names, protocol and profile
      * names, borrowed for the duration of journal_open() */

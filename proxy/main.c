@@ -35,15 +35,16 @@ static const char usage[] =
     "usage: twice run CONFIG [--journal-mode MODE]\n"
     "                                run the proxy described by CONFIG, in the foreground\n"
     "       twice check CONFIG       check CONFIG: a summary, or every error as FILE:LINE:COL\n"
-    "       twice report JOURNAL [--json] [--message ID] [--messages]\n"
+    "       twice report JOURNAL... [--json] [--message ID] [--messages]\n"
     "                                faults per rule, deliveries per message, timelines\n"
-    "       twice verdict JOURNAL --effects EFFECTS [--json] [--require R]... [--stall-after D]\n"
+    "       twice verdict JOURNAL... --effects EFFECTS... [--json] [--require R]...\n"
     "                                which task types are not idempotent (exit 1 if any)\n"
     "       twice help [COMMAND]     this help, or the options of COMMAND\n"
     "       twice --version          the version, the git commit, each library's version\n"
     "\n"
     "Each command takes its file as its first argument, or by a flag: -c CONFIG or\n"
-    "--config CONFIG for run and check, --journal JOURNAL for report and verdict.\n"
+    "--config CONFIG for run and check, --journal JOURNAL for report and verdict; report and\n"
+    "verdict read several journals together (twice instances: `--journal 'runs/*.pb'`).\n"
     "\n"
     "Signals while running: SIGHUP re-reads CONFIG; SIGTERM or SIGINT stop accepting,\n"
     "let open sessions finish for `shutdown-grace`, then exit.\n";
@@ -207,11 +208,18 @@ static int journal_mode_arg(int argc, char **argv, int *i, struct proxy_options 
                 argv[0]);
         return -1;
     }
-    if (conf_journal_mode_parse(v, &opt->journal_mode) != 0) {
+    enum conf_journal_mode mode;
+    if (conf_journal_mode_parse(v, &mode) != 0) {
         fprintf(stderr, "twice %s: --journal-mode takes new, append or overwrite, not '%s'\n",
                 argv[0], v);
         return -1;
     }
+    /* Given twice, the two must agree: neither is dropped silently. */
+    if (opt->journal_mode_set && mode != opt->journal_mode) {
+        fprintf(stderr, "twice %s: --journal-mode given twice with different modes\n", argv[0]);
+        return -1;
+    }
+    opt->journal_mode = mode;
     opt->journal_mode_set = true;
     return 1;
 }
@@ -269,6 +277,10 @@ static int cmd_help(int argc, char **argv)
         fputs(usage, stdout);
         return 0;
     }
+    if (argc > 2) { /* one command's help at a time: none of the others is dropped silently */
+        fprintf(stderr, "twice help: one command at a time, not '%s' too\n", argv[2]);
+        return 2;
+    }
     char *help[] = {argv[1], (char *)"--help", NULL};
     if (strcmp(argv[1], "run") == 0 || strcmp(argv[1], "check") == 0)
         return cmd_config(2, help);
@@ -288,6 +300,10 @@ int main(int argc, char **argv)
     }
     const char *cmd = argv[1];
     if (strcmp(cmd, "--version") == 0 || strcmp(cmd, "version") == 0) {
+        if (argc > 2) { /* nothing after it is dropped silently */
+            fprintf(stderr, "twice %s: takes no argument, not '%s'\n", cmd, argv[2]);
+            return 2;
+        }
         version_print(stdout);
         return fflush(stdout) == 0 ? 0 : 1;
     }

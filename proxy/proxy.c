@@ -587,7 +587,8 @@ static int open_journal(struct proxy *px, const struct conf *c, enum journal_mod
 {
     if (c->journal == NULL)
         return 0;
-    struct journal_header_info hdr = {.seed = px->seed, .config_path = px->conf_path};
+    struct journal_header_info hdr = {
+        .seed = px->seed, .config_path = px->conf_path, .instance = px->instance};
     struct timeval tv;
     gettimeofday(&tv, NULL);
     hdr.start_unix_ms = (uint64_t)tv.tv_sec * 1000 + (uint64_t)tv.tv_usec / 1000;
@@ -708,6 +709,12 @@ int proxy_init(struct proxy *px, const char *conf_path, const struct proxy_optio
     }
     enum conf_journal_mode mode =
         opt != NULL && opt->journal_mode_set ? opt->journal_mode : c->journal_mode;
+    /* Which twice this is, among several whose journals are read together: `instance NAME`,
+     * or the host name (docs/instances.md).  Fixed at start, as the journal is. */
+    if (c->instance != NULL)
+        snprintf(px->instance, sizeof(px->instance), "%s", c->instance);
+    else if (gethostname(px->instance, sizeof(px->instance) - 1) != 0)
+        px->instance[0] = '\0';
     if (open_journal(px, c, (enum journal_mode)mode) != 0) {
         conf_free(c);
         return -1;

@@ -157,6 +157,7 @@ struct proxy {
     struct ruleset *rules;   /* current rules (main thread); each loop holds its own reference */
     struct journal *journal; /* NULL without `journal` */
     char *journal_path;      /* as opened at start */
+    char instance[256];      /* `instance NAME` or the host name, fixed at start */
     uint64_t start_ms;       /* monotonic, for `between` */
     uint64_t seed;           /* the configured seed, or one drawn at start */
     /* SHA-256 that names the rules in force: of the configuration file at start

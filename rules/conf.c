@@ -23,13 +23,9 @@
 #define CONF_READ_CHUNK (64u * 1024u)
 
 const char *const conf_global_keywords[] = {
-    "log-level",      "connect-timeout",
-    "shutdown-grace", "seed",
-    "threads",        "journal",
-    "journal-flush",  "admin",
-    "admin-token",    "user",
-    "listen",         "rule",
-    "toxiproxy-api",  "toxiproxy-config",
+    "log-level", "connect-timeout", "shutdown-grace", "seed",          "threads",
+    "journal",   "journal-flush",   "admin",          "admin-token",   "user",
+    "instance",  "listen",          "rule",           "toxiproxy-api", "toxiproxy-config",
 };
 const size_t conf_n_global_keywords =
     sizeof(conf_global_keywords) / sizeof(conf_global_keywords[0]);
@@ -78,6 +74,7 @@ static const struct conf_global_directive conf_globals[] = {
     {{"admin", 1, "HOST:PORT"}, false, conf_global_admin},
     {{"admin-token", 1, "TOKEN"}, false, conf_global_admin_token},
     {{"user", 1, "NAME"}, false, conf_global_user},
+    {{"instance", 1, "NAME"}, false, conf_global_instance},
     {{"toxiproxy-api", 1, "HOST:PORT"}, false, conf_global_toxiproxy_api},
     {{"toxiproxy-config", 1, "FILE"}, false, conf_global_toxiproxy_config},
     {{"listen", 1, "NAME"}, true, conf_listen_directive},
@@ -204,6 +201,7 @@ void conf_free(struct conf *conf)
     free(conf->toxiproxy_api.host);
     free(conf->toxiproxy_config);
     free(conf->user);
+    free(conf->instance);
     free(conf->path);
     free(conf);
 }

@@ -40,6 +40,8 @@
 #define CONF_DEFAULT_GRACE_MS 10000u
 /* `journal-flush`: the writer writes what was queued at least this often by default. */
 #define CONF_DEFAULT_JOURNAL_FLUSH_MS 1000u
+/* Longest `instance NAME` (a host name is at most 64 bytes on Linux). */
+#define CONF_INSTANCE_MAX 64
 /* Bytes of delayed frames or replies one session may hold per direction. */
 #define CONF_DEFAULT_MAX_HELD (64ull * 1024 * 1024)
 /* Most event-loop threads `threads N` may ask for. */
@@ -157,6 +159,7 @@ struct conf {
     bool has_toxiproxy_api;
     char *toxiproxy_config; /* `toxiproxy-config FILE`: Toxiproxy's start-up JSON; NULL: none */
     char *user;             /* `user NAME`: drop root to this user after binding; NULL: stay */
+    char *instance;         /* `instance NAME`: journaled in the header; NULL: the host name */
     struct conf_listener *listeners;
     size_t n_listeners;
     struct rule *rules; /* file order; freed with conf_free */

@@ -157,23 +157,47 @@ void conf_global_admin_token(struct conf_parser *p, const struct conf_node *n)
 /* `user NAME`: the account twice switches to once its sockets are bound (a
  * login name: letters, digits, '.', '_', '-', at most 32 bytes).  Whether it
  * exists is checked at start, not here: `twice check` runs anywhere. */
+/* Whether `text` is a name of 1 to `max` bytes of letters, digits, '.', '_', '-' and the
+ * characters of `extra`, not starting with '-'. */
+static bool conf_name_ok(const char *text, size_t max, const char *extra)
+{
+    size_t len = strlen(text);
+    bool ok = len >= 1 && len <= max && text[0] != '-';
+    for (size_t i = 0; ok && i < len; i++) {
+        char c = text[i];
+        ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+             c == '.' || c == '_' || c == '-' || strchr(extra, c) != NULL;
+    }
+    return ok;
+}
+
 void conf_global_user(struct conf_parser *p, const struct conf_node *n)
 {
     const struct conf_word *w = &n->words[1];
     char shown[CONF_SHOW_BYTES];
-    size_t len = strlen(w->text);
-    bool ok = len >= 1 && len <= 32 && w->text[0] != '-';
-    for (size_t i = 0; ok && i < len; i++) {
-        char c = w->text[i];
-        ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
-             c == '.' || c == '_' || c == '-';
-    }
-    if (!ok) {
+    if (!conf_name_ok(w->text, 32, "")) {
         conf_diag_add(p->diags, CONF_ERROR, w->loc, "a login name, e.g. user twice",
                       "invalid user name '%s'", conf_show(w->text, shown));
         return;
     }
     p->conf->user = conf_parser_strdup(p, w->text);
+}
+
+/* `instance NAME`: letters, digits, '.', '_', '-' and ':', at most CONF_INSTANCE_MAX bytes (a
+ * host name, a pod name, "zone-a:pool-1"), as it goes into the journal's header and the
+ * output of twice report and twice verdict. */
+void conf_global_instance(struct conf_parser *p, const struct conf_node *n)
+{
+    const struct conf_word *w = &n->words[1];
+    char shown[CONF_SHOW_BYTES];
+    if (!conf_name_ok(w->text, CONF_INSTANCE_MAX, ":")) {
+        conf_diag_add(p->diags, CONF_ERROR, w->loc, "e.g. instance zone-a",
+                      "invalid instance name '%s': letters, digits, '.', '_', '-' and ':', at "
+                      "most %d bytes",
+                      conf_show(w->text, shown), CONF_INSTANCE_MAX);
+        return;
+    }
+    p->conf->instance = conf_parser_strdup(p, w->text);
 }
 
 /* Whether the canonical address `host` is a loopback address. */

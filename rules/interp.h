@@ -138,6 +138,8 @@ void conf_global_admin_token(struct conf_parser *p, const struct conf_node *n);
 void conf_global_toxiproxy_api(struct conf_parser *p, const struct conf_node *n);
 void conf_global_toxiproxy_config(struct conf_parser *p, const struct conf_node *n);
 void conf_global_user(struct conf_parser *p, const struct conf_node *n);
+/* `instance NAME`: which twice wrote a journal, among several read together. */
+void conf_global_instance(struct conf_parser *p, const struct conf_node *n);
 
 /* After the globals and listeners are read: checks between `admin`,
  * `admin-token` and the listeners.  `token_at` is where `admin-token` was

@@ -527,8 +527,9 @@ class AdminTest(h.TestCase):
         # the version that runs, as `twice --version` says it
         version = h.run_twice(["--version"]).stdout.decode().split()[1]
         self.assertEqual(types.get("twice_build_info"), "gauge")
+        # and which twice it is (`instance`, by default the host name: docs/instances.md)
         self.assertEqual([(lb, v) for nm, lb, v in samples if nm == "twice_build_info"],
-                         [({"version": version}, 1)])
+                         [({"version": version, "twice_instance": socket.gethostname()}, 1)])
         self.assertEqual(pv("twice_faults_total", rule="lat", action="latency", listener="echo"), 2)
         self.assertEqual(pv("twice_connections_total", listener="echo"), 4)
         self.assertEqual(pv("twice_connections_total", listener="other"), 3)

@@ -356,10 +356,11 @@ class JournalRun(unittest.TestCase):
                 outs.append(out)
             self.assertEqual(outs[1:], outs[:1] * 2, cmd)
             self.assertEqual(json.loads(outs[0])["seed"], str(SEED))
+        # A second journal is read with the first (docs/instances.md), never dropped: one that
+        # is not there is an error that names it.
         rc, out, err = self.run_twice("verdict", self.journal, "other.pb", "--effects", effects)
         self.assertEqual(rc, 2, (out, err))
-        self.assertIn("twice verdict: more than one journal given: '%s' and 'other.pb'"
-                      % self.journal, err)
+        self.assertIn("twice verdict: other.pb: No such file or directory", err)
 
 
 class JournalRestart(h.TestCase):
@@ -508,6 +509,12 @@ class JournalRestart(h.TestCase):
             "twice run: --journal-mode takes new, append or overwrite, not 'apend'\n"), r)
         self.assertFalse(os.path.exists(self.journal))
         self.assertFalse(h.port_open(port))
+        # given twice, the modes must agree: neither is dropped silently
+        r = h.run_twice(["run", conf, "--journal-mode", "append", "--journal-mode=overwrite"])
+        self.assertEqual(r.returncode, 2, r)
+        self.assertTrue(r.stderr.decode().startswith(
+            "twice run: --journal-mode given twice with different modes\n"), r)
+        self.assertFalse(os.path.exists(self.journal))
 
     def test_a_running_twice_keeps_its_journal(self):
         text, port = self.conf()

@@ -1260,6 +1260,13 @@ class CliTest(h.TestCase):
         r = h.run_twice(["help", "nope"])
         self.assertEqual(r.returncode, 2, r)
         self.assertTrue(r.stderr.decode().startswith("twice help: unknown command 'nope'\n"), r)
+        # one command at a time: the second is not dropped silently
+        r = h.run_twice(["help", "report", "verdict"])
+        self.assertEqual(r.returncode, 2, r)
+        self.assertEqual(r.stderr, b"twice help: one command at a time, not 'verdict' too\n")
+        r = h.run_twice(["--version", "report"])
+        self.assertEqual((r.returncode, r.stdout), (2, b""), r)
+        self.assertEqual(r.stderr, b"twice --version: takes no argument, not 'report'\n")
 
     def test_admin_bind_in_use(self):
         """An admin address another process holds: twice run exits naming `admin`'s line and

@@ -1282,6 +1282,30 @@ static void test_limits_and_user(void **state)
            EH(1, 6, "invalid user name 'a b'", "a login name, e.g. user twice"));
 }
 
+/* `instance NAME`: which twice wrote a journal, among several read together. */
+static void test_instance(void **state)
+{
+    struct conf_diags d;
+    struct conf *c;
+
+    (void)state;
+    c = parse_ok("instance zone-a:pool_1.eu\n" LISTENER, &d);
+    assert_string_equal(c->instance, "zone-a:pool_1.eu");
+    conf_free(c);
+    conf_diags_free(&d);
+    c = parse_ok(LISTENER, &d);
+    assert_null(c->instance); /* the host name, at start */
+    conf_free(c);
+    conf_diags_free(&d);
+    EXPECT("instance \"a b\"\n" LISTENER, -1,
+           EH(1, 10,
+              "invalid instance name 'a b': letters, digits, '.', '_', '-' and ':', at most 64 "
+              "bytes",
+              "e.g. instance zone-a"));
+    EXPECT("instance a\ninstance b\n" LISTENER, -1,
+           EH(2, 1, "duplicate 'instance'", "first set at 1:1"));
+}
+
 /* ---- numbers ---- */
 
 static void test_duration_errors(void **state)
@@ -1915,6 +1939,7 @@ int main(void)
         cmocka_unit_test(test_upstream_errors),
         cmocka_unit_test(test_upstream_name_length),
         cmocka_unit_test(test_limits_and_user),
+        cmocka_unit_test(test_instance),
         cmocka_unit_test(test_duration_errors),
         cmocka_unit_test(test_max_connections),
         cmocka_unit_test(test_tls_errors),

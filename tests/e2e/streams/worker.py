@@ -2,7 +2,11 @@
 """A Redis Streams consumer-group worker (redis-py), the Streams example app.
 
   worker.py --broker HOST:PORT --stream KEY --group G --consumer NAME
-            --visibility-timeout S [--block-ms 1000]
+            --visibility-timeout S [--block-ms 1000] [--ack-broker HOST:PORT]
+
+--ack-broker sends the XACKs to another address than the reads (default: the same): a
+worker behind a load balancer that spreads its connections over several twice instances
+(tests/integration/test_instances.py).
 
 Each stream entry is a job: field `task` (`charge` or `charge_safe`) and field
 `order_id`.  The message id is the entry id ("<ms>-<seq>").
@@ -55,12 +59,14 @@ def main():
     p.add_argument("--consumer", required=True)
     p.add_argument("--visibility-timeout", type=float, required=True, metavar="S")
     p.add_argument("--block-ms", type=int, default=1000)
+    p.add_argument("--ack-broker", metavar="HOST:PORT")
     a = p.parse_args()
     os.environ["TWICE_CONSUMER"] = a.consumer
     signal.signal(signal.SIGTERM, _stop)
     signal.signal(signal.SIGINT, _stop)
 
     r = e2ekit.redis_client(a.broker)
+    ra = e2ekit.redis_client(a.ack_broker) if a.ack_broker else r
     min_idle_ms = int(a.visibility_timeout * 1000)
     claim_every = min(1.0, a.visibility_timeout / 2)
     next_claim = 0.0
@@ -75,7 +81,7 @@ def main():
             handler(entry_id, task)
             log("%s %s %s(%s)" % ("reclaimed" if claimed else "ran", entry_id, task,
                                   fields.get(b"order_id", b"").decode()))
-        r.xack(a.stream, a.group, entry_id)
+        ra.xack(a.stream, a.group, entry_id)
 
     log("consuming %s group %s (XAUTOCLAIM min-idle %d ms every %.1fs)" % (
         a.stream, a.group, min_idle_ms, claim_every))
