@@ -1416,6 +1416,16 @@ def run_twice(args, timeout=30):
                           preexec_fn=_child_setup)
 
 
+def verdict_text_rows(table, task):
+    """The lines of `twice verdict`'s text table that are TASK's row, and its SEEN THROUGH line
+    ("TASK  INSTANCES; LISTENERS") under the table: (rows, seen); seen is None without one."""
+    lines = table.splitlines()
+    cut = next((i for i, l in enumerate(lines) if l.startswith("SEEN THROUGH")), len(lines))
+    rows = [l for l in lines[:cut] if l.split()[:1] == [task]]
+    seen = [l for l in lines[cut + 1:] if l.split()[:1] == [task]]
+    return rows, (seen[0] if seen else None)
+
+
 def listen_block(name, bind_port, upstream, extra=""):
     """One `listen` block; upstream is a port (on 127.0.0.1) or "host:port"."""
     if isinstance(upstream, int):

@@ -70,7 +70,7 @@ class AppRetries(dk.FrameworkCase):
                 "more_than_one_effect": 0, "copies": 0, "retried": messages,
                 "max_retries": retries, "doubled_by_retries": 0, "verdict": "UNTESTED"}
         self.assertEqual({k: row[k] for k in want}, want, table)
-        line = [l for l in table.splitlines() if l.split()[:1] == [task]]
+        line, _ = h.verdict_text_rows(table, task)
         self.assertEqual(line[0].split()[1:7], ["%d" % messages, "0", "0", "0", "0",
                                                 "%d" % messages], table)
         self.assertIn("%s: %d messages retried by the app, at most %d %s of one" % (

@@ -239,9 +239,12 @@ class ToxiproxyMessages(unittest.TestCase):
                           row["more_than_one_effect"]),
                          ("NOT IDEMPOTENT", N_TASKS + N_AFTER, FIRST, FIRST), row)
         self.assertEqual(sorted(row["examples"]), twice_ids, row)
-        line = [l for l in text.stdout.decode().splitlines() if l.split()[:1] == [TASK]]
+        line, seen = h.verdict_text_rows(text.stdout.decode(), TASK)
         self.assertEqual(len(line), 1, text.stdout)
         self.assertIn("NOT IDEMPOTENT", line[0])
+        # seen through the one proxy the test made, a listener made at run time
+        self.assertEqual(len(row["listeners"]), 1, row)
+        self.assertTrue(seen.endswith("; " + row["listeners"][0]), text.stdout)
 
 
 def read_runs(path):

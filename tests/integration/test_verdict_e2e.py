@@ -217,8 +217,9 @@ class VerdictE2E(dk.FrameworkCase):
         # The text form says the same.
         for task in (unsafe, safe):
             r = rows[task]
-            line = [l for l in table.splitlines() if l.split()[:1] == [task]]
+            line, seen = h.verdict_text_rows(table, task)
             self.assertEqual(len(line), 1, table)
+            self.assertIsNotNone(seen, table)   # which instance and listener it went through
             self.assertEqual(line[0].split()[1:6], [str(r[k]) for k in (
                 "messages", "faulted", "delivered_more_than_once", "more_than_one_effect",
                 "no_effect")], table)
