@@ -620,6 +620,20 @@ static void copy_delays_cell(FILE *out, const struct verdict_task *t)
     fprintf(out, "%s&ndash;%s", lo, hi);
 }
 
+/* "a, b (+N more)" in code spans, or "-" when there is none. */
+static void names_cell(FILE *out, const char *const *names, size_t n, size_t total)
+{
+    for (size_t i = 0; i < n; i++) {
+        fputs(i > 0 ? ", <code>" : "<code>", out);
+        html_text(out, names[i]);
+        fputs("</code>", out);
+    }
+    if (n == 0)
+        fputc('-', out);
+    if (total > n)
+        fprintf(out, " (+%zu more)", total - n);
+}
+
 static void verdict_row(FILE *out, const struct verdict_task *t, const struct idshort *ids)
 {
     fputs("<tr><td><code>", out);
@@ -639,7 +653,11 @@ static void verdict_row(FILE *out, const struct verdict_task *t, const struct id
     missing_cell(out, t);
     fputs("</td><td>", out);
     examples_cell(out, &t->examples, ids);
-    fputs("</td></tr>\n", out);
+    fputs("</td><td>", out);
+    names_cell(out, t->seen_instances, t->n_seen_instances, t->seen_instances_total);
+    fputs("<br><span class=\"meta\">", out);
+    names_cell(out, t->seen_listeners, t->n_seen_listeners, t->seen_listeners_total);
+    fputs("</span></td></tr>\n", out);
 }
 
 static int verdict_table(FILE *out, const struct verdict_result *res)
@@ -652,7 +670,7 @@ static int verdict_table(FILE *out, const struct verdict_result *res)
           "<th class=\"n\">delivered&gt;1</th><th class=\"n\">effects&gt;1</th>"
           "<th class=\"n\">no effect</th><th class=\"n\">retried</th>"
           "<th class=\"n\">overlapped</th><th>copy delays</th><th>verdict, evidence missing</th>"
-          "<th>examples</th></tr>\n",
+          "<th>examples</th><th>seen through</th></tr>\n",
           out);
     for (size_t i = 0; i < res->n_tasks; i++)
         verdict_row(out, &res->tasks[i], &ids);

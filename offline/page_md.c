@@ -150,6 +150,19 @@ static void md_verdict_cell(FILE *out, const struct verdict_task *t)
         fputs(" **STALLED**", out);
 }
 
+/* "`a`, `b` (+N more)", or "-" when there is none. */
+static void md_names(FILE *out, const char *const *names, size_t n, size_t total)
+{
+    for (size_t i = 0; i < n; i++) {
+        fputs(i > 0 ? ", " : "", out);
+        md_code(out, names[i]);
+    }
+    if (n == 0)
+        fputc('-', out);
+    if (total > n)
+        fprintf(out, " (+%zu more)", total - n);
+}
+
 static void md_verdict_row(FILE *out, const struct verdict_task *t, const struct idshort *ids)
 {
     fputs("| ", out);
@@ -171,6 +184,10 @@ static void md_verdict_row(FILE *out, const struct verdict_task *t, const struct
     }
     if (t->examples.n > shown)
         fprintf(out, " +%zu", t->examples.n - shown);
+    fputs(" | ", out);
+    md_names(out, t->seen_instances, t->n_seen_instances, t->seen_instances_total);
+    fputs("; ", out);
+    md_names(out, t->seen_listeners, t->n_seen_listeners, t->seen_listeners_total);
     fputs(" |\n", out);
 }
 
@@ -194,8 +211,9 @@ int page_verdict_markdown(FILE *out, const struct page_facts *f, const struct ve
     struct idshort ids;
     idshort_of_examples(&ids, res);
     fputs("### Verdict per task\n\n| task | messages | faulted | delivered>1 | effects>1 | no "
-          "effect | retried | overlapped | copy delays | verdict | examples |\n| --- | ---: | "
-          "---: | ---: | ---: | ---: | ---: | ---: | --- | --- | --- |\n",
+          "effect | retried | overlapped | copy delays | verdict | examples | seen through "
+          "(instances; listeners) |\n| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- "
+          "| --- | --- | --- |\n",
           out);
     for (size_t i = 0; i < res->n_tasks; i++)
         md_verdict_row(out, &res->tasks[i], &ids);

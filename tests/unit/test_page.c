@@ -345,16 +345,21 @@ static void test_verdict_page_and_markdown(void **state)
     assert_non_null(strstr(s, "fault of rule racing&lt;copy&gt; (duplicate) on deliver"));
     assert_non_null(strstr(s, "<b>2</b> lines in the effects list"));
     assert_non_null(strstr(s, "<pre>TASK &lt;script&gt;\n</pre>"));
+    /* which instances and listeners each row was seen through */
+    assert_non_null(strstr(s, "<th>seen through</th>"));
+    assert_non_null(
+        strstr(s, "<td><code>-</code><br><span class=\"meta\"><code>redis</code></span></td>"));
     free(s);
 
     assert_int_equal(page_verdict_markdown(cap_open(&c), &f, &res, &fl), 0);
     s = cap_close(&c);
     assert_non_null(strstr(s, "## twice verdict: **NOT IDEMPOTENT**\n"));
-    assert_non_null(strstr(s, "| ` <script>alert(1)</script>\\|x ` | 1 | 1 | 1 | 1 | 0 | 0 | 1/1 "
-                              "| 1ms\xe2\x80\x93"
-                              "1ms | **NOT IDEMPOTENT** | ` m1-01234 `\xe2\x80\xa6 |\n"));
+    assert_non_null(
+        strstr(s, "| ` <script>alert(1)</script>\\|x ` | 1 | 1 | 1 | 1 | 0 | 0 | 1/1 "
+                  "| 1ms\xe2\x80\x93"
+                  "1ms | **NOT IDEMPOTENT** | ` m1-01234 `\xe2\x80\xa6 | ` - `; ` redis ` |\n"));
     assert_non_null(strstr(s, "| ` safe ` | 1 | 0 | 0 | 0 | 0 | 0 | 0/0 | no copy | "
-                              "**UNTESTED** no copy |  |\n"));
+                              "**UNTESTED** no copy |  | ` - `; ` redis ` |\n"));
     assert_non_null(strstr(s, "- ` m1-01234 `\xe2\x80\xa6 = ` m1-0123456789 `\n"));
     assert_non_null(strstr(s, "| ` racing<copy> ` | duplicate | 1 | deliver 1 |\n"));
     assert_non_null(strstr(s, "```text\nsafe: UNTESTED: no copy\n```\n"));
@@ -458,7 +463,9 @@ static void test_commands_html_and_markdown(void **state)
     assert_int_equal(run(f, verdict_run, 6, v2), 0);
     assert_contains(f->out, "## twice verdict: **IDEMPOTENT**\n");
     assert_contains(f->out, "| ` a\\|b ` | 1 | 1 | 1 | 0 | 0 | 0 | 0/1 | 2s\xe2\x80\x93"
-                            "2s | **IDEMPOTENT\\*** missing: overlap, window |  |\n");
+                            "2s | **IDEMPOTENT\\*** missing: overlap, window |  | ");
+    /* seen through: the journal without an instance name is named by its path; listener l */
+    assert_contains(f->out, "run.journal `; ` l ` |\n");
     assert_null(strstr(f->out, "MESSAGES"));
     const char *v3[] = {"verdict", f->journal, "--effects", f->effects, "--format=json"};
     assert_int_equal(run(f, verdict_run, 5, v3), 0);
