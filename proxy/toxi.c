@@ -123,6 +123,7 @@ static void fold_toxic(const struct toxi_stream_toxic *x, struct stream_fx *f)
         f->toxic_rule = x->rule;
         break;
     case TOXIC_SLICER:
+        f->slice_halving = true;
         f->slice_bytes = a[0] > 0 ? (uint64_t)a[0] : 1;
         f->slice_variation = a[1] > 0 ? (uint32_t)a[1] : 0;
         f->slice_delay_us = a[2] > 0 ? (uint32_t)a[2] : 0;
