@@ -66,8 +66,8 @@ static uint64_t now_us(void)
 
 bool stream_fx_active(const struct stream_fx *f)
 {
-    return f->latency_ms || f->jitter_ms || f->rate_bps || f->slice_bytes || f->blackhole ||
-           f->has_limit || f->has_slow_close || f->has_timeout || f->has_reset_peer;
+    return f->latency_ms || f->jitter_ms || f->rate_bps || f->bandwidth_hold || f->slice_bytes ||
+           f->blackhole || f->has_limit || f->has_slow_close || f->has_timeout || f->has_reset_peer;
 }
 
 static uint64_t next_random(struct shaper *sh)
@@ -221,6 +221,8 @@ static void arm(struct shaper *sh, uint64_t at_ms, uint64_t now)
 /* How many of `want` bytes the token bucket allows now; 0 arms the timer. */
 static size_t bandwidth_allows(struct shaper *sh, size_t want, uint64_t now)
 {
+    if (sh->fx.bandwidth_hold)
+        return 0; /* shaper_set_fx() pumps again when the faults change */
     if (sh->fx.rate_bps == 0)
         return want;
     double rate = (double)sh->fx.rate_bps;

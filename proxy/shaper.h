@@ -21,6 +21,8 @@
  *                        halving it (rules/toxic_stream.h, struct toxic_slicer)
  *                        with average N and variation V, and the delay is in
  *                        microseconds (slice_delay_us)
+ *   bandwidth hold       Toxiproxy's bandwidth at rate 0: nothing leaves until
+ *                        the faults change
  *   timeout T            bytes are dropped; after T (0: never) the connection
  *                        is closed
  *   reset-peer T         the first bytes after it came are dropped, and T later
@@ -53,6 +55,7 @@ struct stream_fx {
     bool slice_halving;       /* Toxiproxy's slicer: pieces of each chunk by halving */
     uint32_t slice_variation; /* its size_variation */
     uint32_t slice_delay_us;  /* added to slice_delay_ms */
+    bool bandwidth_hold;      /* hold every byte (Toxiproxy's rate 0) */
     bool has_timeout;         /* drop bytes; close after timeout_ms (0: never) */
     uint32_t timeout_ms;
     bool has_reset_peer; /* on the first bytes: drop, reset after reset_peer_ms */

@@ -105,7 +105,9 @@ static void fold_toxic(const struct toxi_stream_toxic *x, struct stream_fx *f)
         f->jitter_ms += a[1] > 0 ? (uint32_t)a[1] : 0;
         break;
     case TOXIC_BANDWIDTH:
-        if (a[0] > 0 && (f->rate_bps == 0 || (uint64_t)a[0] * 1000 < f->rate_bps))
+        if (a[0] <= 0)
+            f->bandwidth_hold = true; /* Toxiproxy delivers nothing at rate 0 (bandwidth.go) */
+        else if (f->rate_bps == 0 || (uint64_t)a[0] * 1000 < f->rate_bps)
             f->rate_bps = (uint64_t)a[0] * 1000; /* KB/s, 1 KB = 1000 bytes (bandwidth.go) */
         break;
     case TOXIC_SLOW_CLOSE:

@@ -28,6 +28,8 @@ table) and toxic_collection.go. docs/toxiproxy.md lists where twice differs.
   proxy before creating anything;
 - POST /reset: every proxy enabled again, every toxic gone, proxies kept;
 - changing a proxy's upstream restarts it and drops its connections;
+- `bandwidth` at rate 0 holds the reply of an open connection (no byte, the connection open)
+  until the toxic is removed, then delivers it (Toxiproxy's bandwidth.go);
 - `slicer` cuts a 1700-byte Redis reply, average 100, variation 0, by halving it: about 32
   reads of 53 or 54 bytes, 20 ms apart (Toxiproxy's slicer.go), not 17 reads of 100;
 - twice exits cleanly (SIGTERM, status 0) with the proxies and toxics the
@@ -365,6 +367,24 @@ class ToxiproxyApiCase:
         st, _, _, _ = self.api.call("DELETE", "/proxies/redis")
         self.assertEqual(st, 204)
         self.assertTrue(h.eventually(lambda: refused(port), 10))
+
+    def test_bandwidth_rate_zero_holds(self):
+        # bandwidth.go: at rate 0 no byte leaves while the toxic is there; removing it delivers
+        # what it held (its Interrupt writes the rest).
+        port = self.port_of(self.create("redis"))
+        c = fk.RespConn(port)
+        self.addCleanup(c.close)
+        self.assertEqual(c.call("PING"), b"PONG")
+        self.add_toxic("redis", {"type": "bandwidth", "attributes": {"rate": 0}})
+        c.sock.sendall(fk.resp_cmd("PING"))
+        c.sock.settimeout(1.0)
+        with self.assertRaises(socket.timeout, msg="a reply came through bandwidth rate 0"):
+            c.sock.recv(100)    # nothing, and no end of stream (recv would return b"")
+        c.sock.settimeout(10)
+        st, _, _, _ = self.api.call("DELETE", "/proxies/redis/toxics/bandwidth_downstream")
+        self.assertEqual(st, 204)
+        self.assertEqual(c.read_reply(), b"PONG")
+        self.assertEqual(c.call("PING"), b"PONG")
 
     def test_slicer_halves_a_reply(self):
         # slicer.go: a chunk is halved until the pieces are at most average + variation:
