@@ -16,6 +16,7 @@
 #include <time.h>
 
 #include "proxy/session.h"
+#include "rules/toxic_stream.h"
 
 struct chunk {
     uint64_t due_ms;
@@ -42,10 +43,11 @@ struct shaper {
     uint64_t eof_at_ms; /* slow-close: when the EOF may go on */
     uint64_t rng;       /* jitter */
     uint64_t next_slice_us;
-    size_t slice_len;       /* size of the slice under way (slice variation), 0: none drawn */
-    struct event *deadline; /* timeout's close, reset-peer's reset */
-    bool reset_triggered;   /* reset-peer saw its first bytes */
-    bool deadline_reset;    /* the deadline resets (else it closes) */
+    size_t slice_len;           /* size of the slice under way, 0: none drawn */
+    struct toxic_slicer slicer; /* slice halving: the pieces of the chunk under way */
+    struct event *deadline;     /* timeout's close, reset-peer's reset */
+    bool reset_triggered;       /* reset-peer saw its first bytes */
+    bool deadline_reset;        /* the deadline resets (else it closes) */
 };
 
 static uint64_t now_ms(void)
@@ -64,8 +66,8 @@ static uint64_t now_us(void)
 
 bool stream_fx_active(const struct stream_fx *f)
 {
-    return f->latency_ms || f->jitter_ms || f->rate_bps || f->slice_bytes || f->blackhole ||
-           f->has_limit || f->has_slow_close || f->has_timeout || f->has_reset_peer;
+    return f->latency_ms || f->jitter_ms || f->rate_bps || f->bandwidth_hold || f->slice_bytes ||
+           f->blackhole || f->has_limit || f->has_slow_close || f->has_timeout || f->has_reset_peer;
 }
 
 static uint64_t next_random(struct shaper *sh)
@@ -100,6 +102,7 @@ struct shaper *shaper_new(struct session *s, int from, const struct stream_fx *f
     }
     sh->tokens = 0; /* no initial burst: the first byte already waits its turn */
     sh->tokens_at_ms = now_ms();
+    toxic_slicer_init(&sh->slicer, (int64_t)fx->slice_bytes, fx->slice_variation);
     arm_timeout(sh);
     return sh;
 }
@@ -155,7 +158,8 @@ size_t shaper_held(const struct shaper *sh)
 
 static int queue_push(struct shaper *sh, uint64_t due, size_t len)
 {
-    if (sh->q_len > 0) {
+    /* Toxiproxy's slicer cuts each chunk read on its own: keep them apart. */
+    if (sh->q_len > 0 && !sh->fx.slice_halving) {
         struct chunk *tail = &sh->q[(sh->q_head + sh->q_len - 1) % sh->q_cap];
         if (tail->due_ms == due) {
             tail->len += len;
@@ -217,6 +221,8 @@ static void arm(struct shaper *sh, uint64_t at_ms, uint64_t now)
 /* How many of `want` bytes the token bucket allows now; 0 arms the timer. */
 static size_t bandwidth_allows(struct shaper *sh, size_t want, uint64_t now)
 {
+    if (sh->fx.bandwidth_hold)
+        return 0; /* shaper_set_fx() pumps again when the faults change */
     if (sh->fx.rate_bps == 0)
         return want;
     double rate = (double)sh->fx.rate_bps;
@@ -253,6 +259,14 @@ static void maybe_pass_eof(struct shaper *sh, uint64_t now)
 {
     if (!sh->eof || sh->eof_done || evbuffer_get_length(sh->held) > 0)
         return;
+    if (sh->fx.slice_halving) {
+        /* Toxiproxy's slicer waits `delay` after its last piece too, before the end of stream. */
+        uint64_t us = now_us();
+        if (sh->next_slice_us > us) {
+            arm(sh, now + (sh->next_slice_us - us + 999) / 1000, now);
+            return;
+        }
+    }
     if (sh->fx.has_slow_close && sh->eof_at_ms == 0) {
         sh->eof_at_ms = now + sh->fx.slow_close_ms;
         if (sh->eof_at_ms == 0)
@@ -266,16 +280,19 @@ static void maybe_pass_eof(struct shaper *sh, uint64_t now)
     session_shaper_eof(sh->s, sh->from);
 }
 
-/* The size of the next slice: N, or N±V (Toxiproxy's slicer), at least one byte. */
+static uint64_t slicer_draw(void *arg)
+{
+    return next_random(arg);
+}
+
+/* The size of the next slice: N, or with slice halving the next piece of the chunk at the head
+ * of the queue (the only chunk due bytes can start in). */
 static size_t slice_size(struct shaper *sh)
 {
-    uint64_t n = sh->fx.slice_bytes;
-    if (sh->fx.slice_variation != 0) {
-        uint64_t v = sh->fx.slice_variation;
-        uint64_t r = next_random(sh) % (2 * v + 1);
-        n = n + r > v ? n + r - v : 1;
-    }
-    return (size_t)n;
+    if (!sh->fx.slice_halving)
+        return (size_t)sh->fx.slice_bytes;
+    uint64_t head = sh->q[sh->q_head].len;
+    return (size_t)toxic_slicer_next(&sh->slicer, head, slicer_draw, sh);
 }
 
 /* Release what may leave now. */
@@ -318,6 +335,8 @@ static void pump(struct shaper *sh)
         if (sh->fx.rate_bps != 0)
             sh->tokens -= (double)n;
         if (sh->fx.slice_bytes != 0) {
+            if (sh->fx.slice_halving)
+                toxic_slicer_took(&sh->slicer, n);
             sh->slice_waiting = true;
             sh->slice_len = 0;
             sh->next_slice_us =
@@ -433,6 +452,7 @@ void shaper_set_fx(struct shaper *sh, const struct stream_fx *fx)
         sh->last_due_ms = latest;
     sh->tokens_at_ms = now;
     sh->slice_len = 0;
+    toxic_slicer_init(&sh->slicer, (int64_t)fx->slice_bytes, fx->slice_variation);
     if (fx->slice_bytes == 0)
         sh->next_slice_us = 0;
     if (!sh->slice_waiting)

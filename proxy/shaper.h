@@ -17,8 +17,12 @@
  * and, for Toxiproxy's toxics (docs/toxiproxy.md), which may change while the
  * connection is open (shaper_set_fx):
  *
- *   slice variation      each slice's size is N±V (Toxiproxy's slicer), and its
- *                        delay is in microseconds (slice_delay_us)
+ *   slice halving        Toxiproxy's slicer: each chunk read is cut in pieces by
+ *                        halving it (rules/toxic_stream.h, struct toxic_slicer)
+ *                        with average N and variation V, and the delay is in
+ *                        microseconds (slice_delay_us)
+ *   bandwidth hold       Toxiproxy's bandwidth at rate 0: nothing leaves until
+ *                        the faults change
  *   timeout T            bytes are dropped; after T (0: never) the connection
  *                        is closed
  *   reset-peer T         the first bytes after it came are dropped, and T later
@@ -48,8 +52,10 @@ struct stream_fx {
     bool has_slow_close;
     uint32_t slow_close_ms;
     const char *limit_rule;   /* name of the rule behind `limit`, for the log */
-    uint32_t slice_variation; /* slice sizes N±V */
+    bool slice_halving;       /* Toxiproxy's slicer: pieces of each chunk by halving */
+    uint32_t slice_variation; /* its size_variation */
     uint32_t slice_delay_us;  /* added to slice_delay_ms */
+    bool bandwidth_hold;      /* hold every byte (Toxiproxy's rate 0) */
     bool has_timeout;         /* drop bytes; close after timeout_ms (0: never) */
     uint32_t timeout_ms;
     bool has_reset_peer; /* on the first bytes: drop, reset after reset_peer_ms */

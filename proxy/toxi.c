@@ -105,7 +105,9 @@ static void fold_toxic(const struct toxi_stream_toxic *x, struct stream_fx *f)
         f->jitter_ms += a[1] > 0 ? (uint32_t)a[1] : 0;
         break;
     case TOXIC_BANDWIDTH:
-        if (a[0] > 0 && (f->rate_bps == 0 || (uint64_t)a[0] * 1000 < f->rate_bps))
+        if (a[0] <= 0)
+            f->bandwidth_hold = true; /* Toxiproxy delivers nothing at rate 0 (bandwidth.go) */
+        else if (f->rate_bps == 0 || (uint64_t)a[0] * 1000 < f->rate_bps)
             f->rate_bps = (uint64_t)a[0] * 1000; /* KB/s, 1 KB = 1000 bytes (bandwidth.go) */
         break;
     case TOXIC_SLOW_CLOSE:
@@ -123,6 +125,7 @@ static void fold_toxic(const struct toxi_stream_toxic *x, struct stream_fx *f)
         f->toxic_rule = x->rule;
         break;
     case TOXIC_SLICER:
+        f->slice_halving = true;
         f->slice_bytes = a[0] > 0 ? (uint64_t)a[0] : 1;
         f->slice_variation = a[1] > 0 ? (uint32_t)a[1] : 0;
         f->slice_delay_us = a[2] > 0 ? (uint32_t)a[2] : 0;

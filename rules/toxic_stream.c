@@ -130,3 +130,44 @@ json_t *toxic_stream_json(const struct toxic_stream *t)
     }
     return o;
 }
+
+void toxic_slicer_init(struct toxic_slicer *sl, int64_t average, int64_t variation)
+{
+    sl->depth = 0;
+    sl->average = average > 1 ? (uint64_t)average : 1;
+    uint64_t v = variation > 0 ? (uint64_t)variation : 0;
+    sl->variation = v < sl->average ? v : sl->average - 1;
+}
+
+uint64_t toxic_slicer_next(struct toxic_slicer *sl, uint64_t chunk_len, uint64_t (*draw)(void *),
+                           void *arg)
+{
+    if (sl->depth == 0)
+        sl->pending[sl->depth++] = chunk_len > 0 ? chunk_len : 1;
+    for (;;) {
+        uint64_t len = sl->pending[sl->depth - 1];
+        if (len <= sl->average + sl->variation || sl->depth == TOXIC_SLICER_STACK)
+            return len;
+        /* len > average + V >= 2V + 1, so len / 2 > V: both sides of the cut are non-empty */
+        uint64_t left = len / 2;
+        if (sl->variation != 0)
+            left = left + draw(arg) % (2 * sl->variation) - sl->variation;
+        sl->pending[sl->depth - 1] = len - left; /* cut later, after all of the left side */
+        sl->pending[sl->depth++] = left;
+    }
+}
+
+void toxic_slicer_took(struct toxic_slicer *sl, uint64_t n)
+{
+    if (sl->depth == 0)
+        return;
+    uint64_t *piece = &sl->pending[sl->depth - 1];
+    *piece = n < *piece ? *piece - n : 0;
+    if (*piece == 0)
+        sl->depth--;
+}
+
+bool toxic_slicer_busy(const struct toxic_slicer *sl)
+{
+    return sl->depth > 0;
+}

@@ -64,4 +64,41 @@ const json_t *toxic_json_get(const json_t *o, const char *key);
 /* The attributes of `t` as Toxiproxy shows them: a new JSON object with every attribute. */
 json_t *toxic_stream_json(const struct toxic_stream *t);
 
+/*
+ * Toxiproxy's slicer (toxics/slicer.go, SlicerToxic.chunk) cuts each chunk it is given in two
+ * at the middle, moved by a random r in [-V, V) when the variation V is not 0, and cuts each
+ * half again the same way, left first, until a piece is at most average + V bytes: 100 bytes at
+ * average 10, V 0, are 16 pieces of 6 or 7 bytes.  struct toxic_slicer hands out those pieces
+ * in order, one at a time, drawing each r when its cut is made (Toxiproxy's order), with a
+ * stack of the pieces still to cut instead of a list of every piece.
+ *
+ * An average under 1 counts as 1 and a variation of at least the average as average - 1:
+ * Toxiproxy's source asks for a variation under the average, and with a larger one a cut
+ * can fall outside its chunk.  Then each cut leaves two non-empty pieces, and the part of a
+ * piece above 2V halves (rounded up) with each cut, so the stack holds at most 66 pieces for
+ * any 64-bit length.
+ */
+#define TOXIC_SLICER_STACK 80
+
+struct toxic_slicer {
+    uint64_t average, variation;
+    size_t depth;                         /* pieces in pending[] */
+    uint64_t pending[TOXIC_SLICER_STACK]; /* pieces still to cut, the next one last */
+};
+
+/* A slicer with no chunk under way. */
+void toxic_slicer_init(struct toxic_slicer *sl, int64_t average, int64_t variation);
+
+/* The size of the next piece.  When no chunk is under way, one of `chunk_len` bytes (at least
+ * 1) starts.  draw(arg) gives the random numbers of the cuts.  Calling it again before
+ * toxic_slicer_took() returns the same piece. */
+uint64_t toxic_slicer_next(struct toxic_slicer *sl, uint64_t chunk_len, uint64_t (*draw)(void *),
+                           void *arg);
+
+/* `n` bytes of the piece toxic_slicer_next() returned have gone (n at most that piece). */
+void toxic_slicer_took(struct toxic_slicer *sl, uint64_t n);
+
+/* Whether a chunk is under way: some of its pieces are still to go. */
+bool toxic_slicer_busy(const struct toxic_slicer *sl);
+
 #endif

@@ -28,6 +28,10 @@ table) and toxic_collection.go. docs/toxiproxy.md lists where twice differs.
   proxy before creating anything;
 - POST /reset: every proxy enabled again, every toxic gone, proxies kept;
 - changing a proxy's upstream restarts it and drops its connections;
+- `bandwidth` at rate 0 holds the reply of an open connection (no byte, the connection open)
+  until the toxic is removed, then delivers it (Toxiproxy's bandwidth.go);
+- `slicer` cuts a 1700-byte Redis reply, average 100, variation 0, by halving it: about 32
+  reads of 53 or 54 bytes, 20 ms apart (Toxiproxy's slicer.go), not 17 reads of 100;
 - twice exits cleanly (SIGTERM, status 0) with the proxies and toxics the
   test left.
 
@@ -363,6 +367,50 @@ class ToxiproxyApiCase:
         st, _, _, _ = self.api.call("DELETE", "/proxies/redis")
         self.assertEqual(st, 204)
         self.assertTrue(h.eventually(lambda: refused(port), 10))
+
+    def test_bandwidth_rate_zero_holds(self):
+        # bandwidth.go: at rate 0 no byte leaves while the toxic is there; removing it delivers
+        # what it held (its Interrupt writes the rest).
+        port = self.port_of(self.create("redis"))
+        c = fk.RespConn(port)
+        self.addCleanup(c.close)
+        self.assertEqual(c.call("PING"), b"PONG")
+        self.add_toxic("redis", {"type": "bandwidth", "attributes": {"rate": 0}})
+        c.sock.sendall(fk.resp_cmd("PING"))
+        c.sock.settimeout(1.0)
+        with self.assertRaises(socket.timeout, msg="a reply came through bandwidth rate 0"):
+            c.sock.recv(100)    # nothing, and no end of stream (recv would return b"")
+        c.sock.settimeout(10)
+        st, _, _, _ = self.api.call("DELETE", "/proxies/redis/toxics/bandwidth_downstream")
+        self.assertEqual(st, 204)
+        self.assertEqual(c.read_reply(), b"PONG")
+        self.assertEqual(c.call("PING"), b"PONG")
+
+    def test_slicer_halves_a_reply(self):
+        # slicer.go: a chunk is halved until the pieces are at most average + variation:
+        # 1700 -> 850 -> 425 -> 212/213 -> 106 -> 53/54, 32 pieces, each followed by `delay`.
+        port = self.port_of(self.create("redis"))
+        value = b"v" * 1691             # "$1691\r\n" + 1691 + "\r\n": a 1700-byte reply
+        c = fk.RespConn(port)
+        self.addCleanup(c.close)
+        self.assertEqual(c.call("SET", "sliced", value), b"OK")
+        self.add_toxic("redis", {"type": "slicer", "attributes": {
+            "average_size": 100, "size_variation": 0, "delay": 20000}})
+        t0 = time.monotonic()
+        c.sock.sendall(fk.resp_cmd("GET", "sliced"))
+        sizes, got = [], b""
+        while len(got) < 1700:
+            data = c.sock.recv(4096)
+            self.assertTrue(data, "closed after %d bytes" % len(got))
+            sizes.append(len(data))
+            got += data
+        dt = time.monotonic() - t0
+        self.assertEqual(got, b"$1691\r\n" + value + b"\r\n")
+        # 20 ms apart, each piece comes in a read of its own; a slow reader may join a few.
+        self.assertGreaterEqual(len(sizes), 24, sizes)
+        self.assertLessEqual(len(sizes), 40, sizes)
+        self.assertGreaterEqual(sum(1 for n in sizes if n in (53, 54)), len(sizes) * 3 // 4, sizes)
+        self.assertGreaterEqual(dt, 0.6, "32 pieces 20 ms apart in %.3fs" % dt)
 
     def test_down_and_up(self):
         # README "down": POST /proxies/{proxy} with enabled false takes the proxy down;
