@@ -17,7 +17,9 @@
 #include <event2/http.h>
 #include <event2/keyvalq_struct.h>
 #include <event2/listener.h>
+#include <float.h>
 #include <jansson.h>
+#include <math.h>
 #include <netdb.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -26,6 +28,7 @@
 #include <strings.h>
 #include <sys/socket.h>
 
+#include "proto/utf8.h"
 #include "proxy/admin.h"
 #include "proxy/conf_file.h"
 #include "proxy/log.h"
@@ -364,6 +367,17 @@ static void reply_error(struct toxi *tx, struct evhttp_request *req, int code, c
     va_start(ap, fmt);
     vsnprintf(msg, sizeof(msg), fmt, ap);
     va_end(ap);
+    /* What a client sent may be cut in the middle of a character: end the message before it,
+     * and before any invalid byte, so that it is still a JSON string. */
+    size_t len = strlen(msg);
+    for (size_t i = 0; i < len;) {
+        size_t n = utf8_char_len((const unsigned char *)msg + i, len - i);
+        if (n == 0) {
+            msg[i] = '\0';
+            break;
+        }
+        i += n;
+    }
     json_t *j = error_json(code, msg);
     char *text = j != NULL ? json_dumps(j, TOXI_JSON_FLAGS) : NULL;
     json_decref(j);
@@ -433,7 +447,7 @@ static json_t *toxicity_json(double v)
             break;
     }
     double d = strtod(buf, NULL);
-    if (d == (double)(json_int_t)d && d > -1e15 && d < 1e15)
+    if (d > -1e15 && d < 1e15 && d == (double)(json_int_t)d)
         return json_integer((json_int_t)d);
     return json_real(d);
 }
@@ -792,6 +806,43 @@ static bool name_ok(const char *name, size_t max)
     return true;
 }
 
+/* Whether `s` can only be a host and port (a name, IPv4, [IPv6%zone]) of at most `max`
+ * bytes: the proxy's listen block is written as text and parsed, so a blank, a newline, a
+ * brace or a '#' in what a client sent would add directives of its own to it. */
+static bool addr_ok(const char *s, size_t max)
+{
+    size_t n = strlen(s);
+    if (n > max)
+        return false;
+    for (size_t i = 0; i < n; i++) {
+        char c = s[i];
+        if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+              strchr("_.-:[]%", c) != NULL))
+            return false;
+    }
+    return true;
+}
+
+/* A proxy's listen, upstream and profile as twice can write them in its listen block: 0, or
+ * -1 with the reason in err (HTTP 400). */
+static int proxy_fields_ok(const char *listen, const char *up, const char *profile, char *err,
+                           size_t errlen)
+{
+    if (!addr_ok(listen, 255)) {
+        snprintf(err, errlen, "twice takes HOST:PORT as listen, not '%s'", listen);
+        return -1;
+    }
+    if (!addr_ok(up, 255)) {
+        snprintf(err, errlen, "twice takes HOST:PORT as upstream, not '%s'", up);
+        return -1;
+    }
+    if (profile[0] != '\0' && !name_ok(profile, 32)) {
+        snprintf(err, errlen, "unknown profile '%s'", profile);
+        return -1;
+    }
+    return 0;
+}
+
 /* A new proxy from a request's object `o` (Toxiproxy's Proxy, and twice's protocol and
  * profile), not started: NULL with *code and err. */
 static struct toxi_proxy *proxy_from_json(const json_t *o, const char *where, int *code, char *err,
@@ -828,6 +879,8 @@ static struct toxi_proxy *proxy_from_json(const json_t *o, const char *where, in
                  CONF_NAME_MAX, name);
         return NULL;
     }
+    if (proxy_fields_ok(listen, up, profile, err, errlen) != 0)
+        return NULL;
     struct toxi_proxy *p = calloc(1, sizeof(*p));
     if (p == NULL) {
         *code = 500;
@@ -892,6 +945,22 @@ static void get_proxies(struct toxi *tx, struct evhttp_request *req, char args[2
     reply_json(tx, req, 200, o);
 }
 
+/* The most proxies one twice keeps: each is a listening socket, and its sessions take two
+ * descriptors each from what the listeners of the file were sized with (docs/toxiproxy.md). */
+#define TOXI_MAX_PROXIES 1000
+
+/* Whether one more proxy is refused; err says why (HTTP 507). */
+static bool proxies_full(const struct toxi *tx, char *err, size_t errlen)
+{
+    size_t n = 0;
+    for (const struct toxi_proxy *p = tx->proxies; p != NULL; p = p->next)
+        n++;
+    if (n < TOXI_MAX_PROXIES)
+        return false;
+    snprintf(err, errlen, "twice keeps at most %d proxies: delete some first", TOXI_MAX_PROXIES);
+    return true;
+}
+
 static void create_proxy(struct toxi *tx, struct evhttp_request *req, char args[2][TOXI_SEG_MAX])
 {
     (void)args;
@@ -909,6 +978,11 @@ static void create_proxy(struct toxi *tx, struct evhttp_request *req, char args[
     if (find_proxy(tx, p->name) != NULL || file_has_listener(tx, p->name)) {
         free(p);
         reply_error(tx, req, 409, "proxy already exists");
+        return;
+    }
+    if (proxies_full(tx, err, sizeof(err))) {
+        free(p);
+        reply_error(tx, req, 507, "%s", err);
         return;
     }
     bool enable = p->enabled;
@@ -948,6 +1022,11 @@ static struct toxi_proxy *populate_one(struct toxi *tx, struct toxi_proxy *n, in
     if (old == NULL && file_has_listener(tx, n->name)) {
         *code = 409;
         snprintf(err, errlen, "proxy already exists");
+        free(n);
+        return NULL;
+    }
+    if (old == NULL && proxies_full(tx, err, errlen)) {
+        *code = 507;
         free(n);
         return NULL;
     }
@@ -1084,7 +1163,8 @@ static void update_proxy(struct toxi *tx, struct evhttp_request *req, char args[
     const char *listen = str_field(body, "listen", p->listen, "Proxy", err, sizeof(err));
     const char *up =
         listen ? str_field(body, "upstream", p->upstream, "Proxy", err, sizeof(err)) : NULL;
-    if (up == NULL || bool_field(body, "enabled", &enabled, err, sizeof(err)) != 0) {
+    if (up == NULL || bool_field(body, "enabled", &enabled, err, sizeof(err)) != 0 ||
+        proxy_fields_ok(listen, up, "", err, sizeof(err)) != 0) {
         json_decref(body);
         reply_error(tx, req, 400, "%s", err);
         return;
@@ -1154,7 +1234,15 @@ static int toxicity_field(const json_t *o, double dflt, double *out, char *err, 
                                       : "object");
         return -1;
     }
-    *out = (double)(float)json_number_value(v);
+    double d = json_number_value(v);
+    if (!isfinite(d) || fabs(d) > FLT_MAX) { /* (float) of it would be undefined */
+        snprintf(err, errlen,
+                 "bad request body: json: cannot unmarshal number %g into Go struct field "
+                 "ToxicWrapper.toxicity of type float32",
+                 d);
+        return -1;
+    }
+    *out = (double)(float)d;
     return 0;
 }
 
@@ -1180,6 +1268,19 @@ static int message_rule(struct toxi *tx, struct toxi_proxy *p, struct toxi_toxic
                              err, errlen);
     conf_free(own);
     return t->rule != NULL ? 0 : -1;
+}
+
+/* Whether a rule of the file or of the admin API is called as p's toxic t would be: the rule
+ * set tells toxics' rules from the others by their names, so the toxic is refused (409). */
+static bool rule_name_taken(struct toxi *tx, const struct toxi_proxy *p, const char *toxic)
+{
+    char rule[160];
+    snprintf(rule, sizeof(rule), "%s.%s", p->name, toxic);
+    const struct ruleset *rs = tx->px->rules;
+    for (size_t i = 0; rs != NULL && i < ruleset_count(rs); i++)
+        if (strcmp(ruleset_rule(rs, i)->name, rule) == 0 && !is_toxic_rule(tx, rule))
+            return true;
+    return false;
 }
 
 /* Adds t (taken) to p, upstream ones before downstream ones as Toxiproxy lists them. */
@@ -1223,6 +1324,18 @@ static void create_toxic(struct toxi *tx, struct evhttp_request *req, char args[
         snprintf(err, sizeof(err), "stream was invalid, can be either upstream or downstream");
         goto fail;
     }
+    if (strlen(type) >= sizeof(t->type)) {
+        snprintf(err, sizeof(err), "invalid toxic type");
+        goto fail;
+    }
+    if (name[0] != '\0' &&
+        (!name_ok(name, CONF_NAME_MAX) || strlen(p->name) + 1 + strlen(name) > CONF_NAME_MAX)) {
+        snprintf(err, sizeof(err),
+                 "twice names a toxic with letters, digits, '_', '.' or '-', at most %zu with "
+                 "its proxy's name and a '.', not '%s'",
+                 (size_t)CONF_NAME_MAX, name);
+        goto fail;
+    }
     t->downstream = strcasecmp(stream, "downstream") == 0;
     snprintf(t->stream, sizeof(t->stream), "%s", stream);
     snprintf(t->type, sizeof(t->type), "%s", type);
@@ -1240,11 +1353,16 @@ static void create_toxic(struct toxi *tx, struct evhttp_request *req, char args[
         snprintf(err, sizeof(err), "toxic already exists");
         goto fail;
     }
-    if (!name_ok(t->name, CONF_NAME_MAX - 1 - strlen(p->name))) {
+    if (strlen(p->name) + 1 + strlen(t->name) > CONF_NAME_MAX) { /* the default name */
         snprintf(err, sizeof(err),
                  "twice names a toxic with letters, digits, '_', '.' or '-', at most %zu with "
-                 "its proxy's name, not '%s'",
-                 (size_t)CONF_NAME_MAX - 1, t->name);
+                 "its proxy's name and a '.', not '%s'",
+                 (size_t)CONF_NAME_MAX, t->name);
+        goto fail;
+    }
+    if (message && rule_name_taken(tx, p, t->name)) {
+        code = 409;
+        snprintf(err, sizeof(err), "a rule called %s.%s is in force already", p->name, t->name);
         goto fail;
     }
     const json_t *attrs = toxic_json_get(body, "attributes");

@@ -20,6 +20,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 
 /* Longest duration or error code written as a string attribute ("250ms", "READONLY"). */
 #define TM_WORD_MAX 32
@@ -276,8 +277,8 @@ static int tm_check_fields(struct tm_ctx *c, const char *rule_name, const char *
                        "digits, '_', '.' or '-'",
                        conf_show(listener ? listener : "", shown), CONF_NAME_MAX);
     }
-    if (stream != NULL && stream[0] != '\0' && strcmp(stream, "upstream") != 0 &&
-        strcmp(stream, "downstream") != 0) {
+    if (stream != NULL && stream[0] != '\0' && strcasecmp(stream, "upstream") != 0 &&
+        strcasecmp(stream, "downstream") != 0) {
         return tm_fail(c, "stream must be upstream or downstream, not '%s'",
                        conf_show(stream, shown));
     }

@@ -457,9 +457,11 @@ static void test_wrong_fields(void **state)
             fail();
         }
     }
-    /* both streams and none are accepted, and change nothing */
-    static const char *const streams[] = {"upstream", "downstream", "", NULL};
-    for (size_t i = 0; i < 4; i++) {
+    /* both streams, in any case as Toxiproxy takes them, and none are accepted, and change
+     * nothing */
+    static const char *const streams[] = {"upstream",   "downstream", "UPSTREAM",
+                                          "Downstream", "",           NULL};
+    for (size_t i = 0; i < sizeof(streams) / sizeof(streams[0]); i++) {
         char *t = toxic_msg_rule_text("r", "rabbit", "amqp", NULL, "drop", streams[i], 1.0, NULL,
                                       err, sizeof(err));
         assert_non_null(t);
