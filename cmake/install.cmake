@@ -27,7 +27,17 @@ install(FILES ${TWICE_DIST}/twice.bash DESTINATION ${CMAKE_INSTALL_DATADIR}/bash
         RENAME twice)
 install(FILES ${CMAKE_BINARY_DIR}/dist/twice.service DESTINATION lib/systemd/system)
 install(FILES ${TWICE_DIST}/twice.sysusers DESTINATION lib/sysusers.d RENAME twice.conf)
-install(FILES ${TWICE_DIST}/twice.conf DESTINATION ${TWICE_CONF_DIR})
+# The configuration is the user's once installed: `make install` over an existing one leaves it
+# and puts the shipped default beside it as twice.conf.default (the package's is a conffile,
+# which dpkg asks about instead).  file(INSTALL) adds DESTDIR itself; EXISTS does not.
+install(CODE "
+  if(EXISTS \"\$ENV{DESTDIR}${TWICE_CONF}\")
+    message(STATUS \"Keeping the existing \$ENV{DESTDIR}${TWICE_CONF}: the default is in twice.conf.default\")
+    file(INSTALL DESTINATION \"${TWICE_CONF_DIR}\" TYPE FILE RENAME twice.conf.default
+         FILES \"${TWICE_DIST}/twice.conf\")
+  else()
+    file(INSTALL DESTINATION \"${TWICE_CONF_DIR}\" TYPE FILE FILES \"${TWICE_DIST}/twice.conf\")
+  endif()")
 
 # ---- the Debian package: cpack -G DEB in a tree configured with the prefix /usr -------------
 # CPack's DEB generator writes the .deb itself (ar and tar, files owned by root), so neither

@@ -354,6 +354,17 @@ class MakeInstall(h.TestCase):
                 self.assertIn("ExecStart=%s/bin/twice run %s/twice/twice.conf\n" % (prefix, etc), unit)
                 r = run([binary, "check", os.path.join(dest, etc.lstrip("/"), "twice", "twice.conf")])
                 self.assertIn(b"OK: 1 listener", r.stdout)
+                # installing again keeps the user's edits, the default beside them
+                conf = os.path.join(dest, etc.lstrip("/"), "twice", "twice.conf")
+                with open(conf, "a") as f:
+                    f.write("# edited by the user\n")
+                make("install", "BUILD=%s" % build, "PREFIX=%s" % prefix, "DESTDIR=%s" % dest,
+                     "CMAKE_FLAGS=-DTWICE_LTO=OFF -DTWICE_TESTS=OFF", "JOBS=2")
+                with open(conf) as f:
+                    self.assertTrue(f.read().endswith("# edited by the user\n"))
+                with open(conf + ".default") as f, open(os.path.join(h.SOURCE_DIR, "dist",
+                                                                     "twice.conf")) as g:
+                    self.assertEqual(f.read(), g.read())
 
 
 if __name__ == "__main__":
