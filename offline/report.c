@@ -457,7 +457,7 @@ static void print_header_text(FILE *out, const struct report *rep)
     instances_print_mixed(out, rep->set);
     for (size_t i = 0; i < h->n_listeners; i++) {
         const Twice__Journal__Listener *l = h->listeners[i];
-        fputs(i == 0 ? "listeners " : ", ", out);
+        fputs(i > 0 ? ", " : several ? "listeners (the first journal's) " : "listeners ", out);
         text_write_safe(out, l->name);
         fputs(" (", out);
         text_write_safe(out, l->protocol);

@@ -189,6 +189,10 @@ static void test_message_across_instances(void **state)
     assert_int_equal(run(f, report_run, 5, rep), 0);
     assert_contains(f->out, "zone-a/1");
     assert_contains(f->out, "zone-b/2");
+    /* the header's listeners are the first journal's, and say so */
+    const char *whole[] = {"report", f->journal, b};
+    assert_int_equal(run(f, report_run, 3, whole), 0);
+    assert_contains(f->out, "\nlisteners (the first journal's) ");
     unlink(b);
 }
 
