@@ -25,6 +25,8 @@ Environment:
   TWICE_PEERS_SRC    folder holding the unpacked source packages (default tests/peers/src)
   TWICE_PEERS_FULL=1 every unit of the suite, not the short list (`make transparency`)
   TWICE_PEERS_UNITS  a space-separated list of units instead (e.g. "unit/type/list unit/multi")
+  TWICE_PEERS_THREADS  twice's `threads` (default 1, see below; `auto` shows what the order of
+                     commands across connections does to the suite)
   TWICE_PEERS_PROFILES  the profiles of the `resp-NAME` runs (default "list"; e.g. "list streams
                      sidekiq celery rq bullmq")
 """
@@ -80,6 +82,7 @@ TARGETS = ("direct", "tcp", "resp") + tuple("resp-" + p for p in PROFILES)
 RESULT = re.compile(r"^\[(ok|err|skip|ignore|exception|TIMEOUT)\]: ?(.*)$")
 ANSI = re.compile(r"\x1b\[[0-9;]*m")
 UNIT = re.compile(r"^Testing (\S+)$")
+THREADS = os.environ.get("TWICE_PEERS_THREADS", "1")
 RUN_TIMEOUT = 3600 if FULL else 900
 
 
@@ -203,7 +206,7 @@ class RedisSuiteTest(unittest.TestCase):
         # One event loop: Redis's suite sends a command on one connection and, right after,
         # another on a second connection, and expects Redis to get them in that order
         # (docs/redis.md: connections of different loops are not ordered with each other).
-        conf = "threads 1\n" + h.config(
+        conf = "threads %s\n" % THREADS + h.config(
             h.listen_block("tcp", ports["tcp"], servers["tcp"].port),
             rk.resp_listen_block("resp", ports["resp"], servers["resp"].port),
             *(rk.resp_listen_block("resp_" + p, ports["resp-" + p], servers["resp-" + p].port,
