@@ -159,7 +159,7 @@ class Run:
 
     def argv(self, unit_list):
         argv = ["./runtest", "--host", "127.0.0.1", "--port", str(self.port), "--tags", "-slow",
-                "--timeout", "300", "--baseport", str(self.baseport)]
+                "--timeout", "300" if FULL else "120", "--baseport", str(self.baseport)]
         for u in unit_list or []:
             argv += ["--single", u]
         return argv
