@@ -6,7 +6,7 @@ JOBS  ?= $(shell nproc 2>/dev/null || echo 2)
 CMAKE_FLAGS ?=
 
 .PHONY: all build deps test test-normal test-asan test-tsan fuzz bench demo clean format format-check \
-	install deb
+	install deb transparency
 
 all: build
 
@@ -74,6 +74,17 @@ test-tsan:
 	done
 	@if ls $(TSAN_BUILD)/tsan-report.* >/dev/null 2>&1; then \
 		cat $(TSAN_BUILD)/tsan-report.*; echo "ThreadSanitizer reports above"; exit 1; fi
+
+# Redis's whole test suite (external mode, `--tags -slow`) direct and through twice's tcp and
+# resp listeners, one resp listener per profile of PEERS_PROFILES, the results compared test by
+# test (tests/integration/test_peers_redis.py; `make test` runs a short list of its units
+# through tcp, resp and resp+list).  About 8 minutes on two cores.
+PEERS_PROFILES ?= list streams sidekiq celery rq bullmq
+transparency:
+	@scripts/deps.sh test
+	$(MAKE) build
+	TWICE_PEERS_FULL=1 TWICE_PEERS_PROFILES="$(PEERS_PROFILES)" TWICE_BIN=$(CURDIR)/$(BUILD)/twice \
+		TWICE_SOURCE_DIR=$(CURDIR) /usr/bin/python3 tests/integration/test_peers_redis.py
 
 # Every libFuzzer harness for FUZZ_SECONDS each (scripts/fuzz.sh).
 fuzz:

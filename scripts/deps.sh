@@ -17,6 +17,9 @@ test_pkgs=(openssl procps curl redis-server redis-tools rabbitmq-server
 # test_install.py also reads `man twice` (man-db) and builds the package.
 package_pkgs=(dpkg-dev)
 test_pkgs+=(dpkg-dev man-db)
+# Redis's own test suite (test_peers_redis.py): its runtest is a Tcl program; dpkg-dev's
+# dpkg-source unpacks its source package.
+test_pkgs+=(tcl)
 demo_pkgs=(python3 redis-server redis-tools python3-celery python3-redis)
 bench_pkgs=(python3 redis-server redis-tools rabbitmq-server haproxy gnuplot-nox)
 oracle_pkgs=(golang-go golang-github-gorilla-mux-dev golang-github-rs-zerolog-dev
@@ -62,6 +65,71 @@ node_modules() {
     cp "$lock" "$stamp"
 }
 
+# The peers' own test suites that tests/integration/test_peers_*.py run direct and through twice
+# (Redis's TCL suite), from Debian's source packages (the only registry of source code the
+# machines reach), unpacked into tests/peers/src/NAME (ignored by git: upstream code is never
+# committed), only when missing.  apt works on a private state: a sources list of its own, made
+# of the machine's own Debian sources with deb-src in place of deb (the same mirror, suites and
+# keys), and its own lists and cache in a temporary folder; the machine's apt setup is untouched
+# and no root is needed.  The version fetched is the source of the installed package named after
+# the colon (redis:redis-server: the suite of the redis-server the tests run), else the newest.
+# A failed fetch only warns: the tests that need the suite then skip.
+peer_sources() {
+    local root state name pkg ver src f rc=0
+    root="$(cd "$(dirname "$0")/.." && pwd)/tests/peers/src"
+    local -a need=() apt_opts
+    for name in "$@"; do
+        [ -f "$root/${name%%:*}/.twice-unpacked" ] || need+=("$name")
+    done
+    [ ${#need[@]} -eq 0 ] && return 0
+    if ! command -v dpkg-source >/dev/null 2>&1; then
+        echo "deps: dpkg-source (dpkg-dev) missing: peers' test suites not fetched" >&2
+        return 0
+    fi
+    state="$(mktemp -d)"
+    mkdir -p "$state/lists/partial" "$state/cache/archives/partial" "$state/sources.list.d" "$root"
+    for f in /etc/apt/sources.list.d/*.sources; do
+        if [ -f "$f" ]; then
+            sed -E 's/^Types:.*/Types: deb-src/' "$f" > "$state/sources.list.d/${f##*/}"
+        fi
+    done
+    for f in /etc/apt/sources.list /etc/apt/sources.list.d/*.list; do
+        if [ -f "$f" ]; then
+            sed -nE 's/^deb[[:space:]]+/deb-src /p' "$f" >> "$state/sources.list.d/machine.list"
+        fi
+    done
+    apt_opts=(-q -o "Dir::Etc::SourceList=/dev/null" -o "Dir::Etc::SourceParts=$state/sources.list.d"
+              -o "Dir::State::Lists=$state/lists" -o "Dir::Cache=$state/cache"
+              -o APT::Sandbox::User=root)
+    echo "deps: fetching the source packages ${need[*]%%:*} into tests/peers/src" >&2
+    # A source of the machine's without deb-src only fails its own index: go on.
+    apt-get "${apt_opts[@]}" update >"$state/log" 2>&1 || true
+    for name in "${need[@]}"; do
+        pkg="${name#*:}" name="${name%%:*}"
+        ver=$(dpkg-query -W -f='${source:Version}' "$pkg" 2>/dev/null || true)
+        rm -rf "${root:?}/$name"
+        if (cd "$state" && { { [ -n "$ver" ] && apt-get "${apt_opts[@]}" source --download-only \
+                "$name=$ver"; } || apt-get "${apt_opts[@]}" source --download-only "$name"; } \
+                >>"$state/log" 2>&1) &&
+            src=$(ls "$state/${name}"_*.dsc 2>/dev/null | head -n1) && [ -n "$src" ] &&
+            dpkg-source --no-copy -x "$src" "$root/$name" >>"$state/log" 2>&1; then
+            basename "$src" .dsc > "$root/$name/.twice-unpacked"
+        else
+            echo "deps: warning: could not fetch the source package $name" >&2
+            rc=1
+        fi
+    done
+    [ "$rc" = 0 ] || tail -n 5 "$state/log" >&2
+    rm -rf "$state"
+    return 0
+}
+peers_wanted=0
+case "${1:-all}" in test|all) peers_wanted=1 ;; esac
+finish() {
+    if [ "$node_wanted" = 1 ]; then node_modules; fi
+    if [ "$peers_wanted" = 1 ]; then peer_sources redis:redis-server; fi
+}
+
 missing=()
 for p in "${want[@]}"; do
     if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed'; then
@@ -70,7 +138,7 @@ for p in "${want[@]}"; do
 done
 # Deduplicate while keeping order.
 if [ ${#missing[@]} -eq 0 ]; then
-    if [ "$node_wanted" = 1 ]; then node_modules; fi
+    finish
     exit 0
 fi
 mapfile -t missing < <(printf '%s\n' "${missing[@]}" | awk '!seen[$0]++')
@@ -99,8 +167,6 @@ if ! $SUDO apt-get install -y -q --no-install-recommends "${missing[@]}"; then
     $SUDO apt-get update -q
     $SUDO apt-get install -y -q --no-install-recommends "${missing[@]}"
 fi
-if [ "$node_wanted" = 1 ]; then
-    cleanup
-    added_policy=0
-    node_modules
-fi
+cleanup
+added_policy=0
+finish
