@@ -708,7 +708,7 @@ static void test_verdict_prints_the_window(void **state)
     write_file(f->effects, "a\nb\nc\n");
     const char *argv[] = {"verdict", "--journal", f->journal, "--effects", f->effects};
     assert_int_equal(run(f, verdict_run, 5, argv), 0);
-    assert_contains(f->out, "short: IDEMPOTENT for copies 0.4s-1.6s after the first delivery "
+    assert_contains(f->out, "short: IDEMPOTENT for copies 400ms-1.6s after the first delivery "
                             "(median 1.0s, 2 copies)\n  no copy ran while an earlier one was "
                             "running: check-then-act races untested (2 unknown: ");
     assert_contains(f->out, "\n  every copy came within 1.6s: ");
@@ -719,7 +719,7 @@ static void test_verdict_prints_the_window(void **state)
                             "never settled on the wire, or the two shared a connection, or one of "
                             "them may have waited behind its worker's other work); to test them "
                             "`when deliver task=long` + `do duplicate`\nshort: IDEMPOTENT");
-    assert_contains(f->out, "  0.4s-1.6s      IDEMPOTENT*     missing: overlap, window\n");
+    assert_contains(f->out, "  400ms-1.6s     IDEMPOTENT*     missing: overlap, window\n");
     assert_contains(f->out, "  90s-90s        IDEMPOTENT*     missing: overlap\n");
 }
 
@@ -863,7 +863,7 @@ static void test_verdict_idempotent_and_untested_exit_zero(void **state)
     assert_int_equal(run(f, verdict_run, 5, argv), 0);
     assert_contains(f->out,
                     "send_email         2        1            1          0          1        0  "
-                    "       0/1  0.0s-0.0s      IDEMPOTENT*     missing: overlap, window\n");
+                    "       0/1  <1ms-<1ms      IDEMPOTENT*     missing: overlap, window\n");
     assert_contains(f->out,
                     "resize             1        0            0          0          0        0  "
                     "       0/0  -              UNTESTED\n");
