@@ -98,8 +98,9 @@ static void log_close(const struct session *s)
     struct log_line line;
     session_log_begin(&line, s, LOG_INFO, "session closed");
     /* A client retrying at once while the upstream is down makes one such
-     * session per attempt: its line is limited like the warning before it. */
-    log_repeat_limit(&line, s->upstream_failed);
+     * session per attempt: its line is limited like the warning before it; so
+     * does a flood (or a loop) past max-connections, one refusal per attempt. */
+    log_repeat_limit(&line, s->upstream_failed || s->reason == SESSION_CLOSE_MAX_CONNECTIONS);
     log_str(&line, "client", s->client_addr);
     log_u64(&line, "bytes_up", s->bytes_up);
     log_u64(&line, "bytes_down", s->bytes_down);

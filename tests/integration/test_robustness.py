@@ -544,6 +544,35 @@ class OwnSocketsTest(h.TestCase):
             served.append(c)
         self.fail("%d clients served: twice refused none" % limit)
 
+    def test_refusals_past_the_cap_are_logged_in_few_lines(self):
+        """A client that reconnects at once when it is refused past max-connections: every
+        refusal is accounted for in the log, in a bounded number of lines that carry the count
+        of the ones held back (`repeated=N`), not a line each."""
+        echo = h.EchoServer(name="echo-flood")
+        self.addCleanup(echo.close)
+        port = h.free_port()
+        tw = self.twice(h.config(h.listen_block("cap", port, echo.port, "max-connections 1"),
+                                 log_level="info"))
+        held = h.connect(port)
+        self.addCleanup(held.close)
+        self.assertEqual(echo_roundtrip(held, b"x"), b"x")
+        mark = tw.log_mark()
+        n = 2000
+        for _ in range(n):
+            with h.connect(port) as c:
+                self.assertLess(h.wait_closed(c, 10), 10)
+
+        def counted():
+            return tw.event_count("session closed", since=mark, listener="cap",
+                                  reason="max_connections")
+        h.eventually(lambda: counted() == n, 30)
+        self.assertEqual(counted(), n, "refusals accounted for in the log")
+        lines = tw.log_lines()[mark:]
+        self.assertLess(len(lines), n // 5, "log lines for %d refusals" % n)
+        self.assertTrue([l for l in lines if " repeated=" in l], "no line counts the ones held back")
+        self.assertEqual(echo_roundtrip(held, b"y"), b"y")
+        tw.stop()
+
     def test_listener_default_cap_leaves_room_for_others(self):
         """A listener without max-connections holds at most half the sessions twice's open-file
         limit allows (as a loop would try): the next client is closed with a log line, and
