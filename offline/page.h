@@ -110,6 +110,11 @@ int page_report_markdown(FILE *out, const struct page_facts *f, const struct ver
 int page_verdict_markdown(FILE *out, const struct page_facts *f, const struct verdict_result *res,
                           const struct fault_log *fl) TWICE_MUST_CHECK;
 
+/* A verdict row's instances or listeners: "a, b (+N more)", each name written by item(), or
+ * "-" when there is none.  The text table, the markdown and the page share it. */
+void page_names(FILE *out, const char *const *names, size_t n, size_t total,
+                void (*item)(FILE *out, const char *name));
+
 /* Writes the output of fn(out, ctx) to path ("-": out) whole or not at all: into a temporary
  * file beside it, renamed over it once written.  0, or -1 with a message in err. */
 int page_write_file(const char *path, FILE *out, int (*fn)(FILE *f, void *ctx), void *ctx,

@@ -620,18 +620,12 @@ static void copy_delays_cell(FILE *out, const struct verdict_task *t)
     fprintf(out, "%s&ndash;%s", lo, hi);
 }
 
-/* "a, b (+N more)" in code spans, or "-" when there is none. */
-static void names_cell(FILE *out, const char *const *names, size_t n, size_t total)
+/* One name of a verdict row's instances or listeners, in a code span. */
+static void html_code(FILE *out, const char *name)
 {
-    for (size_t i = 0; i < n; i++) {
-        fputs(i > 0 ? ", <code>" : "<code>", out);
-        html_text(out, names[i]);
-        fputs("</code>", out);
-    }
-    if (n == 0)
-        fputc('-', out);
-    if (total > n)
-        fprintf(out, " (+%zu more)", total - n);
+    fputs("<code>", out);
+    html_text(out, name);
+    fputs("</code>", out);
 }
 
 static void verdict_row(FILE *out, const struct verdict_task *t, const struct idshort *ids)
@@ -654,9 +648,9 @@ static void verdict_row(FILE *out, const struct verdict_task *t, const struct id
     fputs("</td><td>", out);
     examples_cell(out, &t->examples, ids);
     fputs("</td><td>", out);
-    names_cell(out, t->seen_instances, t->n_seen_instances, t->seen_instances_total);
+    page_names(out, t->seen_instances, t->n_seen_instances, t->seen_instances_total, html_code);
     fputs("<br><span class=\"meta\">", out);
-    names_cell(out, t->seen_listeners, t->n_seen_listeners, t->seen_listeners_total);
+    page_names(out, t->seen_listeners, t->n_seen_listeners, t->seen_listeners_total, html_code);
     fputs("</span></td></tr>\n", out);
 }
 

@@ -150,19 +150,6 @@ static void md_verdict_cell(FILE *out, const struct verdict_task *t)
         fputs(" **STALLED**", out);
 }
 
-/* "`a`, `b` (+N more)", or "-" when there is none. */
-static void md_names(FILE *out, const char *const *names, size_t n, size_t total)
-{
-    for (size_t i = 0; i < n; i++) {
-        fputs(i > 0 ? ", " : "", out);
-        md_code(out, names[i]);
-    }
-    if (n == 0)
-        fputc('-', out);
-    if (total > n)
-        fprintf(out, " (+%zu more)", total - n);
-}
-
 static void md_verdict_row(FILE *out, const struct verdict_task *t, const struct idshort *ids)
 {
     fputs("| ", out);
@@ -185,9 +172,9 @@ static void md_verdict_row(FILE *out, const struct verdict_task *t, const struct
     if (t->examples.n > shown)
         fprintf(out, " +%zu", t->examples.n - shown);
     fputs(" | ", out);
-    md_names(out, t->seen_instances, t->n_seen_instances, t->seen_instances_total);
+    page_names(out, t->seen_instances, t->n_seen_instances, t->seen_instances_total, md_code);
     fputs("; ", out);
-    md_names(out, t->seen_listeners, t->n_seen_listeners, t->seen_listeners_total);
+    page_names(out, t->seen_listeners, t->n_seen_listeners, t->seen_listeners_total, md_code);
     fputs(" |\n", out);
 }
 

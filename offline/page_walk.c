@@ -194,3 +194,16 @@ int page_write_file(const char *path, FILE *out, int (*fn)(FILE *f, void *ctx), 
     snprintf(err, errlen, "%s: %s", path, rc != 0 ? "out of memory" : strerror(saved));
     return -1;
 }
+
+void page_names(FILE *out, const char *const *names, size_t n, size_t total,
+                void (*item)(FILE *out, const char *name))
+{
+    for (size_t i = 0; i < n; i++) {
+        fputs(i > 0 ? ", " : "", out);
+        item(out, names[i]);
+    }
+    if (n == 0)
+        fputc('-', out);
+    if (total > n)
+        fprintf(out, " (+%zu more)", total - n);
+}

@@ -781,17 +781,10 @@ static void print_evidence(FILE *out, const struct verdict_result *res)
     }
 }
 
-/* `a, b (+N more)`: a row's names. */
-static void print_names_text(FILE *out, const char *const *names, size_t n, size_t total)
+/* One name of a row's instances or listeners, made safe for a terminal. */
+static void text_name(FILE *out, const char *name)
 {
-    for (size_t i = 0; i < n; i++) {
-        fputs(i > 0 ? ", " : "", out);
-        text_write_safe(out, names[i]);
-    }
-    if (n == 0)
-        fputc('-', out);
-    if (total > n)
-        fprintf(out, " (+%zu more)", total - n);
+    text_write_safe(out, name);
 }
 
 /* Which instances and listeners each row's messages were delivered or settled through. */
@@ -807,9 +800,9 @@ static void print_seen(FILE *out, const struct verdict_result *res)
         const struct verdict_task *t = &res->tasks[i];
         int n = text_write_safe(out, t->task);
         fprintf(out, "%*s  ", n < width ? width - n : 0, "");
-        print_names_text(out, t->seen_instances, t->n_seen_instances, t->seen_instances_total);
+        page_names(out, t->seen_instances, t->n_seen_instances, t->seen_instances_total, text_name);
         fputs("; ", out);
-        print_names_text(out, t->seen_listeners, t->n_seen_listeners, t->seen_listeners_total);
+        page_names(out, t->seen_listeners, t->n_seen_listeners, t->seen_listeners_total, text_name);
         fputc('\n', out);
     }
 }
