@@ -65,7 +65,7 @@ static void data_path(char *out, size_t cap, const char *name)
     const char *file = __FILE__;
     const char *slash = strrchr(file, '/');
     int dir_len = slash == NULL ? 1 : (int)(slash - file);
-    snprintf(out, cap, "%.*s/data/amqp/%s", dir_len, slash == NULL ? "." : file, name);
+    snprintf(out, cap, "%.*s/../data/amqp/%s", dir_len, slash == NULL ? "." : file, name);
 }
 
 static uint8_t *read_file(const char *name, size_t *len)

@@ -16,7 +16,6 @@
 
 #include <unistd.h>
 
-#include "cmd_testkit.h"
 #include "offline/fault_log.h"
 #include "offline/html.h"
 #include "offline/idshort.h"
@@ -25,6 +24,7 @@
 #include "offline/report.h"
 #include "offline/svg.h"
 #include "proxy/journal.h"
+#include "tests/lib/cmd_testkit.h"
 
 /* What fn wrote, as a string (caller frees). */
 struct capture {

@@ -22,7 +22,7 @@
 
 #include <cmocka.h>
 
-#include "jobs_testkit.h"
+#include "tests/lib/jobs_testkit.h"
 
 extern const struct resp_framework resp_framework_sidekiq, resp_framework_celery, resp_framework_rq,
     resp_framework_streams, resp_framework_list;

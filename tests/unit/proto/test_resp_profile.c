@@ -42,7 +42,8 @@ static void data_path(char *out, size_t cap, const char *fw, const char *name)
     const char *file = __FILE__;
     const char *slash = strrchr(file, '/');
     int dir_len = slash == NULL ? 1 : (int)(slash - file);
-    snprintf(out, cap, "%.*s/data/frameworks/%s/%s", dir_len, slash == NULL ? "." : file, fw, name);
+    snprintf(out, cap, "%.*s/../data/frameworks/%s/%s", dir_len, slash == NULL ? "." : file, fw,
+             name);
 }
 
 /* The file's bytes (NUL-terminated, not counted), or NULL when it does not exist. */

@@ -23,8 +23,8 @@
 
 #include <cmocka.h>
 
-#include "jobs_testkit.h"
 #include "proto/resp_bullmq.h"
+#include "tests/lib/jobs_testkit.h"
 
 extern const struct resp_framework resp_framework_bullmq;
 static const struct resp_framework *const FW = &resp_framework_bullmq;

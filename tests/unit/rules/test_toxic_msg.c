@@ -16,7 +16,7 @@
 #include "rules/conf_mem.h"
 #include "rules/rule.h"
 #include "rules/toxic_msg.h"
-#include "tests/unit/conf_testkit.h"
+#include "tests/lib/conf_testkit.h"
 
 #include <math.h>
 #include <stdio.h>

@@ -68,7 +68,7 @@ static void data_path(char *out, size_t cap, const char *name)
     const char *file = __FILE__;
     const char *slash = strrchr(file, '/');
     int dir_len = slash == NULL ? 1 : (int)(slash - file);
-    snprintf(out, cap, "%.*s/data/resp/%s", dir_len, slash == NULL ? "." : file, name);
+    snprintf(out, cap, "%.*s/../data/resp/%s", dir_len, slash == NULL ? "." : file, name);
 }
 
 /* Reads a whole file into a heap buffer of exactly its size. */

@@ -20,7 +20,7 @@
 #include "rules/conf.h"
 #include "rules/conf_mem.h"
 #include "rules/rule.h"
-#include "tests/unit/conf_testkit.h"
+#include "tests/lib/conf_testkit.h"
 
 #include <errno.h>
 #include <stdio.h>
