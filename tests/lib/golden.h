@@ -14,6 +14,7 @@
 #define TWICE_KIT_GOLDEN_H
 
 #include <errno.h>
+#include <stdarg.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -68,9 +69,14 @@ static uint8_t *kit_read_path(const char *path, size_t *len)
     return buf;
 }
 
-/* The path of tests/unit/data/<rel>. */
-static void kit_golden_path(const char *rel, char *out, size_t cap)
+/* The path of tests/unit/data/<fmt...>. */
+static void kit_golden_path(char *out, size_t cap, const char *fmt, va_list ap)
+    __attribute__((format(printf, 3, 0)));
+
+static void kit_golden_path(char *out, size_t cap, const char *fmt, va_list ap)
 {
+    char rel[1024];
+    int r = vsnprintf(rel, sizeof(rel), fmt, ap);
 #ifdef TWICE_SOURCE_DIR
     int n = snprintf(out, cap, "%s/tests/unit/data/%s", TWICE_SOURCE_DIR, rel);
 #else
@@ -79,24 +85,36 @@ static void kit_golden_path(const char *rel, char *out, size_t cap)
     int dir = slash == NULL ? 1 : (int)(slash - file);
     int n = snprintf(out, cap, "%.*s/../unit/data/%s", dir, slash == NULL ? "." : file, rel);
 #endif
-    if (n < 0 || (size_t)n >= cap)
+    if (r < 0 || (size_t)r >= sizeof(rel) || n < 0 || (size_t)n >= cap)
         fail_msg("path of golden file %s too long", rel);
 }
 
-/* tests/unit/data/<rel> (e.g. "resp/cli-client.bin"), whole; missing or unreadable fails the
- * test. */
-static uint8_t *kit_golden(const char *rel, size_t *len)
+/* tests/unit/data/<fmt...> (e.g. "resp/%s", "cli-client.bin"), whole; missing or unreadable
+ * fails the test. */
+static uint8_t *kit_golden(size_t *len, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+static uint8_t *kit_golden(size_t *len, const char *fmt, ...)
 {
     char path[4096];
-    kit_golden_path(rel, path, sizeof(path));
+    va_list ap;
+    va_start(ap, fmt);
+    kit_golden_path(path, sizeof(path), fmt, ap);
+    va_end(ap);
     return kit_read_path(path, len);
 }
 
-/* tests/unit/data/<rel>, whole, or NULL when there is no such file; unreadable fails the test. */
-static uint8_t *kit_golden_maybe(const char *rel, size_t *len)
+/* tests/unit/data/<fmt...>, whole, or NULL when there is no such file; unreadable fails the
+ * test. */
+static uint8_t *kit_golden_maybe(size_t *len, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+
+static uint8_t *kit_golden_maybe(size_t *len, const char *fmt, ...)
 {
     char path[4096];
-    kit_golden_path(rel, path, sizeof(path));
+    va_list ap;
+    va_start(ap, fmt);
+    kit_golden_path(path, sizeof(path), fmt, ap);
+    va_end(ap);
     uint8_t *buf = kit_read_path_or_null(path, len);
     if (buf == NULL && errno != ENOENT)
         fail_msg("cannot read %s: %s", path, strerror(errno));

@@ -625,9 +625,7 @@ static void kit_replay(const struct resp_framework *fw, struct fake_host *host,
  * NULL when absent. */
 static uint8_t *kit_data(const char *fw, const char *name, size_t *len)
 {
-    char rel[512];
-    snprintf(rel, sizeof(rel), "frameworks/%s/%s", fw, name);
-    return kit_golden_maybe(rel, len);
+    return kit_golden_maybe(len, "frameworks/%s/%s", fw, name);
 }
 
 /* Replays every recorded connection of framework `name` (NN-client.bin with NN-server.bin). */

@@ -68,7 +68,7 @@ static void test_recorded_sessions_without_a_rule(void **state)
         }
     }
     assert_int_equal(jobs, 4);
-    free(enq);
+    kit_free(enq);
     kit_lacks(&r.host.said, "FAULT ");
     kit_lacks(&r.plans, "plan answer");
     kit_lacks(&r.plans, "plan rewrite");

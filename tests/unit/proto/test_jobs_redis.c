@@ -98,7 +98,7 @@ static void golden(const struct resp_framework *fw, const char *name, const char
         jobs++;
     }
     assert_int_equal(jobs, 4);
-    free(enq);
+    kit_free(enq);
     kit_lacks(&r.host.said, "FAULT ");
     kit_lacks(&r.plans, "plan answer");
     kit_lacks(&r.plans, "plan rewrite");

@@ -34,38 +34,8 @@
 #include "proto/resp_bullmq.h"
 #include "proto/resp_job.h"
 #include "proto/resp_profile.h"
-
-/* ---- the golden files -------------------------------------------------------------------- */
-
-static void data_path(char *out, size_t cap, const char *fw, const char *name)
-{
-    const char *file = __FILE__;
-    const char *slash = strrchr(file, '/');
-    int dir_len = slash == NULL ? 1 : (int)(slash - file);
-    snprintf(out, cap, "%.*s/../data/frameworks/%s/%s", dir_len, slash == NULL ? "." : file, fw,
-             name);
-}
-
-/* The file's bytes (NUL-terminated, not counted), or NULL when it does not exist. */
-static uint8_t *read_file(const char *fw, const char *name, size_t *len)
-{
-    char path[1024];
-    data_path(path, sizeof(path), fw, name);
-    FILE *fp = fopen(path, "rb");
-    if (fp == NULL)
-        return NULL;
-    assert_int_equal(fseek(fp, 0, SEEK_END), 0);
-    long n = ftell(fp);
-    assert_true(n >= 0);
-    rewind(fp);
-    uint8_t *buf = malloc((size_t)n + 1);
-    assert_non_null(buf);
-    assert_int_equal(fread(buf, 1, (size_t)n, fp), (size_t)n);
-    buf[n] = '\0';
-    fclose(fp);
-    *len = (size_t)n;
-    return buf;
-}
+#include "tests/lib/golden.h"
+#include "tests/lib/split.h"
 
 /* ---- what a session says: one line per event, in order ---------------------------------- */
 
@@ -505,24 +475,64 @@ static void feed_push(struct feed *f, struct reading *r, bool client, const uint
     f->n -= off;
 }
 
-/* The reading of one connection, its client stream arriving in two pieces split at cs and
- * its server stream at ss (each after the client's whole stream, as the pairing needs every
- * command before its reply). */
-static void read_session(struct reading *r, const uint8_t *c, size_t clen, size_t cs,
-                         const uint8_t *s, size_t slen, size_t ss)
+/* The reading of one connection, fed as its client stream followed by its server stream (the
+ * pairing needs every command before its reply), in whatever pieces the split driver cuts. */
+struct session_feed {
+    struct reading *r; /* begin() starts it afresh */
+    enum rprof prof;
+    const char *fw;
+    size_t clen; /* bytes [0, clen) are the client's, the rest the server's */
+    size_t fed;
+    struct feed fc, fs;
+    const char *want; /* end(): what the reading must say, then it is freed (NULL: kept) */
+};
+
+static void session_begin(void *ctx)
 {
-    struct feed fc = {0}, fs = {0};
-    resp_scanner_init(&fc.sc, RESP_SIDE_CLIENT);
-    resp_scanner_init(&fs.sc, RESP_SIDE_SERVER);
-    feed_push(&fc, r, true, c, cs);
-    feed_push(&fc, r, true, c + cs, clen - cs);
-    assert_int_equal(fc.n, 0); /* every command read, every transaction planned */
-    feed_push(&fs, r, false, s, ss);
-    feed_push(&fs, r, false, s + ss, slen - ss);
-    assert_int_equal(fs.n, 0);
-    free(fc.held);
-    free(fs.held);
+    struct session_feed *sf = ctx;
+    reading_init(sf->r, sf->prof, sf->fw);
+    memset(&sf->fc, 0, sizeof(sf->fc));
+    memset(&sf->fs, 0, sizeof(sf->fs));
+    resp_scanner_init(&sf->fc.sc, RESP_SIDE_CLIENT);
+    resp_scanner_init(&sf->fs.sc, RESP_SIDE_SERVER);
+    sf->fed = 0;
 }
+
+static void session_piece(void *ctx, const uint8_t *p, size_t n)
+{
+    struct session_feed *sf = ctx;
+    size_t k = sf->fed < sf->clen ? sf->clen - sf->fed : 0;
+    k = k < n ? k : n;
+    if (k > 0) {
+        feed_push(&sf->fc, sf->r, true, p, k);
+        if (sf->fed + k == sf->clen)
+            assert_int_equal(sf->fc.n, 0); /* every command read, every transaction planned */
+    }
+    if (n > k)
+        feed_push(&sf->fs, sf->r, false, p + k, n - k);
+    sf->fed += n;
+}
+
+static void session_end(void *ctx, const char *how)
+{
+    struct session_feed *sf = ctx;
+    assert_int_equal(sf->fs.n, 0);
+    free(sf->fc.held);
+    free(sf->fs.held);
+    if (sf->want == NULL)
+        return;
+    const char *got = sf->r->out.s != NULL ? sf->r->out.s : "";
+    if (strcmp(got, sf->want) != 0)
+        fail_msg("%s: %s (client %zu bytes first):\n%s\nwhole:\n%s", sf->fw, how, sf->clen, got,
+                 sf->want);
+    reading_free(sf->r);
+}
+
+static const struct kit_feed session_ops = {session_begin, session_piece, session_end};
+
+/* Connection i's client stream followed by its server stream, in one buffer (the caller frees). */
+struct recording;
+static uint8_t *session_bytes(const struct recording *rec, size_t i, size_t *len);
 
 /* ---- one framework's recording ---------------------------------------------------------- */
 
@@ -543,27 +553,24 @@ static void recording_load(struct recording *rec, const char *fw, enum rprof pro
     rec->fw = fw;
     rec->prof = prof;
     for (size_t i = 0; i < MAX_CONNS; i++) {
-        char name[32];
-        snprintf(name, sizeof(name), "%02zu-client.bin", i + 1);
-        rec->c[i] = read_file(fw, name, &rec->clen[i]);
+        rec->c[i] = kit_golden_maybe(&rec->clen[i], "frameworks/%s/%02zu-client.bin", fw, i + 1);
         if (rec->c[i] == NULL)
             break;
-        snprintf(name, sizeof(name), "%02zu-server.bin", i + 1);
-        rec->s[i] = read_file(fw, name, &rec->slen[i]);
-        assert_non_null(rec->s[i]);
+        rec->s[i] = kit_golden(&rec->slen[i], "frameworks/%s/%02zu-server.bin", fw, i + 1);
         rec->n++;
     }
     assert_true(rec->n > 0);
     size_t len;
-    rec->enqueued = (char *)read_file(fw, "enqueued.txt", &len);
-    assert_non_null(rec->enqueued);
+    rec->enqueued = (char *)kit_golden(&len, "frameworks/%s/enqueued.txt", fw);
     struct text all = {0};
     for (size_t i = 0; i < rec->n; i++) {
         struct reading *r = malloc(sizeof(*r));
         assert_non_null(r);
-        reading_init(r, prof, fw);
-        read_session(r, rec->c[i], rec->clen[i], rec->clen[i], rec->s[i], rec->slen[i],
-                     rec->slen[i]);
+        struct session_feed sf = {.r = r, .prof = prof, .fw = fw, .clen = rec->clen[i]};
+        size_t n;
+        uint8_t *both = session_bytes(rec, i, &n);
+        kit_feed_split_at(both, n, n, &session_ops, &sf);
+        free(both);
         if (r->out.s != NULL)
             say(&all, "%s", r->out.s);
         reading_free(r);
@@ -575,11 +582,11 @@ static void recording_load(struct recording *rec, const char *fw, enum rprof pro
 static void recording_free(struct recording *rec)
 {
     for (size_t i = 0; i < rec->n; i++) {
-        free(rec->c[i]);
-        free(rec->s[i]);
+        kit_free(rec->c[i]);
+        kit_free(rec->s[i]);
     }
     free(rec->events);
-    free(rec->enqueued);
+    kit_free(rec->enqueued);
 }
 
 /* How many lines of text start with `prefix`; *line (may be NULL) gets the last one. */
@@ -632,6 +639,16 @@ static void expect_lines(const struct recording *rec, size_t count, const char *
                  count, rec->events);
 }
 
+static uint8_t *session_bytes(const struct recording *rec, size_t i, size_t *len)
+{
+    *len = rec->clen[i] + rec->slen[i];
+    uint8_t *both = malloc(*len + 1);
+    assert_non_null(both);
+    memcpy(both, rec->c[i], rec->clen[i]);
+    memcpy(both + rec->clen[i], rec->s[i], rec->slen[i]);
+    return both;
+}
+
 /* The same reading whichever byte the client's or the server's stream is split at. */
 static void split_everywhere(const struct recording *rec)
 {
@@ -639,21 +656,15 @@ static void split_everywhere(const struct recording *rec)
         struct reading *whole = malloc(sizeof(*whole)), *r = malloc(sizeof(*r));
         assert_non_null(whole);
         assert_non_null(r);
-        reading_init(whole, rec->prof, rec->fw);
-        read_session(whole, rec->c[i], rec->clen[i], rec->clen[i], rec->s[i], rec->slen[i],
-                     rec->slen[i]);
-        const char *want = whole->out.s != NULL ? whole->out.s : "";
-        for (size_t k = 0; k <= rec->clen[i] + rec->slen[i]; k++) {
-            size_t cs = k <= rec->clen[i] ? k : rec->clen[i];
-            size_t ss = k <= rec->clen[i] ? rec->slen[i] : k - rec->clen[i];
-            reading_init(r, rec->prof, rec->fw);
-            read_session(r, rec->c[i], rec->clen[i], cs, rec->s[i], rec->slen[i], ss);
-            const char *got = r->out.s != NULL ? r->out.s : "";
-            if (strcmp(got, want) != 0)
-                fail_msg("%s connection %zu split at client %zu / server %zu:\n%s\nwhole:\n%s",
-                         rec->fw, i + 1, cs, ss, got, want);
-            reading_free(r);
-        }
+        size_t len;
+        uint8_t *both = session_bytes(rec, i, &len);
+        struct session_feed sf = {
+            .r = whole, .prof = rec->prof, .fw = rec->fw, .clen = rec->clen[i]};
+        kit_feed_split_at(both, len, len, &session_ops, &sf);
+        sf.r = r;
+        sf.want = whole->out.s != NULL ? whole->out.s : "";
+        kit_split_everywhere(both, len, KIT_SPLIT_TWO, &session_ops, &sf);
+        free(both);
         reading_free(whole);
         free(whole);
         free(r);
@@ -1125,7 +1136,7 @@ static void test_list_jobs(void **state)
     /* Laravel's Redis payload has both `id` (RedisQueue's, a random string) and `uuid`
      * (Queue::createPayloadArray's): the defaults take `id`, and displayName as the task. */
     size_t len;
-    char *laravel = (char *)read_file("lists", "01-client.bin", &len);
+    char *laravel = (char *)kit_golden(&len, "frameworks/lists/01-client.bin");
     assert_non_null(laravel);
     char *start = strstr(laravel, "{\"uuid\"");
     assert_non_null(start);
@@ -1143,7 +1154,7 @@ static void test_list_jobs(void **state)
     assert_int_equal(strlen(job.id), 36);
     assert_string_equal(job.task, "App\\Jobs\\Charge");
     resp_job_clear(&job);
-    free(laravel);
+    kit_free(laravel);
     /* the other defaults, in order; a job may have no task */
     assert_int_equal(list_job(NULL, NULL, "{\"jid\":\"j\",\"class\":\"C\"}", &job, NULL), 0);
     assert_string_equal(job.id, "j");
