@@ -7,15 +7,16 @@
  *
  * A test that includes this header is linked with -Wl,--wrap=malloc,... (CMakeLists.txt does it
  * for every unit test that includes it, directly or through a kit header); it is defined once
- * per test executable.  Include it before golden.h: the kit's own buffers then bypass it.
+ * per test executable.  Include it before golden.h and text.h: the kit's own buffers then
+ * bypass it.
  *
  * Header-only: include it after <cmocka.h>.
  */
 #ifndef TWICE_KIT_FAILALLOC_H
 #define TWICE_KIT_FAILALLOC_H
 
-#ifdef TWICE_KIT_GOLDEN_H
-#error "include tests/lib/failalloc.h before tests/lib/golden.h"
+#if defined(TWICE_KIT_GOLDEN_H) || defined(TWICE_KIT_TEXT_H)
+#error "include tests/lib/failalloc.h before tests/lib/golden.h and tests/lib/text.h"
 #endif
 
 #include <stdbool.h>
@@ -30,6 +31,7 @@ void __real_free(void *p);
 
 /* The kit's own buffers (golden files, texts) are neither counted nor failed. */
 #define KIT_RAW_MALLOC __real_malloc
+#define KIT_RAW_REALLOC __real_realloc
 #define KIT_RAW_FREE __real_free
 
 #define KIT_TRACK_MAX 8192u

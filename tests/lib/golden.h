@@ -23,6 +23,7 @@
 
 #ifndef KIT_RAW_MALLOC
 #define KIT_RAW_MALLOC malloc
+#define KIT_RAW_REALLOC realloc
 #define KIT_RAW_FREE free
 #endif
 

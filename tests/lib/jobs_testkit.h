@@ -26,67 +26,11 @@
 #include "proto/resp.h"
 #include "tests/lib/failalloc.h"
 #include "tests/lib/golden.h"
+#include "tests/lib/text.h"
 
 /* Each test uses some of the kit. */
 #pragma GCC diagnostic push
 #pragma GCC diagnostic ignored "-Wunused-function"
-
-/* ---- text -------------------------------------------------------------------------------- */
-
-struct kit_text {
-    char *s;
-    size_t len, cap;
-};
-
-static void kit_say(struct kit_text *t, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-
-static void kit_say(struct kit_text *t, const char *fmt, ...)
-{
-    char line[4096];
-    va_list ap;
-    va_start(ap, fmt);
-    int n = vsnprintf(line, sizeof(line), fmt, ap);
-    va_end(ap);
-    if (n < 0)
-        return;
-    if ((size_t)n >= sizeof(line))
-        n = sizeof(line) - 1;
-    if (t->len + (size_t)n + 2 > t->cap) {
-        size_t cap = (t->len + (size_t)n + 2) * 2;
-        char *s = __real_realloc(t->s, cap);
-        if (s == NULL)
-            return;
-        t->s = s;
-        t->cap = cap;
-    }
-    memcpy(t->s + t->len, line, (size_t)n);
-    t->len += (size_t)n;
-    t->s[t->len++] = '\n';
-    t->s[t->len] = '\0';
-}
-
-static void kit_text_free(struct kit_text *t)
-{
-    __real_free(t->s);
-    memset(t, 0, sizeof(*t));
-}
-
-static const char *kit_str(const struct kit_text *t)
-{
-    return t->s != NULL ? t->s : "";
-}
-
-static void kit_contains(const struct kit_text *t, const char *needle)
-{
-    if (strstr(kit_str(t), needle) == NULL)
-        fail_msg("expected to find\n  %s\nin\n%s", needle, kit_str(t));
-}
-
-static void kit_lacks(const struct kit_text *t, const char *needle)
-{
-    if (strstr(kit_str(t), needle) != NULL)
-        fail_msg("did not expect\n  %s\nin\n%s", needle, kit_str(t));
-}
 
 /* ---- the fake host ------------------------------------------------------------------------ */
 

@@ -36,41 +36,16 @@
 #include "proto/resp_profile.h"
 #include "tests/lib/golden.h"
 #include "tests/lib/split.h"
+#include "tests/lib/text.h"
 
 /* ---- what a session says: one line per event, in order ---------------------------------- */
-
-struct text {
-    char *s;
-    size_t len, cap;
-};
-
-static void say(struct text *t, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-
-static void say(struct text *t, const char *fmt, ...)
-{
-    char line[2048];
-    va_list ap;
-    va_start(ap, fmt);
-    int n = vsnprintf(line, sizeof(line), fmt, ap);
-    va_end(ap);
-    assert_true(n > 0 && (size_t)n < sizeof(line) - 1);
-    if (t->len + (size_t)n + 2 > t->cap) {
-        t->cap = (t->len + (size_t)n + 2) * 2;
-        t->s = realloc(t->s, t->cap);
-        assert_non_null(t->s);
-    }
-    memcpy(t->s + t->len, line, (size_t)n);
-    t->len += (size_t)n;
-    t->s[t->len++] = '\n';
-    t->s[t->len] = '\0';
-}
 
 /* The reading of one connection. */
 #define MAX_CMDS 4096u
 struct reading {
     enum rprof prof;
     struct msg_fields ids, tasks; /* RPROF_LIST: where the app keeps them */
-    struct text out;
+    struct kit_text out;
     /* per command (its index is its pairing tag): what its reply is */
     uint8_t kind[MAX_CMDS];
     bool head[MAX_CMDS]; /* RPROF_REPLY_POP: it takes its list's head */
@@ -125,25 +100,25 @@ static void say_job(struct reading *r, const char *what, const char *queue_key, 
     char *queue = rprof_queue_of(r->prof, queue_key);
     assert_non_null(queue);
     if (r->prof == RPROF_RQ) {
-        say(&r->out, "%s %.*s - %s", what, (int)n, (const char *)v, queue);
+        kit_say(&r->out, "%s %.*s - %s", what, (int)n, (const char *)v, queue);
     } else if (r->prof == RPROF_LIST) {
         struct resp_job job;
         uint64_t too_long;
         if (rprof_list_job(&r->ids, &r->tasks, v, n, &job, &too_long) == 0) {
-            say(&r->out, "%s %s %s %s", what, job.id, job.task != NULL ? job.task : "-", queue);
+            kit_say(&r->out, "%s %s %s %s", what, job.id, job.task != NULL ? job.task : "-", queue);
             resp_job_clear(&job);
         } else {
-            say(&r->out, "%s unreadable", what);
+            kit_say(&r->out, "%s unreadable", what);
         }
         assert_int_equal(too_long, 0);
     } else {
         struct resp_job job;
         if (rprof_job(r->prof, v, n, &job) == 0) {
-            say(&r->out, "%s %s %s %s tag=%s", what, job.id, job.task != NULL ? job.task : "-",
-                queue, job.tag != NULL ? job.tag : "-");
+            kit_say(&r->out, "%s %s %s %s tag=%s", what, job.id, job.task != NULL ? job.task : "-",
+                    queue, job.tag != NULL ? job.tag : "-");
             resp_job_clear(&job);
         } else {
-            say(&r->out, "%s unreadable", what);
+            kit_say(&r->out, "%s unreadable", what);
         }
     }
     free(queue);
@@ -155,7 +130,7 @@ static void on_tx_cmd(void *arg, const struct rprof_cmdview *cv)
     const char *id;
     char *task;
     if (rprof_rq_job_saved(r->prof, cv, &id, &task)) {
-        say(&r->out, "saved %s %s", id, task);
+        kit_say(&r->out, "saved %s %s", id, task);
         free(task);
     }
 }
@@ -163,7 +138,7 @@ static void on_tx_cmd(void *arg, const struct rprof_cmdview *cv)
 static void say_id(void *arg, const char *id)
 {
     struct reading *r = arg;
-    say(&r->out, "lease %s", id);
+    kit_say(&r->out, "lease %s", id);
 }
 
 /* A BullMQ script call: its events said, the kind of its reply returned (0: none to read). */
@@ -201,7 +176,7 @@ static uint8_t bullmq_command(struct reading *r, const struct rprof_cmdview *cv)
     case BMQ_ADD_PARENT:
         assert_int_equal(bmq_add_args(cv, &c, &j), 0);
         assert_string_equal(j.prefix, "bull:twice:");
-        say(&r->out, "add %s %s id=%s", j.name, j.queue, j.id[0] ? j.id : "-");
+        kit_say(&r->out, "add %s %s id=%s", j.name, j.queue, j.id[0] ? j.id : "-");
         return KIND_BMQ_ADD;
     case BMQ_MOVE_TO_ACTIVE:
         assert_true(bmq_call_queue(cv, &c, s, queue, sizeof(queue)));
@@ -219,7 +194,7 @@ static uint8_t bullmq_command(struct reading *r, const struct rprof_cmdview *cv)
         assert_true(bmq_call_token(cv, &c, s, token, sizeof(token)));
         assert_non_null(strchr(token, ':'));
         assert_int_equal(bmq_finish_args(cv, &c, id, sizeof(id), &failed, &next), 0);
-        say(&r->out, "finish %s %s failed=%d", id, queue, failed);
+        kit_say(&r->out, "finish %s %s failed=%d", id, queue, failed);
         return next ? KIND_BMQ_NEXT : KIND_BMQ_FINISH;
     case BMQ_EXTEND_LOCK:
     case BMQ_EXTEND_LOCKS:
@@ -228,7 +203,7 @@ static uint8_t bullmq_command(struct reading *r, const struct rprof_cmdview *cv)
     case BMQ_MOVE_STALLED:
         return KIND_BMQ_STALLED;
     default:
-        say(&r->out, "script %s", c.eval ? "unknown" : "unseen");
+        kit_say(&r->out, "script %s", c.eval ? "unknown" : "unseen");
         return 0;
     }
 }
@@ -236,7 +211,7 @@ static uint8_t bullmq_command(struct reading *r, const struct rprof_cmdview *cv)
 static void say_stalled(void *arg, const char *id)
 {
     struct reading *r = arg;
-    say(&r->out, "stalled %s", id);
+    kit_say(&r->out, "stalled %s", id);
 }
 
 static void bullmq_reply(struct reading *r, uint8_t kind, const uint8_t *buf,
@@ -248,17 +223,17 @@ static void bullmq_reply(struct reading *r, uint8_t kind, const uint8_t *buf,
     switch (kind) {
     case KIND_BMQ_ADD:
         if (bmq_add_reply(buf, &m->value, id, sizeof(id)) == 1)
-            say(&r->out, "added %s", id);
+            kit_say(&r->out, "added %s", id);
         break;
     case KIND_BMQ_NEXT:
         if (bmq_next_job(buf, m, &j) == 1)
-            say(&r->out, "deliver %s %s %s atm=%u", j.id, j.name, j.queue, j.attempts_made);
+            kit_say(&r->out, "deliver %s %s %s atm=%u", j.id, j.name, j.queue, j.attempts_made);
         else if (bmq_finish_code(buf, m, &code))
-            say(&r->out, "finished %lld", (long long)code);
+            kit_say(&r->out, "finished %lld", (long long)code);
         break;
     case KIND_BMQ_FINISH:
         if (bmq_finish_code(buf, m, &code))
-            say(&r->out, "finished %lld", (long long)code);
+            kit_say(&r->out, "finished %lld", (long long)code);
         break;
     default:
         assert_true(bmq_stalled_ids(buf, m, say_stalled, r) >= 0);
@@ -286,7 +261,7 @@ static bool on_command(struct reading *r, const uint8_t *buf, const struct resp_
                 r->out.s[said] = '\0';
             return false;
         }
-        say(&r->out, "tx rc=%d queued=%zu push=%d", rc, tx.queued, tx.has_push);
+        kit_say(&r->out, "tx rc=%d queued=%zu push=%d", rc, tx.queued, tx.has_push);
         r->in_tx = true;
     } else if (cv.id == RPROF_CMD_EXEC || cv.id == RPROF_CMD_DISCARD) {
         r->in_tx = false;
@@ -312,7 +287,8 @@ static bool on_command(struct reading *r, const uint8_t *buf, const struct resp_
         size_t at = rprof_xadd_id_arg(&cv);
         assert_true(at > 0 && rprof_arg(&cv, at, &idv));
         assert_int_equal(rprof_xadd_task(&cv, task, sizeof(task), &n), RPROF_FOUND);
-        say(&r->out, "publish %.*s %s %s", (int)idv.len, (const char *)buf + idv.off, task, cv.key);
+        kit_say(&r->out, "publish %.*s %s %s", (int)idv.len, (const char *)buf + idv.off, task,
+                cv.key);
         break;
     }
     default:
@@ -322,18 +298,18 @@ static bool on_command(struct reading *r, const uint8_t *buf, const struct resp_
     if (rprof_ack_args(r->prof, &cv, &first)) {
         struct resp_view v;
         for (size_t i = first; rprof_arg(&cv, i, &v); i++)
-            say(&r->out, "ack %.*s %lld", (int)v.len, (const char *)buf + v.off,
-                (long long)rprof_settled_count(&cv));
+            kit_say(&r->out, "ack %.*s %lld", (int)v.len, (const char *)buf + v.off,
+                    (long long)rprof_settled_count(&cv));
     }
     if (rprof_is_celery_unacked_hdel(r->prof, &cv))
-        say(&r->out, "hdel unacked");
+        kit_say(&r->out, "hdel unacked");
     struct resp_view lv;
     if (rprof_rq_lease(r->prof, &cv, &lv))
-        say(&r->out, "lease %.*s", (int)lv.len, (const char *)buf + lv.off);
+        kit_say(&r->out, "lease %.*s", (int)lv.len, (const char *)buf + lv.off);
     if (rprof_rq_failed(r->prof, &cv, &lv))
-        say(&r->out, "failed %.*s", (int)lv.len, (const char *)buf + lv.off);
+        kit_say(&r->out, "failed %.*s", (int)lv.len, (const char *)buf + lv.off);
     if (cv.id == RPROF_CMD_ZADD && cv.has_key && strncmp(cv.key, "rq:wip:", 7) == 0)
-        say(&r->out, "started");
+        kit_say(&r->out, "started");
     struct resp_view job;
     if (rprof_list_ack(r->prof, &cv, &job))
         say_job(r, "ack", cv.key, buf + job.off, job.len);
@@ -363,9 +339,9 @@ static void say_entries(struct reading *r, const char *what, const char *stream,
     while (resp_args_next(&it, &e) == 1) {
         struct rprof_entry ent;
         if (rprof_stream_entry(buf, len, &e, &ent) == 1)
-            say(&r->out, "%s %s %s %s", what, ent.id, ent.task[0] ? ent.task : "-", stream);
+            kit_say(&r->out, "%s %s %s %s", what, ent.id, ent.task[0] ? ent.task : "-", stream);
         else
-            say(&r->out, "%s unreadable", what);
+            kit_say(&r->out, "%s unreadable", what);
     }
 }
 
@@ -423,13 +399,13 @@ static void on_reply(struct reading *r, const uint8_t *buf, const struct resp_ms
         char id[RPROF_ID_MAX];
         uint64_t n;
         assert_int_equal(rprof_xadd_reply_id(buf, m, id, sizeof(id), &n), RPROF_FOUND);
-        say(&r->out, "added %s %s", id, r->arg[i]);
+        kit_say(&r->out, "added %s %s", id, r->arg[i]);
         break;
     }
     case RPROF_REPLY_RQ_HASH: {
         char *task = NULL;
         if (rprof_rq_hash_task(buf, m, &task) == 0) {
-            say(&r->out, "hash %s %s", r->arg[i], task);
+            kit_say(&r->out, "hash %s %s", r->arg[i], task);
             free(task);
         }
         break;
@@ -521,7 +497,7 @@ static void session_end(void *ctx, const char *how)
     free(sf->fs.held);
     if (sf->want == NULL)
         return;
-    const char *got = sf->r->out.s != NULL ? sf->r->out.s : "";
+    const char *got = kit_str(&sf->r->out);
     if (strcmp(got, sf->want) != 0)
         fail_msg("%s: %s (client %zu bytes first):\n%s\nwhole:\n%s", sf->fw, how, sf->clen, got,
                  sf->want);
@@ -562,7 +538,7 @@ static void recording_load(struct recording *rec, const char *fw, enum rprof pro
     assert_true(rec->n > 0);
     size_t len;
     rec->enqueued = (char *)kit_golden(&len, "frameworks/%s/enqueued.txt", fw);
-    struct text all = {0};
+    struct kit_text all = {0};
     for (size_t i = 0; i < rec->n; i++) {
         struct reading *r = malloc(sizeof(*r));
         assert_non_null(r);
@@ -572,7 +548,7 @@ static void recording_load(struct recording *rec, const char *fw, enum rprof pro
         kit_feed_split_at(both, n, n, &session_ops, &sf);
         free(both);
         if (r->out.s != NULL)
-            say(&all, "%s", r->out.s);
+            kit_say(&all, "%s", r->out.s);
         reading_free(r);
         free(r);
     }
@@ -662,7 +638,7 @@ static void split_everywhere(const struct recording *rec)
             .r = whole, .prof = rec->prof, .fw = rec->fw, .clen = rec->clen[i]};
         kit_feed_split_at(both, len, len, &session_ops, &sf);
         sf.r = r;
-        sf.want = whole->out.s != NULL ? whole->out.s : "";
+        sf.want = kit_str(&whole->out);
         kit_split_everywhere(both, len, KIT_SPLIT_TWO, &session_ops, &sf);
         free(both);
         reading_free(whole);
