@@ -20,12 +20,33 @@ opens=$(grep -nE '(^|[^_[:alnum:]])(fopen|open|opendir|socket)[[:space:]]*\(' $p
 for h in proxy/*_internal.h; do
     [ -e "$h" ] || continue
     stem=$(basename "$h" _internal.h)
-    for f in $(grep -lE "$inc$h\"" $proto_files rules/*.[ch] offline/*.[ch] proxy/*.[ch] tests/unit/*.c 2>/dev/null); do
+    for f in $(grep -lE "$inc$h\"" $proto_files rules/*.[ch] offline/*.[ch] proxy/*.[ch] tests/unit/*/*.c 2>/dev/null); do
         case $(basename "$f") in
         "$stem"*.c | "$stem"_internal.h) ;;
         *) bad="$bad${bad:+
 }$f: includes $h, which only proxy/$stem*.c may" ;;
         esac
+    done
+done
+# a unit test's folder is its layer (tests/unit/<layer>/, tests/README.md): it includes nothing
+# of a layer above it, itself or through the kit headers (tests/lib/) it includes
+above() {
+    case $1 in
+    proto) echo 'rules/|offline/|proxy/' ;;
+    rules) echo 'offline/|proxy/' ;;
+    offline) echo 'proxy/' ;;
+    esac
+}
+for t in tests/unit/*/test_*.c; do
+    [ -e "$t" ] || continue
+    layer=$(basename "$(dirname "$t")")
+    up=$(above "$layer")
+    [ -n "$up" ] || continue
+    kits=$(sed -nE 's@^[[:space:]]*#[[:space:]]*include[[:space:]]*"(tests/lib/[^"]*)".*@\1@p' "$t")
+    for f in "$t" $kits; do
+        hits=$(grep -nE "$inc($up)" "$f") || continue
+        bad="$bad${bad:+
+}$f: $hits (in a $layer test: $t)"
     done
 done
 if [ -n "$bad" ]; then

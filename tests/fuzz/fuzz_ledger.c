@@ -11,7 +11,7 @@
  * close, basic.recover, confirm.select, a publish, a broker's confirm) and the next bytes its
  * arguments.  Between the ledger and the frames it writes stand a simulated RabbitMQ channel
  * (collect_acks: an unknown or settled tag closes the channel) and a simulated client, as in
- * tests/unit/test_amqp_ledger.c, but driven by coverage instead of a seed.  There is no traffic
+ * tests/unit/proto/test_amqp_ledger.c, but driven by coverage instead of a seed.  There is no traffic
  * to seed it from: tests/fuzz/corpus/ledger/ holds a few long programs it found itself.
  *
  * Invariants are checked with abort(): every plan lists exactly the tags the frame means from

@@ -17,10 +17,10 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "cmd_testkit.h"
 #include "offline/verdict.h"
 #include "proxy/journal.h"
 #include "rules/rule.h"
+#include "tests/lib/cmd_testkit.h"
 
 #define T0_US 1764406800000000ull
 #define MS(x) (T0_US + (uint64_t)(x)*1000u)

@@ -13,6 +13,7 @@
 
 #include "rules/conf_mem.h"
 #include "rules/engine.h"
+#include "tests/lib/conf_testkit.h"
 
 static struct rule make_rule(const char *name, enum rule_event ev)
 {
@@ -424,6 +425,27 @@ static void list_names(const struct rule *r, char *buf, size_t len)
         snprintf(buf + strlen(buf), len - strlen(buf), "%s%s", buf[0] ? "," : "", r->name);
 }
 
+struct edit_failing {
+    struct ruleset *rs;
+    struct rule *with;
+    struct rule **list;
+    size_t *n;
+};
+
+/* One edit, replacing rule a or adding `with` as a new one; out of memory leaves `with` alone. */
+static void edit_failing_run(void *ctx, long nth)
+{
+    struct edit_failing *e = ctx;
+    int rc = ruleset_edit(e->rs, nth % 2 ? "a" : "nosuch", e->with, e->list, e->n);
+    if (kit_failed()) {
+        assert_int_equal(rc, -1);
+        assert_null(*e->list);
+        assert_null(e->with->next);
+    } else {
+        assert_int_equal(rc, 0);
+    }
+}
+
 /* ruleset_edit (PUT and DELETE /rules/NAME): the rule replaced in its place, added last, or
  * left out; the others copied whole, so that they outlive the configuration they came from;
  * out of memory at any allocation leaves `with` to the caller and leaks nothing. */
@@ -431,9 +453,7 @@ static void test_edit_replaces_adds_and_removes(void **state)
 {
     (void)state;
     struct conf_diags d;
-    struct conf *c = NULL;
-    conf_diags_init(&d);
-    assert_int_equal(conf_parse_string("t.conf", edit_conf, strlen(edit_conf), &c, &d), 0);
+    struct conf *c = parse_ok(edit_conf, &d);
     conf_diags_free(&d);
     struct ruleset *rs = ruleset_new(c->rules, 1, 0);
     assert_non_null(rs);
@@ -479,20 +499,8 @@ static void test_edit_replaces_adds_and_removes(void **state)
     assert_non_null(rs);
     with = rule_copy(kept);
     assert_non_null(with);
-    for (long nth = 0;; nth++) {
-        conf_mem_fail_nth(nth);
-        int rc = ruleset_edit(rs, nth % 2 ? "a" : "nosuch", with, &list, &n);
-        bool fired = conf_mem_fault_fired();
-        conf_mem_fail_nth(-1);
-        if (!fired) {
-            assert_int_equal(rc, 0);
-            assert_true(nth > 2);
-            break;
-        }
-        assert_int_equal(rc, -1);
-        assert_null(list);
-        assert_null(with->next);
-    }
+    struct edit_failing e = {rs, with, &list, &n};
+    assert_true(kit_each_allocation_fails(&kit_conf_mem_hook, edit_failing_run, &e) > 2);
     rule_list_free(list); /* `with` with it */
     ruleset_put(rs);
     rule_list_free(kept);

@@ -33,6 +33,7 @@
 
 #include "proto/json_pick.h"
 #include "proto/resp_job.h"
+#include "tests/lib/golden.h"
 
 #define MUTATIONS 20000
 
@@ -66,51 +67,11 @@ struct golden {
 };
 static struct golden g_payloads[G_COUNT];
 
-/* The data directory: $TWICE_JOB_DATA, else data/jobs next to this source file. */
-static void data_path(char *out, size_t cap, const char *name)
-{
-    const char *env = getenv("TWICE_JOB_DATA");
-    if (env != NULL) {
-        snprintf(out, cap, "%s/%s", env, name);
-        return;
-    }
-    const char *file = __FILE__;
-    const char *slash = strrchr(file, '/');
-    int dir_len = slash == NULL ? 1 : (int)(slash - file);
-    snprintf(out, cap, "%.*s/data/jobs/%s", dir_len, slash == NULL ? "." : file, name);
-}
-
-/* Reads a whole file into a heap buffer of exactly its size. */
-static uint8_t *read_file(const char *name, size_t *len)
-{
-    char path[1024];
-    data_path(path, sizeof(path), name);
-    FILE *fp = fopen(path, "rb");
-    if (fp == NULL) {
-        fprintf(stderr, "cannot open %s\n", path);
-        return NULL;
-    }
-    fseek(fp, 0, SEEK_END);
-    long size = ftell(fp);
-    fseek(fp, 0, SEEK_SET);
-    uint8_t *buf = size > 0 ? malloc((size_t)size) : NULL;
-    size_t n = buf == NULL ? 0 : fread(buf, 1, (size_t)size, fp);
-    fclose(fp);
-    if (buf == NULL || n != (size_t)size) {
-        free(buf);
-        return NULL;
-    }
-    *len = n;
-    return buf;
-}
-
 static int setup_golden(void **state)
 {
     (void)state;
     for (int i = 0; i < G_COUNT; i++) {
-        g_payloads[i].buf = read_file(golden_files[i], &g_payloads[i].len);
-        if (g_payloads[i].buf == NULL)
-            return -1;
+        g_payloads[i].buf = kit_golden(&g_payloads[i].len, "jobs/%s", golden_files[i]);
     }
     return 0;
 }
@@ -119,7 +80,7 @@ static int teardown_golden(void **state)
 {
     (void)state;
     for (int i = 0; i < G_COUNT; i++)
-        free(g_payloads[i].buf);
+        kit_free(g_payloads[i].buf);
     return 0;
 }
 

@@ -30,6 +30,8 @@
 #include <string.h>
 
 #include "proto/resp.h"
+#include "tests/lib/golden.h"
+#include "tests/lib/split.h"
 
 #define GOLDEN_MAX_MSGS 64
 #define DESC_MAX 64
@@ -56,44 +58,6 @@ static const char *const golden_files[G_COUNT] = {
     "cli-client.bin",   "cli-server.bin",   "big-client.bin",   "big-server.bin",
 };
 static struct golden g_streams[G_COUNT];
-
-/* The data directory: $TWICE_RESP_DATA, else data/resp next to this source file. */
-static void data_path(char *out, size_t cap, const char *name)
-{
-    const char *env = getenv("TWICE_RESP_DATA");
-    if (env != NULL) {
-        snprintf(out, cap, "%s/%s", env, name);
-        return;
-    }
-    const char *file = __FILE__;
-    const char *slash = strrchr(file, '/');
-    int dir_len = slash == NULL ? 1 : (int)(slash - file);
-    snprintf(out, cap, "%.*s/data/resp/%s", dir_len, slash == NULL ? "." : file, name);
-}
-
-/* Reads a whole file into a heap buffer of exactly its size. */
-static uint8_t *read_file(const char *name, size_t *len)
-{
-    char path[1024];
-    data_path(path, sizeof(path), name);
-    FILE *fp = fopen(path, "rb");
-    if (fp == NULL) {
-        fprintf(stderr, "cannot open %s\n", path);
-        return NULL;
-    }
-    fseek(fp, 0, SEEK_END);
-    long size = ftell(fp);
-    fseek(fp, 0, SEEK_SET);
-    uint8_t *buf = size > 0 ? malloc((size_t)size) : NULL;
-    size_t n = buf == NULL ? 0 : fread(buf, 1, (size_t)size, fp);
-    fclose(fp);
-    if (buf == NULL || n != (size_t)size) {
-        free(buf);
-        return NULL;
-    }
-    *len = n;
-    return buf;
-}
 
 /* Scans a whole golden stream in one go. */
 static int golden_scan(struct golden *g)
@@ -123,8 +87,8 @@ static int setup_golden(void **state)
     for (int i = 0; i < G_COUNT; i++) {
         struct golden *g = &g_streams[i];
         g->side = i % 2 == 0 ? RESP_SIDE_CLIENT : RESP_SIDE_SERVER;
-        g->buf = read_file(golden_files[i], &g->len);
-        if (g->buf == NULL || golden_scan(g) < 0)
+        g->buf = kit_golden(&g->len, "resp/%s", golden_files[i]);
+        if (golden_scan(g) < 0)
             return -1;
     }
     return 0;
@@ -134,7 +98,7 @@ static int teardown_golden(void **state)
 {
     (void)state;
     for (int i = 0; i < G_COUNT; i++)
-        free(g_streams[i].buf);
+        kit_free(g_streams[i].buf);
     return 0;
 }
 
@@ -539,8 +503,11 @@ struct feeder {
     size_t count;    /* messages found */
 };
 
-static void feeder_init(struct feeder *f, const struct golden *g)
+/* A fresh feeder of the stream f->g. */
+static void feeder_init(void *ctx)
 {
+    struct feeder *f = ctx;
+    const struct golden *g = f->g;
     memset(f, 0, sizeof(*f));
     resp_scanner_init(&f->sc, g->side);
     f->g = g;
@@ -582,8 +549,9 @@ static void feeder_take(struct feeder *f, size_t k)
     f->consumed += k;
 }
 
-static void feeder_push(struct feeder *f, const uint8_t *p, size_t k)
+static void feeder_push(void *ctx, const uint8_t *p, size_t k)
 {
+    struct feeder *f = ctx;
     if (k == 0)
         return;
     uint8_t *nb = malloc(f->n + k);
@@ -628,33 +596,18 @@ static void feeder_push(struct feeder *f, const uint8_t *p, size_t k)
     }
 }
 
-static void feeder_done(struct feeder *f)
+/* The feeder found every message of the stream, and holds nothing. */
+static void feeder_done(void *ctx, const char *how)
 {
-    assert_int_equal(f->count, f->g->n);
-    assert_int_equal(f->n, 0);
+    struct feeder *f = ctx;
+    if (f->count != f->g->n || f->n != 0)
+        fail_msg("%s: %zu messages and %zu bytes left, the whole stream has %zu", how, f->count,
+                 f->n, f->g->n);
     free(f->held);
     f->held = NULL;
 }
 
-static void split_every_offset(const struct golden *g)
-{
-    for (size_t k = 0; k <= g->len; k++) {
-        struct feeder f;
-        feeder_init(&f, g);
-        feeder_push(&f, g->buf, k);
-        feeder_push(&f, g->buf + k, g->len - k);
-        feeder_done(&f);
-    }
-}
-
-static void feed_in_chunks(const struct golden *g, size_t chunk)
-{
-    struct feeder f;
-    feeder_init(&f, g);
-    for (size_t off = 0; off < g->len; off += chunk)
-        feeder_push(&f, g->buf + off, g->len - off < chunk ? g->len - off : chunk);
-    feeder_done(&f);
-}
+static const struct kit_feed feeder_ops = {feeder_init, feeder_push, feeder_done};
 
 static void test_split_every_offset(void **state)
 {
@@ -663,9 +616,9 @@ static void test_split_every_offset(void **state)
     for (int s = 0; s < G_COUNT; s++) {
         if (s == G_BIG_C || s == G_BIG_S)
             continue;
-        split_every_offset(&g_streams[s]);
-        feed_in_chunks(&g_streams[s], 1);
-        feed_in_chunks(&g_streams[s], 7);
+        struct feeder f = {.g = &g_streams[s]};
+        kit_split_everywhere(f.g->buf, f.g->len, KIT_SPLIT_TWO | KIT_SPLIT_BYTES, &feeder_ops, &f);
+        kit_feed_chunks(f.g->buf, f.g->len, 7, &feeder_ops, &f);
     }
     assert_true(g_shortcuts > 1000); /* the shortcuts took part, and agreed every time */
 }
@@ -683,17 +636,14 @@ static void test_split_big(void **state)
             for (int k = 0; k < 3; k++)
                 for (size_t d = 0; d < 48; d++) {
                     size_t at = marks[k] + d >= 24 ? marks[k] + d - 24 : 0;
-                    struct feeder f;
-                    feeder_init(&f, g);
-                    feeder_push(&f, g->buf, at < g->len ? at : g->len);
-                    feeder_push(&f, g->buf + (at < g->len ? at : g->len),
-                                g->len - (at < g->len ? at : g->len));
-                    feeder_done(&f);
+                    struct feeder f = {.g = g};
+                    kit_feed_split_at(g->buf, g->len, at < g->len ? at : g->len, &feeder_ops, &f);
                 }
         }
-        feed_in_chunks(g, 16384);
-        feed_in_chunks(g, 4096);
-        feed_in_chunks(g, 509);
+        struct feeder f = {.g = g};
+        kit_feed_chunks(g->buf, g->len, 16384, &feeder_ops, &f);
+        kit_feed_chunks(g->buf, g->len, 4096, &feeder_ops, &f);
+        kit_feed_chunks(g->buf, g->len, 509, &feeder_ops, &f);
 
         struct resp_scanner sc;
         resp_scanner_init(&sc, g->side);

@@ -4,10 +4,9 @@
  *   - a fake host (struct fake_host): the job_host a module talks to, with faults scripted by
  *     event, a job memory, the scripts it learnt, and every record, count, note and log line
  *     written down as text;
- *   - a failing allocator: malloc, calloc and realloc wrapped at link time (the test's
- *     CMake target links with -Wl,--wrap=...), failing the Nth allocation when armed, and
- *     tracking what was allocated meanwhile, so that a test can run a path with an allocation
- *     failure at every step and check that nothing leaked;
+ *   - the failing allocator of failalloc.h (the test is linked with -Wl,--wrap=malloc,...),
+ *     so that a test can run a path with an allocation failure at every step and check that
+ *     nothing leaked;
  *   - a replay of a recorded session (tests/unit/data/frameworks/NAME/NN-{client,server}.bin)
  *     through a module, as the RESP hook would drive it: each command planned, each reply the
  *     plan tagged read, the elements of EXEC's reply handed to the module.
@@ -25,201 +24,13 @@
 
 #include "proto/jobs/framework.h"
 #include "proto/resp.h"
+#include "tests/lib/failalloc.h"
+#include "tests/lib/golden.h"
+#include "tests/lib/text.h"
 
 /* Each test uses some of the kit. */
 #pragma GCC diagnostic push
 #pragma GCC diagnostic ignored "-Wunused-function"
-
-/* ---- the failing allocator ------------------------------------------------------------------ */
-
-void *__real_malloc(size_t n);
-void *__real_calloc(size_t k, size_t n);
-void *__real_realloc(void *p, size_t n);
-void __real_free(void *p);
-
-#define KIT_TRACK_MAX 8192u
-
-static struct {
-    bool armed;     /* counting (and tracking) allocations */
-    size_t n, fail; /* allocations since armed; the one that fails (0: none) */
-    bool failed;    /* the failure happened */
-    void *live[KIT_TRACK_MAX];
-    size_t n_live;
-} kit_alloc;
-
-static void kit_track(void *p)
-{
-    if (p != NULL && kit_alloc.armed && kit_alloc.n_live < KIT_TRACK_MAX)
-        kit_alloc.live[kit_alloc.n_live++] = p;
-}
-
-static void kit_untrack(void *p)
-{
-    for (size_t i = 0; p != NULL && i < kit_alloc.n_live; i++) {
-        if (kit_alloc.live[i] == p) {
-            kit_alloc.live[i] = kit_alloc.live[--kit_alloc.n_live];
-            return;
-        }
-    }
-}
-
-static bool kit_fails(void)
-{
-    if (!kit_alloc.armed)
-        return false;
-    if (++kit_alloc.n == kit_alloc.fail) {
-        kit_alloc.failed = true;
-        return true;
-    }
-    return false;
-}
-
-void *__wrap_malloc(size_t n);
-void *__wrap_malloc(size_t n)
-{
-    if (kit_fails())
-        return NULL;
-    void *p = __real_malloc(n);
-    kit_track(p);
-    return p;
-}
-
-void *__wrap_calloc(size_t k, size_t n);
-void *__wrap_calloc(size_t k, size_t n)
-{
-    if (kit_fails())
-        return NULL;
-    void *p = __real_calloc(k, n);
-    kit_track(p);
-    return p;
-}
-
-void *__wrap_realloc(void *p, size_t n);
-void *__wrap_realloc(void *p, size_t n)
-{
-    if (kit_fails())
-        return NULL;
-    void *q = __real_realloc(p, n);
-    if (q != NULL) {
-        kit_untrack(p);
-        kit_track(q);
-    }
-    return q;
-}
-
-void __wrap_free(void *p);
-void __wrap_free(void *p)
-{
-    kit_untrack(p);
-    __real_free(p);
-}
-
-/* Counts allocations from now on; the fail-th fails (0: none).  Forgets what was tracked. */
-static void kit_arm(size_t fail)
-{
-    kit_alloc.armed = true;
-    kit_alloc.n = 0;
-    kit_alloc.fail = fail;
-    kit_alloc.failed = false;
-    kit_alloc.n_live = 0;
-}
-
-/* Stops counting; returns the allocations made while armed. */
-static size_t kit_disarm(void)
-{
-    kit_alloc.armed = false;
-    return kit_alloc.n;
-}
-
-/* Allocations made while armed and not freed since. */
-static size_t kit_live(void)
-{
-    return kit_alloc.n_live;
-}
-
-/* A path that makes and frees everything it allocates. */
-typedef void (*kit_scenario_fn)(void);
-
-/* Runs fn with its allocation `fail` failing (0: none): returns whether that one was reached.
- * Nothing it allocated may outlive it. */
-static bool kit_run_failing(kit_scenario_fn fn, size_t fail)
-{
-    kit_arm(fail);
-    fn();
-    bool reached = kit_alloc.failed || fail == 0;
-    size_t live = kit_live();
-    kit_disarm();
-    if (live != 0)
-        fail_msg("%zu allocations leaked with allocation %zu failing", live, fail);
-    return reached;
-}
-
-/* Runs fn with every one of its allocations failing in turn. */
-static void kit_every_allocation_fails(kit_scenario_fn fn)
-{
-    assert_true(kit_run_failing(fn, 0));
-    size_t total = kit_alloc.n;
-    assert_true(total > 0);
-    for (size_t k = 1; k <= total; k++)
-        (void)kit_run_failing(fn, k);
-}
-
-/* ---- text -------------------------------------------------------------------------------- */
-
-struct kit_text {
-    char *s;
-    size_t len, cap;
-};
-
-static void kit_say(struct kit_text *t, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-
-static void kit_say(struct kit_text *t, const char *fmt, ...)
-{
-    char line[4096];
-    va_list ap;
-    va_start(ap, fmt);
-    int n = vsnprintf(line, sizeof(line), fmt, ap);
-    va_end(ap);
-    if (n < 0)
-        return;
-    if ((size_t)n >= sizeof(line))
-        n = sizeof(line) - 1;
-    if (t->len + (size_t)n + 2 > t->cap) {
-        size_t cap = (t->len + (size_t)n + 2) * 2;
-        char *s = __real_realloc(t->s, cap);
-        if (s == NULL)
-            return;
-        t->s = s;
-        t->cap = cap;
-    }
-    memcpy(t->s + t->len, line, (size_t)n);
-    t->len += (size_t)n;
-    t->s[t->len++] = '\n';
-    t->s[t->len] = '\0';
-}
-
-static void kit_text_free(struct kit_text *t)
-{
-    __real_free(t->s);
-    memset(t, 0, sizeof(*t));
-}
-
-static const char *kit_str(const struct kit_text *t)
-{
-    return t->s != NULL ? t->s : "";
-}
-
-static void kit_contains(const struct kit_text *t, const char *needle)
-{
-    if (strstr(kit_str(t), needle) == NULL)
-        fail_msg("expected to find\n  %s\nin\n%s", needle, kit_str(t));
-}
-
-static void kit_lacks(const struct kit_text *t, const char *needle)
-{
-    if (strstr(kit_str(t), needle) != NULL)
-        fail_msg("did not expect\n  %s\nin\n%s", needle, kit_str(t));
-}
 
 /* ---- the fake host ------------------------------------------------------------------------ */
 
@@ -754,28 +565,11 @@ static void kit_replay(const struct resp_framework *fw, struct fake_host *host,
     __real_free(r);
 }
 
-/* The bytes of tests/unit/data/frameworks/<fw>/<name>, NUL-terminated (the caller frees), NULL
- * when absent. */
+/* The bytes of tests/unit/data/frameworks/<fw>/<name>, NUL-terminated (free with kit_free),
+ * NULL when absent. */
 static uint8_t *kit_data(const char *fw, const char *name, size_t *len)
 {
-    char path[1024];
-    const char *file = __FILE__;
-    const char *slash = strrchr(file, '/');
-    snprintf(path, sizeof(path), "%.*s/data/frameworks/%s/%s",
-             slash == NULL ? 1 : (int)(slash - file), slash == NULL ? "." : file, fw, name);
-    FILE *fp = fopen(path, "rb");
-    if (fp == NULL)
-        return NULL;
-    fseek(fp, 0, SEEK_END);
-    long n = ftell(fp);
-    rewind(fp);
-    uint8_t *buf = __real_malloc((size_t)n + 1);
-    assert_non_null(buf);
-    assert_int_equal(fread(buf, 1, (size_t)n, fp), (size_t)n);
-    buf[n] = '\0';
-    fclose(fp);
-    *len = (size_t)n;
-    return buf;
+    return kit_golden_maybe(len, "frameworks/%s/%s", fw, name);
 }
 
 /* Replays every recorded connection of framework `name` (NN-client.bin with NN-server.bin). */

@@ -29,6 +29,8 @@
 #include <string.h>
 
 #include "proto/amqp.h"
+#include "tests/lib/golden.h"
+#include "tests/lib/split.h"
 
 #define GOLDEN_MAX_FRAMES 128
 #define GOLDEN_FRAME_MAX 4096u /* what the recorded session negotiated (pika frame_max) */
@@ -54,36 +56,6 @@ struct golden {
 
 static struct golden g_client, g_server;
 
-/* The data directory: $TWICE_AMQP_DATA, else data/amqp next to this source file. */
-static void data_path(char *out, size_t cap, const char *name)
-{
-    const char *env = getenv("TWICE_AMQP_DATA");
-    if (env != NULL) {
-        snprintf(out, cap, "%s/%s", env, name);
-        return;
-    }
-    const char *file = __FILE__;
-    const char *slash = strrchr(file, '/');
-    int dir_len = slash == NULL ? 1 : (int)(slash - file);
-    snprintf(out, cap, "%.*s/data/amqp/%s", dir_len, slash == NULL ? "." : file, name);
-}
-
-static uint8_t *read_file(const char *name, size_t *len)
-{
-    char path[1024];
-    data_path(path, sizeof(path), name);
-    FILE *fp = fopen(path, "rb");
-    if (fp == NULL) {
-        fprintf(stderr, "cannot open %s\n", path);
-        return NULL;
-    }
-    uint8_t *buf = malloc(1 << 16);
-    size_t n = buf == NULL ? 0 : fread(buf, 1, 1 << 16, fp);
-    fclose(fp);
-    *len = n;
-    return buf;
-}
-
 /* Frames a whole golden stream in one go. */
 static int golden_scan(struct golden *g)
 {
@@ -103,9 +75,7 @@ static int golden_scan(struct golden *g)
 
 static int golden_load(struct golden *g, const char *name, bool client)
 {
-    g->buf = read_file(name, &g->len);
-    if (g->buf == NULL)
-        return -1;
+    g->buf = kit_golden(&g->len, "amqp/%s", name);
     g->start = client ? AMQP_PROTOCOL_HEADER_SIZE : 0;
     if (client && amqp_protocol_header_check(g->buf, g->len) != 1)
         return -1;
@@ -123,8 +93,8 @@ static int setup_golden(void **state)
 static int teardown_golden(void **state)
 {
     (void)state;
-    free(g_client.buf);
-    free(g_server.buf);
+    kit_free(g_client.buf);
+    kit_free(g_server.buf);
     return 0;
 }
 
@@ -561,6 +531,7 @@ static void test_golden_table_types(void **state)
 /* A stand-in for the proxy session: bytes arrive in chunks into a heap buffer of exactly the
  * size received so far; complete frames are consumed; need-more waits for the next chunk. */
 struct driver {
+    const struct golden *g; /* the stream fed, and its one-shot scan */
     uint8_t *buf;
     size_t have;
     size_t consumed;
@@ -598,8 +569,9 @@ static void driver_pump(struct driver *d)
     }
 }
 
-static void driver_feed(struct driver *d, const uint8_t *chunk, size_t n)
+static void driver_feed(void *ctx, const uint8_t *chunk, size_t n)
 {
+    struct driver *d = ctx;
     uint8_t *nb = malloc(d->have + n);
     assert_non_null(nb);
     if (d->have > 0)
@@ -611,11 +583,20 @@ static void driver_feed(struct driver *d, const uint8_t *chunk, size_t n)
     driver_pump(d);
 }
 
-/* The driver's frames equal the one-shot scan, payload bytes included. */
-static void driver_check(struct driver *d, const struct golden *g)
+static void driver_begin(void *ctx)
 {
-    assert_int_equal(d->consumed, g->len);
-    assert_int_equal(d->n, g->n);
+    struct driver *d = ctx;
+    *d = (struct driver){.header_done = d->g->start == 0, .g = d->g};
+}
+
+/* The driver's frames equal the one-shot scan, payload bytes included. */
+static void driver_check(void *ctx, const char *how)
+{
+    struct driver *d = ctx;
+    const struct golden *g = d->g;
+    if (d->consumed != g->len || d->n != g->n)
+        fail_msg("%s: %zu frames in %zu bytes, the whole stream has %zu in %zu", how, d->n,
+                 d->consumed, g->n, g->len);
     for (size_t i = 0; i < g->n; i++) {
         const struct rec *a = &d->out[i], *b = &g->frames[i];
         assert_int_equal(a->type, b->type);
@@ -625,38 +606,30 @@ static void driver_check(struct driver *d, const struct golden *g)
         assert_memory_equal(d->buf + a->payload_off, g->buf + b->payload_off, b->size);
     }
     free(d->buf);
+    d->buf = NULL;
 }
 
-static void split_all(const struct golden *g)
-{
-    for (size_t cut = 0; cut <= g->len; cut++) {
-        struct driver d = {.header_done = g->start == 0};
-        driver_feed(&d, g->buf, cut);
-        driver_feed(&d, g->buf + cut, g->len - cut);
-        driver_check(&d, g);
-    }
-}
+static const struct kit_feed driver_ops = {driver_begin, driver_feed, driver_check};
 
-static void byte_by_byte(const struct golden *g)
+static void split_everywhere(const struct golden *g)
 {
-    struct driver d = {.header_done = g->start == 0};
-    for (size_t i = 0; i < g->len; i++)
-        driver_feed(&d, g->buf + i, 1);
-    driver_check(&d, g);
+    struct driver *d = calloc(1, sizeof(*d));
+    assert_non_null(d);
+    d->g = g;
+    kit_split_everywhere(g->buf, g->len, KIT_SPLIT_TWO | KIT_SPLIT_BYTES, &driver_ops, d);
+    free(d);
 }
 
 static void test_split_client(void **state)
 {
     (void)state;
-    split_all(&g_client);
-    byte_by_byte(&g_client);
+    split_everywhere(&g_client);
 }
 
 static void test_split_server(void **state)
 {
     (void)state;
-    split_all(&g_server);
-    byte_by_byte(&g_server);
+    split_everywhere(&g_server);
 }
 
 /* ---- protocol header and frames ----------------------------------------------------------- */

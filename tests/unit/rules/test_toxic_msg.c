@@ -16,7 +16,7 @@
 #include "rules/conf_mem.h"
 #include "rules/rule.h"
 #include "rules/toxic_msg.h"
-#include "tests/unit/conf_testkit.h"
+#include "tests/lib/conf_testkit.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -620,29 +620,35 @@ static void test_checker_errors(void **state)
     rule_err("nowhere", "drop", NULL, "no proxy 'nowhere'");
 }
 
+struct oom_case {
+    json_t *attrs;
+};
+
+static void duplicate_rule_failing(void *ctx, long nth)
+{
+    const struct oom_case *o = ctx;
+    char err[TOXIC_MSG_ERR_BYTES];
+    (void)nth;
+    struct rule *r =
+        toxic_msg_rule(base, "r", "rabbit", "duplicate", NULL, 0.5, o->attrs, err, sizeof(err));
+    if (kit_failed()) {
+        assert_null(r);
+        assert_string_equal(err, "out of memory");
+    } else {
+        assert_non_null(r);
+    }
+    rule_list_free(r);
+}
+
 /* Every allocation may fail: the answer is then "out of memory", and nothing leaks. */
 static void test_out_of_memory(void **state)
 {
-    json_t *j = attrs_of("{\"task\":\"a b\",\"when\":\"queue!=x\",\"every\":2,\"after\":\"2s\"}");
-    char err[TOXIC_MSG_ERR_BYTES];
-    bool fired = true;
+    struct oom_case o = {
+        attrs_of("{\"task\":\"a b\",\"when\":\"queue!=x\",\"every\":2,\"after\":\"2s\"}")};
 
     (void)state;
-    for (long nth = 0; fired; nth++) {
-        conf_mem_fail_nth(nth);
-        struct rule *r =
-            toxic_msg_rule(base, "r", "rabbit", "duplicate", NULL, 0.5, j, err, sizeof(err));
-        fired = conf_mem_fault_fired();
-        conf_mem_fail_nth(-1);
-        if (fired) {
-            assert_null(r);
-            assert_string_equal(err, "out of memory");
-        } else {
-            assert_non_null(r);
-        }
-        rule_list_free(r);
-    }
-    json_decref(j);
+    assert_true(kit_each_allocation_fails(&kit_conf_mem_hook, duplicate_rule_failing, &o) > 0);
+    json_decref(o.attrs);
 }
 
 int main(void)

@@ -22,7 +22,7 @@
 
 #include <cmocka.h>
 
-#include "jobs_testkit.h"
+#include "tests/lib/jobs_testkit.h"
 
 extern const struct resp_framework resp_framework_sidekiq, resp_framework_celery, resp_framework_rq,
     resp_framework_streams, resp_framework_list;
@@ -98,7 +98,7 @@ static void golden(const struct resp_framework *fw, const char *name, const char
         jobs++;
     }
     assert_int_equal(jobs, 4);
-    free(enq);
+    kit_free(enq);
     kit_lacks(&r.host.said, "FAULT ");
     kit_lacks(&r.plans, "plan answer");
     kit_lacks(&r.plans, "plan rewrite");

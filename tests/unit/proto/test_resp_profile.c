@@ -34,72 +34,18 @@
 #include "proto/resp_bullmq.h"
 #include "proto/resp_job.h"
 #include "proto/resp_profile.h"
-
-/* ---- the golden files -------------------------------------------------------------------- */
-
-static void data_path(char *out, size_t cap, const char *fw, const char *name)
-{
-    const char *file = __FILE__;
-    const char *slash = strrchr(file, '/');
-    int dir_len = slash == NULL ? 1 : (int)(slash - file);
-    snprintf(out, cap, "%.*s/data/frameworks/%s/%s", dir_len, slash == NULL ? "." : file, fw, name);
-}
-
-/* The file's bytes (NUL-terminated, not counted), or NULL when it does not exist. */
-static uint8_t *read_file(const char *fw, const char *name, size_t *len)
-{
-    char path[1024];
-    data_path(path, sizeof(path), fw, name);
-    FILE *fp = fopen(path, "rb");
-    if (fp == NULL)
-        return NULL;
-    assert_int_equal(fseek(fp, 0, SEEK_END), 0);
-    long n = ftell(fp);
-    assert_true(n >= 0);
-    rewind(fp);
-    uint8_t *buf = malloc((size_t)n + 1);
-    assert_non_null(buf);
-    assert_int_equal(fread(buf, 1, (size_t)n, fp), (size_t)n);
-    buf[n] = '\0';
-    fclose(fp);
-    *len = (size_t)n;
-    return buf;
-}
+#include "tests/lib/golden.h"
+#include "tests/lib/split.h"
+#include "tests/lib/text.h"
 
 /* ---- what a session says: one line per event, in order ---------------------------------- */
-
-struct text {
-    char *s;
-    size_t len, cap;
-};
-
-static void say(struct text *t, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-
-static void say(struct text *t, const char *fmt, ...)
-{
-    char line[2048];
-    va_list ap;
-    va_start(ap, fmt);
-    int n = vsnprintf(line, sizeof(line), fmt, ap);
-    va_end(ap);
-    assert_true(n > 0 && (size_t)n < sizeof(line) - 1);
-    if (t->len + (size_t)n + 2 > t->cap) {
-        t->cap = (t->len + (size_t)n + 2) * 2;
-        t->s = realloc(t->s, t->cap);
-        assert_non_null(t->s);
-    }
-    memcpy(t->s + t->len, line, (size_t)n);
-    t->len += (size_t)n;
-    t->s[t->len++] = '\n';
-    t->s[t->len] = '\0';
-}
 
 /* The reading of one connection. */
 #define MAX_CMDS 4096u
 struct reading {
     enum rprof prof;
     struct msg_fields ids, tasks; /* RPROF_LIST: where the app keeps them */
-    struct text out;
+    struct kit_text out;
     /* per command (its index is its pairing tag): what its reply is */
     uint8_t kind[MAX_CMDS];
     bool head[MAX_CMDS]; /* RPROF_REPLY_POP: it takes its list's head */
@@ -154,25 +100,25 @@ static void say_job(struct reading *r, const char *what, const char *queue_key, 
     char *queue = rprof_queue_of(r->prof, queue_key);
     assert_non_null(queue);
     if (r->prof == RPROF_RQ) {
-        say(&r->out, "%s %.*s - %s", what, (int)n, (const char *)v, queue);
+        kit_say(&r->out, "%s %.*s - %s", what, (int)n, (const char *)v, queue);
     } else if (r->prof == RPROF_LIST) {
         struct resp_job job;
         uint64_t too_long;
         if (rprof_list_job(&r->ids, &r->tasks, v, n, &job, &too_long) == 0) {
-            say(&r->out, "%s %s %s %s", what, job.id, job.task != NULL ? job.task : "-", queue);
+            kit_say(&r->out, "%s %s %s %s", what, job.id, job.task != NULL ? job.task : "-", queue);
             resp_job_clear(&job);
         } else {
-            say(&r->out, "%s unreadable", what);
+            kit_say(&r->out, "%s unreadable", what);
         }
         assert_int_equal(too_long, 0);
     } else {
         struct resp_job job;
         if (rprof_job(r->prof, v, n, &job) == 0) {
-            say(&r->out, "%s %s %s %s tag=%s", what, job.id, job.task != NULL ? job.task : "-",
-                queue, job.tag != NULL ? job.tag : "-");
+            kit_say(&r->out, "%s %s %s %s tag=%s", what, job.id, job.task != NULL ? job.task : "-",
+                    queue, job.tag != NULL ? job.tag : "-");
             resp_job_clear(&job);
         } else {
-            say(&r->out, "%s unreadable", what);
+            kit_say(&r->out, "%s unreadable", what);
         }
     }
     free(queue);
@@ -184,7 +130,7 @@ static void on_tx_cmd(void *arg, const struct rprof_cmdview *cv)
     const char *id;
     char *task;
     if (rprof_rq_job_saved(r->prof, cv, &id, &task)) {
-        say(&r->out, "saved %s %s", id, task);
+        kit_say(&r->out, "saved %s %s", id, task);
         free(task);
     }
 }
@@ -192,7 +138,7 @@ static void on_tx_cmd(void *arg, const struct rprof_cmdview *cv)
 static void say_id(void *arg, const char *id)
 {
     struct reading *r = arg;
-    say(&r->out, "lease %s", id);
+    kit_say(&r->out, "lease %s", id);
 }
 
 /* A BullMQ script call: its events said, the kind of its reply returned (0: none to read). */
@@ -230,7 +176,7 @@ static uint8_t bullmq_command(struct reading *r, const struct rprof_cmdview *cv)
     case BMQ_ADD_PARENT:
         assert_int_equal(bmq_add_args(cv, &c, &j), 0);
         assert_string_equal(j.prefix, "bull:twice:");
-        say(&r->out, "add %s %s id=%s", j.name, j.queue, j.id[0] ? j.id : "-");
+        kit_say(&r->out, "add %s %s id=%s", j.name, j.queue, j.id[0] ? j.id : "-");
         return KIND_BMQ_ADD;
     case BMQ_MOVE_TO_ACTIVE:
         assert_true(bmq_call_queue(cv, &c, s, queue, sizeof(queue)));
@@ -248,7 +194,7 @@ static uint8_t bullmq_command(struct reading *r, const struct rprof_cmdview *cv)
         assert_true(bmq_call_token(cv, &c, s, token, sizeof(token)));
         assert_non_null(strchr(token, ':'));
         assert_int_equal(bmq_finish_args(cv, &c, id, sizeof(id), &failed, &next), 0);
-        say(&r->out, "finish %s %s failed=%d", id, queue, failed);
+        kit_say(&r->out, "finish %s %s failed=%d", id, queue, failed);
         return next ? KIND_BMQ_NEXT : KIND_BMQ_FINISH;
     case BMQ_EXTEND_LOCK:
     case BMQ_EXTEND_LOCKS:
@@ -257,7 +203,7 @@ static uint8_t bullmq_command(struct reading *r, const struct rprof_cmdview *cv)
     case BMQ_MOVE_STALLED:
         return KIND_BMQ_STALLED;
     default:
-        say(&r->out, "script %s", c.eval ? "unknown" : "unseen");
+        kit_say(&r->out, "script %s", c.eval ? "unknown" : "unseen");
         return 0;
     }
 }
@@ -265,7 +211,7 @@ static uint8_t bullmq_command(struct reading *r, const struct rprof_cmdview *cv)
 static void say_stalled(void *arg, const char *id)
 {
     struct reading *r = arg;
-    say(&r->out, "stalled %s", id);
+    kit_say(&r->out, "stalled %s", id);
 }
 
 static void bullmq_reply(struct reading *r, uint8_t kind, const uint8_t *buf,
@@ -277,17 +223,17 @@ static void bullmq_reply(struct reading *r, uint8_t kind, const uint8_t *buf,
     switch (kind) {
     case KIND_BMQ_ADD:
         if (bmq_add_reply(buf, &m->value, id, sizeof(id)) == 1)
-            say(&r->out, "added %s", id);
+            kit_say(&r->out, "added %s", id);
         break;
     case KIND_BMQ_NEXT:
         if (bmq_next_job(buf, m, &j) == 1)
-            say(&r->out, "deliver %s %s %s atm=%u", j.id, j.name, j.queue, j.attempts_made);
+            kit_say(&r->out, "deliver %s %s %s atm=%u", j.id, j.name, j.queue, j.attempts_made);
         else if (bmq_finish_code(buf, m, &code))
-            say(&r->out, "finished %lld", (long long)code);
+            kit_say(&r->out, "finished %lld", (long long)code);
         break;
     case KIND_BMQ_FINISH:
         if (bmq_finish_code(buf, m, &code))
-            say(&r->out, "finished %lld", (long long)code);
+            kit_say(&r->out, "finished %lld", (long long)code);
         break;
     default:
         assert_true(bmq_stalled_ids(buf, m, say_stalled, r) >= 0);
@@ -315,7 +261,7 @@ static bool on_command(struct reading *r, const uint8_t *buf, const struct resp_
                 r->out.s[said] = '\0';
             return false;
         }
-        say(&r->out, "tx rc=%d queued=%zu push=%d", rc, tx.queued, tx.has_push);
+        kit_say(&r->out, "tx rc=%d queued=%zu push=%d", rc, tx.queued, tx.has_push);
         r->in_tx = true;
     } else if (cv.id == RPROF_CMD_EXEC || cv.id == RPROF_CMD_DISCARD) {
         r->in_tx = false;
@@ -341,7 +287,8 @@ static bool on_command(struct reading *r, const uint8_t *buf, const struct resp_
         size_t at = rprof_xadd_id_arg(&cv);
         assert_true(at > 0 && rprof_arg(&cv, at, &idv));
         assert_int_equal(rprof_xadd_task(&cv, task, sizeof(task), &n), RPROF_FOUND);
-        say(&r->out, "publish %.*s %s %s", (int)idv.len, (const char *)buf + idv.off, task, cv.key);
+        kit_say(&r->out, "publish %.*s %s %s", (int)idv.len, (const char *)buf + idv.off, task,
+                cv.key);
         break;
     }
     default:
@@ -351,18 +298,18 @@ static bool on_command(struct reading *r, const uint8_t *buf, const struct resp_
     if (rprof_ack_args(r->prof, &cv, &first)) {
         struct resp_view v;
         for (size_t i = first; rprof_arg(&cv, i, &v); i++)
-            say(&r->out, "ack %.*s %lld", (int)v.len, (const char *)buf + v.off,
-                (long long)rprof_settled_count(&cv));
+            kit_say(&r->out, "ack %.*s %lld", (int)v.len, (const char *)buf + v.off,
+                    (long long)rprof_settled_count(&cv));
     }
     if (rprof_is_celery_unacked_hdel(r->prof, &cv))
-        say(&r->out, "hdel unacked");
+        kit_say(&r->out, "hdel unacked");
     struct resp_view lv;
     if (rprof_rq_lease(r->prof, &cv, &lv))
-        say(&r->out, "lease %.*s", (int)lv.len, (const char *)buf + lv.off);
+        kit_say(&r->out, "lease %.*s", (int)lv.len, (const char *)buf + lv.off);
     if (rprof_rq_failed(r->prof, &cv, &lv))
-        say(&r->out, "failed %.*s", (int)lv.len, (const char *)buf + lv.off);
+        kit_say(&r->out, "failed %.*s", (int)lv.len, (const char *)buf + lv.off);
     if (cv.id == RPROF_CMD_ZADD && cv.has_key && strncmp(cv.key, "rq:wip:", 7) == 0)
-        say(&r->out, "started");
+        kit_say(&r->out, "started");
     struct resp_view job;
     if (rprof_list_ack(r->prof, &cv, &job))
         say_job(r, "ack", cv.key, buf + job.off, job.len);
@@ -392,9 +339,9 @@ static void say_entries(struct reading *r, const char *what, const char *stream,
     while (resp_args_next(&it, &e) == 1) {
         struct rprof_entry ent;
         if (rprof_stream_entry(buf, len, &e, &ent) == 1)
-            say(&r->out, "%s %s %s %s", what, ent.id, ent.task[0] ? ent.task : "-", stream);
+            kit_say(&r->out, "%s %s %s %s", what, ent.id, ent.task[0] ? ent.task : "-", stream);
         else
-            say(&r->out, "%s unreadable", what);
+            kit_say(&r->out, "%s unreadable", what);
     }
 }
 
@@ -452,13 +399,13 @@ static void on_reply(struct reading *r, const uint8_t *buf, const struct resp_ms
         char id[RPROF_ID_MAX];
         uint64_t n;
         assert_int_equal(rprof_xadd_reply_id(buf, m, id, sizeof(id), &n), RPROF_FOUND);
-        say(&r->out, "added %s %s", id, r->arg[i]);
+        kit_say(&r->out, "added %s %s", id, r->arg[i]);
         break;
     }
     case RPROF_REPLY_RQ_HASH: {
         char *task = NULL;
         if (rprof_rq_hash_task(buf, m, &task) == 0) {
-            say(&r->out, "hash %s %s", r->arg[i], task);
+            kit_say(&r->out, "hash %s %s", r->arg[i], task);
             free(task);
         }
         break;
@@ -504,24 +451,64 @@ static void feed_push(struct feed *f, struct reading *r, bool client, const uint
     f->n -= off;
 }
 
-/* The reading of one connection, its client stream arriving in two pieces split at cs and
- * its server stream at ss (each after the client's whole stream, as the pairing needs every
- * command before its reply). */
-static void read_session(struct reading *r, const uint8_t *c, size_t clen, size_t cs,
-                         const uint8_t *s, size_t slen, size_t ss)
+/* The reading of one connection, fed as its client stream followed by its server stream (the
+ * pairing needs every command before its reply), in whatever pieces the split driver cuts. */
+struct session_feed {
+    struct reading *r; /* begin() starts it afresh */
+    enum rprof prof;
+    const char *fw;
+    size_t clen; /* bytes [0, clen) are the client's, the rest the server's */
+    size_t fed;
+    struct feed fc, fs;
+    const char *want; /* end(): what the reading must say, then it is freed (NULL: kept) */
+};
+
+static void session_begin(void *ctx)
 {
-    struct feed fc = {0}, fs = {0};
-    resp_scanner_init(&fc.sc, RESP_SIDE_CLIENT);
-    resp_scanner_init(&fs.sc, RESP_SIDE_SERVER);
-    feed_push(&fc, r, true, c, cs);
-    feed_push(&fc, r, true, c + cs, clen - cs);
-    assert_int_equal(fc.n, 0); /* every command read, every transaction planned */
-    feed_push(&fs, r, false, s, ss);
-    feed_push(&fs, r, false, s + ss, slen - ss);
-    assert_int_equal(fs.n, 0);
-    free(fc.held);
-    free(fs.held);
+    struct session_feed *sf = ctx;
+    reading_init(sf->r, sf->prof, sf->fw);
+    memset(&sf->fc, 0, sizeof(sf->fc));
+    memset(&sf->fs, 0, sizeof(sf->fs));
+    resp_scanner_init(&sf->fc.sc, RESP_SIDE_CLIENT);
+    resp_scanner_init(&sf->fs.sc, RESP_SIDE_SERVER);
+    sf->fed = 0;
 }
+
+static void session_piece(void *ctx, const uint8_t *p, size_t n)
+{
+    struct session_feed *sf = ctx;
+    size_t k = sf->fed < sf->clen ? sf->clen - sf->fed : 0;
+    k = k < n ? k : n;
+    if (k > 0) {
+        feed_push(&sf->fc, sf->r, true, p, k);
+        if (sf->fed + k == sf->clen)
+            assert_int_equal(sf->fc.n, 0); /* every command read, every transaction planned */
+    }
+    if (n > k)
+        feed_push(&sf->fs, sf->r, false, p + k, n - k);
+    sf->fed += n;
+}
+
+static void session_end(void *ctx, const char *how)
+{
+    struct session_feed *sf = ctx;
+    assert_int_equal(sf->fs.n, 0);
+    free(sf->fc.held);
+    free(sf->fs.held);
+    if (sf->want == NULL)
+        return;
+    const char *got = kit_str(&sf->r->out);
+    if (strcmp(got, sf->want) != 0)
+        fail_msg("%s: %s (client %zu bytes first):\n%s\nwhole:\n%s", sf->fw, how, sf->clen, got,
+                 sf->want);
+    reading_free(sf->r);
+}
+
+static const struct kit_feed session_ops = {session_begin, session_piece, session_end};
+
+/* Connection i's client stream followed by its server stream, in one buffer (the caller frees). */
+struct recording;
+static uint8_t *session_bytes(const struct recording *rec, size_t i, size_t *len);
 
 /* ---- one framework's recording ---------------------------------------------------------- */
 
@@ -542,29 +529,26 @@ static void recording_load(struct recording *rec, const char *fw, enum rprof pro
     rec->fw = fw;
     rec->prof = prof;
     for (size_t i = 0; i < MAX_CONNS; i++) {
-        char name[32];
-        snprintf(name, sizeof(name), "%02zu-client.bin", i + 1);
-        rec->c[i] = read_file(fw, name, &rec->clen[i]);
+        rec->c[i] = kit_golden_maybe(&rec->clen[i], "frameworks/%s/%02zu-client.bin", fw, i + 1);
         if (rec->c[i] == NULL)
             break;
-        snprintf(name, sizeof(name), "%02zu-server.bin", i + 1);
-        rec->s[i] = read_file(fw, name, &rec->slen[i]);
-        assert_non_null(rec->s[i]);
+        rec->s[i] = kit_golden(&rec->slen[i], "frameworks/%s/%02zu-server.bin", fw, i + 1);
         rec->n++;
     }
     assert_true(rec->n > 0);
     size_t len;
-    rec->enqueued = (char *)read_file(fw, "enqueued.txt", &len);
-    assert_non_null(rec->enqueued);
-    struct text all = {0};
+    rec->enqueued = (char *)kit_golden(&len, "frameworks/%s/enqueued.txt", fw);
+    struct kit_text all = {0};
     for (size_t i = 0; i < rec->n; i++) {
         struct reading *r = malloc(sizeof(*r));
         assert_non_null(r);
-        reading_init(r, prof, fw);
-        read_session(r, rec->c[i], rec->clen[i], rec->clen[i], rec->s[i], rec->slen[i],
-                     rec->slen[i]);
+        struct session_feed sf = {.r = r, .prof = prof, .fw = fw, .clen = rec->clen[i]};
+        size_t n;
+        uint8_t *both = session_bytes(rec, i, &n);
+        kit_feed_split_at(both, n, n, &session_ops, &sf);
+        free(both);
         if (r->out.s != NULL)
-            say(&all, "%s", r->out.s);
+            kit_say(&all, "%s", r->out.s);
         reading_free(r);
         free(r);
     }
@@ -574,11 +558,11 @@ static void recording_load(struct recording *rec, const char *fw, enum rprof pro
 static void recording_free(struct recording *rec)
 {
     for (size_t i = 0; i < rec->n; i++) {
-        free(rec->c[i]);
-        free(rec->s[i]);
+        kit_free(rec->c[i]);
+        kit_free(rec->s[i]);
     }
     free(rec->events);
-    free(rec->enqueued);
+    kit_free(rec->enqueued);
 }
 
 /* How many lines of text start with `prefix`; *line (may be NULL) gets the last one. */
@@ -631,6 +615,16 @@ static void expect_lines(const struct recording *rec, size_t count, const char *
                  count, rec->events);
 }
 
+static uint8_t *session_bytes(const struct recording *rec, size_t i, size_t *len)
+{
+    *len = rec->clen[i] + rec->slen[i];
+    uint8_t *both = malloc(*len + 1);
+    assert_non_null(both);
+    memcpy(both, rec->c[i], rec->clen[i]);
+    memcpy(both + rec->clen[i], rec->s[i], rec->slen[i]);
+    return both;
+}
+
 /* The same reading whichever byte the client's or the server's stream is split at. */
 static void split_everywhere(const struct recording *rec)
 {
@@ -638,21 +632,15 @@ static void split_everywhere(const struct recording *rec)
         struct reading *whole = malloc(sizeof(*whole)), *r = malloc(sizeof(*r));
         assert_non_null(whole);
         assert_non_null(r);
-        reading_init(whole, rec->prof, rec->fw);
-        read_session(whole, rec->c[i], rec->clen[i], rec->clen[i], rec->s[i], rec->slen[i],
-                     rec->slen[i]);
-        const char *want = whole->out.s != NULL ? whole->out.s : "";
-        for (size_t k = 0; k <= rec->clen[i] + rec->slen[i]; k++) {
-            size_t cs = k <= rec->clen[i] ? k : rec->clen[i];
-            size_t ss = k <= rec->clen[i] ? rec->slen[i] : k - rec->clen[i];
-            reading_init(r, rec->prof, rec->fw);
-            read_session(r, rec->c[i], rec->clen[i], cs, rec->s[i], rec->slen[i], ss);
-            const char *got = r->out.s != NULL ? r->out.s : "";
-            if (strcmp(got, want) != 0)
-                fail_msg("%s connection %zu split at client %zu / server %zu:\n%s\nwhole:\n%s",
-                         rec->fw, i + 1, cs, ss, got, want);
-            reading_free(r);
-        }
+        size_t len;
+        uint8_t *both = session_bytes(rec, i, &len);
+        struct session_feed sf = {
+            .r = whole, .prof = rec->prof, .fw = rec->fw, .clen = rec->clen[i]};
+        kit_feed_split_at(both, len, len, &session_ops, &sf);
+        sf.r = r;
+        sf.want = kit_str(&whole->out);
+        kit_split_everywhere(both, len, KIT_SPLIT_TWO, &session_ops, &sf);
+        free(both);
         reading_free(whole);
         free(whole);
         free(r);
@@ -1124,7 +1112,7 @@ static void test_list_jobs(void **state)
     /* Laravel's Redis payload has both `id` (RedisQueue's, a random string) and `uuid`
      * (Queue::createPayloadArray's): the defaults take `id`, and displayName as the task. */
     size_t len;
-    char *laravel = (char *)read_file("lists", "01-client.bin", &len);
+    char *laravel = (char *)kit_golden(&len, "frameworks/lists/01-client.bin");
     assert_non_null(laravel);
     char *start = strstr(laravel, "{\"uuid\"");
     assert_non_null(start);
@@ -1142,7 +1130,7 @@ static void test_list_jobs(void **state)
     assert_int_equal(strlen(job.id), 36);
     assert_string_equal(job.task, "App\\Jobs\\Charge");
     resp_job_clear(&job);
-    free(laravel);
+    kit_free(laravel);
     /* the other defaults, in order; a job may have no task */
     assert_int_equal(list_job(NULL, NULL, "{\"jid\":\"j\",\"class\":\"C\"}", &job, NULL), 0);
     assert_string_equal(job.id, "j");

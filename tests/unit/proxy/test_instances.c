@@ -17,11 +17,11 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "cmd_testkit.h"
 #include "offline/journal_set.h"
 #include "offline/report.h"
 #include "offline/verdict.h"
 #include "proxy/journal.h"
+#include "tests/lib/cmd_testkit.h"
 
 #define T0_US 1764406800000000ull
 

@@ -26,7 +26,7 @@
 #include "rules/conf.h"
 #include "rules/conf_mem.h"
 #include "rules/rule.h"
-#include "tests/unit/conf_testkit.h"
+#include "tests/lib/conf_testkit.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -115,24 +115,6 @@ const struct proto_caps *proto_caps_find(enum conf_protocol protocol, const char
 
 /* ---- expectations ---- */
 
-#define WANTS(...)                                                                                 \
-    (const struct want[])                                                                          \
-    {                                                                                              \
-        __VA_ARGS__                                                                                \
-    }
-#define N_WANTS(...) (sizeof((const struct want[]){__VA_ARGS__}) / sizeof(struct want))
-
-/* Parse a whole file and check the result code and every diagnostic. */
-#define EXPECT(text, rc, ...)                                                                      \
-    expect_diags(__LINE__, NULL, (text), (rc), WANTS(__VA_ARGS__), N_WANTS(__VA_ARGS__))
-
-/* Parse a whole file expecting success and no diagnostic at all. */
-#define EXPECT_CLEAN(text) expect_diags(__LINE__, NULL, (text), 0, NULL, 0)
-
-/* Parse rules only, against `base`, and check the same way. */
-#define EXPECT_RULES(base, text, rc, ...)                                                          \
-    expect_diags(__LINE__, (base), (text), (rc), WANTS(__VA_ARGS__), N_WANTS(__VA_ARGS__))
-
 /* Line 1 of most tests: one listener of each test codec. */
 #define TCP "listen t { protocol tcp; bind 127.0.0.1:1; upstream 127.0.0.1:2 }\n"
 #define MQ "listen mq { protocol amqp; bind 127.0.0.1:3; upstream 127.0.0.1:4 }\n"
@@ -146,42 +128,6 @@ const struct proto_caps *proto_caps_find(enum conf_protocol protocol, const char
 /* A rule on line 2 whose block is line 3, starting at column 5. */
 #define TCP_RULE(body) TCP "rule r on t {\n    " body "\n}\n"
 #define MQ_RULE(body) MQ "rule r on mq {\n    " body "\n}\n"
-
-/* Parse `text` (a whole file, or rules only when `base` is given). */
-static int parse_any(const struct conf *base, const char *text, struct conf_diags *d,
-                     struct conf **c, struct rule **rules, size_t *n_rules)
-{
-    *c = NULL;
-    *rules = NULL;
-    *n_rules = 0;
-    if (base != NULL) {
-        return conf_parse_rules("t.rules", text, strlen(text), base, rules, n_rules, d);
-    }
-    return conf_parse_string("t.conf", text, strlen(text), c, d);
-}
-
-static void expect_diags(int at, const struct conf *base, const char *text, int want_rc,
-                         const struct want *w, size_t n)
-{
-    struct conf_diags d;
-    struct conf *c;
-    struct rule *rules;
-    size_t n_rules;
-    int rc;
-
-    conf_diags_init(&d);
-    rc = parse_any(base, text, &d, &c, &rules, &n_rules);
-    bool ok = rc == want_rc && (base != NULL || (rc == 0) == (c != NULL)) &&
-              (rc == 0 || (rules == NULL && n_rules == 0)) && diags_match(&d, w, n);
-    if (!ok) {
-        fprintf(stderr, "test_rules.c:%d: unexpected result\n", at);
-        dump(text, rc, &d);
-    }
-    conf_free(c);
-    rule_list_free(rules);
-    conf_diags_free(&d);
-    assert_true(ok);
-}
 
 /* The rule called `name`, which must exist. */
 static const struct rule *find_rule(const struct conf *c, const char *name)
@@ -1448,8 +1394,8 @@ static void test_caps_amqp_errors(void **state)
                         "listener 'mq' (protocol amqp) cannot do 'redeliver' on 'publish' events: "
                         "redeliver loses an ack after the work was done: use it on 'ack'",
                         AMQP_PUBLISH_ACTIONS));
-        expect_diags(__LINE__, base, "rule a on mq { when ack queue=payments; do redeliver }\n", 0,
-                     NULL, 0);
+        const char *rule = "rule a on mq { when ack queue=payments; do redeliver }\n";
+        expect_diags(__FILE__, __LINE__, base, rule, strlen(rule), 0, NULL, 0);
         conf_free(base);
         conf_diags_free(&bd);
     }
@@ -1607,40 +1553,6 @@ static void test_parse_rules_errors(void **state)
 
 /* ---- allocation failures ---- */
 
-/* Fail each allocation of a parse in turn: always -1 with an error and
- * nothing leaked (valgrind/ASan), until the parse runs out of allocations
- * to fail; then the result is `want_rc`. */
-static void run_with_failing_allocations(const struct conf *base, const char *text, int want_rc)
-{
-    for (long nth = 0;; nth++) {
-        struct conf_diags d;
-        struct conf *c;
-        struct rule *rules;
-        size_t n_rules;
-        int rc;
-
-        conf_diags_init(&d);
-        conf_mem_fail_nth(nth);
-        rc = parse_any(base, text, &d, &c, &rules, &n_rules);
-        bool fired = conf_mem_fault_fired();
-        conf_mem_fail_nth(-1);
-        if (!fired) {
-            assert_int_equal(rc, want_rc);
-            conf_free(c);
-            rule_list_free(rules);
-            conf_diags_free(&d);
-            assert_true(nth > 10);
-            return;
-        }
-        assert_int_equal(rc, -1);
-        assert_null(c);
-        assert_null(rules);
-        assert_int_equal(n_rules, 0);
-        assert_true(d.errors >= 1);
-        conf_diags_free(&d);
-    }
-}
-
 static void test_out_of_memory(void **state)
 {
     struct conf_diags bd;
@@ -1652,20 +1564,21 @@ static void test_out_of_memory(void **state)
         strcat(many, " queue=\"q\"x header.h~\"v\"");
     }
     strcat(many, "\n    do drop\n}\n");
-    run_with_failing_allocations(NULL, message_rules, 0);
-    run_with_failing_allocations(NULL, stream_rules, 0);
-    run_with_failing_allocations(NULL, many, 0);
-    run_with_failing_allocations(NULL,
-                                 "seed 1\njournal j\nadmin 0.0.0.0:3\n"
-                                 "admin-token 0123456789abcdefg\n" TCP,
-                                 0);
-    run_with_failing_allocations(NULL,
-                                 TCP "rule r on t { when ack qeue=x body~ \"y\"; every 0; do x }\n"
-                                     "rule r on t { do error 406; stream up }\nrule q on u { }\n",
-                                 -1);
-    run_with_failing_allocations(base, "rule a on mq { when deliver client=::1; do duplicate }\n",
-                                 0);
-    run_with_failing_allocations(base, "rule a on x { do latency 1ms }\nlisten y { }\n", -1);
+    parse_with_failing_allocations(NULL, message_rules, 0);
+    parse_with_failing_allocations(NULL, stream_rules, 0);
+    parse_with_failing_allocations(NULL, many, 0);
+    parse_with_failing_allocations(NULL,
+                                   "seed 1\njournal j\nadmin 0.0.0.0:3\n"
+                                   "admin-token 0123456789abcdefg\n" TCP,
+                                   0);
+    parse_with_failing_allocations(NULL,
+                                   TCP
+                                   "rule r on t { when ack qeue=x body~ \"y\"; every 0; do x }\n"
+                                   "rule r on t { do error 406; stream up }\nrule q on u { }\n",
+                                   -1);
+    parse_with_failing_allocations(base, "rule a on mq { when deliver client=::1; do duplicate }\n",
+                                   0);
+    parse_with_failing_allocations(base, "rule a on x { do latency 1ms }\nlisten y { }\n", -1);
     conf_free(base);
     conf_diags_free(&bd);
 }

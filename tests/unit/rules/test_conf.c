@@ -20,21 +20,13 @@
 #include "rules/conf.h"
 #include "rules/conf_mem.h"
 #include "rules/rule.h"
-#include "tests/unit/conf_testkit.h"
+#include "tests/lib/conf_testkit.h"
 
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
-
-/* Parse `text` and check the result code and the whole diagnostic list. */
-#define EXPECT(text, rc, ...)                                                                      \
-    expect_diags(__LINE__, (text), strlen(text), (rc), (const struct want[]){__VA_ARGS__},         \
-                 sizeof((const struct want[]){__VA_ARGS__}) / sizeof(struct want))
-
-/* Parse `text` expecting success and no diagnostic at all. */
-#define EXPECT_CLEAN(text) expect_diags(__LINE__, (text), strlen(text), 0, NULL, 0)
 
 /* A complete, valid listener on one line, for tests about something else. */
 #define LISTENER "listen a { protocol tcp; bind 127.0.0.1:1; upstream 127.0.0.1:2 }\n"
@@ -47,24 +39,6 @@
 #define L_END "}\n"
 /* A valid listener whose line 5 is `line` (its keyword at 5:5). */
 #define IN_LISTEN(line) L_HEAD L_PROTO L_BIND L_UP "    " line "\n" L_END
-
-static void expect_diags(int at, const char *text, size_t len, int want_rc, const struct want *w,
-                         size_t n)
-{
-    struct conf_diags d;
-    struct conf *c = NULL;
-
-    conf_diags_init(&d);
-    int rc = conf_parse_string("t.conf", text, len, &c, &d);
-    bool ok = rc == want_rc && (rc == 0) == (c != NULL) && diags_match(&d, w, n);
-    if (!ok) {
-        fprintf(stderr, "test_conf.c:%d: unexpected result\n", at);
-        dump(text, rc, &d);
-    }
-    conf_free(c);
-    conf_diags_free(&d);
-    assert_true(ok);
-}
 
 static const char *full_config =
     "# twice test configuration\n"                                                         /* 1 */
@@ -433,7 +407,7 @@ static void test_lexer_errors(void **state)
     EXPECT(IN_LISTEN("tls cert \"a\\\tb\\x\" key k.pem"), -1,
            EH(5, 16, "invalid escape in string", "valid escapes are \\\" \\\\ \\n \\t"),
            EH(5, 19, "invalid escape '\\x' in string", "valid escapes are \\\" \\\\ \\n \\t"));
-    expect_diags(__LINE__, "log-level info\0\n" LISTENER, 16 + strlen(LISTENER), -1,
+    expect_diags(__FILE__, __LINE__, NULL, "log-level info\0\n" LISTENER, 16 + strlen(LISTENER), -1,
                  (const struct want[]){E(1, 15, "NUL byte in the configuration")}, 1);
 }
 
@@ -1011,7 +985,7 @@ static void test_too_many_listeners(void **state)
                                 "listen l%d { protocol tcp; bind 127.0.0.1:%d; upstream h:1 }\n", i,
                                 i + 1);
     }
-    expect_diags(__LINE__, text, len, 0, NULL, 0);
+    expect_diags(__FILE__, __LINE__, NULL, text, len, 0, NULL, 0);
     snprintf(text + len, cap - len,
              "listen x { protocol tcp; bind 127.0.0.1:9999; upstream h:1 }\n");
     EXPECT(text, -1, E(1025, 1, "too many listeners (at most 1024)"));
@@ -1835,34 +1809,6 @@ static void test_garbage(void **state)
     }
 }
 
-/* Fail each allocation of a parse in turn: always -1 with an error and
- * nothing leaked, until the parse runs out of allocations to fail. */
-static void run_with_failing_allocations(const char *text, int want_rc)
-{
-    for (long nth = 0;; nth++) {
-        struct conf_diags d;
-        struct conf *c = NULL;
-        int rc;
-
-        conf_diags_init(&d);
-        conf_mem_fail_nth(nth);
-        rc = conf_parse_string("t.conf", text, strlen(text), &c, &d);
-        bool fired = conf_mem_fault_fired();
-        conf_mem_fail_nth(-1);
-        if (!fired) {
-            assert_int_equal(rc, want_rc);
-            conf_free(c);
-            conf_diags_free(&d);
-            assert_true(nth > 10);
-            return;
-        }
-        assert_int_equal(rc, -1);
-        assert_null(c);
-        assert_true(d.errors >= 1);
-        conf_diags_free(&d);
-    }
-}
-
 static void test_out_of_memory(void **state)
 {
     const char *path = write_temp(full_config, strlen(full_config));
@@ -1870,10 +1816,11 @@ static void test_out_of_memory(void **state)
     struct conf *c = NULL;
 
     (void)state;
-    run_with_failing_allocations(full_config, 0);
-    run_with_failing_allocations("log-levl x\nlisten a {\n protocol tpc\n bind ::1:2\n}\n"
-                                 "rule r on b { }\n\"unterminated",
-                                 -1);
+    parse_with_failing_allocations(NULL, full_config, 0);
+    parse_with_failing_allocations(NULL,
+                                   "log-levl x\nlisten a {\n protocol tpc\n bind ::1:2\n}\n"
+                                   "rule r on b { }\n\"unterminated",
+                                   -1);
     /* the first allocation of conf_parse_file: the file name */
     conf_diags_init(&d);
     conf_mem_fail_nth(0);

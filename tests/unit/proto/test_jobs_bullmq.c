@@ -23,8 +23,8 @@
 
 #include <cmocka.h>
 
-#include "jobs_testkit.h"
 #include "proto/resp_bullmq.h"
+#include "tests/lib/jobs_testkit.h"
 
 extern const struct resp_framework resp_framework_bullmq;
 static const struct resp_framework *const FW = &resp_framework_bullmq;
@@ -68,7 +68,7 @@ static void test_recorded_sessions_without_a_rule(void **state)
         }
     }
     assert_int_equal(jobs, 4);
-    free(enq);
+    kit_free(enq);
     kit_lacks(&r.host.said, "FAULT ");
     kit_lacks(&r.plans, "plan answer");
     kit_lacks(&r.plans, "plan rewrite");

@@ -24,6 +24,7 @@
 
 #include "offline/journal_reader.h"
 #include "proxy/journal.h"
+#include "tests/lib/golden.h"
 
 #define TEST_PATH_MAX 256
 
@@ -629,9 +630,8 @@ static void test_bad_headers(void **state)
      * nothing after it can be trusted to be this run's. */
     size_t size = file_size(f->path);
     copy_prefix(f->path, f->other, size);
+    uint8_t *whole = kit_read_path(f->other, &size);
     FILE *hp = fopen(f->other, "r+b");
-    uint8_t *whole = malloc(size);
-    assert_int_equal(fread(whole, 1, size, hp), size);
     uint8_t *at = memmem(whole, size, "staging.twice", 13);
     assert_non_null(at);
     fseek(hp, (long)(at - whole) + 12, SEEK_SET);
@@ -922,11 +922,8 @@ static void test_entries_end_with_their_checksum(void **state)
         journal_record(j, &rec);
     }
     journal_close(j);
-    size_t size = file_size(f->path);
-    uint8_t *buf = malloc(size);
-    FILE *fp = fopen(f->path, "rb");
-    assert_int_equal(fread(buf, 1, size, fp), size);
-    fclose(fp);
+    size_t size;
+    uint8_t *buf = kit_read_path(f->path, &size);
     size_t entries = 0;
     for (size_t off = 0; off < size; entries++) {
         uint64_t body = 0;
@@ -1056,16 +1053,6 @@ static void write_records(const char *path, size_t n, size_t *ends)
     journal_reader_close(r);
 }
 
-static uint8_t *slurp(const char *path, size_t *size)
-{
-    *size = file_size(path);
-    uint8_t *buf = malloc(*size + 1);
-    FILE *fp = fopen(path, "rb");
-    assert_int_equal(fread(buf, 1, *size, fp), *size);
-    fclose(fp);
-    return buf;
-}
-
 static void spill(const char *path, const uint8_t *buf, size_t size)
 {
     FILE *fp = fopen(path, "wb");
@@ -1084,7 +1071,7 @@ static void test_every_changed_byte_loses_one_record(void **state)
     size_t ends[N + 1];
     write_records(f->path, N, ends);
     size_t size = 0;
-    uint8_t *buf = slurp(f->path, &size);
+    uint8_t *buf = kit_read_path(f->path, &size);
     static const uint8_t flips[] = {0x01, 0x20, 0x80};
     for (size_t b = ends[0]; b < size; b++) {
         size_t k = 0;
@@ -1130,7 +1117,7 @@ static void test_garbage_between_records_and_zeros_at_the_end(void **state)
     size_t ends[N + 1];
     write_records(f->path, N, ends);
     size_t size = 0;
-    uint8_t *buf = slurp(f->path, &size);
+    uint8_t *buf = kit_read_path(f->path, &size);
     uint8_t *bad = malloc(size + 4096);
     uint64_t seed = 7;
     memcpy(bad, buf, ends[3]);
@@ -1173,7 +1160,7 @@ static void test_many_stretches_are_counted(void **state)
     size_t ends[N + 1];
     write_records(f->path, N, ends);
     size_t size = 0;
-    uint8_t *buf = slurp(f->path, &size);
+    uint8_t *buf = kit_read_path(f->path, &size);
     for (size_t k = 1; k < N; k += 2)
         buf[ends[k] + 3] ^= 0x40;
     spill(f->other, buf, size);
@@ -1204,7 +1191,7 @@ static void test_damage_without_checksums_stops(void **state)
     const char *ids3[] = {"a", "bb", "ccc"};
     write_unchecked_journal(f->path, ids3, 3);
     size_t size = 0;
-    uint8_t *buf = slurp(f->path, &size);
+    uint8_t *buf = kit_read_path(f->path, &size);
     /* The second record's first byte made one no protobuf field starts with.  (A length
      * prefix made larger than the rest of the file would read as a record cut short: without
      * checksums, nothing tells them apart.) */
@@ -1240,17 +1227,14 @@ static void test_mutated_journal_never_crashes(void **state)
         journal_record(j, &rec);
     }
     journal_close(j);
-    size_t size = file_size(f->path);
-    uint8_t *orig = malloc(size), *buf = malloc(size);
-    FILE *fp = fopen(f->path, "rb");
-    assert_int_equal(fread(orig, 1, size, fp), size);
-    fclose(fp);
+    size_t size;
+    uint8_t *orig = kit_read_path(f->path, &size), *buf = malloc(size);
     uint64_t seed = 42;
     for (int round = 0; round < 300; round++) {
         memcpy(buf, orig, size);
         for (int k = 0; k < 1 + round % 8; k++)
             buf[rng_next(&seed) % size] ^= (uint8_t)(1u << (rng_next(&seed) % 8));
-        fp = fopen(f->other, "wb");
+        FILE *fp = fopen(f->other, "wb");
         fwrite(buf, 1, size, fp);
         fclose(fp);
         char err[256];
@@ -1309,7 +1293,7 @@ static void test_new_refuses_a_journal_that_holds_a_run(void **state)
     struct fixture *f = *state;
     write_run(f->path, JOURNAL_MODE_NEW, "a", 3, true);
     size_t size = 0;
-    uint8_t *before = slurp(f->path, &size);
+    uint8_t *before = kit_read_path(f->path, &size);
     struct journal_header_info h = test_header();
     struct journal_found found;
     char err[512] = "";
@@ -1324,7 +1308,7 @@ static void test_new_refuses_a_journal_that_holds_a_run(void **state)
     assert_string_equal(err, want);
     assert_null(journal_open(f->path, &h, err, sizeof(err))); /* journal_open() is NEW too */
     size_t after_size = 0;
-    uint8_t *after = slurp(f->path, &after_size);
+    uint8_t *after = kit_read_path(f->path, &after_size);
     assert_int_equal(after_size, size);
     assert_memory_equal(after, before, size);
     free(after);
@@ -1426,7 +1410,7 @@ static void test_append_cuts_off_a_last_entry_cut_short(void **state)
     size_t ends[N + 1];
     write_records(f->path, N, ends);
     size_t size = 0;
-    uint8_t *whole = slurp(f->path, &size);
+    uint8_t *whole = kit_read_path(f->path, &size);
     assert_int_equal(size, ends[N]);
     for (size_t cut = ends[N - 1] + 1; cut < ends[N]; cut++) {
         spill(f->other, whole, cut);

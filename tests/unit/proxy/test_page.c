@@ -16,7 +16,6 @@
 
 #include <unistd.h>
 
-#include "cmd_testkit.h"
 #include "offline/fault_log.h"
 #include "offline/html.h"
 #include "offline/idshort.h"
@@ -25,6 +24,8 @@
 #include "offline/report.h"
 #include "offline/svg.h"
 #include "proxy/journal.h"
+#include "tests/lib/cmd_testkit.h"
+#include "tests/lib/golden.h"
 
 /* What fn wrote, as a string (caller frees). */
 struct capture {
@@ -407,17 +408,11 @@ static void write_small_run(struct fixture *f)
     write_file(f->effects, "0123456789-a\n");
 }
 
+/* The page at path, as a string. */
 static char *slurp(const char *path)
 {
-    FILE *fp = fopen(path, "r");
-    if (fp == NULL)
-        return NULL;
-    char *buf = calloc(1, 1 << 20);
-    assert_non_null(buf);
-    size_t n = fread(buf, 1, (1 << 20) - 1, fp);
-    buf[n] = '\0';
-    fclose(fp);
-    return buf;
+    size_t len;
+    return (char *)kit_read_path(path, &len);
 }
 
 static void test_commands_html_and_markdown(void **state)

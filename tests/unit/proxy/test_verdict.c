@@ -16,13 +16,13 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "cmd_testkit.h"
 #include "offline/journal_reader.h"
 #include "offline/json_out.h"
 #include "offline/report.h"
 #include "offline/verdict.h"
 #include "proxy/journal.h"
 #include "rules/rule.h"
+#include "tests/lib/cmd_testkit.h"
 
 #define T0_US 1764406800000000ull
 
