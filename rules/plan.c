@@ -3,6 +3,17 @@
  */
 #include "rules/plan.h"
 
+#include <stdlib.h>
+
+uint16_t rule_error_code(const struct rule *r)
+{
+    const char *c = r->action.error_code != NULL ? r->action.error_code : "406";
+    if (*c == '-')
+        c++;
+    long v = strtol(c, NULL, 10);
+    return v >= 200 && v <= 599 ? (uint16_t)v : 406;
+}
+
 struct job_fault rule_job_fault(const struct rule *r)
 {
     struct job_fault f = {.kind = JOB_FAULT_NONE};
@@ -26,6 +37,13 @@ struct job_fault rule_job_fault(const struct rule *r)
     case RULE_ACT_CLOSE:
         f.kind = JOB_FAULT_CLOSE;
         f.before = r->action.close_when == RULE_CLOSE_BEFORE;
+        break;
+    case RULE_ACT_ERROR:
+        f.kind = JOB_FAULT_ERROR;
+        f.code = rule_error_code(r);
+        break;
+    case RULE_ACT_EXPIRE:
+        f.kind = JOB_FAULT_EXPIRE;
         break;
     default:
         f.kind = JOB_FAULT_OTHER;

@@ -16,6 +16,10 @@
 /* The fault rule r asks of a job event; JOB_FAULT_NONE for NULL. */
 struct job_fault rule_job_fault(const struct rule *r);
 
+/* The AMQP reply code of an `error` rule: the number it names ("-406" is 406), 406 when it
+ * names none or no number in 200..599. */
+uint16_t rule_error_code(const struct rule *r);
+
 /* The rules' event of a module's event, and back. */
 enum rule_event rule_event_of_job(enum job_ev k);
 enum job_ev job_ev_of_rule(enum rule_event e);

@@ -68,6 +68,8 @@ enum job_fault_kind {
     JOB_FAULT_REDELIVER, /* a settlement lost so that the message comes back (ms: that late) */
     JOB_FAULT_DUPLICATE, /* a second copy (ms: that much after the first) */
     JOB_FAULT_CLOSE,     /* the connection is cut before or after the frame */
+    JOB_FAULT_ERROR,     /* the broker refuses it (AMQP: a channel.close with .code) */
+    JOB_FAULT_EXPIRE,    /* its visibility timeout runs out ms after the delivery unless acked */
     JOB_FAULT_OTHER,     /* an action this event does not take here: nothing is done */
 };
 
@@ -75,6 +77,8 @@ struct job_fault {
     enum job_fault_kind kind;
     uint32_t ms;
     bool before;      /* JOB_FAULT_CLOSE: before the frame reaches its peer */
+    uint16_t code;    /* JOB_FAULT_ERROR: the AMQP reply code the rule names (406 when it names
+                         none or no number in 200..599); 0 for other faults */
     const void *rule; /* the host's handle of the rule; NULL for JOB_FAULT_NONE */
 };
 
