@@ -244,90 +244,60 @@ static void on_expire(evutil_socket_t fd, short what, void *arg)
         apx_send_flush(ax, SIDE_UPSTREAM);
 }
 
-/* `duplicate` on a publish: the broker gets it twice, as from a producer that retried after
- * a lost confirm or a cut connection.  (Never on a channel in confirm mode: apx_decide_msg()
- * refuses the action there.) */
-static void publish_dup(struct amqp_px *ax, struct achan *ch, struct content *c,
-                        const struct rule *r)
+/* An `expire` rule armed on mi: its own visibility timeout; the rule is noted as a fault only
+ * if it runs out before the ack (on_expire). */
+static void arm_expire(struct amqp_px *ax, struct msg_info *mi, uint32_t ms, const struct rule *r)
 {
-    if (c->copy != NULL) {
-        c->dup = true;
-        return;
+    if (apx_arm_timer(ax, mi, &mi->expire_timer, ms, on_expire) && mi->expire_rules == NULL) {
+        mi->expire_rule = r;
+        mi->expire_rules = ax->s->loop->rules;
+        ruleset_get(mi->expire_rules);
     }
-    log_msg(LOG_WARN, "publish not duplicated",
-            "sid=%llu listener=%s channel=%u rule=%s "
-            "reason=no_copy",
-            (unsigned long long)ax->s->id, ax->s->cfg->l->name, ch->id, r->name);
 }
 
-/* The action of the rule that fired on a delivery or publish (one acts on an event:
- * ruleset_decide()).  Returns false when the session was cut. */
-static bool content_actions(struct amqp_px *ax, struct achan *ch, struct content *c,
-                            struct msg_info *mi, const size_t *hits, size_t n)
+/* Carries out plan p of a delivery or publish (mi: the delivery's record the ledger keeps, NULL
+ * for a publish or a no-ack delivery).  What the plan cannot know is settled here as the
+ * planner says: a late copy whose timer cannot be armed is a requeue now, a hold that cannot
+ * be pushed forwards the message.  Returns false when the session was cut. */
+static bool content_apply(struct amqp_px *ax, struct achan *ch, struct content *c,
+                          struct msg_info *mi, const struct amqp_content_plan *p)
 {
-    bool deliver = c->method != AMQP_BASIC_PUBLISH;
-    bool delay = false;
-    uint32_t delay_ms = 0;
-    for (size_t i = 0; i < n; i++) {
-        const struct rule *r = apx_hit_rule(ax, hits[i]);
-        switch (r->action.kind) {
-        case RULE_ACT_CLOSE:
-            if (r->action.close_when == RULE_CLOSE_BEFORE) {
-                apx_cut(ax, r, deliver ? SIDE_UPSTREAM : SIDE_CLIENT);
-                return false;
-            }
-            c->close_after = true;
-            break;
-        case RULE_ACT_ERROR:
-            /* The channel is closed under the message: no other action
-             * applies, and the ledger reset has freed `mi`. */
-            c->fate = FATE_DROP;
-            apx_inject_error(ax, ch, r, 60, (uint16_t)(c->method & 0xffff));
-            return apx_alive(ax);
-        case RULE_ACT_DROP:
-            c->fate = FATE_DROP;
-            if (deliver && c->ack_required)
-                apx_settle_now(ch, c->tag, false); /* the job is lost */
-            break;
-        case RULE_ACT_DELAY:
-            if (r->action.duration_ms >= delay_ms)
-                delay_ms = r->action.duration_ms;
-            delay = true;
-            break;
-        case RULE_ACT_DUPLICATE:
-            if (!deliver) {
-                publish_dup(ax, ch, c, r);
-                break;
-            }
-            if (!c->ack_required)
-                break;
-            if (r->action.duration_ms != 0 && mi != NULL && !mi->hold_ack &&
-                apx_arm_late(ax, mi, r->action.duration_ms)) {
-                mi->hold_ack = true; /* its ack waits for the copy */
-                mi->late_ms = r->action.duration_ms;
-                apx_note_late_rule(ax, mi, r);
-                ax->n_hold_ack++;
-            } else {
-                apx_settle_now(ch, c->tag, true);
-            }
-            break;
-        case RULE_ACT_EXPIRE:
-            if (c->ack_required && mi != NULL &&
-                apx_arm_timer(ax, mi, &mi->expire_timer, r->action.duration_ms, on_expire) &&
-                mi->expire_rules == NULL) {
-                mi->expire_rule = r;
-                mi->expire_rules = ax->s->loop->rules;
-                ruleset_get(mi->expire_rules);
-            }
-            break;
-        default:
-            break;
+    if (p->settle != AMQP_NOW_NONE)
+        apx_settle_now(ch, c->tag, p->settle == AMQP_NOW_REQUEUE);
+    if (p->cut_before != NULL) {
+        apx_cut(ax, p->cut_before, p->cut_from_broker ? SIDE_UPSTREAM : SIDE_CLIENT);
+        return false;
+    }
+    c->close_after = p->cut_after != NULL;
+    c->fate = p->fate == AMQP_FATE_DROP ? FATE_DROP : FATE_FORWARD;
+    if (p->error.on) {
+        /* The channel is closed under the message: the ledger reset has freed `mi`. */
+        apx_inject_error(ax, ch, &p->error);
+        return apx_alive(ax);
+    }
+    if (p->late) {
+        if (apx_arm_late(ax, mi, p->late_ms)) {
+            mi->hold_ack = true; /* its ack waits for the copy */
+            mi->late_ms = p->late_ms;
+            apx_note_late_rule(ax, mi, p->late_rule);
+            ax->n_hold_ack++;
+        } else if (p->settle == AMQP_NOW_NONE) {
+            apx_settle_now(ch, c->tag, true);
         }
     }
-    /* Hold only what is forwarded at all (a dropped message is not held). */
-    if (delay && c->fate == FATE_FORWARD) {
-        c->entry =
-            apx_held_push(ch, deliver ? SIDE_UPSTREAM : SIDE_CLIENT, apx_now_ms() + delay_ms, true);
+    if (p->expire)
+        arm_expire(ax, mi, p->expire_ms, p->expire_rule);
+    if (p->dup)
+        c->dup = true;
+    if (p->dup_missing) {
+        const struct rule *r = p->dup_rule;
+        log_msg(LOG_WARN, "publish not duplicated",
+                "sid=%llu listener=%s channel=%u rule=%s reason=no_copy",
+                (unsigned long long)ax->s->id, ax->s->cfg->l->name, ch->id, r->name);
+    }
+    if (p->fate == AMQP_FATE_HOLD) {
+        c->entry = apx_held_push(ch, c->method != AMQP_BASIC_PUBLISH ? SIDE_UPSTREAM : SIDE_CLIENT,
+                                 apx_now_ms() + p->hold_ms, true);
         if (c->entry != NULL)
             c->fate = FATE_HOLD;
     }
@@ -530,10 +500,20 @@ static void content_decide(struct amqp_px *ax, struct achan *ch, int from, struc
     }
     apx_journal_event(ax, deliver ? JOURNAL_KIND_DELIVER : JOURNAL_KIND_PUBLISH, mi, c->tag,
                       deliver && !c->ack_required ? APX_J_AUTO_ACK : 0);
-    size_t hits[SESSION_MAX_RULE_HITS];
+    struct job_fault f[SESSION_MAX_RULE_HITS];
     size_t n = apx_decide_msg(ax, deliver ? RULE_EV_DELIVER : RULE_EV_PUBLISH, mi, &hdrs,
-                              c->needs_body ? c->body : NULL, hits);
-    if (!content_actions(ax, ch, c, deliver && c->ack_required ? mi : NULL, hits, n))
+                              c->needs_body ? c->body : NULL, f);
+    struct msg_info *tracked = deliver && c->ack_required ? mi : NULL;
+    struct amqp_content_facts k = {
+        .publish = !deliver,
+        .method = c->method,
+        .ack_required = deliver && c->ack_required,
+        .tracked = tracked != NULL,
+        .hold_ack = tracked != NULL && tracked->hold_ack,
+        .has_copy = c->copy != NULL,
+    };
+    struct amqp_content_plan plan = amqp_plan_content(&k, f, n);
+    if (!content_apply(ax, ch, c, tracked, &plan))
         return;
     if (c->copy != NULL && (!c->dup || c->fate == FATE_DROP)) {
         evbuffer_free(c->copy); /* no copy goes out: stop copying */

@@ -26,12 +26,14 @@
 
 #include "proto/amqp.h"
 #include "proto/amqp_ledger.h"
+#include "proto/amqp_plan.h"
 #include "proxy/codec.h"
 #include "proxy/fault.h"
 #include "proxy/journal.h"
 #include "proxy/log.h"
 #include "proxy/session.h"
 #include "rules/engine.h"
+#include "rules/plan.h"
 
 /* Most channels one connection may use through twice (RabbitMQ's default
  * channel_max is 2047). */
@@ -238,8 +240,8 @@ void apx_chan_unblock(struct achan *ch, enum session_side from);
 void apx_event_from_info(struct engine_event *ev, enum rule_event kind, const struct msg_info *mi,
                          struct session *s, char *idbuf, size_t idlen);
 size_t apx_decide_msg(struct amqp_px *ax, enum rule_event kind, const struct msg_info *mi,
-                      const struct amqp_bytes *hdrs, struct evbuffer *body, size_t *hits);
-const struct rule *apx_hit_rule(struct amqp_px *ax, size_t idx);
+                      const struct amqp_bytes *hdrs, struct evbuffer *body,
+                      struct job_fault *faults);
 /* What apx_journal_event() marks a record with (journal.proto), bits. */
 enum {
     APX_J_REQUEUE = 1,   /* a NACK with requeue: the consumer asks for a new attempt */
@@ -250,8 +252,7 @@ void apx_journal_event(struct amqp_px *ax, enum journal_kind kind, const struct 
                        uint64_t tag, unsigned flags);
 void apx_close_channel(struct achan *ch, uint16_t code, const char *text, uint16_t class_id,
                        uint16_t method_id);
-void apx_inject_error(struct amqp_px *ax, struct achan *ch, const struct rule *r, uint16_t class_id,
-                      uint16_t method_id);
+void apx_inject_error(struct amqp_px *ax, struct achan *ch, const struct amqp_plan_error *e);
 void apx_cut(struct amqp_px *ax, const struct rule *r, enum session_side from);
 
 /* ---- amqp_settle.c ---- */

@@ -560,10 +560,13 @@ static size_t decide(struct amqp_px *ax, struct engine_event *ev, size_t *hits)
 
 /* Asks the rules about an event of a message (its content's header table and
  * body when given): the event is built only when some rule of the listener
- * looks at events of that kind, else only counted. */
+ * looks at events of that kind, else only counted.  Writes the faults of the rules that fired
+ * (SESSION_MAX_RULE_HITS at most) to `faults` and returns how many there are. */
 size_t apx_decide_msg(struct amqp_px *ax, enum rule_event kind, const struct msg_info *mi,
-                      const struct amqp_bytes *hdrs, struct evbuffer *body, size_t *hits)
+                      const struct amqp_bytes *hdrs, struct evbuffer *body,
+                      struct job_fault *faults)
 {
+    size_t hits[SESSION_MAX_RULE_HITS];
     if (!codec_wants(ax->s, kind)) {
         codec_count(ax->s, kind);
         return 0;
@@ -582,12 +585,10 @@ size_t apx_decide_msg(struct amqp_px *ax, enum rule_event kind, const struct msg
         ev.body = evbuffer_pullup(body, -1);
         ev.body_len = blen;
     }
-    return decide(ax, &ev, hits);
-}
-
-const struct rule *apx_hit_rule(struct amqp_px *ax, size_t idx)
-{
-    return ruleset_rule(ax->s->loop->rules, idx);
+    size_t n = decide(ax, &ev, hits);
+    for (size_t i = 0; i < n; i++)
+        faults[i] = rule_job_fault(ruleset_rule(ax->s->loop->rules, hits[i]));
+    return n;
 }
 
 /* flags: APX_J_* (a NACK's requeue, a settlement kept back, a no-ack delivery). */
@@ -635,15 +636,6 @@ static bool soft_error(uint16_t code)
     return (code >= 311 && code <= 313) || (code >= 403 && code <= 406);
 }
 
-static uint16_t error_code(const struct rule *r)
-{
-    const char *c = r->action.error_code ? r->action.error_code : "406";
-    if (*c == '-')
-        c++;
-    long v = strtol(c, NULL, 10);
-    return v >= 200 && v <= 599 ? (uint16_t)v : 406;
-}
-
 /* Closes channel ch as the broker would, with `code` and `text` to the client: the broker's
  * side of it is closed by twice (which requeues every delivery unacked on it), the broker's
  * close-ok swallowed, and the ledger reset (held acks are discarded). */
@@ -663,15 +655,15 @@ void apx_close_channel(struct achan *ch, uint16_t code, const char *text, uint16
     ch->closed_for_client = true;
 }
 
-/* The broker refuses: the client's channel (or connection) is closed with
- * `r`'s code and a RabbitMQ-like text.  Twice closes the broker's side of
+/* The broker refuses (a plan's error): the client's channel (or connection) is closed with
+ * the rule's code and a RabbitMQ-like text.  Twice closes the broker's side of
  * the channel too, so the broker requeues its unacked deliveries as it
  * would after its own channel error, and swallows both close-oks. */
-void apx_inject_error(struct amqp_px *ax, struct achan *ch, const struct rule *r, uint16_t class_id,
-                      uint16_t method_id)
+void apx_inject_error(struct amqp_px *ax, struct achan *ch, const struct amqp_plan_error *e)
 {
     apx_settle(ax);
-    uint16_t code = error_code(r);
+    const struct rule *r = e->rule;
+    uint16_t code = e->code, class_id = e->class_id, method_id = e->method_id;
     char text[200];
     snprintf(text, sizeof(text), "%s - injected by twice rule '%s'", reply_name(code), r->name);
     uint8_t frame[AMQP_ENCODE_MAX];
@@ -871,21 +863,17 @@ static void on_confirm(struct amqp_px *ax, struct achan *ch, const struct amqp_m
         apx_protocol_error(ax, "out of memory tracking confirms");
         return;
     }
-    const struct rule *close_after = NULL;
+    const void *close_after = NULL;
     for (size_t i = 0; i < plan.n; i++) {
         struct msg_info *mi = plan.tags[i].info;
         apx_journal_event(ax, JOURNAL_KIND_CONFIRM, mi, plan.tags[i].tag, 0);
-        size_t hits[SESSION_MAX_RULE_HITS];
-        size_t n = apx_decide_msg(ax, RULE_EV_CONFIRM, mi, NULL, NULL, hits);
-        for (size_t k = 0; k < n; k++) {
-            const struct rule *r = apx_hit_rule(ax, hits[k]);
-            if (r->action.kind == RULE_ACT_DROP)
-                plan.tags[i].verdict = AMQP_V_DROP;
-            else if (r->action.kind == RULE_ACT_CLOSE && r->action.close_when == RULE_CLOSE_BEFORE)
-                return apx_cut(ax, r, SIDE_UPSTREAM);
-            else if (r->action.kind == RULE_ACT_CLOSE)
-                close_after = r;
-        }
+        struct job_fault f[SESSION_MAX_RULE_HITS];
+        size_t n = apx_decide_msg(ax, RULE_EV_CONFIRM, mi, NULL, NULL, f);
+        struct amqp_confirm_plan p = amqp_plan_confirm(f, n, &close_after);
+        if (p.cut_before != NULL)
+            return apx_cut(ax, p.cut_before, SIDE_UPSTREAM);
+        if (p.drop)
+            plan.tags[i].verdict = AMQP_V_DROP;
     }
     int rc = apx_apply_plan(ch, SIDE_UPSTREAM, &plan, amqp_ledger_confirm_commit, len);
     if (rc < 0)

@@ -318,53 +318,28 @@ void apx_log_held_at_shutdown(const struct amqp_px *ax)
         log_held_chan(ax, ax->chans[i]);
 }
 
-/* Apply the rule that fired on one settled tag (one acts on an event: ruleset_decide()).
- * Returns false when the session was cut (`close before`). */
-static bool settle_verdict(struct amqp_px *ax, struct achan *ch, struct amqp_plan_tag *t,
-                           const size_t *hits, size_t n, const struct rule **close_after,
-                           const struct rule **error)
+/* Carries out plan p of one settled tag: arms its timers and sets the ledger's verdict (the
+ * planner's fallback when a timer cannot be armed: amqp_plan_settle_verdict()).  Returns false
+ * when the session was cut (`close before`). */
+static bool settle_apply(struct amqp_px *ax, struct amqp_plan_tag *t,
+                         const struct amqp_settle_plan *p)
 {
     struct msg_info *mi = t->info;
-    for (size_t i = 0; i < n; i++) {
-        const struct rule *r = apx_hit_rule(ax, hits[i]);
-        switch (r->action.kind) {
-        case RULE_ACT_REDELIVER:
-            t->verdict = AMQP_V_REQUEUE;
-            if (r->action.duration_ms != 0 && mi != NULL &&
-                apx_arm_late(ax, mi, r->action.duration_ms)) {
-                /* Held, then requeued at D instead of forwarded. */
-                t->verdict = AMQP_V_HOLD;
-                mi->late_ms = r->action.duration_ms;
-                apx_note_late_rule(ax, mi, r);
-            }
-            break;
-        case RULE_ACT_DROP:
-            t->verdict = AMQP_V_DROP;
-            note_ack_rule(ax, mi, r);
-            break;
-        case RULE_ACT_DELAY:
-            t->verdict = AMQP_V_HOLD;
-            if (!apx_arm_timer(ax, mi, &mi->timer, r->action.duration_ms, on_hold_release))
-                t->verdict = AMQP_V_PASS;
-            else
-                note_ack_rule(ax, mi, r);
-            break;
-        case RULE_ACT_CLOSE:
-            if (r->action.close_when == RULE_CLOSE_BEFORE) {
-                apx_cut(ax, r, SIDE_CLIENT);
-                return false;
-            }
-            *close_after = r;
-            break;
-        case RULE_ACT_ERROR:
-            t->verdict = AMQP_V_DROP;
-            *error = r;
-            break;
-        default:
-            break;
-        }
+    if (p->cut_before != NULL) {
+        apx_cut(ax, p->cut_before, SIDE_CLIENT);
+        return false;
     }
-    (void)ch;
+    bool late_ok = true, hold_ok = true;
+    if (p->late && (late_ok = apx_arm_late(ax, mi, p->late_ms))) {
+        /* Held, then requeued at D instead of forwarded. */
+        mi->late_ms = p->late_ms;
+        apx_note_late_rule(ax, mi, p->late_rule);
+    }
+    if (p->hold)
+        hold_ok = apx_arm_timer(ax, mi, &mi->timer, p->hold_ms, on_hold_release);
+    if (p->ack_rule != NULL && (hold_ok || p->ack_rule != p->hold_rule))
+        note_ack_rule(ax, mi, p->ack_rule);
+    t->verdict = amqp_plan_settle_verdict(p, late_ok, hold_ok);
     return true;
 }
 
@@ -431,8 +406,7 @@ void apx_on_settle(struct amqp_px *ax, struct achan *ch, const struct amqp_metho
      * and asks for no new attempt. */
     struct swallowed_ctx sw = {ax, kind == AMQP_SETTLE_ACK ? JOURNAL_KIND_ACK : JOURNAL_KIND_NACK};
     amqp_ledger_settle_swallowed(ch->ledger, &plan, journal_swallowed, &sw);
-    const struct rule *close_after = NULL;
-    const struct rule *error = NULL;
+    struct amqp_settle_after after = {0};
     for (size_t i = 0; i < plan.n; i++) {
         struct amqp_plan_tag *t = &plan.tags[i];
         struct msg_info *mi = t->info;
@@ -445,10 +419,12 @@ void apx_on_settle(struct amqp_px *ax, struct achan *ch, const struct amqp_metho
             t->verdict = AMQP_V_HOLD;
             continue;
         }
-        size_t hits[SESSION_MAX_RULE_HITS];
+        struct job_fault f[SESSION_MAX_RULE_HITS];
         size_t n = apx_decide_msg(ax, kind == AMQP_SETTLE_ACK ? RULE_EV_ACK : RULE_EV_NACK, mi,
-                                  NULL, NULL, hits);
-        if (!settle_verdict(ax, ch, t, hits, n, &close_after, &error))
+                                  NULL, NULL, f);
+        struct amqp_settle_facts k = {.method = m->id, .tracked = mi != NULL};
+        struct amqp_settle_plan p = amqp_plan_settle(&k, f, n, &after);
+        if (!settle_apply(ax, t, &p))
             return;
     }
     int rc = apx_apply_plan(ch, SIDE_CLIENT, &plan, amqp_ledger_settle_commit, len);
@@ -456,10 +432,10 @@ void apx_on_settle(struct amqp_px *ax, struct achan *ch, const struct amqp_metho
         apx_protocol_error(ax, "cannot rewrite a settlement: %s", amqp_ledger_strerror(rc));
         return;
     }
-    if (error != NULL)
-        apx_inject_error(ax, ch, error, 60, (uint16_t)(m->id & 0xffff));
-    else if (close_after != NULL)
-        apx_cut(ax, close_after, SIDE_CLIENT);
+    if (after.error.on)
+        apx_inject_error(ax, ch, &after.error);
+    else if (after.cut_after != NULL)
+        apx_cut(ax, after.cut_after, SIDE_CLIENT);
 }
 
 /* ---- drain (codec.h) ----------------------------------------------------- */
