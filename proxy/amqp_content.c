@@ -84,9 +84,9 @@ static struct msg_info *info_from_publish(struct achan *ch, const struct amqp_me
         return NULL;
     mi->exchange = apx_info_dup(mi, m->publish.exchange);
     mi->routing_key = apx_info_dup(mi, m->publish.routing_key);
-    /* Through the default exchange the routing key is the queue (Celery). */
-    if (m->publish.exchange.len == 0)
-        mi->queue = apx_info_dup(mi, m->publish.routing_key);
+    struct amqp_bytes queue;
+    if (amqp_app_publish_queue(&m->publish, &queue))
+        mi->queue = apx_info_dup(mi, queue);
     return mi;
 }
 
@@ -360,24 +360,18 @@ static void arm_visibility(struct amqp_px *ax, struct achan *ch, const struct co
     (void)apx_arm_timer(ax, mi, &mi->expire_timer, ms, on_expire);
 }
 
-/* The message's identity where Celery and most AMQP clients keep it: the message_id property,
- * Celery's `id` header, the correlation_id property. */
+/* The message's identity and task where the app keeps them by default (proto/amqp_app.h). */
 static void default_id(struct msg_info *mi, const struct amqp_props *p)
 {
     struct amqp_bytes v;
-    if (p->message_id.len > 0)
-        mi->message_id = apx_info_dup(mi, p->message_id);
-    else if (p->headers.len > 0 && amqp_table_find_string(p->headers, "id", &v) == 1)
-        mi->message_id = apx_info_dup(mi, v); /* Celery protocol 2 */
-    else if (p->correlation_id.len > 0)
-        mi->message_id = apx_info_dup(mi, p->correlation_id);
+    if (amqp_app_message_id(p, &v))
+        mi->message_id = apx_info_dup(mi, v);
 }
 
-/* Its task where Celery keeps it: the `task` header. */
 static void default_task(struct msg_info *mi, const struct amqp_props *p)
 {
     struct amqp_bytes v;
-    if (p->headers.len > 0 && amqp_table_find_string(p->headers, "task", &v) == 1)
+    if (amqp_app_task(p, &v))
         mi->task = apx_info_dup(mi, v);
 }
 
@@ -385,16 +379,6 @@ static void default_task(struct msg_info *mi, const struct amqp_props *p)
 static struct amqp_bytes str_bytes(const char *s)
 {
     return s != NULL ? amqp_cstr(s) : (struct amqp_bytes){0};
-}
-
-/* Celery's count of a task's retries, its `retries` header (an integer; celery/app/amqp.py,
- * as_task_v2): above 0 on a task its handler sent again with self.retry(). */
-static void app_retries(struct msg_info *mi, const struct amqp_props *p)
-{
-    int64_t n;
-    if (p->headers.len == 0 || amqp_table_find_int(p->headers, "retries", &n) != 1 || n <= 0)
-        return;
-    mi->retries = n > (int64_t)UINT32_MAX ? UINT32_MAX : (uint32_t)n;
 }
 
 /* A value of the listener's `message-id` or `task` longer than twice reads: said once per
@@ -435,7 +419,7 @@ static void ident_from_header(struct amqp_px *ax, struct content *c, struct msg_
 {
     const struct conf_listener *l = ax->s->cfg->l;
     c->id_at = c->task_at = MSG_FIELD_MAX_SOURCES;
-    app_retries(mi, p);
+    mi->retries = amqp_app_retries(p);
     if (l->message_id.n == 0)
         default_id(mi, p);
     if (l->task.n == 0)

@@ -25,6 +25,7 @@
 #include <string.h>
 
 #include "proto/amqp.h"
+#include "proto/amqp_app.h"
 #include "proto/amqp_ledger.h"
 #include "proto/amqp_plan.h"
 #include "proxy/codec.h"
@@ -62,7 +63,7 @@ struct msg_info {
     char *message_id;
     char *task;
     bool redelivered;
-    uint32_t retries; /* the app's retries of the message before (Celery's `retries` header) */
+    uint32_t retries; /* the app's retries of the message before (amqp_app_retries()) */
     uint64_t tag;
     struct event *timer;        /* hold release (a held settlement) */
     struct event *expire_timer; /* expire: the delivery's visibility timeout */

@@ -611,9 +611,7 @@ void apx_journal_event(struct amqp_px *ax, enum journal_kind kind, const struct 
         r.message_id = mi->message_id;
         r.redelivered = mi->redelivered;
         r.retries = mi->retries;
-        /* A publish of a message the app ran before: Celery's retry sends the task again, with
-         * the same id and its `retries` header one up. */
-        r.retry = kind == JOURNAL_KIND_PUBLISH && mi->retries > 0;
+        r.retry = kind == JOURNAL_KIND_PUBLISH && amqp_app_publish_is_retry(mi->retries);
     }
     r.retry |= kind == JOURNAL_KIND_NACK && (flags & APX_J_REQUEUE) != 0;
     r.kept_back = (flags & APX_J_KEPT_BACK) != 0;
@@ -730,8 +728,8 @@ static void consumer_remove(struct consumer *v, size_t *n, size_t i)
     (*n)--;
 }
 
-/* basic.consume from the client: with nowait (kombu for all but the last
- * queue) no consume-ok follows, so the consumer exists at once. */
+/* basic.consume from the client: with nowait (a client consuming several queues may set it on
+ * all but the last) no consume-ok follows, so the consumer exists at once. */
 static void remember_consume(struct achan *ch, const struct amqp_method *m)
 {
     struct amqp_bytes t = m->consume.consumer_tag, q = m->consume.queue;

@@ -30,7 +30,9 @@
 #include <string.h>
 
 #include "proto/amqp.h"
+#include "proto/amqp_app.h"
 #include "proto/amqp_plan.h"
+#include "tests/lib/golden.h"
 
 /* ---- faults ------------------------------------------------------------ */
 
@@ -504,6 +506,131 @@ static void test_confirm(void **state)
     assert_ptr_equal(after, RB);
 }
 
+/* ---- the app's conventions over the recorded session ------------------- */
+
+#define GOLDEN_FRAME_MAX 131072u
+
+static bool bytes_eq(struct amqp_bytes b, const char *s)
+{
+    return b.len == strlen(s) && memcmp(b.p, s, b.len) == 0;
+}
+
+/* What a stream's messages said, in order. */
+struct seen {
+    size_t n_publish, n_deliver, n_default_queue;
+};
+
+/* Walks a recorded stream: every content method's header gives the app's id, task and
+ * retries of message N (the recording's message_id "msg-N", its task id
+ * c0ffee00-...-00000000000N in the `id` header and correlation_id, task tasks.charge, N - 1
+ * retries), and every publish went through the default exchange to the recording's queue. */
+static void walk(const uint8_t *buf, size_t len, size_t off, struct seen *s)
+{
+    struct amqp_method m = {0};
+    bool content = false;
+    while (off < len) {
+        struct amqp_frame f;
+        assert_int_equal(amqp_frame_parse(buf + off, len - off, GOLDEN_FRAME_MAX, &f), 1);
+        off += f.frame_len;
+        if (f.type == AMQP_FRAME_METHOD) {
+            assert_int_equal(amqp_method_decode(f.payload, f.size, &m), 0);
+            content = m.id == AMQP_BASIC_PUBLISH || m.id == AMQP_BASIC_DELIVER ||
+                      m.id == AMQP_BASIC_GET_OK;
+            if (m.id == AMQP_BASIC_PUBLISH) {
+                struct amqp_bytes q;
+                s->n_publish++;
+                if (amqp_app_publish_queue(&m.publish, &q)) {
+                    assert_true(bytes_eq(q, "twice.golden"));
+                    s->n_default_queue++;
+                }
+            } else if (content) {
+                s->n_deliver++;
+            }
+            continue;
+        }
+        if (f.type != AMQP_FRAME_HEADER || !content)
+            continue;
+        content = false;
+        struct amqp_props p;
+        assert_int_equal(amqp_content_header_decode(f.payload, f.size, &p), 0);
+        struct amqp_bytes id, task;
+        assert_true(amqp_app_message_id(&p, &id));
+        assert_true(id.len == 5 && memcmp(id.p, "msg-", 4) == 0);
+        int n = id.p[4] - '0';
+        assert_true(n >= 1 && n <= 9);
+        assert_true(amqp_app_task(&p, &task));
+        assert_true(bytes_eq(task, "tasks.charge"));
+        assert_int_equal(amqp_app_retries(&p), (uint32_t)(n - 1));
+        assert_int_equal(amqp_app_publish_is_retry(amqp_app_retries(&p)), n > 1);
+        /* Without the message_id property: Celery's `id` header; without headers either: the
+         * correlation_id; without all three: none.  Without headers: no task, no retries. */
+        char want[64];
+        snprintf(want, sizeof(want), "c0ffee00-0000-4000-8000-00000000000%d", n);
+        struct amqp_props q = p;
+        q.message_id.len = 0;
+        assert_true(amqp_app_message_id(&q, &id));
+        assert_true(bytes_eq(id, want));
+        assert_ptr_not_equal(id.p, p.correlation_id.p); /* the header's, not the property */
+        q.headers.len = 0;
+        assert_true(amqp_app_message_id(&q, &id));
+        assert_ptr_equal(id.p, p.correlation_id.p);
+        assert_false(amqp_app_task(&q, &task));
+        assert_int_equal(amqp_app_retries(&q), 0);
+        q.correlation_id.len = 0;
+        assert_false(amqp_app_message_id(&q, &id));
+    }
+}
+
+static void test_app_recorded(void **state)
+{
+    (void)state;
+    size_t clen = 0, slen = 0;
+    uint8_t *client = kit_golden(&clen, "amqp/client.bin");
+    uint8_t *server = kit_golden(&slen, "amqp/server.bin");
+    struct seen c = {0}, s = {0};
+    walk(client, clen, AMQP_PROTOCOL_HEADER_SIZE, &c);
+    walk(server, slen, 0, &s);
+    /* capture_amqp.py: 6 publishes, all to the default exchange; the broker's deliveries and
+     * get-oks of them. */
+    assert_int_equal(c.n_publish, 6);
+    assert_int_equal(c.n_default_queue, 6);
+    assert_true(s.n_deliver >= 3);
+    kit_free(client);
+    kit_free(server);
+}
+
+static void test_app_edges(void **state)
+{
+    (void)state;
+    /* Another exchange: its bindings decide, no queue. */
+    struct amqp_method m = {.id = AMQP_BASIC_PUBLISH};
+    m.publish.exchange = amqp_cstr("celery");
+    m.publish.routing_key = amqp_cstr("celery");
+    struct amqp_bytes q = {0};
+    assert_false(amqp_app_publish_queue(&m.publish, &q));
+    m.publish.exchange.len = 0;
+    assert_true(amqp_app_publish_queue(&m.publish, &q));
+    assert_true(bytes_eq(q, "celery"));
+    /* No properties: nothing. */
+    struct amqp_props p = {0};
+    assert_false(amqp_app_message_id(&p, &q));
+    assert_false(amqp_app_task(&p, &q));
+    assert_int_equal(amqp_app_retries(&p), 0);
+    assert_false(amqp_app_publish_is_retry(0));
+    /* retries: negative is none, beyond 32 bits is UINT32_MAX; a string is none. */
+    static const uint8_t neg[] = {7,    'r',  'e',  't',  'r',  'i',  'e',  's', 'l',
+                                  0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xfe};
+    static const uint8_t big[] = {7, 'r', 'e', 't', 'r', 'i', 'e', 's', 'l',
+                                  0, 0,   0,   1,   0,   0,   0,   0};
+    static const uint8_t str[] = {7, 'r', 'e', 't', 'r', 'i', 'e', 's', 'S', 0, 0, 0, 1, '3'};
+    p.headers = (struct amqp_bytes){neg, sizeof(neg)};
+    assert_int_equal(amqp_app_retries(&p), 0);
+    p.headers = (struct amqp_bytes){big, sizeof(big)};
+    assert_int_equal(amqp_app_retries(&p), UINT32_MAX);
+    p.headers = (struct amqp_bytes){str, sizeof(str)};
+    assert_int_equal(amqp_app_retries(&p), 0);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -521,6 +648,8 @@ int main(void)
         cmocka_unit_test(test_settle_close_error),
         cmocka_unit_test(test_settle_multiple),
         cmocka_unit_test(test_confirm),
+        cmocka_unit_test(test_app_recorded),
+        cmocka_unit_test(test_app_edges),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
