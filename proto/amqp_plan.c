@@ -4,6 +4,9 @@
  */
 #include "proto/amqp_plan.h"
 
+#include <stdio.h>
+#include <string.h>
+
 static struct amqp_plan_error plan_error(const struct job_fault *f, uint32_t method)
 {
     return (struct amqp_plan_error){
@@ -198,4 +201,49 @@ struct amqp_confirm_plan amqp_plan_confirm(const struct job_fault *f, size_t n,
         }
     }
     return p;
+}
+
+void amqp_plan_expiry(const struct amqp_expiry_facts *k, struct amqp_expiry_plan *p)
+{
+    memset(p, 0, sizeof(*p));
+    /* Settled at the broker in time: nothing expired. */
+    if (!k->settleable)
+        return;
+    /* Not settled at the broker within the timeout (the client has not acked, or twice holds
+     * or dropped its ack): the broker hands the message to another consumer; a late ack is
+     * swallowed, a held one discarded.  An `expire` rule's fault is noted now (a message settled in
+     * time was not faulted); the listener's timeout is journaled as EXPIRED naming the rule that
+     * held or dropped the ack: that rule's fault was noted when it decided, and the requeue is its
+     * consequence, not a second one. */
+    p->rule = k->expire_rule != NULL ? k->expire_rule : k->ack_rule;
+    p->cause = k->expire_rule != NULL ? AMQP_EXPIRY_RULE
+               : k->consumer_timeout  ? AMQP_EXPIRY_CONSUMER
+                                      : AMQP_EXPIRY_VISIBILITY;
+    if (p->cause != AMQP_EXPIRY_CONSUMER) {
+        p->requeue = true;
+        return;
+    }
+    /* RabbitMQ's consumer_timeout: the channel closes under the consumer, every delivery
+     * unacked on it goes back to its queue (rabbit_channel's evaluate_consumer_timeout). */
+    p->close_channel = true;
+    p->close_code = 406;
+    snprintf(p->close_text, sizeof(p->close_text),
+             "PRECONDITION_FAILED - delivery acknowledgement on channel %u timed out. "
+             "Timeout value used: %u ms. This timeout value can be configured, see "
+             "consumers doc guide to learn more",
+             k->channel, k->timeout_ms);
+}
+
+const char *amqp_expiry_name(enum amqp_expiry_cause c)
+{
+    switch (c) {
+    case AMQP_EXPIRY_RULE:
+        return "expire";
+    case AMQP_EXPIRY_VISIBILITY:
+        return "visibility-timeout";
+    case AMQP_EXPIRY_CONSUMER:
+        return "consumer-timeout";
+    default:
+        return "";
+    }
 }

@@ -1,6 +1,6 @@
 /*
- * amqp_plan.h - what an AMQP connection does with a delivery, a publish or one tag of a
- * client's settlement after a fault, as data.
+ * amqp_plan.h - what an AMQP connection does with a delivery, a publish, one tag of a
+ * client's settlement or of a broker's confirm after a fault, as data.
  *
  * The proxy gathers the facts of the event (a delivery the client must ack or a no-ack
  * consumer's, whether the ledger keeps its record, whether its ack already waits for a late
@@ -10,7 +10,11 @@
  * settled by twice at once; a late copy, an expiry or a hold of the ack armed; the publish
  * duplicated; for a settled tag the ledger's verdict (proto/amqp_ledger.h).  Each part of a plan
  * names the fault's rule as the opaque handle the fault carried (for the log and the journal).
- * The proxy carries a plan out in one place (proxy/amqp_content.c, proxy/amqp_settle.c).
+ * The proxy carries each kind of plan out in one place: content_apply() (proxy/amqp_content.c),
+ * settle_apply() (proxy/amqp_settle.c), on_confirm() (proxy/amqp_proxy.c), on_expire().
+ *
+ * A delivery's expiry (an `expire` rule's timer, or the listener's visibility or consumer
+ * timeout) is planned the same way when its timer fires.
  *
  * Pure: no I/O, no clock, no allocation.  Guarantees (tests/unit/test_amqp_plan.c):
  *   - no faults: the message is forwarded, the settlement passed, nothing else;
@@ -152,6 +156,49 @@ struct amqp_settle_plan amqp_plan_settle(const struct amqp_settle_facts *k,
  * has none). */
 enum amqp_verdict amqp_plan_settle_verdict(const struct amqp_settle_plan *p, bool late_ok,
                                            bool hold_ok);
+
+/* ---- a delivery's timeout running out ---------------------------------- */
+
+/* What the proxy knows when a delivery's expiry timer fires. */
+struct amqp_expiry_facts {
+    bool settleable; /* unsettled at the broker: neither acked in time nor settled by twice */
+    const void *expire_rule; /* an `expire` rule armed the timer; NULL: the listener's timeout */
+    const void *ack_rule;    /* the rule that holds or dropped the client's ack, if one */
+    bool consumer_timeout;   /* the listener's timeout is RabbitMQ's consumer_timeout */
+    uint16_t channel;
+    uint32_t timeout_ms; /* the listener's timeout */
+};
+
+/* Why it expired (the log's and the journal's `timeout`). */
+enum amqp_expiry_cause {
+    AMQP_EXPIRY_NONE,       /* settled in time: nothing happens */
+    AMQP_EXPIRY_RULE,       /* an `expire`: its rule's fault is noted now */
+    AMQP_EXPIRY_VISIBILITY, /* the listener's visibility timeout: journaled as EXPIRED */
+    AMQP_EXPIRY_CONSUMER,   /* RabbitMQ's consumer_timeout: EXPIRED, and the channel closes */
+};
+
+/* Room for the text RabbitMQ closes a channel with on a consumer timeout. */
+#define AMQP_EXPIRY_TEXT_MAX 256
+
+struct amqp_expiry_plan {
+    enum amqp_expiry_cause cause;
+    const void *rule; /* the expire rule, else the rule that holds or dropped the ack (or NULL) */
+    /* The delivery requeued upstream by twice (not with a consumer timeout: the channel's close
+     * requeues every delivery unacked on it). */
+    bool requeue;
+    /* AMQP_EXPIRY_CONSUMER: the channel closed with 406 and RabbitMQ's text
+     * (rabbit_channel's evaluate_consumer_timeout). */
+    bool close_channel;
+    uint16_t close_code;
+    char close_text[AMQP_EXPIRY_TEXT_MAX];
+};
+
+/* The plan of a delivery's expiry with facts *k. */
+void amqp_plan_expiry(const struct amqp_expiry_facts *k, struct amqp_expiry_plan *p);
+
+/* "expire", "visibility-timeout", "consumer-timeout" (the log's and journal's names); "" for
+ * AMQP_EXPIRY_NONE. */
+const char *amqp_expiry_name(enum amqp_expiry_cause c);
 
 /* ---- one tag of a broker's publisher confirm --------------------------- */
 

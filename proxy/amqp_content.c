@@ -5,8 +5,10 @@
  * A content is decided when its header arrives, or when its whole body has, if a rule
  * matches on the body.  Until then its frames stay where they were read while nothing comes
  * between them, else are copied into the connection's small stash of that direction or kept
- * as chains.  Then it goes on, waits (delay), is dropped, or is duplicated as its rule says,
- * and its event is journaled with the message's identity.
+ * as chains.  Then it goes on, waits (delay), is dropped, or is duplicated as the plan of its
+ * rule's fault says (proto/amqp_plan.h; content_apply() carries it out), and its event is
+ * journaled with the message's identity (by default where proto/amqp_app.h says the app keeps
+ * it).
  */
 #include "proxy/amqp_internal.h"
 
@@ -195,25 +197,24 @@ static void on_expire(evutil_socket_t fd, short what, void *arg)
         return;
     struct amqp_px *ax = ch->ax;
     uint64_t tag = mi->tag;
-    /* Settled at the broker in time: nothing expired. */
-    if (!amqp_ledger_twice_settleable(ch->ledger, tag))
-        return;
-    /* Not settled at the broker within the visibility timeout (the client
-     * has not acked, or twice holds or dropped its ack): the broker hands
-     * the message to another consumer; a late ack is swallowed, a held one
-     * discarded.  An `expire` rule's fault is noted now (a message settled in
-     * time was not faulted); the listener's timeout is journaled as EXPIRED,
-     * naming the rule that held or dropped the ack: that rule's fault was
-     * noted when it decided, and the requeue is its consequence, not a second
-     * fault.  Both first: settling a delivery whose ack twice dropped or
-     * holds forgets it and frees mi (and this timer). */
     const struct conf_listener *l = ax->s->cfg->l;
-    bool whole_channel = mi->expire_rule == NULL && l->consumer_timeout;
-    const char *timeout = mi->expire_rule != NULL ? "expire"
-                          : whole_channel         ? "consumer-timeout"
-                                                  : "visibility-timeout";
-    const struct rule *r = mi->expire_rule != NULL ? mi->expire_rule : mi->ack_rule;
-    if (mi->expire_rule != NULL) {
+    struct amqp_expiry_facts k = {
+        .settleable = amqp_ledger_twice_settleable(ch->ledger, tag),
+        .expire_rule = mi->expire_rule,
+        .ack_rule = mi->ack_rule,
+        .consumer_timeout = l->consumer_timeout,
+        .channel = ch->id,
+        .timeout_ms = l->visibility_ms,
+    };
+    struct amqp_expiry_plan p;
+    amqp_plan_expiry(&k, &p);
+    if (p.cause == AMQP_EXPIRY_NONE)
+        return;
+    /* Noted or journaled first: settling a delivery whose ack twice dropped or holds forgets
+     * it and frees mi (and this timer). */
+    const struct rule *r = p.rule;
+    const char *timeout = amqp_expiry_name(p.cause);
+    if (p.cause == AMQP_EXPIRY_RULE) {
         struct engine_event ev;
         char idbuf[96];
         apx_event_from_info(&ev, RULE_EV_DELIVER, mi, ax->s, idbuf, sizeof(idbuf));
@@ -225,22 +226,14 @@ static void on_expire(evutil_socket_t fd, short what, void *arg)
             "sid=%llu listener=%s channel=%u delivery_tag=%llu rule=%s timeout=%s",
             (unsigned long long)ax->s->id, l->name, ch->id, (unsigned long long)tag,
             r != NULL ? r->name : "-", timeout);
-    if (whole_channel) {
-        /* RabbitMQ's consumer_timeout: the channel closes under the consumer, every delivery
-         * unacked on it goes back to its queue (rabbit_channel's evaluate_consumer_timeout). */
-        char text[256];
-        snprintf(text, sizeof(text),
-                 "PRECONDITION_FAILED - delivery acknowledgement on channel %u timed out. "
-                 "Timeout value used: %u ms. This timeout value can be configured, see "
-                 "consumers doc guide to learn more",
-                 ch->id, l->visibility_ms);
+    if (p.close_channel) {
         apx_settle(ax);
-        apx_close_channel(ch, 406, text, 0, 0);
+        apx_close_channel(ch, p.close_code, p.close_text, 0, 0);
         apx_send_flush(ax, SIDE_UPSTREAM);
         apx_send_flush(ax, SIDE_CLIENT);
         return;
     }
-    if (apx_settle_now(ch, tag, true))
+    if (p.requeue && apx_settle_now(ch, tag, true))
         apx_send_flush(ax, SIDE_UPSTREAM);
 }
 

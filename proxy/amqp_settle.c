@@ -4,9 +4,10 @@
  * Per channel and direction, frames twice holds (delay) wait in order in a queue: nothing on
  * that channel overtakes them, while other channels and heartbeats keep flowing.  The client's
  * acks, nacks and rejects are split per delivery tag (proto/amqp_ledger.h keeps the tags
- * consistent on both ends) and each is decided by its message's rules: forwarded, held past a
- * visibility or consumer timeout, swallowed, replaced by a requeue (`redeliver`), or held
- * until a late copy (`redeliver after D`, `duplicate after D`).
+ * consistent on both ends) and each is decided by its message's rules (planned by
+ * proto/amqp_plan.h, carried out by settle_apply()): forwarded, held past a visibility or
+ * consumer timeout, swallowed, replaced by a requeue (`redeliver`), or held until a late copy
+ * (`redeliver after D`, `duplicate after D`).
  */
 #include "proxy/amqp_internal.h"
 

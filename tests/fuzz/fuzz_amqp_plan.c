@@ -7,17 +7,19 @@
  *         proto/amqp_plan.c -o fuzz_amqp_plan
  *
  * The input is a list of events: a byte picks the event (a delivery, a publish, a settled
- * tag, a confirm) and its facts, a byte how many faults fired, then three bytes a fault (its
- * kind, its time, its rule, a cut's side).  Invariants are checked with abort(): every rule a
+ * tag, a confirm, an expiry) and its facts, a byte how many faults fired, then three bytes a fault
+ * (its kind, its time, its rule, a cut's side).  Invariants are checked with abort(): every rule a
  * plan names is one of the event's faults of the right kind; a cut before ends the plan (no
  * fault after it shows); an error drops the message and arms nothing; a dropped message is not
  * held and a held one for its longest delay; twice settles only a delivery the client acks,
  * and timers hang only on a delivery the ledger keeps; a settle plan's fallbacks never turn a
- * drop into a pass.
+ * drop into a pass; an expiry does nothing to a delivery settled in time, and else requeues it
+ * or closes its channel.
  */
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "proto/amqp.h"
 #include "proto/amqp_plan.h"
@@ -175,6 +177,33 @@ static void check_confirm(const struct job_fault *f, size_t n)
     CHECK(i < 0 || ((size_t)i < end && !f[i].before));
 }
 
+/* An expiry: nothing when settled in time; else its rule, a requeue or (a consumer timeout,
+ * no expire rule) the channel's close with its text, never both. */
+static void check_expiry(uint8_t ev, const struct job_fault *f, size_t n)
+{
+    struct amqp_expiry_facts k = {
+        .settleable = (ev & 0x04) != 0,
+        .expire_rule = n > 0 && (ev & 0x08) != 0 ? f[0].rule : NULL,
+        .ack_rule = n > 1 && (ev & 0x10) != 0 ? f[1].rule : NULL,
+        .consumer_timeout = (ev & 0x20) != 0,
+        .channel = (uint16_t)(ev * 257u),
+        .timeout_ms = (uint32_t)ev * 1000u,
+    };
+    struct amqp_expiry_plan p;
+    amqp_plan_expiry(&k, &p);
+    if (!k.settleable) {
+        CHECK(p.cause == AMQP_EXPIRY_NONE && !p.requeue && !p.close_channel && p.rule == NULL);
+        return;
+    }
+    CHECK(p.requeue != p.close_channel);
+    CHECK(p.rule == (k.expire_rule != NULL ? k.expire_rule : k.ack_rule));
+    CHECK(p.close_channel == (k.expire_rule == NULL && k.consumer_timeout));
+    if (p.close_channel)
+        CHECK(p.close_code == 406 && strlen(p.close_text) > 0 &&
+              strlen(p.close_text) < sizeof(p.close_text));
+    CHECK(amqp_expiry_name(p.cause)[0] != '\0');
+}
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
     static const uint32_t content_methods[] = {AMQP_BASIC_DELIVER, AMQP_BASIC_GET_OK,
@@ -200,7 +229,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
             if (f[got].kind == JOB_FAULT_NONE)
                 f[got].rule = NULL;
         }
-        switch (ev % 3) {
+        switch (ev % 4) {
         case 0: {
             uint32_t method = content_methods[(ev >> 2) % 3];
             struct amqp_content_facts k = {
@@ -220,8 +249,11 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
             check_settle(&k, f, got);
             break;
         }
-        default:
+        case 2:
             check_confirm(f, got);
+            break;
+        default:
+            check_expiry(ev, f, got);
             break;
         }
     }

@@ -5,7 +5,9 @@
  *   - Every fault on a delivery (one the client acks, a no-ack consumer's, one whose ack waits
  *     for a late copy already), on a publish (copied or not), on each tag of a client's ack,
  *     multiple ack, nack and reject, and on a publisher confirm: the plan is the one the proxy
- *     carried out before the planner was split from it, each part naming its fault's rule.
+ *     carried out before the planner was split from it, each part naming its fault's rule; a
+ *     delivery's expiry (an `expire` rule's, a visibility timeout, RabbitMQ's consumer
+ *     timeout).
  *   - Combinations of faults on one event (one rule acts on an AMQP message event, but the
  *     planner takes a list): delay + duplicate, close after + delay, an error ending the plan,
  *     a cut before keeping the settlement planned before it, the longest delay, a drop never
@@ -506,6 +508,53 @@ static void test_confirm(void **state)
     assert_ptr_equal(after, RB);
 }
 
+/* ---- expiries ---------------------------------------------------------- */
+
+static void test_expiry(void **state)
+{
+    (void)state;
+    struct amqp_expiry_plan p;
+    /* Settled in time: nothing, whatever armed it. */
+    struct amqp_expiry_facts k = {.expire_rule = RA, .ack_rule = RB, .consumer_timeout = true};
+    amqp_plan_expiry(&k, &p);
+    assert_int_equal(p.cause, AMQP_EXPIRY_NONE);
+    assert_false(p.requeue || p.close_channel);
+    assert_null(p.rule);
+    assert_string_equal(amqp_expiry_name(p.cause), "");
+    /* An expire rule: its fault, a requeue (even on a consumer-timeout listener). */
+    k.settleable = true;
+    amqp_plan_expiry(&k, &p);
+    assert_int_equal(p.cause, AMQP_EXPIRY_RULE);
+    assert_ptr_equal(p.rule, RA);
+    assert_true(p.requeue);
+    assert_false(p.close_channel);
+    assert_string_equal(amqp_expiry_name(p.cause), "expire");
+    /* The listener's visibility timeout: named after the rule that held or dropped the ack. */
+    k = (struct amqp_expiry_facts){.settleable = true, .ack_rule = RB, .timeout_ms = 30000};
+    amqp_plan_expiry(&k, &p);
+    assert_int_equal(p.cause, AMQP_EXPIRY_VISIBILITY);
+    assert_ptr_equal(p.rule, RB);
+    assert_true(p.requeue);
+    assert_string_equal(amqp_expiry_name(p.cause), "visibility-timeout");
+    k.ack_rule = NULL; /* the worker was slow */
+    amqp_plan_expiry(&k, &p);
+    assert_null(p.rule);
+    assert_true(p.requeue);
+    /* RabbitMQ's consumer_timeout: the channel closes with its text, no requeue of one. */
+    k = (struct amqp_expiry_facts){
+        .settleable = true, .consumer_timeout = true, .channel = 7, .timeout_ms = 1500};
+    amqp_plan_expiry(&k, &p);
+    assert_int_equal(p.cause, AMQP_EXPIRY_CONSUMER);
+    assert_false(p.requeue);
+    assert_true(p.close_channel);
+    assert_int_equal(p.close_code, 406);
+    assert_string_equal(p.close_text,
+                        "PRECONDITION_FAILED - delivery acknowledgement on channel 7 timed out. "
+                        "Timeout value used: 1500 ms. This timeout value can be configured, see "
+                        "consumers doc guide to learn more");
+    assert_string_equal(amqp_expiry_name(p.cause), "consumer-timeout");
+}
+
 /* ---- the app's conventions over the recorded session ------------------- */
 
 #define GOLDEN_FRAME_MAX 131072u
@@ -648,6 +697,7 @@ int main(void)
         cmocka_unit_test(test_settle_close_error),
         cmocka_unit_test(test_settle_multiple),
         cmocka_unit_test(test_confirm),
+        cmocka_unit_test(test_expiry),
         cmocka_unit_test(test_app_recorded),
         cmocka_unit_test(test_app_edges),
     };
