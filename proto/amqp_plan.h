@@ -16,7 +16,7 @@
  * A delivery's expiry (an `expire` rule's timer, or the listener's visibility or consumer
  * timeout) is planned the same way when its timer fires.
  *
- * Pure: no I/O, no clock, no allocation.  Guarantees (tests/unit/test_amqp_plan.c):
+ * Pure: no I/O, no clock, no allocation.  Guarantees (tests/unit/proto/test_amqp_plan.c):
  *   - no faults: the message is forwarded, the settlement passed, nothing else;
  *   - a cut before ends the plan: later faults are not planned, earlier settlements are (the
  *     frames twice queued before a cut still go out);
