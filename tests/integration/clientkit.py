@@ -108,11 +108,10 @@ def pika_conn(port, heartbeat=0, **kw):
 
 def close_quietly(conn):
     """Close a pika connection whose peer may be gone already."""
-    import pika
     try:
         if conn.is_open:
             conn.close()
-    except (pika.exceptions.AMQPError, OSError):
+    except Exception:  # noqa: BLE001 - closed under it (twice or the broker): nothing to do
         pass
 
 
