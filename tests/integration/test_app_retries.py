@@ -38,7 +38,7 @@ DRIVER_TIMEOUT = 180
 
 
 class AppRetries(dk.FrameworkCase):
-    tmp_prefix = "twice-it-retries-"
+    TMP_PREFIX = "twice-it-retries-"
 
     def run_app(self, framework, block, rule_text, driver_args, env=None):
         """twice with `block` and rule_text, the app through it with RETRIED retried jobs;

@@ -70,7 +70,7 @@ def rules(listener, event, action, tasks, extra=""):
 
 
 class LateCopies(dk.FrameworkCase):
-    tmp_prefix = "twice-it-late-"
+    TMP_PREFIX = "twice-it-late-"
 
     def run_app(self, framework, rule_text, listen_extra="", driver_args=(), upstream=None,
                 env=None):
@@ -232,7 +232,7 @@ class PublishCopies(LateCopies):
     a cut connection.  Each faulted job runs twice; charge doubles its effect, charge_safe (its
     key is the job's own id) does not."""
 
-    tmp_prefix = "twice-it-pubcopy-"
+    TMP_PREFIX = "twice-it-pubcopy-"
 
     def publish_copies(self, framework, **kw):
         _, unsafe, safe = APPS[framework]
