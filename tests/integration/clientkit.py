@@ -23,7 +23,6 @@ import re
 import shutil
 import sys
 import tempfile
-import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import harness as h  # noqa: E402
@@ -79,6 +78,15 @@ def redis_py(port, timeout=WAIT, **kw):
                        socket_connect_timeout=timeout, **kw)
 
 
+def read_until_eof(conn):
+    """What a raw Conn still receives until the peer closes (a reset counts as a close)."""
+    rest = bytes(conn.rd.buf[conn.rd.pos:])
+    try:
+        return rest + h.recv_all(conn.sock)
+    except (ConnectionResetError, BrokenPipeError):
+        return rest
+
+
 def pipeline(conn, *commands):
     """Send every command (tuples of arguments) in one write on a raw Conn, then read their
     replies: [(value, raw bytes)] in order."""
@@ -88,6 +96,17 @@ def pipeline(conn, *commands):
 
 # ---------------------------------------------------------------------------
 # AMQP (pika)
+
+_shared = {}
+
+
+def shared_rabbitmq():
+    """One RabbitMQ node for every class of the test process that sets RABBITMQ = "shared"
+    (started on first need, stopped at exit): a file's classes need not wait for a node each."""
+    if "rabbit" not in _shared:
+        _shared["rabbit"] = h.start_rabbitmq(h.make_tmpdir("twice-it-rabbit-"))
+    return _shared["rabbit"]
+
 
 def pika_params(port, heartbeat=0, **kw):
     """pika parameters of 127.0.0.1:port: one connection attempt, bounded socket and
@@ -115,15 +134,29 @@ def close_quietly(conn):
         pass
 
 
-def declare_queues(port, *queues, **kw):
-    """queue_declare each queue (non-durable unless durable=True) on one short connection."""
+def declare_queues(port, *queues, durable=False, purge=False):
+    """queue_declare each queue on one short connection (and empty it with purge=True)."""
     c = pika_conn(port)
     try:
         ch = c.channel()
         for q in queues:
-            ch.queue_declare(q, durable=kw.get("durable", False))
+            ch.queue_declare(q, durable=durable)
+            if purge:
+                ch.queue_purge(q)
     finally:
         close_quietly(c)
+
+
+def queue_counts(rabbit):
+    """{queue: (ready, unacked)} as the RabbitMQ node says now (rabbitmqctl list_queues)."""
+    r = rabbit.ctl("list_queues", "-q", "--no-table-headers", "name", "messages_ready",
+                   "messages_unacknowledged")
+    out = {}
+    for line in r.stdout.decode(errors="replace").splitlines():
+        parts = line.split()
+        if len(parts) == 3 and parts[1].isdigit() and parts[2].isdigit():
+            out[parts[0]] = (int(parts[1]), int(parts[2]))
+    return out
 
 
 def get_one(ch, queue, timeout=60):
@@ -186,8 +219,9 @@ def collect_failure(test, twices, since=None):
 
 class BrokerCase(h.TestCase):
     """Tests that share, for their class, a real Redis (REDIS = True; REDIS_ARGS for extra
-    redis-server arguments), a real RabbitMQ node (RABBITMQ = True) and one twice whose
-    configuration twice_config() returns (None: no class twice).
+    redis-server arguments), a real RabbitMQ node (RABBITMQ = True; "shared": the process's
+    shared_rabbitmq(), left running for other classes) and one twice whose configuration
+    twice_config() returns (None: no class twice).
 
     setUpClass gives cls.ctmp, cls.redis, cls.rabbit and cls.tw, then calls
     set_up_class() for what the class adds (queues, data).  tearDownClass stops twice with
@@ -220,7 +254,9 @@ class BrokerCase(h.TestCase):
         cls.ctmp = h.make_tmpdir(cls.TMP_PREFIX)
         cls.redis = cls.rabbit = cls.tw = None
         try:
-            if cls.RABBITMQ:
+            if cls.RABBITMQ == "shared":
+                cls.rabbit = shared_rabbitmq()
+            elif cls.RABBITMQ:
                 cls.rabbit = h.start_rabbitmq(cls.ctmp)
             if cls.REDIS:
                 cls.redis = start_redis(cls.ctmp, *cls.REDIS_ARGS, password=cls.REDIS_PASSWORD)
@@ -245,7 +281,7 @@ class BrokerCase(h.TestCase):
         finally:
             if cls.tw is not None:
                 cls.tw.kill()
-            if cls.rabbit is not None:
+            if cls.rabbit is not None and cls.RABBITMQ != "shared":
                 cls.rabbit.stop()
             if cls.redis is not None:
                 cls.redis.stop()

@@ -118,13 +118,7 @@ class CeleryAmqp(ck.BrokerCase):
         super().setUp()
         self.workers = []
         # start from an empty `celery` queue
-        conn = ck.pika_conn(self.rabbit.port)
-        try:
-            ch = conn.channel()
-            ch.queue_declare("celery", durable=True)
-            ch.queue_purge("celery")
-        finally:
-            conn.close()
+        ck.declare_queues(self.rabbit.port, "celery", durable=True, purge=True)
 
     def tearDown(self):
         for w in self.workers:
@@ -135,13 +129,7 @@ class CeleryAmqp(ck.BrokerCase):
 
     def queue_state(self):
         """(ready, unacked) of the `celery` queue from rabbitmqctl, or None."""
-        r = self.rabbit.ctl("list_queues", "-q", "--no-table-headers", "name", "messages_ready",
-                            "messages_unacknowledged")
-        for line in r.stdout.decode(errors="replace").splitlines():
-            parts = line.split()
-            if len(parts) == 3 and parts[0] == "celery" and parts[1].isdigit() and parts[2].isdigit():
-                return int(parts[1]), int(parts[2])
-        return None
+        return ck.queue_counts(self.rabbit).get("celery")
 
     def run_tasks(self, name, port, expect_lines, n_tasks=N_TASKS, workers=1, defaults=False,
                   during=None):

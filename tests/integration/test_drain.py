@@ -42,18 +42,6 @@ GRACE = "60s"    # the shutdown tests' grace: twice must exit well before it
 EXIT_WITHIN = 25  # ... within this many seconds of SIGTERM
 
 
-def queue_counts(rabbit):
-    """{queue: (ready, unacked)} as the node says now."""
-    r = rabbit.ctl("list_queues", "-q", "--no-table-headers", "name", "messages_ready",
-                   "messages_unacknowledged")
-    out = {}
-    for line in r.stdout.decode(errors="replace").splitlines():
-        parts = line.split()
-        if len(parts) == 3 and parts[1].isdigit() and parts[2].isdigit():
-            out[parts[0]] = (int(parts[1]), int(parts[2]))
-    return out
-
-
 class DrainTest(ck.BrokerCase):
     RABBITMQ = True
     REDIS = True
@@ -105,7 +93,7 @@ class DrainTest(ck.BrokerCase):
         return [(fk.KIND_NAMES.get(r.get("kind"), r.get("kind")), r) for r in recs]
 
     def wait_broker(self, queue, want):
-        h.wait_until(lambda: queue_counts(self.rabbit).get(queue) == want, WAIT,
+        h.wait_until(lambda: ck.queue_counts(self.rabbit).get(queue) == want, WAIT,
                      what="RabbitMQ to have (ready, unacked) = %r in %s" % (want, queue))
 
     # -- amqp -----------------------------------------------------------------------------
@@ -128,7 +116,7 @@ class DrainTest(ck.BrokerCase):
         _, samples = fk.parse_prometheus(self.api.get("/metrics")[2])
         self.assertEqual(fk.prom_value(samples, "twice_pending", listener="rabbit",
                                        kind="held_acks"), 3)
-        self.assertEqual(queue_counts(self.rabbit).get("dr-held"), (0, 3))  # held from RabbitMQ
+        self.assertEqual(ck.queue_counts(self.rabbit).get("dr-held"), (0, 3))  # held from RabbitMQ
         st, body = self.drain("30s")
         self.assertEqual(st, 200, body)
         self.assertTrue(body["drained"])
@@ -325,8 +313,8 @@ class DrainTest(ck.BrokerCase):
         self.assertEqual(rc, 0)
         self.assertLess(time.monotonic() - t0, 50)
         # had the held ack been lost with the connection, RabbitMQ would have it ready again
-        self.assertEqual(queue_counts(self.rabbit).get("dr-term"), (0, 0))
-        self.assertEqual(queue_counts(self.rabbit).get("dr-busy"), (0, 0))
+        self.assertEqual(ck.queue_counts(self.rabbit).get("dr-term"), (0, 0))
+        self.assertEqual(ck.queue_counts(self.rabbit).get("dr-busy"), (0, 0))
         _, recs, _ = fk.decode_journal(self.journal)
         acks = sorted(r.get("message_id") for r in recs if fk.KIND_NAMES.get(r.get("kind")) == "ack")
         self.assertEqual(acks, ["t-busy", "t-held"])
