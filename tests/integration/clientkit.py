@@ -44,20 +44,12 @@ WAIT = 30
 # Configuration
 
 def listen(name, port, upstream, protocol="tcp", profile=None, extra=""):
-    """One `listen` block (harness.listen_block's, of any protocol); upstream is a port on
-    127.0.0.1 or "host:port"; extra holds more directives, one a line."""
-    if profile:
-        extra = "profile %s\n%s" % (profile, extra)
-    block = h.listen_block(name, port, upstream, extra)
-    return block.replace("  protocol tcp\n", "  protocol %s\n" % protocol, 1)
+    """One `listen` block (harness.listen_block); upstream is a port on 127.0.0.1 or
+    "host:port"; extra holds more directives, one a line."""
+    return h.listen_block(name, port, upstream, extra, protocol=protocol, profile=profile)
 
 
-def amqp_listen(name, port, upstream, extra=""):
-    return listen(name, port, upstream, "amqp", extra=extra)
-
-
-def resp_listen(name, port, upstream, profile=None, extra=""):
-    return listen(name, port, upstream, "resp", profile=profile, extra=extra)
+amqp_listen, resp_listen = hk.amqp_listen, hk.resp_listen
 
 
 # ---------------------------------------------------------------------------
@@ -112,11 +104,11 @@ def pika_params(port, heartbeat=0, **kw):
     """pika parameters of 127.0.0.1:port: one connection attempt, bounded socket and
     handshake waits, heartbeats off unless asked for (a test waits for events, not beats)."""
     import pika
+    kw.setdefault("connection_attempts", 1)
     kw.setdefault("socket_timeout", 15)
     kw.setdefault("stack_timeout", 30)
     kw.setdefault("blocked_connection_timeout", 60)
-    return pika.ConnectionParameters(host="127.0.0.1", port=port, connection_attempts=1,
-                                     heartbeat=heartbeat, **kw)
+    return pika.ConnectionParameters(host="127.0.0.1", port=port, heartbeat=heartbeat, **kw)
 
 
 def pika_conn(port, heartbeat=0, **kw):
