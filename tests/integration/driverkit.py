@@ -19,28 +19,18 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import harness as h  # noqa: E402
+import clientkit as ck  # noqa: E402
 
 E2E = os.path.join(h.SOURCE_DIR, "tests", "e2e")
 LISTS = ("effects", "runs", "enqueued")
 
 
-class FrameworkCase(h.TestCase):
+class FrameworkCase(ck.BrokerCase):
     """One Redis for the whole class (FLUSHALL before each test), RabbitMQ once a test asks
     for it (self.rabbitmq()), each driver's logs dumped when a test fails."""
 
-    tmp_prefix = "twice-it-frameworks-"
-
-    @classmethod
-    def setUpClass(cls):
-        cls.ctmp = h.make_tmpdir(cls.tmp_prefix)
-        cls.redis = h.start_redis(cls.ctmp)
-        cls.rabbit = None
-
-    @classmethod
-    def tearDownClass(cls):
-        if cls.rabbit is not None:
-            cls.rabbit.stop()
-        cls.redis.stop()
+    REDIS = True
+    TMP_PREFIX = "twice-it-frameworks-"
 
     def setUp(self):
         super().setUp()

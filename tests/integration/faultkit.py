@@ -15,6 +15,7 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import harness as h  # noqa: E402
+import respkit as rk  # noqa: E402
 
 TOKEN = "0123456789abcdef0123"
 
@@ -59,73 +60,18 @@ def amqp_get_one(ch, queue, timeout=60):
         ch.connection.process_data_events(time_limit=0.05)
 
 
-def resp_cmd(*args):
-    out = b"*%d\r\n" % len(args)
-    for a in args:
-        a = a if isinstance(a, bytes) else str(a).encode()
-        out += b"$%d\r\n%s\r\n" % (len(a), a)
-    return out
+resp_cmd = rk.enc
 
 
-class RespConn:
-    """One RESP connection with its own read buffer; replies come back raw
-    (the simple-string payload, the bulk bytes, or None)."""
-
-    def __init__(self, port, timeout=30):
-        self.sock = h.connect(port, timeout=timeout)
-        self.buf = bytearray()
-
-    def close(self):
-        try:
-            self.sock.close()
-        except OSError:
-            pass
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        self.close()
-
-    def _fill(self):
-        data = self.sock.recv(1 << 20)
-        if not data:
-            raise EOFError("connection closed (%d bytes buffered)" % len(self.buf))
-        self.buf += data
-
-    def _line(self):
-        while True:
-            i = self.buf.find(b"\r\n")
-            if i >= 0:
-                line = bytes(self.buf[:i])
-                del self.buf[:i + 2]
-                return line
-            self._fill()
-
-    def _exact(self, n):
-        while len(self.buf) < n:
-            self._fill()
-        data = bytes(self.buf[:n])
-        del self.buf[:n]
-        return data
+class RespConn(rk.Conn):
+    """respkit's RESP connection whose replies come back as plain bytes (respkit.plain:
+    the simple-string payload, the bulk bytes, integers as text, or None)."""
 
     def read_reply(self):
-        line = self._line()
-        t = line[:1]
-        if t in (b"+", b"-", b":"):
-            return line[1:]
-        if t == b"$":
-            n = int(line[1:])
-            if n < 0:
-                return None
-            data = self._exact(n + 2)
-            return data[:-2]
-        if t == b"*":
-            return [self.read_reply() for _ in range(int(line[1:]))]
-        raise ValueError("unexpected RESP line %r" % line)
+        return rk.plain(self.read())
 
     def call(self, *args):
-        self.sock.sendall(resp_cmd(*args))
+        self.send(rk.enc(*args))
         return self.read_reply()
 
     def timed(self, *args):

@@ -942,15 +942,12 @@ class Redis:
         self.proc, self.port, self.tmp, self.log_path = proc, port, tmp, log_path
 
     def command(self, *args, timeout=10):
-        """Send one RESP command and return the raw reply bytes (first reply only
-        for simple types; enough for PING / INFO / CONFIG)."""
-        req = b"*%d\r\n" % len(args)
-        for a in args:
-            a = a if isinstance(a, bytes) else str(a).encode()
-            req += b"$%d\r\n%s\r\n" % (len(a), a)
-        with socket.create_connection(("127.0.0.1", self.port), timeout=timeout) as s:
-            s.sendall(req)
-            return _read_resp(s.makefile("rb"))
+        """Send one command on a new connection; its reply as respkit.plain() gives it
+        (status, error and integer replies as bytes: b"OK", b"5"; enough for PING / INFO /
+        CONFIG)."""
+        import respkit as rk  # it imports this module
+        with rk.Conn(self.port, timeout=timeout) as c:
+            return rk.plain(c.cmd(*args))
 
     def info(self, section):
         raw = self.command("INFO", section)
@@ -970,24 +967,6 @@ class Redis:
                 pass
         kill_group(self.proc)
         _reap(self.proc)
-
-
-def _read_resp(f):
-    line = f.readline()
-    if not line:
-        raise EOFError("redis closed the connection")
-    t = line[:1]
-    if t in b"+-:":
-        return line[1:-2]
-    if t == b"$":
-        n = int(line[1:-2])
-        if n < 0:
-            return None
-        data = f.read(n + 2)
-        return data[:-2]
-    if t == b"*":
-        return [_read_resp(f) for _ in range(int(line[1:-2]))]
-    raise ValueError("unexpected RESP %r" % line)
 
 
 def start_redis(tmp, timeout=30):
@@ -1426,11 +1405,15 @@ def verdict_text_rows(table, task):
     return rows, (seen[0] if seen else None)
 
 
-def listen_block(name, bind_port, upstream, extra=""):
-    """One `listen` block; upstream is a port (on 127.0.0.1) or "host:port"."""
+def listen_block(name, bind_port, upstream, extra="", protocol="tcp", profile=None):
+    """One `listen` block; upstream is a port (on 127.0.0.1) or "host:port"; extra holds
+    more directives, one a line."""
     if isinstance(upstream, int):
         upstream = "127.0.0.1:%d" % upstream
-    body = "  protocol tcp\n  bind 127.0.0.1:%d\n  upstream %s\n" % (bind_port, upstream)
+    body = "  protocol %s\n" % protocol
+    if profile:
+        body += "  profile %s\n" % profile
+    body += "  bind 127.0.0.1:%d\n  upstream %s\n" % (bind_port, upstream)
     for line in extra.strip().splitlines():
         body += "  %s\n" % line.strip()
     return "listen %s {\n%s}\n" % (name, body)

@@ -88,11 +88,11 @@ def wait_fds(pid, at_most, timeout=30):
 # Configuration
 
 def amqp_listen(name, port, upstream, extra=""):
-    return h.listen_block(name, port, upstream, extra).replace("protocol tcp", "protocol amqp")
+    return h.listen_block(name, port, upstream, extra, protocol="amqp")
 
 
 def resp_listen(name, port, upstream, profile=None, extra=""):
-    return rk.resp_listen_block(name, port, upstream, profile=profile, extra=extra)
+    return h.listen_block(name, port, upstream, extra, protocol="resp", profile=profile)
 
 
 # ---------------------------------------------------------------------------

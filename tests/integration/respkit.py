@@ -271,6 +271,22 @@ class Conn:
         raise AssertionError("unexpected bytes %r" % data[:200])
 
 
+def plain(value):
+    """A decoded reply as plain bytes and lists: status, error and integer replies as their
+    text (b"OK", b"ERR ...", b"5"), a null array as []; for callers that compare with bytes."""
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, int):
+        return str(value).encode()
+    if isinstance(value, (Status, Err)):
+        return bytes(value)
+    if isinstance(value, NullArray):
+        return []
+    if isinstance(value, list):
+        return [plain(v) for v in value]
+    return value
+
+
 def hello_shape(value):
     """The HELLO reply as {key: value} with the connection id masked."""
     if isinstance(value, RMap):
@@ -292,15 +308,7 @@ def mask_hello_id(raw):
 # twice configuration
 
 def resp_listen_block(name, bind_port, upstream, profile=None, extra=""):
-    if isinstance(upstream, int):
-        upstream = "127.0.0.1:%d" % upstream
-    body = "  protocol resp\n"
-    if profile:
-        body += "  profile %s\n" % profile
-    body += "  bind 127.0.0.1:%d\n  upstream %s\n" % (bind_port, upstream)
-    for line in extra.strip().splitlines():
-        body += "  %s\n" % line.strip()
-    return "listen %s {\n%s}\n" % (name, body)
+    return h.listen_block(name, bind_port, upstream, extra, protocol="resp", profile=profile)
 
 
 NO_COMMAND_EVENT = "has no 'command' event"

@@ -347,7 +347,7 @@ class AdminTest(h.TestCase):
     def test_rules_show_triggers(self):
         """GET /rules (and GET /rules/NAME) shows what each rule acts on: its matchers and its
         triggers (a bare `probability 1` is every event: the JSON says 1, the text 100%)."""
-        mq = h.listen_block("mq", h.free_port(), 1).replace("protocol tcp", "protocol amqp")
+        mq = h.listen_block("mq", h.free_port(), 1, protocol="amqp")
         rules = (fk.rule_block("lat", "echo", "stream downstream", "probability 1",
                                "do latency 1000ms"),
                  fk.rule_block("lost", "mq", "when ack queue=pay* task!=refund", "every 10",
@@ -377,7 +377,7 @@ class AdminTest(h.TestCase):
     def test_put_rules_warnings(self):
         """A PUT /rules whose rules are valid but warned about: they replace the old ones, the
         answer lists each warning as `twice check` prints it, and the log has each one."""
-        mq = h.listen_block("mq", h.free_port(), 1).replace("protocol tcp", "protocol amqp")
+        mq = h.listen_block("mq", h.free_port(), 1, protocol="amqp")
         t = self.start(extra_listeners=(mq,))
         rules = (fk.rule_block("lost", "mq", "when ack", "do redeliver") +    # line 1
                  fk.rule_block("slow", "mq", "when ack", "do delay 5s"))      # line 5

@@ -50,6 +50,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import harness as h  # noqa: E402
 import faultkit as fk  # noqa: E402
 import hostilekit as hk  # noqa: E402
+import clientkit as ck  # noqa: E402
 
 import pika  # noqa: E402
 from pika.exceptions import AMQPConnectionError, ChannelClosedByBroker  # noqa: E402
@@ -83,28 +84,6 @@ RULES = {
 QUEUES = ["payments", "dup", "exp", "slow", "slow-other", "slow-side", "crash", "noconf",
           "confok", "nopub", "pubok", "latepub", "latepub-side", "err", "err-side", "hb", "prob", "first3",
           "bodyq", "rawq", LONGQ, "noid", "noid-dup", "expheld"]
-
-
-RABBIT = [None]   # one RabbitMQ node for the whole file
-
-
-def setUpModule():
-    RABBIT[0] = h.start_rabbitmq(h.make_tmpdir("twice-it-amqpf-rabbit-"))
-
-
-def tearDownModule():
-    if RABBIT[0] is not None:
-        RABBIT[0].stop()
-
-
-def amqp_listen(name, port, upstream):
-    return h.listen_block(name, port, upstream).replace("protocol tcp", "protocol amqp")
-
-
-def params(port, heartbeat=0):
-    return pika.ConnectionParameters(host="127.0.0.1", port=port, connection_attempts=1,
-                                     socket_timeout=15, stack_timeout=30,
-                                     blocked_connection_timeout=60, heartbeat=heartbeat)
 
 
 def raw_content(rnd, ch, mid, body, shard):
@@ -142,7 +121,7 @@ class Client:
     collected by a callback and acked from the test."""
 
     def __init__(self, port, prefetch=10, heartbeat=0):
-        self.conn = pika.BlockingConnection(params(port, heartbeat))
+        self.conn = ck.pika_conn(port, heartbeat)
         self.ch = self.conn.channel()
         self.ch.basic_qos(prefetch_count=prefetch)
         self.got = []
@@ -245,7 +224,7 @@ def confirm_run(port, routing_keys, wait_s, expect=(), timeout=60):
     def on_closed(conn, reason):
         conn.ioloop.stop()
 
-    conn = pika.SelectConnection(params(port), on_open_callback=on_open,
+    conn = pika.SelectConnection(ck.pika_params(port), on_open_callback=on_open,
                                  on_open_error_callback=on_open_error, on_close_callback=on_closed)
     state["conn"] = conn
     guard = conn.ioloop.call_later(max(wait_s, timeout) + 30, conn.ioloop.stop)
@@ -355,48 +334,39 @@ def ack_until_settled(c, queue, faults, until, quiet, limit=None, timeout=60):
             last = time.monotonic()
 
 
-class AmqpFaults(unittest.TestCase):
+class AmqpFaults(ck.BrokerCase):
+    RABBITMQ = "shared"
+    TMP_PREFIX = "twice-it-amqpf-"
+
     @classmethod
-    def setUpClass(cls):
-        cls.tmp = h.make_tmpdir("twice-it-amqpf-")
-        cls.rabbit = RABBIT[0]
+    def twice_config(cls):
         cls.port = h.free_port()
         cls.clean_port = h.free_port()
         rules = [fk.rule_block(name, "rabbit", *lines) for name, lines in RULES.items()]
-        text = fk.conf_text([amqp_listen("rabbit", cls.port, cls.rabbit.port),
-                             amqp_listen("clean", cls.clean_port, cls.rabbit.port)],
+        return fk.conf_text([ck.amqp_listen("rabbit", cls.port, cls.rabbit.port),
+                             ck.amqp_listen("clean", cls.clean_port, cls.rabbit.port)],
                             rules, seed=1, grace="1s")
-        cls.tw = h.start_twice(text, cls.tmp)
-        cls.admin = pika.BlockingConnection(params(cls.rabbit.port))
+
+    @classmethod
+    def set_up_class(cls):
+        cls.admin = ck.pika_conn(cls.rabbit.port)
         cls.ach = cls.admin.channel()
         for q in QUEUES:
             cls.ach.queue_declare(q)
 
     @classmethod
     def tearDownClass(cls):
-        try:
-            try:
-                cls.admin.close()
-            except Exception:  # noqa
-                pass
-            cls.tw.stop()
-        finally:
-            cls.tw.kill()
+        ck.close_quietly(cls.admin)
+        super().tearDownClass()
 
     def setUp(self):
-        self.t0 = time.monotonic()
-        self.mark = len(self.tw.log_lines())
+        super().setUp()
+        self.mark = self.class_mark
         self.clients = []
 
     def tearDown(self):
         for c in self.clients:
             c.close()
-        h.log("%s took %.1fs" % (self._testMethodName, time.monotonic() - self.t0))
-        outcome = getattr(self, "_outcome", None)
-        failed = outcome is not None and not getattr(outcome, "success", True)
-        if failed or h.VERBOSE:
-            sys.stderr.write("\n----- twice log since the test began -----\n%s\n-----\n" % "\n".join(
-                self.tw.log_lines()[self.mark:][-150:]))
 
     # -- helpers ----------------------------------------------------------
 
@@ -1200,22 +1170,22 @@ class AmqpFaults(unittest.TestCase):
         self.assertEqual(len(self.wait_faults("hb-hold", 1)), 1)
 
 
-class AmqpRulesReload(unittest.TestCase):
+class AmqpRulesReload(ck.BrokerCase):
     """A live connection follows a reload: rules that look at publishes, delivers
     and acks, added while the connection is open, apply to its next messages (a
     codec asks the rules only for events some rule looks at, and must ask again
     after a reload)."""
 
+    RABBITMQ = "shared"
+
     def test_rules_added_by_reload_apply_to_an_open_connection(self):
-        tmp = h.make_tmpdir("twice-it-amqpr-")
         port = h.free_port()
-        listen = [amqp_listen("rabbit", port, RABBIT[0].port)]
+        listen = [ck.amqp_listen("rabbit", port, self.rabbit.port)]
         # A rule on another event from the start: the codec has asked which
         # events the rules look at before the reload.
         other = fk.rule_block("other", "rabbit", "when deliver queue=reload-none", "do duplicate")
-        tw = h.start_twice(fk.conf_text(listen, [other], seed=1), tmp)
-        self.addCleanup(tw.kill)
-        admin = pika.BlockingConnection(params(RABBIT[0].port))
+        tw = self.twice(fk.conf_text(listen, [other], seed=1))
+        admin = ck.pika_conn(self.rabbit.port)
         self.addCleanup(admin.close)
         ach = admin.channel()
         for q in ("reload-pub", "reload-ack"):
@@ -1256,21 +1226,21 @@ class AmqpRulesReload(unittest.TestCase):
         c.pump(0.3)
 
 
-class AmqpWithoutRules(unittest.TestCase):
+class AmqpWithoutRules(ck.BrokerCase):
     """A parsed listener with neither a rule nor a journal reads no message's identity, yet
     passes every message on intact (properties, headers, a body over several frames, on
     channels with and without publisher confirms) and counts its publish, delivery and ack
     in /stats, as a user checks that twice sees the traffic."""
 
+    RABBITMQ = "shared"
+
     def test_messages_pass_and_are_counted(self):
-        tmp = h.make_tmpdir("twice-it-amqpn-")
         port, admin_port = h.free_port(), h.free_port()
-        tw = h.start_twice(fk.conf_text([amqp_listen("rabbit", port, RABBIT[0].port)],
-                                        admin_port=admin_port, token=fk.TOKEN), tmp)
-        self.addCleanup(tw.kill)
+        self.twice(fk.conf_text([ck.amqp_listen("rabbit", port, self.rabbit.port)],
+                                admin_port=admin_port, token=fk.TOKEN))
         api = fk.Admin(admin_port, fk.TOKEN)
         h.wait_until(lambda: h.port_open(admin_port), 60, what="admin API")
-        direct = pika.BlockingConnection(params(RABBIT[0].port))
+        direct = ck.pika_conn(self.rabbit.port)
         self.addCleanup(direct.close)
         dch = direct.channel()
         dch.queue_declare("norules")
@@ -1299,23 +1269,20 @@ class AmqpWithoutRules(unittest.TestCase):
         self.assertEqual((ev.get("publish"), ev.get("deliver"), ev.get("ack")), (4, 4, 4), ev)
 
 
-class AmqpDeterminism(unittest.TestCase):
+class AmqpDeterminism(ck.BrokerCase):
     """probability 30% with a seed: the same message ids are faulted run
     after run; another seed faults others."""
 
-    @classmethod
-    def setUpClass(cls):
-        cls.tmp = h.make_tmpdir("twice-it-amqpd-")
-        cls.rabbit = RABBIT[0]
+    RABBITMQ = "shared"
 
     def one_run(self, seed, journal=None):
         port = h.free_port()
-        text = fk.conf_text([amqp_listen("prob", port, self.rabbit.port)],
+        text = fk.conf_text([ck.amqp_listen("prob", port, self.rabbit.port)],
                             [fk.rule_block("p30", "prob", "when ack queue=prob", "probability 30%",
                                            "do redeliver")], seed=seed, grace="1s", journal=journal)
-        tw = h.start_twice(text, self.tmp)
+        tw = self.twice(text)
         try:
-            admin = pika.BlockingConnection(params(self.rabbit.port))
+            admin = ck.pika_conn(self.rabbit.port)
             ach = admin.channel()
             ach.queue_declare("prob")
             ach.queue_purge("prob")

@@ -35,45 +35,28 @@ import uuid
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import harness as h  # noqa: E402
 import faultkit as fk  # noqa: E402
+import clientkit as ck  # noqa: E402
 
 import pika  # noqa: E402
 
 WAIT = 60
 
 
-def conn(port):
-    return pika.BlockingConnection(pika.ConnectionParameters(
-        host="127.0.0.1", port=port, connection_attempts=1, socket_timeout=15,
-        stack_timeout=30, heartbeat=0))
-
-
-def amqp_block(name, port, upstream, extra):
-    return h.listen_block(name, port, upstream, extra).replace("protocol tcp", "protocol amqp")
-
-
-class IdentityTest(unittest.TestCase):
-    @classmethod
-    def setUpClass(cls):
-        cls.ctmp = h.make_tmpdir("twice-it-identity-")
-        cls.rabbit = h.start_rabbitmq(cls.ctmp)
-
-    @classmethod
-    def tearDownClass(cls):
-        cls.rabbit.stop()
+class IdentityTest(ck.BrokerCase):
+    RABBITMQ = True
+    TMP_PREFIX = "twice-it-identity-"
 
     def setUp(self):
-        self.tmp = h.make_tmpdir("twice-it-identity-case-")
+        super().setUp()
         self.queue = "identity-" + uuid.uuid4().hex[:8]
-        c = conn(self.rabbit.port)
-        c.channel().queue_declare(self.queue, durable=False)
-        c.close()
+        ck.declare_queues(self.rabbit.port, self.queue)
 
     def start(self, listener_extra, rules=()):
         self.port = h.free_port()
         self.journal = os.path.join(self.tmp, "journal.pb")
-        text = fk.conf_text([amqp_block("app", self.port, self.rabbit.port, listener_extra)],
+        text = fk.conf_text([ck.amqp_listen("app", self.port, self.rabbit.port, listener_extra)],
                             list(rules), seed=7, journal=self.journal, log_level="info")
-        self.tw = h.start_twice(text, self.tmp)
+        self.tw = self.twice(text)
         self.addCleanup(self.tw.stop)
 
     def records(self):
@@ -85,7 +68,7 @@ class IdentityTest(unittest.TestCase):
     def consume(self, n_runs, handle):
         """Consumes self.queue through twice, calling handle(props, body, redelivered) and
         acking each delivery, until n_runs deliveries were handled."""
-        c = conn(self.port)
+        c = ck.pika_conn(self.port)
         ch = c.channel()
         ch.basic_qos(prefetch_count=1)
         runs = []
@@ -117,7 +100,7 @@ class IdentityTest(unittest.TestCase):
                    "task header.__TypeId__ property.type",
                    [fk.rule_block("dup", "app", "when deliver", "first 4", "do duplicate")])
         sent = []  # (id, task)
-        c = conn(self.port)
+        c = ck.pika_conn(self.port)
         ch = c.channel()
         for i in range(6):
             task = "Charge" if i % 2 == 0 else "ChargeSafe"
@@ -163,7 +146,7 @@ class IdentityTest(unittest.TestCase):
                               "maxTries": None, "data": {"commandName": t}}).encode()
                   for u, t in jobs]
         bodies.append(b"not json at all")
-        c = conn(self.port)
+        c = ck.pika_conn(self.port)
         ch = c.channel()
         for b in bodies:
             ch.basic_publish("", self.queue, b)
@@ -186,7 +169,7 @@ class IdentityTest(unittest.TestCase):
         self.start(task_source,
                    [fk.rule_block("dup", "app", "when deliver", "first 4", "do duplicate")])
         sent = {}
-        c = conn(self.port)
+        c = ck.pika_conn(self.port)
         ch = c.channel()
         for i in range(6):
             task = "charge" if i % 2 == 0 else "charge_safe"
@@ -232,14 +215,14 @@ class IdentityTest(unittest.TestCase):
         journaled `kept_back`; a delivery to a no-ack consumer is journaled `auto_ack` (it is
         never settled, and is no unfinished work)."""
         self.start("", [fk.rule_block("dup", "app", "when deliver", "first 1", "do duplicate")])
-        c = conn(self.port)
+        c = ck.pika_conn(self.port)
         ch = c.channel()
         for mid in ("k-1", "k-2"):
             ch.basic_publish("", self.queue, b"x", pika.BasicProperties(message_id=mid))
         c.close()
         runs = self.consume(3, lambda props, body, again: None)
         self.assertEqual(runs.count(True), 1, runs)
-        c = conn(self.port)
+        c = ck.pika_conn(self.port)
         ch = c.channel()
         ch.basic_publish("", self.queue, b"y", pika.BasicProperties(message_id="n-1"))
         got = []
@@ -272,7 +255,7 @@ class IdentityTest(unittest.TestCase):
         self.start("task property.type",
                    [fk.rule_block("cut", "app", "when ack", "nth 2", "do close before")])
         task_of = {"m-%d" % i: "charge" if i % 2 else "charge_safe" for i in range(8)}
-        c = conn(self.port)
+        c = ck.pika_conn(self.port)
         ch = c.channel()
         for mid, task in sorted(task_of.items()):
             ch.basic_publish("", self.queue, b"x", pika.BasicProperties(message_id=mid, type=task))
@@ -286,7 +269,7 @@ class IdentityTest(unittest.TestCase):
             seen.add(props.message_id)
 
         # the first worker: all eight in its buffer before it starts the first
-        c = conn(self.port)
+        c = ck.pika_conn(self.port)
         ch = c.channel()
         ch.basic_qos(prefetch_count=8)
         buffered = []
@@ -329,7 +312,7 @@ class IdentityTest(unittest.TestCase):
         gets exactly one confirm per publish (pika's BlockingChannel raises on any other)."""
         self.start("task property.type",
                    [fk.rule_block("twice", "app", "when publish", "do duplicate")])
-        c = conn(self.port)
+        c = ck.pika_conn(self.port)
         ch = c.channel()
         ch.basic_publish("", self.queue, b"plain", pika.BasicProperties(message_id="p-1"))
         ch.confirm_delivery()
@@ -342,7 +325,7 @@ class IdentityTest(unittest.TestCase):
         self.consume(8, lambda props, body, again: got.append((props.message_id, body)))
         self.assertEqual(got, [("p-1", b"plain")] * 2 + [
             ("p-%d" % i, b"confirmed-%d" % i) for i in (2, 3, 4) for _ in range(2)])
-        c = conn(self.rabbit.port)
+        c = ck.pika_conn(self.rabbit.port)
         self.assertEqual(c.channel().queue_declare(self.queue, passive=True).method.message_count, 0)
         c.close()
         recs = self.records()

@@ -20,6 +20,7 @@ import unittest
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import harness as h  # noqa: E402
 import faultkit as fk  # noqa: E402
+import clientkit as ck  # noqa: E402
 
 import pika  # noqa: E402
 
@@ -27,33 +28,17 @@ N_MESSAGES = 200
 BODY = 1024 * 1024  # 200 MiB in all: three times what twice may hold
 
 
-def close_quietly(conn):
-    """Closes a pika connection whose peer may be gone already."""
-    try:
-        if conn.is_open:
-            conn.close()
-    except pika.exceptions.AMQPError:
-        pass
-
-
-class HeldMemoryTest(h.TestCase):
-    @classmethod
-    def setUpClass(cls):
-        cls.rabbit = h.start_rabbitmq(h.make_tmpdir("twice-it-amqplim-rabbit-"))
-
-    @classmethod
-    def tearDownClass(cls):
-        cls.rabbit.stop()
+class HeldMemoryTest(ck.BrokerCase):
+    RABBITMQ = True
+    TMP_PREFIX = "twice-it-amqplim-rabbit-"
 
     def test_delayed_deliveries_bounded_and_complete(self):
         port = h.free_port()
-        listen = h.listen_block("rabbit", port, self.rabbit.port).replace(
-            "protocol tcp", "protocol amqp")
+        listen = ck.amqp_listen("rabbit", port, self.rabbit.port)
         conf = fk.conf_text([listen], [fk.rule_block("hold", "rabbit", "when deliver queue=big",
                                                      "do delay 3s", "max-per-message 1")])
         t = self.twice(conf)
-        params = pika.ConnectionParameters("127.0.0.1", self.rabbit.port)
-        pub = pika.BlockingConnection(params)
+        pub = ck.pika_conn(self.rabbit.port)
         ch = pub.channel()
         ch.queue_declare("big")
         ch.queue_purge("big")
@@ -64,7 +49,7 @@ class HeldMemoryTest(h.TestCase):
             ch.basic_publish("", "big", body, pika.BasicProperties(message_id="b%d" % i))
         pub.close()
 
-        con = pika.BlockingConnection(pika.ConnectionParameters("127.0.0.1", port, heartbeat=0))
+        con = ck.pika_conn(port)
         cch = con.channel()
         cch.basic_qos(prefetch_count=0)  # unlimited: the broker sends everything at once
         got, peak = [], 0
@@ -86,14 +71,13 @@ class HeldMemoryTest(h.TestCase):
 
     def test_held_acks_dropped_at_shutdown_are_logged(self):
         port = h.free_port()
-        listen = h.listen_block("rabbit", port, self.rabbit.port).replace(
-            "protocol tcp", "protocol amqp")
+        listen = ck.amqp_listen("rabbit", port, self.rabbit.port)
         conf = fk.conf_text([listen], [
             fk.rule_block("hold-ack", "rabbit", "when ack queue=sd-hold", "do delay 10m"),
             fk.rule_block("late-ack", "rabbit", "when ack queue=sd-late", "do redeliver after 10m"),
         ], grace="1s", log_level="info")
         t = self.twice(conf)
-        direct = pika.BlockingConnection(pika.ConnectionParameters("127.0.0.1", self.rabbit.port))
+        direct = ck.pika_conn(self.rabbit.port)
         self.addCleanup(direct.close)
         dch = direct.channel()
         for q, n in (("sd-hold", 1), ("sd-late", 3)):
@@ -101,8 +85,8 @@ class HeldMemoryTest(h.TestCase):
             dch.queue_purge(q)
             for i in range(n):
                 dch.basic_publish("", q, b"x", pika.BasicProperties(message_id="%s-%d" % (q, i)))
-        con = pika.BlockingConnection(pika.ConnectionParameters("127.0.0.1", port, heartbeat=0))
-        self.addCleanup(close_quietly, con)
+        con = ck.pika_conn(port)
+        self.addCleanup(ck.close_quietly, con)
         for q, n in (("sd-hold", 1), ("sd-late", 3)):
             ch = con.channel()
             for _ in range(n):

@@ -20,6 +20,7 @@ import unittest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import harness as h  # noqa: E402
+import clientkit as ck  # noqa: E402
 
 import pika  # noqa: E402
 from pika.exceptions import UnroutableError  # noqa: E402
@@ -40,10 +41,7 @@ def bodies():
 
 def scenario(port, tag):
     """Run the whole AMQP scenario against 127.0.0.1:port; returns what was observed."""
-    params = pika.ConnectionParameters(host="127.0.0.1", port=port, connection_attempts=1,
-                                       socket_timeout=15, stack_timeout=30, blocked_connection_timeout=60,
-                                       heartbeat=0)
-    conn = pika.BlockingConnection(params)
+    conn = ck.pika_conn(port)
     obs = {}
     try:
         ch = conn.channel()
@@ -136,22 +134,14 @@ def scenario(port, tag):
     return obs
 
 
-class AmqpTcpTest(unittest.TestCase):
-    @classmethod
-    def setUpClass(cls):
-        cls.tmp = h.make_tmpdir("twice-it-amqp-")
-        cls.rabbit = h.start_rabbitmq(cls.tmp)
-        cls.port = h.free_port()
-        cls.tw = h.start_twice(h.config(h.listen_block("amqp", cls.port, cls.rabbit.port),
-                                        log_level="info"), cls.tmp)
+class AmqpTcpTest(ck.BrokerCase):
+    RABBITMQ = True
+    TMP_PREFIX = "twice-it-amqp-"
 
     @classmethod
-    def tearDownClass(cls):
-        try:
-            cls.tw.stop()
-        finally:
-            cls.tw.kill()
-            cls.rabbit.stop()
+    def twice_config(cls):
+        cls.port = h.free_port()
+        return h.config(ck.listen("amqp", cls.port, cls.rabbit.port), log_level="info")
 
     def test_scenario_identical(self):
         direct = scenario(self.rabbit.port, "direct")
@@ -202,9 +192,7 @@ class AmqpTcpTest(unittest.TestCase):
 
         def worker(k):
             try:
-                conn = pika.BlockingConnection(pika.ConnectionParameters(
-                    host="127.0.0.1", port=self.port, connection_attempts=1, socket_timeout=15,
-                    stack_timeout=30, heartbeat=0))
+                conn = ck.pika_conn(self.port)
                 try:
                     got = 0
                     for c in range(3):

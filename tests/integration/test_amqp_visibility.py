@@ -38,21 +38,12 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import harness as h  # noqa: E402
 import faultkit as fk  # noqa: E402
 import respkit as rk  # noqa: E402
+import clientkit as ck  # noqa: E402
 
 import pika  # noqa: E402
 from pika.exceptions import ChannelClosedByBroker  # noqa: E402
 
 WAIT = 60  # seconds a wait may take on a loaded, sanitized run
-
-
-def amqp_block(name, port, upstream, extra):
-    return h.listen_block(name, port, upstream, extra).replace("protocol tcp", "protocol amqp")
-
-
-def conn(port):
-    return pika.BlockingConnection(pika.ConnectionParameters(
-        host="127.0.0.1", port=port, connection_attempts=1, socket_timeout=15,
-        stack_timeout=30, heartbeat=0))
 
 
 EXPIRED = 12  # journal.proto's Record.Kind
@@ -73,17 +64,14 @@ def report_json(path):
     return json.loads(r.stdout.decode())
 
 
-def get_one(ch, queue, timeout=WAIT):
-    return fk.amqp_get_one(ch, queue, timeout)
+class VisibilityTest(ck.BrokerCase):
+    RABBITMQ = True
+    TMP_PREFIX = "twice-it-vt-"
 
-
-class VisibilityTest(unittest.TestCase):
     @classmethod
-    def setUpClass(cls):
-        cls.tmp = h.make_tmpdir("twice-it-vt-")
-        cls.rabbit = h.start_rabbitmq(cls.tmp)
+    def twice_config(cls):
         cls.ports = {n: h.free_port() for n in ("vt", "ct", "late")}
-        cls.journal = os.path.join(cls.tmp, "journal.pb")
+        cls.journal = os.path.join(cls.ctmp, "journal.pb")
         rules = """rule slow-ack on vt {
   when ack queue=vt-held
   every 2
@@ -111,35 +99,28 @@ rule late-dup on late {
   do duplicate after 3s
 }
 """
-        cls.tw = h.start_twice(
-            "journal %s\n" % cls.journal +
-            h.config(amqp_block("vt", cls.ports["vt"], cls.rabbit.port, "visibility-timeout 3s"),
-                     amqp_block("ct", cls.ports["ct"], cls.rabbit.port, "consumer-timeout 2s"),
-                     amqp_block("late", cls.ports["late"], cls.rabbit.port, ""),
-                     log_level="info") + rules, cls.tmp)
-        c = conn(cls.rabbit.port)
-        ch = c.channel()
-        for q in ("vt-held", "vt-drop", "vt-slow", "vt-late", "ct-q", "ct-other", "late-ack",
-                  "late-dup"):
-            ch.queue_declare(q, durable=False)
-        c.close()
+        return ("journal %s\n" % cls.journal +
+                h.config(ck.amqp_listen("vt", cls.ports["vt"], cls.rabbit.port,
+                                        "visibility-timeout 3s"),
+                         ck.amqp_listen("ct", cls.ports["ct"], cls.rabbit.port,
+                                        "consumer-timeout 2s"),
+                         ck.amqp_listen("late", cls.ports["late"], cls.rabbit.port),
+                         log_level="info") + rules)
 
     @classmethod
-    def tearDownClass(cls):
-        try:
-            cls.tw.stop()
-        finally:
-            cls.rabbit.stop()
+    def set_up_class(cls):
+        ck.declare_queues(cls.rabbit.port, "vt-held", "vt-drop", "vt-slow", "vt-late", "ct-q",
+                          "ct-other", "late-ack", "late-dup")
 
     def publish(self, queue, ids):
-        c = conn(self.rabbit.port)
+        c = ck.pika_conn(self.rabbit.port)
         ch = c.channel()
         for i in ids:
             ch.basic_publish("", queue, i.encode(), pika.BasicProperties(message_id=i))
         c.close()
 
     def ready(self, queue):
-        c = conn(self.rabbit.port)
+        c = ck.pika_conn(self.rabbit.port)
         n = c.channel().queue_declare(queue, passive=True).method.message_count
         c.close()
         return n
@@ -147,11 +128,11 @@ rule late-dup on late {
     def test_acks_held_past_the_timeout_come_back(self):
         ids = ["held-%d" % i for i in range(6)]
         self.publish("vt-held", ids)
-        a, b = conn(self.ports["vt"]), conn(self.ports["vt"])
+        a, b = ck.pika_conn(self.ports["vt"]), ck.pika_conn(self.ports["vt"])
         cha, chb = a.channel(), b.channel()
         first = {}
         for _ in ids:  # A takes every message and acks it at once
-            m, props, _ = get_one(cha, "vt-held")
+            m, props, _ = ck.get_one(cha, "vt-held")
             self.assertFalse(m.redelivered)
             first[props.message_id] = time.monotonic()
             cha.basic_ack(m.delivery_tag)
@@ -159,7 +140,7 @@ rule late-dup on late {
         # messages come back, to B
         again = {}
         while len(again) < len(ids) // 2:
-            m, props, _ = get_one(chb, "vt-held")
+            m, props, _ = ck.get_one(chb, "vt-held")
             self.assertTrue(m.redelivered, props.message_id)
             self.assertNotIn(props.message_id, again)
             again[props.message_id] = time.monotonic()
@@ -183,12 +164,12 @@ rule late-dup on late {
         worker's ack is lost, and the message comes back 6 s after its delivery, not at 3 s;
         its copy is acked for good."""
         self.publish("vt-late", ["vl-1"])
-        a, b = conn(self.ports["vt"]), conn(self.ports["vt"])
+        a, b = ck.pika_conn(self.ports["vt"]), ck.pika_conn(self.ports["vt"])
         cha, chb = a.channel(), b.channel()
-        m, _, _ = get_one(cha, "vt-late")
+        m, _, _ = ck.get_one(cha, "vt-late")
         t0 = time.monotonic()
         cha.basic_ack(m.delivery_tag)  # "succeeds"; twice drops it
-        m2, props, _ = get_one(chb, "vt-late")
+        m2, props, _ = ck.get_one(chb, "vt-late")
         self.assertGreaterEqual(time.monotonic() - t0, 5.8, "the copy came before the expire")
         self.assertEqual((m2.redelivered, props.message_id), (True, "vl-1"))
         chb.basic_ack(m2.delivery_tag)  # neither rule faults the copy (max-per-message)
@@ -228,16 +209,16 @@ rule late-dup on late {
     def test_dropped_acks_come_back_once_faulted(self):
         ids = ["drop-%d" % i for i in range(6)]
         self.publish("vt-drop", ids)
-        a, b = conn(self.ports["vt"]), conn(self.ports["vt"])
+        a, b = ck.pika_conn(self.ports["vt"]), ck.pika_conn(self.ports["vt"])
         cha, chb = a.channel(), b.channel()
         first = {}
         for _ in ids:
-            m, props, _ = get_one(cha, "vt-drop")
+            m, props, _ = ck.get_one(cha, "vt-drop")
             first[props.message_id] = time.monotonic()
             cha.basic_ack(m.delivery_tag)
         again = {}
         while len(again) < len(ids) // 2:  # every other ack was lost: back after 3 s
-            m, props, _ = get_one(chb, "vt-drop")
+            m, props, _ = ck.get_one(chb, "vt-drop")
             self.assertTrue(m.redelivered, props.message_id)
             self.assertNotIn(props.message_id, again)
             again[props.message_id] = time.monotonic()
@@ -253,11 +234,11 @@ rule late-dup on late {
 
     def test_slow_worker_loses_its_message(self):
         self.publish("vt-slow", ["slow-1"])
-        a, b = conn(self.ports["vt"]), conn(self.ports["vt"])
+        a, b = ck.pika_conn(self.ports["vt"]), ck.pika_conn(self.ports["vt"])
         cha, chb = a.channel(), b.channel()
-        m, _, _ = get_one(cha, "vt-slow")
+        m, _, _ = ck.get_one(cha, "vt-slow")
         t0 = time.monotonic()
-        m2, props, _ = get_one(chb, "vt-slow")  # A never acked within 3 s
+        m2, props, _ = ck.get_one(chb, "vt-slow")  # A never acked within 3 s
         self.assertGreaterEqual(time.monotonic() - t0, 2.8)
         self.assertTrue(m2.redelivered)
         self.assertEqual(props.message_id, "slow-1")
@@ -280,12 +261,12 @@ rule late-dup on late {
     def test_consumer_timeout_closes_the_channel(self):
         self.publish("ct-q", ["ct-1", "ct-2", "ct-3"])
         self.publish("ct-other", ["other-1"])
-        a, b = conn(self.ports["ct"]), conn(self.ports["ct"])
+        a, b = ck.pika_conn(self.ports["ct"]), ck.pika_conn(self.ports["ct"])
         cha, side = a.channel(), a.channel()
-        got = [get_one(cha, "ct-q") for _ in range(3)]
+        got = [ck.get_one(cha, "ct-q") for _ in range(3)]
         cha.basic_ack(got[0][0].delivery_tag)
         # the other channel acks within the timeout, again and again
-        m, _, _ = get_one(side, "ct-other")
+        m, _, _ = ck.get_one(side, "ct-other")
         side.basic_ack(m.delivery_tag)
         closed = []
         cha._impl.add_on_close_callback(lambda _ch, reason: closed.append(reason))
@@ -299,14 +280,14 @@ rule late-dup on late {
                          "consumers doc guide to learn more" % cha.channel_number)
         # both unacked deliveries come back, to another connection
         chb = b.channel()
-        back = [get_one(chb, "ct-q") for _ in range(2)]
+        back = [ck.get_one(chb, "ct-q") for _ in range(2)]
         self.assertEqual(sorted(p.message_id for _, p, _ in back), ["ct-2", "ct-3"])
         self.assertTrue(all(m.redelivered for m, _, _ in back))
         for m, _, _ in back:
             chb.basic_ack(m.delivery_tag)
         # ... whose channel is not closed by them while it acks in time
         self.publish("ct-other", ["other-2"])
-        m, props, _ = get_one(side, "ct-other")
+        m, props, _ = ck.get_one(side, "ct-other")
         self.assertEqual(props.message_id, "other-2")
         side.basic_ack(m.delivery_tag)
         self.assertTrue(side.is_open and a.is_open)
@@ -317,18 +298,18 @@ rule late-dup on late {
     def test_redeliver_after_brings_the_message_back_later(self):
         ids = ["la-1", "la-2"]
         self.publish("late-ack", ids)
-        a, b = conn(self.ports["late"]), conn(self.ports["late"])
+        a, b = ck.pika_conn(self.ports["late"]), ck.pika_conn(self.ports["late"])
         cha, chb = a.channel(), b.channel()
         acked = {}
         for _ in ids:
-            m, props, _ = get_one(cha, "late-ack")
+            m, props, _ = ck.get_one(cha, "late-ack")
             self.assertFalse(m.redelivered)
             cha.basic_ack(m.delivery_tag)  # "succeeds": nothing tells the worker otherwise
             acked[props.message_id] = time.monotonic()
         self.assertIsNone(cha.basic_get("late-ack")[0])  # a round trip: channel open
         back = {}
         while len(back) < len(ids):
-            m, props, _ = get_one(chb, "late-ack")
+            m, props, _ = ck.get_one(chb, "late-ack")
             self.assertTrue(m.redelivered, props.message_id)
             back[props.message_id] = time.monotonic()
             chb.basic_ack(m.delivery_tag)  # the copy is not faulted again (max-per-message)
@@ -347,22 +328,22 @@ rule late-dup on late {
 
     def test_duplicate_after_copies_later(self):
         self.publish("late-dup", ["ld-fast"])
-        a, b = conn(self.ports["late"]), conn(self.ports["late"])
+        a, b = ck.pika_conn(self.ports["late"]), ck.pika_conn(self.ports["late"])
         cha, chb = a.channel(), b.channel()
         # A acks at once: the ack is held until the copy, then discarded
-        m, props, _ = get_one(cha, "late-dup")
+        m, props, _ = ck.get_one(cha, "late-dup")
         t0 = time.monotonic()
         cha.basic_ack(m.delivery_tag)
-        m2, props2, _ = get_one(chb, "late-dup")
+        m2, props2, _ = ck.get_one(chb, "late-dup")
         self.assertGreaterEqual(time.monotonic() - t0, 2.9)
         self.assertTrue(m2.redelivered)
         self.assertEqual(props2.message_id, "ld-fast")
         chb.basic_ack(m2.delivery_tag)
         # A acks after the copy went out: its late ack is swallowed (no 406)
         self.publish("late-dup", ["ld-slow"])
-        m, _, _ = get_one(cha, "late-dup")
+        m, _, _ = ck.get_one(cha, "late-dup")
         t0 = time.monotonic()
-        m2, props2, _ = get_one(chb, "late-dup")
+        m2, props2, _ = ck.get_one(chb, "late-dup")
         self.assertGreaterEqual(time.monotonic() - t0, 2.9)
         self.assertEqual((m2.redelivered, props2.message_id), (True, "ld-slow"))
         cha.basic_ack(m.delivery_tag)

@@ -38,7 +38,7 @@ DRIVER_TIMEOUT = 180
 
 
 class AppRetries(dk.FrameworkCase):
-    tmp_prefix = "twice-it-retries-"
+    TMP_PREFIX = "twice-it-retries-"
 
     def run_app(self, framework, block, rule_text, driver_args, env=None):
         """twice with `block` and rule_text, the app through it with RETRIED retried jobs;
@@ -90,8 +90,7 @@ class AppRetries(dk.FrameworkCase):
     def test_celery_amqp_self_retry(self):
         r = self.rabbitmq()
         ctl = "%s -n %s" % (os.path.join(h.RABBIT_BIN, "rabbitmqctl"), r.nodename)
-        block = h.listen_block("app", h.free_port(), r.port, "").replace(
-            "protocol tcp", "protocol amqp")
+        block = h.listen_block("app", h.free_port(), r.port, protocol="amqp")
         rule = ("rule copies on app {\n  when ack task=tasks.charge\n  first %d\n"
                 "  do redeliver\n}\n" % COPIES)
         rows, table, report, recs = self.run_app(
@@ -111,8 +110,8 @@ class AppRetries(dk.FrameworkCase):
         self.assertEqual(rows["tasks.charge"]["retried"], 0, table)
 
     def test_rq_retry(self):
-        block = h.listen_block("app", h.free_port(), self.redis.port, "profile rq").replace(
-            "protocol tcp", "protocol resp")
+        block = h.listen_block("app", h.free_port(), self.redis.port, protocol="resp",
+                               profile="rq")
         rule = ("rule copies on app {\n  when deliver task=tasks.charge\n  first %d\n"
                 "  do duplicate\n}\n" % COPIES)
         rows, table, report, recs = self.run_app(
@@ -123,8 +122,8 @@ class AppRetries(dk.FrameworkCase):
                          ("NOT IDEMPOTENT", COPIES), table)
 
     def test_sidekiq_retry(self):
-        block = h.listen_block("app", h.free_port(), self.redis.port, "profile sidekiq").replace(
-            "protocol tcp", "protocol resp")
+        block = h.listen_block("app", h.free_port(), self.redis.port, protocol="resp",
+                               profile="sidekiq")
         rule = ("rule copies on app {\n  when deliver task=Charge\n  first %d\n"
                 "  do duplicate\n}\n" % COPIES)
         rows, table, report, recs = self.run_app(
@@ -148,8 +147,7 @@ class AppRetries(dk.FrameworkCase):
         rabbit = self.rabbitmq()
         port = h.free_port()
         journal = os.path.join(self.tmp, "journal.pb")
-        block = h.listen_block("app", port, rabbit.port, "").replace("protocol tcp",
-                                                                      "protocol amqp")
+        block = h.listen_block("app", port, rabbit.port, protocol="amqp")
         tw = self.twice("journal %s\n" % journal + h.config(block, log_level="info"))
         conn = pika.BlockingConnection(pika.ConnectionParameters(
             host="127.0.0.1", port=port, heartbeat=0, connection_attempts=3, retry_delay=0.5))

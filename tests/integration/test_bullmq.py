@@ -73,7 +73,7 @@ def fault_ids(recs, rule):
 
 
 class BullMQ(dk.FrameworkCase):
-    tmp_prefix = "twice-it-bullmq-"
+    TMP_PREFIX = "twice-it-bullmq-"
     package = "bullmq"      # the BullMQ package of tests/node
     major = 5               # ... and its major version
 

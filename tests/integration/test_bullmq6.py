@@ -14,7 +14,7 @@ import test_bullmq  # noqa: E402
 
 
 class BullMQ6(test_bullmq.BullMQ):
-    tmp_prefix = "twice-it-bullmq6-"
+    TMP_PREFIX = "twice-it-bullmq6-"
     package = "bullmq6"
     major = 6
 

@@ -27,15 +27,10 @@ import unittest
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import harness as h  # noqa: E402
 import faultkit as fk  # noqa: E402
-
-import pika  # noqa: E402
+import clientkit as ck  # noqa: E402
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 N_TASKS = 10
-
-
-def amqp_listen(name, port, upstream):
-    return h.listen_block(name, port, upstream).replace("protocol tcp", "protocol amqp")
 
 
 def broker_url(port):
@@ -99,65 +94,42 @@ class Worker:
             pass
 
 
-class CeleryAmqp(unittest.TestCase):
+class CeleryAmqp(ck.BrokerCase):
+    RABBITMQ = True
+    TMP_PREFIX = "twice-it-celery-"
+
     @classmethod
-    def setUpClass(cls):
-        cls.tmp = h.make_tmpdir("twice-it-celery-")
-        cls.rabbit = h.start_rabbitmq(cls.tmp)
+    def twice_config(cls):
         cls.plain_port = h.free_port()
         cls.fault_port = h.free_port()
-        text = fk.conf_text(
-            [amqp_listen("plain", cls.plain_port, cls.rabbit.port),
-             amqp_listen("rabbit", cls.fault_port, cls.rabbit.port)],
+        return fk.conf_text(
+            [ck.amqp_listen("plain", cls.plain_port, cls.rabbit.port),
+             ck.amqp_listen("rabbit", cls.fault_port, cls.rabbit.port)],
             [fk.rule_block("lost-ack", "rabbit", "when ack task=*charge", "first 3", "do redeliver")],
             seed=1, grace="1s")
-        cls.tw = h.start_twice(text, cls.tmp)
-        os.environ.setdefault("TWICE_CELERY_OUT", os.path.join(cls.tmp, "unused.txt"))
+
+    @classmethod
+    def set_up_class(cls):
+        os.environ.setdefault("TWICE_CELERY_OUT", os.path.join(cls.ctmp, "unused.txt"))
         from celery_app.app import app, charge
         cls.app, cls.charge = app, charge
 
-    @classmethod
-    def tearDownClass(cls):
-        try:
-            cls.tw.stop()
-        finally:
-            cls.tw.kill()
-            cls.rabbit.stop()
-
     def setUp(self):
-        self.t0 = time.monotonic()
-        self.mark = len(self.tw.log_lines())
+        super().setUp()
         self.workers = []
         # start from an empty `celery` queue
-        conn = pika.BlockingConnection(pika.ConnectionParameters(
-            host="127.0.0.1", port=self.rabbit.port, connection_attempts=1, heartbeat=0))
-        try:
-            ch = conn.channel()
-            ch.queue_declare("celery", durable=True)
-            ch.queue_purge("celery")
-        finally:
-            conn.close()
+        ck.declare_queues(self.rabbit.port, "celery", durable=True, purge=True)
 
     def tearDown(self):
         for w in self.workers:
             w.stop()
-        h.log("%s took %.1fs" % (self._testMethodName, time.monotonic() - self.t0))
-        outcome = getattr(self, "_outcome", None)
-        if (outcome is not None and not getattr(outcome, "success", True)) or h.VERBOSE:
+        if self._failed() or h.VERBOSE:
             for w in self.workers:
                 sys.stderr.write("\n----- worker log -----\n%s\n" % w.log_text()[-6000:])
-            sys.stderr.write("\n----- twice log -----\n%s\n-----\n" % "\n".join(
-                self.tw.log_lines()[self.mark:][-120:]))
 
     def queue_state(self):
         """(ready, unacked) of the `celery` queue from rabbitmqctl, or None."""
-        r = self.rabbit.ctl("list_queues", "-q", "--no-table-headers", "name", "messages_ready",
-                            "messages_unacknowledged")
-        for line in r.stdout.decode(errors="replace").splitlines():
-            parts = line.split()
-            if len(parts) == 3 and parts[0] == "celery" and parts[1].isdigit() and parts[2].isdigit():
-                return int(parts[1]), int(parts[2])
-        return None
+        return ck.queue_counts(self.rabbit).get("celery")
 
     def run_tasks(self, name, port, expect_lines, n_tasks=N_TASKS, workers=1, defaults=False,
                   during=None):
@@ -257,7 +229,7 @@ class CeleryAmqp(unittest.TestCase):
         self.assertEqual(check.returncode, 0, check)
         summary = [l for l in check.stdout.decode().splitlines() if l.startswith("  rule ")]
         self.assertTrue(summary and all(" queue=celery" in l for l in summary), summary)
-        tw = h.start_twice(text, self.tmp)
+        tw = self.twice(text)
 
         def inspect():
             env = dict(os.environ, PYTHONPATH=HERE, TWICE_CELERY_BROKER=broker_url(port),

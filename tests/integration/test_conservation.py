@@ -72,8 +72,8 @@ import unittest
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import harness as h  # noqa: E402
 import faultkit as fk  # noqa: E402
-import hostilekit as hk  # noqa: E402
 import driverkit as dk  # noqa: E402
+import clientkit as ck  # noqa: E402
 from driverkit import read_lines  # noqa: E402
 
 import pika  # noqa: E402
@@ -103,12 +103,6 @@ AMQP_RULES = {
     "late-copy": ["when ack queue=%s" % QUEUE, "probability 10%", "do redeliver after 300ms"],
     "late-dup": ["when deliver queue=%s" % QUEUE, "probability 10%", "do duplicate after 300ms"],
 }
-
-
-def pika_params(port):
-    return pika.ConnectionParameters(host="127.0.0.1", port=port, connection_attempts=1,
-                                     heartbeat=0, socket_timeout=15, stack_timeout=30,
-                                     blocked_connection_timeout=60)
 
 
 class Consumer(threading.Thread):
@@ -152,7 +146,7 @@ class Consumer(threading.Thread):
         while not self.stopping.is_set():
             self.conn = None
             try:
-                self.conn = pika.BlockingConnection(pika_params(self.port))
+                self.conn = ck.pika_conn(self.port)
                 ch = self.conn.channel()
                 ch.basic_qos(prefetch_count=10)
                 ch.basic_consume(QUEUE, self._on, auto_ack=False)
@@ -181,36 +175,24 @@ class Consumer(threading.Thread):
         self.join(30)
 
 
-class AmqpConservation(h.TestCase):
-
-    @classmethod
-    def setUpClass(cls):
-        cls.rabbit = h.start_rabbitmq(h.make_tmpdir("twice-it-conserve-rabbit-"))
-
-    @classmethod
-    def tearDownClass(cls):
-        cls.rabbit.stop()
+class AmqpConservation(ck.BrokerCase):
+    RABBITMQ = True
+    TMP_PREFIX = "twice-it-conserve-rabbit-"
 
     def queue_state(self):
         """(ready, unacked) of QUEUE from rabbitmqctl, or None."""
-        r = self.rabbit.ctl("list_queues", "-q", "--no-table-headers", "name", "messages_ready",
-                            "messages_unacknowledged")
-        for line in r.stdout.decode(errors="replace").splitlines():
-            parts = line.split()
-            if len(parts) == 3 and parts[0] == QUEUE and parts[1].isdigit() and parts[2].isdigit():
-                return int(parts[1]), int(parts[2])
-        return None
+        return ck.queue_counts(self.rabbit).get(QUEUE)
 
     def test_no_message_lost_under_every_delivery_fault(self):
         port = h.free_port()
         journal = os.path.join(self.tmp, "amqp.pb")
         rules = [fk.rule_block(name, "rabbit", *lines) for name, lines in AMQP_RULES.items()]
-        tw = self.twice(fk.conf_text([hk.amqp_listen("rabbit", port, self.rabbit.port)], rules,
+        tw = self.twice(fk.conf_text([ck.amqp_listen("rabbit", port, self.rabbit.port)], rules,
                                      seed=SEED, journal=journal, log_level="info", grace="2s"))
 
         # Publish through twice, confirm mode: every message reached the queue.
         ids = ["m-%d" % i for i in range(N_AMQP)]
-        pub = pika.BlockingConnection(pika_params(port))
+        pub = ck.pika_conn(port)
         pch = pub.channel()
         pch.queue_declare(QUEUE)
         pch.queue_purge(QUEUE)
@@ -289,28 +271,14 @@ JOBS = 30                # per handler: 60 jobs per run
 DRIVER_TIMEOUT = 150
 
 
-class RedisConservation(h.TestCase):
-
-    @classmethod
-    def setUpClass(cls):
-        cls.ctmp = h.make_tmpdir("twice-it-conserve-redis-")
-        cls.redis = h.start_redis(cls.ctmp)
-
-    @classmethod
-    def tearDownClass(cls):
-        cls.redis.stop()
-
-    def setUp(self):
-        super().setUp()
-        self.assertEqual(self.redis.command("FLUSHALL"), b"OK")
-        self.driver_logs = []
-        self.addCleanup(dk.dump_logs, self)
+class RedisConservation(dk.FrameworkCase):
+    TMP_PREFIX = "twice-it-conserve-redis-"
 
     def run_conserving(self, framework, profile, rules, visibility_timeout=None, workers=2,
                        args=()):
         port = h.free_port()
         journal = os.path.join(self.tmp, "run.pb")
-        listen = hk.resp_listen("jobs", port, self.redis.port, profile=profile)
+        listen = ck.resp_listen("jobs", port, self.redis.port, profile=profile)
         blocks = [fk.rule_block(name, "jobs", *lines) for name, lines in rules.items()]
         tw = self.twice(fk.conf_text([listen], blocks, seed=SEED, journal=journal,
                                      log_level="info", grace="1s"))

@@ -33,65 +33,24 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import harness as h  # noqa: E402
 import faultkit as fk  # noqa: E402
 import respkit as rk  # noqa: E402
+import clientkit as ck  # noqa: E402
 
 import pika  # noqa: E402
-import redis  # noqa: E402
 
 WAIT = 60        # seconds a wait may take on a loaded, sanitized run
 GRACE = "60s"    # the shutdown tests' grace: twice must exit well before it
 EXIT_WITHIN = 25  # ... within this many seconds of SIGTERM
 
 
-def amqp_block(name, port, upstream, extra=""):
-    return h.listen_block(name, port, upstream, extra).replace("protocol tcp", "protocol amqp")
-
-
-def conn(port):
-    return pika.BlockingConnection(pika.ConnectionParameters(
-        host="127.0.0.1", port=port, connection_attempts=1, socket_timeout=15,
-        stack_timeout=30, heartbeat=0))
-
-
-def quiet_close(c):
-    """Closes a pika connection that twice may have closed already (a shutdown)."""
-    try:
-        c.close()
-    except Exception:  # noqa: BLE001 - closed under it: nothing to do
-        pass
-
-
-def get_one(ch, queue, timeout=WAIT):
-    return fk.amqp_get_one(ch, queue, timeout)
-
-
-def queue_counts(rabbit):
-    """{queue: (ready, unacked)} as the node says now."""
-    r = rabbit.ctl("list_queues", "-q", "--no-table-headers", "name", "messages_ready",
-                   "messages_unacknowledged")
-    out = {}
-    for line in r.stdout.decode(errors="replace").splitlines():
-        parts = line.split()
-        if len(parts) == 3 and parts[1].isdigit() and parts[2].isdigit():
-            out[parts[0]] = (int(parts[1]), int(parts[2]))
-    return out
-
-
-class DrainTest(h.TestCase):
-    @classmethod
-    def setUpClass(cls):
-        cls.ctmp = h.make_tmpdir("twice-it-drain-")
-        cls.rabbit = h.start_rabbitmq(cls.ctmp)
-        cls.redis = h.start_redis(cls.ctmp)
-        c = conn(cls.rabbit.port)
-        ch = c.channel()
-        for q in ("dr-held", "dr-late", "dr-vt", "dr-term", "dr-busy", "dr-idle"):
-            ch.queue_declare(q, durable=False)
-        c.close()
+class DrainTest(ck.BrokerCase):
+    RABBITMQ = True
+    REDIS = True
+    TMP_PREFIX = "twice-it-drain-"
 
     @classmethod
-    def tearDownClass(cls):
-        cls.rabbit.stop()
-        cls.redis.stop()
+    def set_up_class(cls):
+        ck.declare_queues(cls.rabbit.port, "dr-held", "dr-late", "dr-vt", "dr-term", "dr-busy",
+                          "dr-idle")
 
     def start(self, listeners, rules=(), grace="2s"):
         self.admin_port = h.free_port()
@@ -103,12 +62,12 @@ class DrainTest(h.TestCase):
         return tw
 
     def consumer(self, port):
-        c = conn(port)
-        self.addCleanup(quiet_close, c)
+        c = ck.pika_conn(port)
+        self.addCleanup(ck.close_quietly, c)
         return c
 
     def publish(self, queue, ids):
-        c = conn(self.rabbit.port)
+        c = ck.pika_conn(self.rabbit.port)
         ch = c.channel()
         for i in ids:
             ch.basic_publish("", queue, i.encode(), pika.BasicProperties(message_id=i))
@@ -134,14 +93,14 @@ class DrainTest(h.TestCase):
         return [(fk.KIND_NAMES.get(r.get("kind"), r.get("kind")), r) for r in recs]
 
     def wait_broker(self, queue, want):
-        h.wait_until(lambda: queue_counts(self.rabbit).get(queue) == want, WAIT,
+        h.wait_until(lambda: ck.queue_counts(self.rabbit).get(queue) == want, WAIT,
                      what="RabbitMQ to have (ready, unacked) = %r in %s" % (want, queue))
 
     # -- amqp -----------------------------------------------------------------------------
 
     def test_drain_releases_held_acks(self):
         port = h.free_port()
-        tw = self.start([amqp_block("rabbit", port, self.rabbit.port)],
+        tw = self.start([ck.amqp_listen("rabbit", port, self.rabbit.port)],
                         [fk.rule_block("slow-ack", "rabbit", "when ack queue=dr-held",
                                        "do delay 60s")])
         ids = ["held-%d" % i for i in range(3)]
@@ -149,7 +108,7 @@ class DrainTest(h.TestCase):
         a = self.consumer(port)
         cha = a.channel()
         for _ in ids:
-            m, _, _ = get_one(cha, "dr-held")
+            m, _, _ = ck.get_one(cha, "dr-held")
             cha.basic_ack(m.delivery_tag)
         t_acked = time.monotonic()
         self.wait_pending("rabbit", "held_acks", 3)
@@ -157,7 +116,7 @@ class DrainTest(h.TestCase):
         _, samples = fk.parse_prometheus(self.api.get("/metrics")[2])
         self.assertEqual(fk.prom_value(samples, "twice_pending", listener="rabbit",
                                        kind="held_acks"), 3)
-        self.assertEqual(queue_counts(self.rabbit).get("dr-held"), (0, 3))  # held from RabbitMQ
+        self.assertEqual(ck.queue_counts(self.rabbit).get("dr-held"), (0, 3))  # held from RabbitMQ
         st, body = self.drain("30s")
         self.assertEqual(st, 200, body)
         self.assertTrue(body["drained"])
@@ -174,7 +133,7 @@ class DrainTest(h.TestCase):
         self.assertFalse(self.api.json("/rules")["faults_enabled"])
         # rules stay off: the next ack goes straight on
         self.publish("dr-held", ["after"])
-        m, _, _ = get_one(cha, "dr-held")
+        m, _, _ = ck.get_one(cha, "dr-held")
         cha.basic_ack(m.delivery_tag)
         self.wait_broker("dr-held", (0, 0))
         self.assertEqual(self.pending("rabbit").get("held_acks"), 0)
@@ -187,7 +146,7 @@ class DrainTest(h.TestCase):
 
     def test_drain_waits_for_late_copies(self):
         port = h.free_port()
-        tw = self.start([amqp_block("rabbit", port, self.rabbit.port)],
+        tw = self.start([ck.amqp_listen("rabbit", port, self.rabbit.port)],
                         [fk.rule_block("late-ack", "rabbit", "when ack queue=dr-late",
                                        "do redeliver after 8s")])
         ids = ["late-%d" % i for i in range(2)]
@@ -195,7 +154,7 @@ class DrainTest(h.TestCase):
         a, b = self.consumer(port), self.consumer(port)
         cha, chb = a.channel(), b.channel()
         for _ in ids:
-            m, _, _ = get_one(cha, "dr-late")
+            m, _, _ = ck.get_one(cha, "dr-late")
             cha.basic_ack(m.delivery_tag)
         t_acked = time.monotonic()
         self.wait_pending("rabbit", "late_copies", 2)
@@ -210,7 +169,7 @@ class DrainTest(h.TestCase):
         self.assertEqual(st, 200, body)
         self.assertGreaterEqual(time.monotonic() - t_acked, 7.5)
         self.assertEqual(body["pending"]["total"], 0, body)
-        got = sorted(get_one(chb, "dr-late")[1].message_id for _ in ids)
+        got = sorted(ck.get_one(chb, "dr-late")[1].message_id for _ in ids)
         self.assertEqual(got, ids)
         self.assertEqual(len(rk.journal_faults(self.journal, "late-ack")), 2)
         a.close()
@@ -219,12 +178,12 @@ class DrainTest(h.TestCase):
 
     def test_drain_leaves_an_ack_past_the_visibility_timeout_to_expire(self):
         port = h.free_port()
-        tw = self.start([amqp_block("vt", port, self.rabbit.port, "visibility-timeout 4s")],
+        tw = self.start([ck.amqp_listen("vt", port, self.rabbit.port, "visibility-timeout 4s")],
                         [fk.rule_block("slow-ack", "vt", "when ack queue=dr-vt", "do delay 60s")])
         self.publish("dr-vt", ["vt-1"])
         a, b = self.consumer(port), self.consumer(port)
         cha, chb = a.channel(), b.channel()
-        m, _, _ = get_one(cha, "dr-vt")
+        m, _, _ = ck.get_one(cha, "dr-vt")
         t_delivered = time.monotonic()
         cha.basic_ack(m.delivery_tag)
         self.wait_pending("vt", "held_acks", 1)
@@ -234,7 +193,7 @@ class DrainTest(h.TestCase):
         self.assertGreaterEqual(time.monotonic() - t_delivered, 3.8)
         tw.wait_for_log(r"msg=expired .* rule=slow-ack timeout=visibility-timeout")
         self.assertEqual(len(tw.log_records('drain released')), 0)
-        m2, props, _ = get_one(chb, "dr-vt")
+        m2, props, _ = ck.get_one(chb, "dr-vt")
         self.assertEqual((m2.redelivered, props.message_id), (True, "vt-1"))
         chb.basic_ack(m2.delivery_tag)
         a.close()
@@ -247,12 +206,12 @@ class DrainTest(h.TestCase):
 
     def test_drain_redis_scheduled_commands_and_held_reply(self):
         port = h.free_port()
-        block = rk.resp_listen_block("jobs", port, self.redis.port, profile="list")
+        block = ck.resp_listen("jobs", port, self.redis.port, profile="list")
         tw = self.start([block], [
             fk.rule_block("slow-ack", "jobs", "when ack task=slowack", "do delay 5s"),
             fk.rule_block("late-ack", "jobs", "when ack task=lateack", "do redeliver after 5s"),
             fk.rule_block("held-pop", "jobs", "when deliver task=heldpop", "do delay 60s")])
-        real = redis.Redis(host="127.0.0.1", port=self.redis.port)
+        real = ck.redis_py(self.redis.port)
         real.delete("q", "p", "q2", "p2")
         a = json.dumps({"id": "a1", "task": "slowack"})
         r = json.dumps({"id": "r1", "task": "lateack"})
@@ -293,8 +252,8 @@ class DrainTest(h.TestCase):
 
     def test_sigterm_with_nothing_pending_exits_before_the_grace(self):
         aport, rport = h.free_port(), h.free_port()
-        tw = self.start([amqp_block("rabbit", aport, self.rabbit.port),
-                         rk.resp_listen_block("jobs", rport, self.redis.port, profile="list")],
+        tw = self.start([ck.amqp_listen("rabbit", aport, self.rabbit.port),
+                         ck.resp_listen("jobs", rport, self.redis.port, profile="list")],
                         grace=GRACE)
         consumer = self.consumer(aport)
         ch = consumer.channel()
@@ -325,17 +284,17 @@ class DrainTest(h.TestCase):
 
     def test_sigterm_releases_a_held_ack_and_waits_for_a_busy_worker(self):
         port = h.free_port()
-        tw = self.start([amqp_block("rabbit", port, self.rabbit.port)],
+        tw = self.start([ck.amqp_listen("rabbit", port, self.rabbit.port)],
                         [fk.rule_block("slow-ack", "rabbit", "when ack queue=dr-term",
                                        "do delay 60s")], grace=GRACE)
         self.publish("dr-term", ["t-held"])
         self.publish("dr-busy", ["t-busy"])
         a, b = self.consumer(port), self.consumer(port)
         cha, chb = a.channel(), b.channel()
-        m, _, _ = get_one(cha, "dr-term")
+        m, _, _ = ck.get_one(cha, "dr-term")
         cha.basic_ack(m.delivery_tag)
         self.wait_pending("rabbit", "held_acks", 1)
-        busy, _, _ = get_one(chb, "dr-busy")  # b's worker is still at it
+        busy, _, _ = ck.get_one(chb, "dr-busy")  # b's worker is still at it
         t0 = time.monotonic()
         tw.signal(signal.SIGTERM)
         tw.wait_for_log(r"msg=\"shutting down\"")
@@ -354,8 +313,8 @@ class DrainTest(h.TestCase):
         self.assertEqual(rc, 0)
         self.assertLess(time.monotonic() - t0, 50)
         # had the held ack been lost with the connection, RabbitMQ would have it ready again
-        self.assertEqual(queue_counts(self.rabbit).get("dr-term"), (0, 0))
-        self.assertEqual(queue_counts(self.rabbit).get("dr-busy"), (0, 0))
+        self.assertEqual(ck.queue_counts(self.rabbit).get("dr-term"), (0, 0))
+        self.assertEqual(ck.queue_counts(self.rabbit).get("dr-busy"), (0, 0))
         _, recs, _ = fk.decode_journal(self.journal)
         acks = sorted(r.get("message_id") for r in recs if fk.KIND_NAMES.get(r.get("kind")) == "ack")
         self.assertEqual(acks, ["t-busy", "t-held"])

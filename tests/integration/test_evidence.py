@@ -36,7 +36,7 @@ STALL_AFTER_S = 3
 
 
 class Evidence(dk.FrameworkCase):
-    tmp_prefix = "twice-it-evidence-"
+    TMP_PREFIX = "twice-it-evidence-"
 
     def start(self, proto, upstream, rules=(), extra=""):
         port = h.free_port()

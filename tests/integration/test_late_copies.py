@@ -70,7 +70,7 @@ def rules(listener, event, action, tasks, extra=""):
 
 
 class LateCopies(dk.FrameworkCase):
-    tmp_prefix = "twice-it-late-"
+    TMP_PREFIX = "twice-it-late-"
 
     def run_app(self, framework, rule_text, listen_extra="", driver_args=(), upstream=None,
                 env=None):
@@ -80,12 +80,11 @@ class LateCopies(dk.FrameworkCase):
         port = h.free_port()
         journal = os.path.join(self.tmp, "journal.pb")
         if profile is None:
-            block = h.listen_block("app", port, upstream, listen_extra).replace(
-                "protocol tcp", "protocol amqp")
+            block = h.listen_block("app", port, upstream, listen_extra, protocol="amqp")
         else:
-            block = h.listen_block("app", port, self.redis.port, "profile %s\n%s%s" % (
-                profile, LISTEN_SETTINGS.get(framework, ""), listen_extra)).replace(
-                "protocol tcp", "protocol resp")
+            block = h.listen_block("app", port, self.redis.port,
+                                   LISTEN_SETTINGS.get(framework, "") + listen_extra,
+                                   protocol="resp", profile=profile)
         conf = "journal %s\n" % journal + h.config(block, log_level="info") + rule_text
         tw = self.twice(conf)
         _, files, rc = dk.run(self, framework, port, redis_port=self.redis.port, jobs=JOBS,
@@ -164,8 +163,8 @@ class LateCopies(dk.FrameworkCase):
         port = h.free_port()
         path = os.path.join(self.tmp, "streams-after.conf")
         with open(path, "w") as f:
-            f.write(h.config(h.listen_block("app", port, self.redis.port, "profile streams")
-                             .replace("protocol tcp", "protocol resp"))
+            f.write(h.config(h.listen_block("app", port, self.redis.port, protocol="resp",
+                                            profile="streams"))
                     + rules("app", "deliver", "do duplicate after 3s", [unsafe]))
         r = h.run_twice(["check", "-c", path])
         self.assertEqual(r.returncode, 1)
@@ -232,7 +231,7 @@ class PublishCopies(LateCopies):
     a cut connection.  Each faulted job runs twice; charge doubles its effect, charge_safe (its
     key is the job's own id) does not."""
 
-    tmp_prefix = "twice-it-pubcopy-"
+    TMP_PREFIX = "twice-it-pubcopy-"
 
     def publish_copies(self, framework, **kw):
         _, unsafe, safe = APPS[framework]

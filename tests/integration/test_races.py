@@ -59,7 +59,7 @@ APPS = {
 
 
 class Races(dk.FrameworkCase):
-    tmp_prefix = "twice-it-races-"
+    TMP_PREFIX = "twice-it-races-"
 
     def run_app(self, framework, rule, extra=()):
         """twice with one rule in front of the framework's broker, the race handlers through it;

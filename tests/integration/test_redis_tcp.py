@@ -17,6 +17,7 @@ import unittest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import harness as h  # noqa: E402
+import clientkit as ck  # noqa: E402
 
 BENCH_N = 20000
 BENCH_TESTS = "set,get,incr,lpush,lrange_100,mset"
@@ -56,30 +57,14 @@ def cli_script():
     return ("\n".join(lines) + "\n").encode(), big
 
 
-def resp(*args):
-    out = b"*%d\r\n" % len(args)
-    for a in args:
-        a = a if isinstance(a, bytes) else str(a).encode()
-        out += b"$%d\r\n%s\r\n" % (len(a), a)
-    return out
+class RedisTcpTest(ck.BrokerCase):
+    REDIS = True
+    TMP_PREFIX = "twice-it-redis-"
 
-
-class RedisTcpTest(unittest.TestCase):
     @classmethod
-    def setUpClass(cls):
-        cls.tmp = h.make_tmpdir("twice-it-redis-")
-        cls.redis = h.start_redis(cls.tmp)
+    def twice_config(cls):
         cls.port = h.free_port()
-        cls.tw = h.start_twice(h.config(h.listen_block("redis", cls.port, cls.redis.port),
-                                        log_level="info"), cls.tmp)
-
-    @classmethod
-    def tearDownClass(cls):
-        try:
-            cls.tw.stop()
-        finally:
-            cls.tw.kill()
-            cls.redis.stop()
+        return h.config(ck.listen("redis", cls.port, cls.redis.port), log_level="info")
 
     def fail_with_log(self, msg):
         self.fail("%s\n--- twice log tail ---\n%s" % (msg, self.tw.log_tail(40)))
@@ -101,7 +86,7 @@ class RedisTcpTest(unittest.TestCase):
         mark = len(self.tw.log_lines())
         self.redis.command("CONFIG", "RESETSTAT")
         via = self.redis_cli(self.port, stdin=script)
-        info_req = resp("INFO", "stats")
+        info_req = ck.enc("INFO", "stats")
         stats = self.redis.info("stats")
         self.assertEqual(via.returncode, 0, via.stderr)
         if via.stdout != direct.stdout:
@@ -137,7 +122,7 @@ class RedisTcpTest(unittest.TestCase):
     def test_cli_pipe_mass_insert(self):
         n = 50000
         rng = random.Random(7)
-        data = b"".join(resp("SET", "mass:%d" % i, rng.randbytes(rng.randrange(0, 100)))
+        data = b"".join(ck.enc("SET", "mass:%d" % i, rng.randbytes(rng.randrange(0, 100)))
                         for i in range(n))
         self.redis.command("FLUSHALL")
         r = self.redis_cli(self.port, ["--pipe"], stdin=data)

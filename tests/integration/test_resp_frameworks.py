@@ -87,23 +87,7 @@ class Run:
         return sorted(m for m in self.ids() if self.runs[m] == times)
 
 
-class RespFrameworks(h.TestCase):
-
-    @classmethod
-    def setUpClass(cls):
-        cls.ctmp = h.make_tmpdir("twice-it-frameworks-")
-        cls.redis = h.start_redis(cls.ctmp)
-
-    @classmethod
-    def tearDownClass(cls):
-        cls.redis.stop()
-
-    def setUp(self):
-        super().setUp()
-        self.assertEqual(self.redis.command("FLUSHALL"), b"OK")
-        self.driver_logs = []
-        self.addCleanup(dk.dump_logs, self)
-
+class RespFrameworks(dk.FrameworkCase):
     # -- twice ---------------------------------------------------------------
 
     def start_twice(self, profile, *rules, settings=""):

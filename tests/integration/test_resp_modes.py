@@ -39,6 +39,7 @@ import unittest
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import harness as h  # noqa: E402
 import respkit as rk  # noqa: E402
+import clientkit as ck  # noqa: E402
 
 # How long the plain listener's replica takes writes for ("stays in sync for
 # a minute of writes"); the others, a few batches.
@@ -52,11 +53,13 @@ GUARD_RULE = """rule guard on plain {
 """
 
 
+# DEBUG allowed and no delay before a diskless transfer
+REDIS_ARGS = ("--enable-debug-command", "yes", "--repl-diskless-sync-delay", "0")
+
+
 def start_redis(tmp, *extra):
-    """A redis-server on a free port with DEBUG allowed and no delay before
-    a diskless transfer."""
-    return rk.start_redis_args(tmp, "--enable-debug-command", "yes",
-                               "--repl-diskless-sync-delay", "0", *extra)
+    """A redis-server on a free port with REDIS_ARGS."""
+    return ck.start_redis(tmp, *(REDIS_ARGS + extra))
 
 
 def info(port, section, ctx=None):
@@ -386,15 +389,11 @@ ACK_RULE = """rule acks on celery {
 TX_N = 100000
 
 
-class SharedRedis(h.TestCase):
-    """A class's Redis (cls.redis) and twice (cls.tw), stopped after its tests."""
+class SharedRedis(ck.BrokerCase):
+    """A class's Redis (cls.redis, with REDIS_ARGS) and twice (cls.tw)."""
 
-    @classmethod
-    def tearDownClass(cls):
-        try:
-            cls.tw.stop()
-        finally:
-            cls.redis.stop()
+    REDIS = True
+    REDIS_ARGS = REDIS_ARGS
 
 
 class TransactionTest(SharedRedis):
@@ -403,16 +402,16 @@ class TransactionTest(SharedRedis):
     sidekiq, and a celery listener whose rules read transactions ahead; the
     EXEC reply is byte for byte the direct one."""
 
+    TMP_PREFIX = "twice-it-tx-"
+
     @classmethod
-    def setUpClass(cls):
-        cls.ctmp = h.make_tmpdir("twice-it-tx-")
-        cls.redis = start_redis(cls.ctmp)
+    def twice_config(cls):
         cls.ports = {n: h.free_port() for n in ("plain", "jobs", "celery")}
-        cls.tw = h.start_twice(h.config(
-            rk.resp_listen_block("plain", cls.ports["plain"], cls.redis.port),
-            rk.resp_listen_block("jobs", cls.ports["jobs"], cls.redis.port, profile="sidekiq"),
-            rk.resp_listen_block("celery", cls.ports["celery"], cls.redis.port, profile="celery"),
-            log_level="info") + ACK_RULE, cls.ctmp)
+        return h.config(
+            ck.resp_listen("plain", cls.ports["plain"], cls.redis.port),
+            ck.resp_listen("jobs", cls.ports["jobs"], cls.redis.port, profile="sidekiq"),
+            ck.resp_listen("celery", cls.ports["celery"], cls.redis.port, profile="celery"),
+            log_level="info") + ACK_RULE
 
     def tx(self, port, key, at_once):
         """The raw EXEC reply of MULTI, TX_N INCRs of key (and one SET), EXEC."""
@@ -461,15 +460,18 @@ class TransactionTest(SharedRedis):
 class ModesTest(SharedRedis):
     """Each mode, through a plain and a sidekiq listener, as directly."""
 
+    TMP_PREFIX = "twice-it-modes-"
+
     @classmethod
-    def setUpClass(cls):
-        cls.ctmp = h.make_tmpdir("twice-it-modes-")
-        cls.redis = start_redis(cls.ctmp)
+    def twice_config(cls):
         cls.ports = {n: h.free_port() for n in ("plain", "jobs")}
-        cls.tw = h.start_twice(h.config(
-            rk.resp_listen_block("plain", cls.ports["plain"], cls.redis.port),
-            rk.resp_listen_block("jobs", cls.ports["jobs"], cls.redis.port, profile="sidekiq"),
-            log_level="info"), cls.ctmp)
+        return h.config(
+            ck.resp_listen("plain", cls.ports["plain"], cls.redis.port),
+            ck.resp_listen("jobs", cls.ports["jobs"], cls.redis.port, profile="sidekiq"),
+            log_level="info")
+
+    @classmethod
+    def set_up_class(cls):
         cls.via = [("direct", cls.redis.port), ("plain", cls.ports["plain"]),
                    ("jobs", cls.ports["jobs"])]
 

@@ -51,6 +51,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import harness as h  # noqa: E402
 import faultkit as fk  # noqa: E402
 import respkit as rk  # noqa: E402
+import clientkit as ck  # noqa: E402
 from respkit import enc, inline  # noqa: E402
 
 try:
@@ -301,42 +302,38 @@ def first_difference(a, b, items):
 # ---------------------------------------------------------------------------
 # A. Transparency
 
-class Transparency(unittest.TestCase):
+class Transparency(ck.BrokerCase):
     """One Redis; twice with a `protocol resp` listener without profile or
     rule (`plain`) and one with `profile celery` and a rule that matches
     nothing (`celery`).  Every test runs through both and compares with
     Redis itself."""
 
+    REDIS = True
+    TMP_PREFIX = "twice-it-resp-"
+
     @classmethod
-    def setUpClass(cls):
-        cls.tmp = h.make_tmpdir("twice-it-resp-")
-        cls.redis = h.start_redis(cls.tmp)
+    def set_up_class(cls):
         # SCAN and SMEMBERS orders must not depend on background rehashing
         assert cls.redis.command("CONFIG", "SET", "activerehashing", "no") == b"OK"
         cls.ports = {"plain": h.free_port(), "celery": h.free_port()}
-        listeners = [rk.resp_listen_block("plain", cls.ports["plain"], cls.redis.port),
-                     rk.resp_listen_block("celery", cls.ports["celery"], cls.redis.port,
-                                          profile="celery")]
+        listeners = [ck.resp_listen("plain", cls.ports["plain"], cls.redis.port),
+                     ck.resp_listen("celery", cls.ports["celery"], cls.redis.port,
+                                    profile="celery")]
         rules = [fk.rule_block("never", "celery",
                                "when command command=LPUSH key=twice-it-never:*",
                                "do error READONLY")]
         head = "log-level info\nconnect-timeout 2s\nshutdown-grace 2s\n"
-        cls.tw, cls.note = rk.start_twice_rules(head, listeners, rules, cls.tmp)
+        cls.tw, cls.note = rk.start_twice_rules(head, listeners, rules, cls.ctmp)
 
     @classmethod
-    def tearDownClass(cls):
-        try:
-            rk.stop_twice(cls.tw)
-        finally:
-            cls.tw.kill()
-            cls.redis.stop()
+    def stop_twice(cls, t):
+        rk.stop_twice(t)
 
     def setUp(self):
-        self.t0 = time.monotonic()
-        self.mark = len(self.tw.log_lines())
+        super().setUp()
+        self.mark = self.class_mark
 
     def tearDown(self):
-        h.log("%s took %.1fs" % (self._testMethodName, time.monotonic() - self.t0))
         rk.assert_twice_healthy(self, self.tw, self.mark)
         self.assertEqual(fk.fault_records(self.tw), [], "a rule fired: %s" % self.tw.log_tail(20))
 
@@ -348,7 +345,7 @@ class Transparency(unittest.TestCase):
         assert self.redis.command("FLUSHALL") == b"OK"
 
     def redis_py(self, port, **kw):
-        return redis.Redis(host="127.0.0.1", port=port, socket_timeout=20, **kw)
+        return ck.redis_py(port, timeout=20, **kw)
 
     def log_on_fail(self):
         return "\n--- twice log tail ---\n" + self.tw.log_tail(30)
@@ -1253,38 +1250,34 @@ FAULT_PROFILES = {"held": "celery", "celack": "celery"}
 EV_COMMAND = 7  # enum rule_event (rules/rule.h)
 
 
-class CommandFaults(unittest.TestCase):
+class CommandFaults(ck.BrokerCase):
+    REDIS = True
+    TMP_PREFIX = "twice-it-respfault-"
+
     @classmethod
-    def setUpClass(cls):
-        cls.tmp = h.make_tmpdir("twice-it-respfault-")
-        cls.redis = h.start_redis(cls.tmp)
-        cls.journal = os.path.join(cls.tmp, "journal.pb")
+    def set_up_class(cls):
+        cls.journal = os.path.join(cls.ctmp, "journal.pb")
         cls.ports = {name: h.free_port() for name in FAULT_RULES}
-        listeners = [rk.resp_listen_block(name, port, cls.redis.port, profile=FAULT_PROFILES.get(name))
+        listeners = [ck.resp_listen(name, port, cls.redis.port, profile=FAULT_PROFILES.get(name))
                      for name, port in sorted(cls.ports.items())]
         rules = [fk.rule_block(rn, ln, *lines) for ln, rl in FAULT_RULES.items() for rn, lines in rl]
         head = "seed 7\njournal %s\nlog-level debug\nconnect-timeout 2s\nshutdown-grace 2s\n" % cls.journal
-        cls.tw, cls.note = rk.start_twice_rules(head, listeners, rules, cls.tmp)
+        cls.tw, cls.note = rk.start_twice_rules(head, listeners, rules, cls.ctmp)
 
     @classmethod
-    def tearDownClass(cls):
-        try:
-            rk.stop_twice(cls.tw)
-        finally:
-            cls.tw.kill()
-            cls.redis.stop()
+    def stop_twice(cls, t):
+        rk.stop_twice(t)
 
     def setUp(self):
-        self.t0 = time.monotonic()
-        self.mark = len(self.tw.log_lines())
+        super().setUp()
+        self.mark = self.class_mark
         self.redis.command("FLUSHALL")
 
     def tearDown(self):
-        h.log("%s took %.1fs" % (self._testMethodName, time.monotonic() - self.t0))
         rk.assert_twice_healthy(self, self.tw, self.mark)
 
     def client(self, listener, **kw):
-        return redis.Redis(host="127.0.0.1", port=self.ports[listener], socket_timeout=10, **kw)
+        return ck.redis_py(self.ports[listener], timeout=10, **kw)
 
     def why(self, what):
         return "%s %s\n--- twice log tail ---\n%s" % (what, self.note, self.tw.log_tail(30))

@@ -1170,8 +1170,7 @@ class CliTest(h.TestCase):
         meant), and the earlier rules that take its events first."""
         path = os.path.join(self.tmp, "summary.conf")
         with open(path, "w") as f:
-            f.write(h.config(h.listen_block("mq", h.free_port(), 5672).replace(
-                "protocol tcp", "protocol amqp")) +
+            f.write(h.config(h.listen_block("mq", h.free_port(), 5672, protocol="amqp")) +
                 "rule lost on mq {\n  when ack queue=pay*\n  every 10\n  probability 5%\n"
                 "  do redeliver\n}\n"
                 "rule slow on mq {\n  when ack queue=payments\n  probability 1\n"

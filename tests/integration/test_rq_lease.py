@@ -45,7 +45,7 @@ QUEUE = "default"
 
 
 class RQLease(dk.FrameworkCase):
-    tmp_prefix = "twice-it-rq-lease-"
+    TMP_PREFIX = "twice-it-rq-lease-"
 
     def start_twice(self, *rules):
         port = h.free_port()

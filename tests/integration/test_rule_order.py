@@ -22,20 +22,9 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import harness as h  # noqa: E402
 import faultkit as fk  # noqa: E402
 import respkit as rk  # noqa: E402
+import clientkit as ck  # noqa: E402
 
 import pika  # noqa: E402
-
-WAIT = 60  # seconds a wait may take on a loaded, sanitized run
-
-
-def conn(port):
-    return pika.BlockingConnection(pika.ConnectionParameters(
-        host="127.0.0.1", port=port, connection_attempts=1, socket_timeout=15,
-        stack_timeout=30, heartbeat=0))
-
-
-def get_one(ch, queue, timeout=WAIT):
-    return fk.amqp_get_one(ch, queue, timeout)
 
 
 class RuleOrder(h.TestCase):
@@ -52,7 +41,7 @@ class RuleOrder(h.TestCase):
         rabbit = h.start_rabbitmq(self.tmp)
         self.addCleanup(rabbit.stop)
         port = h.free_port()
-        listener = h.listen_block("a", port, rabbit.port).replace("protocol tcp", "protocol amqp")
+        listener = ck.amqp_listen("a", port, rabbit.port)
         tw, api, journal = self.start(listener, [
             fk.rule_block("lost", "a", "when ack queue=order redelivered=false", "do redeliver"),
             fk.rule_block("dropped", "a", "when ack queue=order redelivered=false", "do drop"),
@@ -66,17 +55,17 @@ class RuleOrder(h.TestCase):
         self.assertIn("rule 'dropped' never acts on the 'ack' events it shares with rule 'lost' "
                       "(%s:%d)" % (tw.conf_path, lost_line), warned[0]["problem"])
 
-        direct = conn(rabbit.port)
+        direct = ck.pika_conn(rabbit.port)
         direct.channel().queue_declare("order", durable=False)
         direct.channel().basic_publish("", "order", b"charge",
                                        pika.BasicProperties(message_id="order-1"))
-        c = conn(port)
+        c = ck.pika_conn(port)
         ch = c.channel()
-        m, props, _ = get_one(ch, "order")
+        m, props, _ = ck.get_one(ch, "order")
         self.assertFalse(m.redelivered)
         ch.basic_ack(m.delivery_tag)
         # `lost` turned the ack into a requeue: the message is back at once, on this channel
-        m, props, _ = get_one(ch, "order")
+        m, props, _ = ck.get_one(ch, "order")
         self.assertTrue(m.redelivered)
         self.assertEqual(props.message_id, "order-1")
         ch.basic_ack(m.delivery_tag)  # the copy's ack: neither rule (redelivered=false)

@@ -19,8 +19,6 @@ logging and rules that fault the very commands carrying the passwords:
 """
 
 import os
-import socket
-import subprocess
 import sys
 import time
 import unittest
@@ -28,6 +26,7 @@ import unittest
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import harness as h  # noqa: E402
 import faultkit as fk  # noqa: E402
+import clientkit as ck  # noqa: E402
 
 import pika  # noqa: E402
 
@@ -36,78 +35,38 @@ AMQP_USER = "twiceapp"
 AMQP_PASS = "amqp-Pw-k4Lm2v"
 
 
-def resp(*args):
-    out = b"*%d\r\n" % len(args)
-    for a in args:
-        a = a.encode() if isinstance(a, str) else a
-        out += b"$%d\r\n%s\r\n" % (len(a), a)
-    return out
-
-
-def read_reply(f):
-    """One RESP2/RESP3 reply from a file object, as raw bytes (enough for this test)."""
-    line = f.readline()
-    if not line:
-        raise EOFError
-    t = line[:1]
-    if t in (b"$", b"=", b"!"):
-        n = int(line[1:-2])
-        return line + (f.read(n + 2) if n >= 0 else b"")
-    if t in (b"*", b"%", b"~", b">"):
-        n = int(line[1:-2])
-        n = n * 2 if t == b"%" else n
-        return line + b"".join(read_reply(f) for _ in range(max(n, 0)))
-    return line
-
-
-class Security(h.TestCase):
+class Security(ck.BrokerCase):
+    RABBITMQ = True
+    REDIS = True
+    REDIS_ARGS = ("--requirepass", REDIS_PASS)
+    REDIS_PASSWORD = REDIS_PASS
+    TMP_PREFIX = "twice-it-security-"
 
     @classmethod
-    def setUpClass(cls):
-        cls.ctmp = h.make_tmpdir("twice-it-security-")
-        cls.rabbit = h.start_rabbitmq(cls.ctmp)
+    def set_up_class(cls):
         for args in (("add_user", AMQP_USER, AMQP_PASS),
                      ("set_permissions", "-p", "/", AMQP_USER, ".*", ".*", ".*")):
             r = cls.rabbit.ctl(*args)
             assert r.returncode == 0, r.stdout
-        cls.redis_port = h.free_port()
-        cls.redis_dir = os.path.join(cls.ctmp, "redis")
-        os.makedirs(cls.redis_dir)
-        subprocess.run(["redis-server", "--port", str(cls.redis_port), "--bind", "127.0.0.1",
-                        "--save", "", "--appendonly", "no", "--dir", cls.redis_dir,
-                        "--requirepass", REDIS_PASS, "--daemonize", "yes",
-                        "--pidfile", os.path.join(cls.redis_dir, "redis.pid"),
-                        "--logfile", os.path.join(cls.redis_dir, "redis.log")], check=True)
-        h.wait_until(lambda: h.port_open(cls.redis_port), 60, what="redis with requirepass")
 
-    @classmethod
-    def tearDownClass(cls):
-        try:
-            with open(os.path.join(cls.redis_dir, "redis.pid")) as f:
-                os.kill(int(f.read()), 15)
-        except (OSError, ValueError):
-            pass
-        cls.rabbit.stop()
+    def amqp_params(self):
+        """pika parameters of the amqp listener, as the user with its own password."""
+        return ck.pika_params(self.amqp_port,
+                              credentials=pika.PlainCredentials(AMQP_USER, AMQP_PASS))
 
     def conf(self, extra_listen="", rules=(), user=None, profile=None):
         self.amqp_port = h.free_port()
         self.resp_port = h.free_port()
         self.journal = os.path.join(self.tmp, "run.pb")
-        blocks = [
-            "listen mq {\n  protocol amqp\n  bind 127.0.0.1:%d\n  upstream 127.0.0.1:%d\n%s}\n"
-            % (self.amqp_port, self.rabbit.port, extra_listen),
-            "listen kv {\n  protocol resp\n%s  bind 127.0.0.1:%d\n  upstream 127.0.0.1:%d\n%s}\n"
-            % ("  profile %s\n" % profile if profile else "", self.resp_port, self.redis_port,
-               extra_listen),
-        ]
+        blocks = [ck.amqp_listen("mq", self.amqp_port, self.rabbit.port, extra_listen),
+                  ck.resp_listen("kv", self.resp_port, self.redis.port, profile, extra_listen)]
         text = fk.conf_text(blocks, list(rules), seed=3, journal=self.journal)
         if user is not None:
             text = "user %s\n" % user + text
         return text
 
     def redis_conn(self):
-        s = socket.create_connection(("127.0.0.1", self.resp_port), timeout=10)
-        return s, s.makefile("rb")
+        return ck.Conn(self.resp_port, timeout=10)
 
     # -- credentials ---------------------------------------------------------
 
@@ -121,11 +80,11 @@ class Security(h.TestCase):
         ]
         tw = self.twice(self.conf(rules=rules))
         # Redis: AUTH (both forms), HELLO 3 AUTH (refused once by a rule, then for real)
-        s, f = self.redis_conn()
-        s.sendall(resp("AUTH", REDIS_PASS) + resp("AUTH", "default", REDIS_PASS) +
-                  resp("HELLO", "3", "AUTH", "default", REDIS_PASS) +
-                  resp("HELLO", "3", "AUTH", "default", REDIS_PASS) + resp("SET", "k", "v"))
-        got = [read_reply(f) for _ in range(5)]
+        s = self.redis_conn()
+        s.send(ck.enc("AUTH", REDIS_PASS), ck.enc("AUTH", "default", REDIS_PASS),
+               ck.enc("HELLO", "3", "AUTH", "default", REDIS_PASS),
+               ck.enc("HELLO", "3", "AUTH", "default", REDIS_PASS), ck.enc("SET", "k", "v"))
+        got = s.read_n(5)
         self.assertEqual(got[0], b"+OK\r\n")
         self.assertEqual(got[1], b"+OK\r\n")
         self.assertTrue(got[2].startswith(b"-NOAUTH"), got[2])
@@ -133,10 +92,7 @@ class Security(h.TestCase):
         self.assertEqual(got[4], b"+OK\r\n")
         s.close()
         # AMQP: PLAIN with the user's own password; a message delivered (and duplicated)
-        params = pika.ConnectionParameters(
-            host="127.0.0.1", port=self.amqp_port,
-            credentials=pika.PlainCredentials(AMQP_USER, AMQP_PASS), heartbeat=0)
-        conn = pika.BlockingConnection(params)
+        conn = pika.BlockingConnection(self.amqp_params())
         ch = conn.channel()
         ch.queue_declare("sec", auto_delete=True)
         ch.basic_publish("", "sec", b"hello", pika.BasicProperties(message_id="m-1"))
@@ -170,24 +126,22 @@ class Security(h.TestCase):
                                   rules=[fk.rule_block("dup", "kv", "when deliver", "first 1",
                                                        "do duplicate")]))
         job = b'{"class":"Charge","args":[1],"jid":"0123456789abcdef01234567","queue":"sec"}'
-        s, f = self.redis_conn()
-        s.sendall(resp("AUTH", REDIS_PASS) + resp("SELECT", "2") + resp("DEL", "queue:sec") +
-                  resp("LPUSH", "queue:sec", job) + resp("BRPOP", "queue:sec", "1"))
-        got = [read_reply(f) for _ in range(5)]
+        s = self.redis_conn()
+        s.send(ck.enc("AUTH", REDIS_PASS), ck.enc("SELECT", "2"), ck.enc("DEL", "queue:sec"),
+               ck.enc("LPUSH", "queue:sec", job), ck.enc("BRPOP", "queue:sec", "1"))
+        got = s.read_n(5)
         self.assertEqual(got[:2], [b"+OK\r\n", b"+OK\r\n"])
         self.assertIn(job, got[4])
         s.close()
-        direct = socket.create_connection(("127.0.0.1", self.redis_port), timeout=10)
-        df = direct.makefile("rb")
-        direct.sendall(resp("AUTH", REDIS_PASS) + resp("SELECT", "2"))
-        self.assertEqual([read_reply(df), read_reply(df)], [b"+OK\r\n", b"+OK\r\n"])
+        direct = ck.Conn(self.redis.port, timeout=10)
+        direct.send(ck.enc("AUTH", REDIS_PASS), ck.enc("SELECT", "2"))
+        self.assertEqual(direct.read_n(2), [b"+OK\r\n", b"+OK\r\n"])
 
         def copy_back():
-            direct.sendall(resp("LRANGE", "queue:sec", "0", "-1"))
-            return job in read_reply(df)
+            return job in direct.raw("LRANGE", "queue:sec", "0", "-1")
         h.wait_until(copy_back, 60, what="the duplicate re-pushed into db 2")
-        direct.sendall(resp("SELECT", "0") + resp("EXISTS", "queue:sec"))
-        self.assertEqual([read_reply(df), read_reply(df)], [b"+OK\r\n", b":0\r\n"])
+        direct.send(ck.enc("SELECT", "0"), ck.enc("EXISTS", "queue:sec"))
+        self.assertEqual(direct.read_n(2), [b"+OK\r\n", b":0\r\n"])
         direct.close()
         self.assertEqual(len(fk.fault_records(tw, rule="dup")), 1)
         # twice's own connection logs a failed command when its reply comes
@@ -206,9 +160,9 @@ class Security(h.TestCase):
         with open("/proc/%d/status" % tw.pid) as f:
             uids = [l.split()[1:] for l in f if l.startswith(("Uid:", "Gid:"))]
         self.assertEqual(uids[0], ["65534"] * 4, uids)   # real, effective, saved, fs uid
-        s, f = self.redis_conn()
-        s.sendall(resp("AUTH", REDIS_PASS) + resp("PING"))
-        self.assertEqual([read_reply(f), read_reply(f)], [b"+OK\r\n", b"+PONG\r\n"])
+        s = self.redis_conn()
+        s.send(ck.enc("AUTH", REDIS_PASS), ck.enc("PING"))
+        self.assertEqual(s.read_n(2), [b"+OK\r\n", b"+PONG\r\n"])
         s.close()
 
     def test_user_unknown_is_refused_at_start(self):
@@ -224,27 +178,24 @@ class Security(h.TestCase):
     def test_max_message_size(self):
         tw = self.twice(self.conf(extra_listen="  max-message-size 1MiB\n"))
         small, big = b"s" * (512 * 1024), b"b" * (2 * 1024 * 1024)
-        other, of = self.redis_conn()
-        other.sendall(resp("AUTH", REDIS_PASS))
-        self.assertEqual(read_reply(of), b"+OK\r\n")
-        s, f = self.redis_conn()
-        s.sendall(resp("AUTH", REDIS_PASS) + resp("SET", "small", small))
-        self.assertEqual([read_reply(f), read_reply(f)], [b"+OK\r\n", b"+OK\r\n"])
+        other = self.redis_conn()
+        self.assertEqual(other.raw("AUTH", REDIS_PASS), b"+OK\r\n")
+        s = self.redis_conn()
+        s.send(ck.enc("AUTH", REDIS_PASS), ck.enc("SET", "small", small))
+        self.assertEqual(s.read_n(2), [b"+OK\r\n", b"+OK\r\n"])
         try:
-            s.sendall(resp("SET", "big", big))
-            rest = f.read()   # EOF, or a reset: twice closed with bytes unread
+            s.send(ck.enc("SET", "big", big))
+            rest = ck.read_until_eof(s)   # EOF, or a reset: twice closed with bytes unread
         except (ConnectionResetError, BrokenPipeError):
             rest = b""
         self.assertEqual(rest, b"", "the session carrying 2 MiB was not closed")
         s.close()
         tw.wait_for_log(r"msg=\"resp protocol error\".*over max-message-size 1048576")
-        other.sendall(resp("EXISTS", "big") + resp("STRLEN", "small"))
-        self.assertEqual([read_reply(of), read_reply(of)], [b":0\r\n", b":524288\r\n"])
+        other.send(ck.enc("EXISTS", "big"), ck.enc("STRLEN", "small"))
+        self.assertEqual(other.read_n(2), [b":0\r\n", b":524288\r\n"])
         other.close()
         # AMQP: the content header announces the size; the publisher's session ends
-        params = pika.ConnectionParameters(
-            host="127.0.0.1", port=self.amqp_port,
-            credentials=pika.PlainCredentials(AMQP_USER, AMQP_PASS), heartbeat=0)
+        params = self.amqp_params()
         conn = pika.BlockingConnection(params)
         ch = conn.channel()
         ch.queue_declare("sizes", auto_delete=False)

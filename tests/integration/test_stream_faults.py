@@ -37,6 +37,7 @@ import unittest
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import harness as h  # noqa: E402
 import faultkit as fk  # noqa: E402
+import clientkit as ck  # noqa: E402
 
 # listener name -> rule lines (None: no rule)
 STREAM_RULES = {
@@ -64,13 +65,14 @@ COMBO_RULES = {
 }
 
 
-class StreamFaults(unittest.TestCase):
+class StreamFaults(ck.BrokerCase):
     """One twice, one Redis, one listener per fault."""
 
+    REDIS = True
+    TMP_PREFIX = "twice-it-stream-"
+
     @classmethod
-    def setUpClass(cls):
-        cls.tmp = h.make_tmpdir("twice-it-stream-")
-        cls.redis = h.start_redis(cls.tmp)
+    def twice_config(cls):
         cls.refuse_srv = h.EchoServer(name="refuse-up")
         cls.after_srv = h.EchoServer(name="after-up")
         cls.rc_srv = fk.ReplyCloseServer(name="rc-up")
@@ -78,12 +80,12 @@ class StreamFaults(unittest.TestCase):
         blocks, rules = [], []
         for name, lines in STREAM_RULES.items():
             cls.ports[name] = h.free_port()
-            blocks.append(h.listen_block(name, cls.ports[name], cls.redis.port))
+            blocks.append(ck.listen(name, cls.ports[name], cls.redis.port))
             if lines:
                 rules.append(fk.rule_block("r_" + name, name, *lines))
         for name, (a, b) in COMBO_RULES.items():
             cls.ports[name] = h.free_port()
-            blocks.append(h.listen_block(name, cls.ports[name], cls.redis.port))
+            blocks.append(ck.listen(name, cls.ports[name], cls.redis.port))
             rules.append(fk.rule_block("r_%s_a" % name, name, *a))
             rules.append(fk.rule_block("r_%s_b" % name, name, *b))
         # several rules on one connection add up: latencies add, the
@@ -95,7 +97,7 @@ class StreamFaults(unittest.TestCase):
                          ("limmin", (["stream downstream", "do limit 500B"],
                                      ["stream downstream", "do limit 100B"]))):
             cls.ports[name] = h.free_port()
-            blocks.append(h.listen_block(name, cls.ports[name], cls.redis.port))
+            blocks.append(ck.listen(name, cls.ports[name], cls.redis.port))
             for i, lines in enumerate(rl):
                 rules.append(fk.rule_block("r_%s_%d" % (name, i), name, *lines))
         cls.rec_srv = fk.RecordServer(name="limup-up")
@@ -114,11 +116,14 @@ class StreamFaults(unittest.TestCase):
         }
         for name, (up, lines) in extra.items():
             cls.ports[name] = h.free_port()
-            blocks.append(h.listen_block(name, cls.ports[name], up))
+            blocks.append(ck.listen(name, cls.ports[name], up))
             if lines:
                 rules.append(fk.rule_block("r_" + name, name, *lines))
         cls.conf = fk.conf_text(blocks, rules, seed=42)
-        cls.t = h.start_twice(cls.conf, cls.tmp)
+        return cls.conf
+
+    @classmethod
+    def set_up_class(cls):
         cls.big = os.urandom(500 * 1000).hex().encode()   # 1,000,000 bytes
         cls.mid = os.urandom(10 * 1024).hex().encode()    # 20 KiB
         assert cls.redis.command("SET", "big", cls.big) == b"OK"
@@ -128,33 +133,22 @@ class StreamFaults(unittest.TestCase):
 
     @classmethod
     def tearDownClass(cls):
-        failed = False
         try:
-            cls.t.stop()
-        except AssertionError as e:
-            failed = True
-            h.log("twice stop:", e)
+            super().tearDownClass()
         finally:
-            cls.t.kill()
-            cls.redis.stop()
             for s in (cls.refuse_srv, cls.after_srv, cls.rc_srv, cls.rec_srv, cls.hc_srv,
                       cls.rcbig_srv):
                 s.close()
-        if failed:
-            raise AssertionError("twice did not stop cleanly (see log above)")
 
     def setUp(self):
-        self.t0 = time.monotonic()
-        self.log_start = len(self.t.log_lines())
-
-    def tearDown(self):
-        h.log("%s took %.1fs" % (self._testMethodName, time.monotonic() - self.t0))
+        super().setUp()
+        self.log_start = len(self.tw.log_lines())
 
     def _dump_on_fail(self):
-        return "\n--- twice log tail ---\n" + self.t.log_tail(60)
+        return "\n--- twice log tail ---\n" + self.tw.log_tail(60)
 
     def faults_of(self, listener):
-        return fk.fault_records(self.t, listener=listener)
+        return fk.fault_records(self.tw, listener=listener)
 
     # -- latency ----------------------------------------------------------
 
@@ -177,7 +171,7 @@ class StreamFaults(unittest.TestCase):
         self.assertLess(statistics.median(direct), 0.1)
         self.assertLess(statistics.median(plain), 0.1, "a listener without rules is slow")
         # one fault line per faulted connection, with the rule and action
-        sids = [fk.sid_of(self.t, a) for a in addrs]
+        sids = [fk.sid_of(self.tw, a) for a in addrs]
         recs = {int(r["sid"]): r for r in self.faults_of("lat")}
         for sid in sids:
             self.assertIn(sid, recs, self._dump_on_fail())
@@ -305,7 +299,7 @@ class StreamFaults(unittest.TestCase):
     # -- reset ----------------------------------------------------------------
 
     def test_reset_immediate(self):
-        n_before = len(fk.closed_records(self.t, listener="rst"))
+        n_before = len(fk.closed_records(self.tw, listener="rst"))
         s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
         s.settimeout(10)
         try:
@@ -321,9 +315,9 @@ class StreamFaults(unittest.TestCase):
                 self.fail("expected ECONNRESET, got %r" % data)
         finally:
             s.close()
-        h.wait_until(lambda: len(fk.closed_records(self.t, listener="rst")) > n_before, 60,
+        h.wait_until(lambda: len(fk.closed_records(self.tw, listener="rst")) > n_before, 60,
                      what="the reset session's close line")
-        rec = fk.closed_records(self.t, listener="rst")[-1]
+        rec = fk.closed_records(self.tw, listener="rst")[-1]
         self.assertEqual(rec["reason"], "fault", rec)
         self.assertIn("r_rst", rec.get("error", ""))
 
@@ -343,7 +337,7 @@ class StreamFaults(unittest.TestCase):
         h.log("reset after 300ms: reset seen %.3fs after connect" % dt)
         self.assertGreaterEqual(dt, 0.25)
         self.assertLess(dt, 5)
-        rec = self.t.wait_sessions([addr])[addr]
+        rec = self.tw.wait_sessions([addr])[addr]
         self.assertEqual(rec["reason"], "fault")
 
     # -- blackhole ------------------------------------------------------------
@@ -369,7 +363,7 @@ class StreamFaults(unittest.TestCase):
             self.assertLess(fk.ping_rtt(self.ports["plain"])[0], 5)
         finally:
             s.close()
-        rec = self.t.wait_sessions([addr])[addr]
+        rec = self.tw.wait_sessions([addr])[addr]
         self.assertEqual(rec["reason"], "client_closed", rec)
         self.assertEqual(rec["bytes_down"], "0")
 
@@ -415,7 +409,7 @@ class StreamFaults(unittest.TestCase):
         self.assertGreaterEqual(dt, 0.19)
         self.assertIsNotNone(eof_after, "the upstream closed after replying, but behind `latency` "
                              "the client never got the EOF" + self._dump_on_fail())
-        self.t.wait_sessions([addr])
+        self.tw.wait_sessions([addr])
 
     def test_bandwidth_passes_eof(self):
         """The upstream sends 50 KB and closes; at 100KB/s the client gets all
@@ -472,12 +466,12 @@ class StreamFaults(unittest.TestCase):
         want = (b"$%d\r\n" % len(self.big) + self.big)[:100]
         self.assertEqual(len(data), 100, "limit 100B delivered %d bytes" % len(data))
         self.assertEqual(data, want)
-        rec = self.t.wait_sessions([addr])[addr]
+        rec = self.tw.wait_sessions([addr])[addr]
         self.assertEqual(rec["reason"], "fault", rec)
         self.assertIn("r_lim", rec.get("error", ""))
         self.assertNotEqual(rec["bytes_down"], "0")
         sid = int(rec["sid"])
-        self.assertIn(sid, fk.fault_sids(self.t, listener="lim", action="limit"))
+        self.assertIn(sid, fk.fault_sids(self.tw, listener="lim", action="limit"))
 
     def test_limit_upstream(self):
         """limit 10B upstream: the broker receives exactly the first 10 bytes."""
@@ -489,7 +483,7 @@ class StreamFaults(unittest.TestCase):
             h.wait_closed(s, 30)
         finally:
             s.close()
-        rec = self.t.wait_sessions([addr])[addr]
+        rec = self.tw.wait_sessions([addr])[addr]
         self.assertEqual(rec["reason"], "fault", rec)
         h.wait_until(lambda: self.rec_srv.ended > n_before, 60, what="the upstream connection to end")
         self.assertEqual(bytes(self.rec_srv.received[n_before]), b"0123456789")
@@ -506,7 +500,7 @@ class StreamFaults(unittest.TestCase):
         finally:
             s.close()
         dt = time.monotonic() - t0
-        rec = self.t.wait_sessions([addr])[addr]
+        rec = self.tw.wait_sessions([addr])[addr]
         h.log("%s: %d bytes then EOF after %.3fs; %s" % (listener, len(data), dt, rec))
         return (b"$%d\r\n" % len(value) + value), data, dt, rec
 
@@ -571,7 +565,7 @@ class StreamFaults(unittest.TestCase):
         finally:
             s.close()
         self.assertLess(dt, 1.0)
-        rec = self.t.wait_sessions([addr])[addr]
+        rec = self.tw.wait_sessions([addr])[addr]
         self.assertEqual(rec["reason"], "fault", rec)
         self.assertIn("r_refuse", rec.get("error", ""))
         # A connection of our own to the upstream, after the session is over:
@@ -583,7 +577,7 @@ class StreamFaults(unittest.TestCase):
         self.assertEqual(self.refuse_srv.stats()["accepted"] - 1, before,
                          "`close before` must not contact the upstream")
         self.assertLess(time.monotonic() - t0, 5)
-        recs = fk.fault_records(self.t, listener="refuse", sid=rec["sid"])
+        recs = fk.fault_records(self.tw, listener="refuse", sid=rec["sid"])
         self.assertEqual(len(recs), 1)
         self.assertEqual(recs[0]["event"], "connect")
         self.assertEqual(recs[0]["action"], "close")
@@ -597,7 +591,7 @@ class StreamFaults(unittest.TestCase):
         finally:
             s.close()
         self.assertLess(dt, 3)
-        rec = self.t.wait_sessions([addr])[addr]
+        rec = self.tw.wait_sessions([addr])[addr]
         self.assertEqual(rec["reason"], "fault", rec)
         h.wait_until(lambda: self.after_srv.stats()["accepted"] == before + 1, 60,
                      what="`close after` connecting the upstream")
@@ -618,28 +612,21 @@ class StreamFaults(unittest.TestCase):
     def test_client_cidr_not_matching(self):
         dt, addr = fk.ping_rtt(self.ports["nomatch"])
         self.assertLess(dt, 5)
-        rec = self.t.wait_sessions([addr])[addr]
+        rec = self.tw.wait_sessions([addr])[addr]
         self.assertEqual(rec["reason"], "client_closed")
         self.assertEqual(self.faults_of("nomatch"), [])
 
 
-class SeededTriggers(h.TestCase):
+class SeededTriggers(ck.BrokerCase):
     """Which connections a probabilistic / counting rule faults."""
 
     N = 40
-
-    @classmethod
-    def setUpClass(cls):
-        cls.rtmp = h.make_tmpdir("twice-it-seed-redis-")
-        cls.redis = h.start_redis(cls.rtmp)
-
-    @classmethod
-    def tearDownClass(cls):
-        cls.redis.stop()
+    REDIS = True
+    TMP_PREFIX = "twice-it-seed-redis-"
 
     def _run(self, seed, rule_lines, n, timing=False):
         port = h.free_port()
-        conf = fk.conf_text([h.listen_block("r", port, self.redis.port)],
+        conf = fk.conf_text([ck.listen("r", port, self.redis.port)],
                             [fk.rule_block("coin", "r", *rule_lines)], seed=seed)
         t = self.twice(conf)
         rtts = {}
@@ -688,7 +675,7 @@ class SeededTriggers(h.TestCase):
         rules = [fk.rule_block(n, "r", "stream downstream", *trig, "do latency 1ms") for n, trig in (
             ("nth2", ["nth 2"]), ("first2", ["first 2"]), ("after3lim2", ["after 3", "limit 2"]),
             ("every3", ["every 3"]), ("window", ["between 0s 1h"]), ("later", ["between 1h 2h"]))]
-        t = self.twice(fk.conf_text([h.listen_block("r", port, self.redis.port)], rules, seed=9))
+        t = self.twice(fk.conf_text([ck.listen("r", port, self.redis.port)], rules, seed=9))
         for _ in range(4):
             fk.ping_rtt(port)
         n = len(t.log_records("reloaded"))

@@ -58,8 +58,7 @@ class ThreadsTest(h.TestCase):
         redis = h.start_redis(h.make_tmpdir("twice-threads-redis-"))
         self.addCleanup(redis.stop)
         port = h.free_port()
-        block = h.listen_block(name, port, redis.port, extra)
-        return redis, port, block.replace("protocol tcp", "protocol resp")
+        return redis, port, h.listen_block(name, port, redis.port, extra, protocol="resp")
 
     def echo_conn(self, payload=b"hello\n"):
         c = h.connect(self.port)

@@ -50,6 +50,7 @@ import unittest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import harness as h  # noqa: E402
+import clientkit as ck  # noqa: E402
 import faultkit as fk  # noqa: E402
 
 LATENCY_MS = 1000
@@ -106,7 +107,7 @@ class Server:
         if kind == "twice":
             # twice needs one listener of its own: a plain one nobody uses here.
             text = ("seed 7\ntoxiproxy-api 127.0.0.1:%d\n" % self.port
-                    + h.config(h.listen_block("file_redis", h.free_port(), redis_port)))
+                    + h.config(ck.listen("file_redis", h.free_port(), redis_port)))
             self.proc = test.twice(text)
             # After the test (before the harness's kill): a clean exit with the run-time
             # proxies and toxics still there (their memory, under ASan).
@@ -132,15 +133,8 @@ class ToxiproxyApiCase:
     """The cases; KIND says which server answers."""
 
     KIND = "twice"
-
-    @classmethod
-    def setUpClass(cls):
-        cls.ctmp = h.make_tmpdir("twice-it-toxiapi-")
-        cls.redis = h.start_redis(cls.ctmp)
-
-    @classmethod
-    def tearDownClass(cls):
-        cls.redis.stop()
+    REDIS = True
+    TMP_PREFIX = "twice-it-toxiapi-"
 
     def setUp(self):
         super().setUp()
@@ -507,12 +501,12 @@ class ToxiproxyApiCase:
         self.assertEqual(other.command("GET", "where"), b"other")
 
 
-class TwiceToxiproxyApiTest(ToxiproxyApiCase, h.TestCase):
+class TwiceToxiproxyApiTest(ToxiproxyApiCase, ck.BrokerCase):
     KIND = "twice"
 
 
 @unittest.skipUnless(os.environ.get("TOXIPROXY_SERVER"), "TOXIPROXY_SERVER not set")
-class RealToxiproxyApiTest(ToxiproxyApiCase, h.TestCase):
+class RealToxiproxyApiTest(ToxiproxyApiCase, ck.BrokerCase):
     KIND = "toxiproxy"
 
 

@@ -46,6 +46,7 @@ import urllib.request
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import harness as h  # noqa: E402
+import clientkit as ck  # noqa: E402
 
 # Timers count whole milliseconds, and the test's clock is not twice's: a delay of D may be
 # measured a few milliseconds short.
@@ -55,32 +56,27 @@ NODE_DIR = os.path.join(h.SOURCE_DIR, "tests", "node")
 SCRIPT = os.path.join(NODE_DIR, "toxiproxy_client.js")
 
 
-class ToxiproxyClient(unittest.TestCase):
+class ToxiproxyClient(ck.BrokerCase):
+    REDIS = True
+    TMP_PREFIX = "twice-it-toxiclient-"
+
     @classmethod
     def setUpClass(cls):
         if not os.path.isdir(os.path.join(NODE_DIR, "node_modules", "toxiproxy-node-client")):
             raise AssertionError("toxiproxy-node-client is not installed in tests/node: "
                                  "run scripts/deps.sh test")
-        cls.tmp = h.make_tmpdir("twice-it-toxiclient-")
-        cls.redis = h.start_redis(cls.tmp)
-        cls.rabbit = None
-        cls.api_port, cls.admin_port = h.free_port(), h.free_port()
-        text = "seed 11\ntoxiproxy-api 127.0.0.1:%d\nadmin 127.0.0.1:%d\n" % (cls.api_port,
-                                                                           cls.admin_port)
-        cls.tw = h.start_twice(h.config(log_level="info", grace="1s") + text, cls.tmp)
-        cls.tw.wait_for_log(r"toxiproxy API listening\" addr=127\.0\.0\.1:%d" % cls.api_port)
+        super().setUpClass()
 
     @classmethod
-    def tearDownClass(cls):
-        try:
-            cls.tw.stop()
-            cls.tw.kill()
-        finally:
-            try:
-                if cls.rabbit is not None:
-                    cls.rabbit.stop()
-            finally:
-                cls.redis.stop()
+    def twice_config(cls):
+        cls.api_port, cls.admin_port = h.free_port(), h.free_port()
+        text = "seed 11\ntoxiproxy-api 127.0.0.1:%d\nadmin 127.0.0.1:%d\n" % (cls.api_port,
+                                                                             cls.admin_port)
+        return h.config(log_level="info", grace="1s") + text
+
+    @classmethod
+    def set_up_class(cls):
+        cls.tw.wait_for_log(r"toxiproxy API listening\" addr=127\.0\.0\.1:%d" % cls.api_port)
 
     def run_scenario(self, name, timeout=90):
         rabbit_port = self.rabbit.port if self.rabbit is not None else 0
@@ -276,7 +272,7 @@ class ToxiproxyClient(unittest.TestCase):
                        {"name": "redis_off", "listen": "127.0.0.1:%d" % off_port,
                         "upstream": "127.0.0.1:%d" % self.redis.port, "enabled": False}], f)
         text = "toxiproxy-api 127.0.0.1:%d\ntoxiproxy-config %s\n" % (api, path)
-        tw = h.start_twice(h.config(log_level="info", grace="1s") + text, self.tmp)
+        tw = self.twice(h.config(log_level="info", grace="1s") + text)
         try:
             tw.wait_for_log(r"toxiproxy-config read.* proxies=2")
             tw.wait_for_log(r"toxiproxy API listening\" addr=127\.0\.0\.1:%d" % api)
@@ -294,7 +290,7 @@ class ToxiproxyClient(unittest.TestCase):
 
     def test_rabbit(self):
         if ToxiproxyClient.rabbit is None:
-            ToxiproxyClient.rabbit = h.start_rabbitmq(self.tmp)
+            ToxiproxyClient.rabbit = h.start_rabbitmq(self.ctmp)
         o = self.run_scenario("rabbit", timeout=180)
         self.assertLess(o["connect_ms"], 2000)
         # connection.start, .tune and .open-ok each come 200 ms late, one after the other

@@ -31,8 +31,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import harness as h  # noqa: E402
 import faultkit as fk  # noqa: E402
 import test_celery_amqp as ca  # noqa: E402  (its Worker and broker_url)
-
-import pika  # noqa: E402
+import clientkit as ck  # noqa: E402
 
 TASK = "celery_app.app.charge"
 FIRST = 3          # tasks the toxic faults
@@ -40,45 +39,36 @@ N_TASKS = 10       # tasks sent with the toxic
 N_AFTER = 5        # tasks sent after it is removed
 
 
-class ToxiproxyMessages(unittest.TestCase):
+class ToxiproxyMessages(ck.BrokerCase):
+    REDIS = True
+    RABBITMQ = True
+    TMP_PREFIX = "twice-it-toximsg-"
+
     @classmethod
-    def setUpClass(cls):
-        cls.tmp = h.make_tmpdir("twice-it-toximsg-")
-        cls.redis = h.start_redis(cls.tmp)
-        cls.rabbit = h.start_rabbitmq(cls.tmp)
-        os.environ.setdefault("TWICE_CELERY_OUT", os.path.join(cls.tmp, "unused.txt"))
+    def set_up_class(cls):
+        os.environ.setdefault("TWICE_CELERY_OUT", os.path.join(cls.ctmp, "unused.txt"))
         from celery_app.app import app, charge
         cls.app, cls.charge = app, charge
 
-    @classmethod
-    def tearDownClass(cls):
-        try:
-            cls.rabbit.stop()
-        finally:
-            cls.redis.stop()
-
     def setUp(self):
+        super().setUp()
         self.workers = []
-        self.tw = None
         self.api_port = h.free_port()
         self.journal = os.path.join(self.tmp, "%s.pb" % self._testMethodName)
         # No listener in the file: the proxy comes through the API.
         text = "seed 7\njournal %s\ntoxiproxy-api 127.0.0.1:%d\n" % (self.journal, self.api_port)
         text += h.config(grace="1s")
-        self.tw = h.start_twice(text, self.tmp)
+        self.tw = self.twice(text)
         self.tw.wait_for_log(r"toxiproxy API listening.*127\.0\.0\.1:%d" % self.api_port)
 
     def tearDown(self):
         for w in self.workers:
             w.stop()
-        outcome = getattr(self, "_outcome", None)
-        if (outcome is not None and not getattr(outcome, "success", True)) or h.VERBOSE:
+        if self._failed() or h.VERBOSE:
             for w in self.workers:
                 sys.stderr.write("\n----- worker log -----\n%s\n" % w.log_text()[-6000:])
-            sys.stderr.write("\n----- twice log -----\n%s\n-----\n" % self.tw.log_tail(120))
         if self.tw.proc.poll() is None:
             self.tw.stop()
-        self.tw.kill()
 
     # -- the API, with curl -------------------------------------------------------------
 
@@ -97,32 +87,18 @@ class ToxiproxyMessages(unittest.TestCase):
 
     def rabbit_settled(self):
         """Whether the `celery` queue has nothing ready or unacked."""
-        r = self.rabbit.ctl("list_queues", "-q", "--no-table-headers", "name", "messages_ready",
-                            "messages_unacknowledged")
-        for line in r.stdout.decode(errors="replace").splitlines():
-            parts = line.split()
-            if len(parts) == 3 and parts[0] == "celery":
-                return parts[1:] == ["0", "0"]
-        return False
+        return ck.queue_counts(self.rabbit).get("celery") == (0, 0)
 
     def redis_settled(self):
         """Whether kombu's `celery` list and its `unacked` hash are empty."""
-        with fk.RespConn(self.redis.port) as c:
-            return c.call("LLEN", "celery") == b"0" and c.call("HLEN", "unacked") == b"0"
+        with ck.Conn(self.redis.port) as c:
+            return c.cmd("LLEN", "celery") == 0 and c.cmd("HLEN", "unacked") == 0
 
     def purge_rabbit(self):
-        conn = pika.BlockingConnection(pika.ConnectionParameters(
-            host="127.0.0.1", port=self.rabbit.port, connection_attempts=1, heartbeat=0))
-        try:
-            ch = conn.channel()
-            ch.queue_declare("celery", durable=True)
-            ch.queue_purge("celery")
-        finally:
-            conn.close()
+        ck.declare_queues(self.rabbit.port, "celery", durable=True, purge=True)
 
     def purge_redis(self):
-        with fk.RespConn(self.redis.port) as c:
-            c.call("FLUSHALL")
+        self.assertEqual(self.redis.command("FLUSHALL"), b"OK")
 
     # -- the tests -------------------------------------------------------------------------
 

@@ -103,7 +103,7 @@ def replace_line(text, old, new, path):
 
 
 class VerdictE2E(dk.FrameworkCase):
-    tmp_prefix = "twice-it-verdict-"
+    TMP_PREFIX = "twice-it-verdict-"
 
     # -- the example file, made concrete -----------------------------------------
 
