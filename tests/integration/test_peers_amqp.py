@@ -118,13 +118,12 @@ class AmqplibSuiteTest(h.TestCase):
         ports = {t: h.free_port() for t in TARGETS if t != "direct"}
         ports["direct"] = rabbit.port
         journal = os.path.join(self.tmp, "suite.journal")
-        amqp_block = h.listen_block("amqp", ports["amqp"], rabbit.port).replace(
-            "protocol tcp", "protocol amqp")
-        plain = self.twice(h.config(h.listen_block("tcp", ports["tcp"], rabbit.port), amqp_block,
-                                    log_level="info"))
+        plain = self.twice(h.config(
+            h.listen_block("tcp", ports["tcp"], rabbit.port),
+            h.listen_block("amqp", ports["amqp"], rabbit.port, protocol="amqp"), log_level="info"))
         journaled = self.twice("journal %s\n" % journal + h.config(
-            h.listen_block("amqp_journal", ports["amqp-journal"], rabbit.port).replace(
-                "protocol tcp", "protocol amqp"), log_level="info"))
+            h.listen_block("amqp_journal", ports["amqp-journal"], rabbit.port, protocol="amqp"),
+            log_level="info"))
 
         runs = [Run(t, ports[t]) for t in TARGETS]
         for r in runs:
