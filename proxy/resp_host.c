@@ -418,7 +418,7 @@ enum cmd_result rpx_apply_cmd_plan(struct rpx *rx, const struct rprof_cmdview *c
     switch (p->fate) {
     case RESP_CMD_HOLD:
         rx->decided = DECIDED_ALL;
-        rx->hold_until = proxy_now_ms() + p->hold_ms;
+        (void)rpx_set_phase(rx, RPX_HOLDING, proxy_now_ms() + p->hold_ms);
         res = CMD_WAIT;
         break;
     case RESP_CMD_CUT:

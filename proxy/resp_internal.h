@@ -119,6 +119,41 @@ struct rpx_window {
     size_t len;
 };
 
+/*
+ * The phase of a session's client side: what twice does with the client's next bytes.  One
+ * field (rpx.phase), changed only by rpx_set_phase(), which refuses (logs at error level, and
+ * asserts in a debug build) a move not drawn here:
+ *
+ *               delay, a plan's hold               MULTI, the rest of it not here
+ *     HOLDING <---------------------- RELAYING -----------------------------> TX_WAIT
+ *        |    ---------------------->  |  |    <------------------------------   |
+ *        |        the hold is over     |  |      planned, or waited enough       |
+ *        |                             |  |  a drop, a cut at a reply's turn,    |
+ *        |                             |  v  a bulk over max-message-size        |
+ *        |                             | BLACKHOLED                              |
+ *        |                             v  v                                      |
+ *        +---------------------------> RAW <-------------------------------------+
+ *            a peer broke RESP (the client, or a server reply twice cannot follow),
+ *            or replication began (SYNC, PSYNC)
+ *
+ *     any phase --> STOPPED: the codec was stopped, the session ends.
+ *
+ * RAW, BLACKHOLED and STOPPED last to the session's end (setting one again is no move).  The
+ * decision of the command at the head while it holds or waits is not the phase's (decided).
+ */
+enum rpx_phase {
+    RPX_RELAYING,   /* commands are read, decided and handled one by one */
+    RPX_HOLDING,    /* the command at the head of pend[CLIENT] waits until hold_until (a
+                       `delay`, or a plan's hold), decided already; nothing behind it is read */
+    RPX_TX_WAIT,    /* the MULTI at the head waits for the rest of its transaction until
+                       tx_wait_until (RPX_TX_WAIT_MS); read again as more comes */
+    RPX_RAW,        /* the client's bytes go to Redis as they are: it broke RESP, began a
+                       replication stream, or the server's replies are relayed unparsed */
+    RPX_BLACKHOLED, /* the client's further bytes are discarded: a `drop`, a cut due at a
+                       reply's turn, a bulk over max-message-size */
+    RPX_STOPPED,    /* the codec was stopped: the session ends, nothing more is done */
+};
+
 struct rpx {
     struct session *s;
     enum rprof prof;
@@ -127,7 +162,9 @@ struct rpx {
     /* The own commands of a command held (a publish with a `delay` rule), sent once it goes. */
     struct resp_own held_own[RESP_PLAN_OWN_MAX];
     size_t n_held_own;
-    bool stopped;
+    enum rpx_phase phase;   /* changed only by rpx_set_phase() */
+    uint64_t hold_until;    /* RPX_HOLDING: the command at the head waits until then */
+    uint64_t tx_wait_until; /* RPX_TX_WAIT: its MULTI waits for the rest until then */
     struct resp_scanner sc[2];
     size_t need[2];           /* bytes pend[side] must hold before scanning again */
     struct evbuffer *pend[2]; /* read from side, not processed yet */
@@ -142,13 +179,7 @@ struct rpx {
     struct entry *await;       /* oldest server entry still waiting for its reply */
     size_t held;               /* bytes in entries not sent */
     struct event *timer;       /* client hold end, delayed reply release, tx wait */
-    uint64_t hold_until;       /* the client's commands wait until then (delay) */
     uint8_t decided;           /* decisions already made for the next client command */
-    bool blackholed;           /* the client's further commands are discarded (drop, cut) */
-    bool raw;                  /* the client's bytes go to Redis as they are: it broke RESP,
-                                  or it began a replication stream (replication_start) */
-    bool tx_waited;            /* the tx wait ran out: plan without the rest */
-    uint64_t tx_wait_until;
     struct tx tx;
     struct evbuffer *setup[3]; /* the client's last AUTH, HELLO, SELECT */
     struct resp_aux *aux;
@@ -190,7 +221,7 @@ enum cmd_result { CMD_DONE, CMD_WAIT, CMD_STOP };
 
 static inline bool rpx_alive(const struct rpx *rx)
 {
-    return !rx->stopped && rx->s->state == SESSION_RELAYING;
+    return rx->phase != RPX_STOPPED && rx->s->state == SESSION_RELAYING;
 }
 
 static inline const char *rpx_scope(const struct rpx *rx)
@@ -214,6 +245,11 @@ static inline bool rpx_is_cmd(const struct rprof_cmdview *cv, enum rprof_cmd id)
 }
 
 /* ---- resp_proxy.c ---- */
+
+/* Moves the client side to phase `to` (until: the deadline of RPX_HOLDING or RPX_TX_WAIT, else
+ * 0).  An illegal move (the diagram above) is refused: logged at error level, and an assertion
+ * fails in a debug build.  Returns whether the phase is `to` now. */
+bool rpx_set_phase(struct rpx *rx, enum rpx_phase to, uint64_t until);
 
 void rpx_run_move(struct rpx *rx, enum session_side side);
 void rpx_send_flush(struct rpx *rx, enum session_side to);

@@ -32,10 +32,49 @@
  * transactions resp_tx.c's (what they share: resp_internal.h).
  */
 #include "proxy/resp_internal.h"
+
+#include <assert.h>
+
 #include "proxy/session.h"
 #include "rules/engine.h"
 
 static void rpx_process(void *state, enum session_side from, struct evbuffer *in);
+
+/* ---- the client side's phase (resp_internal.h) ------------------------------------------- */
+
+static const char *const phase_names[] = {"relaying", "holding",    "tx_wait",
+                                          "raw",      "blackholed", "stopped"};
+
+/* The moves the diagram of enum rpx_phase draws: a bit per phase a phase may go to. */
+#define PHASE_BIT(p) (1u << (p))
+static const unsigned phase_moves[] = {
+    [RPX_RELAYING] = PHASE_BIT(RPX_HOLDING) | PHASE_BIT(RPX_TX_WAIT) | PHASE_BIT(RPX_RAW) |
+                     PHASE_BIT(RPX_BLACKHOLED) | PHASE_BIT(RPX_STOPPED),
+    [RPX_HOLDING] = PHASE_BIT(RPX_RELAYING) | PHASE_BIT(RPX_RAW) | PHASE_BIT(RPX_STOPPED),
+    [RPX_TX_WAIT] = PHASE_BIT(RPX_RELAYING) | PHASE_BIT(RPX_RAW) | PHASE_BIT(RPX_STOPPED),
+    [RPX_RAW] = PHASE_BIT(RPX_RAW) | PHASE_BIT(RPX_STOPPED),
+    [RPX_BLACKHOLED] = PHASE_BIT(RPX_RAW) | PHASE_BIT(RPX_BLACKHOLED) | PHASE_BIT(RPX_STOPPED),
+    [RPX_STOPPED] = PHASE_BIT(RPX_STOPPED),
+};
+
+bool rpx_set_phase(struct rpx *rx, enum rpx_phase to, uint64_t until)
+{
+    enum rpx_phase from = rx->phase;
+    if ((phase_moves[from] & PHASE_BIT(to)) == 0) {
+        log_msg(LOG_ERROR, "resp phase move refused", "sid=%llu listener=%s from=%s to=%s",
+                (unsigned long long)rx->s->id, rpx_scope(rx), phase_names[from], phase_names[to]);
+        assert(!"illegal resp phase move");
+        return false;
+    }
+    if (from != to && log_enabled(LOG_DEBUG))
+        log_msg(LOG_DEBUG, "resp phase", "sid=%llu from=%s to=%s", (unsigned long long)rx->s->id,
+                phase_names[from], phase_names[to]);
+    rx->phase = to;
+    /* The deadlines are the data of their phases only. */
+    rx->hold_until = to == RPX_HOLDING ? until : 0;
+    rx->tx_wait_until = to == RPX_TX_WAIT ? until : 0;
+    return true;
+}
 
 /*
  * Runs.  A message that goes on unchanged (the common case: a command to
@@ -410,12 +449,12 @@ static void log_unparsed(struct rpx *rx, enum log_level level, const char *msg, 
 }
 
 /* From the server's reply that entry e awaits on, the session is relayed unparsed both ways
- * (relay_stream; the client's bytes as rx->raw): logged once. */
+ * (relay_stream; the client's bytes in RPX_RAW): logged once. */
 static void relay_unparsed(struct rpx *rx, struct entry *e, enum log_level level, const char *msg,
                            const char *key, const char *value)
 {
     e->kind = RK_STREAM;
-    rx->raw = true;
+    (void)rpx_set_phase(rx, RPX_RAW, 0);
     log_unparsed(rx, level, msg, key, value, "relayed unparsed from here on, both ways");
 }
 
@@ -517,7 +556,7 @@ static bool command_event(struct rpx *rx, struct rprof_cmdview *cv, const struct
                 /* As from a hung server: the replies already due go out, then
                  * nothing more (an entry that never completes). */
                 rpx_swallow(rx, len);
-                rx->blackholed = true;
+                (void)rpx_set_phase(rx, RPX_BLACKHOLED, 0);
                 struct entry *hole = rpx_entry_add(rx, false);
                 if (hole != NULL)
                     hole->done = false;
@@ -526,7 +565,7 @@ static bool command_event(struct rpx *rx, struct rprof_cmdview *cv, const struct
             }
             case RULE_ACT_DELAY:
                 rx->decided = DECIDED_COMMAND;
-                rx->hold_until = proxy_now_ms() + r->action.duration_ms;
+                (void)rpx_set_phase(rx, RPX_HOLDING, proxy_now_ms() + r->action.duration_ms);
                 *res = CMD_WAIT;
                 return true;
             case RULE_ACT_CLOSE:
@@ -644,7 +683,7 @@ static void client_over_limit(struct rpx *rx, uint64_t max_message)
              (unsigned long long)max_message);
     codec_log_protocol_error(rx->s, msg, NULL);
     rpx_run_move(rx, SIDE_CLIENT);
-    rx->blackholed = true;
+    (void)rpx_set_phase(rx, RPX_BLACKHOLED, 0);
     evbuffer_drain(rx->pend[SIDE_CLIENT], evbuffer_get_length(rx->pend[SIDE_CLIENT]));
     struct entry *e = rpx_entry_add(rx, false);
     if (e == NULL) {
@@ -700,7 +739,7 @@ static int scan_error(struct rpx *rx, enum session_side side, int rc)
     /* Not the session's error: it goes on, and Redis ends it. */
     log_unparsed(rx, LOG_WARN, "resp protocol error", "error", resp_strerror(rc),
                  "client bytes passed on unparsed from here; redis will refuse them");
-    rx->raw = true;
+    (void)rpx_set_phase(rx, RPX_RAW, 0);
     return -1;
 }
 
@@ -906,22 +945,23 @@ static void process_client(struct rpx *rx)
     /* Rules change only between events (a reload's post to this loop). */
     bool cmd_rules = codec_wants(rx->s, RULE_EV_COMMAND);
     while (rpx_alive(rx)) {
-        if (rx->raw || rx->blackholed)
+        if (rx->phase == RPX_RAW) {
             rpx_run_move(rx, SIDE_CLIENT);
-        if (rx->raw) {
             evbuffer_add_buffer(rx->out[SIDE_UPSTREAM], rx->pend[SIDE_CLIENT]);
             break;
         }
-        if (rx->blackholed) {
+        if (rx->phase == RPX_BLACKHOLED) {
+            rpx_run_move(rx, SIDE_CLIENT);
             evbuffer_drain(rx->pend[SIDE_CLIENT], evbuffer_get_length(rx->pend[SIDE_CLIENT]));
             break;
         }
-        uint64_t now = 0;
-        if (rx->hold_until != 0 && rx->hold_until > (now = proxy_now_ms())) {
-            rpx_arm_timer(rx, rx->hold_until);
-            break;
+        if (rx->phase == RPX_HOLDING) {
+            if (rx->hold_until > proxy_now_ms()) {
+                rpx_arm_timer(rx, rx->hold_until);
+                break;
+            }
+            (void)rpx_set_phase(rx, RPX_RELAYING, 0); /* the hold is over: the command goes on */
         }
-        rx->hold_until = 0;
         /* Grown before the pairing would count a transaction's commands
          * in a run (proto/resp.h: RESP_PAIRING_ROOM), so that up to the
          * maximum each has a slot of its own. */
@@ -936,7 +976,7 @@ static void process_client(struct rpx *rx)
         int rc = scan_one(rx, SIDE_CLIENT, &m, &buf);
         if (rc == 2)
             continue;
-        if (rc < 0 && rx->raw)
+        if (rc < 0 && rx->phase == RPX_RAW)
             continue;
         if (rc <= 0)
             break;
@@ -944,11 +984,10 @@ static void process_client(struct rpx *rx)
         if (r == CMD_WAIT) {
             /* Rescanned when the wait ends. */
             rx->need[SIDE_CLIENT] = 0;
-            if (rx->hold_until != 0) {
+            if (rx->phase == RPX_HOLDING)
                 rpx_arm_timer(rx, rx->hold_until);
-            } else if (rx->tx_wait_until != 0) {
+            else if (rx->phase == RPX_TX_WAIT)
                 rpx_arm_timer(rx, rx->tx_wait_until);
-            }
             break;
         }
         if (r == CMD_STOP)
@@ -973,10 +1012,6 @@ static void on_timer(evutil_socket_t fd, short what, void *arg)
     struct rpx *rx = arg;
     if (!rpx_alive(rx))
         return;
-    if (rx->tx_wait_until != 0 && rx->tx_wait_until <= proxy_now_ms()) {
-        rx->tx_waited = true;
-        rx->tx_wait_until = 0;
-    }
     rpx_flush_replies(rx);
     if (!rpx_alive(rx))
         return;
@@ -1082,7 +1117,7 @@ static void *rpx_open(struct session *s)
 static void rpx_stop(void *state)
 {
     struct rpx *rx = state;
-    rx->stopped = true;
+    (void)rpx_set_phase(rx, RPX_STOPPED, 0);
     if (rx->timer != NULL)
         event_del(rx->timer);
 }
@@ -1130,7 +1165,7 @@ static void rpx_pending(void *state, struct codec_pending *p)
 {
     struct rpx *rx = state;
     uint64_t now = proxy_now_ms();
-    if (rx->hold_until > now)
+    if (rx->phase == RPX_HOLDING && rx->hold_until > now)
         p->held_messages++;
     for (const struct entry *e = rx->head; e != NULL; e = e->next)
         if (e->release_ms > now)
@@ -1148,9 +1183,11 @@ static void rpx_drain(void *state, struct codec_pending *released)
     if (!rpx_alive(rx))
         return;
     uint64_t now = proxy_now_ms();
-    if (rx->hold_until > now)
-        released->held_messages++;
-    rx->hold_until = 0;
+    if (rx->phase == RPX_HOLDING) {
+        if (rx->hold_until > now)
+            released->held_messages++;
+        (void)rpx_set_phase(rx, RPX_RELAYING, 0);
+    }
     for (struct entry *e = rx->head; e != NULL; e = e->next) {
         if (e->release_ms > now)
             released->held_messages++;
@@ -1165,7 +1202,7 @@ static void rpx_drain(void *state, struct codec_pending *released)
 static bool rpx_busy(void *state)
 {
     const struct rpx *rx = state;
-    if (rx->raw || rx->tx.active || rx->pairing.in_multi || rx->hold_until != 0 ||
+    if (rx->phase == RPX_RAW || rx->phase == RPX_HOLDING || rx->tx.active || rx->pairing.in_multi ||
         rx->decided != 0 || evbuffer_get_length(rx->pend[SIDE_CLIENT]) > 0 ||
         evbuffer_get_length(rx->pend[SIDE_UPSTREAM]) > 0)
         return true;

@@ -149,7 +149,7 @@ bool rpx_owe_reply(struct rpx *rx)
  * With `after`, the command just forwarded (entry e) is answered first. */
 void rpx_cut_at_turn(struct rpx *rx, const struct rule *r, struct entry *e)
 {
-    rx->blackholed = true;
+    (void)rpx_set_phase(rx, RPX_BLACKHOLED, 0);
     if (e == NULL)
         e = rpx_entry_add(rx, false);
     if (e == NULL) {

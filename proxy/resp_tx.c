@@ -131,15 +131,17 @@ static int tx_plan(struct rpx *rx, size_t len, enum cmd_result *res)
      * the rest too (a client written to wait for MULTI's +OK gets it after RPX_TX_WAIT_MS):
      * forwarded at once, its ack could not be faulted any more. */
     bool judged = rx->fw->tx_judged != NULL && rx->fw->tx_judged(h);
-    if (rc == 0 && !rx->tx_waited && (avail > len || judged)) {
+    uint64_t now = proxy_now_ms();
+    bool waited = rx->phase == RPX_TX_WAIT && rx->tx_wait_until <= now;
+    if (rc == 0 && !waited && (avail > len || judged)) {
         resp_tx_plan_free(rx->fw, &p);
-        if (rx->tx_wait_until == 0)
-            rx->tx_wait_until = proxy_now_ms() + RPX_TX_WAIT_MS;
+        if (rx->phase != RPX_TX_WAIT)
+            (void)rpx_set_phase(rx, RPX_TX_WAIT, now + RPX_TX_WAIT_MS);
         *res = CMD_WAIT;
         return 0;
     }
-    rx->tx_wait_until = 0;
-    rx->tx_waited = false;
+    if (rx->phase == RPX_TX_WAIT)
+        (void)rpx_set_phase(rx, RPX_RELAYING, 0); /* planned, or waited long enough */
     rc = rc == 1 ? 1 : -1;
     if (rc == 1 && p.cut_before != NULL) {
         rpx_swallow(rx, len);
@@ -154,7 +156,7 @@ static int tx_plan(struct rpx *rx, size_t len, enum cmd_result *res)
             rpx_tx_reset(&rx->tx);
         }
         rx->decided = DECIDED_ALL;
-        rx->hold_until = proxy_now_ms() + p.hold_ms;
+        (void)rpx_set_phase(rx, RPX_HOLDING, now + p.hold_ms);
         *res = CMD_WAIT;
         rc = 0;
     } else if (rc == 1 && tx_take_plan(rx, &p) != 0) {
@@ -242,8 +244,7 @@ enum cmd_result rpx_tx_end(struct rpx *rx, struct rprof_cmdview *cv, const struc
             }
         }
         if (t->close_after != NULL) {
-            rx->blackholed = true;
-            e->close_after = t->close_after;
+            rpx_cut_at_turn(rx, t->close_after, e); /* e: the cut is after EXEC's reply */
         }
         for (size_t i = 0; i < t->n_own; i++) {
             struct evbuffer *b = evbuffer_new();
