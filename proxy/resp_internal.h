@@ -37,6 +37,7 @@
 #include "proxy/resp_aux.h"
 #include "proxy/session.h"
 #include "rules/engine.h"
+#include "rules/plan.h"
 
 /* Commands awaiting replies: the pairing FIFO starts this small and grows to
  * RPX_PIPELINE_MAX; past it, twice stops reading the client until replies
@@ -139,7 +140,8 @@ struct rpx_window {
  *     any phase --> STOPPED: the codec was stopped, the session ends.
  *
  * RAW, BLACKHOLED and STOPPED last to the session's end (setting one again is no move).  The
- * decision of the command at the head while it holds or waits is not the phase's (decided).
+ * decision of the command at the head while it holds or waits is not the phase's: it is
+ * rx->decision's.
  */
 enum rpx_phase {
     RPX_RELAYING,   /* commands are read, decided and handled one by one */
@@ -154,6 +156,16 @@ enum rpx_phase {
     RPX_STOPPED,    /* the codec was stopped: the session ends, nothing more is done */
 };
 
+/* The decision of the client's command at the head of pend[CLIENT], made once and kept while
+ * the command waits (RPX_HOLDING, RPX_TX_WAIT: it is read again then); forgotten once the
+ * command is done (process_client()). */
+struct rpx_decision {
+    bool decided;           /* its `command` rules were asked (and the event counted) */
+    bool seen;              /* the module saw it (framework.h's seen) */
+    bool planned;           /* the module planned it: read again (a hold), not planned again */
+    struct cmd_fault fault; /* what the rules asked, until carried out (rpx_apply_cmd_plan) */
+};
+
 struct rpx {
     struct session *s;
     enum rprof prof;
@@ -162,9 +174,10 @@ struct rpx {
     /* The own commands of a command held (a publish with a `delay` rule), sent once it goes. */
     struct resp_own held_own[RESP_PLAN_OWN_MAX];
     size_t n_held_own;
-    enum rpx_phase phase;   /* changed only by rpx_set_phase() */
-    uint64_t hold_until;    /* RPX_HOLDING: the command at the head waits until then */
-    uint64_t tx_wait_until; /* RPX_TX_WAIT: its MULTI waits for the rest until then */
+    enum rpx_phase phase;         /* changed only by rpx_set_phase() */
+    uint64_t hold_until;          /* RPX_HOLDING: the command at the head waits until then */
+    uint64_t tx_wait_until;       /* RPX_TX_WAIT: its MULTI waits for the rest until then */
+    struct rpx_decision decision; /* of the command at the head of pend[CLIENT] */
     struct resp_scanner sc[2];
     size_t need[2];           /* bytes pend[side] must hold before scanning again */
     struct evbuffer *pend[2]; /* read from side, not processed yet */
@@ -179,7 +192,6 @@ struct rpx {
     struct entry *await;       /* oldest server entry still waiting for its reply */
     size_t held;               /* bytes in entries not sent */
     struct event *timer;       /* client hold end, delayed reply release, tx wait */
-    uint8_t decided;           /* decisions already made for the next client command */
     struct tx tx;
     struct evbuffer *setup[3]; /* the client's last AUTH, HELLO, SELECT */
     struct resp_aux *aux;
@@ -211,7 +223,6 @@ struct rpx {
 #define RPX_SPARE_MAX 64u
 
 enum { SETUP_AUTH, SETUP_HELLO, SETUP_SELECT };
-enum { DECIDED_COMMAND = 1, DECIDED_ALL = 2 };
 
 /* What a command's handling did: done, wait for more bytes or for a hold to end, stop reading
  * the client (the session ends or is blackholed). */
@@ -278,7 +289,13 @@ bool rpx_owe_reply(struct rpx *rx);
 void rpx_cut_at_turn(struct rpx *rx, const struct rule *r, struct entry *e);
 void rpx_arm_timer(struct rpx *rx, uint64_t at);
 void rpx_flush_replies(struct rpx *rx);
-void rpx_answer_error(struct rpx *rx, const struct rule *r);
+/* The error reply of an `error` rule r, encoded into b. */
+void rpx_error_reply(const struct rule *r, struct resp_bytes *b);
+/* `close before` / `close after` of the command at the head of pend[CLIENT] (len bytes), the
+ * one place a command's cut is made: before, it is kept from Redis and the session ends at its
+ * turn; after, once the reply owed in entry e went out.  CMD_STOP. */
+enum cmd_result rpx_cut_command(struct rpx *rx, const struct rule *r, bool before, struct entry *e,
+                                size_t len);
 bool rpx_straight_out(const struct rpx *rx, const struct entry *e);
 void rpx_entry_answered(struct rpx *rx, struct entry *e, bool sent);
 void rpx_on_reply(struct rpx *rx, const uint8_t *buf, const struct resp_msg *m);
@@ -305,7 +322,12 @@ const struct rule *rpx_hit_rule(struct rpx *rx, size_t idx);
  * counted as a delivery; false when it must be read. */
 bool rpx_framework_counted(struct rpx *rx, struct entry *e, const uint8_t *buf,
                            const struct resp_msg *m);
-/* Carries out plan p of the command at the head of pend[CLIENT] (cv, m, buf); frees it. */
+/* The plan of a command that the `command` rules fault (f, not CMD_FAULT_NONE) into *p (zeroed
+ * by the caller), carried out by rpx_apply_cmd_plan() as a module's. */
+void rpx_cmd_plan_of_fault(const struct cmd_fault *f, struct resp_cmd_plan *p);
+/* Carries out plan p of the command at the head of pend[CLIENT] (cv, m, buf): a module's, or
+ * the `command` rules' (rpx_cmd_plan_of_fault()); frees it.  The one place a command's fate is
+ * carried out. */
 enum cmd_result rpx_apply_cmd_plan(struct rpx *rx, const struct rprof_cmdview *cv,
                                    const struct resp_msg *m, const uint8_t *buf,
                                    struct resp_cmd_plan *p);

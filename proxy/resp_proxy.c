@@ -300,7 +300,7 @@ static void forward_plain(struct rpx *rx, const struct rprof_cmdview *cv, const 
 static bool plain_command(struct rpx *rx, bool cmd_rules)
 {
     const struct rpx_window *w = &rx->win[SIDE_CLIENT];
-    if (rx->decided != 0 || rx->tx.active || rx->need[SIDE_CLIENT] != 0 || cmd_rules ||
+    if (rx->decision.decided || rx->tx.active || rx->need[SIDE_CLIENT] != 0 || cmd_rules ||
         !win_open(rx, SIDE_CLIENT))
         return false;
     /* The rest of a pipeline in one call: nothing above changes while it
@@ -381,7 +381,7 @@ static int big_try(struct rpx *rx, enum session_side side)
     struct evbuffer *pend = rx->pend[side];
     struct entry *e = rx->await;
     if (side == SIDE_CLIENT
-            ? rx->decided != 0 || rx->tx.active || codec_wants(rx->s, RULE_EV_COMMAND)
+            ? rx->decision.decided || rx->tx.active || codec_wants(rx->s, RULE_EV_COMMAND)
             : e == NULL || !rpx_straight_out(rx, e) || rx->held != 0 || rx->streaming)
         return -1; /* (a streamed reply's head is gone: pend starts inside it) */
     struct resp_walk w;
@@ -519,75 +519,33 @@ static void relay_stream(struct rpx *rx, struct entry *e)
 
 /* ---- one command ------------------------------------------------------- */
 
-/* The `command` event: a rule on commands may answer, drop, delay or cut this one.  True
- * when it did (*res says how), false when the command goes on. */
-static bool command_event(struct rpx *rx, struct rprof_cmdview *cv, const struct resp_msg *m,
-                          const uint8_t *buf, bool cmd_rules, enum cmd_result *res)
+/* The `command` event of the command at the head, decided once into rx->decision: the first
+ * rule that fired with an action on commands (rules/plan.h), or none.  Without a rule on
+ * commands the event is only counted. */
+static void decide_command(struct rpx *rx, const struct rprof_cmdview *cv, bool cmd_rules)
 {
-    size_t len = m->len;
-    if (rx->decided < DECIDED_COMMAND && !cmd_rules) {
+    struct rpx_decision *d = &rx->decision;
+    d->decided = true;
+    d->fault = rule_cmd_fault(NULL);
+    if (!cmd_rules) {
         codec_count(rx->s, RULE_EV_COMMAND);
-        rx->decided = DECIDED_COMMAND;
+        return;
     }
-    if (rx->decided < DECIDED_COMMAND) {
-        struct engine_event ev;
-        memset(&ev, 0, sizeof(ev));
-        char anon[48];
-        ev.event = RULE_EV_COMMAND;
-        ev.command = cv->name;
-        ev.key = cv->has_key ? cv->key : NULL;
-        ev.identity =
-            codec_anon_id(anon, sizeof(anon), "cmd", (const uint64_t[]){rx->s->id, ++rx->anon}, 2);
-        size_t hits[SESSION_MAX_RULE_HITS];
-        size_t n = rpx_decide(rx, &ev, hits);
-        for (size_t i = 0; i < n; i++) {
-            const struct rule *r = rpx_hit_rule(rx, hits[i]);
-            switch (r->action.kind) {
-            case RULE_ACT_ERROR:
-                rpx_swallow(rx, len);
-                if (rpx_owe_reply(rx))
-                    rpx_answer_error(rx, r);
-                if (rx->tx.active)
-                    rx->tx.aborted = true; /* as a queue-time error: EXEC will abort */
-                rx->decided = 0;
-                *res = CMD_DONE;
-                return true;
-            case RULE_ACT_DROP: {
-                /* As from a hung server: the replies already due go out, then
-                 * nothing more (an entry that never completes). */
-                rpx_swallow(rx, len);
-                (void)rpx_set_phase(rx, RPX_BLACKHOLED, 0);
-                struct entry *hole = rpx_entry_add(rx, false);
-                if (hole != NULL)
-                    hole->done = false;
-                *res = CMD_STOP;
-                return true;
-            }
-            case RULE_ACT_DELAY:
-                rx->decided = DECIDED_COMMAND;
-                (void)rpx_set_phase(rx, RPX_HOLDING, proxy_now_ms() + r->action.duration_ms);
-                *res = CMD_WAIT;
-                return true;
-            case RULE_ACT_CLOSE:
-                if (r->action.close_when == RULE_CLOSE_BEFORE) {
-                    rpx_swallow(rx, len);
-                    rpx_cut_at_turn(rx, r, NULL);
-                    *res = CMD_STOP;
-                    return true;
-                }
-                /* after: forwarded, then cut once its reply went out */
-                rpx_cut_at_turn(rx, r, rpx_forward(rx, cv, m, buf, len));
-                rx->decided = 0;
-                *res = CMD_STOP;
-                return true;
-            default:
-                break;
-            }
-        }
-        rx->decided = DECIDED_COMMAND;
+    struct engine_event ev;
+    memset(&ev, 0, sizeof(ev));
+    char anon[48];
+    ev.event = RULE_EV_COMMAND;
+    ev.command = cv->name;
+    ev.key = cv->has_key ? cv->key : NULL;
+    ev.identity =
+        codec_anon_id(anon, sizeof(anon), "cmd", (const uint64_t[]){rx->s->id, ++rx->anon}, 2);
+    size_t hits[SESSION_MAX_RULE_HITS];
+    size_t n = rpx_decide(rx, &ev, hits);
+    for (size_t i = 0; i < n && d->fault.kind == CMD_FAULT_NONE; i++) {
+        struct cmd_fault f = rule_cmd_fault(rpx_hit_rule(rx, hits[i]));
+        if (f.kind != CMD_FAULT_OTHER)
+            d->fault = f;
     }
-
-    return false;
 }
 
 /* A command no module planned: GET, SET, INCR... on the plain path (its reply may join the last
@@ -599,14 +557,14 @@ static enum cmd_result command_other(struct rpx *rx, struct rprof_cmdview *cv,
         forward_plain(rx, cv, m, buf, m->len);
     else
         rpx_forward(rx, cv, m, buf, m->len);
-    rx->decided = 0;
     return CMD_DONE;
 }
 
 static enum cmd_result command(struct rpx *rx, const uint8_t *buf, const struct resp_msg *m)
 {
+    struct rpx_decision *d = &rx->decision;
     struct rprof_cmdview cv;
-    bool cmd_rules = rx->decided < DECIDED_COMMAND && codec_wants(rx->s, RULE_EV_COMMAND);
+    bool cmd_rules = !d->decided && codec_wants(rx->s, RULE_EV_COMMAND);
     rprof_cmdview_init(&cv, buf, m, cmd_rules);
     size_t len = m->len;
 
@@ -619,15 +577,24 @@ static enum cmd_result command(struct rpx *rx, const uint8_t *buf, const struct 
         return CMD_DONE;
     }
 
-    enum cmd_result res;
-    if (command_event(rx, &cv, m, buf, cmd_rules, &res))
-        return res;
+    if (!d->decided)
+        decide_command(rx, &cv, cmd_rules);
+    if (d->fault.kind != CMD_FAULT_NONE) {
+        /* Carried out once: a delayed command comes back with no fault left. */
+        struct resp_cmd_plan plan;
+        memset(&plan, 0, sizeof(plan));
+        rpx_cmd_plan_of_fault(&d->fault, &plan);
+        d->fault = rule_cmd_fault(NULL);
+        return rpx_apply_cmd_plan(rx, &cv, m, buf, &plan);
+    }
 
     remember_setup(rx, &cv);
 
     /* A module sees every command as it passes (Sidekiq's heartbeat, in its MULTI), once. */
-    if (rx->fw != NULL && rx->fw->seen != NULL && rx->decided < DECIDED_ALL)
+    if (rx->fw != NULL && rx->fw->seen != NULL && !d->seen) {
+        d->seen = true;
         rx->fw->seen(rpx_host(rx), &cv);
+    }
 
     if (!rx->tx.active && (resp_cmd_name_flags(cv.name, strlen(cv.name)) & RESP_CMD_SYNC))
         return replication_start(rx, &cv, len);
@@ -643,8 +610,10 @@ static enum cmd_result command(struct rpx *rx, const uint8_t *buf, const struct 
     if (rx->fw != NULL) {
         struct resp_cmd_plan plan;
         memset(&plan, 0, sizeof(plan));
-        if (rx->fw->command(rpx_host(rx), &cv, rx->decided >= DECIDED_ALL, &plan) == 1)
+        if (rx->fw->command(rpx_host(rx), &cv, d->planned, &plan) == 1) {
+            d->planned = true; /* if it comes back (a hold), it is not planned again */
             return rpx_apply_cmd_plan(rx, &cv, m, buf, &plan);
+        }
         resp_cmd_plan_free(&plan);
     }
     return command_other(rx, &cv, m, buf);
@@ -981,6 +950,8 @@ static void process_client(struct rpx *rx)
         if (rc <= 0)
             break;
         enum cmd_result r = command(rx, buf, &m);
+        if (r != CMD_WAIT)
+            rx->decision = (struct rpx_decision){0}; /* the command is done */
         if (r == CMD_WAIT) {
             /* Rescanned when the wait ends. */
             rx->need[SIDE_CLIENT] = 0;
@@ -1203,7 +1174,7 @@ static bool rpx_busy(void *state)
 {
     const struct rpx *rx = state;
     if (rx->phase == RPX_RAW || rx->phase == RPX_HOLDING || rx->tx.active || rx->pairing.in_multi ||
-        rx->decided != 0 || evbuffer_get_length(rx->pend[SIDE_CLIENT]) > 0 ||
+        rx->decision.decided || evbuffer_get_length(rx->pend[SIDE_CLIENT]) > 0 ||
         evbuffer_get_length(rx->pend[SIDE_UPSTREAM]) > 0)
         return true;
     if (rx->pairing.count == 0)
