@@ -54,6 +54,10 @@ enum resp_cmd_fate {
     RESP_CMD_HOLD,    /* not now: the command is read again .hold_ms from now, decided already
                          (the module is called with `decided`) */
     RESP_CMD_CUT,     /* kept from Redis; the connection is cut at its turn (.cut) */
+    RESP_CMD_REFUSE,  /* as ANSWER (.bytes: an error); in a transaction, EXEC then aborts, as
+                         after Redis refuses a queued command */
+    RESP_CMD_DROP,    /* kept from Redis and never answered, nor anything the client sends
+                         after it: a hung server */
 };
 
 /* What a module reads the reply with: its own kind of reply, and what it keeps of the command

@@ -14,6 +14,7 @@
  * itself, and it frees itself once every scheduled command was sent and
  * answered, or when its connection fails (what was lost is logged).
  */
+#include <assert.h>
 #include <event2/buffer.h>
 #include <event2/bufferevent.h>
 #include <event2/bufferevent_ssl.h>
@@ -37,6 +38,20 @@ struct aux_send {
     struct aux_send *prev, *next;
 };
 
+/*
+ * Where an aux is: one state, changed only by aux_set_state(), which refuses a move not drawn
+ * here.
+ *
+ *   OPEN ---- resp_aux_detach() ----> DETACHED ---- its work done, or its connection fails --+
+ *     |                                                                                       v
+ *     +------ its connection fails ----> FAILED ---- resp_aux_detach() ------------------> DONE
+ *
+ * OPEN: its session sends through it.  DETACHED: the session is gone; it finishes what was
+ * scheduled.  FAILED: its connection is gone (what was lost is logged); the session detaches it
+ * (and opens another when it needs one).  DONE: freed at once (maybe_done()).
+ */
+enum aux_state { AUX_OPEN, AUX_DETACHED, AUX_FAILED, AUX_DONE };
+
 struct resp_aux {
     struct resp_aux *prev_all, *next_all; /* every aux of its loop */
     struct loop *loop;
@@ -48,9 +63,26 @@ struct resp_aux {
     size_t awaiting; /* replies not read yet */
     size_t prologue; /* of which, replies to the client's setup commands */
     struct aux_send *sends;
-    bool detached;
-    bool failed;
+    enum aux_state state; /* changed only by aux_set_state() */
 };
+
+static const char *const aux_state_names[] = {"open", "detached", "failed", "done"};
+
+/* Moves a to state `to`; a move the diagram above does not draw is refused (logged at error
+ * level; an assertion fails in a debug build). */
+static void aux_set_state(struct resp_aux *a, enum aux_state to)
+{
+    enum aux_state from = a->state;
+    bool legal = (from == AUX_OPEN && (to == AUX_DETACHED || to == AUX_FAILED)) ||
+                 ((from == AUX_DETACHED || from == AUX_FAILED) && to == AUX_DONE);
+    if (!legal) {
+        log_msg(LOG_ERROR, "own redis connection state move refused", "sid=%llu from=%s to=%s",
+                (unsigned long long)a->sid, aux_state_names[from], aux_state_names[to]);
+        assert(!"illegal aux state move");
+        return;
+    }
+    a->state = to;
+}
 
 /* Commands scheduled and not sent yet. */
 static size_t sends_pending(const struct resp_aux *a)
@@ -88,9 +120,12 @@ static void aux_free(struct resp_aux *a)
     free(a);
 }
 
+/* Frees a once it is DONE, or DETACHED with nothing left to send or read. */
 static void maybe_done(struct resp_aux *a)
 {
-    if (a->detached && (a->failed || (a->awaiting == 0 && a->sends == NULL))) {
+    if (a->state == AUX_DETACHED && a->awaiting == 0 && a->sends == NULL)
+        aux_set_state(a, AUX_DONE);
+    if (a->state == AUX_DONE) {
         struct loop *lp = a->loop;
         aux_free(a);
         loop_aux_gone(lp); /* a stopping loop may have waited for it */
@@ -107,7 +142,7 @@ static void aux_fail(struct resp_aux *a, const char *why)
     log_str(&line, "error", why);
     log_u64(&line, "commands_lost", lost);
     log_end(&line);
-    a->failed = true;
+    aux_set_state(a, a->state == AUX_DETACHED ? AUX_DONE : AUX_FAILED);
     sends_clear(a);
     if (a->bev != NULL) {
         bufferevent_free(a->bev);
@@ -224,12 +259,12 @@ struct resp_aux *resp_aux_open(struct session *s, struct evbuffer *prologue, siz
 
 bool resp_aux_failed(const struct resp_aux *a)
 {
-    return a->failed;
+    return a->state == AUX_FAILED;
 }
 
 void resp_aux_send(struct resp_aux *a, struct evbuffer *cmds, size_t n)
 {
-    if (a->failed || a->bev == NULL) {
+    if (a->state == AUX_FAILED || a->bev == NULL) {
         evbuffer_drain(cmds, evbuffer_get_length(cmds));
         return;
     }
@@ -287,7 +322,7 @@ void resp_aux_detach(struct resp_aux *a)
 {
     if (a == NULL)
         return;
-    a->detached = true;
+    aux_set_state(a, a->state == AUX_FAILED ? AUX_DONE : AUX_DETACHED);
     maybe_done(a);
 }
 

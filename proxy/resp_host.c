@@ -1,7 +1,8 @@
 /*
  * resp_host.c - a RESP session as the host of its listener's framework module
  * (proto/jobs/job.h, proto/jobs/framework.h), and the one place that carries out the plans a
- * module makes (proto/resp_plan.h).
+ * module makes (proto/resp_plan.h), and those of the faults the `command` rules ask
+ * (rpx_cmd_plan_of_fault()).
  *
  * The host answers what a module asks: whether a rule looks at an event, the rule's fault
  * (rules/plan.h), the journal, the log, and the listener's job memory (proxy/idmap.h).  Scripts
@@ -402,6 +403,41 @@ static struct entry *rewrite(struct rpx *rx, const struct resp_bytes *bytes, siz
     return e;
 }
 
+void rpx_cmd_plan_of_fault(const struct cmd_fault *f, struct resp_cmd_plan *p)
+{
+    switch (f->kind) {
+    case CMD_FAULT_ERROR:
+        p->fate = RESP_CMD_REFUSE;
+        rpx_error_reply(f->rule, &p->bytes);
+        break;
+    case CMD_FAULT_DROP:
+        p->fate = RESP_CMD_DROP;
+        break;
+    case CMD_FAULT_DELAY:
+        p->fate = RESP_CMD_HOLD;
+        p->hold_ms = f->ms;
+        break;
+    case CMD_FAULT_CLOSE:
+        /* before: kept from Redis and cut at its turn; after: forwarded, cut after its reply */
+        p->fate = f->before ? RESP_CMD_CUT : RESP_CMD_FORWARD;
+        p->cut = f->rule;
+        break;
+    default:
+        p->fate = RESP_CMD_FORWARD;
+        break;
+    }
+}
+
+/* `drop`: as from a hung server, the replies already due go out, then nothing more (an entry
+ * that never completes), and what the client sends after it is discarded. */
+static void hang(struct rpx *rx)
+{
+    (void)rpx_set_phase(rx, RPX_BLACKHOLED, 0);
+    struct entry *hole = rpx_entry_add(rx, false);
+    if (hole != NULL)
+        hole->done = false;
+}
+
 enum cmd_result rpx_apply_cmd_plan(struct rpx *rx, const struct rprof_cmdview *cv,
                                    const struct resp_msg *m, const uint8_t *buf,
                                    struct resp_cmd_plan *p)
@@ -417,19 +453,24 @@ enum cmd_result rpx_apply_cmd_plan(struct rpx *rx, const struct rprof_cmdview *c
     enum cmd_result res = CMD_DONE;
     switch (p->fate) {
     case RESP_CMD_HOLD:
-        rx->decided = DECIDED_ALL;
-        rx->hold_until = proxy_now_ms() + p->hold_ms;
+        (void)rpx_set_phase(rx, RPX_HOLDING, proxy_now_ms() + p->hold_ms);
         res = CMD_WAIT;
         break;
     case RESP_CMD_CUT:
+        res = rpx_cut_command(rx, p->cut, true, NULL, len);
+        break;
+    case RESP_CMD_DROP:
         rpx_swallow(rx, len);
-        rpx_cut_at_turn(rx, p->cut, NULL);
+        hang(rx);
         res = CMD_STOP;
         break;
     case RESP_CMD_ANSWER:
+    case RESP_CMD_REFUSE:
         rpx_swallow(rx, len);
         if (rpx_owe_reply(rx))
             rpx_answer(rx, p->bytes.p, p->bytes.len);
+        if (p->fate == RESP_CMD_REFUSE && rx->tx.active)
+            rx->tx.aborted = true; /* as a queue-time error: EXEC will abort */
         break;
     case RESP_CMD_REWRITE:
         if ((e = rewrite(rx, &p->bytes, len, p->reply_add)) == NULL) {
@@ -457,12 +498,9 @@ enum cmd_result rpx_apply_cmd_plan(struct rpx *rx, const struct rprof_cmdview *c
         send_own(rx, p->own, p->n_own);
         send_own(rx, rx->held_own, rx->n_held_own);
         rpx_held_own_free(rx);
-        rx->decided = 0;
     }
-    if (res == CMD_DONE && p->cut != NULL) {
-        rpx_cut_at_turn(rx, p->cut, e); /* `close after`: once its reply went out */
-        res = CMD_STOP;
-    }
+    if (res == CMD_DONE && p->cut != NULL)
+        res = rpx_cut_command(rx, p->cut, false, e, len); /* once its reply went out */
     resp_cmd_plan_free(p);
     return res;
 }

@@ -37,6 +37,7 @@
 #include "proxy/resp_aux.h"
 #include "proxy/session.h"
 #include "rules/engine.h"
+#include "rules/plan.h"
 
 /* Commands awaiting replies: the pairing FIFO starts this small and grows to
  * RPX_PIPELINE_MAX; past it, twice stops reading the client until replies
@@ -119,6 +120,52 @@ struct rpx_window {
     size_t len;
 };
 
+/*
+ * The phase of a session's client side: what twice does with the client's next bytes.  One
+ * field (rpx.phase), changed only by rpx_set_phase(), which refuses (logs at error level, and
+ * asserts in a debug build) a move not drawn here:
+ *
+ *               delay, a plan's hold               MULTI, the rest of it not here
+ *     HOLDING <---------------------- RELAYING -----------------------------> TX_WAIT
+ *        |    ---------------------->  |  |    <------------------------------   |
+ *        |        the hold is over     |  |      planned, or waited enough       |
+ *        |                             |  |  a drop, a cut at a reply's turn,    |
+ *        |                             |  v  a bulk over max-message-size        |
+ *        |                             | BLACKHOLED                              |
+ *        |                             v  v                                      |
+ *        +---------------------------> RAW <-------------------------------------+
+ *            a peer broke RESP (the client, or a server reply twice cannot follow),
+ *            or replication began (SYNC, PSYNC)
+ *
+ *     any phase --> STOPPED: the codec was stopped, the session ends.
+ *
+ * RAW, BLACKHOLED and STOPPED last to the session's end (setting one again is no move).  The
+ * decision of the command at the head while it holds or waits is not the phase's: it is
+ * rx->decision's.
+ */
+enum rpx_phase {
+    RPX_RELAYING,   /* commands are read, decided and handled one by one */
+    RPX_HOLDING,    /* the command at the head of pend[CLIENT] waits until hold_until (a
+                       `delay`, or a plan's hold), decided already; nothing behind it is read */
+    RPX_TX_WAIT,    /* the MULTI at the head waits for the rest of its transaction until
+                       tx_wait_until (RPX_TX_WAIT_MS); read again as more comes */
+    RPX_RAW,        /* the client's bytes go to Redis as they are: it broke RESP, began a
+                       replication stream, or the server's replies are relayed unparsed */
+    RPX_BLACKHOLED, /* the client's further bytes are discarded: a `drop`, a cut due at a
+                       reply's turn, a bulk over max-message-size */
+    RPX_STOPPED,    /* the codec was stopped: the session ends, nothing more is done */
+};
+
+/* The decision of the client's command at the head of pend[CLIENT], made once and kept while
+ * the command waits (RPX_HOLDING, RPX_TX_WAIT: it is read again then); forgotten once the
+ * command is done (process_client()). */
+struct rpx_decision {
+    bool decided;           /* its `command` rules were asked (and the event counted) */
+    bool seen;              /* the module saw it (framework.h's seen) */
+    bool planned;           /* the module planned it: read again (a hold), not planned again */
+    struct cmd_fault fault; /* what the rules asked, until carried out (rpx_apply_cmd_plan) */
+};
+
 struct rpx {
     struct session *s;
     enum rprof prof;
@@ -127,7 +174,10 @@ struct rpx {
     /* The own commands of a command held (a publish with a `delay` rule), sent once it goes. */
     struct resp_own held_own[RESP_PLAN_OWN_MAX];
     size_t n_held_own;
-    bool stopped;
+    enum rpx_phase phase;         /* changed only by rpx_set_phase() */
+    uint64_t hold_until;          /* RPX_HOLDING: the command at the head waits until then */
+    uint64_t tx_wait_until;       /* RPX_TX_WAIT: its MULTI waits for the rest until then */
+    struct rpx_decision decision; /* of the command at the head of pend[CLIENT] */
     struct resp_scanner sc[2];
     size_t need[2];           /* bytes pend[side] must hold before scanning again */
     struct evbuffer *pend[2]; /* read from side, not processed yet */
@@ -142,13 +192,6 @@ struct rpx {
     struct entry *await;       /* oldest server entry still waiting for its reply */
     size_t held;               /* bytes in entries not sent */
     struct event *timer;       /* client hold end, delayed reply release, tx wait */
-    uint64_t hold_until;       /* the client's commands wait until then (delay) */
-    uint8_t decided;           /* decisions already made for the next client command */
-    bool blackholed;           /* the client's further commands are discarded (drop, cut) */
-    bool raw;                  /* the client's bytes go to Redis as they are: it broke RESP,
-                                  or it began a replication stream (replication_start) */
-    bool tx_waited;            /* the tx wait ran out: plan without the rest */
-    uint64_t tx_wait_until;
     struct tx tx;
     struct evbuffer *setup[3]; /* the client's last AUTH, HELLO, SELECT */
     struct resp_aux *aux;
@@ -180,7 +223,6 @@ struct rpx {
 #define RPX_SPARE_MAX 64u
 
 enum { SETUP_AUTH, SETUP_HELLO, SETUP_SELECT };
-enum { DECIDED_COMMAND = 1, DECIDED_ALL = 2 };
 
 /* What a command's handling did: done, wait for more bytes or for a hold to end, stop reading
  * the client (the session ends or is blackholed). */
@@ -190,7 +232,7 @@ enum cmd_result { CMD_DONE, CMD_WAIT, CMD_STOP };
 
 static inline bool rpx_alive(const struct rpx *rx)
 {
-    return !rx->stopped && rx->s->state == SESSION_RELAYING;
+    return rx->phase != RPX_STOPPED && rx->s->state == SESSION_RELAYING;
 }
 
 static inline const char *rpx_scope(const struct rpx *rx)
@@ -214,6 +256,11 @@ static inline bool rpx_is_cmd(const struct rprof_cmdview *cv, enum rprof_cmd id)
 }
 
 /* ---- resp_proxy.c ---- */
+
+/* Moves the client side to phase `to` (until: the deadline of RPX_HOLDING or RPX_TX_WAIT, else
+ * 0).  An illegal move (the diagram above) is refused: logged at error level, and an assertion
+ * fails in a debug build.  Returns whether the phase is `to` now. */
+bool rpx_set_phase(struct rpx *rx, enum rpx_phase to, uint64_t until);
 
 void rpx_run_move(struct rpx *rx, enum session_side side);
 void rpx_send_flush(struct rpx *rx, enum session_side to);
@@ -242,7 +289,13 @@ bool rpx_owe_reply(struct rpx *rx);
 void rpx_cut_at_turn(struct rpx *rx, const struct rule *r, struct entry *e);
 void rpx_arm_timer(struct rpx *rx, uint64_t at);
 void rpx_flush_replies(struct rpx *rx);
-void rpx_answer_error(struct rpx *rx, const struct rule *r);
+/* The error reply of an `error` rule r, encoded into b. */
+void rpx_error_reply(const struct rule *r, struct resp_bytes *b);
+/* `close before` / `close after` of the command at the head of pend[CLIENT] (len bytes), the
+ * one place a command's cut is made: before, it is kept from Redis and the session ends at its
+ * turn; after, once the reply owed in entry e went out.  CMD_STOP. */
+enum cmd_result rpx_cut_command(struct rpx *rx, const struct rule *r, bool before, struct entry *e,
+                                size_t len);
 bool rpx_straight_out(const struct rpx *rx, const struct entry *e);
 void rpx_entry_answered(struct rpx *rx, struct entry *e, bool sent);
 void rpx_on_reply(struct rpx *rx, const uint8_t *buf, const struct resp_msg *m);
@@ -269,7 +322,12 @@ const struct rule *rpx_hit_rule(struct rpx *rx, size_t idx);
  * counted as a delivery; false when it must be read. */
 bool rpx_framework_counted(struct rpx *rx, struct entry *e, const uint8_t *buf,
                            const struct resp_msg *m);
-/* Carries out plan p of the command at the head of pend[CLIENT] (cv, m, buf); frees it. */
+/* The plan of a command that the `command` rules fault (f, not CMD_FAULT_NONE) into *p (zeroed
+ * by the caller), carried out by rpx_apply_cmd_plan() as a module's. */
+void rpx_cmd_plan_of_fault(const struct cmd_fault *f, struct resp_cmd_plan *p);
+/* Carries out plan p of the command at the head of pend[CLIENT] (cv, m, buf): a module's, or
+ * the `command` rules' (rpx_cmd_plan_of_fault()); frees it.  The one place a command's fate is
+ * carried out. */
 enum cmd_result rpx_apply_cmd_plan(struct rpx *rx, const struct rprof_cmdview *cv,
                                    const struct resp_msg *m, const uint8_t *buf,
                                    struct resp_cmd_plan *p);

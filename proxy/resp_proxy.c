@@ -32,10 +32,49 @@
  * transactions resp_tx.c's (what they share: resp_internal.h).
  */
 #include "proxy/resp_internal.h"
+
+#include <assert.h>
+
 #include "proxy/session.h"
 #include "rules/engine.h"
 
 static void rpx_process(void *state, enum session_side from, struct evbuffer *in);
+
+/* ---- the client side's phase (resp_internal.h) ------------------------------------------- */
+
+static const char *const phase_names[] = {"relaying", "holding",    "tx_wait",
+                                          "raw",      "blackholed", "stopped"};
+
+/* The moves the diagram of enum rpx_phase draws: a bit per phase a phase may go to. */
+#define PHASE_BIT(p) (1u << (p))
+static const unsigned phase_moves[] = {
+    [RPX_RELAYING] = PHASE_BIT(RPX_HOLDING) | PHASE_BIT(RPX_TX_WAIT) | PHASE_BIT(RPX_RAW) |
+                     PHASE_BIT(RPX_BLACKHOLED) | PHASE_BIT(RPX_STOPPED),
+    [RPX_HOLDING] = PHASE_BIT(RPX_RELAYING) | PHASE_BIT(RPX_RAW) | PHASE_BIT(RPX_STOPPED),
+    [RPX_TX_WAIT] = PHASE_BIT(RPX_RELAYING) | PHASE_BIT(RPX_RAW) | PHASE_BIT(RPX_STOPPED),
+    [RPX_RAW] = PHASE_BIT(RPX_RAW) | PHASE_BIT(RPX_STOPPED),
+    [RPX_BLACKHOLED] = PHASE_BIT(RPX_RAW) | PHASE_BIT(RPX_BLACKHOLED) | PHASE_BIT(RPX_STOPPED),
+    [RPX_STOPPED] = PHASE_BIT(RPX_STOPPED),
+};
+
+bool rpx_set_phase(struct rpx *rx, enum rpx_phase to, uint64_t until)
+{
+    enum rpx_phase from = rx->phase;
+    if ((phase_moves[from] & PHASE_BIT(to)) == 0) {
+        log_msg(LOG_ERROR, "resp phase move refused", "sid=%llu listener=%s from=%s to=%s",
+                (unsigned long long)rx->s->id, rpx_scope(rx), phase_names[from], phase_names[to]);
+        assert(!"illegal resp phase move");
+        return false;
+    }
+    if (from != to && log_enabled(LOG_DEBUG))
+        log_msg(LOG_DEBUG, "resp phase", "sid=%llu from=%s to=%s", (unsigned long long)rx->s->id,
+                phase_names[from], phase_names[to]);
+    rx->phase = to;
+    /* The deadlines are the data of their phases only. */
+    rx->hold_until = to == RPX_HOLDING ? until : 0;
+    rx->tx_wait_until = to == RPX_TX_WAIT ? until : 0;
+    return true;
+}
 
 /*
  * Runs.  A message that goes on unchanged (the common case: a command to
@@ -261,7 +300,7 @@ static void forward_plain(struct rpx *rx, const struct rprof_cmdview *cv, const 
 static bool plain_command(struct rpx *rx, bool cmd_rules)
 {
     const struct rpx_window *w = &rx->win[SIDE_CLIENT];
-    if (rx->decided != 0 || rx->tx.active || rx->need[SIDE_CLIENT] != 0 || cmd_rules ||
+    if (rx->decision.decided || rx->tx.active || rx->need[SIDE_CLIENT] != 0 || cmd_rules ||
         !win_open(rx, SIDE_CLIENT))
         return false;
     /* The rest of a pipeline in one call: nothing above changes while it
@@ -342,7 +381,7 @@ static int big_try(struct rpx *rx, enum session_side side)
     struct evbuffer *pend = rx->pend[side];
     struct entry *e = rx->await;
     if (side == SIDE_CLIENT
-            ? rx->decided != 0 || rx->tx.active || codec_wants(rx->s, RULE_EV_COMMAND)
+            ? rx->decision.decided || rx->tx.active || codec_wants(rx->s, RULE_EV_COMMAND)
             : e == NULL || !rpx_straight_out(rx, e) || rx->held != 0 || rx->streaming)
         return -1; /* (a streamed reply's head is gone: pend starts inside it) */
     struct resp_walk w;
@@ -410,12 +449,12 @@ static void log_unparsed(struct rpx *rx, enum log_level level, const char *msg, 
 }
 
 /* From the server's reply that entry e awaits on, the session is relayed unparsed both ways
- * (relay_stream; the client's bytes as rx->raw): logged once. */
+ * (relay_stream; the client's bytes in RPX_RAW): logged once. */
 static void relay_unparsed(struct rpx *rx, struct entry *e, enum log_level level, const char *msg,
                            const char *key, const char *value)
 {
     e->kind = RK_STREAM;
-    rx->raw = true;
+    (void)rpx_set_phase(rx, RPX_RAW, 0);
     log_unparsed(rx, level, msg, key, value, "relayed unparsed from here on, both ways");
 }
 
@@ -480,75 +519,33 @@ static void relay_stream(struct rpx *rx, struct entry *e)
 
 /* ---- one command ------------------------------------------------------- */
 
-/* The `command` event: a rule on commands may answer, drop, delay or cut this one.  True
- * when it did (*res says how), false when the command goes on. */
-static bool command_event(struct rpx *rx, struct rprof_cmdview *cv, const struct resp_msg *m,
-                          const uint8_t *buf, bool cmd_rules, enum cmd_result *res)
+/* The `command` event of the command at the head, decided once into rx->decision: the first
+ * rule that fired with an action on commands (rules/plan.h), or none.  Without a rule on
+ * commands the event is only counted. */
+static void decide_command(struct rpx *rx, const struct rprof_cmdview *cv, bool cmd_rules)
 {
-    size_t len = m->len;
-    if (rx->decided < DECIDED_COMMAND && !cmd_rules) {
+    struct rpx_decision *d = &rx->decision;
+    d->decided = true;
+    d->fault = rule_cmd_fault(NULL);
+    if (!cmd_rules) {
         codec_count(rx->s, RULE_EV_COMMAND);
-        rx->decided = DECIDED_COMMAND;
+        return;
     }
-    if (rx->decided < DECIDED_COMMAND) {
-        struct engine_event ev;
-        memset(&ev, 0, sizeof(ev));
-        char anon[48];
-        ev.event = RULE_EV_COMMAND;
-        ev.command = cv->name;
-        ev.key = cv->has_key ? cv->key : NULL;
-        ev.identity =
-            codec_anon_id(anon, sizeof(anon), "cmd", (const uint64_t[]){rx->s->id, ++rx->anon}, 2);
-        size_t hits[SESSION_MAX_RULE_HITS];
-        size_t n = rpx_decide(rx, &ev, hits);
-        for (size_t i = 0; i < n; i++) {
-            const struct rule *r = rpx_hit_rule(rx, hits[i]);
-            switch (r->action.kind) {
-            case RULE_ACT_ERROR:
-                rpx_swallow(rx, len);
-                if (rpx_owe_reply(rx))
-                    rpx_answer_error(rx, r);
-                if (rx->tx.active)
-                    rx->tx.aborted = true; /* as a queue-time error: EXEC will abort */
-                rx->decided = 0;
-                *res = CMD_DONE;
-                return true;
-            case RULE_ACT_DROP: {
-                /* As from a hung server: the replies already due go out, then
-                 * nothing more (an entry that never completes). */
-                rpx_swallow(rx, len);
-                rx->blackholed = true;
-                struct entry *hole = rpx_entry_add(rx, false);
-                if (hole != NULL)
-                    hole->done = false;
-                *res = CMD_STOP;
-                return true;
-            }
-            case RULE_ACT_DELAY:
-                rx->decided = DECIDED_COMMAND;
-                rx->hold_until = proxy_now_ms() + r->action.duration_ms;
-                *res = CMD_WAIT;
-                return true;
-            case RULE_ACT_CLOSE:
-                if (r->action.close_when == RULE_CLOSE_BEFORE) {
-                    rpx_swallow(rx, len);
-                    rpx_cut_at_turn(rx, r, NULL);
-                    *res = CMD_STOP;
-                    return true;
-                }
-                /* after: forwarded, then cut once its reply went out */
-                rpx_cut_at_turn(rx, r, rpx_forward(rx, cv, m, buf, len));
-                rx->decided = 0;
-                *res = CMD_STOP;
-                return true;
-            default:
-                break;
-            }
-        }
-        rx->decided = DECIDED_COMMAND;
+    struct engine_event ev;
+    memset(&ev, 0, sizeof(ev));
+    char anon[48];
+    ev.event = RULE_EV_COMMAND;
+    ev.command = cv->name;
+    ev.key = cv->has_key ? cv->key : NULL;
+    ev.identity =
+        codec_anon_id(anon, sizeof(anon), "cmd", (const uint64_t[]){rx->s->id, ++rx->anon}, 2);
+    size_t hits[SESSION_MAX_RULE_HITS];
+    size_t n = rpx_decide(rx, &ev, hits);
+    for (size_t i = 0; i < n && d->fault.kind == CMD_FAULT_NONE; i++) {
+        struct cmd_fault f = rule_cmd_fault(rpx_hit_rule(rx, hits[i]));
+        if (f.kind != CMD_FAULT_OTHER)
+            d->fault = f;
     }
-
-    return false;
 }
 
 /* A command no module planned: GET, SET, INCR... on the plain path (its reply may join the last
@@ -560,14 +557,14 @@ static enum cmd_result command_other(struct rpx *rx, struct rprof_cmdview *cv,
         forward_plain(rx, cv, m, buf, m->len);
     else
         rpx_forward(rx, cv, m, buf, m->len);
-    rx->decided = 0;
     return CMD_DONE;
 }
 
 static enum cmd_result command(struct rpx *rx, const uint8_t *buf, const struct resp_msg *m)
 {
+    struct rpx_decision *d = &rx->decision;
     struct rprof_cmdview cv;
-    bool cmd_rules = rx->decided < DECIDED_COMMAND && codec_wants(rx->s, RULE_EV_COMMAND);
+    bool cmd_rules = !d->decided && codec_wants(rx->s, RULE_EV_COMMAND);
     rprof_cmdview_init(&cv, buf, m, cmd_rules);
     size_t len = m->len;
 
@@ -580,15 +577,24 @@ static enum cmd_result command(struct rpx *rx, const uint8_t *buf, const struct 
         return CMD_DONE;
     }
 
-    enum cmd_result res;
-    if (command_event(rx, &cv, m, buf, cmd_rules, &res))
-        return res;
+    if (!d->decided)
+        decide_command(rx, &cv, cmd_rules);
+    if (d->fault.kind != CMD_FAULT_NONE) {
+        /* Carried out once: a delayed command comes back with no fault left. */
+        struct resp_cmd_plan plan;
+        memset(&plan, 0, sizeof(plan));
+        rpx_cmd_plan_of_fault(&d->fault, &plan);
+        d->fault = rule_cmd_fault(NULL);
+        return rpx_apply_cmd_plan(rx, &cv, m, buf, &plan);
+    }
 
     remember_setup(rx, &cv);
 
     /* A module sees every command as it passes (Sidekiq's heartbeat, in its MULTI), once. */
-    if (rx->fw != NULL && rx->fw->seen != NULL && rx->decided < DECIDED_ALL)
+    if (rx->fw != NULL && rx->fw->seen != NULL && !d->seen) {
+        d->seen = true;
         rx->fw->seen(rpx_host(rx), &cv);
+    }
 
     if (!rx->tx.active && (resp_cmd_name_flags(cv.name, strlen(cv.name)) & RESP_CMD_SYNC))
         return replication_start(rx, &cv, len);
@@ -604,8 +610,10 @@ static enum cmd_result command(struct rpx *rx, const uint8_t *buf, const struct 
     if (rx->fw != NULL) {
         struct resp_cmd_plan plan;
         memset(&plan, 0, sizeof(plan));
-        if (rx->fw->command(rpx_host(rx), &cv, rx->decided >= DECIDED_ALL, &plan) == 1)
+        if (rx->fw->command(rpx_host(rx), &cv, d->planned, &plan) == 1) {
+            d->planned = true; /* if it comes back (a hold), it is not planned again */
             return rpx_apply_cmd_plan(rx, &cv, m, buf, &plan);
+        }
         resp_cmd_plan_free(&plan);
     }
     return command_other(rx, &cv, m, buf);
@@ -644,7 +652,7 @@ static void client_over_limit(struct rpx *rx, uint64_t max_message)
              (unsigned long long)max_message);
     codec_log_protocol_error(rx->s, msg, NULL);
     rpx_run_move(rx, SIDE_CLIENT);
-    rx->blackholed = true;
+    (void)rpx_set_phase(rx, RPX_BLACKHOLED, 0);
     evbuffer_drain(rx->pend[SIDE_CLIENT], evbuffer_get_length(rx->pend[SIDE_CLIENT]));
     struct entry *e = rpx_entry_add(rx, false);
     if (e == NULL) {
@@ -700,7 +708,7 @@ static int scan_error(struct rpx *rx, enum session_side side, int rc)
     /* Not the session's error: it goes on, and Redis ends it. */
     log_unparsed(rx, LOG_WARN, "resp protocol error", "error", resp_strerror(rc),
                  "client bytes passed on unparsed from here; redis will refuse them");
-    rx->raw = true;
+    (void)rpx_set_phase(rx, RPX_RAW, 0);
     return -1;
 }
 
@@ -906,22 +914,23 @@ static void process_client(struct rpx *rx)
     /* Rules change only between events (a reload's post to this loop). */
     bool cmd_rules = codec_wants(rx->s, RULE_EV_COMMAND);
     while (rpx_alive(rx)) {
-        if (rx->raw || rx->blackholed)
+        if (rx->phase == RPX_RAW) {
             rpx_run_move(rx, SIDE_CLIENT);
-        if (rx->raw) {
             evbuffer_add_buffer(rx->out[SIDE_UPSTREAM], rx->pend[SIDE_CLIENT]);
             break;
         }
-        if (rx->blackholed) {
+        if (rx->phase == RPX_BLACKHOLED) {
+            rpx_run_move(rx, SIDE_CLIENT);
             evbuffer_drain(rx->pend[SIDE_CLIENT], evbuffer_get_length(rx->pend[SIDE_CLIENT]));
             break;
         }
-        uint64_t now = 0;
-        if (rx->hold_until != 0 && rx->hold_until > (now = proxy_now_ms())) {
-            rpx_arm_timer(rx, rx->hold_until);
-            break;
+        if (rx->phase == RPX_HOLDING) {
+            if (rx->hold_until > proxy_now_ms()) {
+                rpx_arm_timer(rx, rx->hold_until);
+                break;
+            }
+            (void)rpx_set_phase(rx, RPX_RELAYING, 0); /* the hold is over: the command goes on */
         }
-        rx->hold_until = 0;
         /* Grown before the pairing would count a transaction's commands
          * in a run (proto/resp.h: RESP_PAIRING_ROOM), so that up to the
          * maximum each has a slot of its own. */
@@ -936,19 +945,20 @@ static void process_client(struct rpx *rx)
         int rc = scan_one(rx, SIDE_CLIENT, &m, &buf);
         if (rc == 2)
             continue;
-        if (rc < 0 && rx->raw)
+        if (rc < 0 && rx->phase == RPX_RAW)
             continue;
         if (rc <= 0)
             break;
         enum cmd_result r = command(rx, buf, &m);
+        if (r != CMD_WAIT)
+            rx->decision = (struct rpx_decision){0}; /* the command is done */
         if (r == CMD_WAIT) {
             /* Rescanned when the wait ends. */
             rx->need[SIDE_CLIENT] = 0;
-            if (rx->hold_until != 0) {
+            if (rx->phase == RPX_HOLDING)
                 rpx_arm_timer(rx, rx->hold_until);
-            } else if (rx->tx_wait_until != 0) {
+            else if (rx->phase == RPX_TX_WAIT)
                 rpx_arm_timer(rx, rx->tx_wait_until);
-            }
             break;
         }
         if (r == CMD_STOP)
@@ -973,10 +983,6 @@ static void on_timer(evutil_socket_t fd, short what, void *arg)
     struct rpx *rx = arg;
     if (!rpx_alive(rx))
         return;
-    if (rx->tx_wait_until != 0 && rx->tx_wait_until <= proxy_now_ms()) {
-        rx->tx_waited = true;
-        rx->tx_wait_until = 0;
-    }
     rpx_flush_replies(rx);
     if (!rpx_alive(rx))
         return;
@@ -1082,7 +1088,7 @@ static void *rpx_open(struct session *s)
 static void rpx_stop(void *state)
 {
     struct rpx *rx = state;
-    rx->stopped = true;
+    (void)rpx_set_phase(rx, RPX_STOPPED, 0);
     if (rx->timer != NULL)
         event_del(rx->timer);
 }
@@ -1130,7 +1136,7 @@ static void rpx_pending(void *state, struct codec_pending *p)
 {
     struct rpx *rx = state;
     uint64_t now = proxy_now_ms();
-    if (rx->hold_until > now)
+    if (rx->phase == RPX_HOLDING && rx->hold_until > now)
         p->held_messages++;
     for (const struct entry *e = rx->head; e != NULL; e = e->next)
         if (e->release_ms > now)
@@ -1148,9 +1154,11 @@ static void rpx_drain(void *state, struct codec_pending *released)
     if (!rpx_alive(rx))
         return;
     uint64_t now = proxy_now_ms();
-    if (rx->hold_until > now)
-        released->held_messages++;
-    rx->hold_until = 0;
+    if (rx->phase == RPX_HOLDING) {
+        if (rx->hold_until > now)
+            released->held_messages++;
+        (void)rpx_set_phase(rx, RPX_RELAYING, 0);
+    }
     for (struct entry *e = rx->head; e != NULL; e = e->next) {
         if (e->release_ms > now)
             released->held_messages++;
@@ -1165,8 +1173,8 @@ static void rpx_drain(void *state, struct codec_pending *released)
 static bool rpx_busy(void *state)
 {
     const struct rpx *rx = state;
-    if (rx->raw || rx->tx.active || rx->pairing.in_multi || rx->hold_until != 0 ||
-        rx->decided != 0 || evbuffer_get_length(rx->pend[SIDE_CLIENT]) > 0 ||
+    if (rx->phase == RPX_RAW || rx->phase == RPX_HOLDING || rx->tx.active || rx->pairing.in_multi ||
+        rx->decision.decided || evbuffer_get_length(rx->pend[SIDE_CLIENT]) > 0 ||
         evbuffer_get_length(rx->pend[SIDE_UPSTREAM]) > 0)
         return true;
     if (rx->pairing.count == 0)

@@ -149,7 +149,7 @@ bool rpx_owe_reply(struct rpx *rx)
  * With `after`, the command just forwarded (entry e) is answered first. */
 void rpx_cut_at_turn(struct rpx *rx, const struct rule *r, struct entry *e)
 {
-    rx->blackholed = true;
+    (void)rpx_set_phase(rx, RPX_BLACKHOLED, 0);
     if (e == NULL)
         e = rpx_entry_add(rx, false);
     if (e == NULL) {
@@ -157,6 +157,17 @@ void rpx_cut_at_turn(struct rpx *rx, const struct rule *r, struct entry *e)
         return;
     }
     e->close_after = r;
+}
+
+enum cmd_result rpx_cut_command(struct rpx *rx, const struct rule *r, bool before, struct entry *e,
+                                size_t len)
+{
+    if (before) {
+        rpx_swallow(rx, len);
+        e = NULL;
+    }
+    rpx_cut_at_turn(rx, r, e);
+    return CMD_STOP;
 }
 
 void rpx_arm_timer(struct rpx *rx, uint64_t at)
@@ -256,7 +267,7 @@ static const char *error_text(const char *code)
     return NULL;
 }
 
-void rpx_answer_error(struct rpx *rx, const struct rule *r)
+void rpx_error_reply(const struct rule *r, struct resp_bytes *b)
 {
     const char *code = r->action.error_code != NULL ? r->action.error_code : "ERR";
     while (*code == '-')
@@ -270,7 +281,7 @@ void rpx_answer_error(struct rpx *rx, const struct rule *r)
     uint8_t buf[640];
     int n = resp_encode_error(buf, sizeof(buf), text);
     if (n > 0)
-        rpx_answer(rx, buf, (size_t)n);
+        resp_bytes_add(b, buf, (size_t)n);
 }
 
 /* A new entry for bytes that arrive while `at` (hidden: twice's own command)

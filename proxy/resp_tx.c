@@ -131,20 +131,20 @@ static int tx_plan(struct rpx *rx, size_t len, enum cmd_result *res)
      * the rest too (a client written to wait for MULTI's +OK gets it after RPX_TX_WAIT_MS):
      * forwarded at once, its ack could not be faulted any more. */
     bool judged = rx->fw->tx_judged != NULL && rx->fw->tx_judged(h);
-    if (rc == 0 && !rx->tx_waited && (avail > len || judged)) {
+    uint64_t now = proxy_now_ms();
+    bool waited = rx->phase == RPX_TX_WAIT && rx->tx_wait_until <= now;
+    if (rc == 0 && !waited && (avail > len || judged)) {
         resp_tx_plan_free(rx->fw, &p);
-        if (rx->tx_wait_until == 0)
-            rx->tx_wait_until = proxy_now_ms() + RPX_TX_WAIT_MS;
+        if (rx->phase != RPX_TX_WAIT)
+            (void)rpx_set_phase(rx, RPX_TX_WAIT, now + RPX_TX_WAIT_MS);
         *res = CMD_WAIT;
         return 0;
     }
-    rx->tx_wait_until = 0;
-    rx->tx_waited = false;
+    if (rx->phase == RPX_TX_WAIT)
+        (void)rpx_set_phase(rx, RPX_RELAYING, 0); /* planned, or waited long enough */
     rc = rc == 1 ? 1 : -1;
     if (rc == 1 && p.cut_before != NULL) {
-        rpx_swallow(rx, len);
-        rpx_cut_at_turn(rx, p.cut_before, NULL);
-        *res = CMD_STOP;
+        *res = rpx_cut_command(rx, p.cut_before, true, NULL, len);
         rc = 0;
     } else if (rc == 1 && p.hold) {
         /* Held whole (a delayed publish in it): the plan made now is the one carried out when
@@ -153,8 +153,8 @@ static int tx_plan(struct rpx *rx, size_t len, enum cmd_result *res)
             say_not_planned(rx);
             rpx_tx_reset(&rx->tx);
         }
-        rx->decided = DECIDED_ALL;
-        rx->hold_until = proxy_now_ms() + p.hold_ms;
+        rx->decision.planned = true;
+        (void)rpx_set_phase(rx, RPX_HOLDING, now + p.hold_ms);
         *res = CMD_WAIT;
         rc = 0;
     } else if (rc == 1 && tx_take_plan(rx, &p) != 0) {
@@ -173,13 +173,12 @@ enum cmd_result rpx_tx_begin(struct rpx *rx, struct rprof_cmdview *cv, const str
     size_t len = m->len;
     rpx_run_move(rx, SIDE_CLIENT); /* the plan reads from the MULTI on */
     enum cmd_result res = CMD_DONE;
-    if (rx->fw != NULL && rx->fw->transaction != NULL && rx->decided < DECIDED_ALL &&
+    if (rx->fw != NULL && rx->fw->transaction != NULL && !rx->decision.planned &&
         tx_plan(rx, len, &res) == 0)
         return res;
     rx->tx.active = true;
     rx->tx.idx = 0;
     rpx_forward(rx, cv, m, evbuffer_pullup(rx->pend[SIDE_CLIENT], (ev_ssize_t)len), len);
-    rx->decided = 0;
     return CMD_DONE;
 }
 
@@ -196,7 +195,6 @@ enum cmd_result rpx_tx_exec_aborted(struct rpx *rx, const struct resp_msg *m)
     rpx_send_own(rx, discard, sizeof(discard) - 1);
     rpx_answer(rx, abort_msg, sizeof(abort_msg) - 1);
     rpx_tx_reset(&rx->tx);
-    rx->decided = 0;
     return CMD_DONE;
 }
 
@@ -241,10 +239,8 @@ enum cmd_result rpx_tx_end(struct rpx *rx, struct rprof_cmdview *cv, const struc
                 evbuffer_free(after);
             }
         }
-        if (t->close_after != NULL) {
-            rx->blackholed = true;
-            e->close_after = t->close_after;
-        }
+        if (t->close_after != NULL)
+            (void)rpx_cut_command(rx, t->close_after, false, e, len); /* after EXEC's reply */
         for (size_t i = 0; i < t->n_own; i++) {
             struct evbuffer *b = evbuffer_new();
             if (b != NULL && evbuffer_add(b, t->own[i].cmds.p, t->own[i].cmds.len) == 0)
@@ -254,7 +250,6 @@ enum cmd_result rpx_tx_end(struct rpx *rx, struct rprof_cmdview *cv, const struc
         }
     }
     rpx_tx_reset(t);
-    rx->decided = 0;
     return CMD_DONE;
 }
 
@@ -272,6 +267,5 @@ enum cmd_result rpx_tx_queue(struct rpx *rx, struct rprof_cmdview *cv, const str
     } else {
         rpx_forward(rx, cv, m, buf, len);
     }
-    rx->decided = 0;
     return CMD_DONE;
 }

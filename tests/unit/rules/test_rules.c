@@ -25,6 +25,7 @@
 #include "rules/caps.h"
 #include "rules/conf.h"
 #include "rules/conf_mem.h"
+#include "rules/plan.h"
 #include "rules/rule.h"
 #include "tests/lib/conf_testkit.h"
 
@@ -1781,6 +1782,51 @@ static void test_garbage(void **state)
     assert_true(accepted > 100);
 }
 
+/* ---- faults of the rules that fired (rules/plan.h) ---- */
+
+/* What a command's rule asks (a Redis listener's `command` event): the actions on a command as
+ * data, the others left to whom they belong. */
+static void test_rule_cmd_fault(void **state)
+{
+    (void)state;
+    struct rule r;
+    memset(&r, 0, sizeof(r));
+    assert_int_equal(rule_cmd_fault(NULL).kind, CMD_FAULT_NONE);
+    assert_null(rule_cmd_fault(NULL).rule);
+
+    char code[] = "READONLY";
+    r.action.kind = RULE_ACT_ERROR;
+    r.action.error_code = code;
+    struct cmd_fault f = rule_cmd_fault(&r);
+    assert_int_equal(f.kind, CMD_FAULT_ERROR);
+    assert_ptr_equal(f.rule, &r);
+
+    r.action = (struct rule_action){.kind = RULE_ACT_DELAY, .duration_ms = 1500};
+    f = rule_cmd_fault(&r);
+    assert_int_equal(f.kind, CMD_FAULT_DELAY);
+    assert_int_equal(f.ms, 1500);
+
+    r.action = (struct rule_action){.kind = RULE_ACT_DROP};
+    assert_int_equal(rule_cmd_fault(&r).kind, CMD_FAULT_DROP);
+
+    r.action = (struct rule_action){.kind = RULE_ACT_CLOSE, .close_when = RULE_CLOSE_BEFORE};
+    f = rule_cmd_fault(&r);
+    assert_int_equal(f.kind, CMD_FAULT_CLOSE);
+    assert_true(f.before);
+    r.action.close_when = RULE_CLOSE_AFTER;
+    f = rule_cmd_fault(&r);
+    assert_int_equal(f.kind, CMD_FAULT_CLOSE);
+    assert_false(f.before);
+
+    /* Not a command's: a stream action is the shaper's, redeliver a job's. */
+    static const enum rule_action_kind others[] = {RULE_ACT_LATENCY, RULE_ACT_BLACKHOLE,
+                                                   RULE_ACT_REDELIVER, RULE_ACT_DUPLICATE};
+    for (size_t i = 0; i < sizeof(others) / sizeof(others[0]); i++) {
+        r.action = (struct rule_action){.kind = others[i]};
+        assert_int_equal(rule_cmd_fault(&r).kind, CMD_FAULT_OTHER);
+    }
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -1816,6 +1862,7 @@ int main(void)
         cmocka_unit_test(test_parse_rules_errors),
         cmocka_unit_test(test_out_of_memory),
         cmocka_unit_test(test_garbage),
+        cmocka_unit_test(test_rule_cmd_fault),
     };
 
     return cmocka_run_group_tests(tests, NULL, NULL);
