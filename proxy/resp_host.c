@@ -403,21 +403,21 @@ static struct entry *rewrite(struct rpx *rx, const struct resp_bytes *bytes, siz
     return e;
 }
 
-void rpx_cmd_plan_of_fault(const struct cmd_fault *f, struct resp_cmd_plan *p)
+void rpx_cmd_plan_of_fault(const struct job_fault *f, struct resp_cmd_plan *p)
 {
     switch (f->kind) {
-    case CMD_FAULT_ERROR:
+    case JOB_FAULT_ERROR:
         p->fate = RESP_CMD_REFUSE;
         rpx_error_reply(f->rule, &p->bytes);
         break;
-    case CMD_FAULT_DROP:
+    case JOB_FAULT_DROP:
         p->fate = RESP_CMD_DROP;
         break;
-    case CMD_FAULT_DELAY:
+    case JOB_FAULT_DELAY:
         p->fate = RESP_CMD_HOLD;
         p->hold_ms = f->ms;
         break;
-    case CMD_FAULT_CLOSE:
+    case JOB_FAULT_CLOSE:
         /* before: kept from Redis and cut at its turn; after: forwarded, cut after its reply */
         p->fate = f->before ? RESP_CMD_CUT : RESP_CMD_FORWARD;
         p->cut = f->rule;

@@ -163,7 +163,7 @@ struct rpx_decision {
     bool decided;           /* its `command` rules were asked (and the event counted) */
     bool seen;              /* the module saw it (framework.h's seen) */
     bool planned;           /* the module planned it: read again (a hold), not planned again */
-    struct cmd_fault fault; /* what the rules asked, until carried out (rpx_apply_cmd_plan) */
+    struct job_fault fault; /* what the rules asked, until carried out (rpx_apply_cmd_plan) */
 };
 
 struct rpx {
@@ -322,9 +322,9 @@ const struct rule *rpx_hit_rule(struct rpx *rx, size_t idx);
  * counted as a delivery; false when it must be read. */
 bool rpx_framework_counted(struct rpx *rx, struct entry *e, const uint8_t *buf,
                            const struct resp_msg *m);
-/* The plan of a command that the `command` rules fault (f, not CMD_FAULT_NONE) into *p (zeroed
+/* The plan of a command that the `command` rules fault (f, not JOB_FAULT_NONE) into *p (zeroed
  * by the caller), carried out by rpx_apply_cmd_plan() as a module's. */
-void rpx_cmd_plan_of_fault(const struct cmd_fault *f, struct resp_cmd_plan *p);
+void rpx_cmd_plan_of_fault(const struct job_fault *f, struct resp_cmd_plan *p);
 /* Carries out plan p of the command at the head of pend[CLIENT] (cv, m, buf): a module's, or
  * the `command` rules' (rpx_cmd_plan_of_fault()); frees it.  The one place a command's fate is
  * carried out. */

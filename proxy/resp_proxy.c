@@ -541,9 +541,9 @@ static void decide_command(struct rpx *rx, const struct rprof_cmdview *cv, bool 
         codec_anon_id(anon, sizeof(anon), "cmd", (const uint64_t[]){rx->s->id, ++rx->anon}, 2);
     size_t hits[SESSION_MAX_RULE_HITS];
     size_t n = rpx_decide(rx, &ev, hits);
-    for (size_t i = 0; i < n && d->fault.kind == CMD_FAULT_NONE; i++) {
-        struct cmd_fault f = rule_cmd_fault(rpx_hit_rule(rx, hits[i]));
-        if (f.kind != CMD_FAULT_OTHER)
+    for (size_t i = 0; i < n && d->fault.kind == JOB_FAULT_NONE; i++) {
+        struct job_fault f = rule_cmd_fault(rpx_hit_rule(rx, hits[i]));
+        if (f.kind != JOB_FAULT_OTHER)
             d->fault = f;
     }
 }
@@ -579,7 +579,7 @@ static enum cmd_result command(struct rpx *rx, const uint8_t *buf, const struct 
 
     if (!d->decided)
         decide_command(rx, &cv, cmd_rules);
-    if (d->fault.kind != CMD_FAULT_NONE) {
+    if (d->fault.kind != JOB_FAULT_NONE) {
         /* Carried out once: a delayed command comes back with no fault left. */
         struct resp_cmd_plan plan;
         memset(&plan, 0, sizeof(plan));

@@ -53,31 +53,19 @@ struct job_fault rule_job_fault(const struct rule *r)
     return f;
 }
 
-struct cmd_fault rule_cmd_fault(const struct rule *r)
+struct job_fault rule_cmd_fault(const struct rule *r)
 {
-    struct cmd_fault f = {.kind = CMD_FAULT_NONE, .rule = r};
-    if (r == NULL)
-        return f;
-    if (r->action.kind == RULE_ACT_ERROR) {
-        f.kind = CMD_FAULT_ERROR;
-        return f;
-    }
-    /* drop, delay and close mean to a command what they mean to a job's frame */
-    struct job_fault j = rule_job_fault(r);
-    f.ms = j.ms;
-    f.before = j.before;
-    switch (j.kind) {
+    /* drop, delay, close and error mean to a command what they mean to a job's frame */
+    struct job_fault f = rule_job_fault(r);
+    switch (f.kind) {
+    case JOB_FAULT_NONE:
+    case JOB_FAULT_ERROR:
     case JOB_FAULT_DROP:
-        f.kind = CMD_FAULT_DROP;
-        break;
     case JOB_FAULT_DELAY:
-        f.kind = CMD_FAULT_DELAY;
-        break;
     case JOB_FAULT_CLOSE:
-        f.kind = CMD_FAULT_CLOSE;
         break;
     default:
-        f.kind = CMD_FAULT_OTHER;
+        f.kind = JOB_FAULT_OTHER;
         break;
     }
     return f;

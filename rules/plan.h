@@ -6,7 +6,7 @@
  * whose action acts on events (not on the byte stream) decides it, and this turns it into a
  * struct job_fault: the module needs the kind of fault, its time and, for a cut, which side of
  * the frame, never the rule itself (it gets it back as an opaque handle).  A command that a
- * codec handles itself (a Redis listener's `command` event) gets a struct cmd_fault the same
+ * codec handles itself (a Redis listener's `command` event) gets a struct job_fault the same
  * way, which the codec turns into a plan like a module's.
  */
 #ifndef TWICE_RULES_PLAN_H
@@ -22,26 +22,13 @@ struct job_fault rule_job_fault(const struct rule *r);
  * names none or no number in 200..599. */
 uint16_t rule_error_code(const struct rule *r);
 
-/* What a rule asks of a command that a codec handles itself, not a framework module (a Redis
- * listener's `command` event): an error in its place, or a drop, delay or cut of it. */
-enum cmd_fault_kind {
-    CMD_FAULT_NONE,  /* no rule acts: the command goes on */
-    CMD_FAULT_ERROR, /* refused: the rule's error (action.error_code) answered in its place */
-    CMD_FAULT_DROP,  /* swallowed and never answered, nor what follows it: a hung server */
-    CMD_FAULT_DELAY, /* held ms */
-    CMD_FAULT_CLOSE, /* the connection cut before it reaches the server, or after its reply */
-    CMD_FAULT_OTHER, /* an action that does not act on a command (a stream action, redeliver) */
-};
-
-struct cmd_fault {
-    enum cmd_fault_kind kind;
-    uint32_t ms;
-    bool before;             /* CMD_FAULT_CLOSE: before the command reaches the server */
-    const struct rule *rule; /* NULL for CMD_FAULT_NONE */
-};
-
-/* The fault rule r asks of a command; CMD_FAULT_NONE for NULL. */
-struct cmd_fault rule_cmd_fault(const struct rule *r);
+/* The fault rule r asks of a command that a codec handles itself, not a framework module (a
+ * Redis listener's `command` event), as a job_fault of one of these kinds: JOB_FAULT_ERROR (the
+ * rule's error answered in its place), _DROP (swallowed and never answered, nor what follows
+ * it: a hung server), _DELAY (held ms), _CLOSE (cut before it reaches the server, or after its
+ * reply); JOB_FAULT_OTHER for an action that does not act on a command (a stream action,
+ * redeliver, duplicate, expire); JOB_FAULT_NONE for NULL. */
+struct job_fault rule_cmd_fault(const struct rule *r);
 
 /* The rules' event of a module's event, and back. */
 enum rule_event rule_event_of_job(enum job_ev k);

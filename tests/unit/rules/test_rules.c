@@ -1791,31 +1791,31 @@ static void test_rule_cmd_fault(void **state)
     (void)state;
     struct rule r;
     memset(&r, 0, sizeof(r));
-    assert_int_equal(rule_cmd_fault(NULL).kind, CMD_FAULT_NONE);
+    assert_int_equal(rule_cmd_fault(NULL).kind, JOB_FAULT_NONE);
     assert_null(rule_cmd_fault(NULL).rule);
 
     char code[] = "READONLY";
     r.action.kind = RULE_ACT_ERROR;
     r.action.error_code = code;
-    struct cmd_fault f = rule_cmd_fault(&r);
-    assert_int_equal(f.kind, CMD_FAULT_ERROR);
+    struct job_fault f = rule_cmd_fault(&r);
+    assert_int_equal(f.kind, JOB_FAULT_ERROR);
     assert_ptr_equal(f.rule, &r);
 
     r.action = (struct rule_action){.kind = RULE_ACT_DELAY, .duration_ms = 1500};
     f = rule_cmd_fault(&r);
-    assert_int_equal(f.kind, CMD_FAULT_DELAY);
+    assert_int_equal(f.kind, JOB_FAULT_DELAY);
     assert_int_equal(f.ms, 1500);
 
     r.action = (struct rule_action){.kind = RULE_ACT_DROP};
-    assert_int_equal(rule_cmd_fault(&r).kind, CMD_FAULT_DROP);
+    assert_int_equal(rule_cmd_fault(&r).kind, JOB_FAULT_DROP);
 
     r.action = (struct rule_action){.kind = RULE_ACT_CLOSE, .close_when = RULE_CLOSE_BEFORE};
     f = rule_cmd_fault(&r);
-    assert_int_equal(f.kind, CMD_FAULT_CLOSE);
+    assert_int_equal(f.kind, JOB_FAULT_CLOSE);
     assert_true(f.before);
     r.action.close_when = RULE_CLOSE_AFTER;
     f = rule_cmd_fault(&r);
-    assert_int_equal(f.kind, CMD_FAULT_CLOSE);
+    assert_int_equal(f.kind, JOB_FAULT_CLOSE);
     assert_false(f.before);
 
     /* Not a command's: a stream action is the shaper's, redeliver a job's. */
@@ -1823,7 +1823,7 @@ static void test_rule_cmd_fault(void **state)
                                                    RULE_ACT_REDELIVER, RULE_ACT_DUPLICATE};
     for (size_t i = 0; i < sizeof(others) / sizeof(others[0]); i++) {
         r.action = (struct rule_action){.kind = others[i]};
-        assert_int_equal(rule_cmd_fault(&r).kind, CMD_FAULT_OTHER);
+        assert_int_equal(rule_cmd_fault(&r).kind, JOB_FAULT_OTHER);
     }
 }
 
