@@ -74,9 +74,11 @@ bool hmap_next(const struct hmap *m, size_t *pos, void **item);
 void hmap_free(struct hmap *m);
 
 /* Hashes.  The table is indexed by a hash's low bits: these mix every input bit into them.
- * A key made of several parts hashes them in turn: hmap_hash_end(hmap_hash_add(hmap_hash_add(
- * HMAP_HASH_INIT, a, na), b, nb)). */
-#define HMAP_HASH_INIT 14695981039346656037ull /* FNV-1a's offset basis */
+ * A key made of several parts hashes them in turn (each part's length counts: "ab" then "c" is
+ * not "a" then "bc"): hmap_hash_end(hmap_hash_add(hmap_hash_add(HMAP_HASH_INIT, a, na), b, nb)).
+ * Not keyed: a peer that chooses colliding message ids on purpose slows the map down. */
+#define HMAP_HASH_INIT                                                                             \
+    0x6a09e667f3bcc908ull /* any start: the first 64 bits of sqrt(2)'s fraction */
 uint64_t hmap_hash_add(uint64_t h, const void *p, size_t n);
 uint64_t hmap_hash_end(uint64_t h);
 /* The hash of n bytes at p. */

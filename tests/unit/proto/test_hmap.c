@@ -235,22 +235,43 @@ static void test_allocation_failure_leaves_map_intact(void **state)
     free(v);
 }
 
-/* The hashes: a key hashed in parts is the key hashed whole; a NUL between parts tells "ab"+"c"
- * from "a"+"bc"; nearby integers land far apart in the low bits. */
+/* Bucket counts of 1600 hashes' low four bits: each of the 16 near 100. */
+static void assert_low_bits_spread(const uint64_t *h, size_t n)
+{
+    unsigned low[16] = {0};
+    for (size_t i = 0; i < n; i++)
+        low[h[i] & 15]++;
+    for (size_t b = 0; b < 16; b++)
+        assert_in_range(low[b], 50, 150);
+}
+
+/* The hashes: a string's is its bytes'; a key hashed in parts is told from the same bytes cut
+ * elsewhere, and a trailing NUL counts; nearby integers and ids that differ in one character
+ * spread over the low bits. */
 static void test_hashes(void **state)
 {
     (void)state;
-    uint64_t whole = hmap_hash_bytes("scope\0key", 9);
-    uint64_t parts =
-        hmap_hash_end(hmap_hash_add(hmap_hash_add(HMAP_HASH_INIT, "scope", 6), "key", 3));
-    assert_true(whole == parts);
     assert_true(hmap_hash_str("scope") == hmap_hash_bytes("scope", 5));
-    assert_true(hmap_hash_bytes("ab\0c", 4) != hmap_hash_bytes("a\0bc", 4));
-    unsigned low[16] = {0};
+    assert_true(hmap_hash_bytes("a", 1) != hmap_hash_bytes("a\0", 2));
+    assert_true(hmap_hash_bytes("", 0) != hmap_hash_bytes("\0", 1));
+    uint64_t ab_c = hmap_hash_end(hmap_hash_add(hmap_hash_add(HMAP_HASH_INIT, "ab", 2), "c", 1));
+    uint64_t a_bc = hmap_hash_end(hmap_hash_add(hmap_hash_add(HMAP_HASH_INIT, "a", 1), "bc", 2));
+    assert_true(ab_c != a_bc);
+    /* Two words that differ in their top bit only (bytes 7 and 15) do not cancel out, as they
+     * would if a step were a multiply alone. */
+    assert_true(hmap_hash_bytes("aaaaaaaaaaaaaaaa", 16) != hmap_hash_bytes("aaaaaaa\xe1"
+                                                                           "aaaaaaa\xe1",
+                                                                           16));
+    uint64_t h[1600];
     for (uint64_t i = 0; i < 1600; i++)
-        low[hmap_hash_u64(i) & 15]++;
-    for (size_t b = 0; b < 16; b++)
-        assert_in_range(low[b], 50, 150);
+        h[i] = hmap_hash_u64(i);
+    assert_low_bits_spread(h, 1600);
+    char id[48];
+    for (unsigned i = 0; i < 1600; i++) {
+        int n = snprintf(id, sizeof(id), "d6f1c0de-2b1e-4c8a-9f3e-%012u", i);
+        h[i] = hmap_hash_bytes(id, (size_t)n);
+    }
+    assert_low_bits_spread(h, 1600);
 }
 
 int main(void)
