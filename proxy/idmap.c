@@ -15,8 +15,7 @@
 
 struct node {
     struct node *older, *newer; /* in order of the last put */
-    uint64_t hash;
-    size_t keylen; /* of key[]: the scope, its NUL and the key */
+    size_t keylen;              /* of key[]: the scope, its NUL and the key */
     struct job_memo info;
     char key[]; /* scope '\0' key, not NUL-terminated at the end */
 };
@@ -52,6 +51,15 @@ static bool same(const void *item, const void *key)
 static struct lookup lookup_of(const char *scope, const char *key, size_t keylen)
 {
     return (struct lookup){scope, strlen(scope), key, keylen};
+}
+
+/* The hash n was added under, made again from its key: an eviction needs it, and keeping it in
+ * every entry would cost 8 MiB at the bound for one hash per eviction saved. */
+static uint64_t node_hash(const struct node *n)
+{
+    size_t slen = strlen(n->key);
+    struct lookup k = {n->key, slen, n->key + slen + 1, n->keylen - slen - 1};
+    return idmap_hash(&k);
 }
 
 /* Takes n out of the eviction order. */
@@ -112,7 +120,6 @@ static struct node *node_new(const struct lookup *k, uint64_t h)
     struct node *n = calloc(1, sizeof(*n) + k->slen + 1 + k->keylen);
     if (n == NULL)
         return NULL;
-    n->hash = h;
     n->keylen = k->slen + 1 + k->keylen;
     memcpy(n->key, k->scope, k->slen + 1);
     memcpy(n->key + k->slen + 1, k->key, k->keylen);
@@ -137,7 +144,7 @@ struct job_memo *idmap_put(const char *scope, const char *key, size_t keylen)
         return &n->info;
     }
     if (map.count >= IDMAP_MAX && oldest != NULL) {
-        hmap_del_item(&map, oldest->hash, oldest);
+        hmap_del_item(&map, node_hash(oldest), oldest);
         node_free(oldest);
     }
     n = node_new(&k, h);
