@@ -104,9 +104,9 @@ static int rule_cmp(const void *a, const void *b)
 const struct fault_log_rule **fault_log_rules(const struct fault_log *f, size_t *n)
 {
     *n = 0;
-    if (f->rules.count == 0)
+    if (strmap_count(&f->rules) == 0)
         return NULL;
-    const struct fault_log_rule **v = malloc(f->rules.count * sizeof(*v));
+    const struct fault_log_rule **v = malloc(strmap_count(&f->rules) * sizeof(*v));
     if (v == NULL) {
         *n = SIZE_MAX;
         return NULL;

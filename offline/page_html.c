@@ -491,7 +491,7 @@ static int common_sections(FILE *out, const struct page_facts *f, const struct v
     const struct fault_log_rule **rules = fault_log_rules(fl, &n_rules);
     int rc = n_rules == SIZE_MAX ? -1 : page_walk(&w, v, fl);
     const struct page_task **tasks = rc == 0 ? page_walk_tasks(&w, &n_tasks) : NULL;
-    if (rc == 0 && n_tasks == 0 && w.tasks.count > 0)
+    if (rc == 0 && n_tasks == 0 && strmap_count(&w.tasks) > 0)
         rc = -1;
     if (rc == 0) {
         fputs("<section id=\"rules\"><h2>Rules in force: faults per rule over time</h2>\n", out);

@@ -261,7 +261,7 @@ int page_report_markdown(FILE *out, const struct page_facts *f, const struct ver
     size_t n = 0;
     int rc = page_walk(&w, v, fl);
     const struct page_task **t = rc == 0 ? page_walk_tasks(&w, &n) : NULL;
-    if (rc == 0 && n == 0 && w.tasks.count > 0)
+    if (rc == 0 && n == 0 && strmap_count(&w.tasks) > 0)
         rc = -1;
     if (rc == 0) {
         fprintf(out,

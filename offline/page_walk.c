@@ -146,9 +146,9 @@ static int task_cmp(const void *a, const void *b)
 const struct page_task **page_walk_tasks(const struct page_walk *w, size_t *n)
 {
     *n = 0;
-    if (w->tasks.count == 0)
+    if (strmap_count(&w->tasks) == 0)
         return NULL;
-    const struct page_task **v = malloc(w->tasks.count * sizeof(*v));
+    const struct page_task **v = malloc(strmap_count(&w->tasks) * sizeof(*v));
     if (v == NULL)
         return NULL;
     size_t pos = 0;

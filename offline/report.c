@@ -323,7 +323,8 @@ static int report_load(struct report *rep, char *err, size_t errlen)
 /* The used slots of m, sorted by key.  Caller frees; NULL when empty or OOM. */
 static const struct strmap_slot **sorted_slots(const struct strmap *m)
 {
-    const struct strmap_slot **v = malloc((m->count != 0 ? m->count : 1) * sizeof(*v));
+    const struct strmap_slot **v =
+        malloc((strmap_count(m) != 0 ? strmap_count(m) : 1) * sizeof(*v));
     if (v == NULL)
         return NULL;
     size_t pos = 0, n = 0;
@@ -523,16 +524,16 @@ static void print_rule_events_text(FILE *out, const struct report_rule *r)
 static int print_faults_text(FILE *out, const struct report *rep)
 {
     fputs("\nFaults per rule\n", out);
-    if (rep->rules.count == 0) {
+    if (strmap_count(&rep->rules) == 0) {
         fputs("  (no faults injected)\n", out);
         return 0;
     }
     const struct strmap_slot **v = sorted_slots(&rep->rules);
     if (v == NULL)
         return -1;
-    sort_slots(v, rep->rules.count);
+    sort_slots(v, strmap_count(&rep->rules));
     fprintf(out, "  %-24s %8s  %-12s %s\n", "RULE", "FAULTS", "ACTION", "BY EVENT");
-    for (size_t i = 0; i < rep->rules.count; i++) {
+    for (size_t i = 0; i < strmap_count(&rep->rules); i++) {
         const struct report_rule *r = v[i]->value;
         fputs("  ", out);
         int n = text_write_safe(out, v[i]->key);
@@ -550,15 +551,15 @@ static int print_faults_text(FILE *out, const struct report *rep)
  * the consequence of that rule's fault (counted above), not a fault of its own. */
 static int print_expired_text(FILE *out, const struct report *rep)
 {
-    if (rep->expired.count == 0)
+    if (strmap_count(&rep->expired) == 0)
         return 0;
     const struct strmap_slot **v = sorted_slots(&rep->expired);
     if (v == NULL)
         return -1;
-    sort_slots(v, rep->expired.count);
+    sort_slots(v, strmap_count(&rep->expired));
     fputs("\nRequeued by a visibility or consumer timeout (consequences, not faults)\n", out);
     fprintf(out, "  %-24s %8s  %s\n", "RULE", "EXPIRED", "WHY");
-    for (size_t i = 0; i < rep->expired.count; i++) {
+    for (size_t i = 0; i < strmap_count(&rep->expired); i++) {
         bool rule = v[i]->key[0] != '\0';
         fputs("  ", out);
         int n = text_write_safe(out, rule ? v[i]->key : "-");
@@ -649,14 +650,14 @@ static int print_connections_text(FILE *out, const struct report *rep)
     fprintf(out, "\nConnections\n  connections %llu, closed %llu, bytes up %llu, bytes down %llu\n",
             (unsigned long long)rep->connections, (unsigned long long)rep->closes,
             (unsigned long long)rep->bytes_up, (unsigned long long)rep->bytes_down);
-    if (rep->reasons.count == 0)
+    if (strmap_count(&rep->reasons) == 0)
         return 0;
     const struct strmap_slot **v = sorted_slots(&rep->reasons);
     if (v == NULL)
         return -1;
-    sort_slots(v, rep->reasons.count);
+    sort_slots(v, strmap_count(&rep->reasons));
     fputs("  by close reason:", out);
-    for (size_t i = 0; i < rep->reasons.count; i++) {
+    for (size_t i = 0; i < strmap_count(&rep->reasons); i++) {
         fputc(' ', out);
         text_write_safe(out, v[i]->key);
         fprintf(out, "=%llu", (unsigned long long)(uintptr_t)v[i]->value);
@@ -997,13 +998,13 @@ static int print_faults_json(FILE *out, const struct report *rep)
     const struct strmap_slot **v = sorted_slots(&rep->rules);
     if (v == NULL)
         return -1;
-    sort_slots(v, rep->rules.count);
+    sort_slots(v, strmap_count(&rep->rules));
     fputs(",\n  \"faults\": [", out);
-    for (size_t i = 0; i < rep->rules.count; i++) {
+    for (size_t i = 0; i < strmap_count(&rep->rules); i++) {
         fputs(i > 0 ? ",\n" : "\n", out);
         print_rule_json(out, v[i]);
     }
-    fputs(rep->rules.count > 0 ? "\n  ]" : "]", out);
+    fputs(strmap_count(&rep->rules) > 0 ? "\n  ]" : "]", out);
     free(v);
     return 0;
 }
@@ -1013,9 +1014,9 @@ static int print_expired_json(FILE *out, const struct report *rep)
     const struct strmap_slot **v = sorted_slots(&rep->expired);
     if (v == NULL)
         return -1;
-    sort_slots(v, rep->expired.count);
+    sort_slots(v, strmap_count(&rep->expired));
     fputs(",\n  \"expired\": [", out);
-    for (size_t i = 0; i < rep->expired.count; i++) {
+    for (size_t i = 0; i < strmap_count(&rep->expired); i++) {
         json_field(out, i > 0 ? ", {" : "{", "rule", v[i]->key);
         fprintf(out, ", \"expired\": %llu}", (unsigned long long)(uintptr_t)v[i]->value);
     }
@@ -1085,13 +1086,13 @@ static int print_connections_json(FILE *out, const struct report *rep)
     const struct strmap_slot **v = sorted_slots(&rep->reasons);
     if (v == NULL)
         return -1;
-    sort_slots(v, rep->reasons.count);
+    sort_slots(v, strmap_count(&rep->reasons));
     fprintf(out,
             ",\n  \"connections\": {\"count\": %llu, \"closed\": %llu, \"bytes_up\": %llu, "
             "\"bytes_down\": %llu, \"by_close_reason\": {",
             (unsigned long long)rep->connections, (unsigned long long)rep->closes,
             (unsigned long long)rep->bytes_up, (unsigned long long)rep->bytes_down);
-    for (size_t i = 0; i < rep->reasons.count; i++) {
+    for (size_t i = 0; i < strmap_count(&rep->reasons); i++) {
         fputs(i > 0 ? ", " : "", out);
         json_write_string(out, v[i]->key);
         fprintf(out, ": %llu", (unsigned long long)(uintptr_t)v[i]->value);

@@ -1,9 +1,9 @@
 /*
- * strmap.h - an open-addressing hash map from NUL-terminated strings to
- * pointers, for the report and verdict commands (a million message ids).
+ * strmap.h - a hash map from NUL-terminated strings to pointers, for the report and verdict
+ * commands (a million message ids).
  *
- * Linear probing, FNV-1a hashes, capacity a power of two kept at most half
- * full.  No deletion: the commands only ever add.  The map owns copies of its
+ * A thin layer over proto/hmap.h: each key is one allocation (struct strmap_slot, the key copied
+ * into it) indexed by the map.  No deletion: the commands only ever add.  The map owns its
  * keys; values are the caller's (strmap_free() can free them).
  */
 #ifndef TWICE_STRMAP_H
@@ -15,21 +15,19 @@
 #include <stddef.h>
 #include <stdint.h>
 
-/* Slots of a map's first allocation. */
-#define STRMAP_INITIAL_CAP 64u
-/* Keys a map refuses to grow past (half of its largest slot table). */
+#include "proto/hmap.h"
+
+/* Keys a map refuses to grow past. */
 #define STRMAP_MAX_COUNT ((size_t)1 << 31)
 
+/* One key and its value. */
 struct strmap_slot {
-    char *key; /* owned; NULL: empty slot */
-    uint64_t hash;
     void *value;
+    char key[]; /* owned, NUL-terminated */
 };
 
 struct strmap {
-    struct strmap_slot *slots; /* owned */
-    size_t cap;                /* 0 or a power of two */
-    size_t count;
+    struct hmap map; /* of struct strmap_slot (owned) */
 };
 
 /* An empty map; it allocates on the first insert.  Same as zeroing it. */
@@ -37,7 +35,7 @@ void strmap_init(struct strmap *m);
 
 /*
  * The value slot for key, inserting key (copied) with a NULL value when it is
- * new; *inserted says which.  The pointer is valid until the next insert.
+ * new; *inserted says which.  The pointer lives as long as the map.
  * NULL when out of memory or past STRMAP_MAX_COUNT (the map is unchanged).
  */
 void **strmap_put(struct strmap *m, const char *key, bool *inserted) TWICE_MUST_CHECK;
@@ -48,9 +46,12 @@ void *strmap_get(const struct strmap *m, const char *key);
 /* The map's copy of key, or NULL when absent: lives as long as the map. */
 const char *strmap_key(const struct strmap *m, const char *key);
 
+/* Keys held. */
+size_t strmap_count(const struct strmap *m);
+
 /*
- * Iterates: start with *pos = 0; each call returns the next used slot
- * (false at the end).  Order is the table's, not insertion order.
+ * Iterates: start with *pos = 0; each call returns the next key (false at the end).  Order is
+ * the table's, not insertion order.
  */
 bool strmap_next(const struct strmap *m, size_t *pos, const struct strmap_slot **slot);
 

@@ -1558,7 +1558,8 @@ static int id_cmp(const void *a, const void *b)
 int verdict_each_message(const struct verdict *v,
                          int (*fn)(void *ctx, const char *id, const char *task), void *ctx)
 {
-    const char **ids = malloc((v->msgs.count != 0 ? v->msgs.count : 1) * sizeof(*ids));
+    const char **ids =
+        malloc((strmap_count(&v->msgs) != 0 ? strmap_count(&v->msgs) : 1) * sizeof(*ids));
     if (ids == NULL)
         return -1;
     size_t pos = 0, n = 0;

@@ -1,8 +1,8 @@
 /*
  * verdict_runs.c - twice runs and their connections, keyed apart.  See verdict_runs.h.
  *
- * The connection table is an open-addressing hash (linear probing, at most half full) of keys
- * into `conns`, hashed on (run, session): one lookup per record.
+ * The connection index (proto/hmap.h) maps (run, session) to keys into `conns`: one lookup
+ * per record.
  */
 #include "offline/verdict_runs.h"
 
@@ -14,7 +14,7 @@ void vd_runs_free(struct vd_runs *rs)
     free(rs->runs);
     free(rs->current);
     free(rs->conns);
-    free(rs->slots);
+    hmap_free(&rs->conn_index);
     strmap_free(&rs->instance_ids, NULL);
     memset(rs, 0, sizeof(*rs));
 }
@@ -79,29 +79,24 @@ const char *vd_runs_instance(const struct vd_runs *rs, uint32_t run)
     return run < rs->n_runs ? rs->instance_names[rs->runs[run].instance] : NULL;
 }
 
-static size_t conn_hash(uint32_t run, uint64_t session)
+/* A connection as looked up: its run and session, and the table they are in. */
+struct conn_lookup {
+    const struct vd_conn *conns;
+    uint32_t run;
+    uint64_t session;
+};
+
+static uint64_t conn_hash(uint32_t run, uint64_t session)
 {
-    uint64_t h = (session ^ ((uint64_t)run << 40) ^ ((uint64_t)run >> 24)) * 0x9e3779b97f4a7c15ull;
-    return (size_t)(h ^ (h >> 29));
+    return hmap_hash_u64(session ^ ((uint64_t)run << 40) ^ ((uint64_t)run >> 24));
 }
 
-/* Doubles the table and puts every key back.  -1 when out of memory. */
-static int slots_grow(struct vd_runs *rs)
+/* Items are connection keys (never 0), as pointers. */
+static bool conn_same(const void *item, const void *key)
 {
-    size_t n = rs->n_slots != 0 ? rs->n_slots * 2 : 256;
-    uint32_t *s = calloc(n, sizeof(*s));
-    if (s == NULL)
-        return -1;
-    for (uint32_t k = 1; k < rs->n_conns; k++) {
-        size_t i = conn_hash(rs->conns[k].run, rs->conns[k].session) & (n - 1);
-        while (s[i] != 0)
-            i = (i + 1) & (n - 1);
-        s[i] = k;
-    }
-    free(rs->slots);
-    rs->slots = s;
-    rs->n_slots = n;
-    return 0;
+    const struct conn_lookup *k = key;
+    const struct vd_conn *c = &k->conns[(uintptr_t)item];
+    return c->run == k->run && c->session == k->session;
 }
 
 /* Appends a connection; its key in *key.  -1 when out of memory. */
@@ -129,18 +124,19 @@ int vd_runs_key(struct vd_runs *rs, uint32_t run, uint64_t session, uint32_t *ke
     *key = 0;
     if (session == 0)
         return 0;
-    if ((size_t)rs->n_conns * 2 >= rs->n_slots && slots_grow(rs) != 0)
-        return -1;
-    size_t i = conn_hash(run, session) & (rs->n_slots - 1);
-    for (; rs->slots[i] != 0; i = (i + 1) & (rs->n_slots - 1)) {
-        const struct vd_conn *c = &rs->conns[rs->slots[i]];
-        if (c->run == run && c->session == session) {
-            *key = rs->slots[i];
-            return 0;
-        }
+    uint64_t h = conn_hash(run, session);
+    struct conn_lookup k = {rs->conns, run, session};
+    uintptr_t found = (uintptr_t)hmap_find(&rs->conn_index, h, conn_same, &k);
+    if (found != 0) {
+        *key = (uint32_t)found;
+        return 0;
     }
     if (conn_add(rs, run, session, key) != 0)
         return -1;
-    rs->slots[i] = *key;
+    if (hmap_add(&rs->conn_index, h, (void *)(uintptr_t)*key) != 0) {
+        rs->n_conns--; /* the connection just appended, unknown to the map */
+        *key = 0;
+        return -1;
+    }
     return 0;
 }

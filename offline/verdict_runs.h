@@ -23,6 +23,7 @@
 #include <stdint.h>
 
 #include "offline/strmap.h"
+#include "proto/hmap.h"
 
 /* A record read before any header (the accumulator fed without one, as tests do). */
 #define VD_RUN_NONE UINT32_MAX
@@ -51,8 +52,7 @@ struct vd_runs {
     size_t n_sources;
     struct vd_conn *conns; /* by key; key 0 is "no connection named" */
     uint32_t n_conns, cap_conns;
-    uint32_t *slots; /* open addressing: conn key, 0 empty */
-    size_t n_slots;
+    struct hmap conn_index;     /* (run, session) -> conn key, as a pointer */
     struct strmap instance_ids; /* name -> index + 1 */
     const char *instance_names[VD_INSTANCES_MAX];
     size_t n_instances;

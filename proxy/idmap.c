@@ -1,5 +1,9 @@
 /*
  * idmap.c - message id -> what the delivery said, bounded, oldest put evicted first.
+ *
+ * Each entry is one allocation (its links, its memo and its key) indexed by proto/hmap.h: an
+ * entry keeps its address while it lives, so a caller may hold the memo idmap_put returned
+ * across other puts under the same lock.
  */
 #include "proxy/idmap.h"
 
@@ -7,49 +11,55 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "proto/hmap.h"
+
 struct node {
-    struct node *chain;         /* same bucket */
-    struct node *older, *newer; /* insertion order */
-    uint64_t hash;
-    size_t keylen;
+    struct node *older, *newer; /* in order of the last put */
+    size_t keylen;              /* of key[]: the scope, its NUL and the key */
     struct job_memo info;
     char key[]; /* scope '\0' key, not NUL-terminated at the end */
 };
 
+/* A key as looked up: a scope and a key apart. */
+struct lookup {
+    const char *scope;
+    size_t slen;
+    const char *key;
+    size_t keylen;
+};
+
 static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
-static struct node **buckets;
-static size_t n_buckets;
-static size_t count;
+static struct hmap map;
 static uint64_t generation; /* of the last entry made */
 static struct node *oldest, *newest;
 
-static uint64_t fnv(const char *scope, const char *key, size_t keylen)
+static uint64_t idmap_hash(const struct lookup *k)
 {
-    uint64_t h = 1469598103934665603ull;
-    for (const char *p = scope; *p != '\0'; p++)
-        h = (h ^ (uint8_t)*p) * 1099511628211ull;
-    h = (h ^ 0xffu) * 1099511628211ull;
-    for (size_t i = 0; i < keylen; i++)
-        h = (h ^ (uint8_t)key[i]) * 1099511628211ull;
-    return h;
+    /* The scope's NUL is hashed: scope "amq" and key "pjob" do not meet "amqp" "job". */
+    uint64_t h = hmap_hash_add(HMAP_HASH_INIT, k->scope, k->slen + 1);
+    return hmap_hash_end(hmap_hash_add(h, k->key, k->keylen));
 }
 
-static bool same(const struct node *n, uint64_t h, const char *scope, size_t slen, const char *key,
-                 size_t keylen)
+static bool same(const void *item, const void *key)
 {
-    return n->hash == h && n->keylen == slen + 1 + keylen && memcmp(n->key, scope, slen + 1) == 0 &&
-           memcmp(n->key + slen + 1, key, keylen) == 0;
+    const struct node *n = item;
+    const struct lookup *k = key;
+    return n->keylen == k->slen + 1 + k->keylen && memcmp(n->key, k->scope, k->slen + 1) == 0 &&
+           memcmp(n->key + k->slen + 1, k->key, k->keylen) == 0;
 }
 
-static struct node **find(const char *scope, const char *key, size_t keylen, uint64_t h)
+static struct lookup lookup_of(const char *scope, const char *key, size_t keylen)
 {
-    if (n_buckets == 0)
-        return NULL;
-    size_t slen = strlen(scope);
-    struct node **pp = &buckets[h & (n_buckets - 1)];
-    while (*pp != NULL && !same(*pp, h, scope, slen, key, keylen))
-        pp = &(*pp)->chain;
-    return pp;
+    return (struct lookup){scope, strlen(scope), key, keylen};
+}
+
+/* The hash n was added under, made again from its key: an eviction needs it, and keeping it in
+ * every entry would cost 8 MiB at the bound for one hash per eviction saved. */
+static uint64_t node_hash(const struct node *n)
+{
+    size_t slen = strlen(n->key);
+    struct lookup k = {n->key, slen, n->key + slen + 1, n->keylen - slen - 1};
+    return idmap_hash(&k);
 }
 
 /* Takes n out of the eviction order. */
@@ -77,37 +87,14 @@ static void order_newest(struct node *n)
     newest = n;
 }
 
-static void unlink_node(struct node **pp)
+/* Forgets n, out of the map already. */
+static void node_free(struct node *n)
 {
-    struct node *n = *pp;
-    *pp = n->chain;
     unorder(n);
     free(n->info.task);
     free(n->info.queue);
     free(n->info.id);
     free(n);
-    count--;
-}
-
-static int grow(void)
-{
-    size_t nb = n_buckets != 0 ? n_buckets * 2 : 1024;
-    struct node **b = calloc(nb, sizeof(*b));
-    if (b == NULL)
-        return -1;
-    for (size_t i = 0; i < n_buckets; i++) {
-        struct node *n = buckets[i];
-        while (n != NULL) {
-            struct node *next = n->chain;
-            n->chain = b[n->hash & (nb - 1)];
-            b[n->hash & (nb - 1)] = n;
-            n = next;
-        }
-    }
-    free(buckets);
-    buckets = b;
-    n_buckets = nb;
-    return 0;
 }
 
 void idmap_lock(void)
@@ -122,62 +109,64 @@ void idmap_unlock(void)
 
 struct job_memo *idmap_get(const char *scope, const char *key, size_t keylen)
 {
-    struct node **pp = find(scope, key, keylen, fnv(scope, key, keylen));
-    return pp != NULL && *pp != NULL ? &(*pp)->info : NULL;
+    struct lookup k = lookup_of(scope, key, keylen);
+    struct node *n = hmap_find(&map, idmap_hash(&k), same, &k);
+    return n != NULL ? &n->info : NULL;
+}
+
+/* A new entry for k, not in the map yet; NULL when out of memory (nothing changed). */
+static struct node *node_new(const struct lookup *k, uint64_t h)
+{
+    struct node *n = calloc(1, sizeof(*n) + k->slen + 1 + k->keylen);
+    if (n == NULL)
+        return NULL;
+    n->keylen = k->slen + 1 + k->keylen;
+    memcpy(n->key, k->scope, k->slen + 1);
+    memcpy(n->key + k->slen + 1, k->key, k->keylen);
+    if (hmap_add(&map, h, n) != 0) {
+        free(n);
+        return NULL;
+    }
+    n->info.gen = ++generation;
+    order_newest(n);
+    return n;
 }
 
 struct job_memo *idmap_put(const char *scope, const char *key, size_t keylen)
 {
-    uint64_t h = fnv(scope, key, keylen);
-    struct node **pp = find(scope, key, keylen, h);
-    if (pp != NULL && *pp != NULL) {
+    struct lookup k = lookup_of(scope, key, keylen);
+    uint64_t h = idmap_hash(&k);
+    struct node *n = hmap_find(&map, h, same, &k);
+    if (n != NULL) {
         /* In use again (a processing list fed on, a job delivered anew): evicted last. */
-        unorder(*pp);
-        order_newest(*pp);
-        return &(*pp)->info;
+        unorder(n);
+        order_newest(n);
+        return &n->info;
     }
-    if (count >= IDMAP_MAX && oldest != NULL) {
-        struct node *o = oldest;
-        idmap_del(o->key, o->key + strlen(o->key) + 1, o->keylen - strlen(o->key) - 1);
+    if (map.count >= IDMAP_MAX && oldest != NULL) {
+        hmap_del_item(&map, node_hash(oldest), oldest);
+        node_free(oldest);
     }
-    if ((count + 1 > n_buckets) && grow() != 0 && n_buckets == 0)
-        return NULL;
-    size_t slen = strlen(scope);
-    struct node *n = calloc(1, sizeof(*n) + slen + 1 + keylen);
-    if (n == NULL)
-        return NULL;
-    n->hash = h;
-    n->info.gen = ++generation;
-    n->keylen = slen + 1 + keylen;
-    memcpy(n->key, scope, slen + 1);
-    memcpy(n->key + slen + 1, key, keylen);
-    struct node **b = &buckets[h & (n_buckets - 1)];
-    n->chain = *b;
-    *b = n;
-    order_newest(n);
-    count++;
-    return &n->info;
+    n = node_new(&k, h);
+    return n != NULL ? &n->info : NULL;
 }
 
 void idmap_del(const char *scope, const char *key, size_t keylen)
 {
-    struct node **pp = find(scope, key, keylen, fnv(scope, key, keylen));
-    if (pp != NULL && *pp != NULL)
-        unlink_node(pp);
+    struct lookup k = lookup_of(scope, key, keylen);
+    struct node *n = hmap_del(&map, idmap_hash(&k), same, &k);
+    if (n != NULL)
+        node_free(n);
 }
 
 size_t idmap_count(void)
 {
-    return count;
+    return map.count;
 }
 
 void idmap_clear(void)
 {
-    while (oldest != NULL) {
-        struct node *o = oldest;
-        idmap_del(o->key, o->key + strlen(o->key) + 1, o->keylen - strlen(o->key) - 1);
-    }
-    free(buckets);
-    buckets = NULL;
-    n_buckets = 0;
+    while (oldest != NULL)
+        node_free(oldest);
+    hmap_free(&map);
 }

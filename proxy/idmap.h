@@ -11,11 +11,11 @@
  * then carries no task), so a load that never acks cannot grow twice without
  * limit, and an entry put again and again (a processing list's) stays.
  *
- * Chained hashing with a list in order of the last idmap_put for eviction.  Shared by
- * the loops of every thread (a job is delivered on one connection and acked
- * on another, which may live on another loop): every use, from idmap_get or
- * idmap_put to the last touch of the entry it returned, holds idmap_lock().
- * Uses are short (copy a few strings) and never take another lock.
+ * Entries are indexed by proto/hmap.h's map, with a list in order of the last idmap_put for
+ * eviction.  Shared by the loops of every thread (a job is delivered on one connection and
+ * acked on another, which may live on another loop): every use, from idmap_get or idmap_put to
+ * the last touch of the entry it returned, holds idmap_lock().  Uses are short (copy a few
+ * strings) and never take another lock.
  */
 #ifndef TWICE_IDMAP_H
 #define TWICE_IDMAP_H

@@ -4,7 +4,7 @@
 #   scripts/fuzz.sh [SECONDS_PER_HARNESS] [HARNESS...]
 #
 #   SECONDS_PER_HARNESS   how long each harness runs (libFuzzer -max_total_time); default 60
-#   HARNESS               amqp, amqp_plan, resp, resp_profile, conf, journal, resp_job, ledger, jobs, toxic (default: every
+#   HARNESS               amqp, amqp_plan, resp, resp_profile, conf, journal, resp_job, ledger, jobs, toxic, hmap (default: every
 #                         tests/fuzz/fuzz_*.c), one after the other
 #
 # Needs only Debian packages: clang, libclang-rt-14-dev (libFuzzer's runtime), libjansson-dev,

@@ -1,7 +1,8 @@
 /*
  * test_idmap.c - the map of message ids shared by a process's sessions: scopes are apart, an
- * entry re-made is told from the old one, the bound holds, and the entry put longest ago is the
- * one forgotten (so a processing list's entry, put at every move, outlives a million jobs).
+ * entry re-made is told from the old one, an entry keeps its address as the map grows, the bound
+ * holds, and the entry put longest ago is the one forgotten (so a processing list's entry, put
+ * at every move, outlives a million jobs).
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -67,6 +68,25 @@ static void test_remade_entry_has_new_gen(void **state)
     assert_true(put("s", "job")->gen != gen);
 }
 
+/* An entry keeps its address while the map grows round it and others come and go: a module
+ * may hold the memo idmap_put gave across its other puts under the lock. */
+static void test_entry_stays_put(void **state)
+{
+    (void)state;
+    char key[32];
+    struct job_memo *a = put("s", "held");
+    job_memo_set(&a->queue, "default", 7);
+    for (unsigned i = 0; i < 100000; i++) {
+        snprintf(key, sizeof(key), "job-%u", i);
+        assert_non_null(put("s", key));
+        if (i % 3 == 0)
+            idmap_del("s", key, strlen(key));
+    }
+    assert_ptr_equal(get("s", "held"), a);
+    assert_string_equal(a->queue, "default");
+    assert_int_equal(idmap_count(), 1 + 100000 - 33334);
+}
+
 /* Past IDMAP_MAX entries the map forgets the one put longest ago, not the one made first. */
 static void test_bound_forgets_put_longest_ago(void **state)
 {
@@ -101,6 +121,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_teardown(test_scopes_apart, teardown),
         cmocka_unit_test_teardown(test_remade_entry_has_new_gen, teardown),
+        cmocka_unit_test_teardown(test_entry_stays_put, teardown),
         cmocka_unit_test_teardown(test_bound_forgets_put_longest_ago, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
