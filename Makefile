@@ -125,10 +125,10 @@ deb:
 	@ls $(DEB_BUILD)/twice_*.deb
 
 format:
-	clang-format -i proxy/*.[ch] offline/*.[ch] rules/*.[ch] $$(find proto -name "*.[ch]") tests/unit/*/*.c tests/lib/*.h
+	clang-format -i $$(find proxy proto -name "*.[ch]") offline/*.[ch] rules/*.[ch] tests/unit/*/*.c tests/lib/*.h
 
 format-check:
-	clang-format --dry-run --Werror proxy/*.[ch] offline/*.[ch] rules/*.[ch] $$(find proto -name "*.[ch]") tests/unit/*/*.c tests/lib/*.h
+	clang-format --dry-run --Werror $$(find proxy proto -name "*.[ch]") offline/*.[ch] rules/*.[ch] tests/unit/*/*.c tests/lib/*.h
 
 clean:
 	rm -rf $(BUILD) $(ASAN_BUILD) $(TSAN_BUILD) build-fuzz $(DEB_BUILD)

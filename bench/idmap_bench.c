@@ -1,5 +1,5 @@
 /*
- * idmap_bench.c - the cost of the job memory (proxy/idmap.c) under the loads that use it.
+ * idmap_bench.c - the cost of the job memory (proxy/resp/idmap.c) under the loads that use it.
  *
  *   make -C bench idmap                      # into build/bench/bin/idmap_bench
  *   build/bench/bin/idmap_bench [ROUNDS]
@@ -23,7 +23,7 @@
 #include <string.h>
 #include <time.h>
 
-#include "proxy/idmap.h"
+#include "proxy/resp/idmap.h"
 
 #define KEY_LEN 36
 #define SCOPE "redis"

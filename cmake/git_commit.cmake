@@ -2,7 +2,7 @@
 # "unknown" when SOURCE_DIR is not the top of a git work tree (a release tarball, even one
 # unpacked inside another repository) or git is missing.  Run at every build (CMakeLists.txt,
 # target twice_commit): the file is rewritten only when the commit changed, so a new commit
-# recompiles proxy/version.c and relinks twice, and nothing else.
+# recompiles proxy/core/version.c and relinks twice, and nothing else.
 set(commit "unknown")
 find_program(GIT_EXE git)
 if(GIT_EXE)

@@ -12,13 +12,13 @@
 #ifndef TWICE_CHANGES_H
 #define TWICE_CHANGES_H
 
-#include "proto/must_check.h"
+#include "proto/base/must_check.h"
 
 #include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
 
-#include "proto/journal.pb-c.h"
+#include "proto/journal/journal.pb-c.h"
 
 /* Changes kept for the lists; later ones are only counted. */
 #define CHANGES_KEPT 10000

@@ -10,7 +10,7 @@
 #ifndef TWICE_FAULT_LOG_H
 #define TWICE_FAULT_LOG_H
 
-#include "proto/must_check.h"
+#include "proto/base/must_check.h"
 
 #include <stdbool.h>
 #include <stddef.h>
@@ -18,7 +18,7 @@
 #include <stdio.h>
 
 #include "offline/strmap.h"
-#include "proto/journal.pb-c.h"
+#include "proto/journal/journal.pb-c.h"
 #include "rules/rule.h"
 
 /* Faults of one message kept for its timeline; later ones are only counted. */

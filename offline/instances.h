@@ -8,7 +8,7 @@
 #ifndef TWICE_INSTANCES_H
 #define TWICE_INSTANCES_H
 
-#include "proto/must_check.h"
+#include "proto/base/must_check.h"
 
 #include <stddef.h>
 #include <stdio.h>

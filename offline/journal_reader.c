@@ -17,7 +17,7 @@
  */
 #include "offline/journal_reader.h"
 
-#include "proto/utf8.h"
+#include "proto/base/utf8.h"
 
 #include <errno.h>
 #include <pthread.h>

@@ -1,6 +1,6 @@
 /*
  * journal_reader.h - the journal file format: length-delimited protobuf
- * entries (proto/journal.proto), decoded and encoded.
+ * entries (proto/journal/journal.proto), decoded and encoded.
  *
  * Two layers, in the shape of the other codecs in proto/:
  *
@@ -19,13 +19,13 @@
 #ifndef TWICE_JOURNAL_READER_H
 #define TWICE_JOURNAL_READER_H
 
-#include "proto/must_check.h"
+#include "proto/base/must_check.h"
 
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
-#include "proto/journal.pb-c.h"
+#include "proto/journal/journal.pb-c.h"
 
 /* Largest encoded Entry (without its length prefix, with its checksum).  A
  * length prefix above it is an error, whatever the bytes after it. */

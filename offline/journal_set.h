@@ -19,7 +19,7 @@
 #ifndef TWICE_JOURNAL_SET_H
 #define TWICE_JOURNAL_SET_H
 
-#include "proto/must_check.h"
+#include "proto/base/must_check.h"
 
 #include <stdbool.h>
 #include <stddef.h>

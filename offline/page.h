@@ -13,7 +13,7 @@
 #ifndef TWICE_PAGE_H
 #define TWICE_PAGE_H
 
-#include "proto/must_check.h"
+#include "proto/base/must_check.h"
 
 #include <stdbool.h>
 #include <stdint.h>

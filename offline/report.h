@@ -47,11 +47,11 @@
  */
 int report_run(int argc, char **argv, FILE *out, FILE *err);
 
-/* report_run() on stdout and stderr: the entry point for proxy/main.c. */
+/* report_run() on stdout and stderr: the entry point for proxy/core/main.c. */
 int report_main(int argc, char **argv);
 
 /* verdict_run() (offline/verdict.h) on stdout and stderr: the entry point for
- * proxy/main.c.  Returns its exit code (VERDICT_EXIT_* of offline/verdict.h). */
+ * proxy/core/main.c.  Returns its exit code (VERDICT_EXIT_* of offline/verdict.h). */
 int verdict_main(int argc, char **argv);
 
 #endif

@@ -1,5 +1,5 @@
 /*
- * strmap.c - string keys over proto/hmap.h.  See strmap.h.
+ * strmap.c - string keys over proto/base/hmap.h.  See strmap.h.
  */
 #include "offline/strmap.h"
 

@@ -2,20 +2,20 @@
  * strmap.h - a hash map from NUL-terminated strings to pointers, for the report and verdict
  * commands (a million message ids).
  *
- * A thin layer over proto/hmap.h: each key is one allocation (struct strmap_slot, the key copied
- * into it) indexed by the map.  No deletion: the commands only ever add.  The map owns its
+ * A thin layer over proto/base/hmap.h: each key is one allocation (struct strmap_slot, the key
+ * copied into it) indexed by the map.  No deletion: the commands only ever add.  The map owns its
  * keys; values are the caller's (strmap_free() can free them).
  */
 #ifndef TWICE_STRMAP_H
 #define TWICE_STRMAP_H
 
-#include "proto/must_check.h"
+#include "proto/base/must_check.h"
 
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
-#include "proto/hmap.h"
+#include "proto/base/hmap.h"
 
 /* Keys a map refuses to grow past. */
 #define STRMAP_MAX_COUNT ((size_t)1 << 31)

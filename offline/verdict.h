@@ -34,14 +34,14 @@
 #ifndef TWICE_VERDICT_H
 #define TWICE_VERDICT_H
 
-#include "proto/must_check.h"
+#include "proto/base/must_check.h"
 
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
 
-#include "proto/journal.pb-c.h"
+#include "proto/journal/journal.pb-c.h"
 
 /* Example ids listed per verdict row and per warning. */
 #define VERDICT_EXAMPLES_MAX 5

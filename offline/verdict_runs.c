@@ -1,7 +1,7 @@
 /*
  * verdict_runs.c - twice runs and their connections, keyed apart.  See verdict_runs.h.
  *
- * The connection index (proto/hmap.h) maps (run, session) to keys into `conns`: one lookup
+ * The connection index (proto/base/hmap.h) maps (run, session) to keys into `conns`: one lookup
  * per record.
  */
 #include "offline/verdict_runs.h"

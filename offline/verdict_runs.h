@@ -16,14 +16,14 @@
 #ifndef TWICE_VERDICT_RUNS_H
 #define TWICE_VERDICT_RUNS_H
 
-#include "proto/must_check.h"
+#include "proto/base/must_check.h"
 
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
 #include "offline/strmap.h"
-#include "proto/hmap.h"
+#include "proto/base/hmap.h"
 
 /* A record read before any header (the accumulator fed without one, as tests do). */
 #define VD_RUN_NONE UINT32_MAX

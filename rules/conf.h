@@ -27,14 +27,14 @@
 #ifndef TWICE_CONF_H
 #define TWICE_CONF_H
 
-#include "proto/must_check.h"
+#include "proto/base/must_check.h"
 
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
 
-#include "proto/msg_field.h"
+#include "proto/jobs/msg_field.h"
 
 #define CONF_DEFAULT_CONNECT_TIMEOUT_MS 5000u
 #define CONF_DEFAULT_GRACE_MS 10000u
@@ -188,7 +188,7 @@ struct conf_diags {
 };
 
 /* Parse the text read from stream `f` (opened by the program: rules/ opens
- * no file; proxy/conf_file.c's conf_parse_file() does it), at most
+ * no file; proxy/core/conf_file.c's conf_parse_file() does it), at most
  * CONF_MAX_FILE_BYTES; `name` is the file name of diagnostics and
  * conf->path.  On success (no error diagnostics) returns 0 and stores a new
  * configuration in *out, owned by the caller (conf_free).  On failure

@@ -10,7 +10,7 @@
 #ifndef TWICE_CONF_MEM_H
 #define TWICE_CONF_MEM_H
 
-#include "proto/must_check.h"
+#include "proto/base/must_check.h"
 
 #include <stdarg.h>
 #include <stdbool.h>

@@ -32,7 +32,7 @@
 #ifndef TWICE_ENGINE_H
 #define TWICE_ENGINE_H
 
-#include "proto/must_check.h"
+#include "proto/base/must_check.h"
 
 #include <stdbool.h>
 #include <stddef.h>

@@ -12,7 +12,7 @@
 #ifndef TWICE_RULES_LEXER_H
 #define TWICE_RULES_LEXER_H
 
-#include "proto/must_check.h"
+#include "proto/base/must_check.h"
 
 #include "rules/conf.h"
 

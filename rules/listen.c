@@ -244,7 +244,7 @@ static void conf_listen_upstream_tls(struct conf_parser *p, struct conf_listen_s
 }
 
 /* `message-id SOURCE...` and `task SOURCE...`: where an app keeps its messages' ids and task
- * names (proto/msg_field.h), tried in order. */
+ * names (proto/jobs/msg_field.h), tried in order. */
 static void conf_listen_fields(struct conf_parser *p, const struct conf_node *n,
                                struct msg_fields *fs)
 {
@@ -550,7 +550,7 @@ static bool conf_listen_check_target(struct conf_parser *p, const struct conf_li
 /* An upstream that is twice itself: each connection would make another, until every
  * descriptor is taken.  A literal address is checked here (and again at run time, with the
  * host's other addresses), `localhost` as both loopback addresses; other names only at run
- * time, once resolved (proxy/session_connect.c). */
+ * time, once resolved (proxy/net/session_connect.c). */
 static void conf_listen_check_loop(struct conf_parser *p, const struct conf_listener *l)
 {
     const char *host = l->upstream.host;

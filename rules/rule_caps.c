@@ -6,7 +6,7 @@
  * matched on, the actions it can take on each, and why it cannot take the
  * others.  No protocol is named here, so a new codec needs no change.
  */
-#include "proto/amqp.h"
+#include "proto/amqp/amqp.h"
 #include "rules/caps.h"
 #include "rules/diag.h"
 #include "rules/rule_parse.h"

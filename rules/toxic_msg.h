@@ -27,7 +27,7 @@
 #ifndef TWICE_TOXIC_MSG_H
 #define TWICE_TOXIC_MSG_H
 
-#include "proto/must_check.h"
+#include "proto/base/must_check.h"
 
 #include <jansson.h>
 #include <stdbool.h>

@@ -13,7 +13,7 @@
  *   limit_data   bytes                           closed once that many bytes went through
  *   noop         (none)                          nothing
  *
- * The proxy maps them onto its stream faults (proxy/shaper.h).  Pure: no I/O.
+ * The proxy maps them onto its stream faults (proxy/net/shaper.h).  Pure: no I/O.
  */
 #ifndef TWICE_TOXIC_STREAM_H
 #define TWICE_TOXIC_STREAM_H

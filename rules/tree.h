@@ -11,7 +11,7 @@
 #ifndef TWICE_RULES_TREE_H
 #define TWICE_RULES_TREE_H
 
-#include "proto/must_check.h"
+#include "proto/base/must_check.h"
 
 #include "rules/conf.h"
 

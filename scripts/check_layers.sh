@@ -3,8 +3,8 @@
 # before compiling proto/): proto/ < rules/ < offline/ < proxy/.  A layer
 # includes nothing of a layer above it, and only proxy/ includes libevent or
 # OpenSSL (offline/, the journal tools, opens no socket); proto/ and rules/
-# open no file either: the program hands them bytes or a stream.  A codec's
-# internal header (proxy/NAME_internal.h) is included by proxy/NAME*.c only.
+# open no file either: the program hands them bytes or a stream.  A folder's
+# internal header (proxy/FOLDER/NAME_internal.h) is included by the files of that folder only.
 # Usage: scripts/check_layers.sh SOURCE_DIR
 cd "${1:-.}" || exit 2
 inc='^[[:space:]]*#[[:space:]]*include[[:space:]]*[<"]'
@@ -16,16 +16,14 @@ bad=$(grep -nE "$inc(rules/|offline/|proxy/|event2/|openssl/)" $proto_files;
 opens=$(grep -nE '(^|[^_[:alnum:]])(fopen|open|opendir|socket)[[:space:]]*\(' $proto_files rules/*.c)
 [ -z "$opens" ] || bad="$bad${bad:+
 }$opens"
-# a codec's internal header (proxy/resp_internal.h) is for the files of that codec only
-for h in proxy/*_internal.h; do
-    [ -e "$h" ] || continue
-    stem=$(basename "$h" _internal.h)
-    for f in $(grep -lE "$inc$h\"" $proto_files rules/*.[ch] offline/*.[ch] proxy/*.[ch] tests/unit/*/*.c 2>/dev/null); do
-        case $(basename "$f") in
-        "$stem"*.c | "$stem"_internal.h) ;;
-        *) bad="$bad${bad:+
-}$f: includes $h, which only proxy/$stem*.c may" ;;
-        esac
+# a folder's internal header (proxy/resp/resp_internal.h) is for the files of that folder only
+proxy_files=$(find proxy -name '*.[ch]' | sort)
+for h in $(find proxy -name '*_internal.h' | sort); do
+    dir=$(dirname "$h")
+    for f in $(grep -lE "$inc$h\"" $proto_files rules/*.[ch] offline/*.[ch] $proxy_files tests/unit/*/*.c tests/lib/*.h 2>/dev/null); do
+        [ "$(dirname "$f")" = "$dir" ] ||
+            bad="$bad${bad:+
+}$f: includes $h, which only the files of $dir/ may"
     done
 done
 # a unit test's folder is its layer (tests/unit/<layer>/, tests/README.md): it includes nothing

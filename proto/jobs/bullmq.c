@@ -1,7 +1,7 @@
 /*
  * bullmq.c - BullMQ as a framework module (proto/jobs/framework.h): publish, deliver, ack and
- * lease read out of its Lua scripts' calls and replies (proto/resp_bullmq.h), and the faults on
- * them planned the way BullMQ itself produces them (docs/redis.md, "BullMQ").
+ * lease read out of its Lua scripts' calls and replies (proto/resp/resp_bullmq.h), and the faults
+ * on them planned the way BullMQ itself produces them (docs/redis.md, "BullMQ").
  *
  * BullMQ sends each script once per connection with EVAL, its body whole, and by its sha1 after
  * that (EVALSHA).  Which sha is which script the host learns from the bodies this module
@@ -30,9 +30,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "proto/base/msgpack.h"
 #include "proto/jobs/common.h"
-#include "proto/msgpack.h"
-#include "proto/resp_bullmq.h"
+#include "proto/resp/resp_bullmq.h"
 
 /* The replies this module reads (struct resp_reply_tag.kind). */
 enum {

@@ -8,7 +8,7 @@
 #define TWICE_JOBS_COMMON_H
 
 #include "proto/jobs/framework.h"
-#include "proto/resp_job.h"
+#include "proto/resp/resp_job.h"
 
 /* ---- events ------------------------------------------------------------------------------ */
 

@@ -1,6 +1,6 @@
 /*
  * framework.h - a job framework on Redis as one module: what its commands and replies mean, and
- * what it would answer or do after a fault (proto/jobs/job.h, proto/resp_plan.h).
+ * what it would answer or do after a fault (proto/jobs/job.h, proto/resp/resp_plan.h).
  *
  * A module is a table of functions the RESP hook calls for a listener of its profile: every
  * command as it passes, a command outside a transaction, the reply of one whose plan tagged it,
@@ -15,9 +15,9 @@
 #include <stdint.h>
 
 #include "proto/jobs/job.h"
-#include "proto/resp.h"
-#include "proto/resp_plan.h"
-#include "proto/resp_profile.h"
+#include "proto/resp/resp.h"
+#include "proto/resp/resp_plan.h"
+#include "proto/resp/resp_profile.h"
 
 struct resp_framework;
 

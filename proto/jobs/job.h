@@ -6,7 +6,7 @@
  * framework would answer or do after a fault.  It reads a command or a reply, reports each job
  * event in it to its host (struct job_host: the host journals it and asks the rules), and turns
  * the fault the host answers (struct job_fault) into a plan of bytes and commands
- * (proto/resp_plan.h) that the host carries out.  What it must remember of a job across
+ * (proto/resp/resp_plan.h) that the host carries out.  What it must remember of a job across
  * connections (a delivery's task for the ack that comes on another connection, a lease it made
  * lapse) it keeps in the host's job memory.  It opens nothing, sends nothing and reads no clock:
  * everything it does is in the plan, so that a test can check it whole.
@@ -22,7 +22,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "proto/msg_field.h"
+#include "proto/jobs/msg_field.h"
 
 /* The events a module reports: the rules' `publish`, `deliver`, `ack`, `nack`, `lease`. */
 enum job_ev {

@@ -19,7 +19,7 @@ WARN := -Wall -Wextra -Wshadow -Wstrict-prototypes -Wwrite-strings -Wformat=2 \
 CFLAGS := -g -O1 -std=c11 -D_GNU_SOURCE -I. -I$(W)/gen $(SAN) -MMD -MP
 LIBS := -ljansson -lprotobuf-c
 
-GEN_C := $(W)/gen/proto/journal.pb-c.c
+GEN_C := $(W)/gen/proto/journal/journal.pb-c.c
 # offline/: the journal tools, which need neither libevent nor OpenSSL.
 LIB_SRC := $(wildcard proto/*.c proto/*/*.c rules/*.c offline/*.c)
 LIB_OBJ := $(patsubst %.c,$(W)/obj/%.o,$(LIB_SRC)) $(W)/obj/gen/journal.pb-c.o
@@ -34,9 +34,9 @@ all: $(BINS)
 .SECONDARY:
 .DELETE_ON_ERROR:
 
-$(GEN_C): proto/journal.proto
+$(GEN_C): proto/journal/journal.proto
 	@mkdir -p $(W)/gen
-	$(PROTOC_C) --proto_path=. --c_out=$(W)/gen proto/journal.proto
+	$(PROTOC_C) --proto_path=. --c_out=$(W)/gen proto/journal/journal.proto
 
 # Every object may include the generated header.
 $(W)/obj/%.o: %.c | $(GEN_C)

@@ -18,7 +18,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "proto/amqp.h"
+#include "proto/amqp/amqp.h"
 
 static void check(bool ok)
 {

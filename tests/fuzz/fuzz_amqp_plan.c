@@ -1,10 +1,10 @@
 /*
- * fuzz_amqp_plan.c - libFuzzer harness for the AMQP side's fault plans (proto/amqp_plan.c),
- * checked against the guarantees proto/amqp_plan.h writes.  Not part of the default build
+ * fuzz_amqp_plan.c - libFuzzer harness for the AMQP side's fault plans (proto/amqp/amqp_plan.c),
+ * checked against the guarantees proto/amqp/amqp_plan.h writes.  Not part of the default build
  * (scripts/fuzz.sh builds and runs it):
  *
  *     clang -fsanitize=fuzzer,address,undefined -I. tests/fuzz/fuzz_amqp_plan.c \
- *         proto/amqp_plan.c -o fuzz_amqp_plan
+ *         proto/amqp/amqp_plan.c -o fuzz_amqp_plan
  *
  * The input is a list of events: a byte picks the event (a delivery, a publish, a settled
  * tag, a confirm, an expiry) and its facts, a byte how many faults fired, then three bytes a fault
@@ -21,8 +21,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "proto/amqp.h"
-#include "proto/amqp_plan.h"
+#include "proto/amqp/amqp.h"
+#include "proto/amqp/amqp_plan.h"
 
 #define CHECK(ok) check_at((ok), __LINE__, #ok)
 

@@ -5,9 +5,9 @@
  * default build (scripts/fuzz.sh builds and runs it):
  *
  *     clang -fsanitize=fuzzer,address,undefined -I. -IGEN tests/fuzz/fuzz_conf.c rules/ *.c \
- *         proto/ *.c GEN/proto/journal.pb-c.c -ljansson -lprotobuf-c -o fuzz_conf
+ *         proto/ *.c GEN/proto/journal/journal.pb-c.c -ljansson -lprotobuf-c -o fuzz_conf
  *
- * (GEN holds protoc-c's output for proto/journal.proto.)  Seeds are configuration files
+ * (GEN holds protoc-c's output for proto/journal/journal.proto.)  Seeds are configuration files
  * (tests/fuzz/corpus/conf/: rules/examples/ and the examples of the README and docs/).  The input is the text,
  * copied into a buffer of exactly its size and not NUL-terminated, as the admin API hands a
  * request body over.  Each input is parsed three ways: as a file, as a PUT /rules body, and as

@@ -1,9 +1,9 @@
 /*
- * fuzz_hmap.c - libFuzzer harness for the tree's hash map (proto/hmap.c), checked against a
+ * fuzz_hmap.c - libFuzzer harness for the tree's hash map (proto/base/hmap.c), checked against a
  * model that cannot be wrong: an array saying which of 256 keys are in.  Not part of the default
  * build (scripts/fuzz.sh builds and runs it):
  *
- *     clang -fsanitize=fuzzer,address,undefined -I. tests/fuzz/fuzz_hmap.c proto/hmap.c \
+ *     clang -fsanitize=fuzzer,address,undefined -I. tests/fuzz/fuzz_hmap.c proto/base/hmap.c \
  *         -o fuzz_hmap
  *
  * The input is a program.  Its first byte says how many low bits of a key's hash survive (1 to
@@ -22,7 +22,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "proto/hmap.h"
+#include "proto/base/hmap.h"
 
 #define FZ_KEYS 256u
 /* Operations between two full checks. */

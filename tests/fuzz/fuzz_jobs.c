@@ -27,7 +27,7 @@
 #include <string.h>
 
 #include "proto/jobs/framework.h"
-#include "proto/resp.h"
+#include "proto/resp/resp.h"
 
 #define CHECK(ok) check_at((ok), __LINE__, #ok)
 

@@ -4,10 +4,10 @@
  * (offline/report.c, offline/verdict.c).  Not part of the default build (scripts/fuzz.sh builds
  * and runs it):
  *
- *     protoc-c --proto_path=. --c_out=GEN proto/journal.proto
+ *     protoc-c --proto_path=. --c_out=GEN proto/journal/journal.proto
  *     clang -D_GNU_SOURCE -fsanitize=fuzzer,address,undefined -I. -IGEN \
  *         tests/fuzz/fuzz_journal.c proto/ *.c rules/ *.c offline/ *.c \
- *         GEN/proto/journal.pb-c.c -ljansson -lprotobuf-c
+ *         GEN/proto/journal/journal.pb-c.c -ljansson -lprotobuf-c
  *
  * Seeds are journals written by a real twice (tests/fuzz/corpus/journal/; nocrc-*.pb by one
  * before entries carried their checksum; runs.pb holds two runs, the rules changed in the

@@ -1,9 +1,9 @@
 /*
  * fuzz_ledger.c - libFuzzer harness for the AMQP delivery-tag and publisher-confirm ledger
- * (proto/amqp_ledger.c), checked against a model.  Not part of the default build
+ * (proto/amqp/amqp_ledger.c), checked against a model.  Not part of the default build
  * (scripts/fuzz.sh builds and runs it):
  *
- *     clang -fsanitize=fuzzer,address,undefined -I. tests/fuzz/fuzz_ledger.c proto/amqp_*.c \
+ *     clang -fsanitize=fuzzer,address,undefined -I. tests/fuzz/fuzz_ledger.c proto/amqp/amqp_*.c \
  *         -o fuzz_ledger
  *
  * The input is a program: each byte picks an operation of one channel (a delivery, a client's
@@ -26,8 +26,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "proto/amqp.h"
-#include "proto/amqp_ledger.h"
+#include "proto/amqp/amqp.h"
+#include "proto/amqp/amqp_ledger.h"
 
 /* Tags, and publish numbers, one simulated channel uses before it is closed. */
 #define FZ_MAX 256u

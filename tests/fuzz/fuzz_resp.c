@@ -25,7 +25,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "proto/resp.h"
+#include "proto/resp/resp.h"
 
 #define MAX_MSGS 256
 

@@ -1,10 +1,10 @@
 /*
- * fuzz_resp_job.c - libFuzzer harness for the job payload readers (proto/resp_job.c): Sidekiq's
+ * fuzz_resp_job.c - libFuzzer harness for the job payload readers (proto/resp/resp_job.c): Sidekiq's
  * job JSON, Celery's kombu message, RQ's job description, and the kombu message Celery's
  * visibility-timeout restore pushes back.  Not part of the default build (scripts/fuzz.sh
  * builds and runs it):
  *
- *     clang -fsanitize=fuzzer,address,undefined -I. proto/resp_job.c proto/json_pick.c \
+ *     clang -fsanitize=fuzzer,address,undefined -I. proto/resp/resp_job.c proto/base/json_pick.c \
  *         tests/fuzz/fuzz_resp_job.c -ljansson -o fuzz_resp_job
  *
  * Seeds are job payloads as they sit in Redis (tests/fuzz/corpus/resp_job/, from
@@ -14,7 +14,7 @@
  * behind, the RQ task is the bytes before the first '(', and the redelivered message is a
  * kombu message again, carries the same job marked redelivered, and is a fixed point.
  *
- * The Sidekiq and Celery readers take their fields with json_pick() (proto/json_pick.h), which
+ * The Sidekiq and Celery readers take their fields with json_pick() (proto/base/json_pick.h), which
  * replaced jansson there: every input is also read by the jansson readers they replaced (below,
  * oracle_*), and both must answer the same job or refuse it alike.
  */
@@ -25,7 +25,7 @@
 
 #include <jansson.h>
 
-#include "proto/resp_job.h"
+#include "proto/resp/resp_job.h"
 
 /* Failed invariants name themselves: the reproducer's log says which one. */
 #define CHECK(ok) check_at((ok), __LINE__, #ok)

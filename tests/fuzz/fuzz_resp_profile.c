@@ -1,13 +1,13 @@
 /*
  * fuzz_resp_profile.c - libFuzzer harness for the Redis framework layer
- * (proto/resp_profile.c): commands named and classified for each profile, the transaction
+ * (proto/resp/resp_profile.c): commands named and classified for each profile, the transaction
  * scan, and the replies read for jobs.  Not part of the default build (scripts/fuzz.sh builds
  * and runs it).
  *
  * The first byte picks the profile (its low 7 bits mod 6) and the direction (bit 7: a server's
  * replies, else a client's commands); the rest is a byte stream, cut into messages by the
  * RESP scanner as the proxy cuts it.  Every message goes through every function that applies
- * to its direction, for the chosen profile, and BullMQ's script readers (proto/resp_bullmq.h,
+ * to its direction, for the chosen profile, and BullMQ's script readers (proto/resp/resp_bullmq.h,
  * whatever the profile: any EVAL or EVALSHA read as each script, each argument walked as
  * MessagePack).  Seeds are the framework sessions of
  * tests/unit/data/frameworks/ (tests/fuzz/corpus/resp_profile/).  Invariants are checked with
@@ -20,11 +20,11 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "proto/msgpack.h"
-#include "proto/resp.h"
-#include "proto/resp_bullmq.h"
-#include "proto/resp_job.h"
-#include "proto/resp_profile.h"
+#include "proto/base/msgpack.h"
+#include "proto/resp/resp.h"
+#include "proto/resp/resp_bullmq.h"
+#include "proto/resp/resp_job.h"
+#include "proto/resp/resp_profile.h"
 
 #define CHECK(ok) check_at((ok), __LINE__, #ok)
 

@@ -2,7 +2,7 @@
 """Hostile bodies for the Toxiproxy API (review findings; fails until fixed).
 
 - an `upstream` holding newlines is written into the text of the proxy's listen block
-  (proxy/toxi.c proxy_conf) and becomes directives of it: a `max-connections 1` rides along
+  (proxy/api/toxi.c proxy_conf) and becomes directives of it: a `max-connections 1` rides along
   and is obeyed, a `tls cert FILE key FILE` makes twice open any file it can read;
 - a toxicity no float32 holds (1e300) is answered 500 yet the toxic is added, and is then
   missing from every listing while still acting on connections;

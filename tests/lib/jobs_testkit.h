@@ -23,7 +23,7 @@
 #include <string.h>
 
 #include "proto/jobs/framework.h"
-#include "proto/resp.h"
+#include "proto/resp/resp.h"
 #include "tests/lib/failalloc.h"
 #include "tests/lib/golden.h"
 #include "tests/lib/text.h"

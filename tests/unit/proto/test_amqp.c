@@ -28,7 +28,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "proto/amqp.h"
+#include "proto/amqp/amqp.h"
 #include "tests/lib/golden.h"
 #include "tests/lib/split.h"
 

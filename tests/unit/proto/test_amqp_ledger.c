@@ -1,6 +1,6 @@
 /*
  * test_amqp_ledger.c - the AMQP delivery-tag and publisher-confirm ledger
- * (proto/amqp_ledger.h) checked against a model.
+ * (proto/amqp/amqp_ledger.h) checked against a model.
  *
  * Deliveries: a simulated RabbitMQ channel (tags 1, 2, 3... per channel,
  * collect_acks' rule: an unknown or already settled tag closes the channel
@@ -18,7 +18,7 @@
  * dropped confirms; the client must get exactly one confirm per published,
  * forwarded, confirmed and not dropped message, and nothing else.
  *
- * Frames are decoded here by hand, independently of proto/amqp.h, and fed
+ * Frames are decoded here by hand, independently of proto/amqp/amqp.h, and fed
  * to the simulated peers.  Then directed examples of what RabbitMQ's
  * rabbit_channel (collect_acks) answers: 406 "unknown delivery tag" for a tag
  * already settled or never delivered.
@@ -35,7 +35,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "proto/amqp_ledger.h"
+#include "proto/amqp/amqp_ledger.h"
 
 #define CHANNEL 7u
 #define FRAME_LEN AMQP_LEDGER_FRAME_LEN

@@ -1,6 +1,6 @@
 /*
- * test_amqp_plan.c - the AMQP side's fault plans (proto/amqp_plan.c) and its app conventions
- * (proto/amqp_app.c).
+ * test_amqp_plan.c - the AMQP side's fault plans (proto/amqp/amqp_plan.c) and its app conventions
+ * (proto/amqp/amqp_app.c).
  *
  *   - Every fault on a delivery (one the client acks, a no-ack consumer's, one whose ack waits
  *     for a late copy already), on a publish (copied or not), on each tag of a client's ack,
@@ -31,9 +31,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "proto/amqp.h"
-#include "proto/amqp_app.h"
-#include "proto/amqp_plan.h"
+#include "proto/amqp/amqp.h"
+#include "proto/amqp/amqp_app.h"
+#include "proto/amqp/amqp_plan.h"
 #include "tests/lib/golden.h"
 
 /* ---- faults ------------------------------------------------------------ */

@@ -1,5 +1,5 @@
 /*
- * test_hmap.c - the tree's hash map (proto/hmap.c): what is added is found until deleted, by
+ * test_hmap.c - the tree's hash map (proto/base/hmap.c): what is added is found until deleted, by
  * its key and not by its hash alone; keys that collide (one hash for all, or one home slot with
  * the probe wrapping round the table's end) are all found and deleted in any order; a map of a
  * million keys grows and keeps every one; a walk sees each item once; and an allocation failure
@@ -15,7 +15,7 @@
 
 #include <cmocka.h>
 
-#include "proto/hmap.h"
+#include "proto/base/hmap.h"
 #include "tests/lib/failalloc.h"
 
 /* The items of these tests: a number as key, and whatever hash a test gives it. */

@@ -23,7 +23,7 @@
 
 #include <cmocka.h>
 
-#include "proto/resp_bullmq.h"
+#include "proto/resp/resp_bullmq.h"
 #include "tests/lib/jobs_testkit.h"
 
 extern const struct resp_framework resp_framework_bullmq;

@@ -1,5 +1,5 @@
 /*
- * test_msg_field.c - proto/msg_field.h: a message's id and task from the fields an app keeps
+ * test_msg_field.c - proto/jobs/msg_field.h: a message's id and task from the fields an app keeps
  * them in (properties, headers, routing key, exchange, queue, a JSON body), parsed from a
  * listener's `message-id` / `task` sources and read from real content headers.
  */
@@ -12,8 +12,8 @@
 
 #include <cmocka.h>
 
-#include "proto/amqp.h"
-#include "proto/msg_field.h"
+#include "proto/amqp/amqp.h"
+#include "proto/jobs/msg_field.h"
 
 static struct msg_field parse(const char *text)
 {

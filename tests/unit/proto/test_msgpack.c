@@ -1,5 +1,5 @@
 /*
- * test_msgpack.c - proto/msgpack.h: every type's header, at every truncation, and the
+ * test_msgpack.c - proto/base/msgpack.h: every type's header, at every truncation, and the
  * skipping of nested values to a bounded depth.
  */
 #include <setjmp.h>
@@ -10,7 +10,7 @@
 
 #include <cmocka.h>
 
-#include "proto/msgpack.h"
+#include "proto/base/msgpack.h"
 
 /* One value of each encoding, as msgpackr writes BullMQ's arguments, and what it reads as. */
 static const struct {

@@ -29,7 +29,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "proto/resp.h"
+#include "proto/resp/resp.h"
 #include "tests/lib/golden.h"
 #include "tests/lib/split.h"
 

@@ -1,5 +1,5 @@
 /*
- * test_resp_job.c - job identities in Sidekiq, Celery and RQ payloads (proto/resp_job.c).
+ * test_resp_job.c - job identities in Sidekiq, Celery and RQ payloads (proto/resp/resp_job.c).
  *
  *   - Golden payloads recorded from the frameworks themselves against redis-server 7.0
  *     (tests/unit/data/jobs/): Sidekiq 6.4.1 perform_async(42) (sidekiq.json), the same job as
@@ -31,8 +31,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "proto/json_pick.h"
-#include "proto/resp_job.h"
+#include "proto/base/json_pick.h"
+#include "proto/resp/resp_job.h"
 #include "tests/lib/golden.h"
 
 #define MUTATIONS 20000

@@ -1,5 +1,5 @@
 /*
- * test_resp_profile.c - proto/resp_profile.h: what the Redis job frameworks' commands and
+ * test_resp_profile.c - proto/resp/resp_profile.h: what the Redis job frameworks' commands and
  * replies mean, read from their own sessions.
  *
  *   - Golden sessions recorded from the real frameworks through a relay
@@ -29,11 +29,11 @@
 
 #include <openssl/sha.h>
 
-#include "proto/msgpack.h"
-#include "proto/resp.h"
-#include "proto/resp_bullmq.h"
-#include "proto/resp_job.h"
-#include "proto/resp_profile.h"
+#include "proto/base/msgpack.h"
+#include "proto/resp/resp.h"
+#include "proto/resp/resp_bullmq.h"
+#include "proto/resp/resp_job.h"
+#include "proto/resp/resp_profile.h"
 #include "tests/lib/golden.h"
 #include "tests/lib/split.h"
 #include "tests/lib/text.h"
@@ -54,8 +54,8 @@ struct reading {
     struct resp_pairing pairing;
     struct resp_cmd slots[MAX_CMDS];
     bool in_tx;
-    /* BullMQ (its scripts read with proto/resp_bullmq.h, as its profile does): the scripts by sha,
-     * learned from the bodies of EVAL as the proxy learns them */
+    /* BullMQ (its scripts read with proto/resp/resp_bullmq.h, as its profile does): the scripts by
+     * sha, learned from the bodies of EVAL as the proxy learns them */
     bool bullmq;
     struct {
         char sha[41];

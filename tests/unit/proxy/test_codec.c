@@ -13,7 +13,7 @@
 #include <event2/buffer.h>
 #include <stdlib.h>
 
-#include "proxy/codec.h"
+#include "proxy/net/codec.h"
 
 /* codec_anon_id writes what snprintf("%s:%llu:%llu...") would, cut the same way. */
 static void check(const char *prefix, const uint64_t *v, size_t n)

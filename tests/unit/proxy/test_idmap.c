@@ -13,7 +13,7 @@
 
 #include <cmocka.h>
 
-#include "proxy/idmap.h"
+#include "proxy/resp/idmap.h"
 
 static int teardown(void **state)
 {

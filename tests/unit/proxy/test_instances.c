@@ -20,7 +20,7 @@
 #include "offline/journal_set.h"
 #include "offline/report.h"
 #include "offline/verdict.h"
-#include "proxy/journal.h"
+#include "proxy/core/journal.h"
 #include "tests/lib/cmd_testkit.h"
 
 #define T0_US 1764406800000000ull

@@ -1,5 +1,5 @@
 /*
- * test_journal.c - the journal writer (proxy/journal.c) and reader
+ * test_journal.c - the journal writer (proxy/core/journal.c) and reader
  * (offline/journal_reader.c): fields round-trip, a writer killed mid-write
  * leaves a journal that reads cleanly up to the cut, the 1 MiB entry limit,
  * the writer never blocks the caller on a stuck disk, and garbage never
@@ -23,7 +23,7 @@
 #include <unistd.h>
 
 #include "offline/journal_reader.h"
-#include "proxy/journal.h"
+#include "proxy/core/journal.h"
 #include "tests/lib/golden.h"
 
 #define TEST_PATH_MAX 256

@@ -2,7 +2,7 @@
  * test_journal_crash.c - what `twice report` and `twice verdict` say of a journal a crash or a
  * kill left behind, or that was damaged after: one that ends without its `stop` record, one cut
  * inside a record, one with a byte changed in the middle; and their exit codes.  The journals
- * are written by the real writer (proxy/journal.c), then cut or altered on disk.
+ * are written by the real writer (proxy/core/journal.c), then cut or altered on disk.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -20,7 +20,7 @@
 #include "offline/journal_reader.h"
 #include "offline/report.h"
 #include "offline/verdict.h"
-#include "proxy/journal.h"
+#include "proxy/core/journal.h"
 #include "tests/lib/cmd_testkit.h"
 
 #define T0_US 1764406800000000ull

@@ -14,7 +14,7 @@
 #include <cmocka.h>
 #include <event2/util.h>
 
-#include "proxy/log.h"
+#include "proxy/core/log.h"
 
 /* The text after "ts=... " of a built line, without the newline. */
 static const char *after_ts(struct log_line *line)

@@ -18,7 +18,7 @@
 #include <unistd.h>
 
 #include "offline/verdict.h"
-#include "proxy/journal.h"
+#include "proxy/core/journal.h"
 #include "rules/rule.h"
 #include "tests/lib/cmd_testkit.h"
 

@@ -23,7 +23,7 @@
 #include "offline/page.h"
 #include "offline/report.h"
 #include "offline/svg.h"
-#include "proxy/journal.h"
+#include "proxy/core/journal.h"
 #include "tests/lib/cmd_testkit.h"
 #include "tests/lib/golden.h"
 

@@ -20,7 +20,7 @@
 #include "offline/json_out.h"
 #include "offline/report.h"
 #include "offline/verdict.h"
-#include "proxy/journal.h"
+#include "proxy/core/journal.h"
 #include "rules/rule.h"
 #include "tests/lib/cmd_testkit.h"
 

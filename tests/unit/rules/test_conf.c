@@ -1145,7 +1145,7 @@ static void test_visibility_timeouts(void **state)
 }
 
 /* `message-id SOURCE...` and `task SOURCE...`: amqp only, 1 to 4 sources, each one that
- * proto/msg_field.h knows, kept in order. */
+ * proto/jobs/msg_field.h knows, kept in order. */
 static void test_identity_sources(void **state)
 {
     struct conf_diags d;
@@ -1531,7 +1531,7 @@ static const char *write_temp(const char *data, size_t len)
     return path;
 }
 
-/* What the program does with a path (proxy/conf_file.c): rules/ opens no file, it reads the
+/* What the program does with a path (proxy/core/conf_file.c): rules/ opens no file, it reads the
  * stream it is handed. */
 static int parse_path(const char *path, struct conf **c, struct conf_diags *d)
 {
