@@ -262,21 +262,19 @@ const struct proto_caps proto_resp_bullmq_caps = {
     .why_not_late = bullmq_why_not_late,
 };
 
+/* The profiles' tables: a new framework's table is added here, named "resp/" and the profile
+ * its module registers (proto/jobs/frameworks.c). */
+static const struct proto_caps *const profile_caps[] = {
+    &proto_resp_sidekiq_caps, &proto_resp_celery_caps, &proto_resp_rq_caps,
+    &proto_resp_streams_caps, &proto_resp_list_caps,   &proto_resp_bullmq_caps,
+};
+
 const struct proto_caps *proto_resp_caps_find(const char *profile)
 {
     if (profile == NULL)
         return &proto_resp_caps;
-    if (strcmp(profile, "sidekiq") == 0)
-        return &proto_resp_sidekiq_caps;
-    if (strcmp(profile, "celery") == 0)
-        return &proto_resp_celery_caps;
-    if (strcmp(profile, "rq") == 0)
-        return &proto_resp_rq_caps;
-    if (strcmp(profile, "streams") == 0)
-        return &proto_resp_streams_caps;
-    if (strcmp(profile, "list") == 0)
-        return &proto_resp_list_caps;
-    if (strcmp(profile, "bullmq") == 0)
-        return &proto_resp_bullmq_caps;
+    for (size_t i = 0; i < sizeof(profile_caps) / sizeof(profile_caps[0]); i++)
+        if (strcmp(profile_caps[i]->name + strlen("resp/"), profile) == 0)
+            return profile_caps[i];
     return &proto_resp_caps;
 }
