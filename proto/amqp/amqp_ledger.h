@@ -48,6 +48,17 @@
  *
  * Pure C, no I/O.  Frames are produced by proto/amqp/amqp.h's encoders into a
  * caller buffer.  Not thread-safe: one ledger belongs to one session.
+ *
+ * Out of memory.  Only amqp_ledger_new (NULL), _deliver, _publish,
+ * _publish_copy, _settle_begin and _confirm_begin allocate, and only they
+ * return AMQP_LEDGER_E_NOMEM.  _deliver, _settle_begin and _confirm_begin then
+ * change nothing a caller can observe, except that they end any open plan (and
+ * the plan they were given cannot be committed: AMQP_LEDGER_E_STALE); the call
+ * may be made again.  _publish and _publish_copy number the publish all the
+ * same (see there).  Commits, _twice_settle, _release, _ack_one, _reset and
+ * _recover never allocate: a commit applies all its verdicts or, on an error,
+ * none.  tests/unit/proto/test_amqp_ledger_oom.c checks this with every
+ * allocation failing in turn.
  */
 #ifndef TWICE_AMQP_LEDGER_H
 #define TWICE_AMQP_LEDGER_H
