@@ -18,6 +18,10 @@
  * dropped confirms; the client must get exactly one confirm per published,
  * forwarded, confirmed and not dropped message, and nothing else.
  *
+ * In both models a ledger call that allocates meets, now and then, an
+ * allocation failure (tests/lib/failalloc.h): it must change nothing, and is
+ * made again.  test_amqp_ledger_oom.c fails every allocation in turn.
+ *
  * Frames are decoded here by hand, independently of proto/amqp/amqp.h, and fed
  * to the simulated peers.  Then directed examples of what RabbitMQ's
  * rabbit_channel (collect_acks) answers: 406 "unknown delivery tag" for a tag
@@ -34,6 +38,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+
+#include "tests/lib/failalloc.h"
 
 #include "proto/amqp/amqp_ledger.h"
 
@@ -81,7 +87,7 @@ static long infos_live;
 
 static void *info_new(uint64_t tag, uint32_t rec)
 {
-    struct test_info *i = malloc(sizeof(*i));
+    struct test_info *i = KIT_RAW_MALLOC(sizeof(*i)); /* never failed (failalloc.h) */
     assert_non_null(i);
     i->tag = tag;
     i->rec = rec;
@@ -92,7 +98,7 @@ static void *info_new(uint64_t tag, uint32_t rec)
 static void info_free(void *p)
 {
     infos_live--;
-    free(p);
+    KIT_RAW_FREE(p);
 }
 
 static uint64_t info_tag(const void *p)
@@ -100,6 +106,49 @@ static uint64_t info_tag(const void *p)
     assert_non_null(p);
     return ((const struct test_info *)p)->tag;
 }
+
+/* ---- allocation failures ------------------------------------------------------------------ */
+
+/* In the models, a ledger call that may allocate is made, one time in two, with its first
+ * allocation failing (from a random stream of its own, so the models' steps are those of a run
+ * without failures).  The call must return AMQP_LEDGER_E_NOMEM and change no count; made
+ * again, it goes on as the model expects, which the model's checks see. */
+static uint64_t sim_fail_rng = 0x5EED;
+static unsigned long sim_nomem;
+
+static uint64_t rng_next(uint64_t *s);
+
+static void sim_fail_arm(const struct amqp_ledger *l, struct amqp_ledger_counts *before)
+{
+    amqp_ledger_counts(l, before);
+    kit_arm(rng_next(&sim_fail_rng) % 2 == 0 ? 1 : 0);
+}
+
+/* True when the armed allocation failed in the call that returned rc. */
+static bool sim_fail_disarm(const struct amqp_ledger *l, const struct amqp_ledger_counts *before,
+                            int rc)
+{
+    bool fired = kit_alloc.failed;
+    (void)kit_disarm();
+    if (!fired)
+        return false;
+    assert_int_equal(rc, AMQP_LEDGER_E_NOMEM);
+    struct amqp_ledger_counts after;
+    amqp_ledger_counts(l, &after);
+    assert_memory_equal(before, &after, sizeof(after));
+    sim_nomem++;
+    return true;
+}
+
+/* rc = call, made again when an allocation failed in it. */
+#define SIM_MAY_FAIL(rc, l, call)                                                                  \
+    do {                                                                                           \
+        struct amqp_ledger_counts sim_before_;                                                     \
+        sim_fail_arm((l), &sim_before_);                                                           \
+        (rc) = (call);                                                                             \
+        if (sim_fail_disarm((l), &sim_before_, (rc)))                                              \
+            (rc) = (call);                                                                         \
+    } while (0)
 
 struct test_frame {
     enum amqp_settle_kind kind;
@@ -359,7 +408,9 @@ static void step_deliver(struct dsim *s)
     s->msg_of[t] = m;
     s->unacked[t] = 1;
     s->n_unacked++;
-    assert_int_equal(amqp_ledger_deliver(s->l, t, info_new(t, m)), AMQP_LEDGER_OK);
+    int rc;
+    SIM_MAY_FAIL(rc, s->l, amqp_ledger_deliver(s->l, t, info_new(t, m)));
+    assert_int_equal(rc, AMQP_LEDGER_OK);
     s->pending[t] = 1;
     model_set(s, t, M_OUT);
     s->st.deliveries++;
@@ -544,12 +595,14 @@ static void step_client_settle(struct dsim *s)
             return;
         }
     }
-    assert_int_equal(amqp_ledger_settle_begin(s->l, f.kind, f.tag, f.multiple, f.requeue, &plan),
-                     0);
+    int rc;
+    SIM_MAY_FAIL(rc, s->l,
+                 amqp_ledger_settle_begin(s->l, f.kind, f.tag, f.multiple, f.requeue, &plan));
+    assert_int_equal(rc, 0);
     check_plan(s, &f, &plan);
     choose_verdicts(s, &plan);
     bool transparent = expect_transparent(s, &f, &plan);
-    int rc = commit_settle(s, &plan, &len);
+    rc = commit_settle(s, &plan, &len);
     assert_int_equal(rc, transparent ? 1 : 0);
     want_reset(s);
     for (size_t i = 0; i < plan.n; i++) {
@@ -595,12 +648,14 @@ static void step_client_error(struct dsim *s)
     random_client_frame(s, &f, pick_bad_tag(s));
     if (f.tag == 0)
         f.multiple = false; /* tag 0 multiple is valid: "all outstanding" */
-    assert_int_equal(amqp_ledger_settle_begin(s->l, f.kind, f.tag, f.multiple, f.requeue, &plan),
-                     0);
+    int rc;
+    SIM_MAY_FAIL(rc, s->l,
+                 amqp_ledger_settle_begin(s->l, f.kind, f.tag, f.multiple, f.requeue, &plan));
+    assert_int_equal(rc, 0);
     assert_true(plan.unknown);
     assert_int_equal(plan.n, 0);
     assert_int_equal(plan.n_swallowed, 0);
-    int rc = commit_settle(s, &plan, &len);
+    rc = commit_settle(s, &plan, &len);
     uint8_t st = f.tag > 0 && f.tag < s->next_tag ? s->state[f.tag] : M_NONE;
     frame_encode(s->client_frame, &f);
     want_reset(s);
@@ -764,6 +819,7 @@ static void test_model_deliveries(void **state)
 {
     (void)state;
     struct dsim_stats t = {0};
+    unsigned long nomem_before = sim_nomem;
     for (size_t i = 0; i < SIM_N_SEEDS; i++)
         dsim_run(sim_seeds[i], &t);
     printf("deliveries: %zu seeds x %u steps: %lu deliveries, %lu client settles "
@@ -776,7 +832,9 @@ static void test_model_deliveries(void **state)
            t.verdicts[2], t.verdicts[3], t.swallowed, t.twice_settles, t.releases, t.client_errors,
            t.presettle_held, t.presettle_dropped, t.closes, t.recovers, t.small_buffers,
            t.acked_one);
-    /* Every path was taken. */
+    /* Every path was taken, an allocation failure too. */
+    printf("deliveries: %lu ledger calls met an allocation failure\n", sim_nomem - nomem_before);
+    assert_true(sim_nomem > nomem_before);
     assert_true(t.transparent_multiple > 0 && t.multiple_frames > 0 && t.swallowed > 0);
     assert_true(t.presettle_held > 0 && t.presettle_dropped > 0 && t.small_buffers > 0);
     assert_true(t.recovers > 0 && t.closes > t.client_errors && t.acked_one > 0);
@@ -988,8 +1046,11 @@ static void cstep_confirm(struct csim *s)
     size_t len = 0;
     if (!broker_pick_confirm(s, &f))
         return;
-    assert_int_equal(
-        amqp_ledger_confirm_begin(s->l, f.kind == AMQP_SETTLE_NACK, f.tag, f.multiple, &plan), 0);
+    int rc;
+    SIM_MAY_FAIL(
+        rc, s->l,
+        amqp_ledger_confirm_begin(s->l, f.kind == AMQP_SETTLE_NACK, f.tag, f.multiple, &plan));
+    assert_int_equal(rc, 0);
     check_confirm_plan(s, &f, &plan);
     for (size_t i = 0; i < plan.n; i++)
         if (rng_chance(&s->rng, s->drop_confirm_pct))
@@ -999,7 +1060,7 @@ static void cstep_confirm(struct csim *s)
         transparent = transparent && plan.tags[i].verdict == AMQP_V_PASS;
     transparent = transparent && (f.multiple ? s->barrier > f.tag && s->copies_from > f.tag
                                              : s->b2c[f.tag] == f.tag);
-    int rc = amqp_ledger_confirm_commit(s->l, CHANNEL, &plan, s->out, 0, &len);
+    rc = amqp_ledger_confirm_commit(s->l, CHANNEL, &plan, s->out, 0, &len);
     if (rc == AMQP_LEDGER_E_BUFFER)
         rc = amqp_ledger_confirm_commit(s->l, CHANNEL, &plan, s->out, amqp_ledger_plan_space(&plan),
                                         &len);
@@ -1078,6 +1139,7 @@ static void test_model_confirms(void **state)
 {
     (void)state;
     struct csim_stats t = {0};
+    unsigned long nomem_before = sim_nomem;
     for (size_t i = 0; i < SIM_N_SEEDS; i++)
         csim_run(sim_seeds[i], &t);
     printf("confirms: %zu seeds x %u steps: %lu publishes (%lu dropped, %lu copied), %lu broker "
@@ -1085,6 +1147,8 @@ static void test_model_confirms(void **state)
            "confirms dropped, %lu closes\n",
            SIM_N_SEEDS, SIM_STEPS, t.publishes, t.dropped_publishes, t.copies, t.confirms,
            t.transparent, t.rewritten, t.multiple_frames, t.dropped_confirms, t.closes);
+    printf("confirms: %lu ledger calls met an allocation failure\n", sim_nomem - nomem_before);
+    assert_true(sim_nomem > nomem_before);
     assert_true(t.transparent > 0 && t.rewritten > 0 && t.multiple_frames > 0 && t.copies > 0);
 }
 
