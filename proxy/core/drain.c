@@ -40,7 +40,6 @@ struct loop_drain {
     atomic_uint seen;            /* the last drain the loop carried out and counted */
     atomic_bool ended;           /* the loop's thread has ended */
     struct event *timer;         /* every DRAIN_CHECK_MS while draining or stopping */
-    bool stopping;
     /* Listener counters this loop has published to (they are zeroed before each count). */
     struct listener_stats **touched;
     size_t n_touched, cap_touched;
@@ -153,10 +152,10 @@ static void on_check(evutil_socket_t fd, short what, void *arg)
     (void)what;
     struct loop *lp = arg;
     struct loop_drain *d = lp->drain;
-    if (d->stopping)
+    if (lp->stopping)
         close_quiet(lp);
     count_loop(lp);
-    if (d->stopping ? lp->sessions != NULL : stat_get(&d->total) > 0)
+    if (lp->stopping ? lp->sessions != NULL : stat_get(&d->total) > 0)
         arm(d);
 }
 
@@ -202,7 +201,6 @@ void drain_loop_wake(struct loop *lp)
 void drain_loop_stopping(struct loop *lp)
 {
     struct loop_drain *d = lp->drain;
-    d->stopping = true;
     release_all(lp);
     close_quiet(lp);
     count_loop(lp);

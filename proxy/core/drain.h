@@ -64,8 +64,9 @@ int drain_loop_init(struct loop *lp);
 void drain_loop_free(struct loop *lp);
 /* The loop was woken (loop.c): a drain asked for since its last is carried out now. */
 void drain_loop_wake(struct loop *lp);
-/* The loop stops (shutdown): what is held is released as by a drain, and each quiet session
- * is closed, now and as others become quiet. */
+/* The loop stops (shutdown; the caller has set lp->stopping, which this file reads): what is
+ * held is released as by a drain, and each quiet session is closed, now and as others become
+ * quiet. */
 void drain_loop_stopping(struct loop *lp);
 /* Once a second (the loop's janitor): count. */
 void drain_loop_tick(struct loop *lp);

@@ -37,6 +37,8 @@
  */
 #include "proxy/net/session_internal.h"
 
+#include <assert.h>
+
 /* ---- state, close and logs ------------------------------------------------------------- */
 
 static void want_drain(struct session *s, enum session_side side, size_t low);
@@ -78,17 +80,41 @@ static void session_log_begin(struct log_line *line, const struct session *s, en
     log_str(line, "listener", s->cfg->l->name);
 }
 
-/* The one place where a session changes state. */
-void session_set_state(struct session *s, enum session_state next)
+/* The moves the diagram of enum session_state (session.h) draws: a bit per state a state may
+ * go to.  CLOSED goes nowhere. */
+#define STATE_BIT(st) (1u << (st))
+static const unsigned state_moves[] = {
+    [SESSION_RESOLVING] = STATE_BIT(SESSION_CONNECTING) | STATE_BIT(SESSION_CLOSED),
+    [SESSION_CONNECTING] = STATE_BIT(SESSION_RELAYING) | STATE_BIT(SESSION_CLOSED),
+    [SESSION_RELAYING] = STATE_BIT(SESSION_DRAINING) | STATE_BIT(SESSION_CLOSED),
+    [SESSION_DRAINING] = STATE_BIT(SESSION_CLOSED),
+    [SESSION_CLOSED] = 0,
+};
+
+static void log_move(const struct session *s, enum log_level level, const char *msg,
+                     enum session_state from, enum session_state to)
 {
-    if (log_enabled(LOG_DEBUG)) {
-        struct log_line line;
-        session_log_begin(&line, s, LOG_DEBUG, "session state");
-        log_str(&line, "from", state_names[s->state]);
-        log_str(&line, "to", state_names[next]);
-        log_end(&line);
+    struct log_line line;
+    session_log_begin(&line, s, level, msg);
+    log_str(&line, "from", state_names[from]);
+    log_str(&line, "to", state_names[to]);
+    log_end(&line);
+}
+
+/* The one place where a session changes state; false (and no change) for a move the diagram
+ * does not draw. */
+bool session_set_state(struct session *s, enum session_state next)
+{
+    enum session_state from = s->state;
+    if ((state_moves[from] & STATE_BIT(next)) == 0) {
+        log_move(s, LOG_ERROR, "session state move refused", from, next);
+        assert(!"illegal session state move");
+        return false;
     }
+    if (log_enabled(LOG_DEBUG))
+        log_move(s, LOG_DEBUG, "session state", from, next);
     s->state = next;
+    return true;
 }
 
 static void log_close(const struct session *s)
@@ -222,7 +248,7 @@ void session_close(struct session *s, enum session_close_reason reason)
         };
         journal_record(s->px->journal, &rec);
     }
-    session_set_state(s, SESSION_CLOSED);
+    (void)session_set_state(s, SESSION_CLOSED); /* from any state but CLOSED */
     s->reap_next = s->loop->reap;
     s->loop->reap = s;
     event_active(s->loop->reaper, EV_READ, 0);
@@ -503,7 +529,9 @@ void sess_on_write(struct bufferevent *bev, void *arg)
 
 /* One side failed: flush what the other side still has to receive, then
  * close.  Nothing already read from a peer is dropped unless the survivor
- * cannot take it within SESSION_DRAIN_MS. */
+ * cannot take it within SESSION_DRAIN_MS.  Only a relaying session drains:
+ * before it relays nothing was sent to either side (a client that fails
+ * while the upstream is resolved or connected closes at once). */
 static void start_draining(struct session *s, enum session_side failed,
                            enum session_close_reason reason)
 {
@@ -511,7 +539,8 @@ static void start_draining(struct session *s, enum session_side failed,
     s->reason = reason;
     free_end(&s->end[failed]);
     struct session_end *o = &s->end[other];
-    if (o->bev == NULL || out_pending(o) == 0) {
+    if (s->state != SESSION_RELAYING || o->bev == NULL || out_pending(o) == 0 ||
+        !session_set_state(s, SESSION_DRAINING)) {
         session_close(s, reason);
         return;
     }
@@ -519,7 +548,6 @@ static void start_draining(struct session *s, enum session_side failed,
     sess_direct_stop(o);
     want_drain(s, other, 0);
     monotonic_now(&s->drain_started);
-    session_set_state(s, SESSION_DRAINING);
 }
 
 static void on_peer_eof(struct session *s, enum session_side side)

@@ -2,19 +2,25 @@
  * session.h - one client connection and its upstream connection.
  *
  * A session relays bytes between a client and the listener's upstream.  Its
- * life is an explicit state, changed only by session_set_state():
+ * life is one state (session.state), changed only by session_set_state(),
+ * which refuses (logs at error level, and asserts in a debug build) a move
+ * not drawn here:
  *
  *   RESOLVING ──> CONNECTING ──> RELAYING ──> DRAINING ──> CLOSED
  *        │              │            │                        ▲
  *        └──────────────┴────────────┴────────────────────────┘
  *
- *   RESOLVING   the upstream name is being resolved (skipped for literals)
+ *   RESOLVING   the upstream name is being resolved (at once for a literal),
+ *               or a `delay` connect fault holds the connection back
  *   CONNECTING  TCP connect, then the TLS handshake when upstream-tls is on
  *   RELAYING    bytes flow both ways; half-closes are propagated
- *   DRAINING    one side failed; what was already read for the other side
- *               is flushed to it (bounded in time) before it is closed
+ *   DRAINING    one side failed while relaying; what was already read for
+ *               the other side is flushed to it (bounded in time) before it
+ *               is closed.  Only a relaying session drains: before, nothing
+ *               was sent to either side, and a failure closes at once
  *   CLOSED      both sockets are closed; the struct is freed by the proxy's
- *               reaper after the callback that closed it has returned
+ *               reaper after the callback that closed it has returned.  It
+ *               is the end: closing again is no move (session_close returns)
  *
  * Backpressure: when the bytes waiting for one side pass
  * SESSION_OUTPUT_HIGH, the session stops reading from the other side until
@@ -123,7 +129,7 @@ struct session_faults {
 
 struct session {
     uint64_t id;
-    enum session_state state;
+    enum session_state state;         /* changed only by session_set_state() */
     enum session_close_reason reason; /* set when the end is decided */
     enum session_side first_eof;      /* who half-closed first, for the reason */
     struct proxy *px;
@@ -176,6 +182,12 @@ void session_accept(struct loop *lp, struct listener *l, struct lconf *cfg, evut
 
 /* The toxics of the session's listener changed (toxi.h): its stream faults follow. */
 void session_toxics_changed(struct session *s);
+
+/* Move s to `next`: true, or false for a move the diagram above does not draw (refused: logged
+ * at error level, an assertion fails in a debug build; the state stays).  Only the session's
+ * own files (and its unit test) call it: others end a session with session_close() or
+ * session_abort(). */
+bool session_set_state(struct session *s, enum session_state next);
 
 /* Close the session now (e.g. at the end of the shutdown grace period). */
 void session_close(struct session *s, enum session_close_reason reason);

@@ -69,13 +69,23 @@ static int arm_reset(struct session *s)
     return 0;
 }
 
+/* A move session_set_state() refused: the session cannot go on. */
+static void refused_move(struct session *s)
+{
+    session_set_error(s, "illegal session state move");
+    session_close(s, SESSION_CLOSE_INTERNAL_ERROR);
+}
+
 void sess_start_relaying(struct session *s)
 {
+    if (!session_set_state(s, SESSION_RELAYING)) {
+        refused_move(s);
+        return;
+    }
     if (s->connect_timer != NULL) {
         event_free(s->connect_timer);
         s->connect_timer = NULL;
     }
-    session_set_state(s, SESSION_RELAYING);
     struct session_end *c = &s->end[SIDE_CLIENT], *u = &s->end[SIDE_UPSTREAM];
     bufferevent_enable(u->bev, EV_READ | EV_WRITE);
     sess_direct_start(s, SIDE_CLIENT);
@@ -194,7 +204,10 @@ static void connect_upstream(struct session *s, const struct sockaddr *sa, sockl
         sess_fail_upstream(s, SESSION_CLOSE_UPSTREAM_CONNECT_FAILED, "upstream is twice itself");
         return;
     }
-    session_set_state(s, SESSION_CONNECTING);
+    if (!session_set_state(s, SESSION_CONNECTING)) {
+        refused_move(s);
+        return;
+    }
     if (cfg->client_ctx != NULL) {
         SSL *ssl =
             tls_client_ssl_new(cfg->client_ctx, &cfg->l->upstream_tls, cfg->l->upstream.host);

@@ -44,7 +44,6 @@
 
 /* ---- session.c ---- */
 
-void session_set_state(struct session *s, enum session_state next);
 void sess_flush_unqueue(struct session_end *e);
 void sess_rd_free(struct session_end *e);
 void sess_fail_upstream(struct session *s, enum session_close_reason reason, const char *msg);

@@ -956,6 +956,46 @@ class ChurnTest(h.TestCase):
         self.assertEqual(h.exchange_problems(h.hash_exchange(s2, 1000, 1000)), [])
         tw.stop()
 
+    def test_client_reset_before_relaying(self):
+        """A client that resets while its session is still on its way to the upstream (a
+        `delay` connect rule holds it before resolving; a TLS upstream that never answers its
+        handshake holds it connecting) ends at once as client_error: there is nothing to
+        deliver, so it closes rather than drains, and the upstream connection goes with it.
+        The next client is served."""
+        class Silent(h.ThreadedServer):
+            def handle(self, c):
+                while c.recv(4096):
+                    pass
+        silent = Silent(name="silent-tls")
+        self.addCleanup(silent.close)
+        echo = h.EchoServer(name="echo-held")
+        self.addCleanup(echo.close)
+        p_held, p_tls = h.free_port(), h.free_port()
+        tw = self.twice(h.config(h.listen_block("held", p_held, echo.port),
+                                 h.listen_block("tlswait", p_tls, silent.port, "upstream-tls no-verify"),
+                                 fk.rule_block("hold", "held", "when connect", "do delay 2s"),
+                                 log_level="info", connect_timeout="20s"))
+        clients = {}
+        for name, port in (("held", p_held), ("tlswait", p_tls)):
+            s = h.connect(port)
+            clients[name] = h.client_addr(s)
+            s.sendall(b"half a request")
+            if name == "tlswait":   # connecting: twice's TLS hello waits for an answer
+                h.wait_until(lambda: silent.stats()["active"] == 1, 10, what="twice to reach the upstream")
+            s.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+            s.close()
+        recs = tw.wait_sessions(list(clients.values()), timeout=15)
+        for name, client in clients.items():
+            rec = recs[client]
+            self.assertEqual(rec.get("reason"), "client_error", rec)
+            self.assertLess(int(rec["duration_ms"]), 2000, rec)   # before the delay, or the timeout
+            self.assertEqual(int(rec["bytes_up"]), 0, rec)
+        h.wait_until(lambda: silent.stats()["active"] == 0, 10, what="the upstream connection to close")
+        self.assertEqual(tw.event_count("session state move refused"), 0)
+        with h.connect(p_held) as s:
+            self.assertEqual(echo_roundtrip(s, b"after"), b"after")
+        tw.stop()
+
     def test_upstream_reset_mid_upload(self):
         """The upstream resets the connection while the client is uploading:
         the client's connection is closed promptly."""
