@@ -36,7 +36,7 @@ static void write_run(const char *path, size_t n, bool stop)
         fail_msg("journal_open: %s", err);
     uint64_t t = T0_US;
     for (size_t i = 0; i < n; i++) {
-        char id[16];
+        char id[24]; /* "m" and a size_t */
         snprintf(id, sizeof(id), "m%zu", i);
         struct journal_record d = {.kind = JOURNAL_KIND_DELIVER,
                                    .time_unix_us = t += 1000,
