@@ -97,54 +97,6 @@ void toxi_toxics_put(struct toxi_toxics *tt)
         free(tt);
 }
 
-/* Folds one toxic into the faults of the side its bytes come from. */
-static void fold_toxic(const struct toxi_stream_toxic *x, struct stream_fx *f)
-{
-    const int64_t *a = x->t.attr;
-    uint32_t ms0 = a[0] > 0 ? (a[0] > UINT32_MAX ? UINT32_MAX : (uint32_t)a[0]) : 0;
-    switch (x->t.kind) {
-    case TOXIC_LATENCY:
-        f->latency_ms += ms0;
-        f->jitter_ms += a[1] > 0 ? (uint32_t)a[1] : 0;
-        break;
-    case TOXIC_BANDWIDTH:
-        if (a[0] <= 0)
-            f->bandwidth_hold = true; /* Toxiproxy delivers nothing at rate 0 (bandwidth.go) */
-        else if (f->rate_bps == 0 || (uint64_t)a[0] * 1000 < f->rate_bps)
-            f->rate_bps = (uint64_t)a[0] * 1000; /* KB/s, 1 KB = 1000 bytes (bandwidth.go) */
-        break;
-    case TOXIC_SLOW_CLOSE:
-        f->has_slow_close = true;
-        f->slow_close_ms += ms0;
-        break;
-    case TOXIC_TIMEOUT:
-        f->has_timeout = true;
-        f->timeout_ms = ms0;
-        f->toxic_rule = x->rule;
-        break;
-    case TOXIC_RESET_PEER:
-        f->has_reset_peer = true;
-        f->reset_peer_ms = ms0;
-        f->toxic_rule = x->rule;
-        break;
-    case TOXIC_SLICER:
-        f->slice_halving = true;
-        f->slice_bytes = a[0] > 0 ? (uint64_t)a[0] : 1;
-        f->slice_variation = a[1] > 0 ? (uint32_t)a[1] : 0;
-        f->slice_delay_us = a[2] > 0 ? (uint32_t)a[2] : 0;
-        break;
-    case TOXIC_LIMIT_DATA:
-        if (!f->has_limit || (uint64_t)(a[0] > 0 ? a[0] : 0) < f->limit_bytes) {
-            f->has_limit = true;
-            f->limit_bytes = a[0] > 0 ? (uint64_t)a[0] : 0;
-            f->limit_rule = x->rule;
-        }
-        break;
-    default:
-        break;
-    }
-}
-
 void toxi_session_fx(struct session *s, struct stream_fx fx[2])
 {
     if (s->rule_fx == NULL) {
@@ -169,7 +121,7 @@ void toxi_session_fx(struct session *s, struct stream_fx fx[2])
         /* Toxiproxy draws per connection and direction: the coin of (seed, toxic, session). */
         if (x->toxicity < 1.0 && engine_coin(tt->seed, x->rule, identity, 0) >= x->toxicity)
             continue;
-        fold_toxic(x, &fx[x->downstream ? SIDE_UPSTREAM : SIDE_CLIENT]);
+        stream_plan_add_toxic(&x->t, x->rule, &fx[x->downstream ? SIDE_UPSTREAM : SIDE_CLIENT]);
     }
 }
 

@@ -37,6 +37,7 @@
 #include <sys/socket.h>
 
 #include "proxy/core/proxy.h"
+#include "rules/stream_plan.h"
 
 /* Bytes queued toward one side before reading from the other stops. */
 #define SESSION_OUTPUT_HIGH (256u * 1024u)
@@ -111,21 +112,9 @@ struct session_end {
 };
 
 struct shaper;
-struct stream_fx;
 struct toxi_toxics;
 struct ruleset;
 struct codec_ops;
-
-/* Connection-level faults decided when the session is accepted. */
-struct session_faults {
-    bool close_before;         /* `when connect ... do close before` */
-    bool close_after;          /* close once the upstream is connected */
-    uint32_t delay_connect_ms; /* `when connect ... do delay D` */
-    bool reset;                /* `do reset [after D]` */
-    uint32_t reset_after_ms;
-    const char *close_rule; /* rule names, for the close log */
-    const char *reset_rule;
-};
 
 struct session {
     uint64_t id;
@@ -146,7 +135,7 @@ struct session {
     struct ruleset *rules;      /* held while shapers name its rules */
     struct toxi_toxics *toxics; /* a Toxiproxy proxy's toxics, held while shapers name them */
     struct stream_fx *rule_fx;  /* a Toxiproxy proxy's: the faults of its rules, by side */
-    struct session_faults faults;
+    struct conn_faults faults;
     struct event *fault_timer;     /* delayed connect, reset */
     struct event *handshake_timer; /* client TLS handshake deadline */
     struct evdns_getaddrinfo_request *dns_req;

@@ -376,57 +376,14 @@ static void client_v6(const struct sockaddr *sa, struct engine_event *ev)
     }
 }
 
-/* Fold one fired rule into the session's connection faults. */
+/* Fold one fired rule into the session's connection faults (rules/stream_plan.h), and note
+ * it. */
 static void add_fault(struct session *s, const struct rule *r, struct stream_fx fx[2])
 {
-    const struct rule_action *a = &r->action;
-    for (int side = 0; side < 2; side++) {
-        unsigned dir = side == SIDE_CLIENT ? RULE_DIR_UPSTREAM : RULE_DIR_DOWNSTREAM;
-        if (!rule_action_is_stream(a->kind) || !(r->direction & dir))
-            continue;
-        struct stream_fx *f = &fx[side];
-        switch (a->kind) {
-        case RULE_ACT_LATENCY:
-            f->latency_ms += a->duration_ms;
-            f->jitter_ms += a->jitter_ms;
-            break;
-        case RULE_ACT_BANDWIDTH:
-            if (f->rate_bps == 0 || a->bytes < f->rate_bps)
-                f->rate_bps = a->bytes;
-            break;
-        case RULE_ACT_SLICE:
-            f->slice_bytes = a->bytes;
-            f->slice_delay_ms = a->slice_delay_ms;
-            break;
-        case RULE_ACT_BLACKHOLE:
-            f->blackhole = true;
-            break;
-        case RULE_ACT_LIMIT:
-            if (!f->has_limit || a->bytes < f->limit_bytes) {
-                f->has_limit = true;
-                f->limit_bytes = a->bytes;
-                f->limit_rule = r->name;
-            }
-            break;
-        case RULE_ACT_SLOW_CLOSE:
-            f->has_slow_close = true;
-            f->slow_close_ms = a->duration_ms;
-            break;
-        default:
-            break;
-        }
-    }
-    struct session_faults *sf = &s->faults;
-    if (a->kind == RULE_ACT_RESET) {
-        sf->reset = true;
-        sf->reset_after_ms = a->duration_ms;
-        sf->reset_rule = r->name;
-    } else if (a->kind == RULE_ACT_CLOSE) {
-        *(a->close_when == RULE_CLOSE_BEFORE ? &sf->close_before : &sf->close_after) = true;
-        sf->close_rule = r->name;
-    } else if (a->kind == RULE_ACT_DELAY) {
-        sf->delay_connect_ms = a->duration_ms;
-    }
+    _Static_assert((int)SIDE_CLIENT == (int)STREAM_FROM_CLIENT &&
+                       (int)SIDE_UPSTREAM == (int)STREAM_FROM_UPSTREAM,
+                   "a stream plan is indexed by the side its bytes come from");
+    stream_plan_add_rule(r, fx, &s->faults);
     fault_note(s, r, NULL);
 }
 

@@ -64,12 +64,6 @@ static uint64_t now_us(void)
     return (uint64_t)ts.tv_sec * 1000000 + (uint64_t)ts.tv_nsec / 1000;
 }
 
-bool stream_fx_active(const struct stream_fx *f)
-{
-    return f->latency_ms || f->jitter_ms || f->rate_bps || f->bandwidth_hold || f->slice_bytes ||
-           f->blackhole || f->has_limit || f->has_slow_close || f->has_timeout || f->has_reset_peer;
-}
-
 static uint64_t next_random(struct shaper *sh)
 {
     /* xorshift64*: deterministic per session, good enough for jitter. */

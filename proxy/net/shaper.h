@@ -38,33 +38,11 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "rules/stream_plan.h"
+
 struct session;
 
-struct stream_fx {
-    uint32_t latency_ms;
-    uint32_t jitter_ms;
-    uint64_t rate_bps;    /* 0: unlimited */
-    uint64_t slice_bytes; /* 0: no slicing */
-    uint32_t slice_delay_ms;
-    bool blackhole;
-    bool has_limit;
-    uint64_t limit_bytes;
-    bool has_slow_close;
-    uint32_t slow_close_ms;
-    const char *limit_rule;   /* name of the rule behind `limit`, for the log */
-    bool slice_halving;       /* Toxiproxy's slicer: pieces of each chunk by halving */
-    uint32_t slice_variation; /* its size_variation */
-    uint32_t slice_delay_us;  /* added to slice_delay_ms */
-    bool bandwidth_hold;      /* hold every byte (Toxiproxy's rate 0) */
-    bool has_timeout;         /* drop bytes; close after timeout_ms (0: never) */
-    uint32_t timeout_ms;
-    bool has_reset_peer; /* on the first bytes: drop, reset after reset_peer_ms */
-    uint32_t reset_peer_ms;
-    const char *toxic_rule; /* name of the toxic behind timeout or reset-peer, for the log */
-};
-
-/* Whether `fx` does anything. */
-bool stream_fx_active(const struct stream_fx *fx);
+/* struct stream_fx, the plan of one direction's bytes, is rules/stream_plan.h's. */
 
 struct shaper;
 
