@@ -183,13 +183,40 @@ struct achan {
     bool closed_for_client;       /* the client was told the channel is closed */
 };
 
+/*
+ * Where a connection is in its life.  One field (amqp_px.phase), changed only by
+ * apx_set_phase(), which refuses (logs at error level, and asserts in a debug build) a move not
+ * drawn here:
+ *
+ *               the client's protocol header            a connection.close-ok went by
+ *     HEADER ----------------------------------> OPEN -------------------------------> CLOSED
+ *        |                                         |                                      |
+ *        +-----------------------------------------+--------------------------------------+
+ *                                                  |  the codec was stopped
+ *                                                  v
+ *                                               STOPPED
+ *
+ * HEADER: nothing of the client's is read but its protocol header (the broker says nothing
+ * before it).  OPEN: frames are read, decided and relayed.  CLOSED: the close handshake is over
+ * (the session is told which side closed it: amqp_px.closed_by, kept past STOPPED, for the
+ * session asks once the codec has stopped); frames still read are relayed as in OPEN.
+ * STOPPED lasts to the session's end (setting it again is no move).  A close-ok before the
+ * client's header is not noted: the broker cannot close a connection that did not begin.
+ */
+enum apx_phase {
+    APX_HEADER,
+    APX_OPEN,
+    APX_CLOSED,
+    APX_STOPPED,
+};
+
 struct amqp_px {
     struct session *s;
-    bool header_done;
-    bool stopped;
+    enum apx_phase phase;      /* changed only by apx_set_phase() */
     enum session_side reading; /* the side whose bytes are being processed */
-    int closed_by;             /* the side whose connection.close was answered (close-ok), or -1 */
-    uint32_t frame_max;        /* as negotiated; before tune-ok the minimum */
+    int closed_by;      /* APX_CLOSED (and STOPPED after it): the side whose connection.close was
+                           answered (close-ok); -1 before */
+    uint32_t frame_max; /* as negotiated; before tune-ok the minimum */
     struct achan **chans;
     size_t n_chans;
     struct evbuffer *xfer[2]; /* frames batched toward side [to] */
@@ -227,6 +254,9 @@ enum session_side apx_other(enum session_side side);
  * other sessions carry on. */
 void apx_protocol_error(struct amqp_px *ax, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));
+/* Moves ax to phase `to` (closed_by: APX_CLOSED's side, else ignored); false, logged at
+ * error level and asserted in a debug build, for a move enum apx_phase does not draw. */
+bool apx_set_phase(struct amqp_px *ax, enum apx_phase to, enum session_side closed_by);
 bool apx_alive(const struct amqp_px *ax);
 void apx_settle(struct amqp_px *ax);
 void apx_take(struct amqp_px *ax, struct evbuffer *dst, size_t len);

@@ -31,6 +31,8 @@
  */
 #include "proxy/amqp/amqp_internal.h"
 
+#include <assert.h>
+
 /* ---- small helpers ----------------------------------------------------- */
 
 uint64_t apx_now_ms(void)
@@ -151,9 +153,40 @@ void apx_protocol_error(struct amqp_px *ax, const char *fmt, ...)
     session_abort(ax->s, SESSION_CLOSE_PROTOCOL_ERROR, to);
 }
 
+/* ---- the connection's phase (amqp_internal.h) ------------------------- */
+
+static const char *const phase_names[] = {"header", "open", "closed", "stopped"};
+
+/* The moves the diagram of enum apx_phase draws: a bit per phase a phase may go to. */
+#define PHASE_BIT(p) (1u << (p))
+static const unsigned phase_moves[] = {
+    [APX_HEADER] = PHASE_BIT(APX_OPEN) | PHASE_BIT(APX_STOPPED),
+    [APX_OPEN] = PHASE_BIT(APX_CLOSED) | PHASE_BIT(APX_STOPPED),
+    [APX_CLOSED] = PHASE_BIT(APX_STOPPED),
+    [APX_STOPPED] = PHASE_BIT(APX_STOPPED),
+};
+
+bool apx_set_phase(struct amqp_px *ax, enum apx_phase to, enum session_side closed_by)
+{
+    enum apx_phase from = ax->phase;
+    if ((phase_moves[from] & PHASE_BIT(to)) == 0) {
+        log_msg(LOG_ERROR, "amqp phase move refused", "sid=%llu from=%s to=%s",
+                (unsigned long long)ax->s->id, phase_names[from], phase_names[to]);
+        assert(!"illegal amqp phase move");
+        return false;
+    }
+    if (from != to && log_enabled(LOG_DEBUG))
+        log_msg(LOG_DEBUG, "amqp phase", "sid=%llu from=%s to=%s", (unsigned long long)ax->s->id,
+                phase_names[from], phase_names[to]);
+    ax->phase = to;
+    if (to == APX_CLOSED)
+        ax->closed_by = (int)closed_by; /* kept past STOPPED: the session asks then */
+    return true;
+}
+
 bool apx_alive(const struct amqp_px *ax)
 {
-    return !ax->stopped && ax->s->state == SESSION_RELAYING;
+    return ax->phase != APX_STOPPED && ax->s->state == SESSION_RELAYING;
 }
 
 /* ---- channels ---------------------------------------------------------- */
@@ -1021,8 +1054,8 @@ static void on_method(struct amqp_px *ax, int from, const struct amqp_frame *f, 
     if (f->channel == 0) {
         /* Only connection methods concern twice here; anything else on
          * channel 0 is the broker's to refuse (503/504). */
-        if (m.id == AMQP_CONNECTION_CLOSE_OK && ax->closed_by < 0)
-            ax->closed_by = (int)apx_other((enum session_side)from);
+        if (m.id == AMQP_CONNECTION_CLOSE_OK && ax->phase == APX_OPEN)
+            (void)apx_set_phase(ax, APX_CLOSED, apx_other((enum session_side)from));
         if (from == SIDE_CLIENT &&
             (m.id == AMQP_CONNECTION_TUNE_OK || m.id == AMQP_CONNECTION_CLOSE))
             connection_method(ax, &m);
@@ -1118,7 +1151,7 @@ static bool protocol_header(struct amqp_px *ax, struct evbuffer *in)
         return false;
     }
     evbuffer_remove_buffer(in, ax->xfer[SIDE_UPSTREAM], AMQP_PROTOCOL_HEADER_SIZE);
-    ax->header_done = true;
+    (void)apx_set_phase(ax, APX_OPEN, SIDE_CLIENT);
     return true;
 }
 
@@ -1195,7 +1228,7 @@ static void amqp_process(void *state, enum session_side from, struct evbuffer *i
     enum session_side outer_reading = ax->reading;
     ax->reading = from;
     ax->in = in;
-    if (from == SIDE_CLIENT && !ax->header_done && !protocol_header(ax, in)) {
+    if (from == SIDE_CLIENT && ax->phase == APX_HEADER && !protocol_header(ax, in)) {
         apx_send_flush(ax, SIDE_UPSTREAM);
         ax->in = outer_in;
         ax->reading = outer_reading;
@@ -1245,6 +1278,7 @@ static void *amqp_open(struct session *s)
         return NULL;
     ax->s = s;
     ax->frame_max = AMQP_FRAME_MIN_SIZE;
+    ax->phase = APX_HEADER;
     ax->closed_by = -1;
     ax->xfer[0] = evbuffer_new();
     ax->xfer[1] = evbuffer_new();
@@ -1262,9 +1296,9 @@ static void *amqp_open(struct session *s)
 static void amqp_stop(void *state)
 {
     struct amqp_px *ax = state;
-    if (!ax->stopped && ax->s->reason == SESSION_CLOSE_SHUTDOWN)
+    if (ax->phase != APX_STOPPED && ax->s->reason == SESSION_CLOSE_SHUTDOWN)
         apx_log_held_at_shutdown(ax);
-    ax->stopped = true;
+    (void)apx_set_phase(ax, APX_STOPPED, SIDE_CLIENT);
     /* Timers may be on the stack: only disarm them here; free frees. */
     for (size_t i = 0; i < ax->n_chans; i++) {
         struct achan *ch = ax->chans[i];
