@@ -8,6 +8,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "rules/plan.h"
+
 /* One identity a rule has seen: how often, and how often it faulted it. */
 struct id_slot {
     uint64_t hash; /* 0: empty (a real hash of 0 is stored as 1) */
@@ -507,15 +509,15 @@ uint32_t ruleset_events(const struct ruleset *rs, const char *listener)
     return mask;
 }
 
-bool ruleset_has_action(const struct ruleset *rs, const char *listener, enum rule_event ev,
-                        enum rule_action_kind act)
+uint32_t ruleset_fault_kinds(const struct ruleset *rs, const char *listener, enum rule_event ev)
 {
+    uint32_t kinds = 0;
     for (size_t i = 0; rs != NULL && i < rs->n; i++) {
         const struct rule *r = rs->rt[i].rule;
-        if (r->event == ev && r->action.kind == act && strcmp(r->listener, listener) == 0)
-            return true;
+        if (r->event == ev && strcmp(r->listener, listener) == 0)
+            kinds |= 1u << rule_job_fault(r).kind;
     }
-    return false;
+    return kinds;
 }
 
 bool engine_event_combines(enum rule_event ev)

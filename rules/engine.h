@@ -145,10 +145,10 @@ size_t ruleset_decide(struct ruleset *rs, const char *listener, const struct eng
  * Constant for the life of the ruleset. */
 uint32_t ruleset_events(const struct ruleset *rs, const char *listener);
 
-/* Whether a rule of `listener` on events ev does action act (a codec prepares what only that
- * action needs: a copy of a publish for `duplicate`). */
-bool ruleset_has_action(const struct ruleset *rs, const char *listener, enum rule_event ev,
-                        enum rule_action_kind act);
+/* The kinds of fault (bits 1u << enum job_fault_kind, rules/plan.h's rule_job_fault()) the
+ * rules of `listener` on events ev make, enabled or not: a codec prepares what only one kind
+ * needs (a copy of a publish for a duplicate). */
+uint32_t ruleset_fault_kinds(const struct ruleset *rs, const char *listener, enum rule_event ev);
 
 /* The deterministic coin: a number in [0, 1) from (seed, rule, identity,
  * occurrence).  Exposed for tests. */

@@ -119,11 +119,41 @@ struct amqp_content_plan amqp_plan_content(const struct amqp_content_facts *k,
     return p;
 }
 
+bool amqp_plan_copy_publish(uint32_t fault_kinds)
+{
+    return (fault_kinds & (1u << JOB_FAULT_DUPLICATE)) != 0;
+}
+
+uint32_t amqp_plan_visibility(const struct amqp_visibility_facts *k)
+{
+    /* Only a delivery the client must ack, that it gets, whose record the ledger keeps (the
+     * timer hangs on it), and on which no `expire` rule armed its own. */
+    if (k->timeout_ms == 0 || k->publish || !k->ack_required || k->dropped || !k->kept ||
+        k->expired)
+        return 0;
+    return k->timeout_ms;
+}
+
+bool amqp_plan_settle_asks_rules(const struct amqp_settle_facts *k)
+{
+    return !k->hold_ack;
+}
+
+enum amqp_release amqp_plan_release_held(bool late_copy)
+{
+    return late_copy ? AMQP_RELEASE_REQUEUE : AMQP_RELEASE_FORWARD;
+}
+
 struct amqp_settle_plan amqp_plan_settle(const struct amqp_settle_facts *k,
                                          const struct job_fault *f, size_t n,
                                          struct amqp_settle_after *after)
 {
     struct amqp_settle_plan p = {.verdict = AMQP_V_PASS, .by = AMQP_BY_NONE};
+    if (k->hold_ack) {
+        p.verdict = AMQP_V_HOLD; /* the late copy's timer settles it */
+        p.by = AMQP_BY_COPY;
+        return p;
+    }
     for (size_t i = 0; i < n; i++) {
         switch (f[i].kind) {
         case JOB_FAULT_REDELIVER:

@@ -15,7 +15,11 @@
  * (proxy/amqp/amqp_proxy.c), on_expire().
  *
  * A delivery's expiry (an `expire` rule's timer, or the listener's visibility or consumer
- * timeout) is planned the same way when its timer fires.
+ * timeout) is planned the same way when its timer fires.  Smaller questions too: whether a
+ * publish is copied as it passes (amqp_plan_copy_publish()), whether the listener's timeout is
+ * armed on a delivery (amqp_plan_visibility()), whether the rules see a settlement at all
+ * (amqp_plan_settle_asks_rules()), and what a held settlement becomes when its channel closes
+ * (amqp_plan_release_held()).
  *
  * Pure: no I/O, no clock, no allocation.  Guarantees (tests/unit/proto/test_amqp_plan.c):
  *   - no faults: the message is forwarded, the settlement passed, nothing else;
@@ -107,11 +111,31 @@ struct amqp_content_plan {
 struct amqp_content_plan amqp_plan_content(const struct amqp_content_facts *k,
                                            const struct job_fault *f, size_t n);
 
+/* Whether a publish is copied as it passes (amqp_content_facts.has_copy), before its rules
+ * decide, given the kinds of fault the listener's rules on publishes can make (bits
+ * 1u << enum job_fault_kind): only a duplicate sends the copy. */
+bool amqp_plan_copy_publish(uint32_t fault_kinds);
+
+/* What the proxy knows of a delivery once its plan was carried out. */
+struct amqp_visibility_facts {
+    uint32_t timeout_ms; /* the listener's visibility (or consumer) timeout; 0: none */
+    bool publish;        /* a publish: no timeout of the listener's */
+    bool ack_required;   /* a delivery the client acks */
+    bool dropped;        /* its plan dropped it: the client never gets it */
+    bool kept;    /* the ledger still keeps its record (twice's settlement or a channel's close
+                     forgets it) */
+    bool expired; /* an `expire` rule armed its own timeout on it */
+};
+
+/* The listener's timeout to arm on the delivery, in ms; 0: none. */
+uint32_t amqp_plan_visibility(const struct amqp_visibility_facts *k);
+
 /* ---- one tag of a client's basic.ack / basic.nack / basic.reject ------- */
 
 struct amqp_settle_facts {
     uint32_t method; /* AMQP_BASIC_ACK / _NACK / _REJECT: the method an error names */
     bool tracked;    /* the ledger keeps the delivery's record: timers may hang on it */
+    bool hold_ack;   /* ... and its ack waits for a late copy (`duplicate after D`) */
 };
 
 /* What wins which verdict when a timer cannot be armed (amqp_settle_plan.by). */
@@ -120,6 +144,7 @@ enum amqp_verdict_by {
     AMQP_BY_LATE,  /* a late copy: AMQP_V_REQUEUE when it cannot be armed */
     AMQP_BY_HOLD,  /* a delay: AMQP_V_PASS when it cannot be armed */
     AMQP_BY_FAULT, /* any other fault: kept */
+    AMQP_BY_COPY,  /* an ack that waits for a late copy: AMQP_V_HOLD, kept */
 };
 
 struct amqp_settle_plan {
@@ -147,8 +172,13 @@ struct amqp_settle_after {
     const void *cut_after;
 };
 
+/* Whether the rules are asked about one tag: not when its ack waits for a late copy (a rule
+ * that fired would be journaled as a fault it never made; the event is counted all the same). */
+bool amqp_plan_settle_asks_rules(const struct amqp_settle_facts *k);
+
 /* The plan of faults f[0..n) on one tag with facts *k; *after gathers over the frame's tags
- * (the last tag's error or cut wins). */
+ * (the last tag's error or cut wins).  An ack that waits for a late copy is held for it
+ * (AMQP_V_HOLD, by AMQP_BY_COPY), whatever f says: the copy's timer settles it. */
 struct amqp_settle_plan amqp_plan_settle(const struct amqp_settle_facts *k,
                                          const struct job_fault *f, size_t n,
                                          struct amqp_settle_after *after);
@@ -157,6 +187,17 @@ struct amqp_settle_plan amqp_plan_settle(const struct amqp_settle_facts *k,
  * has none). */
 enum amqp_verdict amqp_plan_settle_verdict(const struct amqp_settle_plan *p, bool late_ok,
                                            bool hold_ok);
+
+/* What becomes of a settlement twice holds when the client closes its channel or recovers
+ * (held acks are not lost to a close). */
+enum amqp_release {
+    AMQP_RELEASE_FORWARD, /* the client's settlement goes to the broker now */
+    AMQP_RELEASE_REQUEUE, /* a late copy's: not the client's to give; twice requeues the message
+                             now (the copy comes early, as when the channel closes) */
+};
+
+/* The fate of one held settlement; late_copy: a late copy's timer is armed on its delivery. */
+enum amqp_release amqp_plan_release_held(bool late_copy);
 
 /* ---- a delivery's timeout running out ---------------------------------- */
 

@@ -145,8 +145,8 @@ void apx_content_begin(struct amqp_px *ax, struct achan *ch, int from, const str
         }
         c->info = info_from_publish(ch, m);
         if (codec_wants(ax->s, RULE_EV_PUBLISH) &&
-            ruleset_has_action(ax->s->loop->rules, ax->s->cfg->l->name, RULE_EV_PUBLISH,
-                               RULE_ACT_DUPLICATE))
+            amqp_plan_copy_publish(
+                ruleset_fault_kinds(ax->s->loop->rules, ax->s->cfg->l->name, RULE_EV_PUBLISH)))
             copy_begin(ch, c, m);
     } else {
         struct consumer *con =
@@ -341,16 +341,24 @@ static void content_release_stash(struct achan *ch, int from)
         apx_protocol_error(ch->ax, "out of memory");
 }
 
-/* The listener's visibility timeout (or consumer timeout) on a delivery that needs an ack and
- * is forwarded, unless an `expire` rule armed its own. */
+/* The listener's visibility timeout (or consumer timeout) on a delivery, as the planner says
+ * (amqp_plan_visibility()), once its plan was carried out. */
 static void arm_visibility(struct amqp_px *ax, struct achan *ch, const struct content *c,
                            struct msg_info *mi)
 {
-    uint32_t ms = ax->s->cfg->l->visibility_ms;
-    if (ms == 0 || c->method == AMQP_BASIC_PUBLISH || !c->ack_required || c->fate == FATE_DROP ||
-        amqp_ledger_info(ch->ledger, c->tag) != mi || mi->expire_timer != NULL)
-        return;
-    (void)apx_arm_timer(ax, mi, &mi->expire_timer, ms, on_expire);
+    struct amqp_visibility_facts k = {
+        .timeout_ms = ax->s->cfg->l->visibility_ms,
+        .publish = c->method == AMQP_BASIC_PUBLISH,
+        .ack_required = c->ack_required,
+        .dropped = c->fate == FATE_DROP,
+    };
+    /* The ledger is asked only when a timeout could be armed at all. */
+    if (k.timeout_ms != 0 && !k.publish && k.ack_required)
+        k.kept = mi != NULL && amqp_ledger_info(ch->ledger, c->tag) == mi;
+    k.expired = k.kept && mi->expire_timer != NULL;
+    uint32_t ms = amqp_plan_visibility(&k);
+    if (ms != 0)
+        (void)apx_arm_timer(ax, mi, &mi->expire_timer, ms, on_expire);
 }
 
 /* The message's identity and task where the app keeps them by default (proto/amqp/amqp_app.h). */

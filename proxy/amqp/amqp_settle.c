@@ -215,12 +215,11 @@ void apx_release_all_held_acks(struct achan *ch)
         for (size_t i = 0; i < k; i++) {
             uint8_t frame[64];
             const struct msg_info *mi = amqp_ledger_info(ch->ledger, tags[i]);
-            /* A late copy's ack is not the client's to give: the message goes back now (the
-             * copy comes early, as it would when the channel closes). */
-            int len = mi != NULL && mi->late_timer != NULL
-                          ? amqp_ledger_twice_settle(ch->ledger, ch->id, tags[i], true, frame,
-                                                     sizeof(frame))
-                          : amqp_ledger_release(ch->ledger, ch->id, tags[i], frame, sizeof(frame));
+            int len =
+                amqp_plan_release_held(mi != NULL && mi->late_timer != NULL) == AMQP_RELEASE_REQUEUE
+                    ? amqp_ledger_twice_settle(ch->ledger, ch->id, tags[i], true, frame,
+                                               sizeof(frame))
+                    : amqp_ledger_release(ch->ledger, ch->id, tags[i], frame, sizeof(frame));
             if (len > 0) {
                 apx_settle(ch->ax);
                 evbuffer_add(apx_chan_out(ch, SIDE_CLIENT), frame, (size_t)len);
@@ -413,17 +412,15 @@ void apx_on_settle(struct amqp_px *ax, struct achan *ch, const struct amqp_metho
         struct msg_info *mi = t->info;
         apx_journal_event(ax, kind == AMQP_SETTLE_ACK ? JOURNAL_KIND_ACK : JOURNAL_KIND_NACK, mi,
                           t->tag, kind != AMQP_SETTLE_ACK && m->ack.requeue ? APX_J_REQUEUE : 0);
-        if (mi != NULL && mi->hold_ack) {
-            /* A late duplicate is due: the settlement waits for it, and no rule sees it (one
-             * that fired would be journaled as a fault it never made). */
-            codec_count(ax->s, kind == AMQP_SETTLE_ACK ? RULE_EV_ACK : RULE_EV_NACK);
-            t->verdict = AMQP_V_HOLD;
-            continue;
-        }
+        enum rule_event ev = kind == AMQP_SETTLE_ACK ? RULE_EV_ACK : RULE_EV_NACK;
+        struct amqp_settle_facts k = {
+            .method = m->id, .tracked = mi != NULL, .hold_ack = mi != NULL && mi->hold_ack};
         struct job_fault f[SESSION_MAX_RULE_HITS];
-        size_t n = apx_decide_msg(ax, kind == AMQP_SETTLE_ACK ? RULE_EV_ACK : RULE_EV_NACK, mi,
-                                  NULL, NULL, f);
-        struct amqp_settle_facts k = {.method = m->id, .tracked = mi != NULL};
+        size_t n = 0;
+        if (amqp_plan_settle_asks_rules(&k))
+            n = apx_decide_msg(ax, ev, mi, NULL, NULL, f);
+        else
+            codec_count(ax->s, ev); /* a late copy's ack: held for it, seen by no rule */
         struct amqp_settle_plan p = amqp_plan_settle(&k, f, n, &after);
         if (!settle_apply(ax, t, &p))
             return;

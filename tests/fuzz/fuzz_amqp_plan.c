@@ -129,6 +129,13 @@ static void check_settle(const struct amqp_settle_facts *k, const struct job_fau
     struct amqp_settle_plan p = amqp_plan_settle(k, f, n, &after);
     size_t end = end_of(f, n, false);
     int i;
+    /* An ack that waits for a late copy: held for it, nothing else, no rule asked. */
+    CHECK(amqp_plan_settle_asks_rules(k) == !k->hold_ack);
+    CHECK((p.by == AMQP_BY_COPY) == k->hold_ack);
+    if (k->hold_ack)
+        CHECK(p.verdict == AMQP_V_HOLD && !p.late && !p.hold && p.ack_rule == NULL &&
+              p.cut_before == NULL && !after.error.on && after.cut_after == NULL &&
+              amqp_plan_settle_verdict(&p, false, false) == AMQP_V_HOLD);
     if ((i = fault_of(p.cut_before, f, n, JOB_FAULT_CLOSE)) >= 0)
         CHECK((size_t)i == end);
     if (p.late) {
@@ -158,7 +165,7 @@ static void check_settle(const struct amqp_settle_facts *k, const struct job_fau
             if (p.by == AMQP_BY_NONE)
                 CHECK(v == AMQP_V_PASS);
         }
-    if (n == 0 || end == 0)
+    if ((n == 0 || end == 0) && !k->hold_ack)
         CHECK(p.verdict == AMQP_V_PASS || p.cut_before != NULL);
 }
 
@@ -245,7 +252,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         }
         case 1: {
             struct amqp_settle_facts k = {.method = settle_methods[(ev >> 2) % 3],
-                                          .tracked = (ev & 0x40) != 0};
+                                          .tracked = (ev & 0x40) != 0,
+                                          .hold_ack = (ev & 0xc0) == 0xc0};
             check_settle(&k, f, got);
             break;
         }

@@ -485,6 +485,88 @@ static void test_settle_multiple(void **state)
     assert_int_equal(after.error.method_id, 90);
 }
 
+/* An ack that waits for a late copy: no rule is asked, and whatever faults come it is held for
+ * the copy, with nothing else in its plan and nothing gathered after the frame. */
+static void test_settle_hold_ack(void **state)
+{
+    (void)state;
+    assert_true(amqp_plan_settle_asks_rules(&ack));
+    struct amqp_settle_facts k = {.method = AMQP_BASIC_ACK, .tracked = true, .hold_ack = true};
+    assert_false(amqp_plan_settle_asks_rules(&k));
+    struct amqp_settle_after after = {0};
+    struct amqp_settle_plan p = amqp_plan_settle(&k, NULL, 0, &after);
+    assert_settle_plain(&p, AMQP_V_HOLD);
+    assert_int_equal(p.by, AMQP_BY_COPY);
+    assert_int_equal(amqp_plan_settle_verdict(&p, true, true), AMQP_V_HOLD);
+    assert_int_equal(amqp_plan_settle_verdict(&p, false, false), AMQP_V_HOLD);
+    struct job_fault f[] = {fault(JOB_FAULT_DROP, 0, RA),
+                            fault(JOB_FAULT_REDELIVER, 100, RA),
+                            fault(JOB_FAULT_DELAY, 100, RB),
+                            cut(true, RA),
+                            cut(false, RB),
+                            error(404, RC)};
+    for (size_t i = 0; i < sizeof(f) / sizeof(f[0]); i++) {
+        p = settle1(&k, f[i], &after);
+        assert_settle_plain(&p, AMQP_V_HOLD);
+        assert_after_none(&after);
+    }
+    /* A nack or reject waits the same way. */
+    k.method = AMQP_BASIC_NACK;
+    assert_false(amqp_plan_settle_asks_rules(&k));
+    p = settle1(&k, fault(JOB_FAULT_DROP, 0, RA), &after);
+    assert_settle_plain(&p, AMQP_V_HOLD);
+}
+
+/* Held settlements released by a channel's close or a recover: the client's go to the broker,
+ * a late copy's is twice's requeue. */
+static void test_release_held(void **state)
+{
+    (void)state;
+    assert_int_equal(amqp_plan_release_held(false), AMQP_RELEASE_FORWARD);
+    assert_int_equal(amqp_plan_release_held(true), AMQP_RELEASE_REQUEUE);
+}
+
+/* ---- a publish's copy, a delivery's visibility timeout ----------------- */
+
+/* A publish is copied only when a rule on publishes can duplicate it. */
+static void test_copy_publish(void **state)
+{
+    (void)state;
+    assert_false(amqp_plan_copy_publish(0));
+    assert_true(amqp_plan_copy_publish(1u << JOB_FAULT_DUPLICATE));
+    uint32_t others = 0;
+    for (int k = JOB_FAULT_NONE; k <= JOB_FAULT_OTHER; k++)
+        if (k != JOB_FAULT_DUPLICATE)
+            others |= 1u << k;
+    assert_false(amqp_plan_copy_publish(others));
+    assert_true(amqp_plan_copy_publish(others | 1u << JOB_FAULT_DUPLICATE));
+}
+
+/* The listener's timeout hangs on a delivery the client must ack and gets, whose record the
+ * ledger keeps, and on which no `expire` armed its own; never on anything else. */
+static void test_visibility(void **state)
+{
+    (void)state;
+    const struct amqp_visibility_facts on = {
+        .timeout_ms = 30000, .ack_required = true, .kept = true};
+    assert_int_equal(amqp_plan_visibility(&on), 30000);
+    struct amqp_visibility_facts k = on;
+    k.timeout_ms = 0;
+    assert_int_equal(amqp_plan_visibility(&k), 0);
+    k = on, k.publish = true;
+    assert_int_equal(amqp_plan_visibility(&k), 0);
+    k = on, k.ack_required = false; /* a no-ack consumer's */
+    assert_int_equal(amqp_plan_visibility(&k), 0);
+    k = on, k.dropped = true;
+    assert_int_equal(amqp_plan_visibility(&k), 0);
+    k = on, k.kept = false; /* settled by twice, or its channel closed under it */
+    assert_int_equal(amqp_plan_visibility(&k), 0);
+    k = on, k.expired = true; /* an `expire` armed its own */
+    assert_int_equal(amqp_plan_visibility(&k), 0);
+    k = (struct amqp_visibility_facts){0};
+    assert_int_equal(amqp_plan_visibility(&k), 0);
+}
+
 /* ---- confirms ---------------------------------------------------------- */
 
 static void test_confirm(void **state)
@@ -696,6 +778,10 @@ int main(void)
         cmocka_unit_test(test_settle_drop_delay),
         cmocka_unit_test(test_settle_close_error),
         cmocka_unit_test(test_settle_multiple),
+        cmocka_unit_test(test_settle_hold_ack),
+        cmocka_unit_test(test_release_held),
+        cmocka_unit_test(test_copy_publish),
+        cmocka_unit_test(test_visibility),
         cmocka_unit_test(test_confirm),
         cmocka_unit_test(test_expiry),
         cmocka_unit_test(test_app_recorded),

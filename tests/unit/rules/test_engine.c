@@ -13,6 +13,7 @@
 
 #include "rules/conf_mem.h"
 #include "rules/engine.h"
+#include "rules/plan.h"
 #include "tests/lib/conf_testkit.h"
 
 static struct rule make_rule(const char *name, enum rule_event ev)
@@ -547,6 +548,32 @@ static void test_one_rule_acts_on_an_event(void **state)
     assert_true(engine_event_combines(RULE_EV_STREAM));
 }
 
+/* The kinds of fault a listener's rules on an event make, disabled ones too (a codec prepares
+ * for them: a reload or an enable may turn them on); other events' and listeners' not. */
+static void test_fault_kinds(void **state)
+{
+    (void)state;
+    struct rule r[4] = {make_rule("copy", RULE_EV_PUBLISH), make_rule("slow", RULE_EV_PUBLISH),
+                        make_rule("lost", RULE_EV_ACK), make_rule("other", RULE_EV_PUBLISH)};
+    r[0].action.kind = RULE_ACT_DUPLICATE;
+    r[0].enabled = false;
+    r[1].action.kind = RULE_ACT_DELAY;
+    r[2].action.kind = RULE_ACT_DROP;
+    r[3].action.kind = RULE_ACT_ERROR;
+    r[3].listener = (char *)"elsewhere";
+    r[0].next = &r[1];
+    r[1].next = &r[2];
+    r[2].next = &r[3];
+    struct ruleset *rs = ruleset_new(r, 1, 0);
+    assert_int_equal(ruleset_fault_kinds(rs, "jobs", RULE_EV_PUBLISH),
+                     1u << JOB_FAULT_DUPLICATE | 1u << JOB_FAULT_DELAY);
+    assert_int_equal(ruleset_fault_kinds(rs, "jobs", RULE_EV_ACK), 1u << JOB_FAULT_DROP);
+    assert_int_equal(ruleset_fault_kinds(rs, "jobs", RULE_EV_DELIVER), 0);
+    assert_int_equal(ruleset_fault_kinds(rs, "elsewhere", RULE_EV_PUBLISH), 1u << JOB_FAULT_ERROR);
+    assert_int_equal(ruleset_fault_kinds(NULL, "jobs", RULE_EV_PUBLISH), 0);
+    ruleset_put(rs);
+}
+
 static void test_glob(void **state)
 {
     (void)state;
@@ -576,6 +603,7 @@ int main(void)
         cmocka_unit_test(test_inherit_shares_state),
         cmocka_unit_test(test_edit_replaces_adds_and_removes),
         cmocka_unit_test(test_one_rule_acts_on_an_event),
+        cmocka_unit_test(test_fault_kinds),
         cmocka_unit_test(test_glob),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
