@@ -158,26 +158,17 @@ void apx_protocol_error(struct amqp_px *ax, const char *fmt, ...)
 static const char *const phase_names[] = {"header", "open", "closed", "stopped"};
 
 /* The moves the diagram of enum apx_phase draws: a bit per phase a phase may go to. */
-#define PHASE_BIT(p) (1u << (p))
 static const unsigned phase_moves[] = {
-    [APX_HEADER] = PHASE_BIT(APX_OPEN) | PHASE_BIT(APX_STOPPED),
-    [APX_OPEN] = PHASE_BIT(APX_CLOSED) | PHASE_BIT(APX_STOPPED),
-    [APX_CLOSED] = PHASE_BIT(APX_STOPPED),
-    [APX_STOPPED] = PHASE_BIT(APX_STOPPED),
+    [APX_HEADER] = LOG_STATE_BIT(APX_OPEN) | LOG_STATE_BIT(APX_STOPPED),
+    [APX_OPEN] = LOG_STATE_BIT(APX_CLOSED) | LOG_STATE_BIT(APX_STOPPED),
+    [APX_CLOSED] = LOG_STATE_BIT(APX_STOPPED),
+    [APX_STOPPED] = LOG_STATE_BIT(APX_STOPPED),
 };
 
 bool apx_set_phase(struct amqp_px *ax, enum apx_phase to, enum session_side closed_by)
 {
-    enum apx_phase from = ax->phase;
-    if ((phase_moves[from] & PHASE_BIT(to)) == 0) {
-        log_msg(LOG_ERROR, "amqp phase move refused", "sid=%llu from=%s to=%s",
-                (unsigned long long)ax->s->id, phase_names[from], phase_names[to]);
-        assert(!"illegal amqp phase move");
+    if (!log_state_move("amqp phase", ax->s->id, NULL, phase_moves, phase_names, ax->phase, to))
         return false;
-    }
-    if (from != to && log_enabled(LOG_DEBUG))
-        log_msg(LOG_DEBUG, "amqp phase", "sid=%llu from=%s to=%s", (unsigned long long)ax->s->id,
-                phase_names[from], phase_names[to]);
     ax->phase = to;
     if (to == APX_CLOSED)
         ax->closed_by = (int)closed_by; /* kept past STOPPED: the session asks then */

@@ -8,6 +8,7 @@
  */
 #include "proxy/core/log.h"
 
+#include <assert.h>
 #include <event2/event.h>
 #include <pthread.h>
 #include <stdatomic.h>
@@ -381,4 +382,32 @@ void log_msg(enum log_level level, const char *msg, const char *fmt, ...)
         }
     }
     log_end(&line);
+}
+
+static void log_move(enum log_level level, const char *msg, uint64_t sid, const char *listener,
+                     const char *from, const char *to)
+{
+    struct log_line line;
+    log_begin(&line, level, msg);
+    log_u64(&line, "sid", sid);
+    if (listener != NULL)
+        log_str(&line, "listener", listener);
+    log_str(&line, "from", from);
+    log_str(&line, "to", to);
+    log_end(&line);
+}
+
+bool log_state_move(const char *what, uint64_t sid, const char *listener, const unsigned *moves,
+                    const char *const *names, unsigned from, unsigned to)
+{
+    if ((moves[from] & LOG_STATE_BIT(to)) == 0) {
+        char msg[96];
+        snprintf(msg, sizeof(msg), "%s move refused", what);
+        log_move(LOG_ERROR, msg, sid, listener, names[from], names[to]);
+        assert(!"illegal state move");
+        return false;
+    }
+    if (from != to && log_enabled(LOG_DEBUG))
+        log_move(LOG_DEBUG, what, sid, listener, names[from], names[to]);
+    return true;
 }

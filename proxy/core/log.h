@@ -21,6 +21,7 @@
 #define TWICE_LOG_H
 
 #include <stdarg.h>
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -75,6 +76,15 @@ void log_msg(enum log_level level, const char *msg, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 
 const char *log_level_name(enum log_level level);
+
+/* The check of a connection's state machine (a session, a RESP session's client side, an AMQP
+ * connection, twice's own Redis connection): whether moves[from] (a bit per state that `from`
+ * may go to) has `to`.  A refused move is logged at error level as "WHAT move refused", an
+ * allowed one that changes the state at debug level as WHAT, with sid, listener (when not
+ * NULL), from and to named by names[]; a refused move fails an assertion in a debug build. */
+#define LOG_STATE_BIT(st) (1u << (st))
+bool log_state_move(const char *what, uint64_t sid, const char *listener, const unsigned *moves,
+                    const char *const *names, unsigned from, unsigned to);
 
 /* Write the `repeated=N` line of every key whose interval is over (all: of
  * every key with lines held back, as at exit).  Called every

@@ -82,37 +82,21 @@ static void session_log_begin(struct log_line *line, const struct session *s, en
 
 /* The moves the diagram of enum session_state (session.h) draws: a bit per state a state may
  * go to.  CLOSED goes nowhere. */
-#define STATE_BIT(st) (1u << (st))
 static const unsigned state_moves[] = {
-    [SESSION_RESOLVING] = STATE_BIT(SESSION_CONNECTING) | STATE_BIT(SESSION_CLOSED),
-    [SESSION_CONNECTING] = STATE_BIT(SESSION_RELAYING) | STATE_BIT(SESSION_CLOSED),
-    [SESSION_RELAYING] = STATE_BIT(SESSION_DRAINING) | STATE_BIT(SESSION_CLOSED),
-    [SESSION_DRAINING] = STATE_BIT(SESSION_CLOSED),
+    [SESSION_RESOLVING] = LOG_STATE_BIT(SESSION_CONNECTING) | LOG_STATE_BIT(SESSION_CLOSED),
+    [SESSION_CONNECTING] = LOG_STATE_BIT(SESSION_RELAYING) | LOG_STATE_BIT(SESSION_CLOSED),
+    [SESSION_RELAYING] = LOG_STATE_BIT(SESSION_DRAINING) | LOG_STATE_BIT(SESSION_CLOSED),
+    [SESSION_DRAINING] = LOG_STATE_BIT(SESSION_CLOSED),
     [SESSION_CLOSED] = 0,
 };
-
-static void log_move(const struct session *s, enum log_level level, const char *msg,
-                     enum session_state from, enum session_state to)
-{
-    struct log_line line;
-    session_log_begin(&line, s, level, msg);
-    log_str(&line, "from", state_names[from]);
-    log_str(&line, "to", state_names[to]);
-    log_end(&line);
-}
 
 /* The one place where a session changes state; false (and no change) for a move the diagram
  * does not draw. */
 bool session_set_state(struct session *s, enum session_state next)
 {
-    enum session_state from = s->state;
-    if ((state_moves[from] & STATE_BIT(next)) == 0) {
-        log_move(s, LOG_ERROR, "session state move refused", from, next);
-        assert(!"illegal session state move");
+    if (!log_state_move("session state", s->id, s->cfg->l->name, state_moves, state_names, s->state,
+                        next))
         return false;
-    }
-    if (log_enabled(LOG_DEBUG))
-        log_move(s, LOG_DEBUG, "session state", from, next);
     s->state = next;
     return true;
 }

@@ -72,16 +72,15 @@ static const char *const aux_state_names[] = {"open", "detached", "failed", "don
  * level; an assertion fails in a debug build). */
 static void aux_set_state(struct resp_aux *a, enum aux_state to)
 {
-    enum aux_state from = a->state;
-    bool legal = (from == AUX_OPEN && (to == AUX_DETACHED || to == AUX_FAILED)) ||
-                 ((from == AUX_DETACHED || from == AUX_FAILED) && to == AUX_DONE);
-    if (!legal) {
-        log_msg(LOG_ERROR, "own redis connection state move refused", "sid=%llu from=%s to=%s",
-                (unsigned long long)a->sid, aux_state_names[from], aux_state_names[to]);
-        assert(!"illegal aux state move");
-        return;
-    }
-    a->state = to;
+    static const unsigned moves[] = {
+        [AUX_OPEN] = LOG_STATE_BIT(AUX_DETACHED) | LOG_STATE_BIT(AUX_FAILED),
+        [AUX_DETACHED] = LOG_STATE_BIT(AUX_DONE),
+        [AUX_FAILED] = LOG_STATE_BIT(AUX_DONE),
+        [AUX_DONE] = 0,
+    };
+    if (log_state_move("own redis connection state", a->sid, NULL, moves, aux_state_names, a->state,
+                       to))
+        a->state = to;
 }
 
 /* Commands scheduled and not sent yet. */

@@ -46,29 +46,25 @@ static const char *const phase_names[] = {"relaying", "holding",    "tx_wait",
                                           "raw",      "blackholed", "stopped"};
 
 /* The moves the diagram of enum rpx_phase draws: a bit per phase a phase may go to. */
-#define PHASE_BIT(p) (1u << (p))
 static const unsigned phase_moves[] = {
-    [RPX_RELAYING] = PHASE_BIT(RPX_HOLDING) | PHASE_BIT(RPX_TX_WAIT) | PHASE_BIT(RPX_RAW) |
-                     PHASE_BIT(RPX_BLACKHOLED) | PHASE_BIT(RPX_STOPPED),
-    [RPX_HOLDING] = PHASE_BIT(RPX_RELAYING) | PHASE_BIT(RPX_RAW) | PHASE_BIT(RPX_STOPPED),
-    [RPX_TX_WAIT] = PHASE_BIT(RPX_RELAYING) | PHASE_BIT(RPX_RAW) | PHASE_BIT(RPX_STOPPED),
-    [RPX_RAW] = PHASE_BIT(RPX_RAW) | PHASE_BIT(RPX_STOPPED),
-    [RPX_BLACKHOLED] = PHASE_BIT(RPX_RAW) | PHASE_BIT(RPX_BLACKHOLED) | PHASE_BIT(RPX_STOPPED),
-    [RPX_STOPPED] = PHASE_BIT(RPX_STOPPED),
+    [RPX_RELAYING] = LOG_STATE_BIT(RPX_HOLDING) | LOG_STATE_BIT(RPX_TX_WAIT) |
+                     LOG_STATE_BIT(RPX_RAW) | LOG_STATE_BIT(RPX_BLACKHOLED) |
+                     LOG_STATE_BIT(RPX_STOPPED),
+    [RPX_HOLDING] =
+        LOG_STATE_BIT(RPX_RELAYING) | LOG_STATE_BIT(RPX_RAW) | LOG_STATE_BIT(RPX_STOPPED),
+    [RPX_TX_WAIT] =
+        LOG_STATE_BIT(RPX_RELAYING) | LOG_STATE_BIT(RPX_RAW) | LOG_STATE_BIT(RPX_STOPPED),
+    [RPX_RAW] = LOG_STATE_BIT(RPX_RAW) | LOG_STATE_BIT(RPX_STOPPED),
+    [RPX_BLACKHOLED] =
+        LOG_STATE_BIT(RPX_RAW) | LOG_STATE_BIT(RPX_BLACKHOLED) | LOG_STATE_BIT(RPX_STOPPED),
+    [RPX_STOPPED] = LOG_STATE_BIT(RPX_STOPPED),
 };
 
 bool rpx_set_phase(struct rpx *rx, enum rpx_phase to, uint64_t until)
 {
-    enum rpx_phase from = rx->phase;
-    if ((phase_moves[from] & PHASE_BIT(to)) == 0) {
-        log_msg(LOG_ERROR, "resp phase move refused", "sid=%llu listener=%s from=%s to=%s",
-                (unsigned long long)rx->s->id, rpx_scope(rx), phase_names[from], phase_names[to]);
-        assert(!"illegal resp phase move");
+    if (!log_state_move("resp phase", rx->s->id, rpx_scope(rx), phase_moves, phase_names, rx->phase,
+                        to))
         return false;
-    }
-    if (from != to && log_enabled(LOG_DEBUG))
-        log_msg(LOG_DEBUG, "resp phase", "sid=%llu from=%s to=%s", (unsigned long long)rx->s->id,
-                phase_names[from], phase_names[to]);
     rx->phase = to;
     /* The deadlines are the data of their phases only. */
     rx->hold_until = to == RPX_HOLDING ? until : 0;
