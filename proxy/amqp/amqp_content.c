@@ -19,11 +19,11 @@ struct evbuffer *apx_chan_out(struct achan *ch, int from)
 {
     struct held *t = ch->held_tail[from];
     if (t == NULL)
-        return ch->ax->xfer[apx_other((enum session_side)from)];
+        return ch->ax->pump.out[apx_other((enum session_side)from)];
     if (t->open || t->release_ms == 0)
         return t->frames;
     struct held *h = apx_held_push(ch, from, 0, false);
-    return h != NULL ? h->frames : ch->ax->xfer[apx_other((enum session_side)from)];
+    return h != NULL ? h->frames : ch->ax->pump.out[apx_other((enum session_side)from)];
 }
 
 bool apx_consumer_is(const struct consumer *c, struct amqp_bytes tag)
@@ -140,7 +140,7 @@ void apx_content_begin(struct amqp_px *ax, struct achan *ch, int from, const str
         if (ax->s->px->journal == NULL && !codec_wants(ax->s, RULE_EV_PUBLISH) &&
             !amqp_ledger_in_confirm_mode(ch->ledger)) {
             if (apx_stash_take(ax, c, len) != 0)
-                apx_protocol_error(ax, "out of memory");
+                pump_fail(&ax->pump, "keeping a message's frames");
             return;
         }
         c->info = info_from_publish(ch, m);
@@ -157,7 +157,7 @@ void apx_content_begin(struct amqp_px *ax, struct achan *ch, int from, const str
             m->id == AMQP_BASIC_DELIVER ? con == NULL || !con->no_ack : !ch->get_no_ack;
     }
     if (c->info == NULL || apx_stash_take(ax, c, len) != 0)
-        apx_protocol_error(ax, "out of memory");
+        pump_fail(&ax->pump, "keeping a message's frames");
 }
 
 /* The journal's EXPIRED record of a delivery whose timeout ran out: the requeue is the
@@ -305,7 +305,7 @@ void apx_content_end(struct amqp_px *ax, struct achan *ch, int from)
         /* Out of memory while copying the body (`dup` is set only with a copy begun), after
          * the ledger numbered the copy: the broker's numbers would not be the ledger's, and
          * every later confirm would name the wrong publish. */
-        apx_protocol_error(ax, "channel %u: out of memory copying a publish", ch->id);
+        pump_fail(&ax->pump, "copying a publish");
         return;
     }
     if (c->dup && c->copy != NULL) {
@@ -326,7 +326,7 @@ void apx_content_end(struct amqp_px *ax, struct achan *ch, int from)
     if (close_after) {
         session_set_error(ax->s, "cut after a message (close after)");
         apx_send_flush(ax, apx_other((enum session_side)from));
-        session_abort(ax->s, SESSION_CLOSE_FAULT, apx_other((enum session_side)from));
+        pump_abort(&ax->pump, SESSION_CLOSE_FAULT, apx_other((enum session_side)from));
     }
 }
 
@@ -338,7 +338,7 @@ static void content_release_stash(struct achan *ch, int from)
                            : c->fate == FATE_HOLD ? c->entry->frames
                                                   : apx_chan_out(ch, from);
     if (apx_stash_move(ch->ax, c, dst) != 0)
-        apx_protocol_error(ch->ax, "out of memory");
+        pump_fail(&ch->ax->pump, "handing a message on");
 }
 
 /* The listener's visibility timeout (or consumer timeout) on a delivery, as the planner says
@@ -477,7 +477,12 @@ static void content_decide(struct amqp_px *ax, struct achan *ch, int from, struc
     c->fate = FATE_FORWARD;
     if (deliver && c->ack_required) {
         c->info = NULL; /* the ledger owns it from here */
-        if (amqp_ledger_deliver(ch->ledger, c->tag, mi) != 0) {
+        int rc = amqp_ledger_deliver(ch->ledger, c->tag, mi);
+        if (rc == AMQP_LEDGER_E_NOMEM) {
+            pump_fail(&ax->pump, "tracking a delivery");
+            return;
+        }
+        if (rc != 0) {
             apx_protocol_error(ax, "channel %u: delivery tag %llu out of order", ch->id,
                                (unsigned long long)c->tag);
             return;
@@ -511,8 +516,14 @@ static void content_decide(struct amqp_px *ax, struct achan *ch, int from, struc
         c->info = NULL;
         /* A copy goes right behind its original (apx_content_end()): in confirm mode the
          * broker numbers it next, and its confirm is the ledger's to swallow. */
-        if (amqp_ledger_publish(ch->ledger, c->fate == FATE_DROP, mi, &seq) != 0 ||
-            (c->dup && amqp_ledger_publish_copy(ch->ledger) != 0)) {
+        int rc = amqp_ledger_publish(ch->ledger, c->fate == FATE_DROP, mi, &seq);
+        if (rc == 0 && c->dup)
+            rc = amqp_ledger_publish_copy(ch->ledger);
+        if (rc == AMQP_LEDGER_E_NOMEM) {
+            pump_fail(&ax->pump, "numbering a publish");
+            return;
+        }
+        if (rc != 0) {
             apx_protocol_error(ax, "channel %u: too many unconfirmed publishes", ch->id);
             return;
         }
@@ -580,7 +591,7 @@ void apx_content_header(struct amqp_px *ax, struct achan *ch, int from, const st
         c->headers.len = p.headers.len;
     }
     if (apx_stash_take(ax, c, len) != 0) {
-        apx_protocol_error(ax, "out of memory");
+        pump_fail(&ax->pump, "keeping a message's frames");
         return;
     }
     if (!c->needs_body)
@@ -600,7 +611,7 @@ void apx_content_body(struct amqp_px *ax, struct achan *ch, int from, const stru
     if (!c->decided) {
         evbuffer_add(c->body, f->payload, f->size);
         if (apx_stash_take(ax, c, len) != 0) {
-            apx_protocol_error(ax, "out of memory");
+            pump_fail(&ax->pump, "keeping a message's frames");
             return;
         }
         if (c->body_left == 0)

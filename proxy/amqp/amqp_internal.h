@@ -32,6 +32,7 @@
 #include "proxy/core/log.h"
 #include "proxy/net/codec.h"
 #include "proxy/net/fault.h"
+#include "proxy/net/pump.h"
 #include "proxy/net/session.h"
 #include "rules/engine.h"
 #include "rules/plan.h"
@@ -219,16 +220,14 @@ struct amqp_px {
     uint32_t frame_max; /* as negotiated; before tune-ok the minimum */
     struct achan **chans;
     size_t n_chans;
-    struct evbuffer *xfer[2]; /* frames batched toward side [to] */
-    /* The read being processed (see "Runs" below): the buffer, the frames
-     * at its head already passed on but not moved yet (run), and after them
-     * the first frames of one undecided content kept in place (kept, of
-     * kept_by); the first chain while they are in it. */
-    struct evbuffer *in;
-    size_t run, kept;
+    /* The bytes on their way (pump.h): in[reading] the read being processed, run[reading]
+     * the frames at its head already passed on but not moved yet, win[reading] its first
+     * chain while they are in it, out[to] frames batched toward side to.  After the run, the
+     * first frames of one undecided content kept in place (kept, of kept_by): see "Runs" in
+     * amqp_proxy.c. */
+    struct pump pump;
+    size_t kept;
     struct content *kept_by;
-    const uint8_t *win; /* NULL: not known (in's head changed) */
-    size_t win_len;
     /* The small stash of each direction (by the side frames come from),
      * and the content holding it, if any. */
     struct content *small_owner[2];

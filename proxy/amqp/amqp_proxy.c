@@ -150,7 +150,7 @@ void apx_protocol_error(struct amqp_px *ax, const char *fmt, ...)
      * read is not lost). */
     enum session_side to = apx_other(ax->reading);
     apx_send_flush(ax, to);
-    session_abort(ax->s, SESSION_CLOSE_PROTOCOL_ERROR, to);
+    pump_abort(&ax->pump, SESSION_CLOSE_PROTOCOL_ERROR, to);
 }
 
 /* ---- the connection's phase (amqp_internal.h) ------------------------- */
@@ -183,42 +183,33 @@ bool apx_alive(const struct amqp_px *ax)
 /* ---- channels ---------------------------------------------------------- */
 
 /*
- * Runs.  A frame that goes on unchanged (most of them: a publish, its
- * header and body once no rule wants it, a delivery, an ack) is not moved
- * from the read buffer to xfer on its own: ax->run grows over it, and the
- * run moves with one evbuffer call when something else needs the buffer's
- * head or xfer.  Frames are parsed in place in the first chain (ax->win)
- * at the run's end.  The first frames of a content (its method, its
- * header) that wait for the decision stay in place too, after the run
- * (ax->kept): when the decision is to pass the content on, the run grows
- * over them, and they are copied nowhere.  The rule: code that takes bytes
- * from the head of ax->in or adds to an xfer calls apx_settle() first, which
- * moves the run, stashes what is kept, and forgets the window; the frame
- * being handled is then at the head of ax->in, unless it has joined what is
- * kept.  Views into the frame stay valid across a apx_settle() that moves only
- * bytes before it (its chain keeps it), not past the frame's own move: once
- * it has joined what is kept, a apx_settle() copies it into the stash and
- * drains it (content_header reads the header's table in place only before
- * anything can settle, in content_decide's call of the rules).
+ * Runs (pump.h).  A frame that goes on unchanged (most of them: a publish, its header and body
+ * once no rule wants it, a delivery, an ack) joins the run of the pump's in[reading], which
+ * moves with one evbuffer call when something else needs the buffer's head or an out.  Frames
+ * are parsed in place in the first chain (the pump's win[reading]) at the run's end.  The
+ * first frames of a content (its method, its header) that wait for the decision stay in place
+ * too, after the run (ax->kept): when the decision is to pass the content on, the run grows
+ * over them, and they are copied nowhere.  The rule: code that takes bytes from the head of
+ * in or adds to an out calls apx_settle() first, which moves the run, stashes what is kept,
+ * and forgets the window; the frame being handled is then at the head of in, unless it has
+ * joined what is kept.  Views into the frame stay valid across a apx_settle() that moves only
+ * bytes before it (its chain keeps it), not past the frame's own move: once it has joined
+ * what is kept, a apx_settle() copies it into the stash and drains it (content_header reads
+ * the header's table in place only before anything can settle, in content_decide's call of
+ * the rules).
  */
 static int stash_put(struct amqp_px *ax, struct content *c, int from, size_t len);
 
 void apx_settle(struct amqp_px *ax)
 {
-    ax->win = NULL;
-    if (ax->run > 0) {
-        size_t n = ax->run;
-        ax->run = 0;
-        if (codec_move(ax->in, ax->xfer[apx_other(ax->reading)], n) != 0)
-            apx_protocol_error(ax, "out of memory");
-    }
+    (void)pump_settle(&ax->pump, ax->reading);
     if (ax->kept > 0) {
         struct content *c = ax->kept_by;
         size_t n = ax->kept;
         ax->kept = 0;
         ax->kept_by = NULL;
-        if (stash_put(ax, c, ax->reading, n) != 0)
-            apx_protocol_error(ax, "out of memory");
+        if (!pump_failed(&ax->pump) && stash_put(ax, c, ax->reading, n) != 0)
+            pump_fail(&ax->pump, "keeping a message's frames");
     }
 }
 
@@ -226,17 +217,19 @@ void apx_settle(struct amqp_px *ax)
  * unchanged toward dst (NULL: dropped). */
 void apx_take(struct amqp_px *ax, struct evbuffer *dst, size_t len)
 {
-    if (dst == ax->xfer[apx_other(ax->reading)] && ax->kept == 0 && ax->win != NULL) {
-        ax->run += len;
+    struct pump *p = &ax->pump;
+    bool out = dst == p->out[apx_other(ax->reading)];
+    if (out && ax->kept == 0 && p->win[ax->reading].p != NULL) {
+        pump_pass(p, ax->reading, len);
         return;
     }
     apx_settle(ax);
-    if (dst == ax->xfer[apx_other(ax->reading)])
-        (void)codec_move(ax->in, dst, len); /* goes out now: may share */
+    if (out)
+        (void)pump_forward(p, ax->reading, len); /* goes out now: may share */
     else if (dst != NULL)
-        evbuffer_remove_buffer(ax->in, dst, len); /* may wait: copied */
+        (void)pump_hold(p, ax->reading, len, dst); /* may wait: copied */
     else
-        evbuffer_drain(ax->in, len);
+        (void)pump_drop(p, ax->reading, len);
 }
 
 /* Bytes in the content's evbuffer stash (asked of libevent only when some
@@ -265,13 +258,13 @@ static void stash_release(struct amqp_px *ax, struct content *c)
     c->small_len = 0;
 }
 
-/* The len bytes at the head of ax->in join the stash of content c (frames
+/* The len bytes at the head of in[from] join the stash of content c (frames
  * from side `from`).  While c holds the small stash, its evbuffer is empty:
  * bytes go there only once the small stash was emptied into it and given
  * back.  -1 when out of memory. */
 static int stash_put(struct amqp_px *ax, struct content *c, int from, size_t len)
 {
-    struct evbuffer *in = ax->in;
+    struct evbuffer *in = ax->pump.in[from];
     if (c->small == NULL && ax->small_owner[from] == NULL && stash_chain_len(c) == 0) {
         ax->small_owner[from] = c;
         c->small = ax->small[from];
@@ -294,7 +287,10 @@ static int stash_put(struct amqp_px *ax, struct content *c, int from, size_t len
         return -1; /* what came first stays first */
     if (c->small != NULL)
         stash_release(ax, c);
-    return evbuffer_remove_buffer(in, c->stash, len) == (int)len ? 0 : -1;
+    size_t had = evbuffer_get_length(c->stash); /* libevent does not check its copy */
+    if (evbuffer_remove_buffer(in, c->stash, len) != (int)len)
+        return -1;
+    return evbuffer_get_length(c->stash) - had == len ? 0 : -1;
 }
 
 /* The frame being handled (len bytes) joins the stash of content c: kept
@@ -306,7 +302,8 @@ int apx_stash_take(struct amqp_px *ax, struct content *c, size_t len)
         ax->kept += len; /* the frame right after what is kept */
         return 0;
     }
-    if (ax->kept == 0 && ax->win != NULL && c->small_len == 0 && stash_chain_len(c) == 0) {
+    if (ax->kept == 0 && ax->pump.win[ax->reading].p != NULL && c->small_len == 0 &&
+        stash_chain_len(c) == 0) {
         ax->kept_by = c;
         ax->kept = len;
         return 0;
@@ -319,8 +316,8 @@ int apx_stash_take(struct amqp_px *ax, struct content *c, size_t len)
  * memory. */
 int apx_stash_move(struct amqp_px *ax, struct content *c, struct evbuffer *dst)
 {
-    if (ax->kept_by == c && dst == ax->xfer[apx_other(ax->reading)]) {
-        ax->run += ax->kept; /* passed on in place: copied nowhere */
+    if (ax->kept_by == c && dst == ax->pump.out[apx_other(ax->reading)]) {
+        pump_pass(&ax->pump, ax->reading, ax->kept); /* passed on in place: copied nowhere */
         ax->kept = 0;
         ax->kept_by = NULL;
         return 0;
@@ -412,10 +409,12 @@ static void chan_reset(struct achan *ch)
      * channel's content: they are cleared where those end. */
 }
 
-static void chan_free(struct achan *ch)
+/* What chan_new() allocated, each part that it did (a channel half made when memory ran out
+ * is freed here, never reset). */
+static void chan_parts_free(struct achan *ch)
 {
-    chan_reset(ch);
-    amqp_ledger_free(ch->ledger);
+    if (ch->ledger != NULL)
+        amqp_ledger_free(ch->ledger);
     for (int d = 0; d < 2; d++) {
         if (ch->content[d].stash != NULL)
             evbuffer_free(ch->content[d].stash);
@@ -423,13 +422,20 @@ static void chan_free(struct achan *ch)
             evbuffer_free(ch->content[d].body);
         if (ch->held_timer[d] != NULL)
             event_free(ch->held_timer[d]);
-        evbuffer_free(ch->inject[d]);
+        if (ch->inject[d] != NULL)
+            evbuffer_free(ch->inject[d]);
     }
     if (ch->deferred != NULL)
         evbuffer_free(ch->deferred);
     free(ch->consumers);
     free(ch->pending);
     free(ch);
+}
+
+static void chan_free(struct achan *ch)
+{
+    chan_reset(ch);
+    chan_parts_free(ch);
 }
 
 static struct achan *chan_new(struct amqp_px *ax, uint16_t id)
@@ -451,10 +457,7 @@ static struct achan *chan_new(struct amqp_px *ax, uint16_t id)
     ch->deferred = evbuffer_new();
     ok = ok && ch->deferred != NULL;
     if (!ok) {
-        for (int d = 0; d < 2; d++)
-            if (ch->inject[d] == NULL)
-                ch->inject[d] = evbuffer_new(); /* chan_free expects them */
-        chan_free(ch);
+        chan_parts_free(ch);
         return NULL;
     }
     return ch;
@@ -490,18 +493,18 @@ static struct achan *chan_find(struct amqp_px *ax, uint16_t id, bool create)
 
 /* ---- sending ----------------------------------------------------------- */
 
-/* Frames bound for `to` go out in order through xfer[to]. */
+/* Frames bound for `to` go out in order through the pump's out[to]. */
 void apx_send_frames(struct amqp_px *ax, enum session_side to, struct evbuffer *frames)
 {
     apx_settle(ax);
-    evbuffer_add_buffer(ax->xfer[to], frames);
+    (void)pump_inject_buffer(&ax->pump, to, frames);
 }
 
 void apx_send_flush(struct amqp_px *ax, enum session_side to)
 {
-    apx_settle(ax);
-    if (evbuffer_get_length(ax->xfer[to]) > 0)
-        session_send(ax->s, to, ax->xfer[to]);
+    if (ax->kept > 0)
+        apx_settle(ax); /* what is kept is stashed: the run ends before it */
+    pump_flush(&ax->pump, to);
 }
 
 /* Frames twice writes on channel `ch` toward `to`: after any content of the
@@ -693,11 +696,11 @@ void apx_inject_error(struct amqp_px *ax, struct achan *ch, const struct amqp_pl
         int n = amqp_encode_connection_close(frame, sizeof(frame), code, amqp_cstr(text), class_id,
                                              method_id);
         if (n > 0)
-            evbuffer_add(ax->xfer[SIDE_CLIENT], frame, (size_t)n);
+            (void)pump_inject(&ax->pump, SIDE_CLIENT, frame, (size_t)n);
         apx_send_flush(ax, SIDE_UPSTREAM);
         apx_send_flush(ax, SIDE_CLIENT);
         session_set_error(ax->s, "connection closed with %u by rule '%s'", code, r->name);
-        session_abort(ax->s, SESSION_CLOSE_FAULT, SIDE_CLIENT);
+        pump_abort(&ax->pump, SESSION_CLOSE_FAULT, SIDE_CLIENT);
         return;
     }
     apx_close_channel(ch, code, text, class_id, method_id);
@@ -713,14 +716,15 @@ void apx_cut(struct amqp_px *ax, const struct rule *r, enum session_side from)
                       r->action.close_when == RULE_CLOSE_BEFORE ? "before" : "after");
     apx_send_flush(ax, SIDE_CLIENT);
     apx_send_flush(ax, SIDE_UPSTREAM);
-    session_abort(ax->s, SESSION_CLOSE_FAULT, apx_other(from));
+    pump_abort(&ax->pump, SESSION_CLOSE_FAULT, apx_other(from));
 }
 
 /* ---- methods ----------------------------------------------------------- */
 
 static void forward(struct achan *ch, int from, struct amqp_px *ax, size_t len)
 {
-    apx_take(ax, ch != NULL ? apx_chan_out(ch, from) : ax->xfer[apx_other((enum session_side)from)],
+    apx_take(ax,
+             ch != NULL ? apx_chan_out(ch, from) : ax->pump.out[apx_other((enum session_side)from)],
              len);
 }
 
@@ -811,8 +815,8 @@ static void connection_method(struct amqp_px *ax, const struct amqp_method *m)
     if (m->id == AMQP_CONNECTION_TUNE_OK) {
         uint32_t fm = m->tune.frame_max;
         ax->frame_max = fm == 0 || fm > AMQP_FRAME_MAX_LIMIT ? AMQP_FRAME_MAX_LIMIT : fm;
-        session_set_read_limit(ax->s, SIDE_CLIENT, ax->frame_max + AMQP_FRAME_OVERHEAD);
-        session_set_read_limit(ax->s, SIDE_UPSTREAM, ax->frame_max + AMQP_FRAME_OVERHEAD);
+        pump_set_read_limit(&ax->pump, SIDE_CLIENT, ax->frame_max + AMQP_FRAME_OVERHEAD);
+        pump_set_read_limit(&ax->pump, SIDE_UPSTREAM, ax->frame_max + AMQP_FRAME_OVERHEAD);
         return;
     }
     for (size_t i = 0; i < ax->n_chans; i++)
@@ -882,7 +886,7 @@ static void on_confirm(struct amqp_px *ax, struct achan *ch, const struct amqp_m
     struct amqp_plan plan;
     if (amqp_ledger_confirm_begin(ch->ledger, m->id == AMQP_BASIC_NACK, m->ack.delivery_tag,
                                   m->ack.multiple, &plan) != 0) {
-        apx_protocol_error(ax, "out of memory tracking confirms");
+        pump_fail(&ax->pump, "tracking confirms");
         return;
     }
     const void *close_after = NULL;
@@ -898,7 +902,9 @@ static void on_confirm(struct amqp_px *ax, struct achan *ch, const struct amqp_m
             plan.tags[i].verdict = AMQP_V_DROP;
     }
     int rc = apx_apply_plan(ch, SIDE_UPSTREAM, &plan, amqp_ledger_confirm_commit, len);
-    if (rc < 0)
+    if (rc == AMQP_LEDGER_E_NOMEM)
+        pump_fail(&ax->pump, "rewriting a confirm");
+    else if (rc < 0)
         apx_protocol_error(ax, "cannot rewrite a confirm: %s", amqp_ledger_strerror(rc));
     else if (close_after != NULL)
         apx_cut(ax, close_after, SIDE_UPSTREAM);
@@ -960,7 +966,7 @@ static void replay_deferred(struct amqp_px *ax, struct achan *ch)
         return;
     struct evbuffer *frames = evbuffer_new();
     if (frames == NULL) {
-        apx_protocol_error(ax, "out of memory");
+        pump_fail(&ax->pump, "replaying a channel's frames");
         return;
     }
     evbuffer_add_buffer(frames, ch->deferred);
@@ -980,9 +986,10 @@ static bool closing_by_twice(struct amqp_px *ax, struct achan *ch, int from,
     if (m == NULL && ch->content[from].active)
         return false; /* the rest of the content twice refused: dropped there */
     apx_settle(ax);
-    struct evbuffer *in = ax->in;
+    struct pump *p = &ax->pump;
+    enum session_side side = (enum session_side)from;
     if (from == SIDE_CLIENT && evbuffer_get_length(ch->deferred) > 0) {
-        evbuffer_remove_buffer(in, ch->deferred, len); /* behind the deferred open */
+        (void)pump_hold(p, side, len, ch->deferred); /* behind the deferred open */
         return true;
     }
     if (from == SIDE_CLIENT && ch->closed_for_client) {
@@ -993,30 +1000,30 @@ static bool closing_by_twice(struct amqp_px *ax, struct achan *ch, int from,
             /* RabbitMQ refuses an open while its close handshake is not
              * over (504): the open, and what follows on the channel, wait
              * for the broker's close-ok. */
-            evbuffer_remove_buffer(in, ch->deferred, len);
+            (void)pump_hold(p, side, len, ch->deferred);
             return true;
         }
         if (id == AMQP_CHANNEL_CLOSE) {
             int n = amqp_encode_channel_close_ok(frame, sizeof(frame), ch->id);
             if (n > 0)
-                evbuffer_add(ax->xfer[SIDE_CLIENT], frame, (size_t)n);
+                (void)pump_inject(p, SIDE_CLIENT, frame, (size_t)n);
         }
-        evbuffer_drain(in, len);
+        (void)pump_drop(p, side, len);
         return true;
     }
     if (from == SIDE_UPSTREAM && ch->swallow_broker_close_ok) {
         if (id == AMQP_CHANNEL_CLOSE_OK) {
             ch->swallow_broker_close_ok = false;
-            evbuffer_drain(in, len);
+            (void)pump_drop(p, side, len);
             replay_deferred(ax, ch);
             return true;
         }
         if (id == AMQP_CHANNEL_CLOSE) {
             int n = amqp_encode_channel_close_ok(frame, sizeof(frame), ch->id);
             if (n > 0)
-                evbuffer_add(ax->xfer[SIDE_UPSTREAM], frame, (size_t)n);
+                (void)pump_inject(p, SIDE_UPSTREAM, frame, (size_t)n);
         }
-        evbuffer_drain(in, len);
+        (void)pump_drop(p, side, len);
         return true;
     }
     return false;
@@ -1055,7 +1062,7 @@ static void on_method(struct amqp_px *ax, int from, const struct amqp_frame *f, 
     }
     struct achan *ch = chan_get(ax, f->channel, true);
     if (ch == NULL) {
-        apx_protocol_error(ax, "cannot track channel %u", f->channel);
+        pump_fail(&ax->pump, "tracking a channel");
         return;
     }
     if (closing(ax, ch, from, &m, len))
@@ -1078,7 +1085,7 @@ static void on_frame(struct amqp_px *ax, int from, const struct amqp_frame *f, s
     }
     struct achan *ch = chan_get(ax, f->channel, true);
     if (ch == NULL) {
-        apx_protocol_error(ax, "cannot track channel %u", f->channel);
+        pump_fail(&ax->pump, "tracking a channel");
         return;
     }
     if (closing(ax, ch, from, NULL, len))
@@ -1090,8 +1097,8 @@ static void on_frame(struct amqp_px *ax, int from, const struct amqp_frame *f, s
 }
 
 /* A body frame whose fate is known goes on by count: joining the run when
- * the first chain holds it (ax->win), else moved as chains from the head
- * of ax->in (no pull-up, no copy). */
+ * the first chain holds it (the pump's window), else moved as chains from
+ * the head of in (no pull-up, no copy). */
 static bool body_pass_on(struct amqp_px *ax, int from, const uint8_t *hdr, size_t len);
 
 /* Only a body frame is asked about: the test inline, without a call per frame. */
@@ -1109,12 +1116,13 @@ static bool body_pass_on(struct amqp_px *ax, int from, const uint8_t *hdr, size_
         ch->swallow_broker_close_ok || ch->content[from].copy != NULL)
         return false;
     uint8_t octet = 0;
-    if (ax->win != NULL) {
+    struct evbuffer *in = ax->pump.in[from];
+    if (ax->pump.win[from].p != NULL) {
         octet = hdr[len - 1];
     } else {
         struct evbuffer_ptr end;
-        if (evbuffer_ptr_set(ax->in, &end, len - 1, EVBUFFER_PTR_SET) != 0 ||
-            evbuffer_copyout_from(ax->in, &end, &octet, 1) != 1)
+        if (evbuffer_ptr_set(in, &end, len - 1, EVBUFFER_PTR_SET) != 0 ||
+            evbuffer_copyout_from(in, &end, &octet, 1) != 1)
             return false;
     }
     if (octet != AMQP_FRAME_END)
@@ -1124,7 +1132,7 @@ static bool body_pass_on(struct amqp_px *ax, int from, const uint8_t *hdr, size_
     if (size > c->body_left)
         return false;
     c->body_left -= size;
-    apx_take(ax, ax->xfer[apx_other((enum session_side)from)], len);
+    apx_take(ax, ax->pump.out[apx_other((enum session_side)from)], len);
     if (c->body_left == 0)
         apx_content_end(ax, ch, from);
     return true;
@@ -1141,7 +1149,8 @@ static bool protocol_header(struct amqp_px *ax, struct evbuffer *in)
         apx_protocol_error(ax, "client did not open with the AMQP 0-9-1 protocol header");
         return false;
     }
-    evbuffer_remove_buffer(in, ax->xfer[SIDE_UPSTREAM], AMQP_PROTOCOL_HEADER_SIZE);
+    if (pump_forward(&ax->pump, SIDE_CLIENT, AMQP_PROTOCOL_HEADER_SIZE) != 0)
+        return false;
     (void)apx_set_phase(ax, APX_OPEN, SIDE_CLIENT);
     return true;
 }
@@ -1156,14 +1165,15 @@ enum frame_at { FRAME_READY, FRAME_AGAIN, FRAME_WAIT, FRAME_STOP };
 static enum frame_at frame_at(struct amqp_px *ax, struct evbuffer *in, enum session_side from,
                               uint32_t limit, const uint8_t **hdrp, size_t *lenp)
 {
-    size_t off = ax->run + ax->kept;
+    struct pump_window *win = &ax->pump.win[from];
+    size_t off = ax->pump.run[from] + ax->kept;
     const uint8_t *hdr;
-    if (ax->win != NULL) {
-        if (ax->win_len - off < AMQP_FRAME_HEADER_SIZE) {
+    if (win->p != NULL) {
+        if (win->len - off < AMQP_FRAME_HEADER_SIZE) {
             apx_settle(ax); /* the next frame starts beyond the first chain */
-            return FRAME_AGAIN;
+            return pump_failed(&ax->pump) ? FRAME_STOP : FRAME_AGAIN;
         }
-        hdr = ax->win + off;
+        hdr = win->p + off;
     } else {
         if (evbuffer_get_length(in) < AMQP_FRAME_HEADER_SIZE)
             return FRAME_WAIT;
@@ -1171,7 +1181,7 @@ static enum frame_at frame_at(struct amqp_px *ax, struct evbuffer *in, enum sess
          * reads. */
         hdr = evbuffer_pullup(in, AMQP_FRAME_HEADER_SIZE);
         if (hdr == NULL) {
-            apx_protocol_error(ax, "out of memory");
+            pump_fail(&ax->pump, "joining a frame's header");
             return FRAME_STOP;
         }
     }
@@ -1183,48 +1193,29 @@ static enum frame_at frame_at(struct amqp_px *ax, struct evbuffer *in, enum sess
         return FRAME_STOP;
     }
     size_t len = (size_t)size + AMQP_FRAME_OVERHEAD;
-    if (ax->win != NULL && ax->win_len - off < len) {
+    if (win->p != NULL && win->len - off < len) {
         apx_settle(ax);
-        return FRAME_AGAIN;
+        return pump_failed(&ax->pump) ? FRAME_STOP : FRAME_AGAIN;
     }
-    if (ax->win == NULL) {
+    if (win->p == NULL) {
         if (evbuffer_get_length(in) < len)
             return FRAME_WAIT;
         /* At the head, settled: a body frame over several chains moves as chains; any other
          * frame is pulled up into the first. */
-        if (evbuffer_get_contiguous_space(in) < len) {
-            if (body_fast_path(ax, from, hdr, len))
-                return FRAME_AGAIN;
-            hdr = evbuffer_pullup(in, (ev_ssize_t)len);
-            if (hdr == NULL) {
-                apx_protocol_error(ax, "out of memory");
-                return FRAME_STOP;
-            }
-        }
-        ax->win = hdr;
-        ax->win_len = evbuffer_get_contiguous_space(in);
+        if (evbuffer_get_contiguous_space(in) < len && body_fast_path(ax, from, hdr, len))
+            return FRAME_AGAIN;
+        if (pump_window_pullup(&ax->pump, from, len) == NULL)
+            return FRAME_STOP; /* out of memory: the pump stopped */
+        hdr = win->p;
     }
     *hdrp = hdr;
     *lenp = len;
     return FRAME_READY;
 }
 
-static void amqp_process(void *state, enum session_side from, struct evbuffer *in)
+/* The frames of a read, walked and flushed. */
+static void amqp_frames(struct amqp_px *ax, enum session_side from, struct evbuffer *in)
 {
-    struct amqp_px *ax = state;
-    /* replay_deferred() processes a channel's deferred frames from inside
-     * a read: the outer read has settled first (closing_by_twice), since
-     * this call ends by clearing run, kept and window. */
-    struct evbuffer *outer_in = ax->in;
-    enum session_side outer_reading = ax->reading;
-    ax->reading = from;
-    ax->in = in;
-    if (from == SIDE_CLIENT && ax->phase == APX_HEADER && !protocol_header(ax, in)) {
-        apx_send_flush(ax, SIDE_UPSTREAM);
-        ax->in = outer_in;
-        ax->reading = outer_reading;
-        return;
-    }
     while (apx_alive(ax)) {
         /* Recomputed per frame: a tune-ok earlier in this read changes it. */
         uint32_t limit = ax->frame_max + AMQP_FRAME_SIZE_FUDGE;
@@ -1252,11 +1243,26 @@ static void amqp_process(void *state, enum session_side from, struct evbuffer *i
         if (apx_alive(ax))
             apx_held_limit(ax);
     }
+}
+
+static void amqp_process(void *state, enum session_side from, struct evbuffer *in)
+{
+    struct amqp_px *ax = state;
+    /* replay_deferred() processes a channel's deferred frames from inside
+     * a read: the outer read has settled first (closing_by_twice), and the
+     * pump gives the outer read back at the end. */
+    enum session_side outer_reading = ax->reading;
+    ax->reading = from;
+    struct pump_read r;
+    pump_read_begin(&ax->pump, from, in, &r);
+    if (from == SIDE_CLIENT && ax->phase == APX_HEADER && !protocol_header(ax, in))
+        apx_send_flush(ax, SIDE_UPSTREAM);
+    else
+        amqp_frames(ax, from, in);
     /* Cut: what was not sent is dropped with the session. */
-    ax->run = ax->kept = 0;
+    ax->kept = 0;
     ax->kept_by = NULL;
-    ax->win = NULL;
-    ax->in = outer_in;
+    pump_read_end(&ax->pump, from, &r);
     ax->reading = outer_reading;
 }
 
@@ -1271,13 +1277,7 @@ static void *amqp_open(struct session *s)
     ax->frame_max = AMQP_FRAME_MIN_SIZE;
     ax->phase = APX_HEADER;
     ax->closed_by = -1;
-    ax->xfer[0] = evbuffer_new();
-    ax->xfer[1] = evbuffer_new();
-    if (ax->xfer[0] == NULL || ax->xfer[1] == NULL) {
-        if (ax->xfer[0] != NULL)
-            evbuffer_free(ax->xfer[0]);
-        if (ax->xfer[1] != NULL)
-            evbuffer_free(ax->xfer[1]);
+    if (pump_init(&ax->pump, s->port, s->port_ctx, PUMP_LEAVE_REST) != 0) {
         free(ax);
         return NULL;
     }
@@ -1310,8 +1310,7 @@ static void amqp_free(void *state)
         ax->spare = mi->next_spare;
         free(mi);
     }
-    evbuffer_free(ax->xfer[0]);
-    evbuffer_free(ax->xfer[1]);
+    pump_free(&ax->pump);
     free(ax);
 }
 

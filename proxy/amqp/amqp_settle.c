@@ -96,9 +96,9 @@ void apx_held_limit(struct amqp_px *ax)
     for (int from = 0; from < 2; from++) {
         size_t n = held_bytes(ax, from);
         if (n >= max)
-            session_hold_reading(ax->s, (enum session_side)from, true);
+            pump_hold_reading(&ax->pump, (enum session_side)from, true);
         else if (n < max / 2)
-            session_hold_reading(ax->s, (enum session_side)from, false);
+            pump_hold_reading(&ax->pump, (enum session_side)from, false);
     }
 }
 
@@ -397,7 +397,7 @@ void apx_on_settle(struct amqp_px *ax, struct achan *ch, const struct amqp_metho
     struct amqp_plan plan;
     if (amqp_ledger_settle_begin(ch->ledger, kind, m->ack.delivery_tag, m->ack.multiple,
                                  m->ack.requeue, &plan) != 0) {
-        apx_protocol_error(ax, "out of memory tracking delivery tags");
+        pump_fail(&ax->pump, "tracking delivery tags");
         return;
     }
     /* The client's settlement of deliveries twice had settled upstream (a duplicate, an
@@ -427,7 +427,10 @@ void apx_on_settle(struct amqp_px *ax, struct achan *ch, const struct amqp_metho
     }
     int rc = apx_apply_plan(ch, SIDE_CLIENT, &plan, amqp_ledger_settle_commit, len);
     if (rc < 0) {
-        apx_protocol_error(ax, "cannot rewrite a settlement: %s", amqp_ledger_strerror(rc));
+        if (rc == AMQP_LEDGER_E_NOMEM)
+            pump_fail(&ax->pump, "rewriting a settlement");
+        else
+            apx_protocol_error(ax, "cannot rewrite a settlement: %s", amqp_ledger_strerror(rc));
         return;
     }
     if (after.error.on)

@@ -133,10 +133,15 @@ static bool worth_sharing(size_t head, size_t rest)
     return head > CODEC_MOVE_COPY_MAX && head >= rest;
 }
 
-/* evbuffer_remove_buffer's move: whole chains, the split one's part copied. */
+/* evbuffer_remove_buffer's move: whole chains, the split one's part copied.  libevent (2.1)
+ * does not check the copy's evbuffer_add(): when its allocation fails, the part is drained
+ * from `in` and counted as moved.  What `out` gained tells. */
 static int move_copying(struct evbuffer *in, struct evbuffer *out, size_t n)
 {
-    return evbuffer_remove_buffer(in, out, n) == (int)n ? 0 : -1;
+    size_t had = evbuffer_get_length(out);
+    if (evbuffer_remove_buffer(in, out, n) != (int)n)
+        return -1;
+    return evbuffer_get_length(out) - had == n ? 0 : -1;
 }
 
 int codec_move(struct evbuffer *in, struct evbuffer *out, size_t n)

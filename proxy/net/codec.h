@@ -2,11 +2,12 @@
  * codec.h - the protocol layer of a session.
  *
  * A `tcp` session moves bytes.  A session of a listener with a protocol
- * codec (amqp) hands the bytes it reads to the codec instead; the codec
- * walks the frames, asks the rule engine about the events they carry, and
- * sends on (session_send) what each side must receive: the frames as they
- * came, rewritten ones, frames of its own, or nothing.  Stream faults
- * (shaper.h) apply after the codec, to what it sends.
+ * codec (amqp, resp) hands the bytes it reads to the codec instead; the
+ * codec walks the frames, asks the rule engine about the events they carry,
+ * and gives each frame its fate through the frame pump (pump.h), which sends
+ * what each side must receive: the frames as they came, rewritten ones,
+ * frames of its own, or nothing.  Stream faults (shaper.h) apply after the
+ * codec, to what it sends.
  */
 #ifndef TWICE_CODEC_H
 #define TWICE_CODEC_H

@@ -35,6 +35,7 @@
  * bufferevent's output, which libevent writes; later bytes join it there, in
  * order, until it is empty.
  */
+#include "proxy/net/pump.h"
 #include "proxy/net/session_internal.h"
 
 #include <assert.h>
@@ -810,6 +811,8 @@ void session_accept(struct loop *lp, struct listener *l, struct lconf *cfg, evut
     if (sess_apply_connection_faults(s, sa) != 0)
         return;
     s->codec = codec_for(s->cfg->l);
+    s->port = &session_pump_port;
+    s->port_ctx = s;
     if (s->codec != NULL && (s->codec_state = s->codec->open(s)) == NULL) {
         s->codec = NULL;
         session_set_error(s, "out of memory");
@@ -946,6 +949,43 @@ void session_abort(struct session *s, enum session_close_reason reason, int flus
      * failed: that is what a cut after forwarding a frame means. */
     start_draining(s, (enum session_side) !flush_to, reason);
 }
+
+/* ---- the port of a codec's pump (pump.h) ---- */
+
+static int port_send(void *ctx, enum session_side to, struct evbuffer *buf)
+{
+    return session_send(ctx, to, buf);
+}
+
+static void port_abort(void *ctx, enum session_close_reason reason, int flush_to)
+{
+    session_abort(ctx, reason, flush_to);
+}
+
+static void port_fail(void *ctx, const char *what)
+{
+    struct session *s = ctx;
+    session_set_error(s, "out of memory %s", what);
+    session_abort(s, SESSION_CLOSE_INTERNAL_ERROR, -1);
+}
+
+static void port_hold_reading(void *ctx, enum session_side side, bool hold)
+{
+    session_hold_reading(ctx, side, hold);
+}
+
+static void port_set_read_limit(void *ctx, enum session_side side, size_t bytes)
+{
+    session_set_read_limit(ctx, side, bytes);
+}
+
+const struct pump_port session_pump_port = {
+    .send = port_send,
+    .abort = port_abort,
+    .fail = port_fail,
+    .hold_reading = port_hold_reading,
+    .set_read_limit = port_set_read_limit,
+};
 
 void session_hold_reading(struct session *s, enum session_side side, bool hold)
 {

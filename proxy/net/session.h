@@ -115,6 +115,7 @@ struct shaper;
 struct toxi_toxics;
 struct ruleset;
 struct codec_ops;
+struct pump_port;
 
 struct session {
     uint64_t id;
@@ -129,12 +130,14 @@ struct session {
     struct session_end end[2];     /* indexed by enum session_side */
     const struct codec_ops *codec; /* NULL: bytes are relayed as they are */
     void *codec_state;
-    uint64_t rules_gen;         /* the loop's rules_gen `wanted` was computed for (0: never) */
-    uint32_t wanted;            /* events some rule of the listener looks at (codec_wants) */
-    struct shaper *shaper[2];   /* stream faults, by the side bytes come from */
-    struct ruleset *rules;      /* held while shapers name its rules */
-    struct toxi_toxics *toxics; /* a Toxiproxy proxy's toxics, held while shapers name them */
-    struct stream_fx *rule_fx;  /* a Toxiproxy proxy's: the faults of its rules, by side */
+    const struct pump_port *port; /* how its codec's pump reaches it (pump.h) */
+    void *port_ctx;               /* the port's context: the session, or a test's fake */
+    uint64_t rules_gen;           /* the loop's rules_gen `wanted` was computed for (0: never) */
+    uint32_t wanted;              /* events some rule of the listener looks at (codec_wants) */
+    struct shaper *shaper[2];     /* stream faults, by the side bytes come from */
+    struct ruleset *rules;        /* held while shapers name its rules */
+    struct toxi_toxics *toxics;   /* a Toxiproxy proxy's toxics, held while shapers name them */
+    struct stream_fx *rule_fx;    /* a Toxiproxy proxy's: the faults of its rules, by side */
     struct conn_faults faults;
     struct event *fault_timer;     /* delayed connect, reset */
     struct event *handshake_timer; /* client TLS handshake deadline */

@@ -284,8 +284,7 @@ const struct rule *rpx_hit_rule(struct rpx *rx, size_t idx)
         struct ruleset **p = realloc(rx->pinned, (rx->n_pinned + 1) * sizeof(*p));
         if (p == NULL) {
             /* The rule is valid now; the session ends before any later use. */
-            session_set_error(rx->s, "out of memory");
-            session_abort(rx->s, SESSION_CLOSE_INTERNAL_ERROR, -1);
+            pump_fail(&rx->pump, "pinning a ruleset");
         } else {
             ruleset_get(rs);
             p[rx->n_pinned++] = rs;
@@ -546,6 +545,6 @@ bool rpx_framework_counted(struct rpx *rx, struct entry *e, const uint8_t *buf,
         return false;
     if (e->fw->count_pop(rpx_host(rx), &e->tag, buf, m))
         codec_count(rx->s, RULE_EV_DELIVER); /* as a decision would count it */
-    rx->run[SIDE_UPSTREAM] += m->len;
+    pump_pass(&rx->pump, SIDE_UPSTREAM, m->len);
     return true;
 }

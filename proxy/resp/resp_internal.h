@@ -33,6 +33,7 @@
 #include "proxy/core/log.h"
 #include "proxy/net/codec.h"
 #include "proxy/net/fault.h"
+#include "proxy/net/pump.h"
 #include "proxy/net/session.h"
 #include "proxy/resp/idmap.h"
 #include "proxy/resp/resp_aux.h"
@@ -113,13 +114,6 @@ struct tx {
     const struct rule *close_after;
 };
 
-/* The first chain of a pending buffer, as scan_one() last saw it: valid
- * until bytes leave that buffer's head (rpx_run_move() forgets it). */
-struct rpx_window {
-    const uint8_t *p; /* NULL: not known */
-    size_t len;
-};
-
 /*
  * The phase of a session's client side: what twice does with the client's next bytes.  One
  * field (rpx.phase), changed only by rpx_set_phase(), which refuses (logs at error level, and
@@ -145,7 +139,7 @@ struct rpx_window {
  */
 enum rpx_phase {
     RPX_RELAYING,   /* commands are read, decided and handled one by one */
-    RPX_HOLDING,    /* the command at the head of pend[CLIENT] waits until hold_until (a
+    RPX_HOLDING,    /* the command at the head of in[CLIENT] waits until hold_until (a
                        `delay`, or a plan's hold), decided already; nothing behind it is read */
     RPX_TX_WAIT,    /* the MULTI at the head waits for the rest of its transaction until
                        tx_wait_until (RPX_TX_WAIT_MS); read again as more comes */
@@ -156,7 +150,7 @@ enum rpx_phase {
     RPX_STOPPED,    /* the codec was stopped: the session ends, nothing more is done */
 };
 
-/* The decision of the client's command at the head of pend[CLIENT], made once and kept while
+/* The decision of the client's command at the head of in[CLIENT], made once and kept while
  * the command waits (RPX_HOLDING, RPX_TX_WAIT: it is read again then); forgotten once the
  * command is done (process_client()). */
 struct rpx_decision {
@@ -177,15 +171,15 @@ struct rpx {
     enum rpx_phase phase;         /* changed only by rpx_set_phase() */
     uint64_t hold_until;          /* RPX_HOLDING: the command at the head waits until then */
     uint64_t tx_wait_until;       /* RPX_TX_WAIT: its MULTI waits for the rest until then */
-    struct rpx_decision decision; /* of the command at the head of pend[CLIENT] */
+    struct rpx_decision decision; /* of the command at the head of in[CLIENT] */
     struct resp_scanner sc[2];
-    size_t need[2];           /* bytes pend[side] must hold before scanning again */
-    struct evbuffer *pend[2]; /* read from side, not processed yet */
-    size_t run[2];            /* head of pend[side] passed on already, not yet moved */
-    struct rpx_window win[2]; /* pend[side]'s first chain while its head is unchanged */
-    bool streaming;           /* the reply being read is passed on as it comes (stream_part) */
-    bool said_too_long;       /* "resp field too long" was logged for this session */
-    struct evbuffer *out[2];  /* batched toward side */
+    size_t need[2]; /* bytes in[side] must hold before scanning again */
+    /* The bytes on their way (pump.h): in[side] read from side, not processed yet; run[side]
+     * its head passed on already; win[side] its first chain as scan_one() last saw it;
+     * out[side] batched toward side. */
+    struct pump pump;
+    bool streaming;     /* the reply being read is passed on as it comes (stream_part) */
+    bool said_too_long; /* "resp field too long" was logged for this session */
     struct resp_pairing pairing;
     struct resp_cmd *slots;
     struct entry *head, *tail; /* replies owed to the client */
@@ -262,8 +256,6 @@ static inline bool rpx_is_cmd(const struct rprof_cmdview *cv, enum rprof_cmd id)
  * fails in a debug build.  Returns whether the phase is `to` now. */
 bool rpx_set_phase(struct rpx *rx, enum rpx_phase to, uint64_t until);
 
-void rpx_run_move(struct rpx *rx, enum session_side side);
-void rpx_send_flush(struct rpx *rx, enum session_side to);
 void rpx_cut(struct rpx *rx, const struct rule *r);
 int rpx_encode_cmd(struct evbuffer *b, size_t argc, const char *const *argv, const size_t *lens);
 void rpx_aux_send_at(struct rpx *rx, struct evbuffer *cmds, size_t n, uint32_t ms);
@@ -271,7 +263,7 @@ struct entry *rpx_forward(struct rpx *rx, const struct rprof_cmdview *cv, const 
                           const uint8_t *buf, size_t len);
 void rpx_swallow(struct rpx *rx, size_t len);
 /* Sends cmd (one whole command, emptied) to Redis in place of the client's command at the head
- * of pend[CLIENT] (len bytes, dropped): its reply is owed to the client as the original's.
+ * of in[CLIENT] (len bytes, dropped): its reply is owed to the client as the original's.
  * The entry, or NULL when cmd does not scan or the pairing refuses it (the caller forwards the
  * original then). */
 struct entry *rpx_forward_instead(struct rpx *rx, struct evbuffer *cmd, size_t len);
@@ -281,6 +273,7 @@ size_t rpx_held_max(const struct rpx *rx);
 
 /* ---- resp_replies.c ---- */
 
+/* A new entry at the tail of the replies owed; NULL when memory ran out (the pump stopped). */
 struct entry *rpx_entry_add(struct rpx *rx, bool server);
 void rpx_entry_free(struct entry *e);
 void rpx_answer(struct rpx *rx, const void *bytes, size_t len);
@@ -291,7 +284,7 @@ void rpx_arm_timer(struct rpx *rx, uint64_t at);
 void rpx_flush_replies(struct rpx *rx);
 /* The error reply of an `error` rule r, encoded into b. */
 void rpx_error_reply(const struct rule *r, struct resp_bytes *b);
-/* `close before` / `close after` of the command at the head of pend[CLIENT] (len bytes), the
+/* `close before` / `close after` of the command at the head of in[CLIENT] (len bytes), the
  * one place a command's cut is made: before, it is kept from Redis and the session ends at its
  * turn; after, once the reply owed in entry e went out.  CMD_STOP. */
 enum cmd_result rpx_cut_command(struct rpx *rx, const struct rule *r, bool before, struct entry *e,
@@ -325,7 +318,7 @@ bool rpx_framework_counted(struct rpx *rx, struct entry *e, const uint8_t *buf,
 /* The plan of a command that the `command` rules fault (f, not JOB_FAULT_NONE) into *p (zeroed
  * by the caller), carried out by rpx_apply_cmd_plan() as a module's. */
 void rpx_cmd_plan_of_fault(const struct job_fault *f, struct resp_cmd_plan *p);
-/* Carries out plan p of the command at the head of pend[CLIENT] (cv, m, buf): a module's, or
+/* Carries out plan p of the command at the head of in[CLIENT] (cv, m, buf): a module's, or
  * the `command` rules' (rpx_cmd_plan_of_fault()); frees it.  The one place a command's fate is
  * carried out. */
 enum cmd_result rpx_apply_cmd_plan(struct rpx *rx, const struct rprof_cmdview *cv,

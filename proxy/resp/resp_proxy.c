@@ -73,63 +73,25 @@ bool rpx_set_phase(struct rpx *rx, enum rpx_phase to, uint64_t until)
 }
 
 /*
- * Runs.  A message that goes on unchanged (the common case: a command to
- * Redis, its reply straight back) is not moved from pend[side] to the other
- * side's out on its own: run[side] grows over it, and the run moves with one
- * evbuffer call when something else needs that buffer (a reply twice holds
- * or rewrites, a command it drops, its own bytes, a send).  A pipeline of 16
- * commands costs one move instead of 16, and its messages are scanned in
- * place in the chain the first one was found in (win[side]), without asking
- * the buffer again.  The rule: code that takes bytes from the head of
- * pend[side], rearranges it (a pullup), or adds to the other side's out,
- * calls rpx_run_move(side) first, which also forgets the window.
+ * Runs (pump.h).  A message that goes on unchanged (the common case: a command to Redis, its
+ * reply straight back) joins the run of the pump's in[side]: a pipeline of 16 commands costs
+ * one move instead of 16, and its messages are scanned in place in the chain the first one
+ * was found in (the pump's win[side]), without asking the buffer again.  Code that takes
+ * bytes from the head of in[side] or rearranges it (a pullup) settles the run first; the
+ * pump's own operations do.
  */
-void rpx_run_move(struct rpx *rx, enum session_side side)
-{
-    rx->win[side].p = NULL;
-    if (rx->run[side] == 0)
-        return;
-    enum session_side to = side == SIDE_CLIENT ? SIDE_UPSTREAM : SIDE_CLIENT;
-    size_t n = rx->run[side];
-    rx->run[side] = 0;
-    (void)codec_move(rx->pend[side], rx->out[to], n); /* as evbuffer_remove_buffer */
-}
 
-/* The window over the first chain of pend[side] when none is open and no
- * message is begun (nothing in the run, nothing needed): what scan_one()
- * leaves after a message, so that the plain pipeline takes a read's first
- * message too, not only those after it.  False when pend is empty. */
+/* The window over the first chain of in[side] when none is open and no message is begun
+ * (nothing in the run, nothing needed): what scan_one() leaves after a message, so that the
+ * plain pipeline takes a read's first message too, not only those after it.  False when in
+ * is empty. */
 static bool win_open(struct rpx *rx, enum session_side side)
 {
-    struct rpx_window *w = &rx->win[side];
-    if (w->p != NULL)
+    if (rx->pump.win[side].p != NULL)
         return true;
-    if (rx->run[side] != 0 || rx->need[side] != 0)
+    if (rx->pump.run[side] != 0 || rx->need[side] != 0)
         return false;
-    size_t contig = evbuffer_get_contiguous_space(rx->pend[side]);
-    if (contig == 0)
-        return false;
-    w->p = evbuffer_pullup(rx->pend[side], (ev_ssize_t)contig); /* no copy: one chain */
-    w->len = w->p != NULL ? contig : 0;
-    return w->p != NULL;
-}
-
-void rpx_send_flush(struct rpx *rx, enum session_side to)
-{
-    enum session_side from = to == SIDE_CLIENT ? SIDE_UPSTREAM : SIDE_CLIENT;
-    size_t run = rx->run[from];
-    if (run > 0 && rpx_alive(rx) && evbuffer_get_length(rx->out[to]) == 0 &&
-        evbuffer_get_length(rx->pend[from]) == run) {
-        /* The usual end of a read: all of it goes on as it came, and nothing
-         * waits before it.  Handed on from pend, not moved through out. */
-        rx->win[from].p = NULL;
-        rx->run[from] = 0;
-        session_send(rx->s, to, rx->pend[from]);
-        return;
-    }
-    rpx_run_move(rx, from);
-    if (evbuffer_get_length(rx->out[to]) > 0 && rpx_alive(rx))
-        session_send(rx->s, to, rx->out[to]);
+    return pump_window(&rx->pump, side) != NULL;
 }
 
 static void protocol_error(struct rpx *rx, enum session_side from, const char *fmt, ...)
@@ -152,8 +114,8 @@ static void protocol_error(struct rpx *rx, enum session_side from, const char *f
         rpx_flush_replies(rx);
     if (!rpx_alive(rx))
         return;
-    rpx_send_flush(rx, to);
-    session_abort(rx->s, SESSION_CLOSE_PROTOCOL_ERROR, to);
+    pump_flush(&rx->pump, to);
+    pump_abort(&rx->pump, SESSION_CLOSE_PROTOCOL_ERROR, to);
 }
 
 /* `close before` / `close after`: what already went through reaches its
@@ -162,9 +124,9 @@ void rpx_cut(struct rpx *rx, const struct rule *r)
 {
     session_set_error(rx->s, "cut by rule '%s' (close %s)", r->name,
                       r->action.close_when == RULE_CLOSE_BEFORE ? "before" : "after");
-    rpx_send_flush(rx, SIDE_UPSTREAM);
-    rpx_send_flush(rx, SIDE_CLIENT);
-    session_abort(rx->s, SESSION_CLOSE_FAULT, SIDE_CLIENT);
+    pump_flush(&rx->pump, SIDE_UPSTREAM);
+    pump_flush(&rx->pump, SIDE_CLIENT);
+    pump_abort(&rx->pump, SESSION_CLOSE_FAULT, SIDE_CLIENT);
 }
 
 /* ---- twice's own connection -------------------------------------------- */
@@ -244,13 +206,13 @@ static void remember_setup(struct rpx *rx, const struct rprof_cmdview *cv)
     evbuffer_add(rx->setup[which], cv->buf, cv->len);
 }
 
-/* Forwards the command at the head of pend[CLIENT] (len bytes; cv its view,
+/* Forwards the command at the head of in[CLIENT] (len bytes; cv its view,
  * whose name the pairing takes) and owes the client its reply. */
 struct entry *rpx_forward(struct rpx *rx, const struct rprof_cmdview *cv, const struct resp_msg *m,
                           const uint8_t *buf, size_t len)
 {
     int rc = resp_pairing_command_named(&rx->pairing, m, buf, cv->name, 0, NULL);
-    rx->run[SIDE_CLIENT] += len;
+    pump_pass(&rx->pump, SIDE_CLIENT, len);
     if (rc != 1)
         return NULL; /* the server will not answer (CLIENT REPLY OFF, empty command) */
     return rpx_entry_add(rx, true);
@@ -278,7 +240,7 @@ static void forward_plain(struct rpx *rx, const struct rprof_cmdview *cv, const 
                           const uint8_t *buf, size_t len)
 {
     int rc = resp_pairing_command_named(&rx->pairing, m, buf, cv->name, 0, NULL);
-    rx->run[SIDE_CLIENT] += len;
+    pump_pass(&rx->pump, SIDE_CLIENT, len);
     if (rc == 1)
         owe_plain(rx);
 }
@@ -295,18 +257,18 @@ static void forward_plain(struct rpx *rx, const struct rprof_cmdview *cv, const 
  */
 static bool plain_command(struct rpx *rx, bool cmd_rules)
 {
-    const struct rpx_window *w = &rx->win[SIDE_CLIENT];
+    const struct pump_window *w = &rx->pump.win[SIDE_CLIENT];
     if (rx->decision.decided || rx->tx.active || rx->need[SIDE_CLIENT] != 0 || cmd_rules ||
         !win_open(rx, SIDE_CLIENT))
         return false;
     /* The rest of a pipeline in one call: nothing above changes while it
      * takes plain commands (the pairing's room is checked by the pairing). */
     size_t taken = 0;
-    while (w->len > rx->run[SIDE_CLIENT]) {
-        const uint8_t *p = w->p + rx->run[SIDE_CLIENT];
+    while (w->p != NULL && w->len > rx->pump.run[SIDE_CLIENT]) { /* p NULL: the pump stopped */
+        const uint8_t *p = w->p + rx->pump.run[SIDE_CLIENT];
         struct resp_view nv;
         size_t len =
-            resp_scan_command_len(&rx->sc[SIDE_CLIENT], p, w->len - rx->run[SIDE_CLIENT], &nv);
+            resp_scan_command_len(&rx->sc[SIDE_CLIENT], p, w->len - rx->pump.run[SIDE_CLIENT], &nv);
         if (len == 0 || nv.len == 0 || nv.len >= RESP_CMD_NAME_MAX)
             break;
         const uint8_t *raw = p + nv.off;
@@ -323,7 +285,7 @@ static bool plain_command(struct rpx *rx, bool cmd_rules)
             memcpy(rx->last_plain.name, own, nv.len + 1);
             rx->last_plain.len = nv.len;
         }
-        rx->run[SIDE_CLIENT] += len;
+        pump_pass(&rx->pump, SIDE_CLIENT, len);
         owe_plain(rx);
         taken++;
     }
@@ -368,13 +330,13 @@ static size_t big_name(enum rprof p, struct evbuffer *b, size_t at, const struct
     return n;
 }
 
-/* scan_one() is about to pull the message at the head of pend[side] (the
+/* scan_one() is about to pull the message at the head of in[side] (the
  * run moved) up across chains: the walker takes it instead when it is plain
  * and the plain paths may take it.  1: taken (the run grew over it); 0:
  * more bytes needed (rx->need set); -1: left to the scanner. */
 static int big_try(struct rpx *rx, enum session_side side)
 {
-    struct evbuffer *pend = rx->pend[side];
+    struct evbuffer *pend = rx->pump.in[side];
     struct entry *e = rx->await;
     if (side == SIDE_CLIENT
             ? rx->decision.decided || rx->tx.active || codec_wants(rx->s, RULE_EV_COMMAND)
@@ -399,7 +361,7 @@ static int big_try(struct rpx *rx, enum session_side side)
         return -1;
     resp_scanner_reset(&rx->sc[side]);
     rx->need[side] = 0;
-    rx->run[side] += w.len;
+    pump_pass(&rx->pump, side, w.len);
     if (side == SIDE_CLIENT) {
         codec_count(rx->s, RULE_EV_COMMAND);
         owe_plain(rx);
@@ -409,11 +371,10 @@ static int big_try(struct rpx *rx, enum session_side side)
     return 1;
 }
 
-/* Keeps back the command at the head of pend[CLIENT]. */
+/* Keeps back the command at the head of in[CLIENT]. */
 void rpx_swallow(struct rpx *rx, size_t len)
 {
-    rpx_run_move(rx, SIDE_CLIENT);
-    evbuffer_drain(rx->pend[SIDE_CLIENT], len);
+    (void)pump_drop(&rx->pump, SIDE_CLIENT, len);
 }
 
 struct entry *rpx_forward_instead(struct rpx *rx, struct evbuffer *cmd, size_t len)
@@ -426,8 +387,9 @@ struct entry *rpx_forward_instead(struct rpx *rx, struct evbuffer *cmd, size_t l
     if (kb == NULL || resp_scan(&ks, kb, klen, &km) != 1 ||
         resp_pairing_command(&rx->pairing, &km, kb, 0, NULL) != 1)
         return NULL;
-    rpx_swallow(rx, len); /* moves the run first */
-    evbuffer_add_buffer(rx->out[SIDE_UPSTREAM], cmd);
+    rpx_swallow(rx, len);
+    if (pump_inject_buffer(&rx->pump, SIDE_UPSTREAM, cmd) != 0)
+        return NULL;
     return rpx_entry_add(rx, true);
 }
 
@@ -461,8 +423,7 @@ static void relay_reply(struct rpx *rx, const char *msg, const char *key, const 
 {
     struct entry *e = rx->await != NULL ? rx->await : rpx_entry_add(rx, true);
     if (e == NULL) {
-        session_set_error(rx->s, "out of memory");
-        session_abort(rx->s, SESSION_CLOSE_INTERNAL_ERROR, -1);
+        pump_fail(&rx->pump, "owing a reply");
         return;
     }
     relay_unparsed(rx, e, LOG_WARN, msg, key, value);
@@ -484,11 +445,10 @@ static void relay_reply(struct rpx *rx, const char *msg, const char *key, const 
  */
 static enum cmd_result replication_start(struct rpx *rx, const struct rprof_cmdview *cv, size_t len)
 {
-    rx->run[SIDE_CLIENT] += len;
+    pump_pass(&rx->pump, SIDE_CLIENT, len);
     struct entry *e = rpx_entry_add(rx, true);
     if (e == NULL) {
-        session_set_error(rx->s, "out of memory");
-        session_abort(rx->s, SESSION_CLOSE_INTERNAL_ERROR, -1);
+        pump_fail(&rx->pump, "owing a reply");
         return CMD_STOP;
     }
     relay_unparsed(rx, e, LOG_INFO, "replication stream", "command", cv->name);
@@ -500,17 +460,15 @@ static enum cmd_result replication_start(struct rpx *rx, const struct rprof_cmdv
  * never completes) to go out behind what does. */
 static void relay_stream(struct rpx *rx, struct entry *e)
 {
-    struct evbuffer *pend = rx->pend[SIDE_UPSTREAM];
-    size_t n = evbuffer_get_length(pend) - rx->run[SIDE_UPSTREAM];
+    size_t n = pump_rest(&rx->pump, SIDE_UPSTREAM);
     if (n == 0)
         return;
     if (e == rx->head && e->release_ms == 0 && evbuffer_get_length(e->bytes) == 0) {
-        rx->run[SIDE_UPSTREAM] += n;
+        pump_pass(&rx->pump, SIDE_UPSTREAM, n);
         return;
     }
-    rpx_run_move(rx, SIDE_UPSTREAM);
-    rx->held += n;
-    evbuffer_add_buffer(e->bytes, pend);
+    if (pump_hold(&rx->pump, SIDE_UPSTREAM, n, e->bytes) == 0)
+        rx->held += n;
 }
 
 /* ---- one command ------------------------------------------------------- */
@@ -569,7 +527,7 @@ static enum cmd_result command(struct rpx *rx, const uint8_t *buf, const struct 
          * still ends a CLIENT REPLY SKIP, as the pairing does. */
         int none = resp_pairing_command(&rx->pairing, m, buf, 0, NULL); /* 0: no reply due */
         (void)none;
-        rx->run[SIDE_CLIENT] += len;
+        pump_pass(&rx->pump, SIDE_CLIENT, len);
         return CMD_DONE;
     }
 
@@ -647,20 +605,19 @@ static void client_over_limit(struct rpx *rx, uint64_t max_message)
     snprintf(msg, sizeof(msg), "client sent a bulk string over max-message-size %llu",
              (unsigned long long)max_message);
     codec_log_protocol_error(rx->s, msg, NULL);
-    rpx_run_move(rx, SIDE_CLIENT);
     (void)rpx_set_phase(rx, RPX_BLACKHOLED, 0);
-    evbuffer_drain(rx->pend[SIDE_CLIENT], evbuffer_get_length(rx->pend[SIDE_CLIENT]));
+    (void)pump_drop(&rx->pump, SIDE_CLIENT, pump_rest(&rx->pump, SIDE_CLIENT));
     struct entry *e = rpx_entry_add(rx, false);
     if (e == NULL) {
-        rpx_send_flush(rx, SIDE_UPSTREAM);
-        session_abort(rx->s, SESSION_CLOSE_PROTOCOL_ERROR, SIDE_UPSTREAM);
+        pump_flush(&rx->pump, SIDE_UPSTREAM);
+        pump_abort(&rx->pump, SESSION_CLOSE_PROTOCOL_ERROR, SIDE_UPSTREAM);
         return;
     }
     static const char refusal[] = "-ERR Protocol error: invalid bulk length\r\n";
     evbuffer_add(e->bytes, refusal, sizeof(refusal) - 1);
     rx->held += sizeof(refusal) - 1;
     e->close_protocol = true;
-    rpx_send_flush(rx, SIDE_UPSTREAM);
+    pump_flush(&rx->pump, SIDE_UPSTREAM);
     rpx_flush_replies(rx);
 }
 
@@ -744,7 +701,7 @@ static bool stream_part(struct rpx *rx, const struct resp_msg *m, size_t len)
         return false;
     rx->streaming = true;
     resp_scan_release(sc, k);
-    rx->run[SIDE_UPSTREAM] += k;
+    pump_pass(&rx->pump, SIDE_UPSTREAM, k);
     rx->need[SIDE_UPSTREAM] = 0;
     return true;
 }
@@ -754,7 +711,7 @@ static bool stream_part(struct rpx *rx, const struct resp_msg *m, size_t len)
 static void stream_end(struct rpx *rx, const struct resp_msg *m)
 {
     rx->streaming = false;
-    rx->run[SIDE_UPSTREAM] += m->len;
+    pump_pass(&rx->pump, SIDE_UPSTREAM, m->len);
     /* Checked at its start, and nothing pairs replies meanwhile. */
     if (resp_pairing_reply_simple(&rx->pairing, m->type) != 1) {
         protocol_error(rx, SIDE_UPSTREAM, "streamed reply answers no command");
@@ -775,13 +732,25 @@ static int whole_too_long(struct rpx *rx, size_t n)
     return -1;
 }
 
-/* Scans the message after the run in pend[side].  1 with *m and *buf set,
+/* Scans the message after the run in in[side].  1 with *m and *buf set,
  * 0 when more bytes are needed, -1 after a protocol error (reported), 2
  * when big_try() took a long plain message (look at the next one). */
+/* The first len bytes of in[side] in one piece, or NULL when memory ran out (the pump
+ * stopped: the session is closed). */
+static const uint8_t *pullup(struct rpx *rx, enum session_side side, size_t len)
+{
+    const struct pump_window *w = pump_window_pullup(&rx->pump, side, len);
+    if (w == NULL)
+        return NULL;
+    const uint8_t *p = w->p;
+    rx->pump.win[side].p = NULL; /* a window opened only at a message's end (scan_one) */
+    return p;
+}
+
 static int scan_one(struct rpx *rx, enum session_side side, struct resp_msg *m, const uint8_t **buf)
 {
-    struct rpx_window *w = &rx->win[side];
-    size_t run = rx->run[side];
+    struct pump_window *w = &rx->pump.win[side];
+    size_t run = rx->pump.run[side];
     if (w->p != NULL && w->len > run) {
         /* The usual case in a pipeline: the next message is in the chain
          * the run's messages were in, already looked at. */
@@ -791,18 +760,19 @@ static int scan_one(struct rpx *rx, enum session_side side, struct resp_msg *m, 
             return 1;
         }
         if (rc < 0) {
-            rpx_run_move(rx, side);
+            (void)pump_settle(&rx->pump, side);
             return scan_error(rx, side, rc);
         }
     }
-    struct evbuffer *pend = rx->pend[side];
+    struct evbuffer *pend = rx->pump.in[side];
     size_t n = evbuffer_get_length(pend);
     if (run > 0 && n == run)
-        return 0; /* all of it is in the run: it stays there for rpx_send_flush() */
+        return 0; /* all of it is in the run: it stays there for pump_flush() */
     /* At the start of a read, or a message beyond the first chain: the run
      * moves on and the message is scanned from the head (the scanner's
      * progress is relative to the message's start, which has not changed). */
-    rpx_run_move(rx, side);
+    if (pump_settle(&rx->pump, side) != 0)
+        return -1;
     n -= run;
     if (n == 0 || n < rx->need[side])
         return 0;
@@ -811,7 +781,8 @@ static int scan_one(struct rpx *rx, enum session_side side, struct resp_msg *m, 
     int big;
     if (len > contig && (big = big_try(rx, side)) >= 0)
         return big == 1 ? 2 : 0;
-    *buf = evbuffer_pullup(pend, (ev_ssize_t)len);
+    if ((*buf = pullup(rx, side, len)) == NULL)
+        return -1;
     int rc = resp_scan(&rx->sc[side], *buf, len, m);
     if (rc < 0)
         return scan_error(rx, side, rc);
@@ -824,7 +795,8 @@ static int scan_one(struct rpx *rx, enum session_side side, struct resp_msg *m, 
              * of it. */
             if ((big = big_try(rx, side)) >= 0)
                 return big == 1 ? 2 : 0;
-            *buf = evbuffer_pullup(pend, (ev_ssize_t)n);
+            if ((*buf = pullup(rx, side, n)) == NULL)
+                return -1;
             len = n;
             rc = resp_scan(&rx->sc[side], *buf, n, m);
             if (rc < 0)
@@ -858,22 +830,22 @@ static int scan_one(struct rpx *rx, enum session_side side, struct resp_msg *m, 
  * scan.  Returns whether it took the next reply (and those after it). */
 static bool plain_reply(struct rpx *rx)
 {
-    const struct rpx_window *w = &rx->win[SIDE_UPSTREAM];
+    const struct pump_window *w = &rx->pump.win[SIDE_UPSTREAM];
     /* held counts the bytes waiting in entries: 0, and e->bytes is empty. */
     if (rx->need[SIDE_UPSTREAM] != 0 || rx->held != 0 || !win_open(rx, SIDE_UPSTREAM))
         return false;
     /* The rest of a pipeline's replies in one call. */
     bool took = false;
-    while (w->len > rx->run[SIDE_UPSTREAM]) {
+    while (w->p != NULL && w->len > rx->pump.run[SIDE_UPSTREAM]) {
         struct entry *e = rx->await;
         if (e == NULL || !rpx_straight_out(rx, e))
             break;
         uint8_t type;
-        size_t run = rx->run[SIDE_UPSTREAM];
+        size_t run = rx->pump.run[SIDE_UPSTREAM];
         size_t len = resp_scan_reply_len(&rx->sc[SIDE_UPSTREAM], w->p + run, w->len - run, &type);
         if (len == 0 || resp_pairing_reply_simple(&rx->pairing, type) != 1)
             break;
-        rx->run[SIDE_UPSTREAM] += len;
+        pump_pass(&rx->pump, SIDE_UPSTREAM, len);
         rpx_entry_answered(rx, e, true);
         took = true;
     }
@@ -911,13 +883,11 @@ static void process_client(struct rpx *rx)
     bool cmd_rules = codec_wants(rx->s, RULE_EV_COMMAND);
     while (rpx_alive(rx)) {
         if (rx->phase == RPX_RAW) {
-            rpx_run_move(rx, SIDE_CLIENT);
-            evbuffer_add_buffer(rx->out[SIDE_UPSTREAM], rx->pend[SIDE_CLIENT]);
+            (void)pump_forward(&rx->pump, SIDE_CLIENT, pump_rest(&rx->pump, SIDE_CLIENT));
             break;
         }
         if (rx->phase == RPX_BLACKHOLED) {
-            rpx_run_move(rx, SIDE_CLIENT);
-            evbuffer_drain(rx->pend[SIDE_CLIENT], evbuffer_get_length(rx->pend[SIDE_CLIENT]));
+            (void)pump_drop(&rx->pump, SIDE_CLIENT, pump_rest(&rx->pump, SIDE_CLIENT));
             break;
         }
         if (rx->phase == RPX_HOLDING) {
@@ -960,15 +930,15 @@ static void process_client(struct rpx *rx)
         if (r == CMD_STOP)
             break;
     }
-    /* The run goes on at rpx_send_flush(UPSTREAM), which always follows: from
+    /* The run goes on at pump_flush(UPSTREAM), which always follows: from
      * pend itself when it is all of it. */
-    if (rx->run[SIDE_CLIENT] == 0)
-        rx->win[SIDE_CLIENT].p = NULL;
+    if (rx->pump.run[SIDE_CLIENT] == 0)
+        rx->pump.win[SIDE_CLIENT].p = NULL;
     /* Past the pipeline cap, or while holding, stop reading the client. */
     if (rpx_alive(rx)) {
-        size_t waiting = evbuffer_get_length(rx->pend[SIDE_CLIENT]) - rx->run[SIDE_CLIENT];
+        size_t waiting = pump_rest(&rx->pump, SIDE_CLIENT);
         bool hold = waiting > SESSION_INPUT_HIGH && rx->need[SIDE_CLIENT] <= waiting;
-        session_hold_reading(rx->s, SIDE_CLIENT, hold);
+        pump_hold_reading(&rx->pump, SIDE_CLIENT, hold);
     }
 }
 
@@ -985,7 +955,7 @@ static void on_timer(evutil_socket_t fd, short what, void *arg)
     process_client(rx);
     if (!rpx_alive(rx))
         return;
-    rpx_send_flush(rx, SIDE_UPSTREAM);
+    pump_flush(&rx->pump, SIDE_UPSTREAM);
     rpx_flush_replies(rx);
 }
 
@@ -998,7 +968,7 @@ static void process_read(struct rpx *rx, enum session_side from)
         rpx_flush_replies(rx);
         /* Replies drained the FIFO: the client may go on, and what twice
          * answers itself there goes out now, not at the next event. */
-        if (rpx_alive(rx) && evbuffer_get_length(rx->pend[SIDE_CLIENT]) > 0) {
+        if (rpx_alive(rx) && evbuffer_get_length(rx->pump.in[SIDE_CLIENT]) > 0) {
             process_client(rx);
             if (rpx_alive(rx))
                 rpx_flush_replies(rx);
@@ -1010,7 +980,7 @@ static void process_read(struct rpx *rx, enum session_side from)
         rpx_flush_replies(rx); /* twice's own answers */
     }
     if (rpx_alive(rx))
-        rpx_send_flush(rx, SIDE_UPSTREAM);
+        pump_flush(&rx->pump, SIDE_UPSTREAM);
 }
 
 static void rpx_process(void *state, enum session_side from, struct evbuffer *in)
@@ -1018,23 +988,11 @@ static void rpx_process(void *state, enum session_side from, struct evbuffer *in
     struct rpx *rx = state;
     if (!rpx_alive(rx))
         return;
-    rx->win[from].p = NULL;
-    /* Nothing waits from before (the usual case): the read is processed
-     * where it is, and only what is left of it (a message cut short, a
-     * command held) moves to pend afterwards.  An evbuffer_add_buffer per
-     * read saved. */
-    struct evbuffer *own = rx->pend[from];
-    bool borrowed = evbuffer_get_length(own) == 0;
-    if (borrowed)
-        rx->pend[from] = in;
-    else
-        evbuffer_add_buffer(own, in);
-    process_read(rx, from);
-    if (borrowed) {
-        rx->pend[from] = own; /* before anything else can run: a timer, the free */
-        if (evbuffer_get_length(in) > 0)
-            evbuffer_add_buffer(own, in);
-    }
+    struct pump_read r;
+    pump_read_begin(&rx->pump, from, in, &r);
+    if (rpx_alive(rx))
+        process_read(rx, from);
+    pump_read_end(&rx->pump, from, &r);
 }
 
 /* ---- codec ops --------------------------------------------------------- */
@@ -1064,12 +1022,8 @@ static void *rpx_open(struct session *s)
     }
     rx->slots = malloc(RPX_PIPELINE_MIN * sizeof(*rx->slots));
     rx->timer = evtimer_new(s->loop->base, on_timer, rx);
-    for (int i = 0; i < 2; i++) {
-        rx->pend[i] = evbuffer_new();
-        rx->out[i] = evbuffer_new();
-    }
-    if (rx->slots == NULL || rx->timer == NULL || rx->pend[0] == NULL || rx->pend[1] == NULL ||
-        rx->out[0] == NULL || rx->out[1] == NULL) {
+    if (rx->slots == NULL || rx->timer == NULL ||
+        pump_init(&rx->pump, s->port, s->port_ctx, PUMP_KEEP_REST) != 0) {
         rpx_free(rx);
         return NULL;
     }
@@ -1103,12 +1057,7 @@ static void rpx_free(void *state)
         rpx_entry_free(e);
     }
     rpx_tx_reset(&rx->tx);
-    for (int i = 0; i < 2; i++) {
-        if (rx->pend[i] != NULL)
-            evbuffer_free(rx->pend[i]);
-        if (rx->out[i] != NULL)
-            evbuffer_free(rx->out[i]);
-    }
+    pump_free(&rx->pump);
     for (int i = 0; i < 3; i++)
         if (rx->setup[i] != NULL)
             evbuffer_free(rx->setup[i]);
@@ -1170,8 +1119,8 @@ static bool rpx_busy(void *state)
 {
     const struct rpx *rx = state;
     if (rx->phase == RPX_RAW || rx->phase == RPX_HOLDING || rx->tx.active || rx->pairing.in_multi ||
-        rx->decision.decided || evbuffer_get_length(rx->pend[SIDE_CLIENT]) > 0 ||
-        evbuffer_get_length(rx->pend[SIDE_UPSTREAM]) > 0)
+        rx->decision.decided || evbuffer_get_length(rx->pump.in[SIDE_CLIENT]) > 0 ||
+        evbuffer_get_length(rx->pump.in[SIDE_UPSTREAM]) > 0)
         return true;
     if (rx->pairing.count == 0)
         return rx->head != NULL; /* an answer of twice's own not out yet */

@@ -24,11 +24,14 @@ struct entry *rpx_entry_add(struct rpx *rx, bool server)
         e->bytes = b;
     } else {
         e = calloc(1, sizeof(*e));
-        if (e == NULL)
-            return NULL;
-        e->bytes = evbuffer_new();
-        if (e->bytes == NULL) {
+        if (e != NULL && (e->bytes = evbuffer_new()) == NULL) {
             free(e);
+            e = NULL;
+        }
+        if (e == NULL) {
+            /* A reply owed and not written down would pair every later reply with the wrong
+             * command: the session cannot go on. */
+            pump_fail(&rx->pump, "owing a reply");
             return NULL;
         }
     }
@@ -99,11 +102,13 @@ void rpx_answer(struct rpx *rx, const void *bytes, size_t len)
 {
     struct entry *e = rpx_entry_add(rx, false);
     if (e == NULL) {
-        session_set_error(rx->s, "out of memory");
-        session_abort(rx->s, SESSION_CLOSE_INTERNAL_ERROR, -1);
+        pump_fail(&rx->pump, "owing a reply");
         return;
     }
-    evbuffer_add(e->bytes, bytes, len);
+    if (evbuffer_add(e->bytes, bytes, len) != 0) {
+        pump_fail(&rx->pump, "answering a command");
+        return;
+    }
     rx->held += len;
 }
 
@@ -119,8 +124,8 @@ void rpx_send_own(struct rpx *rx, const char *cmd, size_t len)
     int rc = resp_pairing_command(&rx->pairing, &m, (const uint8_t *)cmd, 0, NULL);
     if (rc < 0)
         return;
-    rpx_run_move(rx, SIDE_CLIENT);
-    evbuffer_add(rx->out[SIDE_UPSTREAM], cmd, len);
+    if (pump_inject(&rx->pump, SIDE_UPSTREAM, cmd, len) != 0)
+        return;
     if (rc == 1) {
         struct entry *e = rpx_entry_add(rx, true);
         if (e != NULL)
@@ -183,7 +188,7 @@ void rpx_flush_replies(struct rpx *rx)
 {
     uint64_t now = 0;
     if (rx->head != NULL)
-        rpx_run_move(rx, SIDE_UPSTREAM); /* before what the entries add to out */
+        (void)pump_settle(&rx->pump, SIDE_UPSTREAM); /* before what the entries add to out */
     while (rx->head != NULL && rpx_alive(rx)) {
         struct entry *e = rx->head;
         if (e->release_ms != 0) {
@@ -202,10 +207,14 @@ void rpx_flush_replies(struct rpx *rx)
             } else if (n < RPX_COALESCE) {
                 /* Small replies are copied together: a chain each would
                  * cost a kilobyte per reply to a client that reads slowly. */
-                evbuffer_add(rx->out[SIDE_CLIENT], evbuffer_pullup(e->bytes, (ev_ssize_t)n), n);
+                const void *b = evbuffer_pullup(e->bytes, (ev_ssize_t)n);
+                if (b == NULL || pump_inject(&rx->pump, SIDE_CLIENT, b, n) != 0) {
+                    pump_fail(&rx->pump, "sending a reply");
+                    return;
+                }
                 evbuffer_drain(e->bytes, n);
-            } else {
-                evbuffer_add_buffer(rx->out[SIDE_CLIENT], e->bytes);
+            } else if (pump_inject_buffer(&rx->pump, SIDE_CLIENT, e->bytes) != 0) {
+                return;
             }
         }
         if (!e->done)
@@ -218,15 +227,15 @@ void rpx_flush_replies(struct rpx *rx)
             return;
         }
         if (close_protocol) {
-            rpx_send_flush(rx, SIDE_CLIENT);
-            session_abort(rx->s, SESSION_CLOSE_PROTOCOL_ERROR, SIDE_CLIENT);
+            pump_flush(&rx->pump, SIDE_CLIENT);
+            pump_abort(&rx->pump, SESSION_CLOSE_PROTOCOL_ERROR, SIDE_CLIENT);
             return;
         }
     }
-    rpx_send_flush(rx, SIDE_CLIENT);
+    pump_flush(&rx->pump, SIDE_CLIENT);
     /* Past the cap, stop reading the server until delayed replies go out. */
     if (rpx_alive(rx))
-        session_hold_reading(rx->s, SIDE_UPSTREAM, rx->held > rpx_held_max(rx));
+        pump_hold_reading(&rx->pump, SIDE_UPSTREAM, rx->held > rpx_held_max(rx));
 }
 
 /* The next server entry after e. */
@@ -333,24 +342,22 @@ void rpx_entry_answered(struct rpx *rx, struct entry *e, bool sent)
     }
 }
 
-/* One whole reply is at the start of pend[UPSTREAM] (buf, m->len bytes). */
+/* One whole reply is at the start of in[UPSTREAM] (buf, m->len bytes). */
 /* A reply that answers no command (a push, a pub/sub message, MONITOR, or one nobody asked
  * for): on to the client, behind what is due before it. */
 static void out_of_band(struct rpx *rx, const struct resp_msg *m)
 {
     if (rx->head == NULL) {
-        rx->run[SIDE_UPSTREAM] += m->len;
+        pump_pass(&rx->pump, SIDE_UPSTREAM, m->len);
         return;
     }
     struct entry *last = rx->await != NULL ? rx->await : rx->tail;
     if (last->hide && (last = entry_beside(rx, last)) == NULL) {
-        session_set_error(rx->s, "out of memory");
-        session_abort(rx->s, SESSION_CLOSE_INTERNAL_ERROR, -1);
+        pump_fail(&rx->pump, "keeping a reply");
         return;
     }
-    rx->held += m->len;
-    rpx_run_move(rx, SIDE_UPSTREAM);
-    evbuffer_remove_buffer(rx->pend[SIDE_UPSTREAM], last->bytes, m->len);
+    if (pump_hold(&rx->pump, SIDE_UPSTREAM, m->len, last->bytes) == 0)
+        rx->held += m->len;
 }
 
 /* What its command's reply kind asks of reply m (a copy of it in `reply`, which the reader
@@ -380,7 +387,6 @@ static void read_reply(struct rpx *rx, struct entry *e, const uint8_t *buf,
 
 void rpx_on_reply(struct rpx *rx, const uint8_t *buf, const struct resp_msg *m)
 {
-    struct evbuffer *pend = rx->pend[SIDE_UPSTREAM];
     struct resp_match match;
     int rc = resp_pairing_reply(&rx->pairing, m, buf, &match);
     if (rc != 1 || rx->await == NULL) {
@@ -392,32 +398,35 @@ void rpx_on_reply(struct rpx *rx, const uint8_t *buf, const struct resp_msg *m)
         /* The common case: the reply due next, straight to the client (a
          * small one copied into the output's last chain).  Not when a push
          * or pub/sub message that came first still waits in the entry. */
-        rx->run[SIDE_UPSTREAM] += m->len;
+        pump_pass(&rx->pump, SIDE_UPSTREAM, m->len);
         if (match.last)
             rpx_entry_answered(rx, e, true);
         return;
     } else if (e->kind == RPROF_REPLY_PLAIN) {
+        if (pump_hold(&rx->pump, SIDE_UPSTREAM, m->len, e->bytes) != 0)
+            return;
         rx->held += m->len;
-        rpx_run_move(rx, SIDE_UPSTREAM);
-        evbuffer_remove_buffer(pend, e->bytes, m->len);
     } else if (e->kind == RK_FRAMEWORK && rpx_framework_counted(rx, e, buf, m)) {
         if (match.last)
             rpx_entry_answered(rx, e, true);
         return;
     } else {
         struct evbuffer *reply = evbuffer_new();
-        if (reply == NULL) {
-            session_set_error(rx->s, "out of memory");
-            session_abort(rx->s, SESSION_CLOSE_INTERNAL_ERROR, -1);
+        if (reply == NULL || evbuffer_add(reply, buf, m->len) != 0) {
+            if (reply != NULL)
+                evbuffer_free(reply);
+            pump_fail(&rx->pump, "rewriting a reply");
             return;
         }
-        evbuffer_add(reply, buf, m->len);
-        read_reply(rx, e, buf, m, reply);
-        rpx_run_move(rx, SIDE_UPSTREAM);
-        evbuffer_drain(pend, m->len);
-        rx->held += evbuffer_get_length(reply);
-        evbuffer_add_buffer(e->bytes, reply);
+        read_reply(rx, e, buf, m, reply); /* buf is read before the reply leaves in */
+        size_t n = evbuffer_get_length(reply);
+        if (pump_drop(&rx->pump, SIDE_UPSTREAM, m->len) == 0 &&
+            evbuffer_add_buffer(e->bytes, reply) != 0)
+            pump_fail(&rx->pump, "rewriting a reply");
         evbuffer_free(reply);
+        if (pump_failed(&rx->pump))
+            return;
+        rx->held += n;
     }
     if (match.last)
         rpx_entry_answered(rx, e, false);

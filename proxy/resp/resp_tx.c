@@ -113,13 +113,13 @@ static void say_not_planned(struct rpx *rx)
             (unsigned long long)rx->s->id, rpx_scope(rx));
 }
 
-/* The plan of the transaction that starts after MULTI (len bytes) at the head of pend[CLIENT],
+/* The plan of the transaction that starts after MULTI (len bytes) at the head of in[CLIENT],
  * from the listener's module: 1 planned (or not to be), 0 wait for the rest of it, or what
  * happens instead of MULTI (*res): cut before, or held. */
 static int tx_plan(struct rpx *rx, size_t len, enum cmd_result *res)
 {
-    size_t avail = evbuffer_get_length(rx->pend[SIDE_CLIENT]);
-    const uint8_t *all = evbuffer_pullup(rx->pend[SIDE_CLIENT], (ev_ssize_t)avail);
+    size_t avail = evbuffer_get_length(rx->pump.in[SIDE_CLIENT]);
+    const uint8_t *all = evbuffer_pullup(rx->pump.in[SIDE_CLIENT], (ev_ssize_t)avail);
     const struct job_host *h = rpx_host(rx);
     struct resp_tx_plan p;
     memset(&p, 0, sizeof(p));
@@ -171,14 +171,20 @@ static int tx_plan(struct rpx *rx, size_t len, enum cmd_result *res)
 enum cmd_result rpx_tx_begin(struct rpx *rx, struct rprof_cmdview *cv, const struct resp_msg *m)
 {
     size_t len = m->len;
-    rpx_run_move(rx, SIDE_CLIENT); /* the plan reads from the MULTI on */
+    if (pump_settle(&rx->pump, SIDE_CLIENT) != 0) /* the plan reads from the MULTI on */
+        return CMD_STOP;
     enum cmd_result res = CMD_DONE;
     if (rx->fw != NULL && rx->fw->transaction != NULL && !rx->decision.planned &&
         tx_plan(rx, len, &res) == 0)
         return res;
     rx->tx.active = true;
     rx->tx.idx = 0;
-    rpx_forward(rx, cv, m, evbuffer_pullup(rx->pend[SIDE_CLIENT], (ev_ssize_t)len), len);
+    const uint8_t *multi = evbuffer_pullup(rx->pump.in[SIDE_CLIENT], (ev_ssize_t)len);
+    if (multi == NULL) {
+        pump_fail(&rx->pump, "reading a transaction");
+        return CMD_STOP;
+    }
+    rpx_forward(rx, cv, m, multi, len);
     return CMD_DONE;
 }
 
