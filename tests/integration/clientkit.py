@@ -58,9 +58,9 @@ amqp_listen, resp_listen = hk.amqp_listen, hk.resp_listen
 def start_redis(tmp, *extra, password=None, timeout=30):
     """A redis-server on a free 127.0.0.1 port (harness.start_redis), with extra arguments
     (e.g. "--requirepass", "pw"; then pass password= for the readiness check)."""
-    if not extra and password is None:
-        return h.start_redis(tmp, timeout=timeout)
-    return rk.start_redis_args(tmp, *extra, password=password, timeout=timeout)
+    return h.start_redis(tmp, *extra, password=password,
+                         maxclients=2000 if not extra and password is None else None,
+                         timeout=timeout)
 
 
 def redis_py(port, timeout=WAIT, **kw):

@@ -969,15 +969,22 @@ class Redis:
         _reap(self.proc)
 
 
-def start_redis(tmp, timeout=30):
+def start_redis(tmp, *extra, password=None, maxclients=2000, timeout=30):
+    """A redis-server on a free 127.0.0.1 port with its own folder under tmp, no persistence,
+    stopped at exit; `extra` arguments go to it (e.g. "--requirepass", "pw": then pass
+    password= for the readiness check).  maxclients None leaves Redis's default.  Returns a
+    Redis; call .stop() to stop it sooner."""
+    import respkit as rk  # it imports this module
     d = os.path.join(tmp, "redis-%d" % len(os.listdir(tmp)))
     os.makedirs(d)
     port = free_port()
     log_path = os.path.join(d, "redis.log")
     argv = ["redis-server", "--port", str(port), "--bind", "127.0.0.1", "--save", "",
             "--appendonly", "no", "--dir", d, "--daemonize", "no", "--unixsocket", "",
-            "--protected-mode", "yes", "--maxclients", "2000"]
-    p = spawn(argv, log_path=log_path, cwd=d)
+            "--protected-mode", "yes"]
+    if maxclients is not None:
+        argv += ["--maxclients", str(maxclients)]
+    p = spawn(argv + list(extra), log_path=log_path, cwd=d)
     r = Redis(p, port, d, log_path)
     at_exit(r.stop)
 
@@ -985,7 +992,10 @@ def start_redis(tmp, timeout=30):
         if p.poll() is not None:
             raise RuntimeError("redis-server exited with %s:\n%s" % (p.returncode, _tail(log_path)))
         try:
-            return r.command("PING", timeout=1) == b"PONG"
+            with rk.Conn(port, timeout=1) as c:
+                if password is not None and c.cmd("AUTH", password) != b"OK":
+                    return False
+                return c.cmd("PING") == b"PONG"
         except OSError:
             return False
     wait_until(up, timeout, what="redis PING")

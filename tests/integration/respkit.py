@@ -9,7 +9,6 @@ harness.py and faultkit.py.
 - start_twice_rules(): start twice, and when it refuses `when command` rules
   because the RESP codec has not landed yet, start it without them and say
   so (the tests then fail on the fault that did not happen, not on setup);
-- start_redis_args(): a redis-server with extra arguments (requirepass).
 
 Standard library only; redis-py is imported by the tests themselves.
 Processes are started through harness, so its cleanup covers them.
@@ -380,37 +379,6 @@ def assert_twice_healthy(test, t, start=0):
 
 # ---------------------------------------------------------------------------
 # Redis with extra arguments
-
-def start_redis_args(tmp, *extra, password=None, timeout=30):
-    """A redis-server like harness.start_redis, with extra arguments (e.g.
-    "--requirepass", "pw").  Returns a harness.Redis; call .stop()."""
-    d = os.path.join(tmp, "redis-%d" % len(os.listdir(tmp)))
-    os.makedirs(d)
-    port = h.free_port()
-    log_path = os.path.join(d, "redis.log")
-    argv = ["redis-server", "--port", str(port), "--bind", "127.0.0.1", "--save", "",
-            "--appendonly", "no", "--dir", d, "--daemonize", "no", "--unixsocket", "",
-            "--protected-mode", "yes"] + list(extra)
-    p = h.spawn(argv, log_path=log_path, cwd=d)
-    r = h.Redis(p, port, d, log_path)
-    h.at_exit(r.stop)
-
-    def up():
-        if p.poll() is not None:
-            raise RuntimeError("redis-server exited with %s:\n%s" % (p.returncode, h._tail(log_path)))
-        try:
-            with Conn(port, timeout=1) as c:
-                if password is not None:
-                    return c.cmd("AUTH", password) == b"OK" and c.cmd("PING") == b"PONG"
-                return c.cmd("PING") == b"PONG"
-        except OSError:
-            return False
-    h.wait_until(up, timeout, what="redis PING")
-    return r
-
-
-# ---------------------------------------------------------------------------
-# Journal
 
 def journal_faults(path, rule=None):
     """FAULT records of the journal at path (optionally of one rule)."""

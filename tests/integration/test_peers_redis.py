@@ -198,9 +198,9 @@ class RedisSuiteTest(unittest.TestCase):
         tmp = h.make_tmpdir("twice-it-peers-redis-")
         h.log("Redis's suite %s, redis-server %s, units: %s" % (
             suite_version(), redis_version(), "all" if units() is None else " ".join(units())))
-        servers = {t: rk.start_redis_args(tmp, "--enable-protected-configs", "yes",
-                                          "--enable-debug-command", "yes",
-                                          "--enable-module-command", "yes")
+        servers = {t: h.start_redis(tmp, "--enable-protected-configs", "yes",
+                                    "--enable-debug-command", "yes",
+                                    "--enable-module-command", "yes", maxclients=None)
                    for t in TARGETS}
         ports = {t: h.free_port() for t in TARGETS if t != "direct"}
         # One event loop: Redis's suite sends a command on one connection and, right after,

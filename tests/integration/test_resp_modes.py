@@ -25,11 +25,8 @@ NO-EVICT / NO-TOUCH, and cluster redirections (-MOVED, -ASK) passed on
 unchanged, not rewritten.
 """
 
-import hashlib
 import os
 import re
-import socket
-import ssl
 import subprocess
 import sys
 import threading
@@ -259,8 +256,8 @@ class ReplicationTest(h.TestCase):
             d = os.path.join(self.tmp, "load-%s" % name)
             os.makedirs(d)
             os.rename(path, os.path.join(d, "dump.rdb"))
-            loaded = rk.start_redis_args(self.tmp, "--enable-debug-command", "yes",
-                                         "--dir", d, "--dbfilename", "dump.rdb")
+            loaded = h.start_redis(self.tmp, "--enable-debug-command", "yes",
+                                   "--dir", d, "--dbfilename", "dump.rdb", maxclients=None)
             try:
                 self.assertEqual(digest(loaded.port), want, name)
             finally:

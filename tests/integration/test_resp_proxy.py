@@ -954,8 +954,8 @@ class AuthSelect(h.TestCase):
 
     def setUp(self):
         super().setUp()
-        self.redis = rk.start_redis_args(self.tmp, "--requirepass", self.PASSWORD,
-                                         password=self.PASSWORD)
+        self.redis = h.start_redis(self.tmp, "--requirepass", self.PASSWORD,
+                                   password=self.PASSWORD, maxclients=None)
         self.port = h.free_port()
         self.tw = self.twice("log-level info\nconnect-timeout 2s\nshutdown-grace 2s\n" +
                              rk.resp_listen_block("auth", self.port, self.redis.port))
