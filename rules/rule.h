@@ -106,6 +106,10 @@ size_t rule_matchers_text(const struct rule *r, char *buf, size_t cap);
 /* The triggers in the order the engine checks them: "every 10, probability 5%"; "" without
  * any (max-per-message is shown when it is not 1); returns the length written. */
 size_t rule_triggers_text(const struct rule *r, char *buf, size_t cap);
+/* The action and its arguments as the log's and the admin API's `detail` gives them: "latency
+ * 100ms jitter 10ms downstream", "close before", "redeliver after 5000ms"; returns the length
+ * written. */
+size_t rule_action_text(const struct rule *r, char *buf, size_t cap);
 
 /* True for latency, bandwidth, slice, reset, blackhole, slow-close, limit. */
 bool rule_action_is_stream(enum rule_action_kind k);

@@ -94,3 +94,60 @@ size_t rule_triggers_text(const struct rule *r, char *buf, size_t cap)
         append(buf, cap, &used, "%smax-per-message %u", used ? ", " : "", t->max_per_message);
     return used;
 }
+
+static const char *direction_text(enum rule_direction d)
+{
+    return d == RULE_DIR_UPSTREAM ? "upstream" : d == RULE_DIR_DOWNSTREAM ? "downstream" : "both";
+}
+
+size_t rule_action_text(const struct rule *r, char *buf, size_t cap)
+{
+    const struct rule_action *a = &r->action;
+    const char *name = rule_action_name(a->kind);
+    unsigned long long bytes = (unsigned long long)a->bytes;
+    size_t used = 0;
+    buf[0] = '\0';
+    switch (a->kind) {
+    case RULE_ACT_LATENCY:
+        append(buf, cap, &used, "%s %ums jitter %ums %s", name, a->duration_ms, a->jitter_ms,
+               direction_text(r->direction));
+        break;
+    case RULE_ACT_BANDWIDTH:
+        append(buf, cap, &used, "%s %lluB/s %s", name, bytes, direction_text(r->direction));
+        break;
+    case RULE_ACT_SLICE:
+        append(buf, cap, &used, "%s %lluB delay %ums %s", name, bytes, a->slice_delay_ms,
+               direction_text(r->direction));
+        break;
+    case RULE_ACT_LIMIT:
+        append(buf, cap, &used, "%s %lluB %s", name, bytes, direction_text(r->direction));
+        break;
+    case RULE_ACT_BLACKHOLE:
+        append(buf, cap, &used, "%s %s", name, direction_text(r->direction));
+        break;
+    case RULE_ACT_RESET:
+    case RULE_ACT_SLOW_CLOSE:
+    case RULE_ACT_DELAY:
+    case RULE_ACT_EXPIRE:
+        append(buf, cap, &used, "%s %ums", name, a->duration_ms);
+        break;
+    case RULE_ACT_REDELIVER:
+    case RULE_ACT_DUPLICATE:
+        if (a->duration_ms != 0)
+            append(buf, cap, &used, "%s after %ums", name, a->duration_ms);
+        else
+            append(buf, cap, &used, "%s", name);
+        break;
+    case RULE_ACT_CLOSE:
+        append(buf, cap, &used, "%s %s", name,
+               a->close_when == RULE_CLOSE_BEFORE ? "before" : "after");
+        break;
+    case RULE_ACT_ERROR:
+        append(buf, cap, &used, "%s %s", name, a->error_code ? a->error_code : "");
+        break;
+    default:
+        append(buf, cap, &used, "%s", name);
+        break;
+    }
+    return used;
+}

@@ -216,7 +216,7 @@ static void rule_json(struct evbuffer *b, struct ruleset *rs, size_t i)
     const struct rule *r = ruleset_rule(rs, i);
     struct engine_rule_stats st = ruleset_stats(rs, i);
     char detail[160];
-    fault_describe(r, detail, sizeof(detail));
+    rule_action_text(r, detail, sizeof(detail));
     evbuffer_add(b, "{\"name\":", 8);
     json_str(b, r->name);
     evbuffer_add(b, ",\"listener\":", 12);

@@ -118,7 +118,7 @@ static void print_listener(const struct conf_listener *l)
 static void print_rule(const struct conf *c, const struct rule *r)
 {
     char detail[160], matchers[512], triggers[256];
-    fault_describe(r, detail, sizeof(detail));
+    rule_action_text(r, detail, sizeof(detail));
     rule_matchers_text(r, matchers, sizeof(matchers));
     rule_triggers_text(r, triggers, sizeof(triggers));
     printf("  rule %s on %s: %s%s%s%s%s%s", r->name, r->listener,

@@ -9,63 +9,10 @@
 #include "proxy/core/log.h"
 #include "proxy/net/session.h"
 
-static const char *direction_name(enum rule_direction d)
-{
-    return d == RULE_DIR_UPSTREAM ? "upstream" : d == RULE_DIR_DOWNSTREAM ? "downstream" : "both";
-}
-
-void fault_describe(const struct rule *r, char *buf, size_t len)
-{
-    const struct rule_action *a = &r->action;
-    const char *name = rule_action_name(a->kind);
-    unsigned long long bytes = (unsigned long long)a->bytes;
-    switch (a->kind) {
-    case RULE_ACT_LATENCY:
-        snprintf(buf, len, "%s %ums jitter %ums %s", name, a->duration_ms, a->jitter_ms,
-                 direction_name(r->direction));
-        break;
-    case RULE_ACT_BANDWIDTH:
-        snprintf(buf, len, "%s %lluB/s %s", name, bytes, direction_name(r->direction));
-        break;
-    case RULE_ACT_SLICE:
-        snprintf(buf, len, "%s %lluB delay %ums %s", name, bytes, a->slice_delay_ms,
-                 direction_name(r->direction));
-        break;
-    case RULE_ACT_LIMIT:
-        snprintf(buf, len, "%s %lluB %s", name, bytes, direction_name(r->direction));
-        break;
-    case RULE_ACT_BLACKHOLE:
-        snprintf(buf, len, "%s %s", name, direction_name(r->direction));
-        break;
-    case RULE_ACT_RESET:
-    case RULE_ACT_SLOW_CLOSE:
-    case RULE_ACT_DELAY:
-    case RULE_ACT_EXPIRE:
-        snprintf(buf, len, "%s %ums", name, a->duration_ms);
-        break;
-    case RULE_ACT_REDELIVER:
-    case RULE_ACT_DUPLICATE:
-        if (a->duration_ms != 0)
-            snprintf(buf, len, "%s after %ums", name, a->duration_ms);
-        else
-            snprintf(buf, len, "%s", name);
-        break;
-    case RULE_ACT_CLOSE:
-        snprintf(buf, len, "%s %s", name, a->close_when == RULE_CLOSE_BEFORE ? "before" : "after");
-        break;
-    case RULE_ACT_ERROR:
-        snprintf(buf, len, "%s %s", name, a->error_code ? a->error_code : "");
-        break;
-    default:
-        snprintf(buf, len, "%s", name);
-        break;
-    }
-}
-
 void fault_note(struct session *s, const struct rule *r, const struct engine_event *ev)
 {
     char detail[160];
-    fault_describe(r, detail, sizeof(detail));
+    rule_action_text(r, detail, sizeof(detail));
     struct log_line line;
     log_begin(&line, LOG_INFO, "fault");
     log_u64(&line, "sid", s->id);

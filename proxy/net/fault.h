@@ -17,8 +17,4 @@ struct session;
  * event (NULL for connection faults). */
 void fault_note(struct session *s, const struct rule *r, const struct engine_event *ev);
 
-/* A short description of the action and its arguments, e.g.
- * "latency 100ms jitter 10ms downstream". */
-void fault_describe(const struct rule *r, char *buf, size_t len);
-
 #endif

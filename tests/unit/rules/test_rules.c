@@ -659,6 +659,55 @@ static void test_rule_text(void **state)
     conf_diags_free(&d);
 }
 
+/* An action as the fault's log line and the admin API's `detail` give it. */
+static void test_action_text(void **state)
+{
+    (void)state;
+    struct conf_diags d;
+    struct conf *c = parse_ok(stream_rules, &d);
+    char buf[160];
+    static const struct {
+        const char *rule, *text;
+    } stream[] = {
+        {"lat", "latency 20ms jitter 5ms downstream"},
+        {"lat2", "latency 1000ms jitter 0ms upstream"},
+        {"bw", "bandwidth 100000B/s both"},
+        {"slice", "slice 64000B delay 10ms both"},
+        {"reset2", "reset 2000ms"},
+        {"hole", "blackhole both"},
+        {"sc", "slow-close 3000ms"},
+        {"lim", "limit 2000000000B both"},
+    };
+    for (size_t i = 0; i < sizeof(stream) / sizeof(stream[0]); i++) {
+        size_t n = rule_action_text(find_rule(c, stream[i].rule), buf, sizeof(buf));
+        assert_string_equal(buf, stream[i].text);
+        assert_int_equal(n, strlen(stream[i].text));
+    }
+    /* cut to the room given, NUL-terminated */
+    assert_int_equal(rule_action_text(find_rule(c, "lat"), buf, 8), 7);
+    assert_string_equal(buf, "latency");
+    conf_free(c);
+    conf_diags_free(&d);
+    c = parse_ok(MQ "rule a on mq { when ack; nth 1; do redeliver after 5s }\n"
+                    "rule b on mq { when deliver; nth 2; do duplicate }\n"
+                    "rule e on mq { when deliver; nth 3; do error 406 }\n"
+                    "rule x on mq { when ack; do close before }\n"
+                    "rule y on mq { when deliver; nth 4; do expire 30s }\n",
+                 &d);
+    static const struct {
+        const char *rule, *text;
+    } msg[] = {
+        {"a", "redeliver after 5000ms"}, {"b", "duplicate"},      {"e", "error 406"},
+        {"x", "close before"},           {"y", "expire 30000ms"},
+    };
+    for (size_t i = 0; i < sizeof(msg) / sizeof(msg[0]); i++) {
+        rule_action_text(find_rule(c, msg[i].rule), buf, sizeof(buf));
+        assert_string_equal(buf, msg[i].text);
+    }
+    conf_free(c);
+    conf_diags_free(&d);
+}
+
 /* ---- mistakes in `when` ---- */
 
 #define EVENTS_HINT "events: connect, deliver, ack, nack, publish, confirm, command, lease"
@@ -1842,6 +1891,7 @@ int main(void)
         cmocka_unit_test(test_probability_forms),
         cmocka_unit_test(test_probability_fraction_warns),
         cmocka_unit_test(test_rule_text),
+        cmocka_unit_test_setup_teardown(test_action_text, use_real_tables, use_test_tables),
         cmocka_unit_test(test_when_errors),
         cmocka_unit_test(test_when_quoting),
         cmocka_unit_test(test_too_many_matchers),
