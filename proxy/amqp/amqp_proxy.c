@@ -465,8 +465,9 @@ static struct achan *chan_new(struct amqp_px *ax, uint16_t id)
 
 static struct achan *chan_find(struct amqp_px *ax, uint16_t id, bool create);
 
-/* The channel `id`, created when `create`; NULL if absent or out of memory.  The last one
- * asked for without a call: a frame's channel is usually its neighbour's. */
+/* The channel `id`, created when `create`; NULL if absent, past AMQP_PX_MAX_CHANNELS, or out
+ * of memory (the pump stopped).  The last one asked for without a call: a frame's channel is
+ * usually its neighbour's. */
 static inline struct achan *chan_get(struct amqp_px *ax, uint16_t id, bool create)
 {
     if (ax->last_chan != NULL && ax->last_chan->id == id)
@@ -482,12 +483,16 @@ static struct achan *chan_find(struct amqp_px *ax, uint16_t id, bool create)
     if (!create || ax->n_chans >= AMQP_PX_MAX_CHANNELS)
         return NULL;
     struct achan **v = realloc(ax->chans, (ax->n_chans + 1) * sizeof(*v));
-    if (v == NULL)
+    struct achan *ch = NULL;
+    if (v != NULL) {
+        ax->chans = v;
+        ch = chan_new(ax, id);
+    }
+    if (ch == NULL) {
+        pump_fail(&ax->pump, "tracking a channel");
         return NULL;
-    ax->chans = v;
-    struct achan *ch = chan_new(ax, id);
-    if (ch != NULL)
-        ax->chans[ax->n_chans++] = ch;
+    }
+    ax->chans[ax->n_chans++] = ch;
     return ch;
 }
 
@@ -1062,7 +1067,9 @@ static void on_method(struct amqp_px *ax, int from, const struct amqp_frame *f, 
     }
     struct achan *ch = chan_get(ax, f->channel, true);
     if (ch == NULL) {
-        pump_fail(&ax->pump, "tracking a channel");
+        /* out of memory (the pump stopped), or past AMQP_PX_MAX_CHANNELS */
+        if (!pump_failed(&ax->pump))
+            apx_protocol_error(ax, "cannot track channel %u", f->channel);
         return;
     }
     if (closing(ax, ch, from, &m, len))
@@ -1085,7 +1092,9 @@ static void on_frame(struct amqp_px *ax, int from, const struct amqp_frame *f, s
     }
     struct achan *ch = chan_get(ax, f->channel, true);
     if (ch == NULL) {
-        pump_fail(&ax->pump, "tracking a channel");
+        /* out of memory (the pump stopped), or past AMQP_PX_MAX_CHANNELS */
+        if (!pump_failed(&ax->pump))
+            apx_protocol_error(ax, "cannot track channel %u", f->channel);
         return;
     }
     if (closing(ax, ch, from, NULL, len))

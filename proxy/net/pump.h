@@ -119,10 +119,12 @@ static inline bool pump_failed(const struct pump *p)
     return p->failed != NULL;
 }
 
-/* The next n bytes of in[from] after the run go on unchanged: the run grows over them. */
+/* The next n bytes of in[from] after the run go on unchanged: the run grows over them (not
+ * once the pump stopped). */
 static inline void pump_pass(struct pump *p, enum session_side from, size_t n)
 {
-    p->run[from] += n;
+    if (p->failed == NULL)
+        p->run[from] += n;
 }
 
 /* The bytes of in[from] after the run: read, not yet walked or given a fate. */

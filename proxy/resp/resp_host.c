@@ -472,7 +472,9 @@ enum cmd_result rpx_apply_cmd_plan(struct rpx *rx, const struct rprof_cmdview *c
             rx->tx.aborted = true; /* as a queue-time error: EXEC will abort */
         break;
     case RESP_CMD_REWRITE:
-        if ((e = rewrite(rx, &p->bytes, len, p->reply_add)) == NULL) {
+        if ((e = rewrite(rx, &p->bytes, len, p->reply_add)) == NULL && pump_failed(&rx->pump)) {
+            res = CMD_STOP; /* the command left the buffer: buf is gone with it */
+        } else if (e == NULL) {
             log_msg(LOG_WARN, "command not rewritten",
                     "sid=%llu listener=%s reason=\"cannot send the rewritten command\"",
                     (unsigned long long)rx->s->id, rpx_scope(rx));

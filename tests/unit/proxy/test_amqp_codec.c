@@ -322,6 +322,35 @@ static void test_redeliver_turns_acks_into_rejects(void **state)
     exchange_free(&x);
 }
 
+/* A client opening more channels than twice tracks (AMQP_PX_MAX_CHANNELS) breaks the protocol
+ * as twice can follow it: the session ends as a protocol error, not as out of memory, and
+ * what went before reaches the broker. */
+static void test_channels_past_the_cap(void **state)
+{
+    (void)state;
+    struct fake_session fs;
+    fake_session_init(&fs, listener);
+    assert_true(fake_session_open(&fs));
+    static const uint8_t header[] = {'A', 'M', 'Q', 'P', 0, 0, 9, 1};
+    fake_feed(&fs, SIDE_CLIENT, header, sizeof(header));
+    unsigned opened = 0;
+    for (unsigned ch = 1; ch <= 4096 && !fs.port.closed; ch++) {
+        /* channel.open: class 20, method 10, an empty reserved short string */
+        uint8_t f[] = {1, (uint8_t)(ch >> 8), (uint8_t)ch, 0, 0, 0, 5, 0, 20, 0, 10, 0, 0xCE};
+        fake_feed(&fs, SIDE_CLIENT, f, sizeof(f));
+        opened += fs.port.closed ? 0 : 1;
+    }
+    assert_true(fs.port.closed);
+    assert_int_equal(fs.port.reason, SESSION_CLOSE_PROTOCOL_ERROR);
+    assert_null(fs.port.failed);
+    assert_int_equal(opened, 2048);
+    size_t n;
+    char *up = fake_port_take(&fs.port, SIDE_UPSTREAM, &n);
+    assert_int_equal(n, sizeof(header) + 2048 * 13u); /* each channel.open it tracked */
+    __real_free(up);
+    fake_session_free(&fs);
+}
+
 /* Faults that fire, each with every allocation failing in turn.  The recorded broker did not
  * see them (its later frames answer the session as it was): a session may end for that, never
  * with part of a frame sent or memory lost. */
@@ -355,6 +384,7 @@ int main(void)
         cmocka_unit_test(test_recording_unchanged),
         cmocka_unit_test(test_recording_judged_unchanged),
         cmocka_unit_test(test_redeliver_turns_acks_into_rejects),
+        cmocka_unit_test(test_channels_past_the_cap),
         cmocka_unit_test(test_every_allocation_fails),
         cmocka_unit_test(test_every_allocation_fails_on_faults),
     };
