@@ -983,11 +983,25 @@ static void replay_deferred(struct amqp_px *ax, struct achan *ch)
  * answered by twice until its half of the close handshake is over: the
  * client's frames on the channel are dropped until it reopens it, and the
  * broker's until its close-ok.  Returns true when the frame was consumed. */
+/* A frame (method `id`, len bytes) that `side` sent on a channel whose close twice is
+ * finishing is dropped; a channel.close among them is answered with close-ok toward `side`,
+ * as the peer would have. */
+static void swallow_closing(struct amqp_px *ax, struct achan *ch, enum session_side side,
+                            uint32_t id, size_t len)
+{
+    if (id == AMQP_CHANNEL_CLOSE) {
+        uint8_t frame[32];
+        int n = amqp_encode_channel_close_ok(frame, sizeof(frame), ch->id);
+        if (n > 0)
+            (void)pump_inject(&ax->pump, side, frame, (size_t)n);
+    }
+    (void)pump_drop(&ax->pump, side, len);
+}
+
 static bool closing_by_twice(struct amqp_px *ax, struct achan *ch, int from,
                              const struct amqp_method *m, size_t len)
 {
     uint32_t id = m != NULL ? m->id : 0;
-    uint8_t frame[32];
     if (m == NULL && ch->content[from].active)
         return false; /* the rest of the content twice refused: dropped there */
     apx_settle(ax);
@@ -1008,12 +1022,7 @@ static bool closing_by_twice(struct amqp_px *ax, struct achan *ch, int from,
             (void)pump_hold(p, side, len, ch->deferred);
             return true;
         }
-        if (id == AMQP_CHANNEL_CLOSE) {
-            int n = amqp_encode_channel_close_ok(frame, sizeof(frame), ch->id);
-            if (n > 0)
-                (void)pump_inject(p, SIDE_CLIENT, frame, (size_t)n);
-        }
-        (void)pump_drop(p, side, len);
+        swallow_closing(ax, ch, side, id, len);
         return true;
     }
     if (from == SIDE_UPSTREAM && ch->swallow_broker_close_ok) {
@@ -1023,12 +1032,7 @@ static bool closing_by_twice(struct amqp_px *ax, struct achan *ch, int from,
             replay_deferred(ax, ch);
             return true;
         }
-        if (id == AMQP_CHANNEL_CLOSE) {
-            int n = amqp_encode_channel_close_ok(frame, sizeof(frame), ch->id);
-            if (n > 0)
-                (void)pump_inject(p, SIDE_UPSTREAM, frame, (size_t)n);
-        }
-        (void)pump_drop(p, side, len);
+        swallow_closing(ax, ch, side, id, len);
         return true;
     }
     return false;
