@@ -422,10 +422,8 @@ static void relay_unparsed(struct rpx *rx, struct entry *e, enum log_level level
 static void relay_reply(struct rpx *rx, const char *msg, const char *key, const char *value)
 {
     struct entry *e = rx->await != NULL ? rx->await : rpx_entry_add(rx, true);
-    if (e == NULL) {
-        pump_fail(&rx->pump, "owing a reply");
-        return;
-    }
+    if (e == NULL)
+        return; /* the pump stopped (rpx_entry_add) */
     relay_unparsed(rx, e, LOG_WARN, msg, key, value);
 }
 
@@ -447,10 +445,8 @@ static enum cmd_result replication_start(struct rpx *rx, const struct rprof_cmdv
 {
     pump_pass(&rx->pump, SIDE_CLIENT, len);
     struct entry *e = rpx_entry_add(rx, true);
-    if (e == NULL) {
-        pump_fail(&rx->pump, "owing a reply");
-        return CMD_STOP;
-    }
+    if (e == NULL)
+        return CMD_STOP; /* the pump stopped (rpx_entry_add) */
     relay_unparsed(rx, e, LOG_INFO, "replication stream", "command", cv->name);
     return CMD_DONE;
 }
